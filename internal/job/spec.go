@@ -1,0 +1,129 @@
+// Package job owns the job file: its schema, defaults and validation.
+// A Spec is plain data; parsing reports errors with file, line and field.
+package job
+
+import (
+	"time"
+)
+
+// Spec is a parsed, defaulted and validated job file.
+type Spec struct {
+	Name    string   `yaml:"name"`
+	Model   string   `yaml:"model"`
+	Sources []Source `yaml:"sources"`
+	Lanes   []Lane   `yaml:"lanes"`
+	// Generation settings passed through to every request (temperature,
+	// top_p, chat_template_kwargs, any extra JSON the server accepts).
+	Generation Generation `yaml:"generation"`
+	Endpoints  []Endpoint `yaml:"endpoints"`
+	Server     *Server    `yaml:"server"`
+	Store      Store      `yaml:"store"`
+	Output     Output     `yaml:"output"`
+	Retry      Retry      `yaml:"retry"`
+	Alerts     Alerts     `yaml:"alerts"`
+	Monitor    Monitor    `yaml:"monitor"`
+
+	// Path is the job file's path; Dir its directory. Relative paths in the
+	// spec are resolved against Dir. Set by Load, not read from YAML.
+	Path string `yaml:"-"`
+	Dir  string `yaml:"-"`
+}
+
+// Source is one partition: a file, glob or directory mapped to prompts.
+type Source struct {
+	Partition string `yaml:"partition"`
+	Path      string `yaml:"path"`   // file, glob or directory (relative to the job file)
+	Format    string `yaml:"format"` // jsonl | parquet; "" = by extension
+	// Mapping names the fields; exactly one of Conversations, Messages or Prompt is set.
+	Conversations string `yaml:"conversations"` // ShareGPT field, e.g. "conversations"
+	Messages      string `yaml:"messages"`      // OpenAI messages field, e.g. "messages"
+	Prompt        string `yaml:"prompt"`        // plain prompt field
+	System        string `yaml:"system"`        // optional system prompt text (literal)
+	SystemField   string `yaml:"system_field"`  // optional field holding a system prompt
+	Tools         string `yaml:"tools"`         // optional field holding OpenAI tools (array or JSON string)
+	ID            string `yaml:"id"`            // optional id field
+	Limit         int    `yaml:"limit"`         // 0 = all rows
+	Lane          string `yaml:"lane"`          // optional: all samples of this partition go to this lane
+}
+
+// Lane is a class of requests with its own concurrency and max_tokens.
+type Lane struct {
+	Name        string `yaml:"name"`
+	Concurrency int    `yaml:"concurrency"`
+	MaxTokens   int    `yaml:"max_tokens"`
+	// Assignment: partitions listed here go to this lane; otherwise samples
+	// whose estimated prompt tokens are <= MaxPromptTokens; the first lane
+	// matching wins, and a lane with neither rule is the default.
+	Partitions      []string `yaml:"partitions"`
+	MaxPromptTokens int      `yaml:"max_prompt_tokens"`
+}
+
+// Generation holds sampling settings passed through to the server.
+type Generation struct {
+	Temperature        *float64       `yaml:"temperature"`
+	TopP               *float64       `yaml:"top_p"`
+	ChatTemplateKwargs map[string]any `yaml:"chat_template_kwargs"`
+	Extra              map[string]any `yaml:"extra"` // merged at the top level of the request body
+	RequestTimeout     time.Duration  `yaml:"request_timeout"`
+	IdleTimeout        time.Duration  `yaml:"idle_timeout"` // no bytes on the stream for this long = hang
+}
+
+// Endpoint is one OpenAI-compatible server URL.
+type Endpoint struct {
+	URL       string `yaml:"url"`
+	APIKeyEnv string `yaml:"api_key_env"` // name of the env var holding the key; never the key itself
+	Engine    string `yaml:"engine"`      // sglang | vllm | llamacpp | sim; default from Server or sglang
+}
+
+// Server is a server regen launches and supervises.
+type Server struct {
+	Engine       string            `yaml:"engine"`  // sglang | vllm | llamacpp | sim
+	Command      []string          `yaml:"command"` // executable and args; default from the engine
+	Args         []string          `yaml:"args"`    // extra args appended to the engine's defaults
+	Host         string            `yaml:"host"`    // default 127.0.0.1
+	Port         int               `yaml:"port"`    // default 30000 (0 for sim = any free port)
+	Env          map[string]string `yaml:"env"`
+	ReadyTimeout time.Duration     `yaml:"ready_timeout"`
+	HangTimeout  time.Duration     `yaml:"hang_timeout"` // no token for this long with requests in flight = STALLED
+	Restart      Restart           `yaml:"restart"`
+	// Sim holds flags for the built-in simulator (engine: sim), e.g. {kv_tokens: 231120, speed: 10}.
+	Sim map[string]any `yaml:"sim"`
+}
+
+// Restart is the server restart policy.
+type Restart struct {
+	Max     int           `yaml:"max"`     // failures allowed within Window before FAILED
+	Window  time.Duration `yaml:"window"`  // default 30m
+	Backoff time.Duration `yaml:"backoff"` // first delay, doubled each time, capped at 5m
+}
+
+// Store selects the durable backend.
+type Store struct {
+	DSN string `yaml:"dsn"` // default: sqlite file next to the job file (<name>.db)
+}
+
+// Output is where export writes.
+type Output struct {
+	Dir     string   `yaml:"dir"`     // default: <job dir>/out
+	Formats []string `yaml:"formats"` // sharegpt | openai-batch | parquet; default [sharegpt]
+}
+
+// Retry is the per-sample retry policy for retryable errors.
+type Retry struct {
+	MaxAttempts int           `yaml:"max_attempts"` // default 5
+	BaseDelay   time.Duration `yaml:"base_delay"`   // default 2s
+	MaxDelay    time.Duration `yaml:"max_delay"`    // default 5m
+}
+
+// Alerts are fired on every state change into or out of STALLED, DOWN, FAILED, DEAD.
+type Alerts struct {
+	Command []string `yaml:"command"`
+	Webhook string   `yaml:"webhook"`
+}
+
+// Monitor holds liveness deadlines.
+type Monitor struct {
+	HeartbeatEvery time.Duration `yaml:"heartbeat_every"` // default 2s
+	DeadAfter      time.Duration `yaml:"dead_after"`      // heartbeat older than this = DEAD; default 15s
+	StallAfter     time.Duration `yaml:"stall_after"`     // no finished sample/token with work queued = STALLED; default 60s
+}

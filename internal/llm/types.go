@@ -1,0 +1,117 @@
+package llm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Request is one chat completion to send.
+type Request struct {
+	Model string
+	// Body is the sample's request content, a JSON object with "messages"
+	// and optionally "tools"; its keys are copied into the request body.
+	Body      json.RawMessage
+	MaxTokens int
+	// Params are generation settings merged at the top level of the body
+	// (temperature, top_p, chat_template_kwargs, any engine extra); they win
+	// over Body's keys. model, stream, stream_options and max_tokens are set
+	// by the client.
+	Params map[string]json.RawMessage
+}
+
+// Usage is the server-reported token accounting.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CachedTokens     int `json:"cached_tokens,omitempty"`
+	ReasoningTokens  int `json:"reasoning_tokens,omitempty"`
+}
+
+// ToolCall is one assembled tool call from the stream.
+type ToolCall struct {
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// Result is a finished completion.
+type Result struct {
+	Content          string        `json:"content"`
+	ReasoningContent string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall    `json:"tool_calls,omitempty"`
+	FinishReason     string        `json:"finish_reason"`
+	Usage            Usage         `json:"usage"`
+	Model            string        `json:"model,omitempty"`
+	TTFT             time.Duration `json:"ttft_ns"`
+	Duration         time.Duration `json:"duration_ns"`
+}
+
+// Class says what the caller should do about an error.
+type Class int
+
+const (
+	// Retryable: try again later, spending an attempt (429, odd 5xx bodies, mid-stream server error).
+	Retryable Class = iota + 1
+	// ServerDown: the endpoint is unreachable, dying or hung; pause it and requeue
+	// without spending an attempt (connection refused/reset, 502/503/504, timeouts, idle stream).
+	ServerDown
+	// BadRequest: the request can never succeed (400, 413, 422, context too long); dead-letter it.
+	BadRequest
+	// Malformed: the server answered with something that is not a valid
+	// completion (broken SSE/JSON); retry, spending an attempt.
+	Malformed
+)
+
+func (c Class) String() string {
+	switch c {
+	case Retryable:
+		return "retryable"
+	case ServerDown:
+		return "server-down"
+	case BadRequest:
+		return "bad-request"
+	case Malformed:
+		return "malformed"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Error is a classified client error.
+type Error struct {
+	Class  Class
+	Status int    // HTTP status, 0 when none
+	Msg    string // short description, with the server's message when it sent one
+	Err    error  // underlying error, may be nil
+}
+
+func (e *Error) Error() string {
+	s := e.Class.String()
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	if e.Msg != "" {
+		s += ": " + e.Msg
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of err, or Retryable when err is not an *Error
+// (an unknown failure is worth another attempt, not a dead letter).
+func ClassOf(err error) Class {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	return Retryable
+}

@@ -1,0 +1,172 @@
+// Package store owns the durable sample state machine: every sample is
+// pending, leased, done, rejected or dead, and every transition happens in one
+// transaction together with the data it records (a result is stored in the
+// same transaction that marks its sample done). Backends implement Store and
+// must pass the shared conformance suite in storetest.
+//
+// The store never decides policy (retries, lanes, escalation); the dispatcher
+// does, and tells the store what happened.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// State is where a sample is in its life.
+type State string
+
+const (
+	Pending  State = "pending"
+	Leased   State = "leased"
+	Done     State = "done"
+	Rejected State = "rejected"
+	Dead     State = "dead"
+)
+
+// ErrNotLeased is returned when a transition needs a lease the caller no
+// longer holds (it expired and the sample was claimed again, or it finished).
+var ErrNotLeased = errors.New("sample not leased by this owner")
+
+// NewSample is one prompt to ingest. ID is stable and unique within the job.
+type NewSample struct {
+	ID           string
+	Partition    string
+	Lane         string
+	Body         []byte // canonical request content: {"messages":[...],"tools":[...]}
+	PromptTokens int    // estimate, for lane assignment and planning
+	Origin       string // file:line (or file:row N for Parquet)
+}
+
+// IngestError records a source row that could not become a sample.
+// It is keyed by Origin, so re-ingesting the same bad file adds nothing.
+type IngestError struct {
+	Partition string
+	Origin    string // file:line
+	Field     string // the offending field, "" when the row as a whole is bad
+	Reason    string
+}
+
+// Claimed is a leased sample handed to a worker.
+type Claimed struct {
+	ID           string
+	Partition    string
+	Lane         string
+	Body         []byte
+	PromptTokens int
+	Attempts     int // attempts spent so far (server outages never spend one)
+	LeaseUntil   time.Time
+}
+
+// Result is what a finished attempt stored.
+type Result struct {
+	Response         []byte // JSON of the full response record (content, reasoning, tool calls, usage, timings)
+	FinishReason     string
+	PromptTokens     int
+	CompletionTokens int
+	Endpoint         string
+	Duration         time.Duration
+	TTFT             time.Duration
+}
+
+// Row is one finished sample, as export and status read it.
+type Row struct {
+	ID         string
+	Partition  string
+	Lane       string
+	State      State // Done, Rejected or Dead
+	Body       []byte
+	Attempts   int
+	Result     Result // zero for Dead
+	Reason     string // reject or dead-letter reason
+	FinishedAt time.Time
+}
+
+// Count is the number of samples in one (partition, lane, state) cell.
+type Count struct {
+	Partition string
+	Lane      string
+	State     State
+	N         int
+}
+
+// Event is a state change or notable occurrence recorded for `regen status`.
+type Event struct {
+	Time     time.Time
+	Kind     string // e.g. "endpoint_state", "job_state", "restart", "alert_failed"
+	Subject  string // e.g. an endpoint URL or "job"
+	State    string // the new state, when Kind is a state change
+	Evidence string // human-readable evidence (exit code, log lines, seconds since last token)
+}
+
+// Heartbeat is the runner's proof of life, rewritten every few seconds.
+type Heartbeat struct {
+	Owner    string // the runner's lease owner id
+	PID      int
+	Host     string
+	Time     time.Time
+	Started  time.Time
+	Counters []byte // JSON snapshot the runner chooses (tokens, states, endpoints)
+}
+
+// Throughput is the completion work finished in a window.
+type Throughput struct {
+	Samples          int
+	CompletionTokens int64
+	PromptTokens     int64
+}
+
+// Store is the durable job state. All methods are safe for concurrent use.
+type Store interface {
+	// Ingest inserts samples whose ID is not yet present and returns how many
+	// were new. Re-ingesting the same samples inserts nothing.
+	Ingest(ctx context.Context, samples []NewSample) (inserted int, err error)
+	// AddIngestErrors records bad source rows; duplicates (same Origin) are ignored.
+	AddIngestErrors(ctx context.Context, errs []IngestError) error
+	IngestErrors(ctx context.Context, limit int) ([]IngestError, error)
+
+	// Claim leases up to n pending samples of lane whose retry time has come,
+	// oldest first, to owner until now+lease.
+	Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]Claimed, error)
+	// ExtendLeases pushes the lease of every sample owner holds to now+lease.
+	ExtendLeases(ctx context.Context, owner string, lease time.Duration) error
+	// Complete stores r and marks the sample done, in one transaction.
+	Complete(ctx context.Context, id, owner string, r Result) error
+	// Reject stores r with reason and marks the sample rejected.
+	Reject(ctx context.Context, id, owner string, r Result, reason string) error
+	// Retry returns the sample to pending, spending one attempt, not to be
+	// claimed before notBefore; lastErr is kept for status.
+	Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error
+	// Release returns samples to pending without spending an attempt
+	// (server outage, drain on shutdown).
+	Release(ctx context.Context, ids []string, owner string) error
+	// ReleaseOwner returns every sample leased by owner to pending without
+	// spending attempts (the owner is known dead).
+	ReleaseOwner(ctx context.Context, owner string) (int, error)
+	// DeadLetter marks the sample dead with reason, spending the attempt.
+	DeadLetter(ctx context.Context, id, owner, reason string) error
+	// Escalate moves a leased sample to pending in another lane without
+	// spending an attempt (truncated in a smaller lane).
+	Escalate(ctx context.Context, id, owner, lane string) error
+	// ExpireLeases returns samples whose lease ended before now to pending.
+	ExpireLeases(ctx context.Context, now time.Time) (int, error)
+
+	// Counts returns sample counts per partition, lane and state.
+	Counts(ctx context.Context) ([]Count, error)
+	// ThroughputSince sums finished work (done or rejected) since t.
+	ThroughputSince(ctx context.Context, t time.Time) (Throughput, error)
+	// Finished calls fn for every done, rejected or dead sample in ID order.
+	Finished(ctx context.Context, fn func(Row) error) error
+	// LastErrors returns the most recent retry/dead-letter reasons.
+	LastErrors(ctx context.Context, limit int) ([]Row, error)
+
+	PutHeartbeat(ctx context.Context, hb Heartbeat) error
+	// LastHeartbeat returns the latest heartbeat, ok=false if none was written.
+	LastHeartbeat(ctx context.Context) (hb Heartbeat, ok bool, err error)
+	AddEvent(ctx context.Context, e Event) error
+	// Events returns the newest events first.
+	Events(ctx context.Context, limit int) ([]Event, error)
+
+	Close() error
+}
