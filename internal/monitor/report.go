@@ -1,0 +1,227 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Beat is the runner's own view, stored as the heartbeat's counters.
+type Beat struct {
+	State       State            `json:"state"`
+	Evidence    []string         `json:"evidence,omitempty"`
+	Endpoints   []EndpointStatus `json:"endpoints,omitempty"`
+	InFlight    int              `json:"in_flight"`
+	Tokens      int64            `json:"tokens"`
+	LastTokenAt time.Time        `json:"last_token_at"`
+	// Exited is set by the runner's last heartbeat when it ends on purpose
+	// (finished, interrupted or failed), so status can tell STOPPED from DEAD.
+	Exited     bool   `json:"exited,omitempty"`
+	ExitReason string `json:"exit_reason,omitempty"`
+}
+
+// CellCounts are the sample counts of one partition and lane.
+type CellCounts struct {
+	Partition string `json:"partition"`
+	Lane      string `json:"lane"`
+	Total     int    `json:"total"`
+	Done      int    `json:"done"`
+	Pending   int    `json:"pending"`
+	InFlight  int    `json:"in_flight"`
+	Rejected  int    `json:"rejected"`
+	Dead      int    `json:"dead"`
+}
+
+func (c *CellCounts) add(s store.State, n int) {
+	c.Total += n
+	switch s {
+	case store.Done:
+		c.Done += n
+	case store.Pending:
+		c.Pending += n
+	case store.Leased:
+		c.InFlight += n
+	case store.Rejected:
+		c.Rejected += n
+	case store.Dead:
+		c.Dead += n
+	}
+}
+
+// Rate is finished work over a window.
+type Rate struct {
+	Window        time.Duration `json:"window_ns"`
+	SamplesPerSec float64       `json:"samples_per_sec"`
+	TokensPerSec  float64       `json:"tokens_per_sec"`
+}
+
+// HeartbeatInfo describes the last heartbeat.
+type HeartbeatInfo struct {
+	PID     int           `json:"pid"`
+	Host    string        `json:"host"`
+	Time    time.Time     `json:"time"`
+	Age     time.Duration `json:"age_ns"`
+	Started time.Time     `json:"started"`
+}
+
+// Report is one screen of truth about a job, built from the store alone.
+type Report struct {
+	State        State            `json:"state"`
+	Evidence     []string         `json:"evidence,omitempty"`
+	ExitCode     int              `json:"exit_code"`
+	Heartbeat    *HeartbeatInfo   `json:"heartbeat,omitempty"`
+	Cells        []CellCounts     `json:"cells"`
+	Total        CellCounts       `json:"total"`
+	Rate1m       Rate             `json:"rate_1m"`
+	Rate10m      Rate             `json:"rate_10m"`
+	ETA          time.Duration    `json:"eta_ns"` // 0 when unknown or done
+	Endpoints    []EndpointStatus `json:"endpoints,omitempty"`
+	Events       []store.Event    `json:"events,omitempty"`
+	LastErrors   []ErrorLine      `json:"last_errors,omitempty"`
+	IngestErrors int              `json:"ingest_errors"`
+}
+
+// ErrorLine is one recent per-sample failure.
+type ErrorLine struct {
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+}
+
+// AssessOptions tune Assess.
+type AssessOptions struct {
+	Now       time.Time
+	DeadAfter time.Duration // heartbeat older than this = DEAD
+	Host      string        // this machine's name, to check whether a same-host runner pid still exists
+}
+
+// Assess builds a Report from the store alone.
+func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error) {
+	var r Report
+	counts, err := st.Counts(ctx)
+	if err != nil {
+		return r, fmt.Errorf("read counts: %w", err)
+	}
+	cells := map[[2]string]*CellCounts{}
+	for _, c := range counts {
+		k := [2]string{c.Partition, c.Lane}
+		if cells[k] == nil {
+			cells[k] = &CellCounts{Partition: c.Partition, Lane: c.Lane}
+		}
+		cells[k].add(c.State, c.N)
+		r.Total.add(c.State, c.N)
+	}
+	for _, c := range cells {
+		r.Cells = append(r.Cells, *c)
+	}
+	sort.Slice(r.Cells, func(i, j int) bool {
+		if r.Cells[i].Partition != r.Cells[j].Partition {
+			return r.Cells[i].Partition < r.Cells[j].Partition
+		}
+		return r.Cells[i].Lane < r.Cells[j].Lane
+	})
+
+	hb, haveHB, err := st.LastHeartbeat(ctx)
+	if err != nil {
+		return r, fmt.Errorf("read heartbeat: %w", err)
+	}
+	var beat Beat
+	if haveHB {
+		r.Heartbeat = &HeartbeatInfo{PID: hb.PID, Host: hb.Host, Time: hb.Time, Age: o.Now.Sub(hb.Time), Started: hb.Started}
+		if len(hb.Counters) > 0 {
+			if err := json.Unmarshal(hb.Counters, &beat); err != nil {
+				return r, fmt.Errorf("decode heartbeat: %w", err)
+			}
+		}
+		r.Endpoints = beat.Endpoints
+	}
+
+	for _, w := range []struct {
+		d   time.Duration
+		out *Rate
+	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
+		window := w.d
+		if haveHB && !hb.Started.IsZero() && o.Now.Sub(hb.Started) < window && o.Now.Sub(hb.Started) > 0 {
+			window = o.Now.Sub(hb.Started) // a young run would otherwise look slow
+		}
+		tp, err := st.ThroughputSince(ctx, o.Now.Add(-window))
+		if err != nil {
+			return r, fmt.Errorf("read throughput: %w", err)
+		}
+		*w.out = Rate{Window: window, SamplesPerSec: float64(tp.Samples) / window.Seconds(),
+			TokensPerSec: float64(tp.CompletionTokens) / window.Seconds()}
+	}
+	remaining := r.Total.Pending + r.Total.InFlight
+	if remaining > 0 && r.Rate10m.SamplesPerSec > 0 {
+		r.ETA = time.Duration(float64(remaining) / r.Rate10m.SamplesPerSec * float64(time.Second))
+	}
+
+	if r.Events, err = st.Events(ctx, 5); err != nil {
+		return r, fmt.Errorf("read events: %w", err)
+	}
+	rows, err := st.LastErrors(ctx, 5)
+	if err != nil {
+		return r, fmt.Errorf("read errors: %w", err)
+	}
+	for _, row := range rows {
+		r.LastErrors = append(r.LastErrors, ErrorLine{ID: row.ID, State: string(row.State), Reason: row.Reason})
+	}
+	ie, err := st.IngestErrors(ctx, 1_000_000)
+	if err != nil {
+		return r, fmt.Errorf("read ingest errors: %w", err)
+	}
+	r.IngestErrors = len(ie)
+
+	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
+	r.ExitCode = ExitCode(r.State)
+	return r, nil
+}
+
+func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, o AssessOptions) (State, []string) {
+	if r.Total.Total > 0 && remaining == 0 {
+		return Done, []string{fmt.Sprintf("all %d samples finished (%d done, %d rejected, %d dead)",
+			r.Total.Total, r.Total.Done, r.Total.Rejected, r.Total.Dead)}
+	}
+	if !haveHB {
+		return Dead, []string{"no runner has ever written a heartbeat for this job"}
+	}
+	age := o.Now.Sub(hb.Time).Round(time.Second)
+	if beat.Exited {
+		if beat.State == Failed {
+			return Failed, append([]string{"runner exited: " + beat.ExitReason}, beat.Evidence...)
+		}
+		return Stopped, []string{fmt.Sprintf("runner pid %d exited %s ago: %s; %d samples remaining; re-run to resume",
+			hb.PID, age, beat.ExitReason, remaining)}
+	}
+	if o.Now.Sub(hb.Time) > o.DeadAfter {
+		ev := []string{fmt.Sprintf("last heartbeat %s ago (deadline %s) from pid %d on %s", age, o.DeadAfter, hb.PID, hb.Host)}
+		if o.Host != "" && hb.Host == o.Host && !ProcessAlive(hb.PID) {
+			ev = append(ev, fmt.Sprintf("process %d no longer exists", hb.PID))
+		}
+		ev = append(ev, fmt.Sprintf("%d samples remaining; re-run to resume", remaining))
+		return Dead, ev
+	}
+	if beat.State == "" {
+		return Running, nil
+	}
+	return beat.State, beat.Evidence
+}
+
+// ProcessAlive reports whether a process with pid exists on this machine.
+func ProcessAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || err == syscall.EPERM
+}

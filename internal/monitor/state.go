@@ -1,0 +1,119 @@
+package monitor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// State is a job's or an endpoint's condition.
+type State string
+
+const (
+	Starting   State = "STARTING"
+	Ready      State = "READY"
+	Degraded   State = "DEGRADED"
+	Running    State = "RUNNING"
+	Stalled    State = "STALLED"
+	Down       State = "DOWN"
+	Restarting State = "RESTARTING"
+	Failed     State = "FAILED"
+	Done       State = "DONE"
+	Dead       State = "DEAD"
+	Stopped    State = "STOPPED"
+)
+
+// ExitCode is what `regen status` exits with: 0 when work is progressing or
+// finished, 1 when it is held up but someone is on it, 2 when nobody is.
+func ExitCode(s State) int {
+	switch s {
+	case Running, Done, Ready, Starting:
+		return 0
+	case Stalled, Down, Restarting, Degraded:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// Alarming reports whether entering or leaving s fires an alert.
+func Alarming(s State) bool {
+	switch s {
+	case Stalled, Down, Failed, Dead:
+		return true
+	}
+	return false
+}
+
+// EndpointStatus is one endpoint's condition as the runner saw it.
+type EndpointStatus struct {
+	URL         string    `json:"url"`
+	State       State     `json:"state"`
+	Since       time.Time `json:"since"`
+	Cause       string    `json:"cause,omitempty"`
+	Evidence    []string  `json:"evidence,omitempty"`
+	Restarts    int       `json:"restarts,omitempty"`
+	InFlight    int       `json:"in_flight"`
+	LastTokenAt time.Time `json:"last_token_at"`
+	Tokens      int64     `json:"tokens"`
+}
+
+// Live is what the runner knows at one moment; Evaluate turns it into a state.
+type Live struct {
+	Now         time.Time
+	StartedAt   time.Time
+	Endpoints   []EndpointStatus
+	Remaining   int       // samples pending or leased
+	InFlight    int       // requests on the wire
+	LastTokenAt time.Time // last streamed chunk from any endpoint
+	StallAfter  time.Duration
+}
+
+// Evaluate decides the runner's job state from live evidence. Order matters:
+// a dead or restarting server explains a lack of tokens, so it is reported
+// before STALLED.
+func Evaluate(l Live) (State, []string) {
+	if l.Remaining == 0 && l.InFlight == 0 {
+		return Done, nil
+	}
+	var ready, down, restarting, failed []string
+	for _, e := range l.Endpoints {
+		label := fmt.Sprintf("%s %s", e.URL, e.State)
+		if e.Cause != "" {
+			label += " (" + e.Cause + ")"
+		}
+		switch e.State {
+		case Ready, Degraded, Running:
+			ready = append(ready, label)
+		case Down, Stalled:
+			down = append(down, label)
+		case Restarting, Starting:
+			restarting = append(restarting, label)
+		case Failed:
+			failed = append(failed, label)
+		}
+	}
+	if len(l.Endpoints) > 0 && len(ready) == 0 {
+		switch {
+		case len(restarting) > 0:
+			return Restarting, append(restarting, append(down, failed...)...)
+		case len(down) > 0:
+			return Down, append(down, failed...)
+		default:
+			return Failed, failed
+		}
+	}
+	last := l.LastTokenAt
+	if last.IsZero() {
+		last = l.StartedAt
+	}
+	if idle := l.Now.Sub(last); l.StallAfter > 0 && idle > l.StallAfter {
+		ev := []string{fmt.Sprintf("no token received for %s with %d samples remaining and %d in flight",
+			idle.Round(time.Second), l.Remaining, l.InFlight)}
+		if len(down)+len(failed) > 0 {
+			ev = append(ev, strings.Join(append(down, failed...), "; "))
+		}
+		return Stalled, ev
+	}
+	return Running, nil
+}
