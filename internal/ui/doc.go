@@ -1,0 +1,6 @@
+// Package ui renders what the runner and `regen status` know for people: a
+// live progress block per partition (redrawn in place on a terminal, plain
+// periodic lines otherwise) and the one-screen status report. Rendering is a
+// pure function of a snapshot so it can be tested with golden strings; the
+// package never reads the store or the network itself.
+package ui

@@ -1,0 +1,84 @@
+package ui
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+// StatusText renders a status report as one screen of text.
+func StatusText(job string, r monitor.Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "job %s: %s\n", job, r.State)
+	for _, e := range r.Evidence {
+		fmt.Fprintf(&b, "  evidence: %s\n", e)
+	}
+	if hb := r.Heartbeat; hb != nil {
+		fmt.Fprintf(&b, "runner: pid %d on %s, last heartbeat %s ago, started %s\n",
+			hb.PID, hb.Host, hb.Age.Round(time.Second), hb.Started.Format(time.RFC3339))
+	} else {
+		b.WriteString("runner: never started\n")
+	}
+	fmt.Fprintf(&b, "\n%-20s %-10s %8s %8s %8s %9s %8s %6s\n", "partition", "lane", "total", "done", "pending", "in flight", "rejected", "dead")
+	for _, c := range r.Cells {
+		fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", c.Partition, c.Lane, c.Total, c.Done, c.Pending, c.InFlight, c.Rejected, c.Dead)
+	}
+	t := r.Total
+	fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", "total", "", t.Total, t.Done, t.Pending, t.InFlight, t.Rejected, t.Dead)
+	if r.IngestErrors > 0 {
+		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
+	}
+	fmt.Fprintf(&b, "\nthroughput: %.1f tok/s, %.2f samples/s over %s; %.1f tok/s, %.2f samples/s over %s\n",
+		r.Rate1m.TokensPerSec, r.Rate1m.SamplesPerSec, r.Rate1m.Window.Round(time.Second),
+		r.Rate10m.TokensPerSec, r.Rate10m.SamplesPerSec, r.Rate10m.Window.Round(time.Second))
+	switch {
+	case r.State == monitor.Done:
+		b.WriteString("eta: done\n")
+	case r.ETA > 0:
+		fmt.Fprintf(&b, "eta: %s\n", r.ETA.Round(time.Second))
+	default:
+		b.WriteString("eta: unknown (no samples finished in the last 10 minutes)\n")
+	}
+	if len(r.Endpoints) > 0 {
+		b.WriteString("\nendpoints:\n")
+		for _, e := range r.Endpoints {
+			fmt.Fprintf(&b, "  %s %s", e.URL, e.State)
+			if !e.Since.IsZero() {
+				fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
+			}
+			fmt.Fprintf(&b, ", in flight %d", e.InFlight)
+			if !e.LastTokenAt.IsZero() && r.Heartbeat != nil {
+				fmt.Fprintf(&b, ", last token %s before the heartbeat", r.Heartbeat.Time.Sub(e.LastTokenAt).Round(time.Second))
+			}
+			if e.Restarts > 0 {
+				fmt.Fprintf(&b, ", %d restarts", e.Restarts)
+			}
+			if e.Cause != "" {
+				fmt.Fprintf(&b, ", cause: %s", e.Cause)
+			}
+			b.WriteString("\n")
+			for _, ev := range e.Evidence {
+				fmt.Fprintf(&b, "    %s\n", ev)
+			}
+		}
+	}
+	if len(r.Events) > 0 {
+		b.WriteString("\nlast events:\n")
+		for _, e := range r.Events {
+			fmt.Fprintf(&b, "  %s %s %s %s", e.Time.Format("15:04:05"), e.Kind, e.Subject, e.State)
+			if e.Evidence != "" {
+				fmt.Fprintf(&b, ": %s", e.Evidence)
+			}
+			b.WriteString("\n")
+		}
+	}
+	if len(r.LastErrors) > 0 {
+		b.WriteString("\nlast errors:\n")
+		for _, e := range r.LastErrors {
+			fmt.Fprintf(&b, "  %s [%s] %s\n", e.ID, e.State, e.Reason)
+		}
+	}
+	return b.String()
+}
