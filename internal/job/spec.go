@@ -1,5 +1,3 @@
-// Package job owns the job file: its schema, defaults and validation.
-// A Spec is plain data; parsing reports errors with file, line and field.
 package job
 
 import (
@@ -27,6 +25,10 @@ type Spec struct {
 	// spec are resolved against Dir. Set by Load, not read from YAML.
 	Path string `yaml:"-"`
 	Dir  string `yaml:"-"`
+
+	// loc maps field paths to lines of the file for validation errors;
+	// nil for a Spec built in code.
+	loc *locator
 }
 
 // Source is one partition: a file, glob or directory mapped to prompts.

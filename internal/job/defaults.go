@@ -1,0 +1,160 @@
+package job
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Defaults for every option a job file may leave out.
+const (
+	DefaultLaneName        = "default"
+	DefaultConcurrency     = 64
+	DefaultMaxTokens       = 4096
+	DefaultMaxAttempts     = 5
+	DefaultBaseDelay       = 2 * time.Second
+	DefaultMaxDelay        = 5 * time.Minute
+	DefaultRequestTimeout  = 30 * time.Minute
+	DefaultIdleTimeout     = 120 * time.Second
+	DefaultEngine          = "sglang"
+	DefaultHost            = "127.0.0.1"
+	DefaultPort            = 30000
+	DefaultReadyTimeout    = 30 * time.Minute
+	DefaultSimReadyTimeout = 60 * time.Second
+	DefaultHangTimeout     = 30 * time.Second
+	DefaultRestartMax      = 5
+	DefaultRestartWindow   = 30 * time.Minute
+	DefaultRestartBackoff  = 5 * time.Second
+	DefaultHeartbeatEvery  = 2 * time.Second
+	DefaultDeadAfter       = 15 * time.Second
+	DefaultStallAfter      = 60 * time.Second
+	DefaultOutputFormat    = "sharegpt"
+	sqlitePrefix           = "sqlite:"
+)
+
+// unset reports whether a zero value at path means "not written" (and so
+// takes its default) rather than an explicit zero, which validation judges.
+func (s *Spec) unset(path string) bool { return !s.loc.has(path) }
+
+func setInt(s *Spec, v *int, path string, def int) {
+	if *v == 0 && s.unset(path) {
+		*v = def
+	}
+}
+
+func setDur(s *Spec, v *time.Duration, path string, def time.Duration) {
+	if *v == 0 && s.unset(path) {
+		*v = def
+	}
+}
+
+// applyDefaults fills what the file leaves out and makes relative paths
+// absolute against Dir, so consumers never depend on the working directory.
+func (s *Spec) applyDefaults() {
+	if len(s.Lanes) == 0 && s.unset("lanes") {
+		s.Lanes = []Lane{{Name: DefaultLaneName}}
+	}
+	for i := range s.Lanes {
+		l := &s.Lanes[i]
+		p := fmt.Sprintf("lanes[%d]", i)
+		setInt(s, &l.Concurrency, p+".concurrency", DefaultConcurrency)
+		setInt(s, &l.MaxTokens, p+".max_tokens", DefaultMaxTokens)
+	}
+	for i := range s.Sources {
+		s.Sources[i].Path = s.resolve(s.Sources[i].Path)
+	}
+
+	setInt(s, &s.Retry.MaxAttempts, "retry.max_attempts", DefaultMaxAttempts)
+	setDur(s, &s.Retry.BaseDelay, "retry.base_delay", DefaultBaseDelay)
+	setDur(s, &s.Retry.MaxDelay, "retry.max_delay", DefaultMaxDelay)
+
+	setDur(s, &s.Generation.RequestTimeout, "generation.request_timeout", DefaultRequestTimeout)
+	setDur(s, &s.Generation.IdleTimeout, "generation.idle_timeout", DefaultIdleTimeout)
+
+	switch {
+	case s.Store.DSN == "":
+		s.Store.DSN = filepath.Join(s.Dir, sanitizeName(s.Name)+".db")
+	case strings.HasPrefix(s.Store.DSN, sqlitePrefix):
+		s.Store.DSN = sqlitePrefix + s.resolve(strings.TrimPrefix(s.Store.DSN, sqlitePrefix))
+	case !strings.Contains(s.Store.DSN, "://") && s.Store.DSN != ":memory:":
+		s.Store.DSN = s.resolve(s.Store.DSN)
+	}
+
+	if s.Output.Dir == "" {
+		s.Output.Dir = "out"
+	}
+	s.Output.Dir = s.resolve(s.Output.Dir)
+	if len(s.Output.Formats) == 0 {
+		s.Output.Formats = []string{DefaultOutputFormat}
+	}
+
+	if sv := s.Server; sv != nil {
+		if sv.Engine == "" {
+			sv.Engine = DefaultEngine
+		}
+		if sv.Host == "" {
+			sv.Host = DefaultHost
+		}
+		if sv.Engine != "sim" {
+			setInt(s, &sv.Port, "server.port", DefaultPort)
+			setDur(s, &sv.ReadyTimeout, "server.ready_timeout", DefaultReadyTimeout)
+		} else {
+			setDur(s, &sv.ReadyTimeout, "server.ready_timeout", DefaultSimReadyTimeout)
+		}
+		setDur(s, &sv.HangTimeout, "server.hang_timeout", DefaultHangTimeout)
+		setInt(s, &sv.Restart.Max, "server.restart.max", DefaultRestartMax)
+		setDur(s, &sv.Restart.Window, "server.restart.window", DefaultRestartWindow)
+		setDur(s, &sv.Restart.Backoff, "server.restart.backoff", DefaultRestartBackoff)
+	}
+	for i := range s.Endpoints {
+		if s.Endpoints[i].Engine == "" {
+			s.Endpoints[i].Engine = DefaultEngine
+			if s.Server != nil {
+				s.Endpoints[i].Engine = s.Server.Engine
+			}
+		}
+	}
+
+	setDur(s, &s.Monitor.HeartbeatEvery, "monitor.heartbeat_every", DefaultHeartbeatEvery)
+	setDur(s, &s.Monitor.DeadAfter, "monitor.dead_after", DefaultDeadAfter)
+	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
+}
+
+// resolve makes p absolute against the job file's directory.
+func (s *Spec) resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) || s.Dir == "" {
+		return p
+	}
+	return filepath.Join(s.Dir, p)
+}
+
+// sanitizeName keeps a job name usable as a file name.
+func sanitizeName(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	n := strings.Trim(b.String(), ".")
+	if n == "" {
+		return "job"
+	}
+	return n
+}
+
+// SQLitePath returns the database file of a SQLite DSN (a plain path or
+// "sqlite:path"); ok is false for other backends.
+func (st Store) SQLitePath() (path string, ok bool) {
+	switch {
+	case strings.HasPrefix(st.DSN, sqlitePrefix):
+		return strings.TrimPrefix(st.DSN, sqlitePrefix), true
+	case strings.Contains(st.DSN, "://"):
+		return "", false
+	}
+	return st.DSN, true
+}

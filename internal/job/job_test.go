@@ -1,0 +1,370 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func abs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// errLines splits a joined Load error into its messages.
+func errLines(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var out []string
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func TestLoadFull(t *testing.T) {
+	got, err := Load("testdata/full.yaml")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	dir := abs(t, "testdata")
+	want := &Spec{
+		Name:  "full job",
+		Model: "m1",
+		Sources: []Source{
+			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big"},
+			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief"},
+		},
+		Lanes: []Lane{
+			{Name: "small", Concurrency: 8, MaxTokens: 1024, MaxPromptTokens: 2000},
+			{Name: "big", Concurrency: 2, MaxTokens: 8192, Partitions: []string{"b"}},
+		},
+		Generation: Generation{
+			Temperature:        ptr(0.5),
+			TopP:               ptr(0.9),
+			ChatTemplateKwargs: map[string]any{"enable_thinking": false},
+			Extra:              map[string]any{"top_k": uint64(20), "stop": []any{"</s>"}},
+			RequestTimeout:     10 * time.Minute,
+			IdleTimeout:        45 * time.Second,
+		},
+		Endpoints: []Endpoint{
+			{URL: "http://127.0.0.1:30000", APIKeyEnv: "MY_KEY", Engine: "sglang"},
+			{URL: "https://gpu.example.com/v1", Engine: "vllm"},
+		},
+		Store:   Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
+		Output:  Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}},
+		Retry:   Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
+		Alerts:  Alerts{Command: []string{"echo", "alert"}, Webhook: "https://hooks.example.com/x"},
+		Monitor: Monitor{HeartbeatEvery: time.Second, DeadAfter: 10 * time.Second, StallAfter: 30 * time.Second},
+		Path:    "testdata/full.yaml",
+		Dir:     dir,
+	}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Spec{})); diff != "" {
+		t.Errorf("Load(full.yaml) mismatch (-want +got):\n%s", diff)
+	}
+	if p, ok := got.Store.SQLitePath(); !ok || p != filepath.Join(dir, "state/full.db") {
+		t.Errorf("SQLitePath() = %q, %v; want %q, true", p, ok, filepath.Join(dir, "state/full.db"))
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	dir := abs(t, "testdata")
+	tests := []struct {
+		file string
+		want *Spec
+	}{
+		{
+			file: "minimal.yaml",
+			want: &Spec{
+				Name:       "min/job",
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q"}},
+				Lanes:      []Lane{{Name: "default", Concurrency: 64, MaxTokens: 4096}},
+				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second},
+				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang"}},
+				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
+				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
+				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
+				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second},
+				Path:       "testdata/minimal.yaml",
+				Dir:        dir,
+			},
+		},
+		{
+			file: "sim_server.yaml",
+			want: &Spec{
+				Name:       "s",
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations"}},
+				Lanes:      []Lane{{Name: "only", Concurrency: 64, MaxTokens: 4096}},
+				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second},
+				Server: &Server{
+					Engine: "sim", Host: "127.0.0.1", Port: 0,
+					ReadyTimeout: 60 * time.Second, HangTimeout: 30 * time.Second,
+					Restart: Restart{Max: 5, Window: 30 * time.Minute, Backoff: 5 * time.Second},
+				},
+				Store:   Store{DSN: filepath.Join(dir, "s.db")},
+				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
+				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
+				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second},
+				Path:    "testdata/sim_server.yaml",
+				Dir:     dir,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			got, err := Load(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(Spec{})); diff != "" {
+				t.Errorf("Load(%s) mismatch (-want +got):\n%s", tt.file, diff)
+			}
+		})
+	}
+}
+
+func TestServerEngineDefaults(t *testing.T) {
+	src := "name: r\nsources: [{partition: p, path: p.jsonl, prompt: q}]\nserver: {args: [--tp, '8']}\n"
+	s, err := Parse("job.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := &Server{
+		Engine: "sglang", Args: []string{"--tp", "8"}, Host: "127.0.0.1", Port: 30000,
+		ReadyTimeout: 30 * time.Minute, HangTimeout: 30 * time.Second,
+		Restart: Restart{Max: 5, Window: 30 * time.Minute, Backoff: 5 * time.Second},
+	}
+	if diff := cmp.Diff(want, s.Server); diff != "" {
+		t.Errorf("server defaults mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string
+	}{
+		{"invalid.yaml", []string{
+			`testdata/invalid.yaml:1: name: required`,
+			`testdata/invalid.yaml:3: sources[0]: set exactly one of conversations, messages or prompt (got 2)`,
+			`testdata/invalid.yaml:7: sources[0].lane: no lane named "nope"`,
+			`testdata/invalid.yaml:8: sources[1].partition: "a" is also the name of sources[0]`,
+			`testdata/invalid.yaml:8: sources[1].path: required`,
+			`testdata/invalid.yaml:9: sources[1].format: unknown format "csv" (want jsonl, jsonl.gz or parquet, or leave it out to go by extension)`,
+			`testdata/invalid.yaml:11: sources[1].limit: must be >= 0`,
+			`testdata/invalid.yaml:12: sources[2].partition: required`,
+			`testdata/invalid.yaml:12: sources[2]: set exactly one of conversations, messages or prompt (got 0)`,
+			`testdata/invalid.yaml:15: lanes[0].concurrency: must be > 0`,
+			`testdata/invalid.yaml:17: lanes[1].name: "x" is also the name of lanes[0]`,
+			`testdata/invalid.yaml:19: lanes[1].concurrency: must be > 0`,
+			`testdata/invalid.yaml:18: lanes[1].max_tokens: must be > 0`,
+			`testdata/invalid.yaml:21: lanes[1].max_prompt_tokens: must be >= 0`,
+			`testdata/invalid.yaml:20: lanes[1].partitions[1]: no source has partition "zz"`,
+			`testdata/invalid.yaml:23: generation.temperature: must be between 0 and 2`,
+			`testdata/invalid.yaml:24: generation.top_p: must be > 0 and <= 1`,
+			`testdata/invalid.yaml:25: generation.request_timeout: must be > 0`,
+			`testdata/invalid.yaml:27: generation.extra.model: is set by regen and cannot be overridden`,
+			`testdata/invalid.yaml:28: generation.extra.stream: is set by regen and cannot be overridden`,
+			`testdata/invalid.yaml:30: endpoints[0].url: "ftp://host/x": want an http:// or https:// URL`,
+			`testdata/invalid.yaml:32: endpoints[0].engine: unknown engine "tgi" (want sglang, vllm, llamacpp, sim)`,
+			`testdata/invalid.yaml:31: endpoints[0].api_key_env: looks like a key, not a variable name: put the key in an environment variable and name the variable here`,
+			`testdata/invalid.yaml:34: endpoints[1].api_key_env: "MY-KEY" is not an environment variable name (letters, digits and _)`,
+			`testdata/invalid.yaml:35: endpoints[2].url: required`,
+			`testdata/invalid.yaml:35: endpoints[2].api_key_env: looks like a key, not a variable name: put the key in an environment variable and name the variable here`,
+			`testdata/invalid.yaml:37: store.dsn: postgres store not available in this build`,
+			`testdata/invalid.yaml:39: output.formats[1]: unknown format "csv" (want sharegpt, openai-batch, parquet)`,
+			`testdata/invalid.yaml:39: output.formats[2]: "sharegpt" listed twice`,
+			`testdata/invalid.yaml:41: retry.max_attempts: must be >= 1`,
+			`testdata/invalid.yaml:43: retry.max_delay: must be >= base_delay (10s)`,
+			`testdata/invalid.yaml:48: monitor.dead_after: must be longer than heartbeat_every (5s)`,
+			`testdata/invalid.yaml:45: alerts.webhook: "mailto:x@y": want an http:// or https:// URL`,
+		}},
+		{"both.yaml", []string{
+			`testdata/both.yaml:4: endpoints: set either endpoints or server, not both (with server, the launched server is the endpoint)`,
+			`testdata/both.yaml:8: server.port: must be 1 to 65535`,
+			`testdata/both.yaml:9: server.sim: only applies to engine: sim`,
+			`testdata/both.yaml:11: server.restart.max: must be >= 0`,
+		}},
+		{"neither.yaml", []string{
+			`testdata/neither.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`,
+		}},
+		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency"`}},
+		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer, got string`}},
+		{"bad_duration.yaml", []string{`testdata/bad_duration.yaml:5:15: retry.base_delay: invalid duration "3 seconds" (want e.g. 30s, 5m, 2h)`}},
+		{"syntax.yaml", []string{`testdata/syntax.yaml:4:4: value is not allowed in this context`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			s, err := Load(filepath.Join("testdata", tt.file))
+			if s != nil {
+				t.Errorf("Load returned a Spec with errors")
+			}
+			if diff := cmp.Diff(tt.want, errLines(err)); diff != "" {
+				t.Errorf("Load(%s) errors mismatch (-want +got):\n%s", tt.file, diff)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("Load(%s) error is not a *FieldError: %T", tt.file, err)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load("testdata/does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
+		t.Errorf("Load(missing) = %v; want an error naming the file", err)
+	}
+}
+
+func TestExamplesLoad(t *testing.T) {
+	for _, p := range []string{"../../examples/demo/job.yaml", "../../examples/job.example.yaml"} {
+		if _, err := Load(p); err != nil {
+			t.Errorf("Load(%s): %v", p, err)
+		}
+	}
+	s, err := Load("../../examples/demo/job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Server == nil || s.Server.Engine != "sim" || s.Model != "sim-model" {
+		t.Errorf("demo server = %+v, model %q; want engine sim, model sim-model", s.Server, s.Model)
+	}
+	if got := s.LaneFor("B2_opencode", 10); got != "long" {
+		t.Errorf("demo LaneFor(B2_opencode) = %q, want long", got)
+	}
+	if got := s.LaneFor("B1_glaive", 10); got != "short" {
+		t.Errorf("demo LaneFor(B1_glaive) = %q, want short", got)
+	}
+}
+
+func TestValidateInCode(t *testing.T) {
+	// A Spec built in code has no file: errors carry only field and message.
+	s := &Spec{Name: "x", Sources: []Source{{Partition: "p", Path: "p", Prompt: "q"}}, Endpoints: []Endpoint{{URL: "http://h:1"}}}
+	s.applyDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	s.Lanes[0].MaxTokens = 0
+	if got, want := errLines(s.Validate()), []string{"lanes[0].max_tokens: must be > 0"}; !cmp.Equal(got, want) {
+		t.Errorf("Validate() = %q, want %q", got, want)
+	}
+}
+
+func TestLaneFor(t *testing.T) {
+	s := &Spec{
+		Sources: []Source{{Partition: "forced", Lane: "huge"}, {Partition: "p"}, {Partition: "q"}},
+		Lanes: []Lane{
+			{Name: "small", MaxTokens: 1000, MaxPromptTokens: 500},
+			{Name: "mid", MaxTokens: 4000},
+			{Name: "huge", MaxTokens: 16000, Partitions: []string{"q"}},
+			{Name: "tiny", MaxTokens: 100, MaxPromptTokens: 50},
+		},
+	}
+	tests := []struct {
+		partition string
+		tokens    int
+		want      string
+	}{
+		{"forced", 10, "huge"}, // source override wins over token rules
+		{"q", 10, "huge"},      // partition rule wins over token rules
+		{"p", 10, "small"},     // first lane whose max_prompt_tokens admits it
+		{"p", 500, "small"},
+		{"p", 501, "mid"}, // default lane: first without rules
+		{"other", 100000, "mid"},
+	}
+	for _, tt := range tests {
+		if got := s.LaneFor(tt.partition, tt.tokens); got != tt.want {
+			t.Errorf("LaneFor(%q, %d) = %q, want %q", tt.partition, tt.tokens, got, tt.want)
+		}
+	}
+	// Every lane has a rule: fall back to the first lane.
+	ruled := &Spec{Lanes: []Lane{{Name: "a", MaxPromptTokens: 5}, {Name: "b", Partitions: []string{"x"}}}}
+	if got := ruled.LaneFor("y", 10); got != "a" {
+		t.Errorf("LaneFor with only ruled lanes = %q, want a", got)
+	}
+	if got := (&Spec{}).LaneFor("y", 1); got != "" {
+		t.Errorf("LaneFor without lanes = %q, want empty", got)
+	}
+}
+
+func TestEscalationLane(t *testing.T) {
+	s := &Spec{Lanes: []Lane{{Name: "a", MaxTokens: 4000}, {Name: "b", MaxTokens: 16000}, {Name: "c", MaxTokens: 8000}, {Name: "d", MaxTokens: 8000}}}
+	tests := []struct {
+		lane   string
+		want   string
+		wantOK bool
+	}{
+		{"a", "c", true}, // smallest bigger; first of equals
+		{"c", "b", true},
+		{"d", "b", true},
+		{"b", "", false},
+		{"nope", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := s.EscalationLane(tt.lane)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("EscalationLane(%q) = %q, %v; want %q, %v", tt.lane, got, ok, tt.want, tt.wantOK)
+		}
+	}
+	if l, ok := s.Lane("c"); !ok || l.MaxTokens != 8000 {
+		t.Errorf("Lane(c) = %+v, %v", l, ok)
+	}
+}
+
+func TestParams(t *testing.T) {
+	s, err := Load("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Generation.Params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for k, v := range p {
+		got[k] = string(v)
+	}
+	want := map[string]string{
+		"temperature":          "0.5",
+		"top_p":                "0.9",
+		"chat_template_kwargs": `{"enable_thinking":false}`,
+		"top_k":                "20",
+		"stop":                 `["\u003c/s\u003e"]`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Params() mismatch (-want +got):\n%s", diff)
+	}
+	for k, v := range p {
+		if !json.Valid(v) {
+			t.Errorf("Params()[%s] = %s is not JSON", k, v)
+		}
+	}
+	empty, err := Generation{}.Params()
+	if err != nil || len(empty) != 0 {
+		t.Errorf("Generation{}.Params() = %v, %v; want empty", empty, err)
+	}
+}
+
+func TestSanitizeName(t *testing.T) {
+	for in, want := range map[string]string{"demo": "demo", "min/job": "min_job", "a b:c": "a_b_c", "..": "job", "": "job", "x.y-z_1": "x.y-z_1"} {
+		if got := sanitizeName(in); got != want {
+			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
