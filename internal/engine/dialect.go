@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/regen-dev/regen/internal/job"
+)
+
+// DefaultProbeTimeout bounds one health request. SGLang's /health waits up to
+// 20 s (SGLANG_HEALTH_CHECK_TIMEOUT) for the detokenizer before answering 503,
+// so a shorter client timeout would report a transport error instead of the
+// server's verdict.
+const DefaultProbeTimeout = 25 * time.Second
+
+// Engine names accepted by Lookup.
+const (
+	SGLang   = "sglang"
+	VLLM     = "vllm"
+	LlamaCpp = "llamacpp"
+	Sim      = "sim"
+)
+
+// Dialect is everything regen needs to know about one engine kind.
+type Dialect struct {
+	// Name is the engine name as written in the job file.
+	Name string
+	// Command is the default executable prefix, replaced by job.Server.Command.
+	// Empty for the simulator, whose prefix is this binary plus "sim".
+	Command []string
+	// ModelFlag precedes the model in argv; "" means the model is positional.
+	ModelFlag string
+	// Flags are appended after host and port on every launch (metrics on).
+	Flags []string
+
+	// ReadyPath answers 200 once the server can generate.
+	ReadyPath string
+	// ReadyLine, when non-empty, is a log line that also proves readiness.
+	ReadyLine string
+	// HealthPath is probed periodically after readiness.
+	HealthPath string
+	// ProbeTimeout bounds one health request (see DefaultProbeTimeout).
+	ProbeTimeout time.Duration
+	// MetricsPath serves Prometheus text when the server runs with metrics on.
+	MetricsPath string
+	// ServerInfoPath returns JSON with max_total_num_tokens (SGLang only).
+	ServerInfoPath string
+	// Metrics maps the engine's metric names to the common Metrics fields.
+	Metrics MetricNames
+}
+
+// MetricNames lists, per common field, the engine metric names that feed it;
+// the first name present in a scrape wins, so older names go last.
+type MetricNames struct {
+	Running               []string
+	Queued                []string
+	TokenUsage            []string
+	GenerationTokensTotal []string
+	PromptTokensTotal     []string
+	RetractionsTotal      []string
+	MaxTotalTokens        []string
+}
+
+var dialects = map[string]Dialect{
+	SGLang: {
+		Name:           SGLang,
+		Command:        []string{"python3", "-m", "sglang.launch_server"},
+		ModelFlag:      "--model-path",
+		Flags:          []string{"--enable-metrics"},
+		ReadyPath:      "/health_generate",
+		ReadyLine:      ReadyLineSGLang,
+		HealthPath:     "/health",
+		ProbeTimeout:   DefaultProbeTimeout,
+		MetricsPath:    "/metrics",
+		ServerInfoPath: "/get_server_info",
+		Metrics:        sglangMetrics,
+	},
+	Sim: {
+		Name:           Sim,
+		ModelFlag:      "--model",
+		ReadyPath:      "/health_generate",
+		ReadyLine:      ReadyLineSGLang,
+		HealthPath:     "/health",
+		ProbeTimeout:   DefaultProbeTimeout,
+		MetricsPath:    "/metrics",
+		ServerInfoPath: "/get_server_info",
+		Metrics:        sglangMetrics,
+	},
+	VLLM: {
+		Name:         VLLM,
+		Command:      []string{"vllm", "serve"},
+		ReadyPath:    "/health",
+		HealthPath:   "/health",
+		ProbeTimeout: DefaultProbeTimeout,
+		MetricsPath:  "/metrics",
+		Metrics: MetricNames{
+			Running:               []string{"vllm:num_requests_running"},
+			Queued:                []string{"vllm:num_requests_waiting"},
+			TokenUsage:            []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+			GenerationTokensTotal: []string{"vllm:generation_tokens_total"},
+			PromptTokensTotal:     []string{"vllm:prompt_tokens_total"},
+			RetractionsTotal:      []string{"vllm:num_preemptions_total"},
+		},
+	},
+	LlamaCpp: {
+		Name:         LlamaCpp,
+		Command:      []string{"llama-server"},
+		ModelFlag:    "-m",
+		Flags:        []string{"--metrics"},
+		ReadyPath:    "/health",
+		HealthPath:   "/health",
+		ProbeTimeout: DefaultProbeTimeout,
+		MetricsPath:  "/metrics",
+		Metrics: MetricNames{
+			Running:               []string{"llamacpp:requests_processing"},
+			Queued:                []string{"llamacpp:requests_deferred"},
+			TokenUsage:            []string{"llamacpp:kv_cache_usage_ratio"},
+			GenerationTokensTotal: []string{"llamacpp:tokens_predicted_total"},
+			PromptTokensTotal:     []string{"llamacpp:prompt_tokens_total"},
+		},
+	},
+}
+
+var sglangMetrics = MetricNames{
+	Running:               []string{"sglang:num_running_reqs"},
+	Queued:                []string{"sglang:num_queue_reqs"},
+	TokenUsage:            []string{"sglang:token_usage"},
+	GenerationTokensTotal: []string{"sglang:generation_tokens_total"},
+	PromptTokensTotal:     []string{"sglang:prompt_tokens_total"},
+	RetractionsTotal:      []string{"sglang:num_retracted_requests_total"},
+	MaxTotalTokens:        []string{"sglang:max_total_num_tokens"},
+}
+
+// Lookup returns the dialect for an engine name; "" means sglang.
+func Lookup(name string) (Dialect, error) {
+	if name == "" {
+		name = SGLang
+	}
+	d, ok := dialects[strings.ToLower(name)]
+	if !ok {
+		return Dialect{}, fmt.Errorf("engine %q: unknown (want sglang, vllm, llamacpp or sim)", name)
+	}
+	d.Command = slices.Clone(d.Command)
+	d.Flags = slices.Clone(d.Flags)
+	return d, nil
+}
+
+// Names lists the known engine names, sorted.
+func Names() []string {
+	names := make([]string, 0, len(dialects))
+	for n := range dialects {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LaunchArgs builds the server's argv. The rule is the same for every engine:
+//
+//	prefix, model, "--host", host, "--port", port, engine flags, s.Sim flags, s.Args
+//
+// where prefix is s.Command when set and the engine's default otherwise
+// (sglang: python3 -m sglang.launch_server; vllm: vllm serve; llamacpp:
+// llama-server; sim: this executable plus "sim"); model is ModelFlag followed
+// by the model, or the bare model for vllm, and is left out when model is "";
+// host defaults to 127.0.0.1. s.Sim entries become --key=value flags (keys
+// sorted, underscores turned into dashes) and are used only by the simulator.
+// The result is an argument list for exec, never a shell string.
+func (d Dialect) LaunchArgs(s job.Server, model string) []string {
+	var argv []string
+	switch {
+	case len(s.Command) > 0:
+		argv = append(argv, s.Command...)
+	case d.Name == Sim:
+		self, err := os.Executable()
+		if err != nil {
+			self = "regen"
+		}
+		argv = append(argv, self, "sim")
+	default:
+		argv = append(argv, d.Command...)
+	}
+	if model != "" {
+		if d.ModelFlag != "" {
+			argv = append(argv, d.ModelFlag)
+		}
+		argv = append(argv, model)
+	}
+	host := s.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	argv = append(argv, "--host", host, "--port", strconv.Itoa(s.Port))
+	argv = append(argv, d.Flags...)
+	if d.Name == Sim {
+		argv = append(argv, simFlags(s.Sim)...)
+	}
+	return append(argv, s.Args...)
+}
+
+func simFlags(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("--%s=%v", strings.ReplaceAll(k, "_", "-"), m[k]))
+	}
+	return out
+}
+
+// ParseLogLine parses one line of this engine's log; see the package-level
+// ParseLogLine, which recognises every engine's lines.
+func (d Dialect) ParseLogLine(line string) LogEvent { return ParseLogLine(line) }

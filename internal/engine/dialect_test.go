@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/job"
+)
+
+func TestLaunchArgs(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		engine string
+		server job.Server
+		model  string
+		want   []string
+	}{
+		{
+			engine: "sglang",
+			server: job.Server{Port: 30000, Args: []string{"--tp-size", "8", "--mem-fraction-static", "0.93"}},
+			model:  "/models/Kimi-K2.5",
+			want: []string{"python3", "-m", "sglang.launch_server", "--model-path", "/models/Kimi-K2.5",
+				"--host", "127.0.0.1", "--port", "30000", "--enable-metrics", "--tp-size", "8", "--mem-fraction-static", "0.93"},
+		},
+		{
+			engine: "sglang",
+			server: job.Server{Command: []string{"/opt/venv/bin/python", "-m", "sglang.launch_server"}, Host: "0.0.0.0", Port: 30001},
+			model:  "m",
+			want:   []string{"/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "m", "--host", "0.0.0.0", "--port", "30001", "--enable-metrics"},
+		},
+		{
+			engine: "vllm",
+			server: job.Server{Port: 8000, Args: []string{"--tensor-parallel-size", "2"}},
+			model:  "Qwen/Qwen3-8B",
+			want:   []string{"vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000", "--tensor-parallel-size", "2"},
+		},
+		{
+			engine: "llamacpp",
+			server: job.Server{Port: 8080, Args: []string{"-c", "32768", "-np", "8"}},
+			model:  "/m/q.gguf",
+			want:   []string{"llama-server", "-m", "/m/q.gguf", "--host", "127.0.0.1", "--port", "8080", "--metrics", "-c", "32768", "-np", "8"},
+		},
+		{
+			engine: "llamacpp",
+			server: job.Server{Port: 8080, Args: []string{"-hf", "org/repo"}},
+			model:  "",
+			want:   []string{"llama-server", "--host", "127.0.0.1", "--port", "8080", "--metrics", "-hf", "org/repo"},
+		},
+		{
+			engine: "sim",
+			server: job.Server{Port: 0, Sim: map[string]any{"speed": 10, "kv_tokens": 231120}},
+			model:  "sim-model",
+			want:   []string{self, "sim", "--model", "sim-model", "--host", "127.0.0.1", "--port", "0", "--kv-tokens=231120", "--speed=10"},
+		},
+	}
+	for _, tt := range tests {
+		d, err := Lookup(tt.engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := d.LaunchArgs(tt.server, tt.model)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s LaunchArgs mismatch (-want +got):\n%s", tt.engine, diff)
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	tests := []struct {
+		name      string
+		wantName  string
+		readyPath string
+		readyLine string
+		wantErr   bool
+	}{
+		{"", SGLang, "/health_generate", ReadyLineSGLang, false},
+		{"sglang", SGLang, "/health_generate", ReadyLineSGLang, false},
+		{"SIM", Sim, "/health_generate", ReadyLineSGLang, false},
+		{"vllm", VLLM, "/health", "", false},
+		{"llamacpp", LlamaCpp, "/health", "", false},
+		{"tgi", "", "", "", true},
+	}
+	for _, tt := range tests {
+		d, err := Lookup(tt.name)
+		if (err != nil) != tt.wantErr {
+			t.Fatalf("Lookup(%q) err = %v, want error %v", tt.name, err, tt.wantErr)
+		}
+		if err != nil {
+			continue
+		}
+		if d.Name != tt.wantName || d.ReadyPath != tt.readyPath || d.ReadyLine != tt.readyLine {
+			t.Errorf("Lookup(%q) = {%s %s %q}, want {%s %s %q}", tt.name, d.Name, d.ReadyPath, d.ReadyLine, tt.wantName, tt.readyPath, tt.readyLine)
+		}
+		if d.ProbeTimeout <= 20e9 {
+			t.Errorf("Lookup(%q).ProbeTimeout = %v, want > 20s (SGLang health waits 20s)", tt.name, d.ProbeTimeout)
+		}
+	}
+}
+
+func TestLookupReturnsCopies(t *testing.T) {
+	d, _ := Lookup("sglang")
+	d.Command[0] = "changed"
+	d2, _ := Lookup("sglang")
+	if d2.Command[0] != "python3" {
+		t.Errorf("Lookup shares its Command slice: got %q after a caller changed it", d2.Command[0])
+	}
+}

@@ -1,0 +1,33 @@
+package engine
+
+// Metrics is the engine-neutral view of one /metrics scrape. Counts over
+// several label sets (data-parallel ranks) are summed; TokenUsage and
+// MaxTotalTokens take the largest value. Present records which fields the
+// scrape actually contained, since an absent metric is not a zero.
+type Metrics struct {
+	Running               float64 `json:"running"`
+	Queued                float64 `json:"queued"`
+	TokenUsage            float64 `json:"token_usage"` // 0..1
+	GenerationTokensTotal float64 `json:"generation_tokens_total"`
+	PromptTokensTotal     float64 `json:"prompt_tokens_total"`
+	RetractionsTotal      float64 `json:"retractions_total"`
+	MaxTotalTokens        float64 `json:"max_total_tokens"`
+	Present               Field   `json:"present"`
+}
+
+// Field is a bit set naming Metrics fields.
+type Field uint16
+
+// Metrics fields, for Metrics.Present.
+const (
+	FieldRunning Field = 1 << iota
+	FieldQueued
+	FieldTokenUsage
+	FieldGenerationTokensTotal
+	FieldPromptTokensTotal
+	FieldRetractionsTotal
+	FieldMaxTotalTokens
+)
+
+// Has reports whether every field in f is set.
+func (f Field) Has(g Field) bool { return f&g == g }
