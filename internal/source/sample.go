@@ -4,7 +4,7 @@ import "encoding/json"
 
 // Sample is one prompt read from a source.
 type Sample struct {
-	ID        string          // row id field if mapped, else a hash of partition + canonical Body
+	ID        string // row id field if mapped, else a hash of partition + canonical Body
 	Partition string
 	Body      json.RawMessage // canonical: {"messages":[...]} plus "tools" when present
 	// PromptTokens is an estimate (characters / 4 over message contents and tools).

@@ -1,0 +1,45 @@
+// Package source streams dataset files (JSONL, gzipped JSONL, Parquet) and
+// maps their rows to samples: canonical chat prompts with stable ids.
+//
+// Read resolves a job.Source path (a file, a glob, or a directory whose
+// *.jsonl, *.jsonl.gz and *.parquet files are read in name order) and calls
+// emit once per good row and bad once per row that cannot become a sample.
+// It never holds more than one row (one Parquet batch) in memory: JSONL is
+// read line by line through bufio with a cap on the line length (a longer
+// line becomes a BadRow and is skipped without being buffered), Parquet
+// through a schema-driven generic reader in small batches. Gzip is detected
+// from the file's magic bytes. Blank lines are skipped and are not rows.
+// Problems with one row are BadRows naming the field (path:line for JSONL,
+// path:row N with N the 0-based row index for Parquet); problems with a
+// whole file (missing path, corrupt gzip stream, unreadable Parquet footer,
+// a mapped column the Parquet schema lacks) stop Read with an error.
+//
+// Mapping. Exactly one of Conversations (ShareGPT), Messages (OpenAI) or
+// Prompt (a plain string, sent as one user message) names the turns.
+// ShareGPT `from` values map to roles by ShareGPTRoles: human and user to
+// user; gpt, assistant, chatgpt, bard, bing and model to assistant; system to
+// system; function_call to assistant (its value is the call text);
+// observation, function_response, tool and ipython to tool. Turns written
+// with role/content keys are accepted too. OpenAI messages keep role and
+// content (a string, content parts, or null beside tool_calls) and pass
+// name, tool_calls and tool_call_id through. Trailing assistant turns are
+// dropped: regen regenerates the final answer, so the prompt is everything
+// up to and including the last non-assistant turn. A system prompt (the
+// literal System, else the SystemField value when non-empty) is prepended
+// unless the conversation already starts with a system message. Tools may
+// be an array or a string holding a JSON array or concatenated JSON objects
+// (glaive style); bare function schemas {name, description, parameters} are
+// wrapped as {"type":"function","function":{...}}. A missing or null tools
+// or system field means none; a missing turns or id field is a BadRow.
+//
+// Body is canonical JSON {"messages":[...],"tools":[...]} (tools only when
+// present) with a fixed key order and no HTML escaping, so the same content
+// always gives the same bytes. ID is Partition + "/" + the mapped id value
+// (string or number), or, without an id mapping, Partition + "/" + the first
+// 32 hex digits of sha256(Partition + "\x00" + Body): stable and independent
+// of row order. PromptTokens is only an estimate for lane assignment:
+// (bytes of message contents and tool calls + bytes of the tools JSON) / 4,
+// plus 4 per message.
+//
+// The package reads files and calls back; it does not store, dedupe or log.
+package source
