@@ -1,0 +1,205 @@
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/regen-dev/regen/internal/engine"
+)
+
+// Snapshot is one probe of one server.
+type Snapshot struct {
+	URL  string    `json:"url"`
+	Time time.Time `json:"time"` // when the probe started
+
+	HealthStatus  int           `json:"health_status"` // 0 when no response arrived
+	HealthLatency time.Duration `json:"health_latency"`
+	HealthErr     error         `json:"-"`
+
+	Metrics    engine.Metrics `json:"metrics"`
+	MetricsErr error          `json:"-"`
+}
+
+// Healthy reports whether the health endpoint answered 200.
+func (s Snapshot) Healthy() bool { return s.HealthErr == nil && s.HealthStatus == http.StatusOK }
+
+// Probe checks health and scrapes metrics of the server at baseURL
+// concurrently, each bounded by the dialect's probe timeout and ctx.
+// Failures are reported in the Snapshot, never returned.
+func Probe(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) Snapshot {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	baseURL = strings.TrimRight(baseURL, "/")
+	snap := Snapshot{URL: baseURL, Time: time.Now()}
+	timeout := d.ProbeTimeout
+	if timeout <= 0 {
+		timeout = engine.DefaultProbeTimeout
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		start := time.Now()
+		snap.HealthStatus, snap.HealthErr = Health(hctx, client, baseURL+d.HealthPath)
+		snap.HealthLatency = time.Since(start)
+	})
+	if d.MetricsPath != "" {
+		wg.Go(func() {
+			mctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			snap.Metrics, snap.MetricsErr = scrape(mctx, client, baseURL, d)
+		})
+	}
+	wg.Wait()
+	return snap
+}
+
+// Health performs one GET and returns the status code; the body is discarded.
+func Health(ctx context.Context, client *http.Client, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, fmt.Errorf("health %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("health %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode, nil
+}
+
+func scrape(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) (engine.Metrics, error) {
+	url := baseURL + d.MetricsPath
+	body, err := get(ctx, client, url, 64<<20)
+	if err != nil {
+		return engine.Metrics{}, err
+	}
+	defer body.Close()
+	m, err := ParseMetrics(body, d.Metrics)
+	if err != nil {
+		return m, fmt.Errorf("metrics %s: %w", url, err)
+	}
+	if !m.Present.Has(engine.FieldMaxTotalTokens) && d.ServerInfoPath != "" {
+		if n, err := serverInfoMaxTokens(ctx, client, baseURL+d.ServerInfoPath); err == nil && n > 0 {
+			m.MaxTotalTokens = n
+			m.Present |= engine.FieldMaxTotalTokens
+		}
+	}
+	return m, nil
+}
+
+func get(ctx context.Context, client *http.Client, url string, limit int64) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("get %s: status %d", url, resp.StatusCode)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(resp.Body, limit), resp.Body}, nil
+}
+
+func serverInfoMaxTokens(ctx context.Context, client *http.Client, url string) (float64, error) {
+	body, err := get(ctx, client, url, 16<<20)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	var info struct {
+		MaxTotalNumTokens float64 `json:"max_total_num_tokens"`
+	}
+	if err := json.NewDecoder(body).Decode(&info); err != nil {
+		return 0, fmt.Errorf("server info %s: %w", url, err)
+	}
+	return info.MaxTotalNumTokens, nil
+}
+
+// ParseMetrics reads Prometheus text exposition and maps it onto
+// engine.Metrics with the given names. Values of one metric over several
+// label sets are summed, except TokenUsage and MaxTotalTokens, which take the
+// maximum (ranks share one budget each, summing would overstate it).
+func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return engine.Metrics{}, fmt.Errorf("parse: %w", err)
+	}
+	var m engine.Metrics
+	fields := []struct {
+		names []string
+		dst   *float64
+		bit   engine.Field
+		max   bool
+	}{
+		{names.Running, &m.Running, engine.FieldRunning, false},
+		{names.Queued, &m.Queued, engine.FieldQueued, false},
+		{names.TokenUsage, &m.TokenUsage, engine.FieldTokenUsage, true},
+		{names.GenerationTokensTotal, &m.GenerationTokensTotal, engine.FieldGenerationTokensTotal, false},
+		{names.PromptTokensTotal, &m.PromptTokensTotal, engine.FieldPromptTokensTotal, false},
+		{names.RetractionsTotal, &m.RetractionsTotal, engine.FieldRetractionsTotal, false},
+		{names.MaxTotalTokens, &m.MaxTotalTokens, engine.FieldMaxTotalTokens, true},
+	}
+	for _, f := range fields {
+		for _, name := range f.names {
+			fam, ok := fams[name]
+			if !ok {
+				// The text parser strips a counter's _total suffix only in
+				// OpenMetrics; in plain text the family keeps it. Accept both.
+				fam, ok = fams[strings.TrimSuffix(name, "_total")]
+			}
+			if !ok || len(fam.GetMetric()) == 0 {
+				continue
+			}
+			*f.dst = combine(fam, f.max)
+			m.Present |= f.bit
+			break
+		}
+	}
+	return m, nil
+}
+
+func combine(fam *dto.MetricFamily, useMax bool) float64 {
+	var out float64
+	for i, mt := range fam.GetMetric() {
+		v := value(mt)
+		switch {
+		case useMax && (i == 0 || v > out):
+			out = v
+		case !useMax:
+			out += v
+		}
+	}
+	return out
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	case m.GetUntyped() != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
