@@ -1,0 +1,860 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Chatter sends one chat completion; llm.Client implements it. onDelta is
+// called for every streamed chunk with the tokens it carried.
+type Chatter interface {
+	Chat(ctx context.Context, req llm.Request, onDelta func(tokens int)) (llm.Result, error)
+}
+
+// Endpoint is one server URL and the client that talks to it.
+type Endpoint struct {
+	URL    string
+	Client Chatter
+}
+
+// LaneConfig is one lane: its concurrency, its max_tokens and the lane a
+// truncated sample escalates to ("" = none).
+type LaneConfig struct {
+	Name        string
+	Concurrency int
+	MaxTokens   int // 0 = the server's default
+	EscalateTo  string
+}
+
+// Config configures a Dispatcher. Zero durations and counts take the defaults
+// noted on each field.
+type Config struct {
+	Store store.Store
+	Owner string // lease owner id, unique per runner process
+	Model string
+
+	Lanes     []LaneConfig
+	Endpoints []Endpoint
+	// Params are generation settings sent with every request.
+	Params map[string]json.RawMessage
+
+	MaxAttempts int           // attempts per sample for retryable errors; default 5
+	BaseDelay   time.Duration // first retry delay ceiling; default 2s
+	MaxDelay    time.Duration // retry delay cap; default 5m
+
+	// Lease is the lease length, extended every Lease/3; default 2m.
+	Lease time.Duration
+	// DrainTimeout bounds the wait for in-flight requests when Run's context
+	// ends; the rest are cancelled and released. Default 30s.
+	DrainTimeout time.Duration
+	// BreakerCooldown is the first open period of an endpoint's breaker
+	// after a server-down error, doubled on each failed probe up to 30s;
+	// default 1s.
+	BreakerCooldown time.Duration
+
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+const (
+	maxClaim      = 64 // samples per Claim call, to keep store transactions small
+	minPoll       = 200 * time.Millisecond
+	maxPoll       = time.Second
+	maxCheckGap   = 5 * time.Second
+	storeTries    = 3
+	storeRetryGap = 100 * time.Millisecond
+)
+
+// Errors used as cancellation causes, telling a worker to release its sample.
+var (
+	errPaused = errors.New("endpoint paused")
+	errDrain  = errors.New("dispatcher draining")
+)
+
+// Dispatcher claims samples from the store and sends them to endpoints.
+type Dispatcher struct {
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	lanes []*lane
+	eps   []*endpoint
+
+	laneByName map[string]*lane
+	epByURL    map[string]*endpoint
+
+	wake    chan struct{} // capacity 1: "something changed, look again"
+	workers sync.WaitGroup
+
+	mu        sync.Mutex
+	running   bool
+	startedAt time.Time
+	inflight  int // samples claimed and not yet settled in the store
+	rr        int // round-robin cursor for balancing ties
+	counters  Counters
+	fatalErr  error
+	stopLoop  context.CancelCauseFunc
+}
+
+// lane is a LaneConfig with its limiter and polling state (guarded by
+// Dispatcher.mu).
+type lane struct {
+	cfg LaneConfig
+	lim *Limiter
+
+	// short: the last Claim returned fewer samples than asked, so the lane
+	// is believed empty until nextPoll or until work is put back into it.
+	short    bool
+	nextPoll time.Time
+	backoff  time.Duration
+}
+
+// New checks cfg, applies defaults and returns a Dispatcher ready to Run.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("dispatch config: no store")
+	}
+	if cfg.Owner == "" {
+		return nil, errors.New("dispatch config: no owner")
+	}
+	if len(cfg.Lanes) == 0 {
+		return nil, errors.New("dispatch config: no lanes")
+	}
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("dispatch config: no endpoints")
+	}
+	setDefault(&cfg.MaxAttempts, 5)
+	setDefault(&cfg.BaseDelay, 2*time.Second)
+	setDefault(&cfg.MaxDelay, 5*time.Minute)
+	setDefault(&cfg.Lease, 2*time.Minute)
+	setDefault(&cfg.DrainTimeout, 30*time.Second)
+	setDefault(&cfg.BreakerCooldown, time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+
+	d := &Dispatcher{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		laneByName: map[string]*lane{},
+		epByURL:    map[string]*endpoint{},
+		wake:       make(chan struct{}, 1),
+	}
+	for _, lc := range cfg.Lanes {
+		if lc.Name == "" {
+			return nil, errors.New("dispatch config: lane without a name")
+		}
+		if _, dup := d.laneByName[lc.Name]; dup {
+			return nil, fmt.Errorf("dispatch config: lane %q listed twice", lc.Name)
+		}
+		if lc.Concurrency < 1 {
+			return nil, fmt.Errorf("dispatch config: lane %q: concurrency %d, want >= 1", lc.Name, lc.Concurrency)
+		}
+		l := &lane{cfg: lc, lim: NewLimiter(lc.Concurrency), backoff: minPoll}
+		d.lanes = append(d.lanes, l)
+		d.laneByName[lc.Name] = l
+	}
+	for _, l := range d.lanes {
+		if err := d.checkEscalation(l); err != nil {
+			return nil, err
+		}
+	}
+	for _, ec := range cfg.Endpoints {
+		if ec.URL == "" || ec.Client == nil {
+			return nil, fmt.Errorf("dispatch config: endpoint %q needs a URL and a client", ec.URL)
+		}
+		if _, dup := d.epByURL[ec.URL]; dup {
+			return nil, fmt.Errorf("dispatch config: endpoint %q listed twice", ec.URL)
+		}
+		e := &endpoint{url: ec.URL, client: ec.Client, calls: map[*call]struct{}{}, errors: map[llm.Class]int64{}}
+		d.eps = append(d.eps, e)
+		d.epByURL[ec.URL] = e
+	}
+	return d, nil
+}
+
+// checkEscalation follows l's escalation chain: every lane named must exist
+// and the chain must end, or a truncated sample would bounce forever.
+func (d *Dispatcher) checkEscalation(l *lane) error {
+	seen := map[string]bool{l.cfg.Name: true}
+	for cur := l; cur.cfg.EscalateTo != ""; {
+		next, ok := d.laneByName[cur.cfg.EscalateTo]
+		if !ok {
+			return fmt.Errorf("dispatch config: lane %q escalates to unknown lane %q", cur.cfg.Name, cur.cfg.EscalateTo)
+		}
+		if seen[next.cfg.Name] {
+			return fmt.Errorf("dispatch config: lane %q: escalation loops back to %q", l.cfg.Name, next.cfg.Name)
+		}
+		seen[next.cfg.Name] = true
+		cur = next
+	}
+	return nil
+}
+
+func setDefault[T int | time.Duration](p *T, v T) {
+	if *p <= 0 {
+		*p = v
+	}
+}
+
+// signal wakes the claim loop without blocking.
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches until no sample of the configured lanes is pending or
+// leased (it returns nil) or ctx ends. When ctx ends it stops claiming, waits
+// up to DrainTimeout for in-flight requests to finish and be stored, cancels
+// the rest, releases their samples without spending attempts and returns
+// ctx.Err(). A store that keeps failing stops Run the same way with that
+// error. Run may be called once.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.running {
+		d.mu.Unlock()
+		return errors.New("dispatch: Run called twice")
+	}
+	d.running = true
+	d.startedAt = d.now()
+	loopCtx, stopLoop := context.WithCancelCause(ctx)
+	d.stopLoop = stopLoop
+	d.mu.Unlock()
+	defer stopLoop(nil)
+
+	// Requests and store writes outlive ctx: in-flight work must be able to
+	// finish and be recorded during the drain.
+	storeCtx := context.WithoutCancel(ctx)
+	workCtx, cancelWork := context.WithCancelCause(storeCtx)
+	defer cancelWork(nil)
+
+	maintCtx, stopMaint := context.WithCancel(storeCtx)
+	maintDone := make(chan struct{})
+	go func() {
+		defer close(maintDone)
+		d.maintain(maintCtx, storeCtx)
+	}()
+
+	err := d.loop(loopCtx, workCtx, storeCtx)
+	if err != nil {
+		d.drain(cancelWork)
+	}
+	stopMaint()
+	<-maintDone
+
+	d.mu.Lock()
+	fatal := d.fatalErr
+	d.mu.Unlock()
+	if fatal != nil {
+		return fatal
+	}
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// fatal stops Run with err (the store keeps failing).
+func (d *Dispatcher) fatal(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fatalErr == nil {
+		d.fatalErr = err
+		d.log.Error("dispatch stopping", "err", err)
+	}
+	d.stopLoop(err)
+}
+
+// drain waits for in-flight requests up to DrainTimeout, then cancels the
+// rest, which release their samples, and waits for them.
+func (d *Dispatcher) drain(cancelWork context.CancelCauseFunc) {
+	done := make(chan struct{})
+	go func() {
+		d.workers.Wait()
+		close(done)
+	}()
+	d.mu.Lock()
+	n := d.inflight
+	d.mu.Unlock()
+	d.log.Info("draining", "in_flight", n, "timeout", d.cfg.DrainTimeout)
+	t := time.NewTimer(d.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	d.mu.Lock()
+	n = d.inflight
+	d.mu.Unlock()
+	d.log.Info("drain timeout, releasing in-flight samples", "in_flight", n)
+	cancelWork(errDrain)
+	<-done
+}
+
+// loop claims and starts work until the job is finished (nil) or loopCtx
+// ends (its cause).
+func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
+	// Counting is a scan in a big store, so an idle loop (everything in
+	// retry backoff, or every endpoint down) counts less and less often.
+	var lastCheck time.Time
+	checkGap := minPoll
+	start := 0
+	timer := time.NewTimer(maxPoll)
+	defer timer.Stop()
+	for {
+		if loopCtx.Err() != nil {
+			return context.Cause(loopCtx)
+		}
+		started, again, err := d.claimRound(workCtx, storeCtx, start)
+		if err != nil {
+			return err
+		}
+		start++ // rotate which lane claims first, for fairness between lanes
+		if again {
+			continue
+		}
+		now := d.now()
+		d.mu.Lock()
+		idle := d.inflight == 0
+		d.mu.Unlock()
+		if started > 0 {
+			checkGap = minPoll
+		}
+		if started == 0 && idle && (lastCheck.IsZero() || now.Sub(lastCheck) >= checkGap) {
+			lastCheck = now
+			checkGap = min(2*checkGap, maxCheckGap)
+			finished, err := d.finished(storeCtx)
+			if err != nil {
+				return err
+			}
+			if finished {
+				d.log.Info("no work left")
+				return nil
+			}
+		}
+		wait := d.nextWake(now, idle, lastCheck.Add(checkGap))
+		timer.Reset(wait)
+		select {
+		case <-loopCtx.Done():
+		case <-d.wake:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select { // drain a fire that raced with another case
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// nextWake is how long the loop may sleep before something it waits for can
+// have happened: a short lane's next poll, a breaker turning half-open, or
+// the next finished check when idle.
+func (d *Dispatcher) nextWake(now time.Time, idle bool, nextCheck time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := now.Add(maxPoll)
+	if idle {
+		next = earliest(next, nextCheck)
+	}
+	for _, l := range d.lanes {
+		if l.short && l.lim.Free() > 0 {
+			next = earliest(next, l.nextPoll)
+		}
+	}
+	for _, e := range d.eps {
+		if !e.paused && !e.breakerClosed() && now.Before(e.openUntil) {
+			next = earliest(next, e.openUntil)
+		}
+	}
+	return max(next.Sub(now), time.Millisecond)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// claimRound claims work for every lane with free slots while an endpoint can
+// take it. again reports that some lane got all it asked for and still has
+// room, so another round should follow at once.
+func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (started int, again bool, err error) {
+	for i := range d.lanes {
+		l := d.lanes[(start+i)%len(d.lanes)]
+		now := d.now()
+		free := l.lim.Free()
+		d.mu.Lock()
+		capacity := 0
+		for _, e := range d.eps {
+			capacity += e.capacity(now)
+		}
+		skip := free == 0 || (l.short && now.Before(l.nextPoll))
+		d.mu.Unlock()
+		if capacity == 0 {
+			return started, false, nil
+		}
+		if skip {
+			continue
+		}
+		n := min(free, capacity, maxClaim)
+		var claimed []store.Claimed
+		err := d.storeDo(storeCtx, func(ctx context.Context) error {
+			var err error
+			claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n, d.cfg.Owner, d.cfg.Lease)
+			return err
+		})
+		if err != nil {
+			return started, false, fmt.Errorf("claim lane %s: %w", l.cfg.Name, err)
+		}
+		d.mu.Lock()
+		if len(claimed) < n {
+			l.short = true
+			l.nextPoll = now.Add(l.backoff)
+			l.backoff = min(2*l.backoff, maxPoll)
+		} else {
+			l.short = false
+		}
+		if len(claimed) > 0 {
+			l.backoff = minPoll
+		}
+		d.mu.Unlock()
+		started += d.startAll(workCtx, storeCtx, l, claimed)
+		if len(claimed) == n && l.lim.Free() > 0 {
+			again = true
+		}
+	}
+	return started, again, nil
+}
+
+// startAll starts a worker per claimed sample. Samples that cannot start
+// after all (the limit shrank, or every endpoint was paused since the claim)
+// are released at once: no lease is held for work that is not running.
+func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claimed []store.Claimed) int {
+	var unstarted []string
+	started := 0
+	for _, c := range claimed {
+		if !l.lim.TryAcquire() {
+			unstarted = append(unstarted, c.ID)
+			continue
+		}
+		now := d.now()
+		d.mu.Lock()
+		e, probe := d.pickLocked(now)
+		if e == nil {
+			d.mu.Unlock()
+			l.lim.Release()
+			unstarted = append(unstarted, c.ID)
+			continue
+		}
+		reqCtx, cancel := context.WithCancelCause(workCtx)
+		cl := &call{ep: e, probe: probe, cancel: cancel}
+		e.calls[cl] = struct{}{}
+		if e.inflight == 0 {
+			e.busySince = now
+		}
+		e.inflight++
+		e.requests++
+		d.inflight++
+		d.mu.Unlock()
+		started++
+		d.workers.Add(1)
+		go func() {
+			defer d.workers.Done()
+			d.work(reqCtx, storeCtx, cl, l, c)
+		}()
+	}
+	if len(unstarted) > 0 {
+		err := d.storeDo(storeCtx, func(ctx context.Context) error {
+			return d.cfg.Store.Release(ctx, unstarted, d.cfg.Owner)
+		})
+		if err != nil && !errors.Is(err, store.ErrNotLeased) {
+			d.fatal(fmt.Errorf("release %d unstarted samples: %w", len(unstarted), err))
+		}
+		d.mu.Lock()
+		d.counters.Released += int64(len(unstarted))
+		l.short = false
+		d.mu.Unlock()
+	}
+	return started
+}
+
+// pickLocked chooses the available endpoint with the fewest requests in
+// flight, breaking ties round robin. probe reports that the request is the
+// single one a half-open breaker lets through.
+func (d *Dispatcher) pickLocked(now time.Time) (e *endpoint, probe bool) {
+	n := len(d.eps)
+	var best *endpoint
+	for i := range n {
+		c := d.eps[(d.rr+i)%n]
+		if !c.available(now) {
+			continue
+		}
+		if best == nil || c.inflight < best.inflight {
+			best = c
+		}
+	}
+	if best == nil {
+		return nil, false
+	}
+	d.rr = (d.rr + 1) % n
+	if !best.breakerClosed() {
+		best.probing = true
+		return best, true
+	}
+	return best, false
+}
+
+// work sends one sample and records the outcome.
+func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
+	e := cl.ep
+	req := llm.Request{Model: d.cfg.Model, Body: c.Body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
+		e.lastToken.Store(d.now().UnixNano())
+		e.tokens.Add(int64(tokens))
+	})
+	var cause error
+	if err != nil {
+		cause = context.Cause(reqCtx)
+	}
+	cl.cancel(nil)
+	d.settle(storeCtx, cl, l, c, res, err, cause)
+}
+
+// outcome is what happens to a sample after its request.
+type outcome int
+
+const (
+	outComplete outcome = iota
+	outEscalate
+	outRelease
+	outRetry
+	outDead
+)
+
+// settle updates the endpoint, records the sample's fate in the store and
+// frees its lane slot.
+func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store.Claimed, res llm.Result, reqErr, cause error) {
+	e := cl.ep
+	now := d.now()
+	class := llm.Class(0)
+	var out outcome
+	switch {
+	case reqErr == nil && res.FinishReason == "length" && l.cfg.EscalateTo != "":
+		out = outEscalate
+	case reqErr == nil:
+		out = outComplete
+	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain):
+		out = outRelease
+	default:
+		class = llm.ClassOf(reqErr)
+		switch class {
+		case llm.ServerDown:
+			out = outRelease
+		case llm.BadRequest:
+			out = outDead
+		default:
+			if c.Attempts+1 >= d.cfg.MaxAttempts {
+				out = outDead
+			} else {
+				out = outRetry
+			}
+		}
+	}
+
+	d.mu.Lock()
+	delete(e.calls, cl)
+	e.inflight--
+	switch {
+	case class == llm.ServerDown:
+		e.errors[class]++
+		e.tripBreaker(cl, now, d.cfg.BreakerCooldown)
+		d.counters.ServerDown++
+		d.log.Warn("endpoint down", "endpoint", e.url, "err", reqErr, "breaker_open_until", e.openUntil)
+	case class != 0:
+		e.errors[class]++
+		e.closeBreaker() // the server answered
+	case out == outRelease:
+		if cl.probe {
+			e.probing = false // cancelled probe: let another one through
+		}
+	default:
+		e.closeBreaker()
+	}
+	d.mu.Unlock()
+
+	target := l
+	var op func(ctx context.Context) error
+	var what string
+	switch out {
+	case outComplete:
+		what = "complete"
+		r := storeResult(e.url, res)
+		op = func(ctx context.Context) error { return d.cfg.Store.Complete(ctx, c.ID, d.cfg.Owner, r) }
+	case outEscalate:
+		what = "escalate"
+		target = d.laneByName[l.cfg.EscalateTo]
+		op = func(ctx context.Context) error { return d.cfg.Store.Escalate(ctx, c.ID, d.cfg.Owner, target.cfg.Name) }
+	case outRelease:
+		what = "release"
+		op = func(ctx context.Context) error { return d.cfg.Store.Release(ctx, []string{c.ID}, d.cfg.Owner) }
+	case outRetry:
+		what = "retry"
+		delay := Delay(c.Attempts+1, d.cfg.BaseDelay, d.cfg.MaxDelay, rand.Float64())
+		op = func(ctx context.Context) error {
+			return d.cfg.Store.Retry(ctx, c.ID, d.cfg.Owner, now.Add(delay), reqErr.Error())
+		}
+	case outDead:
+		what = "dead-letter"
+		reason := reqErr.Error()
+		if class != llm.BadRequest {
+			reason = fmt.Sprintf("%d attempts, last: %s", c.Attempts+1, reason)
+		}
+		op = func(ctx context.Context) error { return d.cfg.Store.DeadLetter(ctx, c.ID, d.cfg.Owner, reason) }
+	}
+	err := d.storeDo(storeCtx, op)
+	switch {
+	case errors.Is(err, store.ErrNotLeased):
+		// The lease expired and someone else owns the sample now; its
+		// outcome is theirs to record.
+		d.log.Warn("lease lost", "sample", c.ID, "op", what)
+	case err != nil:
+		d.fatal(fmt.Errorf("%s sample %s: %w", what, c.ID, err))
+	}
+
+	l.lim.Release()
+	d.mu.Lock()
+	d.inflight--
+	if err == nil {
+		switch out {
+		case outComplete:
+			d.counters.Done++
+			if res.FinishReason == "length" {
+				d.counters.Truncated++
+			}
+		case outEscalate:
+			d.counters.Escalated++
+			target.short = false
+		case outRelease:
+			d.counters.Released++
+			l.short = false
+		case outRetry:
+			d.counters.Retried++
+		case outDead:
+			d.counters.DeadLettered++
+		}
+	}
+	d.mu.Unlock()
+	d.signal()
+}
+
+// response is the stored response record: the completion and where it ran.
+type response struct {
+	llm.Result
+	Endpoint string `json:"endpoint"`
+}
+
+func storeResult(url string, res llm.Result) store.Result {
+	// Marshalling plain strings, ints and durations cannot fail.
+	b, _ := json.Marshal(response{Result: res, Endpoint: url})
+	return store.Result{
+		Response:         b,
+		FinishReason:     res.FinishReason,
+		PromptTokens:     res.Usage.PromptTokens,
+		CompletionTokens: res.Usage.CompletionTokens,
+		Endpoint:         url,
+		Duration:         res.Duration,
+		TTFT:             res.TTFT,
+	}
+}
+
+// storeDo runs op, retrying a few times: a store error that outlives the
+// retries stops the dispatcher, since results could no longer be kept.
+// ErrNotLeased is final and returned at once.
+func (d *Dispatcher) storeDo(ctx context.Context, op func(context.Context) error) error {
+	var err error
+	for i := range storeTries {
+		if err = op(ctx); err == nil || errors.Is(err, store.ErrNotLeased) {
+			return err
+		}
+		d.log.Warn("store error", "err", err, "try", i+1)
+		if i+1 < storeTries {
+			time.Sleep(storeRetryGap << i)
+		}
+	}
+	return err
+}
+
+// finished reports whether no sample of a configured lane is pending or
+// leased. Pending samples in a lane this dispatcher does not serve would
+// never finish, so they are an error.
+func (d *Dispatcher) finished(storeCtx context.Context) (bool, error) {
+	var counts []store.Count
+	err := d.storeDo(storeCtx, func(ctx context.Context) error {
+		var err error
+		counts, err = d.cfg.Store.Counts(ctx)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("count samples: %w", err)
+	}
+	for _, c := range counts {
+		if c.N == 0 || (c.State != store.Pending && c.State != store.Leased) {
+			continue
+		}
+		if _, ok := d.laneByName[c.Lane]; !ok {
+			if c.State == store.Pending {
+				return false, fmt.Errorf("lane %q has %d pending samples but is not configured", c.Lane, c.N)
+			}
+			continue
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// maintain extends this owner's leases every Lease/3 and returns expired
+// leases of dead owners to pending.
+func (d *Dispatcher) maintain(ctx, storeCtx context.Context) {
+	t := time.NewTicker(d.cfg.Lease / 3)
+	defer t.Stop()
+	d.expire(storeCtx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := d.cfg.Store.ExtendLeases(storeCtx, d.cfg.Owner, d.cfg.Lease); err != nil {
+			d.log.Warn("extend leases", "err", err)
+		}
+		d.expire(storeCtx)
+	}
+}
+
+func (d *Dispatcher) expire(storeCtx context.Context) {
+	n, err := d.cfg.Store.ExpireLeases(storeCtx, d.now())
+	if err != nil {
+		d.log.Warn("expire leases", "err", err)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	d.log.Info("expired leases returned to pending", "samples", n)
+	d.mu.Lock()
+	for _, l := range d.lanes {
+		l.short = false
+	}
+	d.mu.Unlock()
+	d.signal()
+}
+
+// Pause stops sending to the endpoint at url (the supervisor saw it go down
+// or stall): its in-flight requests are cancelled and their samples released
+// without spending attempts. Unknown URLs are ignored.
+func (d *Dispatcher) Pause(url, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.epByURL[url]
+	if !ok {
+		d.log.Warn("pause of unknown endpoint", "endpoint", url)
+		return
+	}
+	if !e.paused {
+		d.log.Info("endpoint paused", "endpoint", url, "reason", reason, "in_flight", e.inflight)
+	}
+	e.paused = true
+	e.pauseReason = reason
+	for c := range e.calls {
+		c.cancel(errPaused)
+	}
+}
+
+// Resume sends to the endpoint at url again (the supervisor saw it ready)
+// and closes its breaker.
+func (d *Dispatcher) Resume(url string) {
+	d.mu.Lock()
+	e, ok := d.epByURL[url]
+	if !ok {
+		d.mu.Unlock()
+		d.log.Warn("resume of unknown endpoint", "endpoint", url)
+		return
+	}
+	if e.paused {
+		d.log.Info("endpoint resumed", "endpoint", url)
+	}
+	e.paused = false
+	e.pauseReason = ""
+	e.closeBreaker()
+	d.mu.Unlock()
+	d.signal()
+}
+
+// SetLaneLimit changes a lane's concurrency limit while running (for an
+// adaptive limiter). Lowering it cancels nothing; new requests wait until
+// enough finish.
+func (d *Dispatcher) SetLaneLimit(name string, n int) error {
+	l, ok := d.laneByName[name]
+	if !ok {
+		return fmt.Errorf("set lane limit: unknown lane %q", name)
+	}
+	l.lim.SetLimit(n)
+	d.signal()
+	return nil
+}
+
+// Snapshot returns a copy of the live state.
+func (d *Dispatcher) Snapshot() Snapshot {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := Snapshot{StartedAt: d.startedAt, Counters: d.counters}
+	for _, e := range d.eps {
+		es := EndpointStats{
+			URL:              e.url,
+			InFlight:         e.inflight,
+			Paused:           e.paused,
+			PauseReason:      e.pauseReason,
+			Breaker:          e.breakerState(now),
+			BreakerOpenUntil: e.openUntil,
+			TokensTotal:      e.tokens.Load(),
+			Requests:         e.requests,
+		}
+		if e.inflight > 0 {
+			es.BusySince = e.busySince
+		}
+		if ns := e.lastToken.Load(); ns != 0 {
+			es.LastTokenAt = time.Unix(0, ns)
+		}
+		if len(e.errors) > 0 {
+			es.Errors = map[string]int64{}
+			for c, n := range e.errors {
+				es.Errors[c.String()] = n
+			}
+		}
+		s.Endpoints = append(s.Endpoints, es)
+	}
+	for _, l := range d.lanes {
+		used, limit := l.lim.InFlight()
+		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit})
+	}
+	return s
+}

@@ -1,0 +1,32 @@
+// Package dispatch turns pending samples in the store into requests to LLM
+// endpoints and records what happened to each.
+//
+// A Dispatcher owns three policies and nothing else. Concurrency: every lane
+// has a limiter, and samples are claimed from the store only when a lane slot
+// and an endpoint that can take a request both exist, about as many as there
+// are free slots, so no lease is held for work that is not running. Balancing:
+// each request goes to the available endpoint with the fewest requests in
+// flight, ties broken round robin. Failure handling: a server-down error
+// releases the sample without spending an attempt and opens that endpoint's
+// circuit breaker (open for BreakerCooldown, doubled after every failed
+// half-open probe up to 30 s; any answer from the server closes it);
+// retryable and malformed answers spend an attempt and return the sample to
+// pending after Delay, or dead-letter it once MaxAttempts are spent; a bad
+// request is dead-lettered after one try with the server's message; a result
+// truncated by max_tokens escalates to the lane's EscalateTo lane when it has
+// one and is otherwise stored and counted as truncated.
+//
+// Retry policy lives only here and its state (attempts, not_before) only in
+// the store: the dispatcher keeps no per-sample memory between claims, so a
+// restarted runner continues exactly where the store says.
+//
+// The supervisor drives Pause and Resume: Pause cancels an endpoint's
+// in-flight requests and releases their samples without spending attempts,
+// Resume closes its breaker and sends to it again. Snapshot gives the live
+// counts, per-endpoint token times for hang detection and breaker states.
+//
+// Run ends when no sample of its lanes is pending or leased. When its context
+// ends it stops claiming, lets in-flight requests finish for up to
+// DrainTimeout and releases the rest. Every goroutine it starts ends before
+// Run returns. The package never prints; it logs to the Logger it is given.
+package dispatch

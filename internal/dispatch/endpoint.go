@@ -1,0 +1,95 @@
+package dispatch
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/regen-dev/regen/internal/llm"
+)
+
+// endpoint is one server URL with its balancing and breaker state. Fields
+// without a comment are guarded by Dispatcher.mu; the token counters are
+// atomics because onDelta runs for every streamed chunk.
+type endpoint struct {
+	url    string
+	client Chatter
+
+	inflight    int
+	busySince   time.Time // when inflight last went from 0 to 1
+	calls       map[*call]struct{}
+	paused      bool
+	pauseReason string
+	requests    int64
+	errors      map[llm.Class]int64
+
+	// Breaker: closed when openUntil is zero; open until openUntil; after
+	// that half-open, letting one probe request through.
+	openUntil time.Time
+	opens     int  // consecutive openings, for the cooldown doubling
+	probing   bool // the half-open probe is in flight
+
+	lastToken atomic.Int64 // unix nanoseconds of the last onDelta
+	tokens    atomic.Int64
+}
+
+// call is one request in flight.
+type call struct {
+	ep     *endpoint
+	probe  bool // sent through a half-open breaker
+	cancel context.CancelCauseFunc
+}
+
+func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }
+
+// available reports whether a new request may be sent to e now.
+func (e *endpoint) available(now time.Time) bool {
+	if e.paused {
+		return false
+	}
+	return e.breakerClosed() || (!now.Before(e.openUntil) && !e.probing)
+}
+
+// capacity is how many new requests e accepts now: a closed breaker takes
+// any number (the lane limits bound them), a half-open one a single probe.
+func (e *endpoint) capacity(now time.Time) int {
+	switch {
+	case !e.available(now):
+		return 0
+	case e.breakerClosed():
+		return maxClaim
+	default:
+		return 1
+	}
+}
+
+func (e *endpoint) breakerState(now time.Time) string {
+	switch {
+	case e.breakerClosed():
+		return "closed"
+	case now.Before(e.openUntil):
+		return "open"
+	default:
+		return "half-open"
+	}
+}
+
+// tripBreaker records a server-down failure of c.
+func (e *endpoint) tripBreaker(c *call, now time.Time, first time.Duration) {
+	if c.probe {
+		e.probing = false
+	} else if !e.breakerClosed() {
+		// A request sent before the breaker opened; the opening already
+		// accounts for this outage.
+		return
+	}
+	e.opens++
+	e.openUntil = now.Add(breakerCooldown(e.opens, first))
+}
+
+// closeBreaker records that the server answered.
+func (e *endpoint) closeBreaker() {
+	e.openUntil = time.Time{}
+	e.opens = 0
+	e.probing = false
+}

@@ -1,0 +1,372 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// fakeStore is an in-memory store.Store with the same state machine as the
+// real backends: leases with owners and expiry, attempts, not_before.
+type fakeStore struct {
+	mu      sync.Mutex
+	seq     int
+	samples map[string]*fakeSample
+	ierrs   []store.IngestError
+	hbs     []store.Heartbeat
+	events  []store.Event
+
+	// hook, when set, runs before every transition; a non-nil error fails it.
+	hook func(op, id string) error
+	// transitions counts every successful final transition (done, dead) per id.
+	finals map[string]int
+	// claims counts Claim calls, releases Release'd samples.
+	claims, released int
+}
+
+type fakeSample struct {
+	store.NewSample
+	seq        int
+	state      store.State
+	owner      string
+	leaseUntil time.Time
+	notBefore  time.Time
+	attempts   int
+	lastErr    string
+	result     store.Result
+	reason     string
+	finishedAt time.Time
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{samples: map[string]*fakeSample{}, finals: map[string]int{}}
+}
+
+var _ store.Store = (*fakeStore)(nil)
+
+// add ingests n samples named prefix-i into lane.
+func (s *fakeStore) add(lane, prefix string, n int) {
+	var ns []store.NewSample
+	for i := range n {
+		id := fmt.Sprintf("%s-%05d", prefix, i)
+		ns = append(ns, store.NewSample{ID: id, Partition: "p", Lane: lane, Body: []byte(`{"messages":[{"role":"user","content":"` + id + `"}]}`)})
+	}
+	if _, err := s.Ingest(context.Background(), ns); err != nil {
+		panic(err)
+	}
+}
+
+func (s *fakeStore) get(id string) fakeSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *s.samples[id]
+}
+
+func (s *fakeStore) states() map[store.State]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[store.State]int{}
+	for _, x := range s.samples {
+		m[x.state]++
+	}
+	return m
+}
+
+func (s *fakeStore) Ingest(_ context.Context, samples []store.NewSample) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range samples {
+		if _, ok := s.samples[x.ID]; ok {
+			continue
+		}
+		s.seq++
+		s.samples[x.ID] = &fakeSample{NewSample: x, seq: s.seq, state: store.Pending}
+		n++
+	}
+	return n, nil
+}
+
+func (s *fakeStore) AddIngestErrors(_ context.Context, errs []store.IngestError) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range errs {
+		if !slices.ContainsFunc(s.ierrs, func(x store.IngestError) bool { return x.Origin == e.Origin }) {
+			s.ierrs = append(s.ierrs, e)
+		}
+	}
+	return nil
+}
+
+func (s *fakeStore) IngestErrors(_ context.Context, limit int) ([]store.IngestError, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ierrs[:min(limit, len(s.ierrs))]), nil
+}
+
+func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims++
+	if err := s.hookLocked("claim", lane); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var ready []*fakeSample
+	for _, x := range s.samples {
+		if x.state == store.Pending && x.Lane == lane && !now.Before(x.notBefore) {
+			ready = append(ready, x)
+		}
+	}
+	slices.SortFunc(ready, func(a, b *fakeSample) int { return cmp.Compare(a.seq, b.seq) })
+	var out []store.Claimed
+	for _, x := range ready[:min(n, len(ready))] {
+		x.state, x.owner, x.leaseUntil = store.Leased, owner, now.Add(lease)
+		out = append(out, store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body,
+			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil})
+	}
+	return out, nil
+}
+
+func (s *fakeStore) ExtendLeases(_ context.Context, owner string, lease time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until := time.Now().Add(lease)
+	for _, x := range s.samples {
+		if x.state == store.Leased && x.owner == owner {
+			x.leaseUntil = until
+		}
+	}
+	return nil
+}
+
+func (s *fakeStore) hookLocked(op, id string) error {
+	if s.hook == nil {
+		return nil
+	}
+	return s.hook(op, id)
+}
+
+// leased returns the sample if owner holds its lease, after running the hook.
+func (s *fakeStore) leased(op, id, owner string) (*fakeSample, error) {
+	if err := s.hookLocked(op, id); err != nil {
+		return nil, err
+	}
+	x, ok := s.samples[id]
+	if !ok || x.state != store.Leased || x.owner != owner {
+		return nil, store.ErrNotLeased
+	}
+	return x, nil
+}
+
+func (s *fakeStore) finish(x *fakeSample, st store.State) {
+	x.state, x.owner, x.finishedAt = st, "", time.Now()
+	s.finals[x.ID]++
+}
+
+func (s *fakeStore) Complete(_ context.Context, id, owner string, r store.Result) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leased("complete", id, owner)
+	if err != nil {
+		return err
+	}
+	x.result = r
+	s.finish(x, store.Done)
+	return nil
+}
+
+func (s *fakeStore) Reject(_ context.Context, id, owner string, r store.Result, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leased("reject", id, owner)
+	if err != nil {
+		return err
+	}
+	x.result, x.reason = r, reason
+	s.finish(x, store.Rejected)
+	return nil
+}
+
+func (s *fakeStore) Retry(_ context.Context, id, owner string, notBefore time.Time, lastErr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leased("retry", id, owner)
+	if err != nil {
+		return err
+	}
+	x.state, x.owner, x.notBefore, x.lastErr = store.Pending, "", notBefore, lastErr
+	x.attempts++
+	return nil
+}
+
+func (s *fakeStore) Release(_ context.Context, ids []string, owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if err := s.hookLocked("release", id); err != nil {
+			return err
+		}
+		x, ok := s.samples[id]
+		if !ok || x.state != store.Leased || x.owner != owner {
+			continue // releasing what is no longer ours is a no-op
+		}
+		x.state, x.owner = store.Pending, ""
+		s.released++
+	}
+	return nil
+}
+
+func (s *fakeStore) ReleaseOwner(_ context.Context, owner string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.samples {
+		if x.state == store.Leased && x.owner == owner {
+			x.state, x.owner = store.Pending, ""
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *fakeStore) DeadLetter(_ context.Context, id, owner, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leased("dead", id, owner)
+	if err != nil {
+		return err
+	}
+	x.attempts++
+	x.reason, x.lastErr = reason, reason
+	s.finish(x, store.Dead)
+	return nil
+}
+
+func (s *fakeStore) Escalate(_ context.Context, id, owner, lane string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leased("escalate", id, owner)
+	if err != nil {
+		return err
+	}
+	x.state, x.owner, x.Lane, x.notBefore = store.Pending, "", lane, time.Time{}
+	return nil
+}
+
+func (s *fakeStore) ExpireLeases(_ context.Context, now time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.samples {
+		if x.state == store.Leased && x.leaseUntil.Before(now) {
+			x.state, x.owner = store.Pending, ""
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *fakeStore) Counts(context.Context) ([]store.Count, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type key struct {
+		p, l string
+		st   store.State
+	}
+	m := map[key]int{}
+	for _, x := range s.samples {
+		m[key{x.Partition, x.Lane, x.state}]++
+	}
+	var out []store.Count
+	for k, n := range m {
+		out = append(out, store.Count{Partition: k.p, Lane: k.l, State: k.st, N: n})
+	}
+	return out, nil
+}
+
+func (s *fakeStore) ThroughputSince(_ context.Context, t time.Time) (store.Throughput, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var tp store.Throughput
+	for _, x := range s.samples {
+		if (x.state == store.Done || x.state == store.Rejected) && !x.finishedAt.Before(t) {
+			tp.Samples++
+			tp.CompletionTokens += int64(x.result.CompletionTokens)
+			tp.PromptTokens += int64(x.result.PromptTokens)
+		}
+	}
+	return tp, nil
+}
+
+func (s *fakeStore) rows(keep func(*fakeSample) bool) []store.Row {
+	var rows []store.Row
+	for _, x := range s.samples {
+		if keep(x) {
+			rows = append(rows, store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
+				Attempts: x.attempts, Result: x.result, Reason: cmp.Or(x.reason, x.lastErr), FinishedAt: x.finishedAt})
+		}
+	}
+	return rows
+}
+
+func (s *fakeStore) Finished(_ context.Context, fn func(store.Row) error) error {
+	s.mu.Lock()
+	rows := s.rows(func(x *fakeSample) bool {
+		return x.state == store.Done || x.state == store.Rejected || x.state == store.Dead
+	})
+	s.mu.Unlock()
+	slices.SortFunc(rows, func(a, b store.Row) int { return cmp.Compare(a.ID, b.ID) })
+	for _, r := range rows {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *fakeStore) LastErrors(_ context.Context, limit int) ([]store.Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rows := s.rows(func(x *fakeSample) bool { return x.lastErr != "" })
+	slices.SortFunc(rows, func(a, b store.Row) int { return b.FinishedAt.Compare(a.FinishedAt) })
+	return rows[:min(limit, len(rows))], nil
+}
+
+func (s *fakeStore) PutHeartbeat(_ context.Context, hb store.Heartbeat) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hbs = append(s.hbs, hb)
+	return nil
+}
+
+func (s *fakeStore) LastHeartbeat(context.Context) (store.Heartbeat, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.hbs) == 0 {
+		return store.Heartbeat{}, false, nil
+	}
+	return s.hbs[len(s.hbs)-1], true, nil
+}
+
+func (s *fakeStore) AddEvent(_ context.Context, e store.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e)
+	return nil
+}
+
+func (s *fakeStore) Events(_ context.Context, limit int) ([]store.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.events)
+	slices.Reverse(out)
+	return out[:min(limit, len(out))], nil
+}
+
+func (s *fakeStore) Close() error { return nil }

@@ -1,0 +1,55 @@
+package dispatch
+
+import "time"
+
+// Snapshot is a copy of the dispatcher's live state for progress views,
+// heartbeats and the supervisor's hang detection.
+type Snapshot struct {
+	StartedAt time.Time       `json:"started_at"`
+	Endpoints []EndpointStats `json:"endpoints"`
+	Lanes     []LaneStats     `json:"lanes"`
+	Counters  Counters        `json:"counters"`
+}
+
+// EndpointStats is one endpoint's state.
+type EndpointStats struct {
+	URL         string `json:"url"`
+	InFlight    int    `json:"in_flight"`
+	Paused      bool   `json:"paused"`
+	PauseReason string `json:"pause_reason,omitempty"`
+	// Breaker is "closed", "open" or "half-open"; BreakerOpenUntil is zero when closed.
+	Breaker          string    `json:"breaker"`
+	BreakerOpenUntil time.Time `json:"breaker_open_until,omitzero"`
+	// LastTokenAt is the time of the last streamed chunk from this endpoint
+	// and BusySince when its in-flight count last rose from zero: a hang is
+	// InFlight > 0 with no token since max(LastTokenAt, BusySince) for the
+	// deadline.
+	LastTokenAt time.Time `json:"last_token_at,omitzero"`
+	BusySince   time.Time `json:"busy_since,omitzero"`
+	// TokensTotal sums the token counts reported with each streamed chunk.
+	TokensTotal int64 `json:"tokens_total"`
+	Requests    int64 `json:"requests"`
+	// Errors counts failed requests by llm.Class name ("retryable",
+	// "server-down", "bad-request", "malformed"); cancellations by Pause or
+	// drain are not errors.
+	Errors map[string]int64 `json:"errors,omitempty"`
+}
+
+// LaneStats is one lane's concurrency.
+type LaneStats struct {
+	Name     string `json:"name"`
+	InFlight int    `json:"in_flight"`
+	Limit    int    `json:"limit"`
+}
+
+// Counters count sample outcomes since Run started, each after the store
+// recorded it.
+type Counters struct {
+	Done         int64 `json:"done"`          // completed, truncated ones included
+	Truncated    int64 `json:"truncated"`     // completed with finish_reason=length and no bigger lane
+	Escalated    int64 `json:"escalated"`     // moved to a bigger lane after truncation
+	Retried      int64 `json:"retried"`       // returned to pending with an attempt spent
+	DeadLettered int64 `json:"dead_lettered"` // bad requests and exhausted retries
+	Released     int64 `json:"released"`      // returned to pending without spending an attempt
+	ServerDown   int64 `json:"server_down"`   // requests that failed with a server-down error
+}
