@@ -1,0 +1,68 @@
+package export
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// atomicFile is a file written under a temporary name in its final
+// directory and renamed into place by commit; abort leaves nothing behind.
+type atomicFile struct {
+	final string
+	f     *os.File
+	w     *bufio.Writer
+}
+
+func createAtomic(final string) (*atomicFile, error) {
+	dir, base := filepath.Split(final)
+	tmp := filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d", base, os.Getpid()))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", tmp, err)
+	}
+	return &atomicFile{final: final, f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+}
+
+func (a *atomicFile) Write(p []byte) (int, error) { return a.w.Write(p) }
+
+// sync makes the temporary file durable; after it, rename is the only step left.
+func (a *atomicFile) sync() error {
+	if err := a.w.Flush(); err != nil {
+		return fmt.Errorf("write %s: %w", a.f.Name(), err)
+	}
+	if err := a.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", a.f.Name(), err)
+	}
+	if err := a.f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", a.f.Name(), err)
+	}
+	return nil
+}
+
+func (a *atomicFile) rename() error {
+	if err := os.Rename(a.f.Name(), a.final); err != nil {
+		return fmt.Errorf("rename %s: %w", a.final, err)
+	}
+	return nil
+}
+
+// abort closes and removes the temporary file; safe after sync.
+func (a *atomicFile) abort() {
+	_ = a.f.Close() // the file is being discarded; its close error does not matter
+	_ = os.Remove(a.f.Name())
+}
+
+// syncDir makes renames in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

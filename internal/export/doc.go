@@ -1,0 +1,23 @@
+// Package export turns the finished samples of a store into dataset files.
+//
+// Export reads store.Store.Finished once, in sample-id order, and streams
+// every row to the writers of the requested formats; nothing is buffered
+// beyond one row (one Parquet row group for Parquet). Formats:
+//
+//   - sharegpt: SpecForge/ShareGPT conversations JSONL, one line per done
+//     sample; truncated completions (finish_reason "length") are kept and
+//     flagged "truncated": true.
+//   - openai-batch: OpenAI batch output lines (custom_id, response.body as a
+//     chat.completion, error) for done samples, and a separate errors file
+//     for rejected and dead samples.
+//   - parquet: one row per done sample, zstd-compressed, messages as the
+//     standard 3-level LIST that pyarrow and datasets read.
+//
+// Dead letters (dead samples and rows that could not be ingested) are always
+// written to <name>.dead.jsonl.
+//
+// Every file is written to a hidden temporary file in the output directory,
+// fsynced, and renamed over the final name only after every row was written
+// to every file, so a crash or error leaves the previous export intact and
+// never a torn line. The package never changes the store.
+package export

@@ -1,0 +1,181 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Formats Export writes.
+const (
+	FormatShareGPT    = "sharegpt"
+	FormatOpenAIBatch = "openai-batch"
+	FormatParquet     = "parquet"
+)
+
+// Formats lists every format, in the order Export writes them.
+var Formats = []string{FormatShareGPT, FormatOpenAIBatch, FormatParquet}
+
+// File is one file an export wrote.
+type File struct {
+	Format string // sharegpt, openai-batch, openai-batch-errors, parquet or dead
+	Path   string
+	Rows   int // lines (rows for Parquet)
+}
+
+// Summary is what an export wrote and what it saw.
+type Summary struct {
+	Files     []File
+	Done      int // done samples (truncated ones included)
+	Truncated int // done with finish_reason "length"
+	Rejected  int
+	Dead      int // dead samples
+	BadRows   int // source rows that never became samples (ingest errors)
+}
+
+// Export writes the finished samples of st into dir as <name>.sharegpt.jsonl,
+// <name>.openai-batch.jsonl with <name>.errors.jsonl, and <name>.parquet,
+// for the formats asked, plus <name>.dead.jsonl always. Files appear only
+// once all of them are complete; on error none of this run's files replace
+// the previous ones and no temporary file is left behind.
+func Export(ctx context.Context, st store.Store, dir string, formats []string, name string) (Summary, error) {
+	var sum Summary
+	want := map[string]bool{}
+	for _, f := range formats {
+		if !slices.Contains(Formats, f) {
+			return sum, fmt.Errorf("export: unknown format %q", f)
+		}
+		want[f] = true
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return sum, fmt.Errorf("export: create %s: %w", dir, err)
+	}
+
+	var (
+		sinks []sink
+		pq    *parquetSink
+		dead  *deadSink
+	)
+	all := func() []*output {
+		var outs []*output
+		for _, s := range sinks {
+			outs = append(outs, s.files()...)
+		}
+		return outs
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			for _, o := range all() {
+				o.af.abort()
+			}
+		}
+	}()
+	open := func(s sink, err error) error {
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		sinks = append(sinks, s)
+		return nil
+	}
+	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
+	if want[FormatShareGPT] {
+		if err := open(newShareGPT(path(".sharegpt.jsonl"))); err != nil {
+			return sum, err
+		}
+	}
+	if want[FormatOpenAIBatch] {
+		if err := open(newBatch(path(".openai-batch.jsonl"), path(".errors.jsonl"))); err != nil {
+			return sum, err
+		}
+	}
+	if want[FormatParquet] {
+		var err error
+		pq, err = newParquet(path(".parquet"))
+		if err := open(pq, err); err != nil {
+			return sum, err
+		}
+	}
+	{
+		var err error
+		dead, err = newDead(path(".dead.jsonl"))
+		if err := open(dead, err); err != nil {
+			return sum, err
+		}
+	}
+
+	err := st.Finished(ctx, func(row store.Row) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rec, err := decodeRecord(row)
+		if err != nil {
+			return err
+		}
+		switch row.State {
+		case store.Done:
+			sum.Done++
+			if rec.truncated() {
+				sum.Truncated++
+			}
+		case store.Rejected:
+			sum.Rejected++
+		case store.Dead:
+			sum.Dead++
+		default:
+			return fmt.Errorf("sample %s: unexpected state %q among finished samples", row.ID, row.State)
+		}
+		for _, s := range sinks {
+			if err := s.write(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	// Bad source rows are bounded by the input's faults, not its size.
+	bad, err := st.IngestErrors(ctx, 0)
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	for _, e := range bad {
+		if err := dead.ingestError(e); err != nil {
+			return Summary{}, fmt.Errorf("export: %w", err)
+		}
+	}
+	sum.BadRows = len(bad)
+
+	if pq != nil {
+		if err := pq.close(); err != nil {
+			return Summary{}, fmt.Errorf("export: %w", err)
+		}
+	}
+	outs := all()
+	for _, o := range outs {
+		if err := o.af.sync(); err != nil {
+			return Summary{}, fmt.Errorf("export: %w", err)
+		}
+	}
+	// From here each rename replaces one file atomically.
+	for i, o := range outs {
+		if err := o.af.rename(); err != nil {
+			for _, rest := range outs[i:] {
+				rest.af.abort()
+			}
+			committed = true
+			return Summary{}, fmt.Errorf("export: %w", err)
+		}
+		sum.Files = append(sum.Files, File{Format: o.format, Path: o.af.final, Rows: o.rows})
+	}
+	committed = true
+	if err := syncDir(dir); err != nil {
+		return sum, fmt.Errorf("export: %w", err)
+	}
+	return sum, nil
+}

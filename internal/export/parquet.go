@@ -1,0 +1,149 @@
+package export
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress/zstd"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// ParquetRow is one done sample in the Parquet export. Messages are the
+// input turns; the generated turn is in Completion, ReasoningContent and
+// ToolCalls.
+type ParquetRow struct {
+	ID               string           `parquet:"id"`
+	Partition        string           `parquet:"partition"`
+	Lane             string           `parquet:"lane"`
+	Messages         []ParquetMessage `parquet:"messages,list"`
+	Tools            *string          `parquet:"tools,optional"` // JSON array, null when none
+	Completion       string           `parquet:"completion"`
+	ReasoningContent *string          `parquet:"reasoning_content,optional"`
+	ToolCalls        *string          `parquet:"tool_calls,optional"` // JSON array, null when none
+	FinishReason     string           `parquet:"finish_reason"`
+	PromptTokens     int64            `parquet:"prompt_tokens"`
+	CompletionTokens int64            `parquet:"completion_tokens"`
+	Endpoint         string           `parquet:"endpoint"`
+}
+
+// ParquetMessage is one input turn. Content is the text, or the JSON of a
+// list of content parts; null when the message had none.
+type ParquetMessage struct {
+	Role       string  `parquet:"role"`
+	Content    *string `parquet:"content,optional"`
+	ToolCalls  *string `parquet:"tool_calls,optional"` // JSON array
+	ToolCallID *string `parquet:"tool_call_id,optional"`
+	Name       *string `parquet:"name,optional"`
+}
+
+// rowGroupRows bounds the rows held in memory before a row group is flushed.
+const rowGroupRows = 1024
+
+type parquetSink struct {
+	out *output
+	w   *parquet.GenericWriter[ParquetRow]
+	buf []ParquetRow
+}
+
+func newParquet(path string) (*parquetSink, error) {
+	af, err := createAtomic(path)
+	if err != nil {
+		return nil, err
+	}
+	w := parquet.NewGenericWriter[ParquetRow](af,
+		parquet.Compression(&zstd.Codec{}),
+		parquet.MaxRowsPerRowGroup(rowGroupRows),
+		parquet.CreatedBy("regen", "", ""),
+	)
+	return &parquetSink{out: &output{format: FormatParquet, af: af}, w: w, buf: make([]ParquetRow, 1)}, nil
+}
+
+func (s *parquetSink) files() []*output { return []*output{s.out} }
+
+func (s *parquetSink) write(r *record) error {
+	if r.row.State != store.Done {
+		return nil
+	}
+	row, err := parquetRow(r)
+	if err != nil {
+		return err
+	}
+	s.buf[0] = row
+	if _, err := s.w.Write(s.buf); err != nil {
+		return fmt.Errorf("parquet sample %s: %w", r.row.ID, err)
+	}
+	s.out.rows++
+	if s.out.rows%rowGroupRows == 0 {
+		if err := s.w.Flush(); err != nil {
+			return fmt.Errorf("parquet flush: %w", err)
+		}
+	}
+	return nil
+}
+
+// close writes the footer; the atomic file is synced by the caller.
+func (s *parquetSink) close() error {
+	if err := s.w.Close(); err != nil {
+		return fmt.Errorf("parquet close: %w", err)
+	}
+	return nil
+}
+
+func parquetRow(r *record) (ParquetRow, error) {
+	row := ParquetRow{
+		ID:               r.row.ID,
+		Partition:        r.row.Partition,
+		Lane:             r.row.Lane,
+		Messages:         make([]ParquetMessage, 0, len(r.req.Messages)),
+		Tools:            rawText(r.req.Tools),
+		Completion:       r.res.Content,
+		ReasoningContent: optional(r.res.ReasoningContent),
+		FinishReason:     r.res.FinishReason,
+		PromptTokens:     int64(r.res.Usage.PromptTokens),
+		CompletionTokens: int64(r.res.Usage.CompletionTokens),
+		Endpoint:         r.row.Result.Endpoint,
+	}
+	if len(r.res.ToolCalls) > 0 {
+		b, err := json.Marshal(r.res.ToolCalls)
+		if err != nil {
+			return row, fmt.Errorf("parquet sample %s: tool calls: %w", r.row.ID, err)
+		}
+		row.ToolCalls = optional(string(b))
+	}
+	for _, m := range r.req.Messages {
+		pm := ParquetMessage{
+			Role:       m.Role,
+			ToolCalls:  rawText(m.ToolCalls),
+			ToolCallID: optional(m.ToolCallID),
+			Name:       optional(m.Name),
+		}
+		var text string
+		switch {
+		case rawText(m.Content) == nil:
+		case json.Unmarshal(m.Content, &text) == nil:
+			pm.Content = &text
+		default:
+			pm.Content = rawText(m.Content) // content parts stay JSON
+		}
+		row.Messages = append(row.Messages, pm)
+	}
+	return row, nil
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// rawText keeps a JSON value as text; absent and null become null.
+func rawText(b json.RawMessage) *string {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
