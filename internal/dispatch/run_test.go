@@ -531,6 +531,9 @@ func TestDrainOnCancel(t *testing.T) {
 		if n := tr.epCallsOf("http://a"); n != 4 {
 			t.Errorf("requests = %d, want 4 (nothing claimed after cancel)", n)
 		}
+		if e := d.Snapshot().Endpoints[0]; len(e.Errors) != 0 || e.Breaker != "closed" {
+			t.Errorf("endpoint after drain: errors %v breaker %s, want a cancellation not to count as a failure", e.Errors, e.Breaker)
+		}
 	})
 }
 
