@@ -1,0 +1,221 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// finishedPage bounds one Finished query, so a concurrent writer waits for
+// at most one page, never for a whole export.
+const finishedPage = 1000
+
+// Counts returns the non-empty (partition, lane, state) cells, sorted.
+func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT partition, lane, state, n FROM counts
+		WHERE n > 0 ORDER BY partition, lane, state`)
+	if err != nil {
+		return nil, fmt.Errorf("count samples: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Count
+	for rows.Next() {
+		var c store.Count
+		var st string
+		if err := rows.Scan(&c.Partition, &c.Lane, &st, &c.N); err != nil {
+			return nil, fmt.Errorf("count samples: %w", err)
+		}
+		c.State = store.State(st)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count samples: %w", err)
+	}
+	return out, nil
+}
+
+// ThroughputSince sums results (done or rejected) finished at or after t.
+func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
+	var tp store.Throughput
+	err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0)
+		FROM results WHERE finished_at >= ?`, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens)
+	if err != nil {
+		return store.Throughput{}, fmt.Errorf("throughput since %s: %w", t.Format(time.RFC3339), err)
+	}
+	return tp, nil
+}
+
+// Finished calls fn for every done, rejected or dead sample in ID order. It
+// reads a page at a time and holds no connection while fn runs, so fn may
+// call the store.
+func (s *Store) Finished(ctx context.Context, fn func(store.Row) error) error {
+	after := "" // ingest refuses empty ids, so every id sorts after ""
+	for {
+		page, err := s.finishedPage(ctx, after)
+		if err != nil {
+			return fmt.Errorf("read finished samples after %q: %w", after, err)
+		}
+		for _, r := range page {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if len(page) < finishedPage {
+			return nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
+			coalesce(s.last_error, ''), s.finished_at,
+			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
+			r.duration_ns, r.ttft_ns, r.reason
+		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
+		WHERE s.finished_at IS NOT NULL AND s.id > ?
+		ORDER BY s.id LIMIT ?`, after, finishedPage)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]store.Row, 0, finishedPage)
+	for rows.Next() {
+		var (
+			r                  store.Row
+			st, lastErr        string
+			finishedAt         int64
+			response           []byte
+			finishReason       sql.NullString
+			pt, ct, dur, ttft  sql.NullInt64
+			endpoint, rejectBy sql.NullString
+		)
+		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &lastErr, &finishedAt,
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy); err != nil {
+			return nil, err
+		}
+		r.State = store.State(st)
+		r.Body = unblob(r.Body)
+		r.FinishedAt = fromNS(finishedAt)
+		if finishReason.Valid {
+			r.Result = store.Result{
+				Response:         unblob(response),
+				FinishReason:     finishReason.String,
+				PromptTokens:     int(pt.Int64),
+				CompletionTokens: int(ct.Int64),
+				Endpoint:         endpoint.String,
+				Duration:         time.Duration(dur.Int64),
+				TTFT:             time.Duration(ttft.Int64),
+			}
+		}
+		switch r.State {
+		case store.Rejected:
+			r.Reason = rejectBy.String
+		case store.Dead:
+			r.Reason = lastErr
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// LastErrors returns the samples with the most recent retry or dead-letter
+// reasons, newest first, at most limit (all when limit <= 0). Rows carry no
+// Result; State is the sample's state now, which may be pending again.
+func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, partition, lane, state, body, attempts, last_error,
+			coalesce(finished_at, 0)
+		FROM samples WHERE last_error_at IS NOT NULL
+		ORDER BY last_error_at DESC, seq DESC LIMIT ?`, sqlLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read last errors: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Row
+	for rows.Next() {
+		var r store.Row
+		var st string
+		var finishedAt int64
+		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &r.Reason, &finishedAt); err != nil {
+			return nil, fmt.Errorf("read last errors: %w", err)
+		}
+		r.State = store.State(st)
+		r.Body = unblob(r.Body)
+		r.FinishedAt = fromNS(finishedAt)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read last errors: %w", err)
+	}
+	return out, nil
+}
+
+// PutHeartbeat replaces the single heartbeat row.
+func (s *Store) PutHeartbeat(ctx context.Context, hb store.Heartbeat) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO heartbeat (id, owner, pid, host, time, started, counters)
+		VALUES (1, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, host = excluded.host,
+			time = excluded.time, started = excluded.started, counters = excluded.counters`,
+		hb.Owner, hb.PID, hb.Host, ns(hb.Time), ns(hb.Started), blob(hb.Counters))
+	if err != nil {
+		return fmt.Errorf("put heartbeat of %s: %w", hb.Owner, err)
+	}
+	return nil
+}
+
+// LastHeartbeat returns the heartbeat row, ok=false when none was written.
+func (s *Store) LastHeartbeat(ctx context.Context) (store.Heartbeat, bool, error) {
+	var hb store.Heartbeat
+	var t, started int64
+	err := s.db.QueryRowContext(ctx, `SELECT owner, pid, host, time, started, counters FROM heartbeat WHERE id = 1`).
+		Scan(&hb.Owner, &hb.PID, &hb.Host, &t, &started, &hb.Counters)
+	if err == sql.ErrNoRows {
+		return store.Heartbeat{}, false, nil
+	}
+	if err != nil {
+		return store.Heartbeat{}, false, fmt.Errorf("read heartbeat: %w", err)
+	}
+	hb.Time, hb.Started, hb.Counters = fromNS(t), fromNS(started), unblob(hb.Counters)
+	return hb, true, nil
+}
+
+// AddEvent appends an event; a zero Time is stamped with the store clock.
+func (s *Store) AddEvent(ctx context.Context, e store.Event) error {
+	if e.Time.IsZero() {
+		e.Time = s.now()
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO events (time, kind, subject, state, evidence) VALUES (?, ?, ?, ?, ?)`,
+		ns(e.Time), e.Kind, e.Subject, e.State, e.Evidence)
+	if err != nil {
+		return fmt.Errorf("add event %s %s: %w", e.Kind, e.Subject, err)
+	}
+	return nil
+}
+
+// Events returns the newest events first (by insertion), at most limit
+// (all when limit <= 0).
+func (s *Store) Events(ctx context.Context, limit int) ([]store.Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT time, kind, subject, state, evidence FROM events
+		ORDER BY id DESC LIMIT ?`, sqlLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		var e store.Event
+		var t int64
+		if err := rows.Scan(&t, &e.Kind, &e.Subject, &e.State, &e.Evidence); err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		e.Time = fromNS(t)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return out, nil
+}

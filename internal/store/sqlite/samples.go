@@ -1,0 +1,320 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Ingest inserts the samples whose ID is new, all in one transaction.
+func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
+	if len(samples) == 0 {
+		return 0, nil
+	}
+	for i, smp := range samples {
+		if smp.ID == "" {
+			return 0, fmt.Errorf("ingest: sample %d (%s) has an empty id", i, smp.Origin)
+		}
+	}
+	now := ns(s.now())
+	inserted := 0
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO samples
+			(id, partition, lane, body, prompt_tokens, origin, state, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)
+			ON CONFLICT (id) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, smp := range samples {
+			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, smp.Origin, now)
+			if err != nil {
+				return fmt.Errorf("sample %s: %w", smp.ID, err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			inserted += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
+	}
+	return inserted, nil
+}
+
+// AddIngestErrors records bad rows, ignoring origins already recorded.
+func (s *Store) AddIngestErrors(ctx context.Context, errs []store.IngestError) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	now := ns(s.now())
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO ingest_errors
+			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (origin) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, e := range errs {
+			if _, err := st.ExecContext(ctx, e.Origin, e.Partition, e.Field, e.Reason, now); err != nil {
+				return fmt.Errorf("origin %s: %w", e.Origin, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("add %d ingest errors: %w", len(errs), err)
+	}
+	return nil
+}
+
+// IngestErrors returns recorded bad rows in the order they were first seen,
+// at most limit of them (all when limit <= 0).
+func (s *Store) IngestErrors(ctx context.Context, limit int) ([]store.IngestError, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT partition, origin, field, reason
+		FROM ingest_errors ORDER BY seq LIMIT ?`, sqlLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read ingest errors: %w", err)
+	}
+	defer rows.Close()
+	var out []store.IngestError
+	for rows.Next() {
+		var e store.IngestError
+		if err := rows.Scan(&e.Partition, &e.Origin, &e.Field, &e.Reason); err != nil {
+			return nil, fmt.Errorf("read ingest errors: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read ingest errors: %w", err)
+	}
+	return out, nil
+}
+
+// sqlLimit maps "no limit" (<= 0) to SQLite's -1.
+func sqlLimit(limit int) int {
+	if limit <= 0 {
+		return -1
+	}
+	return limit
+}
+
+// Claim leases up to n claimable samples of lane, oldest first.
+func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	if owner == "" {
+		return nil, fmt.Errorf("claim lane %s: empty owner", lane)
+	}
+	now := s.now()
+	until := now.Add(lease)
+	// One statement, so it is its own transaction; SQLite's single writer
+	// means no two claimers can pick the same row.
+	rows, err := s.db.QueryContext(ctx, `UPDATE samples
+		SET state = 'leased', lease_owner = ?, lease_until = ?
+		WHERE seq IN (
+			SELECT seq FROM samples
+			WHERE state = 'pending' AND lane = ? AND not_before <= ?
+			ORDER BY seq LIMIT ?)
+		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts`,
+		owner, ns(until), lane, ns(now), n)
+	if err != nil {
+		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
+	}
+	defer rows.Close()
+	type seqClaim struct {
+		seq int64
+		c   store.Claimed
+	}
+	var got []seqClaim
+	for rows.Next() {
+		var sc seqClaim
+		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &sc.c.PromptTokens, &sc.c.Attempts); err != nil {
+			return nil, fmt.Errorf("claim lane %s: %w", lane, err)
+		}
+		sc.c.Body = unblob(sc.c.Body)
+		sc.c.LeaseUntil = fromNS(ns(until))
+		got = append(got, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
+	}
+	// RETURNING order is unspecified; hand them out oldest first.
+	slices.SortFunc(got, func(a, b seqClaim) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]store.Claimed, len(got))
+	for i, sc := range got {
+		out[i] = sc.c
+	}
+	return out, nil
+}
+
+// ExtendLeases pushes every lease owner holds to now+lease.
+func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Duration) error {
+	until := ns(s.now().Add(lease))
+	if _, err := s.db.ExecContext(ctx, `UPDATE samples SET lease_until = ?
+		WHERE state = 'leased' AND lease_owner = ?`, until, owner); err != nil {
+		return fmt.Errorf("extend leases of %s: %w", owner, err)
+	}
+	return nil
+}
+
+// finish stores r and moves the held sample to state, in one transaction.
+func (s *Store) finish(ctx context.Context, id, owner string, state store.State, r store.Result, reason string) error {
+	now := ns(s.now())
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE samples
+			SET state = ?, attempts = attempts + 1, finished_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
+			string(state), now, id, owner)
+		if err := held(res, err); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO results
+			(sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			id, blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
+			int64(r.Duration), int64(r.TTFT), reason, now)
+		return err
+	})
+}
+
+// held turns an UPDATE guarded by the lease into ErrNotLeased when it
+// matched nothing.
+func held(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return store.ErrNotLeased
+	}
+	return nil
+}
+
+// Complete stores r and marks the sample done, spending its attempt.
+func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) error {
+	if err := s.finish(ctx, id, owner, store.Done, r, ""); err != nil {
+		return fmt.Errorf("complete %s: %w", id, err)
+	}
+	return nil
+}
+
+// Reject stores r with reason and marks the sample rejected, spending its attempt.
+func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, reason string) error {
+	if err := s.finish(ctx, id, owner, store.Rejected, r, reason); err != nil {
+		return fmt.Errorf("reject %s: %w", id, err)
+	}
+	return nil
+}
+
+// Retry returns the held sample to pending, spending one attempt.
+func (s *Store) Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE samples
+		SET state = 'pending', attempts = attempts + 1, not_before = ?,
+			last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
+		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
+		ns(notBefore), lastErr, ns(s.now()), id, owner)
+	if err := held(res, err); err != nil {
+		return fmt.Errorf("retry %s: %w", id, err)
+	}
+	return nil
+}
+
+// Release returns the listed samples that owner still holds to pending
+// without spending attempts. Samples it no longer holds are skipped: the
+// caller wants them out of its hands, and they already are.
+func (s *Store) Release(ctx context.Context, ids []string, owner string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `UPDATE samples
+			SET state = 'pending', lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, id := range ids {
+			if _, err := st.ExecContext(ctx, id, owner); err != nil {
+				return fmt.Errorf("sample %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("release %d samples of %s: %w", len(ids), owner, err)
+	}
+	return nil
+}
+
+// ReleaseOwner returns every sample owner holds to pending without spending attempts.
+func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE samples
+		SET state = 'pending', lease_owner = NULL, lease_until = NULL
+		WHERE state = 'leased' AND lease_owner = ?`, owner)
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	return int(n), nil
+}
+
+// DeadLetter marks the held sample dead with reason, spending its attempt.
+func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error {
+	now := ns(s.now())
+	res, err := s.db.ExecContext(ctx, `UPDATE samples
+		SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
+			finished_at = ?, lease_owner = NULL, lease_until = NULL
+		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
+		reason, now, now, id, owner)
+	if err := held(res, err); err != nil {
+		return fmt.Errorf("dead-letter %s: %w", id, err)
+	}
+	return nil
+}
+
+// Escalate moves the held sample to pending in lane without spending an attempt.
+func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE samples
+		SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
+		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
+		lane, id, owner)
+	if err := held(res, err); err != nil {
+		return fmt.Errorf("escalate %s to %s: %w", id, lane, err)
+	}
+	return nil
+}
+
+// ExpireLeases returns samples whose lease ended before now to pending
+// without spending attempts.
+func (s *Store) ExpireLeases(ctx context.Context, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE samples
+		SET state = 'pending', lease_owner = NULL, lease_until = NULL
+		WHERE state = 'leased' AND lease_until < ?`, ns(now))
+	if err != nil {
+		return 0, fmt.Errorf("expire leases: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("expire leases: %w", err)
+	}
+	return int(n), nil
+}

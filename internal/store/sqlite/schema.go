@@ -1,0 +1,150 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
+// migrations when the schema changes; a file written by a newer binary is
+// refused rather than guessed at.
+const schemaVersion = 1
+
+// migrations[i] takes a file from user_version i to i+1.
+var migrations = []string{
+	// 0 -> 1: the first schema.
+	`
+CREATE TABLE samples (
+	seq           INTEGER PRIMARY KEY, -- creation order; an alias of rowid, so VACUUM keeps it
+	id            TEXT    NOT NULL UNIQUE,
+	partition     TEXT    NOT NULL,
+	lane          TEXT    NOT NULL,
+	body          BLOB    NOT NULL,
+	prompt_tokens INTEGER NOT NULL,
+	origin        TEXT    NOT NULL,
+	state         TEXT    NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'rejected', 'dead')),
+	attempts      INTEGER NOT NULL DEFAULT 0,
+	not_before    INTEGER NOT NULL DEFAULT 0, -- unix ns
+	lease_owner   TEXT,
+	lease_until   INTEGER,
+	last_error    TEXT,
+	last_error_at INTEGER,
+	created_at    INTEGER NOT NULL,
+	finished_at   INTEGER -- set exactly when state is done, rejected or dead
+);
+
+-- Claim walks this index in creation order and filters not_before from it
+-- without touching the table; only pending rows are in it.
+CREATE INDEX samples_pending ON samples (lane, seq, not_before) WHERE state = 'pending';
+-- ExtendLeases, ReleaseOwner and ExpireLeases read only leased rows
+-- (bounded by concurrency, not job size).
+CREATE INDEX samples_leased ON samples (lease_owner, lease_until) WHERE state = 'leased';
+-- Finished pages through finished samples in id order.
+CREATE INDEX samples_finished ON samples (id) WHERE finished_at IS NOT NULL;
+CREATE INDEX samples_errors ON samples (last_error_at) WHERE last_error_at IS NOT NULL;
+
+-- One result per sample: the primary key is the exactly-once guarantee.
+CREATE TABLE results (
+	sample_id         TEXT    PRIMARY KEY REFERENCES samples (id),
+	response          BLOB    NOT NULL,
+	finish_reason     TEXT    NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL,
+	endpoint          TEXT    NOT NULL,
+	duration_ns       INTEGER NOT NULL,
+	ttft_ns           INTEGER NOT NULL,
+	reason            TEXT    NOT NULL DEFAULT '', -- reject reason, '' when done
+	finished_at       INTEGER NOT NULL
+);
+-- Covering, so ThroughputSince never reads the response blobs.
+CREATE INDEX results_finished_at ON results (finished_at, prompt_tokens, completion_tokens);
+
+CREATE TABLE ingest_errors (
+	seq        INTEGER PRIMARY KEY,
+	origin     TEXT    NOT NULL UNIQUE,
+	partition  TEXT    NOT NULL,
+	field      TEXT    NOT NULL,
+	reason     TEXT    NOT NULL,
+	created_at INTEGER NOT NULL
+);
+
+CREATE TABLE heartbeat (
+	id       INTEGER PRIMARY KEY CHECK (id = 1),
+	owner    TEXT    NOT NULL,
+	pid      INTEGER NOT NULL,
+	host     TEXT    NOT NULL,
+	time     INTEGER NOT NULL,
+	started  INTEGER NOT NULL,
+	counters BLOB    NOT NULL
+);
+
+CREATE TABLE events (
+	id       INTEGER PRIMARY KEY AUTOINCREMENT,
+	time     INTEGER NOT NULL,
+	kind     TEXT    NOT NULL,
+	subject  TEXT    NOT NULL,
+	state    TEXT    NOT NULL,
+	evidence TEXT    NOT NULL
+);
+
+-- counts is kept by triggers in the same transaction as every state change,
+-- so Counts reads a handful of rows instead of grouping 10^6 samples.
+CREATE TABLE counts (
+	partition TEXT    NOT NULL,
+	lane      TEXT    NOT NULL,
+	state     TEXT    NOT NULL,
+	n         INTEGER NOT NULL,
+	PRIMARY KEY (partition, lane, state)
+) WITHOUT ROWID;
+
+CREATE TRIGGER samples_count_insert AFTER INSERT ON samples BEGIN
+	INSERT INTO counts (partition, lane, state, n) VALUES (new.partition, new.lane, new.state, 1)
+	ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + 1;
+END;
+
+CREATE TRIGGER samples_count_update AFTER UPDATE OF state, lane, partition ON samples
+WHEN old.state IS NOT new.state OR old.lane IS NOT new.lane OR old.partition IS NOT new.partition BEGIN
+	UPDATE counts SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND state = old.state;
+	INSERT INTO counts (partition, lane, state, n) VALUES (new.partition, new.lane, new.state, 1)
+	ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + 1;
+END;
+
+CREATE TRIGGER samples_count_delete AFTER DELETE ON samples BEGIN
+	UPDATE counts SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND state = old.state;
+END;
+`,
+}
+
+// migrate brings the file to schemaVersion in one transaction, so a crash
+// mid-migration leaves the old version intact.
+func migrate(ctx context.Context, db *sql.DB) error {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("schema version %d is newer than this binary's %d", v, schemaVersion)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin migration: %w", err)
+	}
+	defer tx.Rollback()
+	for i := v; i < schemaVersion; i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migrate schema %d to %d: %w", i, i+1, err)
+		}
+	}
+	// PRAGMA takes no bound parameters; the value is our own constant.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		return fmt.Errorf("set schema version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit migration: %w", err)
+	}
+	return nil
+}

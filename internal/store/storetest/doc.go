@@ -1,0 +1,14 @@
+// Package storetest is the conformance suite every store.Store backend must
+// pass. A backend's tests call Run with a function that opens a fresh, empty
+// store for each subtest; the suite closes it.
+//
+// The suite uses only the store.Store interface and the wall clock: lease
+// expiry is driven through ExpireLeases' now argument and retry times are
+// set far in the past or future, so no backend needs a fake clock to pass.
+// It covers every transition of the sample state machine, the rule that a
+// transition needs the caller's live lease (store.ErrNotLeased otherwise,
+// and nothing changes), which transitions spend an attempt (Complete,
+// Reject, Retry and DeadLetter spend one each; Release, ReleaseOwner,
+// Escalate and ExpireLeases never do), and concurrent claimers that must
+// never hold the same sample at once.
+package storetest
