@@ -38,6 +38,7 @@ type fakeSample struct {
 	notBefore  time.Time
 	attempts   int
 	lastErr    string
+	errAt      time.Time
 	result     store.Result
 	reason     string
 	finishedAt time.Time
@@ -106,7 +107,7 @@ func (s *fakeStore) AddIngestErrors(_ context.Context, errs []store.IngestError)
 func (s *fakeStore) IngestErrors(_ context.Context, limit int) ([]store.IngestError, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.ierrs[:min(limit, len(s.ierrs))]), nil
+	return slices.Clone(s.ierrs[:upTo(limit, len(s.ierrs))]), nil
 }
 
 func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
@@ -177,6 +178,7 @@ func (s *fakeStore) Complete(_ context.Context, id, owner string, r store.Result
 		return err
 	}
 	x.result = r
+	x.attempts++
 	s.finish(x, store.Done)
 	return nil
 }
@@ -189,6 +191,7 @@ func (s *fakeStore) Reject(_ context.Context, id, owner string, r store.Result, 
 		return err
 	}
 	x.result, x.reason = r, reason
+	x.attempts++
 	s.finish(x, store.Rejected)
 	return nil
 }
@@ -200,7 +203,7 @@ func (s *fakeStore) Retry(_ context.Context, id, owner string, notBefore time.Ti
 	if err != nil {
 		return err
 	}
-	x.state, x.owner, x.notBefore, x.lastErr = store.Pending, "", notBefore, lastErr
+	x.state, x.owner, x.notBefore, x.lastErr, x.errAt = store.Pending, "", notBefore, lastErr, time.Now()
 	x.attempts++
 	return nil
 }
@@ -243,7 +246,7 @@ func (s *fakeStore) DeadLetter(_ context.Context, id, owner, reason string) erro
 		return err
 	}
 	x.attempts++
-	x.reason, x.lastErr = reason, reason
+	x.reason, x.lastErr, x.errAt = reason, reason, time.Now()
 	s.finish(x, store.Dead)
 	return nil
 }
@@ -287,6 +290,9 @@ func (s *fakeStore) Counts(context.Context) ([]store.Count, error) {
 	for k, n := range m {
 		out = append(out, store.Count{Partition: k.p, Lane: k.l, State: k.st, N: n})
 	}
+	slices.SortFunc(out, func(a, b store.Count) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Lane, b.Lane), cmp.Compare(a.State, b.State))
+	})
 	return out, nil
 }
 
@@ -309,7 +315,7 @@ func (s *fakeStore) rows(keep func(*fakeSample) bool) []store.Row {
 	for _, x := range s.samples {
 		if keep(x) {
 			rows = append(rows, store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
-				Attempts: x.attempts, Result: x.result, Reason: cmp.Or(x.reason, x.lastErr), FinishedAt: x.finishedAt})
+				Attempts: x.attempts, Result: x.result, Reason: x.reason, FinishedAt: x.finishedAt})
 		}
 	}
 	return rows
@@ -333,9 +339,19 @@ func (s *fakeStore) Finished(_ context.Context, fn func(store.Row) error) error 
 func (s *fakeStore) LastErrors(_ context.Context, limit int) ([]store.Row, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rows := s.rows(func(x *fakeSample) bool { return x.lastErr != "" })
-	slices.SortFunc(rows, func(a, b store.Row) int { return b.FinishedAt.Compare(a.FinishedAt) })
-	return rows[:min(limit, len(rows))], nil
+	var xs []*fakeSample
+	for _, x := range s.samples {
+		if !x.errAt.IsZero() {
+			xs = append(xs, x)
+		}
+	}
+	slices.SortFunc(xs, func(a, b *fakeSample) int { return cmp.Or(b.errAt.Compare(a.errAt), cmp.Compare(b.seq, a.seq)) })
+	var rows []store.Row
+	for _, x := range xs[:upTo(limit, len(xs))] {
+		rows = append(rows, store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
+			Attempts: x.attempts, Reason: x.lastErr, FinishedAt: x.finishedAt})
+	}
+	return rows, nil
 }
 
 func (s *fakeStore) PutHeartbeat(_ context.Context, hb store.Heartbeat) error {
@@ -366,7 +382,15 @@ func (s *fakeStore) Events(_ context.Context, limit int) ([]store.Event, error) 
 	defer s.mu.Unlock()
 	out := slices.Clone(s.events)
 	slices.Reverse(out)
-	return out[:min(limit, len(out))], nil
+	return out[:upTo(limit, len(out))], nil
 }
 
 func (s *fakeStore) Close() error { return nil }
+
+// upTo applies a read limit: limit <= 0 means all n.
+func upTo(limit, n int) int {
+	if limit <= 0 {
+		return n
+	}
+	return min(limit, n)
+}

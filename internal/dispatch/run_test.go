@@ -135,8 +135,8 @@ func TestServerDownReleasesAndBreaks(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 			for i := range 40 {
-				if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 0 || s.result.Endpoint != "http://up" {
-					t.Errorf("%s: state %s attempts %d endpoint %s, want done, 0 attempts, on http://up", s.ID, s.state, s.attempts, s.result.Endpoint)
+				if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 1 || s.result.Endpoint != "http://up" {
+					t.Errorf("%s: state %s attempts %d endpoint %s, want done, 1 attempt (the successful one), on http://up", s.ID, s.state, s.attempts, s.result.Endpoint)
 				}
 			}
 			snap := d.Snapshot()
@@ -179,8 +179,8 @@ func TestServerDownReleasesAndBreaks(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 			for i := range 20 {
-				if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 0 {
-					t.Errorf("%s: state %s attempts %d, want done with 0 attempts", s.ID, s.state, s.attempts)
+				if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 1 {
+					t.Errorf("%s: state %s attempts %d, want done with 1 attempt (the outage spent none)", s.ID, s.state, s.attempts)
 				}
 			}
 			snap = d.Snapshot().Endpoints[0]
@@ -235,8 +235,8 @@ func TestPauseCancelsAndResumeContinues(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 		for i := range 30 {
-			if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 0 {
-				t.Errorf("%s: state %s attempts %d, want done with 0 attempts", s.ID, s.state, s.attempts)
+			if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 1 {
+				t.Errorf("%s: state %s attempts %d, want done with 1 attempt (the pause spent none)", s.ID, s.state, s.attempts)
 			}
 		}
 		if e := d.Snapshot().Endpoints[0]; e.Paused || e.PauseReason != "" {
@@ -277,7 +277,7 @@ func TestRetryOutcomes(t *testing.T) {
 		name         string
 		fail         func(n int) error // error for the n-th send of a sample, nil = succeed
 		wantState    store.State
-		wantAttempts int // in the store at the end
+		wantAttempts int // in the store at the end; finishing spends one too
 		wantCalls    int
 		wantReason   string
 		wantCounters Counters
@@ -290,7 +290,7 @@ func TestRetryOutcomes(t *testing.T) {
 				}
 				return nil
 			},
-			wantState: store.Done, wantAttempts: 2, wantCalls: 3,
+			wantState: store.Done, wantAttempts: 3, wantCalls: 3,
 			wantCounters: Counters{Done: 1, Retried: 2},
 		},
 		{
@@ -301,7 +301,7 @@ func TestRetryOutcomes(t *testing.T) {
 				}
 				return nil
 			},
-			wantState: store.Done, wantAttempts: 1, wantCalls: 2,
+			wantState: store.Done, wantAttempts: 2, wantCalls: 2,
 			wantCounters: Counters{Done: 1, Retried: 1},
 		},
 		{
@@ -427,8 +427,8 @@ func TestTruncation(t *testing.T) {
 			}
 			for i := range 10 {
 				s := st.get(fmt.Sprintf("s-%05d", i))
-				if s.state != store.Done || s.Lane != "long" || s.attempts != 0 || s.result.FinishReason != "stop" {
-					t.Errorf("%s: %s in %s, %d attempts, finish %q; want done in long, 0 attempts, stop", s.ID, s.state, s.Lane, s.attempts, s.result.FinishReason)
+				if s.state != store.Done || s.Lane != "long" || s.attempts != 1 || s.result.FinishReason != "stop" {
+					t.Errorf("%s: %s in %s, %d attempts, finish %q; want done in long, 1 attempt (escalation spends none), stop", s.ID, s.state, s.Lane, s.attempts, s.result.FinishReason)
 				}
 			}
 			if diff := cmp.Diff(Counters{Done: 10, Escalated: 10}, d.Snapshot().Counters); diff != "" {
@@ -519,10 +519,15 @@ func TestDrainOnCancel(t *testing.T) {
 		if took := time.Since(start); took != 20*time.Second {
 			t.Errorf("drain took %v, want the 20s DrainTimeout (the slow requests never finish)", took)
 		}
-		want := map[string]store.State{"s-00000": store.Done, "s-00001": store.Pending, "s-00002": store.Done, "s-00003": store.Pending}
-		for id, ws := range want {
-			if s := st.get(id); s.state != ws || s.attempts != 0 {
-				t.Errorf("%s: %s with %d attempts, want %s with 0", id, s.state, s.attempts, ws)
+		// Finished ones spent their attempt; cancelled ones spent none.
+		want := []struct {
+			id       string
+			state    store.State
+			attempts int
+		}{{"s-00000", store.Done, 1}, {"s-00001", store.Pending, 0}, {"s-00002", store.Done, 1}, {"s-00003", store.Pending, 0}}
+		for _, w := range want {
+			if s := st.get(w.id); s.state != w.state || s.attempts != w.attempts {
+				t.Errorf("%s: %s with %d attempts, want %s with %d", w.id, s.state, s.attempts, w.state, w.attempts)
 			}
 		}
 		if diff := cmp.Diff(map[store.State]int{store.Done: 2, store.Pending: 18}, st.states()); diff != "" {
