@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/regen-dev/regen/internal/export"
+	"github.com/regen-dev/regen/internal/job"
+)
+
+func init() { addCommand(newExportCommand) }
+
+type exportOptions struct {
+	formats []string
+	out     string
+}
+
+func (o *exportOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&o.formats, "format", nil, "sharegpt, openai-batch or parquet; repeat or comma-separate (default: the job's output.formats)")
+	fs.StringVar(&o.out, "out", "", "output directory (default: the job's output.dir)")
+}
+
+func newExportCommand() *cobra.Command {
+	var o exportOptions
+	cmd := &cobra.Command{
+		Use:   "export job.yaml",
+		Short: "Write the job's finished samples to dataset files",
+		Long: `export reads the done, rejected and dead samples of a job's store and writes
+<name>.sharegpt.jsonl, <name>.openai-batch.jsonl with <name>.errors.jsonl,
+<name>.parquet, and always <name>.dead.jsonl. Each file replaces the previous
+one atomically once complete. It can run while the job is running: it writes
+what is finished so far.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runExport(cmd.Context(), cmd.OutOrStdout(), args[0], o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runExport(ctx context.Context, out io.Writer, path string, o exportOptions) error {
+	spec, err := job.Load(path)
+	if err != nil {
+		return err
+	}
+	formats := spec.Output.Formats
+	if len(o.formats) > 0 {
+		formats = o.formats
+	}
+	dir := spec.Output.Dir
+	if o.out != "" {
+		dir = o.out
+	}
+	if _, err := os.Stat(storePath(spec)); err != nil {
+		return fmt.Errorf("job %s has no store yet (%s): run it first", spec.Name, storePath(spec))
+	}
+	st, err := openStore(spec)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sum, err := export.Export(ctx, st, dir, formats, spec.BaseName())
+	if err != nil {
+		return err
+	}
+	writeExportSummary(out, sum)
+	return nil
+}
+
+// writeExportSummary prints the counts and one line per written file.
+func writeExportSummary(w io.Writer, sum export.Summary) {
+	fmt.Fprintf(w, "exported %d done (%d truncated), %d rejected, %d dead, %d bad source rows\n",
+		sum.Done, sum.Truncated, sum.Rejected, sum.Dead, sum.BadRows)
+	for _, f := range sum.Files {
+		p := f.Path
+		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {
+			p = rel
+		}
+		fmt.Fprintf(w, "  %-20s %7d  %s\n", f.Format, f.Rows, p)
+	}
+}
