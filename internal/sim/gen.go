@@ -1,0 +1,522 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// genRequest is the part of an OpenAI chat or completions request the
+// simulator reads; everything else (sampling extras) is accepted and ignored.
+type genRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+	} `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Tools              json.RawMessage `json:"tools"`
+	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
+}
+
+// reqFaults is what per-request faults do to one request.
+type reqFaults struct {
+	status      int // 5xx instead of an answer
+	resetAt     int // tokens before a TCP reset; -1 none
+	malformedAt int // tokens before a malformed chunk; -1 none
+}
+
+// requestFaults assigns per-request faults to the n-th request.
+func (s *Server) requestFaults(n int64) reqFaults {
+	out := reqFaults{resetAt: -1, malformedAt: -1}
+	for _, f := range s.reqFaults {
+		if f.AfterRequests > 0 {
+			if n <= int64(f.AfterRequests) {
+				continue
+			}
+		} else if !f.fired.Load() {
+			continue
+		}
+		claimed := false
+		for {
+			left := f.remaining.Load()
+			if left <= 0 {
+				break
+			}
+			if f.remaining.CompareAndSwap(left, left-1) {
+				claimed = true
+				break
+			}
+		}
+		if !claimed {
+			continue
+		}
+		switch f.Kind {
+		case FaultError:
+			out.status = f.Status
+		case FaultReset:
+			out.resetAt = f.Tokens
+		case FaultMalformed:
+			out.malformedAt = f.Tokens
+		}
+	}
+	return out
+}
+
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) {
+	if s.state.Load() == stateDead {
+		panic(http.ErrAbortHandler)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+	if err != nil {
+		return
+	}
+	var in genRequest
+	if err := json.Unmarshal(body, &in); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	if s.cfg.Engine == "vllm" && in.Model != "" && in.Model != s.cfg.modelName() {
+		writeJSON(w, 404, map[string]any{"object": "error", "message": fmt.Sprintf("The model `%s` does not exist.", in.Model),
+			"type": "NotFoundError", "param": nil, "code": 404})
+		return
+	}
+	n := s.reqCount.Add(1)
+	fl := s.requestFaults(n)
+	if fl.status != 0 {
+		msg := "Internal server error"
+		if fl.status == http.StatusServiceUnavailable {
+			msg = "Service Unavailable"
+		}
+		writeError(w, fl.status, msg)
+		return
+	}
+	req, thinking, tools, msg := s.buildRequest(&in, kind)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	select {
+	case s.sched.inbox <- req:
+	case <-r.Context().Done():
+		return
+	case <-s.dead:
+		panic(http.ErrAbortHandler)
+	case <-s.closing:
+		writeError(w, http.StatusServiceUnavailable, "server is shutting down")
+		return
+	}
+	enc := s.newEncoder(req, kind, thinking, tools)
+	if in.Stream {
+		s.stream(w, r, req, enc, fl, in.StreamOptions != nil && in.StreamOptions.IncludeUsage)
+		return
+	}
+	s.whole(w, r, req, enc, fl)
+}
+
+// buildRequest estimates prompt tokens, prefixes and the output plan; a
+// non-empty message is a 400 error in SGLang's words.
+func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []byte, string) {
+	c := &s.cfg
+	h := newHasher(c.Seed)
+	var prefixes []prefixSeg
+	tokens := 0
+	var toolName []byte
+	thinking := c.Reasoning == "always"
+	if kind == kindChat {
+		if len(in.Messages) == 0 {
+			return nil, false, nil, "messages: at least one message is required"
+		}
+		if len(in.Tools) > 0 && string(in.Tools) != "null" {
+			var tl []struct {
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(in.Tools, &tl); err != nil {
+				return nil, false, nil, "tools: " + err.Error()
+			}
+			if len(tl) > 0 {
+				toolName, _ = json.Marshal(tl[0].Function.Name)
+				h.add(in.Tools)
+				tokens += estimateTokens(len(in.Tools), c.BytesPerToken)
+				prefixes = append(prefixes, prefixSeg{h.h, tokens})
+			}
+		}
+		for _, m := range in.Messages {
+			h.add([]byte(m.Role))
+			h.add(m.Content)
+			h.add(m.ToolCalls)
+			tokens += estimateTokens(len(m.Content)+len(m.ToolCalls), c.BytesPerToken) + 4
+			prefixes = append(prefixes, prefixSeg{h.h, tokens})
+		}
+		if c.Reasoning == "auto" {
+			for _, k := range []string{"thinking", "enable_thinking"} {
+				if v, ok := in.ChatTemplateKwargs[k].(bool); ok && v {
+					thinking = true
+				}
+			}
+		}
+	} else {
+		var text []byte
+		var str string
+		var strs []string
+		var ids []int
+		switch {
+		case json.Unmarshal(in.Prompt, &str) == nil:
+			text = []byte(str)
+		case json.Unmarshal(in.Prompt, &strs) == nil:
+			text = []byte(strings.Join(strs, ""))
+		case json.Unmarshal(in.Prompt, &ids) == nil:
+			text = []byte(fmt.Sprint(ids))
+			tokens = len(ids)
+		default:
+			return nil, false, nil, "prompt: want a string, a list of strings or a list of token ids"
+		}
+		for off := 0; off < len(text); off += 1024 {
+			h.add(text[off:min(off+1024, len(text))])
+			t := estimateTokens(min(off+1024, len(text)), c.BytesPerToken)
+			if ids != nil {
+				t = len(ids) * min(off+1024, len(text)) / len(text)
+			}
+			prefixes = append(prefixes, prefixSeg{h.h, t})
+		}
+		if ids == nil {
+			tokens = estimateTokens(len(text), c.BytesPerToken)
+		}
+		thinking = false
+	}
+	tokens = max(tokens, 1)
+	pool := c.kvTokens()
+	if tokens >= c.ContextLen {
+		return nil, false, nil, fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", tokens, c.ContextLen)
+	}
+	if tokens >= pool {
+		return nil, false, nil, fmt.Sprintf("Input length (%d tokens) exceeds the maximum allowed length (%d tokens). Use a shorter input or enable --allow-auto-truncate.", tokens, pool-1)
+	}
+	maxNew := c.DefaultMaxTokens
+	if in.MaxCompletionTokens != nil {
+		maxNew = *in.MaxCompletionTokens
+	} else if in.MaxTokens != nil {
+		maxNew = *in.MaxTokens
+	} else if maxNew == 0 {
+		maxNew = c.ContextLen - tokens
+	}
+	if maxNew < 1 {
+		return nil, false, nil, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxNew)
+	}
+	if tokens+maxNew > c.ContextLen {
+		return nil, false, nil, fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+			c.ContextLen, tokens+maxNew, tokens, maxNew)
+	}
+	seed := h.h
+	req := &request{
+		id:       fmt.Sprintf("%016x%016x", seed, s.nextID.Add(1)),
+		kind:     kind,
+		prompt:   tokens,
+		prefixes: prefixes,
+		maxNew:   maxNew,
+		plan:     planOutput(c, seed, maxNew, thinking, toolName != nil),
+		seed:     seed,
+		arrived:  time.Now(),
+		notify:   make(chan struct{}, 1),
+	}
+	return req, thinking, toolName, ""
+}
+
+// encoder builds SGLang-shaped SSE chunks by appending bytes; the tokens
+// are JSON-safe so nothing is escaped per token.
+type encoder struct {
+	base     []byte // data: {"id":..,"object":..,"created":..,"model":..,
+	chat     bool
+	seed     uint64
+	plan     outputPlan
+	toolName []byte
+	callID   string
+}
+
+func (s *Server) newEncoder(r *request, kind reqKind, thinking bool, toolName []byte) *encoder {
+	obj := "chat.completion.chunk"
+	if kind == kindCompletion {
+		obj = "text_completion"
+	}
+	model, _ := json.Marshal(s.cfg.modelName())
+	b := []byte(`data: {"id":"` + r.id + `","object":"` + obj + `","created":` + strconv.FormatInt(time.Now().Unix(), 10) + `,"model":`)
+	b = append(b, model...)
+	b = append(b, ',')
+	return &encoder{base: b, chat: kind == kindChat, seed: r.seed, plan: r.plan, toolName: toolName, callID: fmt.Sprintf("call_%016x", r.seed)}
+}
+
+const chunkTail = `,"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}` + "\n\n"
+
+func (e *encoder) first(b []byte) []byte {
+	b = append(b, e.base...)
+	return append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":null,"tool_calls":null}`+chunkTail...)
+}
+
+// part is token i's kind: 0 content, 1 reasoning, 2 tool-call arguments.
+func (e *encoder) part(i int) int {
+	switch {
+	case e.chat && e.plan.toolStart >= 0 && i >= e.plan.toolStart:
+		return 2
+	case e.chat && i < e.plan.reasoning:
+		return 1
+	}
+	return 0
+}
+
+// toolArgs is token i's piece of the tool call's JSON arguments, escaped
+// for a JSON string; the arguments close only when the call completes.
+func (e *encoder) toolArgs(i int) string {
+	w := tokenText(e.seed, i)
+	if i == e.plan.toolStart {
+		w = `{\"text\": \"` + strings.TrimPrefix(w, " ")
+	}
+	if i == e.plan.target-1 && e.plan.finish == "tool_calls" {
+		w += `\"}`
+	}
+	return w
+}
+
+func (e *encoder) token(b []byte, i int) []byte {
+	b = append(b, e.base...)
+	if !e.chat {
+		b = append(b, `"choices":[{"index":0,"text":"`...)
+		b = append(b, tokenText(e.seed, i)...)
+		return append(b, `"`+chunkTail...)
+	}
+	switch e.part(i) {
+	case 2:
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,"tool_calls":[{`...)
+		if i == e.plan.toolStart {
+			b = append(b, `"id":"`+e.callID+`","index":0,"type":"function","function":{"name":`...)
+			b = append(b, e.toolName...)
+			b = append(b, `,"arguments":"`...)
+		} else {
+			b = append(b, `"index":0,"function":{"arguments":"`...)
+		}
+		b = append(b, e.toolArgs(i)...)
+		b = append(b, `"}}]}`...)
+	case 1:
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":"`...)
+		b = append(b, tokenText(e.seed, i)...)
+		b = append(b, `","tool_calls":null}`...)
+	default:
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":"`...)
+		b = append(b, tokenText(e.seed, i)...)
+		b = append(b, `","reasoning_content":null,"tool_calls":null}`...)
+	}
+	return append(b, chunkTail...)
+}
+
+// eosID is Kimi-K2.5's end-of-turn token, reported as matched_stop.
+const eosID = 163586
+
+func matchedStop(reason string) string {
+	if reason == "stop" {
+		return strconv.Itoa(eosID)
+	}
+	return "null"
+}
+
+func (e *encoder) finish(b []byte, reason string) []byte {
+	b = append(b, e.base...)
+	if e.chat {
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,"tool_calls":null}`...)
+	} else {
+		b = append(b, `"choices":[{"index":0,"text":""`...)
+	}
+	b = append(b, `,"logprobs":null,"finish_reason":"`+reason+`","matched_stop":`+matchedStop(reason)+`}],"usage":null}`+"\n\n"...)
+	return b
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	ReasoningTokens int `json:"reasoning_tokens"`
+}
+
+func (e *encoder) usage(r *request, n int) usage {
+	u := usage{PromptTokens: r.prompt, CompletionTokens: n, TotalTokens: r.prompt + n, ReasoningTokens: min(e.plan.reasoning, n)}
+	if !e.chat {
+		u.ReasoningTokens = 0
+	}
+	u.PromptTokensDetails.CachedTokens = r.cached
+	return u
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, enc *encoder, fl reqFaults, includeUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 0, 4096)
+	if enc.chat {
+		buf = enc.first(buf)
+	}
+	sent := 0
+	for {
+		if _, err := w.Write(buf); err != nil {
+			req.cancel.Store(true)
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			req.cancel.Store(true)
+			return
+		}
+		buf = buf[:0]
+		select {
+		case <-req.notify:
+		case <-r.Context().Done():
+			req.cancel.Store(true)
+			return
+		case <-s.dead:
+			panic(http.ErrAbortHandler)
+		case <-s.closing:
+			req.cancel.Store(true)
+			panic(http.ErrAbortHandler)
+		}
+		done := req.done.Load()
+		n := int(req.avail.Load())
+		if done && req.finishReason == "abort" {
+			select {
+			case <-s.dead:
+			default:
+			}
+			panic(http.ErrAbortHandler)
+		}
+		for sent < n {
+			if sent == fl.resetAt {
+				break
+			}
+			if sent == fl.malformedAt {
+				buf = append(buf, enc.base...)
+				buf = append(buf, `"choices":[{"index":0,"delta":{"content":" trunc`+"\n\n"...)
+				fl.malformedAt = -1
+			}
+			buf = enc.token(buf, sent)
+			sent++
+		}
+		if fl.resetAt >= 0 && (sent == fl.resetAt || done) {
+			w.Write(buf)
+			req.cancel.Store(true)
+			resetConn(w)
+			return
+		}
+		if !done {
+			continue
+		}
+		buf = enc.finish(buf, req.finishReason)
+		if includeUsage {
+			u, _ := json.Marshal(enc.usage(req, n))
+			buf = append(buf, enc.base...)
+			buf = append(buf, `"choices":[],"usage":`...)
+			buf = append(buf, u...)
+			buf = append(buf, "}\n\n"...)
+		}
+		buf = append(buf, "data: [DONE]\n\n"...)
+		w.Write(buf)
+		rc.Flush()
+		return
+	}
+}
+
+// resetConn cuts the connection with a TCP RST, as a crashed peer would.
+func resetConn(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	conn.Close()
+}
+
+func (s *Server) whole(w http.ResponseWriter, r *http.Request, req *request, enc *encoder, fl reqFaults) {
+	for !req.done.Load() {
+		select {
+		case <-req.notify:
+		case <-r.Context().Done():
+			req.cancel.Store(true)
+			return
+		case <-s.dead:
+			panic(http.ErrAbortHandler)
+		case <-s.closing:
+			req.cancel.Store(true)
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if req.finishReason == "abort" {
+		panic(http.ErrAbortHandler)
+	}
+	if fl.resetAt >= 0 {
+		resetConn(w)
+		return
+	}
+	n := int(req.avail.Load())
+	var content, reasoning, args strings.Builder
+	for i := range n {
+		switch enc.part(i) {
+		case 2:
+			args.WriteString(enc.toolArgs(i))
+		case 1:
+			reasoning.WriteString(tokenText(req.seed, i))
+		default:
+			content.WriteString(tokenText(req.seed, i))
+		}
+	}
+	created := time.Now().Unix()
+	var ms any
+	if req.finishReason == "stop" {
+		ms = eosID
+	}
+	var choice map[string]any
+	obj := "chat.completion"
+	if enc.chat {
+		msg := map[string]any{"role": "assistant", "content": content.String(), "reasoning_content": nil, "tool_calls": nil}
+		if reasoning.Len() > 0 {
+			msg["reasoning_content"] = reasoning.String()
+		}
+		if args.Len() > 0 {
+			var name string
+			json.Unmarshal(enc.toolName, &name)
+			// The arguments were escaped for a JSON string; undo that here.
+			a := strings.ReplaceAll(args.String(), `\"`, `"`)
+			msg["tool_calls"] = []any{map[string]any{"id": enc.callID, "index": 0, "type": "function",
+				"function": map[string]any{"name": name, "arguments": a}}}
+		}
+		choice = map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": req.finishReason, "matched_stop": ms}
+	} else {
+		obj = "text_completion"
+		choice = map[string]any{"index": 0, "text": content.String(), "logprobs": nil, "finish_reason": req.finishReason, "matched_stop": ms}
+	}
+	out := map[string]any{"id": req.id, "object": obj, "created": created, "model": s.cfg.modelName(),
+		"choices": []any{choice}, "usage": enc.usage(req, n)}
+	if fl.malformedAt >= 0 {
+		b, _ := json.Marshal(out)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(b[:len(b)/2])
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
