@@ -166,7 +166,7 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/invalid.yaml:7: sources[0].lane: no lane named "nope"`,
 			`testdata/invalid.yaml:8: sources[1].partition: "a" is also the name of sources[0]`,
 			`testdata/invalid.yaml:8: sources[1].path: required`,
-			`testdata/invalid.yaml:9: sources[1].format: unknown format "csv" (want jsonl, jsonl.gz or parquet, or leave it out to go by extension)`,
+			`testdata/invalid.yaml:9: sources[1].format: unknown format "csv" (want jsonl or parquet (gzip is read by the .gz extension), or leave it out to go by extension)`,
 			`testdata/invalid.yaml:11: sources[1].limit: must be >= 0`,
 			`testdata/invalid.yaml:12: sources[2].partition: required`,
 			`testdata/invalid.yaml:12: sources[2]: set exactly one of conversations, messages or prompt (got 0)`,

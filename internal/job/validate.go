@@ -85,8 +85,8 @@ func (v *validator) sources() {
 		if n != 1 {
 			v.addf(p, "set exactly one of conversations, messages or prompt (got %d)", n)
 		}
-		if src.Format != "" && !slices.Contains([]string{"jsonl", "jsonl.gz", "parquet"}, src.Format) {
-			v.addf(p+".format", "unknown format %q (want jsonl, jsonl.gz or parquet, or leave it out to go by extension)", src.Format)
+		if src.Format != "" && !slices.Contains([]string{"jsonl", "parquet"}, src.Format) {
+			v.addf(p+".format", "unknown format %q (want jsonl or parquet (gzip is read by the .gz extension), or leave it out to go by extension)", src.Format)
 		}
 		if src.Limit < 0 {
 			v.addf(p+".limit", "must be >= 0")
