@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 )
 
 // SGLangDefaultMaxRunning is SGLang's max_running_requests when none is
@@ -95,7 +97,7 @@ func planLanes(p *Plan, in Input) {
 		lp.RunningCap, lp.RunningCapSource = max(hard, 1), "SGLang hard cap max_total_num_tokens/2 (the flag below replaces its default)"
 		p.note("SGLang's default max_running_requests here would be %d (ENGINES.md 1.6); the flag overrides it", SGLangDefaultMaxRunning(C, ctx))
 	default:
-		lp.RunningCap, lp.RunningCapSource = math.MaxInt32, "none (vLLM --max-num-seqs is set from the lanes)"
+		lp.RunningCap, lp.RunningCapSource = math.MaxInt32, "no cap given; vLLM --max-num-seqs is set from the lanes"
 	}
 
 	sum := 0
@@ -129,7 +131,35 @@ func planLanes(p *Plan, in Input) {
 		fmt.Sprintf("headroom = one p95 request (prompt p95 + output p95) = %d x %d replica(s) = %d", headroom, reps, lp.HeadroomTokens),
 		fmt.Sprintf("usable = %d - %d = %d tokens", lp.CapacityTokens, lp.HeadroomTokens, lp.UsableTokens),
 		fmt.Sprintf("demand = sum(wanted x (prompt mean + output mean)) = %d tokens; scale = min(1, usable/demand) = %.3f", lp.DemandTokens, lp.Scale),
-		fmt.Sprintf("running cap %d per replica (%s); --max-running-requests = %d per replica", lp.RunningCap, lp.RunningCapSource, lp.MaxRunningRequests),
+	}
+	if lp.RunningCap == math.MaxInt32 {
+		lp.Formula = append(lp.Formula, fmt.Sprintf("running cap: %s; running requests flag = %d per replica", lp.RunningCapSource, lp.MaxRunningRequests))
+	} else {
+		lp.Formula = append(lp.Formula, fmt.Sprintf("running cap %d per replica (%s); running requests flag = %d per replica", lp.RunningCap, lp.RunningCapSource, lp.MaxRunningRequests))
 	}
 	p.Lanes = lp
+}
+
+// ParseLane parses "name:concurrency:max_tokens" optionally followed by
+// ":prompt_mean:output_mean:prompt_p95:output_p95" (any suffix may be
+// left off; empty fields stay zero, meaning "use the default").
+func ParseLane(s string) (Lane, error) {
+	f := strings.Split(s, ":")
+	if len(f) < 3 || len(f) > 7 || f[0] == "" {
+		return Lane{}, fmt.Errorf("lane %q: want name:concurrency:max_tokens[:prompt_mean[:output_mean[:prompt_p95[:output_p95]]]]", s)
+	}
+	l := Lane{Name: f[0]}
+	dst := []*int{&l.Concurrency, &l.MaxTokens, &l.PromptMean, &l.OutputMean, &l.PromptP95, &l.OutputP95}
+	names := []string{"concurrency", "max_tokens", "prompt_mean", "output_mean", "prompt_p95", "output_p95"}
+	for i, v := range f[1:] {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return Lane{}, fmt.Errorf("lane %q: %s %q is not a non-negative integer", s, names[i], v)
+		}
+		*dst[i] = n
+	}
+	return l, nil
 }

@@ -387,7 +387,7 @@ func planMemory(p *Plan, in Input) {
 	P := in.FreeBeforeWeights
 	if P == 0 {
 		P = in.GPU.MemBytes - overhead
-		p.estimate("P (free before weights) = GPU %.2f GiB - %.2f GiB CUDA/NCCL context = %.2f GiB (measure: SGLang logs avail mem before loading)", gib(in.GPU.MemBytes), gib(overhead), gib(P))
+		p.estimate("P (free before weights) = GPU %.2f GiB - %.2f GiB CUDA/NCCL context = %.2f GiB (measure it: the engine logs free memory before loading weights)", gib(in.GPU.MemBytes), gib(overhead), gib(P))
 	}
 	mem.FreeBeforeWeightsBytes = P
 	mem.ActivationBytes = in.Activation

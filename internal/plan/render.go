@@ -63,7 +63,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 		label = "gpu_memory_utilization"
 	}
 	row(false, label, fmt.Sprintf("%.3f", mem.MemFraction), mem.MemFractionSource)
-	row(true, "slack outside static pool", fmt.Sprintf("%.2f GiB", gib(mem.SlackBytes)), fmt.Sprintf("activation minimum %.2f GiB", gib(mem.ActivationBytes)))
+	act := "activation minimum"
+	if p.Engine == VLLM {
+		act = "activation peak (subtracted)"
+	}
+	row(true, "slack outside static pool", fmt.Sprintf("%.2f GiB", gib(mem.SlackBytes)), fmt.Sprintf("%s %.2f GiB", act, gib(mem.ActivationBytes)))
 	row(true, "KV pool", fmt.Sprintf("%.2f GiB", gib(mem.KVPoolBytes)), "")
 	name := "max_total_num_tokens"
 	if p.Engine == VLLM {
