@@ -637,3 +637,18 @@ func TestGolden(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkCompute(b *testing.B) {
+	m, err := LoadModelConfig("testdata/kimi-k2.5.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, _ := LookupGPU("rtx-pro-6000")
+	in := Input{Model: m, GPU: g, TP: 8, MemFraction: 0.93, HostMem: 449 * GB, HiCache: HiCache{Enabled: true, SizeGB: 30},
+		Lanes: []Lane{{Name: "short", Concurrency: 150, MaxTokens: 10240}, {Name: "long", Concurrency: 32, MaxTokens: 16384}}, PromptTokens: 1500}
+	for b.Loop() {
+		if _, err := Compute(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
