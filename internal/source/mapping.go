@@ -42,13 +42,35 @@ var openAIRoles = map[string]bool{
 
 // message is one canonical chat message; field order fixes the JSON bytes.
 type message struct {
-	Role       string `json:"role"`
-	Content    any    `json:"content"`
-	Name       string `json:"name,omitempty"`
-	ToolCalls  any    `json:"tool_calls,omitempty"`
-	ToolCallID string `json:"tool_call_id,omitempty"`
-	at         string // the content's field path, for errors
+	Role       string   `json:"role"`
+	Content    any      `json:"content"`
+	Name       string   `json:"name,omitempty"`
+	ToolCalls  any      `json:"tool_calls,omitempty"`
+	ToolCallID string   `json:"tool_call_id,omitempty"`
+	at         turnPath // where the content came from, for errors
 }
+
+// turnPath names turn i of a list field (i < 0: the field itself); the
+// string is built only when a row is bad, keeping good rows cheap.
+type turnPath struct {
+	field string
+	i     int
+	key   string
+}
+
+func (p turnPath) String() string {
+	s := p.field
+	if p.i >= 0 {
+		s += "[" + strconv.Itoa(p.i) + "]"
+	}
+	if p.key != "" {
+		s += "." + p.key
+	}
+	return s
+}
+
+// sub is the path of key inside turn p.
+func (p turnPath) sub(key string) string { p.key = key; return p.String() }
 
 // rowError is why one row cannot become a sample.
 type rowError struct {
@@ -256,7 +278,7 @@ func (m *mapper) messages(row map[string]any) ([]message, *rowError) {
 		if !ok {
 			return nil, wrongType(field, "string", v)
 		}
-		msgs = []message{{Role: "user", Content: s, at: field}}
+		msgs = []message{{Role: "user", Content: s, at: turnPath{field: field, i: -1}}}
 	default:
 		return nil, &rowError{reason: "source maps none of conversations, messages or prompt"}
 	}
@@ -275,7 +297,7 @@ func (m *mapper) messages(row map[string]any) ([]message, *rowError) {
 	}
 	for _, msg := range msgs {
 		if isEmpty(msg) {
-			return nil, fieldErr(msg.at, "empty content")
+			return nil, fieldErr(msg.at.String(), "empty content")
 		}
 	}
 
@@ -330,10 +352,10 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 	}
 	msgs := make([]message, 0, len(list))
 	for i, e := range list {
-		at := fmt.Sprintf("%s[%d]", field, i)
+		at := turnPath{field: field, i: i}
 		turn, ok := e.(map[string]any)
 		if !ok {
-			return nil, wrongType(at, "object", e)
+			return nil, wrongType(at.String(), "object", e)
 		}
 		fromKey, valueKey := "from", "value"
 		if _, ok := turn["from"]; !ok {
@@ -343,25 +365,25 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 		}
 		fv, ok := turn[fromKey]
 		if !ok || fv == nil {
-			return nil, fieldErr(at+"."+fromKey, "missing")
+			return nil, fieldErr(at.sub(fromKey), "missing")
 		}
 		from, ok := asString(fv)
 		if !ok {
-			return nil, wrongType(at+"."+fromKey, "string", fv)
+			return nil, wrongType(at.sub(fromKey), "string", fv)
 		}
 		role, ok := ShareGPTRoles[strings.ToLower(from)]
 		if !ok {
-			return nil, fieldErr(at+"."+fromKey, "unknown role %q", from)
+			return nil, fieldErr(at.sub(fromKey), "unknown role %q", from)
 		}
 		vv, ok := turn[valueKey]
 		if !ok {
-			return nil, fieldErr(at+"."+valueKey, "missing")
+			return nil, fieldErr(at.sub(valueKey), "missing")
 		}
 		value, ok := asString(vv)
 		if !ok {
-			return nil, wrongType(at+"."+valueKey, "string", vv)
+			return nil, wrongType(at.sub(valueKey), "string", vv)
 		}
-		msgs = append(msgs, message{Role: role, Content: value, at: at + "." + valueKey})
+		msgs = append(msgs, message{Role: role, Content: value, at: turnPath{field, i, valueKey}})
 	}
 	return msgs, nil
 }
@@ -375,23 +397,23 @@ func openAI(row map[string]any, field string) ([]message, *rowError) {
 	}
 	msgs := make([]message, 0, len(list))
 	for i, e := range list {
-		at := fmt.Sprintf("%s[%d]", field, i)
+		at := turnPath{field: field, i: i}
 		obj, ok := e.(map[string]any)
 		if !ok {
-			return nil, wrongType(at, "object", e)
+			return nil, wrongType(at.String(), "object", e)
 		}
 		rv, ok := obj["role"]
 		if !ok || rv == nil {
-			return nil, fieldErr(at+".role", "missing")
+			return nil, fieldErr(at.sub("role"), "missing")
 		}
 		role, ok := asString(rv)
 		if !ok {
-			return nil, wrongType(at+".role", "string", rv)
+			return nil, wrongType(at.sub("role"), "string", rv)
 		}
 		if !openAIRoles[role] {
-			return nil, fieldErr(at+".role", "unknown role %q", role)
+			return nil, fieldErr(at.sub("role"), "unknown role %q", role)
 		}
-		msg := message{Role: role, at: at + ".content"}
+		msg := message{Role: role, at: turnPath{field, i, "content"}}
 		switch c := obj["content"].(type) {
 		case nil:
 		case string:
@@ -401,26 +423,26 @@ func openAI(row map[string]any, field string) ([]message, *rowError) {
 		case []any:
 			msg.Content = plain(c) // content parts
 		default:
-			return nil, wrongType(at+".content", "string, array or null", c)
+			return nil, wrongType(at.sub("content"), "string, array or null", c)
 		}
 		if v := obj["name"]; v != nil {
 			s, ok := asString(v)
 			if !ok {
-				return nil, wrongType(at+".name", "string", v)
+				return nil, wrongType(at.sub("name"), "string", v)
 			}
 			msg.Name = s
 		}
 		if v := obj["tool_call_id"]; v != nil {
 			s, ok := asString(v)
 			if !ok {
-				return nil, wrongType(at+".tool_call_id", "string", v)
+				return nil, wrongType(at.sub("tool_call_id"), "string", v)
 			}
 			msg.ToolCallID = s
 		}
 		if v := obj["tool_calls"]; v != nil {
 			calls, ok := v.([]any)
 			if !ok {
-				return nil, wrongType(at+".tool_calls", "array", v)
+				return nil, wrongType(at.sub("tool_calls"), "array", v)
 			}
 			if len(calls) > 0 {
 				msg.ToolCalls = plain(calls)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
@@ -246,7 +247,7 @@ func (r *reader) jsonlFile(path string) error {
 			}
 			return fmt.Errorf("read %s line %d: corrupt data: %w", path, lineNo, err)
 		}
-		origin := fmt.Sprintf("%s:%d", path, lineNo)
+		origin := path + ":" + strconv.Itoa(lineNo)
 		if tooLong {
 			r.stats.Rows++
 			if err := r.badRow(origin, "", fmt.Sprintf("line longer than %d bytes (%d bytes)", r.opts.MaxLineBytes, n)); err != nil {
@@ -400,7 +401,7 @@ func (r *reader) parquetFile(path string) error {
 		}
 		n, err := pr.Read(rows)
 		for _, m := range rows[:n] {
-			if rerr := r.row(m, fmt.Sprintf("%s:row %d", path, index)); rerr != nil {
+			if rerr := r.row(m, path+":row "+strconv.Itoa(index)); rerr != nil {
 				return rerr
 			}
 			index++
