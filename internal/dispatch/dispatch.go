@@ -253,6 +253,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err != nil {
 		d.drain(cancelWork)
 	}
+	d.workers.Wait() // settled workers may still be returning
 	stopMaint()
 	<-maintDone
 
@@ -579,24 +580,28 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		}
 	}
 
+	// Breaker transitions are logged; single failures only go to counters.
 	d.mu.Lock()
 	delete(e.calls, cl)
 	e.inflight--
 	switch {
 	case class == llm.ServerDown:
 		e.errors[class]++
-		e.tripBreaker(cl, now, d.cfg.BreakerCooldown)
 		d.counters.ServerDown++
-		d.log.Warn("endpoint down", "endpoint", e.url, "err", reqErr, "breaker_open_until", e.openUntil)
-	case class != 0:
-		e.errors[class]++
-		e.closeBreaker() // the server answered
+		if e.tripBreaker(cl, now, d.cfg.BreakerCooldown) {
+			d.log.Warn("breaker open", "endpoint", e.url, "err", reqErr, "cooldown", e.openUntil.Sub(now), "opens", e.opens)
+		}
 	case out == outRelease:
 		if cl.probe {
 			e.probing = false // cancelled probe: let another one through
 		}
 	default:
-		e.closeBreaker()
+		if class != 0 {
+			e.errors[class]++
+		}
+		if e.closeBreaker() { // the server answered
+			d.log.Info("breaker closed", "endpoint", e.url)
+		}
 	}
 	d.mu.Unlock()
 
@@ -803,7 +808,7 @@ func (d *Dispatcher) Resume(url string) {
 	}
 	e.paused = false
 	e.pauseReason = ""
-	e.closeBreaker()
+	e.closeBreaker() // the supervisor saw it ready: no probe needed
 	d.mu.Unlock()
 	d.signal()
 }

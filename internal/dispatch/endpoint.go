@@ -74,22 +74,27 @@ func (e *endpoint) breakerState(now time.Time) string {
 	}
 }
 
-// tripBreaker records a server-down failure of c.
-func (e *endpoint) tripBreaker(c *call, now time.Time, first time.Duration) {
+// tripBreaker records a server-down failure of c and reports whether it
+// opened (or reopened) the breaker.
+func (e *endpoint) tripBreaker(c *call, now time.Time, first time.Duration) bool {
 	if c.probe {
 		e.probing = false
 	} else if !e.breakerClosed() {
 		// A request sent before the breaker opened; the opening already
 		// accounts for this outage.
-		return
+		return false
 	}
 	e.opens++
 	e.openUntil = now.Add(breakerCooldown(e.opens, first))
+	return true
 }
 
-// closeBreaker records that the server answered.
-func (e *endpoint) closeBreaker() {
+// closeBreaker records that the server answered and reports whether the
+// breaker was open.
+func (e *endpoint) closeBreaker() bool {
+	was := !e.breakerClosed()
 	e.openUntil = time.Time{}
 	e.opens = 0
 	e.probing = false
+	return was
 }

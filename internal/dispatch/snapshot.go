@@ -26,7 +26,8 @@ type EndpointStats struct {
 	// deadline.
 	LastTokenAt time.Time `json:"last_token_at,omitzero"`
 	BusySince   time.Time `json:"busy_since,omitzero"`
-	// TokensTotal sums the token counts reported with each streamed chunk.
+	// TokensTotal sums the counts passed to onDelta (llm.Client passes 1 per
+	// chunk carrying content, reasoning or a tool-call delta).
 	TokensTotal int64 `json:"tokens_total"`
 	Requests    int64 `json:"requests"`
 	// Errors counts failed requests by llm.Class name ("retryable",
