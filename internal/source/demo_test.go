@@ -1,0 +1,61 @@
+package source
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/job"
+)
+
+// TestDemoData reads the committed demo dataset with the demo job's mapping,
+// so the demo keeps showing 600 prompts and 3 dead letters with file:line.
+func TestDemoData(t *testing.T) {
+	dir := "../../examples/demo"
+	glaive := job.Source{Partition: "B1_glaive", Path: "data/glaive_fc.jsonl", Conversations: "conversations", Tools: "tools", ID: "id", SystemField: "system"}
+	samples, bads, st, err := readAll(t, Options{}, glaive, dir)
+	if err != nil {
+		t.Fatalf("Read glaive: %v", err)
+	}
+	p := dir + "/data/glaive_fc.jsonl:"
+	wantBad := []BadRow{
+		{"B1_glaive", p + "43", "", "malformed JSON at byte 205: unexpected end of line"},
+		{"B1_glaive", p + "138", "conversations", "field conversations: want array, got string"},
+		{"B1_glaive", p + "253", "id", "field id: missing"},
+	}
+	if diff := cmp.Diff(wantBad, bads); diff != "" {
+		t.Errorf("glaive bad rows mismatch (-want +got):\n%s", diff)
+	}
+	if want := (Stats{Files: 1, Rows: 303, Good: 300, Bad: 3}); st != want {
+		t.Errorf("glaive stats = %+v, want %+v", st, want)
+	}
+	withTools, maxTok := 0, 0
+	for _, s := range samples {
+		if strings.Contains(s.Body, `,"tools":[`) {
+			withTools++
+		}
+		maxTok = max(maxTok, s.Tokens)
+	}
+	t.Logf("glaive: %d samples, %d with tools, max %d prompt tokens", len(samples), withTools, maxTok)
+
+	code := job.Source{Partition: "B2_opencode", Path: "data/opencode.parquet", Prompt: "input", ID: "id"}
+	samples, bads, st, err = readAll(t, Options{}, code, dir)
+	if err != nil || len(bads) != 0 {
+		t.Fatalf("Read opencode: %v, bad rows %v", err, bads)
+	}
+	if want := (Stats{Files: 1, Rows: 300, Good: 300}); st != want {
+		t.Errorf("opencode stats = %+v, want %+v", st, want)
+	}
+	long := 0
+	for _, s := range samples {
+		if len(s.Body) > 3000 {
+			long++
+		}
+		maxTok = max(maxTok, s.Tokens)
+	}
+	if long == 0 {
+		t.Errorf("opencode: no prompt over 3000 bytes, want some long ones")
+	}
+	t.Logf("opencode: %d samples, %d over 3000 bytes", len(samples), long)
+}
