@@ -1,0 +1,27 @@
+// Package supervise runs one inference server as a child process group and
+// tells the truth about it.
+//
+// A Supervisor launches the server with the engine dialect's argument list
+// (never through a shell) in its own process group, copies its merged
+// stdout and stderr into a rotating log file and through the dialect's log
+// parser, and waits for readiness by the engine's rule. It then watches:
+// the exit of the group leader (seen at once through wait), the exit of any
+// other process of the group (SGLang's scheduler can die while its HTTP
+// process stays up, so /proc is polled for the group's members), fatal log
+// signatures (recorded as the cause), hangs (requests in flight but no token
+// for HangTimeout, or the health probe failing ProbeFailures times in a
+// row), and stalls (health fine but no sign of generation with work queued
+// for StallTimeout).
+//
+// Every state change (STARTING, READY, DEGRADED, STALLED, DOWN, RESTARTING,
+// FAILED, STOPPED) is reported through Config.OnState from the goroutine
+// that called Run, with evidence. On DOWN or STALLED the supervisor kills
+// the whole group (SIGTERM, then SIGKILL after a grace period), waits until
+// every member is gone and, when nvidia-smi is available, until none of the
+// old PIDs holds GPU memory, then restarts with exponential backoff. After
+// Restart.Max failures within Restart.Window it reports FAILED and Run
+// returns a *FailedError.
+//
+// The supervisor never pauses dispatch itself: the caller does that from
+// OnState. It kills only the process group it started.
+package supervise
