@@ -32,8 +32,8 @@ type Fault struct {
 	AfterTokens   int     // fires once this many tokens have been streamed
 	KVAbove       float64 // fires when KV usage stays >= this share ...
 	KVFor         time.Duration
-	ExitCode      int     // crash; default 1 (137 for abrupt)
-	Error         string  // crash text: exception | oom | nccl | abrupt
+	ExitCode      int    // crash; default 1 (137 for abrupt)
+	Error         string // crash text: exception | oom | nccl | abrupt
 	For           time.Duration
 	Factor        float64 // slow
 	Status        int     // error; default 503

@@ -108,10 +108,14 @@ func (sc *scheduler) waitHang(ctx context.Context) bool {
 		<-ctx.Done()
 		return false
 	}
-	if !sc.sleep(ctx, max(time.Until(sc.realStart.Add(sc.realDelay(until))), 0)) {
+	if until <= sc.simNow {
+		until = sc.simNow
+	}
+	start := time.Now()
+	if !sc.sleep(ctx, max(sc.realDelay(until-sc.simNow), 0)) {
 		return false
 	}
-	sc.resync()
+	sc.passIdle(start)
 	if watchdog {
 		sc.s.watchdogCrash(sc.hangCode)
 		return false

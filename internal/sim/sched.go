@@ -184,13 +184,17 @@ func (sc *scheduler) realDelay(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / sc.cfg.Speed)
 }
 
-// resync lets the simulated clock catch up with real time after idling.
-func (sc *scheduler) resync() {
-	t := time.Duration(float64(time.Since(sc.realStart)) * sc.cfg.Speed)
-	if t > sc.simNow {
-		sc.simNow = t
-		sc.simClock.Store(int64(t))
-	}
+// reanchor maps the current simulated time to now, so idle periods add
+// only their own length and CPU lag is forgotten rather than replayed.
+func (sc *scheduler) reanchor() {
+	sc.realStart = time.Now().Add(-sc.realDelay(sc.simNow))
+}
+
+// passIdle adds the real time spent since t, scaled, to the simulated clock.
+func (sc *scheduler) passIdle(t time.Time) {
+	sc.simNow += time.Duration(float64(time.Since(t)) * sc.cfg.Speed)
+	sc.simClock.Store(int64(sc.simNow))
+	sc.reanchor()
 }
 
 // advance spends d of simulated time, sleeping until the real deadline so
@@ -202,6 +206,9 @@ func (sc *scheduler) advance(ctx context.Context, d time.Duration) bool {
 	sc.simNow += time.Duration(float64(d) * sc.slow)
 	sc.simClock.Store(int64(sc.simNow))
 	wait := time.Until(sc.realStart.Add(sc.realDelay(sc.simNow)))
+	if wait < -10*time.Millisecond {
+		sc.reanchor()
+	}
 	if wait < 200*time.Microsecond {
 		return ctx.Err() == nil
 	}
@@ -278,19 +285,20 @@ func (sc *scheduler) idle(ctx context.Context) bool {
 	sc.publish()
 	var timeout <-chan time.Time
 	if next, ok := sc.nextFaultAt(); ok {
-		d := max(time.Until(sc.realStart.Add(sc.realDelay(next))), time.Millisecond)
+		d := max(sc.realDelay(next-sc.simNow), time.Millisecond)
 		sc.timer.Reset(d)
 		timeout = sc.timer.C
 		defer sc.timer.Stop()
 	}
+	start := time.Now()
 	select {
 	case <-ctx.Done():
 		return false
 	case r := <-sc.inbox:
-		sc.resync()
+		sc.passIdle(start)
 		sc.enqueue(r)
 	case <-timeout:
-		sc.resync()
+		sc.passIdle(start)
 	}
 	return true
 }

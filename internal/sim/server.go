@@ -244,7 +244,7 @@ func (s *Server) crash(code int, kind string) {
 				s.log.vllm("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
 				s.log.raw("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n")
 			} else {
-				s.log.sglang(true, "Scheduler hit an exception: %s", crashText("sglang", kind))
+				s.log.sglang(true, "Scheduler hit an exception: %s", strings.TrimSuffix(crashText("sglang", kind), "\n"))
 				s.log.sglang(false, "Received sigquit from a child process. It usually means the child failed.")
 			}
 		}
@@ -312,7 +312,9 @@ func (s *Server) routes() *http.ServeMux {
 	h("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	if s.cfg.Engine == "vllm" {
 		h("GET /health", s.handleVLLMHealth)
-		h("GET /version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"version": "0.11.0"}) })
+		h("GET /version", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, 200, map[string]string{"version": "0.11.0"})
+		})
 		return mux
 	}
 	h("GET /health", s.handleHealth)
@@ -435,13 +437,13 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 	kv := s.cfg.kvTokens()
 	c := &s.cfg
 	internal := map[string]any{
-		"last_gen_throughput": st.genThroughput,
-		"memory_usage":        map[string]any{"weight": 72.0, "kvcache": float64(kv) * 70272 / 1e9, "token_capacity": kv},
-		"waiting_queue_size":  st.waiting,
-		"running_batch_size":  st.running,
-		"num_used_tokens":     st.used,
-		"new_token_ratio":     st.newTokenRatio,
-		"engine_paused":       false,
+		"last_gen_throughput":  st.genThroughput,
+		"memory_usage":         map[string]any{"weight": 72.0, "kvcache": float64(kv) * 70272 / 1e9, "token_capacity": kv},
+		"waiting_queue_size":   st.waiting,
+		"running_batch_size":   st.running,
+		"num_used_tokens":      st.used,
+		"new_token_ratio":      st.newTokenRatio,
+		"engine_paused":        false,
 		"max_total_num_tokens": kv,
 		"max_running_requests": c.maxRunning(),
 	}

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // syncBuffer is a log sink tests can read while the server writes.
@@ -161,9 +164,32 @@ func streamChat(client *http.Client, url, body string) streamResult {
 	}
 }
 
-func TestSmoke(t *testing.T) {
-	_, url, logs := startServer(t, testConfig())
-	r := streamChat(http.DefaultClient, url, chatBody("hello there", 100, ""))
-	t.Logf("%+v usage=%+v", r, r.usage)
-	t.Log(logs)
+
+// scrape reads /metrics into name -> summed value.
+func scrape(t testing.TB, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				out[name] += m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[name] += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[name] += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
 }
