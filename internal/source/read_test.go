@@ -369,12 +369,16 @@ func TestReadPathErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "nodata", "x.csv"), []byte("a,b"), 0o644)
 	os.WriteFile(filepath.Join(dir, "rows.csv"), []byte("a,b"), 0o644)
 	os.WriteFile(filepath.Join(dir, "broken.parquet"), []byte("not parquet at all"), 0o644)
+	writeGzip(t, filepath.Join(dir, "cut.jsonl.gz"), bytes.Repeat([]byte(`{"p":"a row"}`+"\n"), 1000))
+	gz, _ := os.ReadFile(filepath.Join(dir, "cut.jsonl.gz"))
+	os.WriteFile(filepath.Join(dir, "cut.jsonl.gz"), gz[:len(gz)-12], 0o644)
 	tests := []struct{ path, want string }{
 		{"missing.jsonl", "missing.jsonl: no such file"},
 		{"*.nothing", "*.nothing: no files match"},
 		{"nodata", "nodata: no *.jsonl, *.jsonl.gz or *.parquet files"},
 		{"rows.csv", "rows.csv: cannot tell the format"},
 		{"broken.parquet", "open parquet " + filepath.Join(dir, "broken.parquet")},
+		{"cut.jsonl.gz", "cut.jsonl.gz line 1001: corrupt data: unexpected EOF"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
