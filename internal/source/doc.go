@@ -16,7 +16,7 @@
 //
 // Mapping. Exactly one of Conversations (ShareGPT), Messages (OpenAI) or
 // Prompt (a plain string, sent as one user message) names the turns.
-// ShareGPT `from` values map to roles by ShareGPTRoles: human and user to
+// ShareGPT `from` values map to roles (case-insensitively): human and user to
 // user; gpt, assistant, chatgpt, bard, bing and model to assistant; system to
 // system; function_call to assistant (its value is the call text);
 // observation, function_response, tool and ipython to tool. Turns written

@@ -14,11 +14,11 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 )
 
-// ShareGPTRoles maps the ShareGPT `from` values regen accepts to OpenAI
+// shareGPTRoles maps the ShareGPT `from` values regen accepts to OpenAI
 // roles. function_call becomes an assistant turn whose content is the call
 // text, and observation-like turns become tool messages, so the prompt keeps
 // the tool round trip the dataset recorded.
-var ShareGPTRoles = map[string]string{
+var shareGPTRoles = map[string]string{
 	"human":             "user",
 	"user":              "user",
 	"gpt":               "assistant",
@@ -371,7 +371,7 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 		if !ok {
 			return nil, wrongType(at.sub(fromKey), "string", fv)
 		}
-		role, ok := ShareGPTRoles[strings.ToLower(from)]
+		role, ok := shareGPTRoles[strings.ToLower(from)]
 		if !ok {
 			return nil, fieldErr(at.sub(fromKey), "unknown role %q", from)
 		}

@@ -52,6 +52,15 @@ func (o Options) Read(ctx context.Context, src job.Source, baseDir string, emit 
 	if o.MaxLineBytes <= 0 {
 		o.MaxLineBytes = DefaultMaxLineBytes
 	}
+	n := 0
+	for _, f := range []string{src.Conversations, src.Messages, src.Prompt} {
+		if f != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return Stats{}, fmt.Errorf("source %s: map exactly one of conversations, messages or prompt (got %d)", src.Partition, n)
+	}
 	files, err := Files(src, baseDir)
 	if err != nil {
 		return Stats{}, err

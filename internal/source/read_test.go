@@ -380,6 +380,10 @@ func TestReadPathErrors(t *testing.T) {
 		{"broken.parquet", "open parquet " + filepath.Join(dir, "broken.parquet")},
 		{"cut.jsonl.gz", "cut.jsonl.gz line 1001: corrupt data: unexpected EOF"},
 	}
+	_, _, _, err := readAll(t, Options{}, job.Source{Partition: "E", Path: "x.jsonl", Prompt: "p", Messages: "m"}, dir)
+	if err == nil || !strings.Contains(err.Error(), "map exactly one of") {
+		t.Errorf("two mappings: err = %v, want one naming the rule", err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			_, _, _, err := readAll(t, Options{}, job.Source{Partition: "E", Path: tt.path, Prompt: "p"}, dir)
