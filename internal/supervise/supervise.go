@@ -88,6 +88,8 @@ type Config struct {
 	// each request is bounded by ProbeTimeout).
 	Client *http.Client
 	Now    func() time.Time
+
+	gpuPoll time.Duration // nvidia-smi polling interval; tests shorten it
 }
 
 // Supervisor runs and watches one server. Create it with New, then call Run once.
@@ -157,6 +159,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	cfg.Dialect.ProbeTimeout = cfg.ProbeTimeout
 
+	if cfg.gpuPoll <= 0 {
+		cfg.gpuPoll = time.Second
+	}
 	s := &Supervisor{cfg: cfg, server: cfg.Server, restart: cfg.Server.Restart}
 	if s.restart.Max <= 0 {
 		s.restart.Max = DefaultRestartMax
@@ -219,6 +224,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.ran = true
 	s.mu.Unlock()
+	defer s.cfg.Client.CloseIdleConnections()
 
 	var failures []time.Time
 	restarts := 0
@@ -562,8 +568,14 @@ func (s *Supervisor) judgeTick(inc *incarnation, w *watch) (outcome, bool) {
 	if g := inc.watch.generationAt(); g.After(w.lastGenAt) {
 		w.lastGenAt = g
 	}
-	queued := w.metrics.Present.Has(engine.FieldQueued) && w.metrics.Queued+w.metrics.Running > 0
-	if !queued && inFlight == 0 {
+	// Work waiting: the dispatcher's in-flight count when it is wired, else
+	// the waiting queue. Running alone is not trusted: SGLang's gauges keep
+	// their last value on an idle server.
+	waiting := inFlight > 0
+	if s.cfg.Progress == nil {
+		waiting = w.metrics.Present.Has(engine.FieldQueued) && w.metrics.Queued > 0
+	}
+	if !waiting {
 		w.lastGenAt = now
 	} else if now.Sub(w.lastGenAt) >= s.cfg.StallTimeout {
 		ev := []string{fmt.Sprintf("no generation for %.1fs with %d in flight, %.0f running, %.0f queued", now.Sub(w.lastGenAt).Seconds(), inFlight, w.metrics.Running, w.metrics.Queued)}
@@ -652,7 +664,7 @@ func (s *Supervisor) fail(inc *incarnation, w *watch, state State, cause string,
 	}
 	s.drain(inc)
 	if s.smi != "" {
-		if held, err := waitGPURelease(context.Background(), s.smi, inc.seenPIDs, s.cfg.GPUReleaseTimeout, time.Second); err != nil {
+		if held, err := waitGPURelease(context.Background(), s.smi, inc.seenPIDs, s.cfg.GPUReleaseTimeout, s.cfg.gpuPoll); err != nil {
 			s.log.Warn("gpu_release", "err", err, "pids", held)
 			evidence = append(evidence, err.Error())
 		}

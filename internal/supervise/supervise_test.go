@@ -506,3 +506,5 @@ func TestWaitReady(t *testing.T) {
 		t.Errorf("WaitReady on a stopped server = %v, want a deadline error", err)
 	}
 }
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -34,6 +34,8 @@ func main() {
 	hangAfter := flag.Duration("hang-after", 0, "after this long /health answers 503 (0 = never)")
 	freezeAfter := flag.Duration("freeze-after", 0, "after this long no token is generated, health stays 200 (0 = never)")
 	tokenEvery := flag.Duration("token-every", 20*time.Millisecond, "time per generated token")
+	fatalAfter := flag.Duration("log-fatal-after", 0, "log SGLang's health-check failure after this long but keep running (0 = never)")
+	retractEvery := flag.Duration("retract-every", 0, "log a KV retraction warning this often (0 = never)")
 	child := flag.Bool("child", false, "run as the scheduler child")
 	flag.Parse()
 
@@ -63,6 +65,18 @@ func main() {
 	}
 	if *crashAfter > 0 {
 		time.AfterFunc(*crashAfter, crash)
+	}
+	if *fatalAfter > 0 {
+		time.AfterFunc(*fatalAfter, func() {
+			logf("Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 10:00:00. last_heartbeat time: 09:59:40")
+		})
+	}
+	if *retractEvery > 0 {
+		go func() {
+			for range time.Tick(*retractEvery) {
+				logf("[TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 646, #new_token_ratio: 0.0980 -> 0.3487")
+			}
+		}()
 	}
 	time.Sleep(*startDelay)
 	logf("[TP0] max_total_num_tokens=100000, chunked_prefill_size=8192, max_running_requests=64, context_len=32768")
