@@ -20,7 +20,12 @@
 // every member is gone and, when nvidia-smi is available, until none of the
 // old PIDs holds GPU memory, then restarts with exponential backoff. After
 // Restart.Max failures within Restart.Window it reports FAILED and Run
-// returns a *FailedError.
+// returns a *FailedError (Max 1 means never restart).
+//
+// Children are watched from readiness on: those alive when the server
+// becomes ready at once, later ones once they have lived ChildMinAge, so
+// short-lived helpers (compilers, nvidia-smi calls) are not mistaken for a
+// crash. Processes that leave the group (setsid, Ray workers) are not seen.
 //
 // The supervisor never pauses dispatch itself: the caller does that from
 // OnState. It kills only the process group it started.

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -159,5 +160,32 @@ func TestLogWatchLongLinesAndCR(t *testing.T) {
 	}
 	if got := w.lastLines(2); !cmp.Equal(got, []string{"torch.OutOfMemoryError: CUDA out of memory.", "no newline at the end"}) {
 		t.Errorf("lastLines(2) = %q", got)
+	}
+}
+
+// BenchmarkGroupMembers measures one /proc scan, done every PollEvery.
+func BenchmarkGroupMembers(b *testing.B) {
+	pg := syscallGetpgrp()
+	for b.Loop() {
+		if _, err := groupMembers(pg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestMissingExecutableFails(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.Server.Command = []string{filepath.Join(t.TempDir(), "no-such-server")}
+	cfg.Server.Restart.Max = 2
+	r := start(t, cfg)
+	err := <-r.done
+	r.done <- err
+	var fe *FailedError
+	if !errors.As(err, &fe) || fe.Cause != CauseStart || fe.Failures != 2 {
+		t.Fatalf("Run = %v, want *FailedError with cause %q after 2 failures", err, CauseStart)
+	}
+	want := []State{Down, Restarting, Down, Failed}
+	if diff := cmp.Diff(want, r.rec.states()); diff != "" {
+		t.Errorf("states mismatch (-want +got):\n%s", diff)
 	}
 }

@@ -155,7 +155,9 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+		// Our own transport, so closing its idle connections at the end of
+		// Run touches nobody else's.
+		cfg.Client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	cfg.Dialect.ProbeTimeout = cfg.ProbeTimeout
 
@@ -832,7 +834,7 @@ func WaitReady(ctx context.Context, url string, d engine.Dialect, timeout time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &http.Client{}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	last := "no answer"
 	for {
 		rctx, rcancel := context.WithTimeout(ctx, probeTimeout)

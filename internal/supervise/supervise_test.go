@@ -508,3 +508,5 @@ func TestWaitReady(t *testing.T) {
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+func syscallGetpgrp() int { return syscall.Getpgrp() }
