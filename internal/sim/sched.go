@@ -119,6 +119,7 @@ type scheduler struct {
 	cfg   *Config
 	m     *metrics
 	inbox chan *request
+	wakeC chan struct{} // pokes an idle scheduler (readiness changes fault timing)
 
 	pool, maxRun int
 	waiting      []*request
@@ -166,6 +167,7 @@ func newScheduler(s *Server) *scheduler {
 		cfg:    cfg,
 		m:      s.m,
 		inbox:  make(chan *request, 4096),
+		wakeC:  make(chan struct{}, 1),
 		pool:   cfg.kvTokens(),
 		maxRun: cfg.maxRunning(),
 		slow:   1,
@@ -264,6 +266,13 @@ func (sc *scheduler) run(ctx context.Context) {
 	}
 }
 
+func (sc *scheduler) poke() {
+	select {
+	case sc.wakeC <- struct{}{}:
+	default:
+	}
+}
+
 func (sc *scheduler) drain() {
 	for {
 		select {
@@ -298,6 +307,8 @@ func (sc *scheduler) idle(ctx context.Context) bool {
 		sc.passIdle(start)
 		sc.enqueue(r)
 	case <-timeout:
+		sc.passIdle(start)
+	case <-sc.wakeC:
 		sc.passIdle(start)
 	}
 	return true

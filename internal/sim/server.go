@@ -126,6 +126,9 @@ func (s *Server) Start(ctx context.Context, addr string) (string, error) {
 		return "", errors.New("start sim: server closed")
 	default:
 	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("start sim: %w", err)
+	}
 	s.state.Store(stateStarting)
 	s.readySim.Store(-1)
 	s.ready = make(chan struct{})
@@ -201,6 +204,7 @@ func (s *Server) becomeReady() {
 	s.readySim.Store(s.sched.simClock.Load())
 	s.state.CompareAndSwap(stateStarting, stateUp)
 	s.markReady()
+	s.sched.poke()
 }
 
 // probe submits an internal request of n tokens (health and warm-up).

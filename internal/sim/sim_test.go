@@ -42,6 +42,7 @@ func testConfig() Config {
 	c.LoadTime = 0
 	c.WarmupTime = 0
 	c.OutputMean = 40
+	c.ModelName = "m"
 	return c
 }
 
@@ -163,7 +164,6 @@ func streamChat(client *http.Client, url, body string) streamResult {
 		}
 	}
 }
-
 
 // scrape reads /metrics into name -> summed value.
 func scrape(t testing.TB, url string) map[string]float64 {
