@@ -1,0 +1,394 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxConns       = 64
+	DefaultRequestTimeout = 30 * time.Minute
+	DefaultIdleTimeout    = 60 * time.Second
+)
+
+// errBodyLimit caps how much of an error response is read into Error.Msg.
+const errBodyLimit = 4 << 10
+
+// Config configures a Client for one endpoint.
+type Config struct {
+	// BaseURL is the server root, with or without a trailing /v1
+	// (http://127.0.0.1:30000 and http://127.0.0.1:30000/v1 are the same).
+	BaseURL string
+	// APIKey is sent as "Authorization: Bearer <key>" when not empty.
+	APIKey string
+	// MaxConns is the number of connections kept open for reuse; set it to
+	// at least the endpoint's concurrency so streams never churn sockets.
+	// 0 means DefaultMaxConns.
+	MaxConns int
+	// RequestTimeout bounds a whole request, stream included. 0 means
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// IdleTimeout bounds silence: the wait for response headers, and any gap
+	// between bytes once the body has started. 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// FirstByteTimeout bounds the wait between the response headers and the
+	// first body byte. A request queued on a busy server sends nothing until
+	// its first token, which can take minutes, so 0 (the default) leaves
+	// that wait bounded by RequestTimeout only.
+	FirstByteTimeout time.Duration
+}
+
+// Client talks to one OpenAI-compatible endpoint. It is safe for
+// concurrent use and never retries on its own.
+type Client struct {
+	cfg      Config
+	chatURL  string
+	modelURL string
+	urlErr   error
+	tr       *http.Transport
+	hc       *http.Client
+}
+
+// New returns a Client with its own connection pool. An unusable BaseURL
+// is reported by every call as a ServerDown error.
+func New(cfg Config) *Client {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	c := &Client{cfg: cfg}
+	base, err := normalizeBase(cfg.BaseURL)
+	if err != nil {
+		c.urlErr = err
+	}
+	c.chatURL = base + "/v1/chat/completions"
+	c.modelURL = base + "/v1/models"
+	dialer := &net.Dialer{Timeout: cfg.IdleTimeout, KeepAlive: 30 * time.Second}
+	c.tr = &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		MaxIdleConns:        cfg.MaxConns,
+		MaxIdleConnsPerHost: cfg.MaxConns,
+		IdleConnTimeout:     90 * time.Second,
+		// An SSE stream must arrive as the server flushes it.
+		DisableCompression: true,
+	}
+	// No Client.Timeout: it would cut long streams; the watchdog in Chat
+	// bounds silence instead.
+	c.hc = &http.Client{Transport: c.tr}
+	return c
+}
+
+func normalizeBase(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("base url %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", fmt.Errorf("base url %q: want http(s)://host[:port]", raw)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	p = strings.TrimSuffix(p, "/v1")
+	u.Path = p
+	u.RawQuery, u.Fragment = "", ""
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Close drops idle connections. In-flight calls are not affected.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// Sentinel causes for the request context, so a cancelled read can be told
+// apart from the caller giving up.
+var (
+	errIdle           = errors.New("stream idle")
+	errHeaders        = errors.New("no response headers")
+	errFirstByte      = errors.New("no first byte")
+	errRequestTimeout = errors.New("request timeout")
+)
+
+// Watchdog phases.
+const (
+	phaseHeaders int32 = iota
+	phaseFirstByte
+	phaseStreaming
+)
+
+// watchdog cancels the request when the connection stays silent for longer
+// than the current phase allows.
+type watchdog struct {
+	t       *time.Timer
+	cancel  context.CancelCauseFunc
+	phase   atomic.Int32
+	idle    time.Duration
+	firstBy time.Duration
+}
+
+func newWatchdog(cancel context.CancelCauseFunc, idle, firstByte time.Duration) *watchdog {
+	w := &watchdog{cancel: cancel, idle: idle, firstBy: firstByte}
+	w.t = time.AfterFunc(idle, w.fire)
+	return w
+}
+
+func (w *watchdog) fire() {
+	switch w.phase.Load() {
+	case phaseHeaders:
+		w.cancel(errHeaders)
+	case phaseFirstByte:
+		w.cancel(errFirstByte)
+	default:
+		w.cancel(errIdle)
+	}
+}
+
+// headersIn moves to waiting for the first body byte.
+func (w *watchdog) headersIn() {
+	w.phase.Store(phaseFirstByte)
+	if w.firstBy > 0 {
+		w.t.Reset(w.firstBy)
+	} else {
+		w.t.Stop()
+	}
+}
+
+func (w *watchdog) stop() { w.t.Stop() }
+
+// watchedBody resets the watchdog whenever bytes arrive.
+type watchedBody struct {
+	r io.Reader
+	w *watchdog
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		if b.w.phase.Load() != phaseStreaming {
+			b.w.phase.Store(phaseStreaming)
+		}
+		b.w.t.Reset(b.w.idle)
+	}
+	return n, err
+}
+
+// call holds one request's contexts so errors can be classified.
+type call struct {
+	parent context.Context
+	ctx    context.Context
+	done   func()
+	wd     *watchdog
+}
+
+func (c *Client) start(parent context.Context) *call {
+	tctx, tcancel := context.WithTimeoutCause(parent, c.cfg.RequestTimeout, errRequestTimeout)
+	ctx, cancel := context.WithCancelCause(tctx)
+	wd := newWatchdog(cancel, c.cfg.IdleTimeout, c.cfg.FirstByteTimeout)
+	return &call{parent: parent, ctx: ctx, wd: wd, done: func() {
+		wd.stop()
+		cancel(nil)
+		tcancel()
+	}}
+}
+
+// fail turns a transport or read error into the error Chat returns: the
+// caller's own cancellation passes through unclassified, everything else
+// on the wire means the server is unreachable, dying or hung.
+func (k *call) fail(what string, err error) error {
+	if perr := k.parent.Err(); perr != nil {
+		return fmt.Errorf("%s: %w", what, perr)
+	}
+	cause := context.Cause(k.ctx)
+	switch {
+	case errors.Is(cause, errIdle):
+		return &Error{Class: ServerDown, Msg: what + ": stream idle for " + k.wd.idle.String()}
+	case errors.Is(cause, errHeaders):
+		return &Error{Class: ServerDown, Msg: what + ": no response headers within " + k.wd.idle.String()}
+	case errors.Is(cause, errFirstByte):
+		return &Error{Class: ServerDown, Msg: what + ": no first byte within " + k.wd.firstBy.String()}
+	case errors.Is(cause, errRequestTimeout):
+		return &Error{Class: ServerDown, Msg: what + ": request timeout", Err: err}
+	}
+	return &Error{Class: ServerDown, Msg: what, Err: err}
+}
+
+// do sends req and returns a 200 response with its body watched, or a
+// classified error (the body of an error response is read and closed).
+func (c *Client) do(k *call, req *http.Request, what string) (*http.Response, error) {
+	if c.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, k.fail(what, err)
+	}
+	k.wd.headersIn()
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{&watchedBody{r: resp.Body, w: k.wd}, resp.Body}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, errBodyLimit))
+		if rerr != nil && k.parent.Err() != nil {
+			return nil, k.fail(what, rerr)
+		}
+		// A body cut short still names the status, which is what counts.
+		msg, _ := parseErrorBody(b)
+		return nil, &Error{Class: classifyStatus(resp.StatusCode, msg), Status: resp.StatusCode, Msg: msg}
+	}
+	return resp, nil
+}
+
+// Chat sends one streaming chat completion and assembles the result.
+// onDelta, when not nil, is called with 1 for every chunk that carries
+// content, reasoning or a tool-call delta, as evidence of progress. Errors
+// are *Error values except the caller's own cancellation, which is returned
+// wrapped so that errors.Is(err, context.Canceled) (or DeadlineExceeded)
+// holds.
+func (c *Client) Chat(ctx context.Context, req Request, onDelta func(tokens int)) (Result, error) {
+	const what = "chat"
+	if c.urlErr != nil {
+		return Result{}, &Error{Class: ServerDown, Msg: what, Err: c.urlErr}
+	}
+	body, err := buildBody(req)
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	k := c.start(ctx)
+	defer k.done()
+	hreq, err := http.NewRequestWithContext(k.ctx, http.MethodPost, c.chatURL, bytes.NewReader(body))
+	if err != nil {
+		return Result{}, &Error{Class: ServerDown, Msg: what, Err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	resp, err := c.do(k, hreq, what)
+	if err != nil {
+		return Result{}, err
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+		return Result{}, jsonInsteadOfStream(k, resp.Body)
+	}
+	res, err := readStream(k, resp.Body, start, onDelta)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// jsonInsteadOfStream handles a 200 answer with a JSON body, which servers
+// send for some errors even when asked to stream.
+func jsonInsteadOfStream(k *call, body io.Reader) error {
+	b, err := io.ReadAll(io.LimitReader(body, errBodyLimit))
+	if err != nil && len(b) == 0 {
+		return k.fail("chat", err)
+	}
+	var probe struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(b, &probe) == nil && len(probe.Error) > 0 && string(probe.Error) != "null" {
+		msg, code := parseErrorBody(b)
+		return &Error{Class: classifyEventCode(code, msg), Status: code, Msg: msg}
+	}
+	return &Error{Class: Malformed, Msg: "chat: got a JSON body instead of an event stream: " + clip(b, 200)}
+}
+
+// Models lists the model ids the endpoint serves (GET /v1/models). It is
+// bounded by IdleTimeout as well as ctx.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	const what = "models"
+	if c.urlErr != nil {
+		return nil, &Error{Class: ServerDown, Msg: what, Err: c.urlErr}
+	}
+	k := c.start(ctx)
+	defer k.done()
+	hreq, err := http.NewRequestWithContext(k.ctx, http.MethodGet, c.modelURL, nil)
+	if err != nil {
+		return nil, &Error{Class: ServerDown, Msg: what, Err: err}
+	}
+	resp, err := c.do(k, hreq, what)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, k.fail(what, err)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, &Error{Class: Malformed, Msg: what + ": " + clip(b, 200), Err: err}
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
+// buildBody merges Body's keys, then Params (which win), then the keys the
+// client owns. Keys come out sorted and HTML characters unescaped, so the
+// bytes are deterministic and prompts are sent as written.
+func buildBody(req Request) ([]byte, error) {
+	obj := make(map[string]json.RawMessage, 8+len(req.Params))
+	if len(bytes.TrimSpace(req.Body)) > 0 {
+		if err := json.Unmarshal(req.Body, &obj); err != nil {
+			return nil, &Error{Class: BadRequest, Msg: "chat: request body is not a JSON object", Err: err}
+		}
+	}
+	for k, v := range req.Params {
+		if !json.Valid(v) {
+			return nil, &Error{Class: BadRequest, Msg: fmt.Sprintf("chat: param %q is not valid JSON", k)}
+		}
+		obj[k] = v
+	}
+	if req.Model != "" {
+		m, _ := json.Marshal(req.Model)
+		obj["model"] = m
+	}
+	if req.MaxTokens > 0 {
+		obj["max_tokens"] = json.RawMessage(fmt.Sprint(req.MaxTokens))
+	}
+	obj["stream"] = json.RawMessage("true")
+	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return nil, &Error{Class: BadRequest, Msg: "chat: encode request", Err: err}
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// readerPool recycles the per-stream line buffers.
+var readerPool = sync.Pool{New: func() any { return newLineReader() }}
+
+func clip(b []byte, n int) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}

@@ -1,0 +1,644 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func toolCall(id, name, args string) ToolCall {
+	var tc ToolCall
+	tc.ID, tc.Type = id, "function"
+	tc.Function.Name, tc.Function.Arguments = name, args
+	return tc
+}
+
+func TestChatStreams(t *testing.T) {
+	tests := []struct {
+		fixture    string
+		want       Result
+		wantDeltas int
+	}{
+		{
+			fixture: "sglang_plain.sse",
+			want: Result{
+				Content:      "Hello, world! <b>&</b> é中 \"quoted\"\\n",
+				FinishReason: "stop",
+				Usage:        Usage{PromptTokens: 21, CompletionTokens: 6, TotalTokens: 27},
+				Model:        "kimi-k2.5",
+			},
+			wantDeltas: 5,
+		},
+		{
+			fixture: "sglang_reasoning_tools.sse",
+			want: Result{
+				ReasoningContent: "The user wants the weather.",
+				ToolCalls: []ToolCall{
+					toolCall("call_a1", "get_weather", `{"city": "Paris"}`),
+					toolCall("call_b2", "get_time", `{"tz": "CET"}`),
+				},
+				FinishReason: "tool_calls",
+				Usage:        Usage{PromptTokens: 120, CompletionTokens: 50, TotalTokens: 170, CachedTokens: 64, ReasoningTokens: 12},
+				Model:        "kimi-k2.5",
+			},
+			wantDeltas: 8,
+		},
+		{
+			fixture: "vllm_reasoning.sse",
+			want: Result{
+				Content:          "42",
+				ReasoningContent: "hmm ok",
+				FinishReason:     "length",
+				Usage:            Usage{PromptTokens: 10, CompletionTokens: 4, TotalTokens: 14, CachedTokens: 8, ReasoningTokens: 2},
+				Model:            "Qwen/Qwen3-8B",
+			},
+			wantDeltas: 3,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fixture, func(t *testing.T) {
+			text := readFixture(t, tt.fixture)
+			_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) { writeEvents(w, text) }, Config{})
+			deltas := 0
+			got, err := c.Chat(bg(t), testRequest(), func(n int) { deltas += n })
+			if err != nil {
+				t.Fatalf("Chat: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(Result{}, "TTFT", "Duration")); diff != "" {
+				t.Errorf("result mismatch (-want +got):\n%s", diff)
+			}
+			if deltas != tt.wantDeltas {
+				t.Errorf("onDelta total = %d, want %d", deltas, tt.wantDeltas)
+			}
+			if got.TTFT <= 0 || got.Duration < got.TTFT {
+				t.Errorf("TTFT %v, Duration %v: want 0 < TTFT <= Duration", got.TTFT, got.Duration)
+			}
+		})
+	}
+}
+
+// TestChatReusesConnection checks that reading to [DONE] leaves the
+// connection reusable, so a busy lane does not churn sockets.
+func TestChatReusesConnection(t *testing.T) {
+	text := readFixture(t, "sglang_plain.sse")
+	var mu sync.Mutex
+	remotes := map[string]bool{}
+	_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes[r.RemoteAddr] = true
+		mu.Unlock()
+		writeEvents(w, text)
+	}, Config{})
+	for i := 0; i < 3; i++ {
+		if _, err := c.Chat(bg(t), testRequest(), nil); err != nil {
+			t.Fatalf("Chat %d: %v", i, err)
+		}
+	}
+	if len(remotes) != 1 {
+		t.Errorf("requests came from %d connections, want 1: %v", len(remotes), remotes)
+	}
+}
+
+func TestChatStreamEnds(t *testing.T) {
+	plain := sseLines(t, "sglang_plain.sse") // 0 role, 1-5 content, 6 finish, 7 usage, 8 [DONE]
+	events := func(lines ...string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { writeEvents(w, strings.Join(lines, "")) }
+	}
+	tests := []struct {
+		name        string
+		handler     http.HandlerFunc
+		wantClass   Class  // 0: success
+		wantContent string // on success
+		wantMsg     string // substring of the error
+	}{
+		{
+			name:        "no [DONE] after finish_reason is accepted",
+			handler:     events(plain[:8]...),
+			wantContent: "Hello, world! <b>&</b> é中 \"quoted\"\\n",
+		},
+		{
+			name:      "clean end without finish_reason is a cut",
+			handler:   events(plain[:4]...),
+			wantClass: ServerDown,
+			wantMsg:   "stream cut",
+		},
+		{
+			name:      "connection closed mid-stream",
+			handler:   hijacked(chunkedHead + chunked(plain[0]) + chunked(plain[1])),
+			wantClass: ServerDown,
+		},
+		{
+			name:      "connection closed mid-chunk",
+			handler:   hijacked(chunkedHead + chunked(plain[0]) + "40\r\ndata: {\"choices\""),
+			wantClass: ServerDown,
+		},
+		{
+			name:      "close-delimited body cut inside a line",
+			handler:   hijacked("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + plain[1] + `data: {"choi`),
+			wantClass: ServerDown,
+			wantMsg:   "stream cut",
+		},
+		{
+			name:        "connection closed after finish_reason",
+			handler:     hijacked(chunkedHead + chunked(strings.Join(plain[:7], ""))),
+			wantContent: "Hello, world! <b>&</b> é中 \"quoted\"\\n",
+		},
+		{
+			name:      "malformed chunk",
+			handler:   events(plain[0], "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}\n\n", plain[8]),
+			wantClass: Malformed,
+			wantMsg:   "bad chunk",
+		},
+		{
+			name:      "[DONE] without finish_reason",
+			handler:   events(plain[0], plain[1], plain[8]),
+			wantClass: Malformed,
+			wantMsg:   "without a finish_reason",
+		},
+		{
+			name:      "finish_reason abort",
+			handler:   events(plain[1], strings.Replace(plain[6], `"stop"`, `"abort"`, 1), plain[8]),
+			wantClass: Retryable,
+			wantMsg:   "aborted",
+		},
+		{
+			name: "mid-stream error event, 400 class",
+			handler: events(plain[1], `data: {"error":{"object":"error","message":"invalid grammar","type":"BadRequestError","param":null,"code":400}}`+"\n\n",
+				plain[8]),
+			wantClass: BadRequest,
+			wantMsg:   "invalid grammar",
+		},
+		{
+			name:      "mid-stream error event, 500",
+			handler:   events(plain[1], `data: {"error":{"message":"CUDA error: an illegal memory access","code":500}}`+"\n\n", plain[8]),
+			wantClass: Retryable,
+			wantMsg:   "illegal memory access",
+		},
+		{
+			name:      "mid-stream error event, 429",
+			handler:   events(`data: {"error":{"message":"too many requests","code":429}}` + "\n\n"),
+			wantClass: Retryable,
+		},
+		{
+			name:      "mid-stream error event without code, context length",
+			handler:   events(`data: {"error":{"message":"The input (40000 tokens) is longer than the model's context length (32768 tokens)."}}` + "\n\n"),
+			wantClass: BadRequest,
+			wantMsg:   "context length",
+		},
+		{
+			name: "200 with a JSON error body",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"error":{"message":"model not loaded","code":503}}`)
+			},
+			wantClass: Retryable,
+			wantMsg:   "model not loaded",
+		},
+		{
+			name: "200 with a JSON completion instead of a stream",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+			},
+			wantClass: Malformed,
+			wantMsg:   "instead of an event stream",
+		},
+		{
+			name:        "long line over the buffer size",
+			handler:     events(`data: {"choices":[{"index":0,"delta":{"content":"`+strings.Repeat("x", 100<<10)+`"},"finish_reason":"stop"}]}`+"\n\n", plain[8]),
+			wantContent: strings.Repeat("x", 100<<10),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, c := newServer(t, tt.handler, Config{})
+			got, err := c.Chat(bg(t), testRequest(), nil)
+			if tt.wantClass == 0 {
+				if err != nil {
+					t.Fatalf("Chat: %v, want success", err)
+				}
+				if got.Content != tt.wantContent {
+					t.Errorf("content = %q, want %q", got.Content, tt.wantContent)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Chat succeeded with %+v, want a %v error", got, tt.wantClass)
+			}
+			if gotClass := errClass(err); gotClass != tt.wantClass {
+				t.Errorf("class = %v, want %v (err: %v)", gotClass, tt.wantClass, err)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error %q does not mention %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestChatStatus(t *testing.T) {
+	big := strings.Repeat("y", 10<<10)
+	tests := []struct {
+		status    int
+		body      string
+		wantClass Class
+		wantMsg   string // exact Error.Msg
+	}{
+		{400, `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens.","type":"BadRequestError","param":null,"code":400}`,
+			BadRequest, "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens."},
+		{404, `{"object":"error","message":"The model 'x' does not exist.","type":"NotFoundError","param":"model","code":"model_not_found"}`,
+			BadRequest, "model_not_found: The model 'x' does not exist."},
+		{413, `request entity too large`, BadRequest, "request entity too large"},
+		{422, `{"detail":[{"loc":["body","messages"],"msg":"Field required","type":"missing"}]}`,
+			BadRequest, `[{"loc":["body","messages"],"msg":"Field required","type":"missing"}]`},
+		{409, `{"error":{"message":"prompt exceeds the slot size","code":409}}`, BadRequest, "prompt exceeds the slot size"},
+		{409, `{"error":{"message":"conflict","code":409}}`, Retryable, "conflict"},
+		{429, `{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`, Retryable, "Rate limit reached"},
+		{401, `{"error":"invalid api key"}`, ServerDown, "invalid api key"},
+		{500, `{"object":"error","message":"EngineCore encountered an issue. See stack trace for the root cause.","type":"InternalServerError","code":500}`,
+			Retryable, "EngineCore encountered an issue. See stack trace for the root cause."},
+		{500, "Internal Server Error", Retryable, "Internal Server Error"},
+		{502, "<html>Bad Gateway</html>", ServerDown, "<html>Bad Gateway</html>"},
+		{503, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, ServerDown, "Loading model"},
+		{504, "", ServerDown, ""},
+		{500, big, Retryable, big[:errBodyLimit]},
+	}
+	for _, tt := range tests {
+		t.Run(http.StatusText(tt.status), func(t *testing.T) {
+			_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			}, Config{})
+			_, err := c.Chat(bg(t), testRequest(), nil)
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Chat error = %v, want *Error", err)
+			}
+			want := &Error{Class: tt.wantClass, Status: tt.status, Msg: tt.wantMsg}
+			if diff := cmp.Diff(want, e); diff != "" {
+				t.Errorf("error mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestClassifyStatus(t *testing.T) {
+	tests := []struct {
+		status int
+		msg    string
+		want   Class
+	}{
+		{400, "", BadRequest},
+		{404, "model not found", BadRequest},
+		{413, "", BadRequest},
+		{422, "", BadRequest},
+		{418, "input is too long", BadRequest},
+		{409, "context length exceeded", BadRequest},
+		{409, "", Retryable},
+		{408, "", Retryable},
+		{429, "maximum context length", Retryable},
+		{401, "", ServerDown},
+		{403, "", ServerDown},
+		{500, "", Retryable},
+		{500, "engine is dead", Retryable},
+		{500, "maximum context length", Retryable},
+		{501, "", Retryable},
+		{502, "", ServerDown},
+		{503, "", ServerDown},
+		{504, "", ServerDown},
+	}
+	for _, tt := range tests {
+		if got := classifyStatus(tt.status, tt.msg); got != tt.want {
+			t.Errorf("classifyStatus(%d, %q) = %v, want %v", tt.status, tt.msg, got, tt.want)
+		}
+	}
+}
+
+func TestClassifyEventCode(t *testing.T) {
+	tests := []struct {
+		code int
+		msg  string
+		want Class
+	}{
+		{400, "bad", BadRequest},
+		{422, "", BadRequest},
+		{429, "", Retryable},
+		{500, "", Retryable},
+		{503, "", Retryable},
+		{0, "", Retryable},
+		{0, "prompt is too long", BadRequest},
+	}
+	for _, tt := range tests {
+		if got := classifyEventCode(tt.code, tt.msg); got != tt.want {
+			t.Errorf("classifyEventCode(%d, %q) = %v, want %v", tt.code, tt.msg, got, tt.want)
+		}
+	}
+}
+
+func TestParseErrorBody(t *testing.T) {
+	tests := []struct {
+		body     string
+		wantMsg  string
+		wantCode int
+	}{
+		{`{"error":{"message":"m","code":400}}`, "m", 400},
+		{`{"error":{"message":"m","code":"400"}}`, "m", 400},
+		{`{"error":{"message":"too big","code":"context_length_exceeded"}}`, "context_length_exceeded: too big", 0},
+		{`{"error":{"type":"server_error"}}`, "server_error", 0},
+		{`{"error":"plain"}`, "plain", 0},
+		{`{"object":"error","message":"m2","code":422}`, "m2", 422},
+		{`{"detail":"Not Found"}`, "Not Found", 0},
+		{"  not json \n", "not json", 0},
+		{`{"other":1}`, `{"other":1}`, 0},
+	}
+	for _, tt := range tests {
+		msg, code := parseErrorBody([]byte(tt.body))
+		if msg != tt.wantMsg || code != tt.wantCode {
+			t.Errorf("parseErrorBody(%s) = %q, %d, want %q, %d", tt.body, msg, code, tt.wantMsg, tt.wantCode)
+		}
+	}
+}
+
+func TestChatTransportErrors(t *testing.T) {
+	plain := sseLines(t, "sglang_plain.sse")
+	tests := []struct {
+		name    string
+		cfg     Config
+		handler http.HandlerFunc
+		wantMsg string
+	}{
+		{
+			name:    "closed before headers",
+			handler: hijacked(""),
+		},
+		{
+			name:    "no headers within the idle timeout",
+			cfg:     Config{IdleTimeout: 200 * time.Millisecond},
+			handler: func(w http.ResponseWriter, r *http.Request) { blockUntilGone(r) },
+			wantMsg: "no response headers",
+		},
+		{
+			name: "no first byte within FirstByteTimeout",
+			cfg:  Config{IdleTimeout: time.Minute, FirstByteTimeout: 200 * time.Millisecond},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				blockUntilGone(r)
+			},
+			wantMsg: "no first byte",
+		},
+		{
+			name: "stream goes idle",
+			cfg:  Config{IdleTimeout: 200 * time.Millisecond},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, plain[0]+plain[1])
+				blockUntilGone(r)
+			},
+			wantMsg: "stream idle",
+		},
+		{
+			name: "whole request timeout while tokens keep coming",
+			cfg:  Config{RequestTimeout: 300 * time.Millisecond},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, plain[0])
+				for {
+					select {
+					case <-r.Context().Done():
+						return
+					case <-time.After(10 * time.Millisecond):
+						io.WriteString(w, plain[1])
+						w.(http.Flusher).Flush()
+					}
+				}
+			},
+			wantMsg: "request timeout",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, c := newServer(t, tt.handler, tt.cfg)
+			_, err := c.Chat(bg(t), testRequest(), nil)
+			if got := errClass(err); got != ServerDown {
+				t.Fatalf("class = %v, want %v (err: %v)", got, ServerDown, err)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error %q does not mention %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestChatConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := New(Config{BaseURL: "http://" + addr})
+	defer c.Close()
+	_, err = c.Chat(bg(t), testRequest(), nil)
+	if got := errClass(err); got != ServerDown {
+		t.Errorf("class = %v, want %v (err: %v)", got, ServerDown, err)
+	}
+	if _, err := c.Models(bg(t)); errClass(err) != ServerDown {
+		t.Errorf("Models class = %v, want %v (err: %v)", errClass(err), ServerDown, err)
+	}
+}
+
+func TestChatBadBaseURL(t *testing.T) {
+	for _, base := range []string{"", "127.0.0.1:30000", "ftp://host", "http://"} {
+		c := New(Config{BaseURL: base})
+		_, err := c.Chat(bg(t), testRequest(), nil)
+		if got := errClass(err); got != ServerDown {
+			t.Errorf("base %q: class = %v, want %v (err: %v)", base, got, ServerDown, err)
+		}
+		c.Close()
+	}
+}
+
+func TestChatRequest(t *testing.T) {
+	type seen struct {
+		method, path, auth, ctype, accept string
+		body                              string
+	}
+	text := readFixture(t, "sglang_plain.sse")
+	var got seen
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = seen{r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type"), r.Header.Get("Accept"), string(b)}
+		writeEvents(w, text)
+	}
+	req := Request{
+		Model: "kimi-k2.5",
+		Body: []byte(`{"messages":[{"role":"user","content":"hi <b>&</b>"}],` +
+			`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],` +
+			`"temperature":0.1,"stream":false,"model":"from-body"}`),
+		MaxTokens: 512,
+		Params: map[string]json.RawMessage{
+			"temperature":          []byte(`0.7`),
+			"chat_template_kwargs": []byte(`{"thinking": true}`),
+			"top_k":                []byte(`20`),
+			"max_tokens":           []byte(`5`),
+			"stream_options":       []byte(`{"include_usage":false}`),
+		},
+	}
+	wantBody := `{"chat_template_kwargs":{"thinking":true},"max_tokens":512,` +
+		`"messages":[{"role":"user","content":"hi <b>&</b>"}],"model":"kimi-k2.5","stream":true,` +
+		`"stream_options":{"include_usage":true},"temperature":0.7,` +
+		`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"top_k":20}`
+	for _, suffix := range []string{"", "/", "/v1", "/v1/"} {
+		t.Run("base"+suffix, func(t *testing.T) {
+			srv := newHTTPServer(t, handler)
+			c := New(Config{BaseURL: srv + suffix, APIKey: "sk-test"})
+			defer c.Close()
+			if _, err := c.Chat(bg(t), req, nil); err != nil {
+				t.Fatalf("Chat: %v", err)
+			}
+			want := seen{"POST", "/v1/chat/completions", "Bearer sk-test", "application/json", "text/event-stream", wantBody}
+			if diff := cmp.Diff(want, got, cmp.AllowUnexported(seen{})); diff != "" {
+				t.Errorf("request mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("no key, no max_tokens", func(t *testing.T) {
+		srv := newHTTPServer(t, handler)
+		c := New(Config{BaseURL: srv})
+		defer c.Close()
+		r := Request{Body: []byte(`{"messages":[],"max_tokens":9}`)}
+		if _, err := c.Chat(bg(t), r, nil); err != nil {
+			t.Fatalf("Chat: %v", err)
+		}
+		if got.auth != "" {
+			t.Errorf("Authorization = %q, want none", got.auth)
+		}
+		want := `{"max_tokens":9,"messages":[],"stream":true,"stream_options":{"include_usage":true}}`
+		if got.body != want {
+			t.Errorf("body = %s, want %s", got.body, want)
+		}
+	})
+}
+
+// newHTTPServer starts a server and returns its URL.
+func newHTTPServer(t *testing.T, h http.HandlerFunc) string {
+	srv, c := newServer(t, h, Config{})
+	c.Close()
+	return srv.URL
+}
+
+func TestChatInvalidRequest(t *testing.T) {
+	calls := 0
+	srv := newHTTPServer(t, func(w http.ResponseWriter, r *http.Request) { calls++ })
+	c := New(Config{BaseURL: srv})
+	defer c.Close()
+	tests := []struct {
+		name string
+		req  Request
+	}{
+		{"body is an array", Request{Body: []byte(`[1]`)}},
+		{"body is broken", Request{Body: []byte(`{"messages":`)}},
+		{"param is broken", Request{Body: []byte(`{}`), Params: map[string]json.RawMessage{"top_k": []byte(`2 0`)}}},
+	}
+	for _, tt := range tests {
+		_, err := c.Chat(bg(t), tt.req, nil)
+		if got := errClass(err); got != BadRequest {
+			t.Errorf("%s: class = %v, want %v (err: %v)", tt.name, got, BadRequest, err)
+		}
+	}
+	if calls != 0 {
+		t.Errorf("server saw %d requests, want 0", calls)
+	}
+}
+
+func TestChatCallerCancel(t *testing.T) {
+	plain := sseLines(t, "sglang_plain.sse")
+	t.Run("mid-stream", func(t *testing.T) {
+		_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			writeEvents(w, plain[0]+plain[1])
+			blockUntilGone(r)
+		}, Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, err := c.Chat(ctx, testRequest(), func(int) { cancel() })
+		checkCanceled(t, err)
+	})
+	t.Run("before headers", func(t *testing.T) {
+		arrived := make(chan struct{})
+		_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			close(arrived)
+			blockUntilGone(r)
+		}, Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-arrived
+			cancel()
+		}()
+		_, err := c.Chat(ctx, testRequest(), nil)
+		checkCanceled(t, err)
+	})
+}
+
+func checkCanceled(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		t.Errorf("err is a classified *Error (%v); the caller's cancel must pass through", e.Class)
+	}
+}
+
+func TestModels(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    int
+		body      string
+		want      []string
+		wantClass Class
+	}{
+		{"sglang", 200, `{"object":"list","data":[{"id":"kimi-k2.5","object":"model","created":1,"owned_by":"sglang","root":"kimi-k2.5","parent":null,"max_model_len":262144}]}`,
+			[]string{"kimi-k2.5"}, 0},
+		{"two", 200, `{"data":[{"id":"a"},{"id":"b"}]}`, []string{"a", "b"}, 0},
+		{"empty", 200, `{"data":[]}`, []string{}, 0},
+		{"broken", 200, `{"data":[`, nil, Malformed},
+		{"loading", 503, `{"error":{"code":503,"message":"Loading model"}}`, nil, ServerDown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var path, auth string
+			_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				path, auth = r.URL.Path, r.Header.Get("Authorization")
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			}, Config{APIKey: "k"})
+			got, err := c.Models(bg(t))
+			if path != "/v1/models" || auth != "Bearer k" {
+				t.Errorf("server saw path %q auth %q, want /v1/models and Bearer k", path, auth)
+			}
+			if tt.wantClass != 0 {
+				if errClass(err) != tt.wantClass {
+					t.Errorf("class = %v, want %v (err: %v)", errClass(err), tt.wantClass, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Models: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("models mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,314 @@
+package llm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// maxLine bounds one SSE line; a longer one is a broken stream, not a reason
+// to grow memory without limit.
+const maxLine = 16 << 20
+
+var errLineTooLong = errors.New("sse line longer than 16 MiB")
+
+// lineReader returns SSE lines without their line ending. The returned
+// slice is only valid until the next call.
+type lineReader struct {
+	br   *bufio.Reader
+	long []byte
+}
+
+func newLineReader() *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(nil, 16<<10)}
+}
+
+// next returns the next complete line. A last line without a newline is
+// dropped, as the SSE spec says: it may be a chunk cut in half.
+func (l *lineReader) next() ([]byte, error) {
+	line, err := l.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		l.long = append(l.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = l.br.ReadSlice('\n')
+			l.long = append(l.long, line...)
+			if len(l.long) > maxLine {
+				return nil, errLineTooLong
+			}
+		}
+		line = l.long
+	}
+	if err != nil {
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// keptString decodes a string that repeats in every chunk (the model name)
+// without allocating when it did not change.
+type keptString string
+
+func (k *keptString) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && bytes.IndexByte(b, '\\') < 0 {
+		if string(b[1:n-1]) != string(*k) {
+			*k = keptString(b[1 : n-1])
+		}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*k = keptString(s)
+	return nil
+}
+
+// streamChunk is the part of a chat.completion.chunk the client reads; one
+// value is reused for every chunk of a stream.
+type streamChunk struct {
+	Model   keptString      `json:"model"`
+	Choices []chunkChoice   `json:"choices"`
+	Usage   *chunkUsage     `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type chunkChoice struct {
+	Index int `json:"index"`
+	Delta struct {
+		Content          string `json:"content"`
+		ReasoningContent string `json:"reasoning_content"`
+		// vLLM's newer name for reasoning_content.
+		Reasoning string          `json:"reasoning"`
+		ToolCalls []chunkToolCall `json:"tool_calls"`
+	} `json:"delta"`
+	FinishReason string `json:"finish_reason"`
+}
+
+type chunkToolCall struct {
+	Index    *int   `json:"index"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chunkUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	ReasoningTokens     int `json:"reasoning_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+func (c *streamChunk) reset() {
+	for i := range c.Choices {
+		c.Choices[i] = chunkChoice{}
+	}
+	c.Choices = c.Choices[:0]
+	c.Usage = nil
+	c.Error = nil
+}
+
+type toolAcc struct {
+	id, typ, name string
+	args          strings.Builder
+}
+
+// assembler accumulates deltas into a Result.
+type assembler struct {
+	content, reasoning strings.Builder
+	tools              []*toolAcc
+	finish             string
+	usage              Usage
+	ttft               time.Duration
+}
+
+// add applies one chunk and reports whether it carried a delta.
+func (a *assembler) add(c *streamChunk) bool {
+	if u := c.Usage; u != nil {
+		a.usage = Usage{
+			PromptTokens:     u.PromptTokens,
+			CompletionTokens: u.CompletionTokens,
+			TotalTokens:      u.TotalTokens,
+			ReasoningTokens:  u.ReasoningTokens,
+		}
+		if d := u.PromptTokensDetails; d != nil {
+			a.usage.CachedTokens = d.CachedTokens
+		}
+		if d := u.CompletionTokensDetails; d != nil && a.usage.ReasoningTokens == 0 {
+			a.usage.ReasoningTokens = d.ReasoningTokens
+		}
+	}
+	delta := false
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if ch.Index != 0 {
+			continue
+		}
+		d := &ch.Delta
+		if d.Content != "" {
+			a.content.WriteString(d.Content)
+			delta = true
+		}
+		// Some vLLM versions send the same text under both names.
+		if r := d.ReasoningContent; r != "" {
+			a.reasoning.WriteString(r)
+			delta = true
+		} else if r := d.Reasoning; r != "" {
+			a.reasoning.WriteString(r)
+			delta = true
+		}
+		for j := range d.ToolCalls {
+			a.addTool(j, &d.ToolCalls[j])
+			delta = true
+		}
+		if ch.FinishReason != "" {
+			a.finish = ch.FinishReason
+		}
+	}
+	return delta
+}
+
+func (a *assembler) addTool(pos int, t *chunkToolCall) {
+	idx := pos
+	if t.Index != nil {
+		idx = *t.Index
+	}
+	if idx < 0 || idx > 1024 {
+		idx = len(a.tools)
+	}
+	for len(a.tools) <= idx {
+		a.tools = append(a.tools, &toolAcc{})
+	}
+	acc := a.tools[idx]
+	if t.ID != "" {
+		acc.id = t.ID
+	}
+	if t.Type != "" {
+		acc.typ = t.Type
+	}
+	if t.Function.Name != "" {
+		acc.name += t.Function.Name
+	}
+	acc.args.WriteString(t.Function.Arguments)
+}
+
+func (a *assembler) result(model string) Result {
+	r := Result{
+		Content:          a.content.String(),
+		ReasoningContent: a.reasoning.String(),
+		FinishReason:     a.finish,
+		Usage:            a.usage,
+		Model:            model,
+		TTFT:             a.ttft,
+	}
+	for _, t := range a.tools {
+		var tc ToolCall
+		tc.ID = t.id
+		tc.Type = t.typ
+		if tc.Type == "" {
+			tc.Type = "function"
+		}
+		tc.Function.Name = t.name
+		tc.Function.Arguments = t.args.String()
+		r.ToolCalls = append(r.ToolCalls, tc)
+	}
+	return r
+}
+
+var dataPrefix = []byte("data:")
+
+// readStream parses the SSE body of a chat completion.
+func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Result, error) {
+	lr := readerPool.Get().(*lineReader)
+	lr.br.Reset(body)
+	defer func() {
+		lr.br.Reset(nil)
+		if cap(lr.long) > 1<<20 {
+			lr.long = nil
+		}
+		readerPool.Put(lr)
+	}()
+	var (
+		ch   streamChunk
+		a    assembler
+		done bool
+	)
+	for !done {
+		line, err := lr.next()
+		if err != nil {
+			if k.parent.Err() != nil {
+				return Result{}, k.fail("chat stream", err)
+			}
+			if errors.Is(err, errLineTooLong) {
+				return Result{}, &Error{Class: Malformed, Msg: "chat stream", Err: err}
+			}
+			if a.finish != "" {
+				// The choice is complete; only [DONE] (and maybe usage) is missing.
+				break
+			}
+			if err == io.EOF {
+				return Result{}, &Error{Class: ServerDown, Msg: "chat stream: stream cut before finish_reason"}
+			}
+			return Result{}, k.fail("chat stream", err)
+		}
+		if len(line) == 0 || line[0] == ':' {
+			continue
+		}
+		data, ok := bytes.CutPrefix(line, dataPrefix)
+		if !ok {
+			continue // event:, id:, retry: carry nothing for us
+		}
+		data = bytes.TrimLeft(data, " \t")
+		if string(data) == "[DONE]" {
+			done = true
+			break
+		}
+		ch.reset()
+		if err := json.Unmarshal(data, &ch); err != nil {
+			return Result{}, &Error{Class: Malformed, Msg: "chat stream: bad chunk: " + clip(data, 200), Err: err}
+		}
+		if len(ch.Error) > 0 && string(ch.Error) != "null" {
+			msg, code := parseErrorBody(data)
+			return Result{}, &Error{Class: classifyEventCode(code, msg), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", code, msg)}
+		}
+		if a.add(&ch) {
+			if a.ttft == 0 {
+				a.ttft = time.Since(start)
+			}
+			if onDelta != nil {
+				onDelta(1)
+			}
+		}
+	}
+	if done {
+		// Read the chunked terminator so the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(lr.br, 64<<10))
+	}
+	switch a.finish {
+	case "":
+		return Result{}, &Error{Class: Malformed, Msg: "chat stream: [DONE] without a finish_reason"}
+	case "abort":
+		return Result{}, &Error{Class: Retryable, Msg: "chat stream: server aborted the request (finish_reason abort)"}
+	}
+	return a.result(string(ch.Model)), nil
+}
