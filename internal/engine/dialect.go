@@ -82,7 +82,7 @@ var dialects = map[string]Dialect{
 	},
 	Sim: {
 		Name:           Sim,
-		ModelFlag:      "--model",
+		ModelFlag:      "--model-path",
 		ReadyPath:      "/health_generate",
 		ReadyLine:      ReadyLineSGLang,
 		HealthPath:     "/health",

@@ -55,7 +55,7 @@ func TestLaunchArgs(t *testing.T) {
 			engine: "sim",
 			server: job.Server{Port: 0, Sim: map[string]any{"speed": 10, "kv_tokens": 231120}},
 			model:  "sim-model",
-			want:   []string{self, "sim", "--model", "sim-model", "--host", "127.0.0.1", "--port", "0", "--kv-tokens=231120", "--speed=10"},
+			want:   []string{self, "sim", "--model-path", "sim-model", "--host", "127.0.0.1", "--port", "0", "--kv-tokens=231120", "--speed=10"},
 		},
 	}
 	for _, tt := range tests {
