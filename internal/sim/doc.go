@@ -1,0 +1,42 @@
+// Package sim is regen's simulated inference server: an OpenAI-compatible
+// HTTP server that behaves like SGLang (or, with Engine "vllm", like vLLM)
+// wherever regen's decisions depend on it, so every promise regen makes can
+// be tested without a GPU.
+//
+// One scheduler goroutine owns a KV token pool of Config.KVTokens tokens
+// and runs continuous batching: a waiting request is admitted when its
+// prompt plus a reserved share of its max_tokens (SGLang's new-token ratio,
+// decaying per decode step) fits beside the running ones, up to the
+// running-request cap. A prefill batch costs time in proportion to its
+// uncached prompt tokens (an LRU prefix cache at message boundaries stands
+// in for the radix cache); a decode step costs DecodeBase plus a share per
+// running request and per thousand tokens in use, so throughput rises with
+// batch size and saturates. When the pool cannot hold the next step the
+// newest requests are retracted: their KV and decode progress are lost,
+// they return to the head of the queue and are re-prefilled and re-decoded
+// later (tokens already streamed are not sent twice), so over-admission
+// lowers goodput as it does on a real server.
+//
+// All durations in Config are simulated time. The scheduler sleeps until
+// the real deadline of each step scaled by Speed, so Speed changes how
+// fast the server runs but not what it decides; idle gaps and CPU lag are
+// not replayed.
+//
+// The HTTP surface is SGLang's: /v1/chat/completions and /v1/completions
+// (streaming chunks shaped like SGLang's, reasoning_content when the request
+// asks for thinking, tool-call deltas when it has tools, usage with
+// include_usage), /v1/models, /health and /health_generate (a real 1-token
+// probe with SGLang's timeout), /get_server_info and /server_info, and
+// /metrics with SGLang's names and labels, gauges updated at prefill
+// batches and every DecodeLogInterval decode steps. Log lines go to the
+// writer given to New in SGLang's (or vLLM's) formats, because they are the
+// contract regen's log watcher parses.
+//
+// Faults (Fault, from Config shortcuts, Config.Faults or a YAML scenario)
+// crash the server with an exit code and the engine's crash text, hang or
+// kill generation while HTTP stays up, slow steps down, or answer requests
+// with 5xx, a TCP reset or a malformed chunk. A crash closes the listener
+// and every connection and delivers the exit code on Crashed; the package
+// never exits the process itself. Output lengths, content and faults are
+// deterministic for a given Seed and request content.
+package sim
