@@ -160,6 +160,18 @@ func TestChatStreamEnds(t *testing.T) {
 			wantMsg:   "bad chunk",
 		},
 		{
+			name:      "two JSON values in one data line",
+			handler:   events(plain[0], "data: {\"choices\":[]} {\"choices\":[]}\n\n", plain[6], plain[8]),
+			wantClass: Malformed,
+			wantMsg:   "bad chunk",
+		},
+		{
+			name:      "truncated JSON in a complete line",
+			handler:   events(plain[0], "data: {\"choices\":[{\"delta\":\n\n", plain[6], plain[8]),
+			wantClass: Malformed,
+			wantMsg:   "bad chunk",
+		},
+		{
 			name:      "[DONE] without finish_reason",
 			handler:   events(plain[0], plain[1], plain[8]),
 			wantClass: Malformed,
@@ -640,5 +652,36 @@ func TestModels(t *testing.T) {
 				t.Errorf("models mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestChatConcurrent(t *testing.T) {
+	text := readFixture(t, "sglang_reasoning_tools.sse")
+	_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) { writeEvents(w, text) }, Config{MaxConns: 8})
+	want, err := c.Chat(bg(t), testRequest(), nil)
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*5)
+	for range 8 {
+		wg.Go(func() {
+			for range 5 {
+				got, err := c.Chat(bg(t), testRequest(), nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Result{}, "TTFT", "Duration")); diff != "" {
+					errs <- errors.New("result mismatch (-want +got):\n" + diff)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -252,7 +252,11 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 		ch   streamChunk
 		a    assembler
 		done bool
+		src  bytes.Reader
 	)
+	// One Decoder per stream keeps its scanner and decode state between
+	// chunks; json.Unmarshal would rebuild them for every chunk.
+	dec := json.NewDecoder(&src)
 	for !done {
 		line, err := lr.next()
 		if err != nil {
@@ -278,13 +282,19 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 		if !ok {
 			continue // event:, id:, retry: carry nothing for us
 		}
-		data = bytes.TrimLeft(data, " \t")
+		data = bytes.TrimSpace(data)
 		if string(data) == "[DONE]" {
 			done = true
 			break
 		}
 		ch.reset()
-		if err := json.Unmarshal(data, &ch); err != nil {
+		src.Reset(data)
+		off := dec.InputOffset()
+		err = dec.Decode(&ch)
+		if err == nil && dec.InputOffset()-off != int64(len(data)) {
+			err = errors.New("trailing data after the JSON value")
+		}
+		if err != nil {
 			return Result{}, &Error{Class: Malformed, Msg: "chat stream: bad chunk: " + clip(data, 200), Err: err}
 		}
 		if len(ch.Error) > 0 && string(ch.Error) != "null" {
