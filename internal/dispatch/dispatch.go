@@ -738,7 +738,7 @@ func (d *Dispatcher) finished(storeCtx context.Context) (bool, error) {
 // maintain extends this owner's leases every Lease/3 and returns expired
 // leases of dead owners to pending.
 func (d *Dispatcher) maintain(ctx, storeCtx context.Context) {
-	t := time.NewTicker(d.cfg.Lease / 3)
+	t := time.NewTicker(max(d.cfg.Lease/3, time.Millisecond))
 	defer t.Stop()
 	d.expire(storeCtx)
 	for {
