@@ -311,8 +311,8 @@ func jsonInsteadOfStream(k *call, body io.Reader) error {
 	return &Error{Class: Malformed, Msg: "chat: got a JSON body instead of an event stream: " + clip(b, 200)}
 }
 
-// Models lists the model ids the endpoint serves (GET /v1/models). It is
-// bounded by IdleTimeout as well as ctx.
+// Models lists the model ids the endpoint serves (GET /v1/models), under
+// the same timeouts and error classes as Chat.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
 	const what = "models"
 	if c.urlErr != nil {
