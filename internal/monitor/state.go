@@ -94,7 +94,15 @@ func Evaluate(l Live) (State, []string) {
 		}
 	}
 	if len(l.Endpoints) > 0 && len(ready) == 0 {
+		starting := 0
+		for _, e := range l.Endpoints {
+			if e.State == Starting && e.Restarts == 0 {
+				starting++
+			}
+		}
 		switch {
+		case starting == len(l.Endpoints):
+			return Starting, restarting
 		case len(restarting) > 0:
 			return Restarting, append(restarting, append(down, failed...)...)
 		case len(down) > 0:

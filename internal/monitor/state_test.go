@@ -97,3 +97,15 @@ func TestAlerterSkipsCalmTransitionsAndReportsFailures(t *testing.T) {
 		t.Fatalf("Notify error = %v, want the command's exit status", err)
 	}
 }
+
+func TestEvaluateFirstStartIsNotARestart(t *testing.T) {
+	t0 := time.Now()
+	got, _ := Evaluate(Live{Now: t0, Endpoints: []EndpointStatus{{URL: "a", State: Starting}}, Remaining: 3})
+	if got != Starting {
+		t.Errorf("first start = %s, want STARTING", got)
+	}
+	got, _ = Evaluate(Live{Now: t0, Endpoints: []EndpointStatus{{URL: "a", State: Starting, Restarts: 1}}, Remaining: 3})
+	if got != Restarting {
+		t.Errorf("start after a failure = %s, want RESTARTING", got)
+	}
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/ui"
+)
+
+func init() { addCommand(newStatusCommand) }
+
+type statusOptions struct {
+	json        bool
+	waitHealthy time.Duration
+}
+
+func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+	fs.DurationVar(&o.waitHealthy, "wait-healthy", 0, "wait up to this long for real token progress; exit non-zero if none comes (e.g. 60s)")
+}
+
+func newStatusCommand() *cobra.Command {
+	var o statusOptions
+	cmd := &cobra.Command{
+		Use:   "status job.yaml",
+		Short: "One screen of truth about a job, from its store alone",
+		Long: `status reads the job's store and says RUNNING, STALLED, DOWN, RESTARTING,
+DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
+alive or not: a heartbeat older than the job's monitor.dead_after is DEAD.
+
+Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runStatus(cmd.Context(), cmd.OutOrStdout(), args[0], o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions) error {
+	spec, err := job.Load(path)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(storePath(spec)); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("job %s has no store yet (%s): it was never run", spec.Name, spec.Store.DSN)}
+	}
+	st, err := openStore(spec)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	host, _ := os.Hostname()
+	assess := func() (monitor.Report, error) {
+		return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
+	}
+	if o.waitHealthy > 0 {
+		return waitHealthy(ctx, out, st, spec, o.waitHealthy, assess)
+	}
+	r, err := assess()
+	if err != nil {
+		return err
+	}
+	if o.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(out, ui.StatusText(spec.Name, r))
+	}
+	if r.ExitCode != 0 {
+		return &exitError{code: r.ExitCode}
+	}
+	return nil
+}
+
+// waitHealthy waits for the runner's streamed-token counter to move while the
+// job is RUNNING; anything else at the deadline fails loudly with the evidence.
+func waitHealthy(ctx context.Context, out io.Writer, st store.Store, spec *job.Spec, limit time.Duration, assess func() (monitor.Report, error)) error {
+	deadline := time.Now().Add(limit)
+	first := int64(-1)
+	var last monitor.Report
+	for {
+		r, err := assess()
+		if err != nil {
+			return err
+		}
+		last = r
+		if r.State == monitor.Done {
+			fmt.Fprintf(out, "job %s: DONE\n", spec.Name)
+			return nil
+		}
+		hb, ok, err := st.LastHeartbeat(ctx)
+		if err != nil {
+			return err
+		}
+		if ok && r.State == monitor.Running {
+			var b monitor.Beat
+			if json.Unmarshal(hb.Counters, &b) == nil {
+				if first < 0 {
+					first = b.Tokens
+				} else if b.Tokens > first {
+					fmt.Fprintf(out, "job %s: healthy: %d tokens streamed in the last %s\n", spec.Name, b.Tokens-first, time.Since(deadline.Add(-limit)).Round(time.Second))
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Fprint(out, ui.StatusText(spec.Name, last))
+	code := last.ExitCode
+	if code == 0 {
+		code = 1
+	}
+	return &exitError{code: code, err: fmt.Errorf("job %s: no token progress within %s (state %s)", spec.Name, limit, last.State)}
+}

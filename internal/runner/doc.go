@@ -1,0 +1,12 @@
+// Package runner runs one job end to end: it takes over the job from any dead
+// previous runner, ingests the sources (idempotently), starts or finds the
+// endpoints (an in-process simulator, a supervised server process, or plain
+// URLs), dispatches until every sample is finished, writes a heartbeat and
+// state-change events into the store, fires alerts, shows progress, and
+// exports the results at the end.
+//
+// It owns the wiring between concepts, not their logic: retries live in
+// dispatch, process handling in supervise, states in monitor. A runner that
+// is killed at any point loses nothing: a re-run releases the dead runner's
+// leases without spending attempts and resumes.
+package runner

@@ -1,0 +1,160 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+// fleet is the set of endpoints a run sends to, and whatever keeps them alive.
+type fleet interface {
+	// URLs are known before Run so the dispatcher can be built first.
+	URLs() []string
+	// Run keeps the endpoints up until ctx ends; it returns a *FailedError
+	// when no endpoint can be brought back.
+	Run(ctx context.Context) error
+	Statuses() []monitor.EndpointStatus
+	// SetProgress gives the fleet token-progress evidence per endpoint.
+	SetProgress(func(url string) (inFlight int, lastToken time.Time))
+}
+
+type stateFunc func(ctx context.Context, prev, cur monitor.EndpointStatus)
+
+func newFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (fleet, error) {
+	if spec.Server == nil {
+		return newProbeFleet(spec, onState), nil
+	}
+	srv := *spec.Server
+	if srv.Engine == "sim" && len(srv.Command) == 0 {
+		return newSimFleet(spec, logDir, log, onState)
+	}
+	return newSupervisedFleet(spec, logDir, log, onState)
+}
+
+// statusBoard holds endpoint statuses and reports changes through onState.
+type statusBoard struct {
+	mu       sync.Mutex
+	statuses map[string]monitor.EndpointStatus
+	order    []string
+	onState  stateFunc
+	progress func(url string) (int, time.Time)
+}
+
+func newStatusBoard(urls []string, onState stateFunc) *statusBoard {
+	b := &statusBoard{statuses: map[string]monitor.EndpointStatus{}, order: urls, onState: onState}
+	for _, u := range urls {
+		b.statuses[u] = monitor.EndpointStatus{URL: u, State: monitor.Starting, Since: time.Now()}
+	}
+	return b
+}
+
+func (b *statusBoard) set(ctx context.Context, cur monitor.EndpointStatus) {
+	b.mu.Lock()
+	prev := b.statuses[cur.URL]
+	if prev.State == cur.State && prev.Cause == cur.Cause {
+		b.mu.Unlock()
+		return
+	}
+	if cur.Since.IsZero() {
+		cur.Since = time.Now()
+	}
+	b.statuses[cur.URL] = cur
+	b.mu.Unlock()
+	if b.onState != nil {
+		b.onState(ctx, prev, cur)
+	}
+}
+
+func (b *statusBoard) get(url string) monitor.EndpointStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.statuses[url]
+}
+
+func (b *statusBoard) Statuses() []monitor.EndpointStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]monitor.EndpointStatus, 0, len(b.order))
+	for _, u := range b.order {
+		out = append(out, b.statuses[u])
+	}
+	return out
+}
+
+func (b *statusBoard) URLs() []string { return b.order }
+
+func (b *statusBoard) SetProgress(f func(string) (int, time.Time)) {
+	b.mu.Lock()
+	b.progress = f
+	b.mu.Unlock()
+}
+
+func (b *statusBoard) progressOf(url string) (int, time.Time) {
+	b.mu.Lock()
+	f := b.progress
+	b.mu.Unlock()
+	if f == nil {
+		return 0, time.Time{}
+	}
+	return f(url)
+}
+
+// freeLoopbackAddr picks a free port on 127.0.0.1 for a server we start, so its
+// URL is known before it binds and stays the same across restarts.
+func freeLoopbackAddr(host string, port int) (string, error) {
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port != 0 {
+		return net.JoinHostPort(host, strconv.Itoa(port)), nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// restartPolicy counts failures in a window and yields backoff delays.
+type restartPolicy struct {
+	p        job.Restart
+	failures []time.Time
+}
+
+// next records a failure at now and returns the delay before the next
+// start, or ok=false when the policy is exhausted.
+func (r *restartPolicy) next(now time.Time) (time.Duration, bool) {
+	keep := r.failures[:0]
+	for _, t := range r.failures {
+		if now.Sub(t) < r.p.Window {
+			keep = append(keep, t)
+		}
+	}
+	r.failures = append(keep, now)
+	if len(r.failures) > r.p.Max {
+		return 0, false
+	}
+	d := r.p.Backoff
+	for i := 1; i < len(r.failures) && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute), true
+}
+
+func openLog(logDir, name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(logDir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open server log: %w", err)
+	}
+	return f, nil
+}

@@ -1,0 +1,72 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/source"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// IngestStats counts what one ingest pass did.
+type IngestStats struct {
+	Read     int // good rows read
+	Inserted int // new samples (the rest were already stored)
+	Bad      int // rows dead-lettered at ingest
+}
+
+const ingestBatch = 1000
+
+// Ingest reads every source and stores new samples and bad rows. It is
+// idempotent: samples already stored are skipped by id, bad rows by origin.
+func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, error) {
+	var stats IngestStats
+	batch := make([]store.NewSample, 0, ingestBatch)
+	var bad []store.IngestError
+	flush := func() error {
+		if len(batch) > 0 {
+			n, err := st.Ingest(ctx, batch)
+			if err != nil {
+				return err
+			}
+			stats.Inserted += n
+			batch = batch[:0]
+		}
+		if len(bad) > 0 {
+			if err := st.AddIngestErrors(ctx, bad); err != nil {
+				return err
+			}
+			bad = bad[:0]
+		}
+		return nil
+	}
+	for _, src := range spec.Sources {
+		emit := func(s source.Sample) error {
+			stats.Read++
+			batch = append(batch, store.NewSample{
+				ID: s.ID, Partition: s.Partition, Body: s.Body, PromptTokens: s.PromptTokens, Origin: s.Origin,
+				Lane: spec.LaneFor(s.Partition, s.PromptTokens),
+			})
+			if len(batch) >= ingestBatch {
+				return flush()
+			}
+			return nil
+		}
+		onBad := func(b source.BadRow) error {
+			stats.Bad++
+			bad = append(bad, store.IngestError{Partition: b.Partition, Origin: b.Origin, Field: b.Field, Reason: b.Reason})
+			if len(bad) >= ingestBatch {
+				return flush()
+			}
+			return nil
+		}
+		if _, err := source.Read(ctx, src, spec.Dir, emit, onBad); err != nil {
+			return stats, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
+		}
+		if err := flush(); err != nil {
+			return stats, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
+		}
+	}
+	return stats, nil
+}

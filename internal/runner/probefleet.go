@@ -1,0 +1,95 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/probe"
+)
+
+// probeFleet watches endpoints regen did not launch: it can only probe them
+// and report, never restart. An endpoint is READY after a healthy probe and
+// DOWN after probeFailures failed ones in a row; a hang is token silence with
+// requests in flight for the hang deadline.
+type probeFleet struct {
+	*statusBoard
+	engines map[string]engine.Dialect
+	every   time.Duration
+	hang    time.Duration
+	client  *http.Client
+}
+
+const probeFailures = 3
+
+func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
+	urls := make([]string, 0, len(spec.Endpoints))
+	engines := map[string]engine.Dialect{}
+	for _, e := range spec.Endpoints {
+		urls = append(urls, e.URL)
+		d, err := engine.Lookup(e.Engine)
+		if err != nil {
+			d, _ = engine.Lookup("sglang")
+		}
+		engines[e.URL] = d
+	}
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: 5 * time.Second,
+		hang: 30 * time.Second, client: &http.Client{}}
+}
+
+func (f *probeFleet) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, url := range f.URLs() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.watch(ctx, url)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (f *probeFleet) watch(ctx context.Context, url string) {
+	d := f.engines[url]
+	fails := 0
+	for {
+		snap := probe.Probe(ctx, f.client, url, d)
+		if ctx.Err() != nil {
+			return
+		}
+		inFlight, last := f.progressOf(url)
+		switch {
+		case !snap.Healthy():
+			fails++
+			if fails >= probeFailures || f.get(url).State == monitor.Starting {
+				f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Down, Cause: healthCause(snap),
+					Evidence: []string{fmt.Sprintf("%d failed health probes in a row", fails)}})
+			}
+		case f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang:
+			fails = 0
+			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Stalled,
+				Cause: fmt.Sprintf("no token for %s with %d requests in flight", time.Since(last).Round(time.Second), inFlight)})
+		default:
+			fails = 0
+			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(f.every):
+		}
+	}
+}
+
+func healthCause(s probe.Snapshot) string {
+	if s.HealthErr != nil {
+		return "health probe: " + s.HealthErr.Error()
+	}
+	return fmt.Sprintf("health probe: HTTP %d", s.HealthStatus)
+}

@@ -1,0 +1,486 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/export"
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/ui"
+)
+
+// Options configure one run.
+type Options struct {
+	Spec     *job.Spec
+	Store    store.Store
+	Out      io.Writer // progress view
+	Terminal bool      // redraw in place
+	Logger   *slog.Logger
+	// ProgressEvery is the view's refresh period; default 1s on a terminal, 10s otherwise.
+	ProgressEvery time.Duration
+	// DrainTimeout bounds the wait for in-flight requests after the first interrupt.
+	DrainTimeout time.Duration
+	// NoExport skips the export at the end (tests).
+	NoExport bool
+}
+
+// Summary is what a finished run reports.
+type Summary struct {
+	Ingest IngestStats
+	Export export.Summary
+	Final  monitor.Report
+}
+
+// ErrInterrupted is returned when the run stopped on request before finishing.
+var ErrInterrupted = errors.New("interrupted; re-run the same command to resume")
+
+// FailedError is returned when the job cannot go on (every endpoint FAILED).
+type FailedError struct {
+	Cause    string
+	Evidence []string
+}
+
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("job failed: %s", e.Cause)
+}
+
+type runState struct {
+	o       Options
+	owner   string
+	host    string
+	started time.Time
+	disp    *dispatch.Dispatcher
+	fleet   fleet
+	alerter *monitor.Alerter
+
+	mu       sync.Mutex
+	jobState monitor.State
+	evidence []string
+}
+
+// Run executes the job to completion, interruption or failure.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	var sum Summary
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 10 * time.Second
+		if o.Terminal {
+			o.ProgressEvery = time.Second
+		}
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	spec, st := o.Spec, o.Store
+	host, _ := os.Hostname()
+	r := &runState{o: o, host: host, owner: newOwner(host), started: time.Now(), jobState: monitor.Starting,
+		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook}}
+
+	if err := r.takeOver(ctx); err != nil {
+		return sum, err
+	}
+	r.beat(ctx, false, "")
+
+	stats, err := Ingest(ctx, spec, st)
+	sum.Ingest = stats
+	if err != nil {
+		return sum, err
+	}
+	fmt.Fprintf(o.Out, "ingest: %d rows read, %d new samples, %d bad rows (dead letters)\n", stats.Read, stats.Inserted, stats.Bad)
+	r.event(ctx, store.Event{Kind: "ingest", Subject: "job",
+		Evidence: fmt.Sprintf("%d rows read, %d new, %d bad", stats.Read, stats.Inserted, stats.Bad)})
+
+	logDir := filepath.Join(spec.Dir, ".regen", spec.BaseName())
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return sum, fmt.Errorf("create log dir: %w", err)
+	}
+	r.fleet, err = newFleet(spec, logDir, o.Logger, r.onEndpointState)
+	if err != nil {
+		return sum, err
+	}
+
+	endpoints := make([]dispatch.Endpoint, 0)
+	for _, url := range r.fleet.URLs() {
+		key := ""
+		for _, e := range spec.Endpoints {
+			if e.URL == url && e.APIKeyEnv != "" {
+				key = os.Getenv(e.APIKeyEnv)
+			}
+		}
+		maxConns := 0
+		for _, l := range spec.Lanes {
+			maxConns += l.Concurrency
+		}
+		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
+			BaseURL: url, APIKey: key, MaxConns: maxConns,
+			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
+		})})
+	}
+	params, err := spec.Generation.Params()
+	if err != nil {
+		return sum, fmt.Errorf("generation settings: %w", err)
+	}
+	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
+	for _, l := range spec.Lanes {
+		esc, _ := spec.EscalationLane(l.Name)
+		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
+	}
+	r.disp, err = dispatch.New(dispatch.Config{
+		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
+		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
+		DrainTimeout: o.DrainTimeout, Logger: o.Logger,
+	})
+	if err != nil {
+		return sum, fmt.Errorf("dispatcher: %w", err)
+	}
+	r.fleet.SetProgress(r.progressOf)
+	// Endpoints start paused until the fleet reports them ready.
+	for _, url := range r.fleet.URLs() {
+		r.disp.Pause(url, "starting")
+	}
+
+	runErr := r.runLoops(ctx)
+
+	final, aerr := monitor.Assess(context.WithoutCancel(ctx), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
+	if aerr == nil {
+		sum.Final = final
+	}
+	var failed *FailedError
+	switch {
+	case runErr == nil:
+		r.setState(context.WithoutCancel(ctx), monitor.Done, nil)
+		r.beat(context.WithoutCancel(ctx), true, "finished")
+	case errors.As(runErr, &failed):
+		r.setState(context.WithoutCancel(ctx), monitor.Failed, failed.Evidence)
+		r.beat(context.WithoutCancel(ctx), true, failed.Cause)
+		return sum, runErr
+	case ctx.Err() != nil:
+		r.beat(context.WithoutCancel(ctx), true, "interrupted")
+		return sum, ErrInterrupted
+	default:
+		r.beat(context.WithoutCancel(ctx), true, runErr.Error())
+		return sum, runErr
+	}
+	if !o.NoExport {
+		sum.Export, err = export.Export(ctx, st, spec.Output.Dir, spec.Output.Formats, spec.BaseName())
+		if err != nil {
+			return sum, fmt.Errorf("export: %w", err)
+		}
+	}
+	return sum, nil
+}
+
+// runLoops runs the fleet, the dispatcher, the heartbeat and the view until
+// the dispatcher finishes, the fleet fails or ctx ends.
+func (r *runState) runLoops(ctx context.Context) error {
+	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFleet()
+	fleetDone := make(chan error, 1)
+	go func() { fleetDone <- r.fleet.Run(fleetCtx) }()
+
+	g, gctx := errgroup.WithContext(ctx)
+	dispCtx, stopDisp := context.WithCancel(ctx)
+	defer stopDisp()
+	g.Go(func() error {
+		defer stopDisp()
+		return r.disp.Run(dispCtx)
+	})
+	g.Go(func() error {
+		select {
+		case err := <-fleetDone:
+			fleetDone <- err
+			if err != nil {
+				stopDisp()
+				return err
+			}
+			return nil
+		case <-dispCtx.Done():
+			return nil
+		}
+	})
+	loopCtx, stopLoops := context.WithCancel(gctx)
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); r.heartbeatLoop(loopCtx) }()
+	go func() { defer loops.Done(); r.progressLoop(loopCtx) }()
+
+	err := g.Wait()
+	stopLoops()
+	loops.Wait()
+	stopFleet()
+	if ferr := <-fleetDone; err == nil || errors.Is(err, context.Canceled) {
+		var failed *FailedError
+		if errors.As(ferr, &failed) {
+			err = failed
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func newOwner(host string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// takeOver refuses to run beside a live runner and releases a dead one's leases.
+func (r *runState) takeOver(ctx context.Context) error {
+	hb, ok, err := r.o.Store.LastHeartbeat(ctx)
+	if err != nil {
+		return fmt.Errorf("read heartbeat: %w", err)
+	}
+	if ok {
+		var beat monitor.Beat
+		_ = json.Unmarshal(hb.Counters, &beat)
+		fresh := time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
+		if fresh && !beat.Exited && hb.PID != os.Getpid() && (hb.Host != r.host || monitor.ProcessAlive(hb.PID)) {
+			return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait %s",
+				r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
+		}
+		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
+		if err != nil {
+			return fmt.Errorf("release leases of previous runner: %w", err)
+		}
+		if n > 0 {
+			r.event(ctx, store.Event{Kind: "takeover", Subject: "job",
+				Evidence: fmt.Sprintf("released %d samples leased by previous runner pid %d (no attempts spent)", n, hb.PID)})
+		}
+	}
+	if _, err := r.o.Store.ExpireLeases(ctx, time.Now()); err != nil {
+		return fmt.Errorf("expire leases: %w", err)
+	}
+	return nil
+}
+
+func (r *runState) event(ctx context.Context, e store.Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if err := r.o.Store.AddEvent(ctx, e); err != nil {
+		r.o.Logger.Warn("record event", "kind", e.Kind, "err", err)
+	}
+}
+
+// setState records a job state change as an event and fires alerts.
+func (r *runState) setState(ctx context.Context, s monitor.State, evidence []string) {
+	r.mu.Lock()
+	prev := r.jobState
+	r.jobState, r.evidence = s, evidence
+	r.mu.Unlock()
+	if prev == s {
+		return
+	}
+	r.event(ctx, store.Event{Kind: "job_state", Subject: "job", State: string(s), Evidence: joinEvidence(evidence)})
+	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: "job", From: prev, To: s, Time: time.Now(), Evidence: evidence})
+}
+
+func (r *runState) alert(ctx context.Context, t monitor.Transition) {
+	if !r.alerter.Wants(t) {
+		return
+	}
+	if err := r.alerter.Notify(ctx, t); err != nil {
+		r.o.Logger.Warn("alert hook failed", "err", err)
+		r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To), Evidence: err.Error()})
+	}
+}
+
+// onEndpointState is the fleet's callback: pause or resume dispatch, record, alert.
+func (r *runState) onEndpointState(ctx context.Context, prev, cur monitor.EndpointStatus) {
+	if r.disp != nil {
+		switch cur.State {
+		case monitor.Ready, monitor.Degraded:
+			r.disp.Resume(cur.URL)
+		default:
+			reason := string(cur.State)
+			if cur.Cause != "" {
+				reason += ": " + cur.Cause
+			}
+			r.disp.Pause(cur.URL, reason)
+		}
+	}
+	r.event(ctx, store.Event{Kind: "endpoint_state", Subject: cur.URL, State: string(cur.State),
+		Evidence: joinEvidence(append([]string{cur.Cause}, cur.Evidence...))})
+	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: cur.URL, From: prev.State, To: cur.State, Time: time.Now(),
+		Evidence: append([]string{cur.Cause}, cur.Evidence...)})
+}
+
+// progressOf gives a supervisor the token-progress evidence for one endpoint.
+func (r *runState) progressOf(url string) (inFlight int, lastToken time.Time) {
+	for _, e := range r.disp.Snapshot().Endpoints {
+		if e.URL == url {
+			// A request that has not produced a token yet counts from when the endpoint became busy.
+			last := e.LastTokenAt
+			if e.BusySince.After(last) {
+				last = e.BusySince
+			}
+			return e.InFlight, last
+		}
+	}
+	return 0, time.Time{}
+}
+
+func joinEvidence(ev []string) string {
+	out := ""
+	for _, e := range ev {
+		if e == "" {
+			continue
+		}
+		if out != "" {
+			out += "; "
+		}
+		out += e
+	}
+	return out
+}
+
+// live gathers the runner's current evidence.
+func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts, error) {
+	counts, err := r.o.Store.Counts(ctx)
+	if err != nil {
+		return monitor.Live{}, nil, err
+	}
+	cells := map[[2]string]*monitor.CellCounts{}
+	remaining := 0
+	for _, c := range counts {
+		k := [2]string{c.Partition, c.Lane}
+		if cells[k] == nil {
+			cells[k] = &monitor.CellCounts{Partition: c.Partition, Lane: c.Lane}
+		}
+		cc := cells[k]
+		cc.Total += c.N
+		switch c.State {
+		case store.Done:
+			cc.Done += c.N
+		case store.Pending:
+			cc.Pending += c.N
+			remaining += c.N
+		case store.Leased:
+			cc.InFlight += c.N
+			remaining += c.N
+		case store.Rejected:
+			cc.Rejected += c.N
+		case store.Dead:
+			cc.Dead += c.N
+		}
+	}
+	var out []monitor.CellCounts
+	for _, c := range cells {
+		out = append(out, *c)
+	}
+	snap := r.disp.Snapshot()
+	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: remaining, StallAfter: r.o.Spec.Monitor.StallAfter,
+		Endpoints: r.fleet.Statuses()}
+	for i := range l.Endpoints {
+		for _, e := range snap.Endpoints {
+			if e.URL == l.Endpoints[i].URL {
+				l.Endpoints[i].InFlight = e.InFlight
+				l.Endpoints[i].LastTokenAt = e.LastTokenAt
+				l.Endpoints[i].Tokens = e.TokensTotal
+			}
+		}
+	}
+	for _, e := range snap.Endpoints {
+		l.InFlight += e.InFlight
+		if e.LastTokenAt.After(l.LastTokenAt) {
+			l.LastTokenAt = e.LastTokenAt
+		}
+	}
+	return l, out, nil
+}
+
+func (r *runState) tokens() int64 {
+	var n int64
+	for _, e := range r.disp.Snapshot().Endpoints {
+		n += e.TokensTotal
+	}
+	return n
+}
+
+func (r *runState) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(r.o.Spec.Monitor.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		l, _, err := r.live(ctx)
+		if err == nil {
+			s, ev := monitor.Evaluate(l)
+			if s != monitor.Done { // DONE is declared once the dispatcher has really finished
+				r.setState(ctx, s, ev)
+			}
+		}
+		r.beat(ctx, false, "")
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// beat writes the heartbeat with the runner's current view.
+func (r *runState) beat(ctx context.Context, exited bool, reason string) {
+	r.mu.Lock()
+	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason}
+	r.mu.Unlock()
+	if r.disp != nil && r.fleet != nil {
+		if l, _, err := r.live(ctx); err == nil {
+			b.Endpoints, b.InFlight, b.LastTokenAt = l.Endpoints, l.InFlight, l.LastTokenAt
+		}
+		b.Tokens = r.tokens()
+	}
+	counters, _ := json.Marshal(b)
+	hb := store.Heartbeat{Owner: r.owner, PID: os.Getpid(), Host: r.host, Time: time.Now(), Started: r.started, Counters: counters}
+	if err := r.o.Store.PutHeartbeat(ctx, hb); err != nil && ctx.Err() == nil {
+		r.o.Logger.Warn("write heartbeat", "err", err)
+	}
+}
+
+func (r *runState) progressLoop(ctx context.Context) {
+	view := ui.NewProgress(r.o.Out, r.o.Terminal)
+	t := time.NewTicker(r.o.ProgressEvery)
+	defer t.Stop()
+	draw := func() {
+		l, cells, err := r.live(ctx)
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		s, ev := r.jobState, r.evidence
+		r.mu.Unlock()
+		view.Update(ui.Frame{Time: l.Now, Job: r.o.Spec.Name, State: s, Evidence: ev, Cells: cells,
+			Tokens: r.tokens(), InFlight: l.InFlight, Endpoints: l.Endpoints})
+	}
+	draw()
+	for {
+		select {
+		case <-ctx.Done():
+			draw()
+			return
+		case <-t.C:
+			draw()
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/supervise"
+)
+
+// supervisedFleet is one server process regen launched and keeps alive.
+type supervisedFleet struct {
+	*statusBoard
+	sup *supervise.Supervisor
+	log *slog.Logger
+	// events carries the supervisor's state changes to Run's goroutine, which
+	// owns the context used for store writes and alerts.
+	ctx context.Context
+}
+
+func newSupervisedFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (*supervisedFleet, error) {
+	f := &supervisedFleet{log: log}
+	sup, err := supervise.New(supervise.Config{
+		Server:  *spec.Server,
+		Model:   spec.Model,
+		LogPath: filepath.Join(logDir, "server.log"),
+		Logger:  log,
+		OnState: f.onState,
+		Progress: func() (int, time.Time) {
+			return f.progressOf(f.sup.URL())
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	f.sup = sup
+	f.statusBoard = newStatusBoard([]string{sup.URL()}, onState)
+	return f, nil
+}
+
+func (f *supervisedFleet) onState(st supervise.Status) {
+	ctx := f.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	f.set(ctx, monitor.EndpointStatus{URL: st.URL, State: monitor.State(st.State), Since: st.Since,
+		Cause: st.Cause, Evidence: st.Evidence, Restarts: st.Restarts})
+}
+
+func (f *supervisedFleet) Run(ctx context.Context) error {
+	f.ctx = context.WithoutCancel(ctx)
+	err := f.sup.Run(ctx)
+	var failed *supervise.FailedError
+	if errors.As(err, &failed) {
+		return &FailedError{Cause: f.sup.URL() + ": " + failed.Cause, Evidence: failed.Evidence}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
