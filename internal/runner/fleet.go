@@ -44,13 +44,17 @@ func newFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc
 type statusBoard struct {
 	mu       sync.Mutex
 	statuses map[string]monitor.EndpointStatus
+	// reported holds the URLs whose state was reported at least once: the
+	// placeholder STARTING of newStatusBoard must not swallow the fleet's
+	// first real STARTING, which carries the pid and argv.
+	reported map[string]bool
 	order    []string
 	onState  stateFunc
 	progress func(url string) (int, time.Time)
 }
 
 func newStatusBoard(urls []string, onState stateFunc) *statusBoard {
-	b := &statusBoard{statuses: map[string]monitor.EndpointStatus{}, order: urls, onState: onState}
+	b := &statusBoard{statuses: map[string]monitor.EndpointStatus{}, reported: map[string]bool{}, order: urls, onState: onState}
 	for _, u := range urls {
 		b.statuses[u] = monitor.EndpointStatus{URL: u, State: monitor.Starting, Since: time.Now()}
 	}
@@ -60,7 +64,7 @@ func newStatusBoard(urls []string, onState stateFunc) *statusBoard {
 func (b *statusBoard) set(ctx context.Context, cur monitor.EndpointStatus) {
 	b.mu.Lock()
 	prev := b.statuses[cur.URL]
-	if prev.State == cur.State && prev.Cause == cur.Cause {
+	if b.reported[cur.URL] && prev.State == cur.State && prev.Cause == cur.Cause {
 		b.mu.Unlock()
 		return
 	}
@@ -68,6 +72,7 @@ func (b *statusBoard) set(ctx context.Context, cur monitor.EndpointStatus) {
 		cur.Since = time.Now()
 	}
 	b.statuses[cur.URL] = cur
+	b.reported[cur.URL] = true
 	b.mu.Unlock()
 	if b.onState != nil {
 		b.onState(ctx, prev, cur)
