@@ -15,7 +15,7 @@ const finishedPage = 1000
 
 // Counts returns the non-empty (partition, lane, state) cells, sorted.
 func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT partition, lane, state, n FROM counts
+	rows, err := s.query(ctx, `SELECT partition, lane, state, n FROM counts
 		WHERE n > 0 ORDER BY partition, lane, state`)
 	if err != nil {
 		return nil, fmt.Errorf("count samples: %w", err)
@@ -40,8 +40,11 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 // ThroughputSince sums results (done or rejected) finished at or after t.
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var tp store.Throughput
-	err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0)
-		FROM results WHERE finished_at >= ?`, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens)
+	st, err := s.stmt(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0)
+		FROM results WHERE finished_at >= ?`)
+	if err == nil {
+		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens)
+	}
 	if err != nil {
 		return store.Throughput{}, fmt.Errorf("throughput since %s: %w", t.Format(time.RFC3339), err)
 	}
@@ -71,7 +74,7 @@ func (s *Store) Finished(ctx context.Context, fn func(store.Row) error) error {
 }
 
 func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
+	rows, err := s.query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
 			r.duration_ns, r.ttft_ns, r.reason
@@ -126,7 +129,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 // reasons, newest first, at most limit (all when limit <= 0). Rows carry no
 // Result; State is the sample's state now, which may be pending again.
 func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, partition, lane, state, body, attempts, last_error,
+	rows, err := s.query(ctx, `SELECT id, partition, lane, state, body, attempts, last_error,
 			coalesce(finished_at, 0)
 		FROM samples WHERE last_error_at IS NOT NULL
 		ORDER BY last_error_at DESC, seq DESC LIMIT ?`, sqlLimit(limit))
@@ -155,7 +158,7 @@ func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) 
 
 // PutHeartbeat replaces the single heartbeat row.
 func (s *Store) PutHeartbeat(ctx context.Context, hb store.Heartbeat) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO heartbeat (id, owner, pid, host, time, started, counters)
+	_, err := s.exec(ctx, nil, `INSERT INTO heartbeat (id, owner, pid, host, time, started, counters)
 		VALUES (1, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, host = excluded.host,
 			time = excluded.time, started = excluded.started, counters = excluded.counters`,
@@ -187,7 +190,7 @@ func (s *Store) AddEvent(ctx context.Context, e store.Event) error {
 	if e.Time.IsZero() {
 		e.Time = s.now()
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO events (time, kind, subject, state, evidence) VALUES (?, ?, ?, ?, ?)`,
+	_, err := s.exec(ctx, nil, `INSERT INTO events (time, kind, subject, state, evidence) VALUES (?, ?, ?, ?, ?)`,
 		ns(e.Time), e.Kind, e.Subject, e.State, e.Evidence)
 	if err != nil {
 		return fmt.Errorf("add event %s %s: %w", e.Kind, e.Subject, err)
@@ -198,7 +201,7 @@ func (s *Store) AddEvent(ctx context.Context, e store.Event) error {
 // Events returns the newest events first (by insertion), at most limit
 // (all when limit <= 0).
 func (s *Store) Events(ctx context.Context, limit int) ([]store.Event, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT time, kind, subject, state, evidence FROM events
+	rows, err := s.query(ctx, `SELECT time, kind, subject, state, evidence FROM events
 		ORDER BY id DESC LIMIT ?`, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)

@@ -11,6 +11,30 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
+// Statements run inside write transactions. They are prepared at Open:
+// preparing one needs the single connection, which the transaction holds.
+const (
+	insertSampleSQL = `INSERT INTO samples
+			(id, partition, lane, body, prompt_tokens, origin, state, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)
+			ON CONFLICT (id) DO NOTHING`
+	insertIngestErrorSQL = `INSERT INTO ingest_errors
+			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (origin) DO NOTHING`
+	finishSQL = `UPDATE samples
+			SET state = ?, attempts = attempts + 1, finished_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	insertResultSQL = `INSERT INTO results
+			(sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	releaseSQL = `UPDATE samples
+			SET state = 'pending', lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+)
+
+// txQueries lists them for Open.
+var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL}
+
 // Ingest inserts the samples whose ID is new, all in one transaction.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
 	if len(samples) == 0 {
@@ -24,10 +48,7 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 	now := ns(s.now())
 	inserted := 0
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO samples
-			(id, partition, lane, body, prompt_tokens, origin, state, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)
-			ON CONFLICT (id) DO NOTHING`)
+		st, err := s.txStmt(ctx, tx, insertSampleSQL)
 		if err != nil {
 			return err
 		}
@@ -58,9 +79,7 @@ func (s *Store) AddIngestErrors(ctx context.Context, errs []store.IngestError) e
 	}
 	now := ns(s.now())
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO ingest_errors
-			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (origin) DO NOTHING`)
+		st, err := s.txStmt(ctx, tx, insertIngestErrorSQL)
 		if err != nil {
 			return err
 		}
@@ -81,7 +100,7 @@ func (s *Store) AddIngestErrors(ctx context.Context, errs []store.IngestError) e
 // IngestErrors returns recorded bad rows in the order they were first seen,
 // at most limit of them (all when limit <= 0).
 func (s *Store) IngestErrors(ctx context.Context, limit int) ([]store.IngestError, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT partition, origin, field, reason
+	rows, err := s.query(ctx, `SELECT partition, origin, field, reason
 		FROM ingest_errors ORDER BY seq LIMIT ?`, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("read ingest errors: %w", err)
@@ -109,6 +128,25 @@ func sqlLimit(limit int) int {
 	return limit
 }
 
+// claimSQL leases the oldest n due samples of a lane. Due samples come
+// from two partial indexes (see the schema): those never told to wait, and
+// those whose retry time has come. Each side is already in seq order, so
+// the merge is the oldest n due samples.
+const claimSQL = `UPDATE samples
+		SET state = 'leased', lease_owner = :owner, lease_until = :until, not_before = 0
+		WHERE seq IN (
+			SELECT seq FROM (
+				SELECT seq FROM samples
+				WHERE state = 'pending' AND lane = :lane AND not_before = 0
+				ORDER BY seq LIMIT :n)
+			UNION ALL
+			SELECT seq FROM (
+				SELECT seq FROM samples
+				WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
+				ORDER BY seq LIMIT :n)
+			ORDER BY seq LIMIT :n)
+		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts`
+
 // Claim leases up to n claimable samples of lane, oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
 	if n <= 0 {
@@ -121,14 +159,9 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	until := now.Add(lease)
 	// One statement, so it is its own transaction; SQLite's single writer
 	// means no two claimers can pick the same row.
-	rows, err := s.db.QueryContext(ctx, `UPDATE samples
-		SET state = 'leased', lease_owner = ?, lease_until = ?
-		WHERE seq IN (
-			SELECT seq FROM samples
-			WHERE state = 'pending' AND lane = ? AND not_before <= ?
-			ORDER BY seq LIMIT ?)
-		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts`,
-		owner, ns(until), lane, ns(now), n)
+	rows, err := s.query(ctx, claimSQL,
+		sql.Named("owner", owner), sql.Named("until", ns(until)), sql.Named("lane", lane),
+		sql.Named("now", ns(now)), sql.Named("n", n))
 	if err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
@@ -162,7 +195,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 // ExtendLeases pushes every lease owner holds to now+lease.
 func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Duration) error {
 	until := ns(s.now().Add(lease))
-	if _, err := s.db.ExecContext(ctx, `UPDATE samples SET lease_until = ?
+	if _, err := s.exec(ctx, nil, `UPDATE samples SET lease_until = ?
 		WHERE state = 'leased' AND lease_owner = ?`, until, owner); err != nil {
 		return fmt.Errorf("extend leases of %s: %w", owner, err)
 	}
@@ -173,16 +206,12 @@ func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Durat
 func (s *Store) finish(ctx context.Context, id, owner string, state store.State, r store.Result, reason string) error {
 	now := ns(s.now())
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE samples
-			SET state = ?, attempts = attempts + 1, finished_at = ?, lease_owner = NULL, lease_until = NULL
-			WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
+		res, err := s.exec(ctx, tx, finishSQL,
 			string(state), now, id, owner)
 		if err := held(res, err); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO results
-			(sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err = s.exec(ctx, tx, insertResultSQL,
 			id, blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
 			int64(r.Duration), int64(r.TTFT), reason, now)
 		return err
@@ -223,7 +252,7 @@ func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, re
 
 // Retry returns the held sample to pending, spending one attempt.
 func (s *Store) Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE samples
+	res, err := s.exec(ctx, nil, `UPDATE samples
 		SET state = 'pending', attempts = attempts + 1, not_before = ?,
 			last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
 		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
@@ -242,9 +271,7 @@ func (s *Store) Release(ctx context.Context, ids []string, owner string) error {
 		return nil
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `UPDATE samples
-			SET state = 'pending', lease_owner = NULL, lease_until = NULL
-			WHERE id = ? AND state = 'leased' AND lease_owner = ?`)
+		st, err := s.txStmt(ctx, tx, releaseSQL)
 		if err != nil {
 			return err
 		}
@@ -264,7 +291,7 @@ func (s *Store) Release(ctx context.Context, ids []string, owner string) error {
 
 // ReleaseOwner returns every sample owner holds to pending without spending attempts.
 func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE samples
+	res, err := s.exec(ctx, nil, `UPDATE samples
 		SET state = 'pending', lease_owner = NULL, lease_until = NULL
 		WHERE state = 'leased' AND lease_owner = ?`, owner)
 	if err != nil {
@@ -280,7 +307,7 @@ func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
 // DeadLetter marks the held sample dead with reason, spending its attempt.
 func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error {
 	now := ns(s.now())
-	res, err := s.db.ExecContext(ctx, `UPDATE samples
+	res, err := s.exec(ctx, nil, `UPDATE samples
 		SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
 			finished_at = ?, lease_owner = NULL, lease_until = NULL
 		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
@@ -293,7 +320,7 @@ func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error 
 
 // Escalate moves the held sample to pending in lane without spending an attempt.
 func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE samples
+	res, err := s.exec(ctx, nil, `UPDATE samples
 		SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
 		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
 		lane, id, owner)
@@ -306,7 +333,7 @@ func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
 // ExpireLeases returns samples whose lease ended before now to pending
 // without spending attempts.
 func (s *Store) ExpireLeases(ctx context.Context, now time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE samples
+	res, err := s.exec(ctx, nil, `UPDATE samples
 		SET state = 'pending', lease_owner = NULL, lease_until = NULL
 		WHERE state = 'leased' AND lease_until < ?`, ns(now))
 	if err != nil {

@@ -34,9 +34,12 @@ CREATE TABLE samples (
 	finished_at   INTEGER -- set exactly when state is done, rejected or dead
 );
 
--- Claim walks this index in creation order and filters not_before from it
--- without touching the table; only pending rows are in it.
-CREATE INDEX samples_pending ON samples (lane, seq, not_before) WHERE state = 'pending';
+-- Claim takes the oldest due samples from two partial indexes: samples never
+-- told to wait (not_before = 0) in creation order, and samples waiting for a
+-- retry time, by that time, so the ones not yet due are never scanned
+-- however many there are. Claim resets not_before to 0.
+CREATE INDEX samples_ready ON samples (lane, seq) WHERE state = 'pending' AND not_before = 0;
+CREATE INDEX samples_waiting ON samples (lane, not_before, seq) WHERE state = 'pending' AND not_before > 0;
 -- ExtendLeases, ReleaseOwner and ExpireLeases read only leased rows
 -- (bounded by concurrency, not job size).
 CREATE INDEX samples_leased ON samples (lease_owner, lease_until) WHERE state = 'leased';
