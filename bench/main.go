@@ -1,0 +1,221 @@
+// Command bench measures regen's hot paths against references that do the
+// irreducible part of the same work in the same run, and prints the ratios.
+//
+//	go run ./bench [-quick] [-only llm,store,ingest,sim,e2e]
+//
+// Absolute figures drift with whatever else the shared machine is doing;
+// the ratio against a reference measured minutes apart on the same cores is
+// what to compare between runs. See bench/README.md for how to read it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// row is one line of the report: a regen figure and its reference.
+type row struct {
+	name   string
+	unit   string
+	better string // "lower" or "higher": which way a ratio is good
+	regen  float64
+	ref    float64
+	note   string // what the reference is
+}
+
+// outcome is what one case returns: its rows and free-form detail lines.
+type outcome struct {
+	rows   []row
+	detail []string
+}
+
+// opts are the knobs every case reads.
+type opts struct {
+	quick bool
+	dir   string // scratch directory, removed at exit
+}
+
+type benchCase struct {
+	name string
+	run  func(ctx context.Context, o opts) (outcome, error)
+}
+
+var cases = []benchCase{
+	{"llm", benchLLM},
+	{"store", benchStore},
+	{"ingest", benchIngest},
+	{"sim", benchSim},
+	{"e2e", benchE2E},
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "smaller workloads (about 20 s instead of about 90 s)")
+	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e (default all)")
+	flag.Parse()
+	if err := run(*quick, *only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(quick bool, only string) error {
+	selected, err := selectCases(only)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	dir, err := os.MkdirTemp("", "regen-bench-")
+	if err != nil {
+		return fmt.Errorf("scratch dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	printMachine(quick)
+	o := opts{quick: quick, dir: dir}
+	start := time.Now()
+	var rows []row
+	var details []string
+	for _, c := range selected {
+		t0 := time.Now()
+		fmt.Fprintf(os.Stderr, "running %s...\n", c.name)
+		out, err := c.run(ctx, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		rows = append(rows, out.rows...)
+		for _, d := range out.detail {
+			details = append(details, c.name+": "+d)
+		}
+		details = append(details, fmt.Sprintf("%s: case took %.1f s", c.name, time.Since(t0).Seconds()))
+	}
+	printTable(rows)
+	fmt.Println()
+	for _, d := range details {
+		fmt.Println("  " + d)
+	}
+	fmt.Printf("\ntotal %.1f s; load average after: %s\n", time.Since(start).Seconds(), loadAvg())
+	return nil
+}
+
+func selectCases(only string) ([]benchCase, error) {
+	if only == "" {
+		return cases, nil
+	}
+	var out []benchCase
+	for _, name := range strings.Split(only, ",") {
+		name = strings.TrimSpace(name)
+		found := false
+		for _, c := range cases {
+			if c.name == name {
+				out = append(out, c)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim or e2e)", name)
+		}
+	}
+	return out, nil
+}
+
+func printMachine(quick bool) {
+	mode := "full"
+	if quick {
+		mode = "quick"
+	}
+	fmt.Printf("regen bench (%s) %s\n", mode, time.Now().Format("2006-01-02 15:04 MST"))
+	fmt.Printf("go %s %s/%s, GOMAXPROCS %d, NumCPU %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Printf("cpu: %s\n", cpuModel())
+	fmt.Printf("load average before: %s\n\n", loadAvg())
+}
+
+func printTable(rows []row) {
+	cells := [][]string{{"case", "regen", "reference", "ratio", "unit (better)", "reference is"}}
+	for _, r := range rows {
+		ratio := "n/a"
+		if r.ref != 0 {
+			ratio = fmt.Sprintf("%.2fx", r.regen/r.ref)
+		}
+		cells = append(cells, []string{r.name, num(r.regen), num(r.ref), ratio, r.unit + " (" + r.better + ")", r.note})
+	}
+	width := make([]int, len(cells[0]))
+	for _, c := range cells {
+		for i, s := range c {
+			width[i] = max(width[i], utf8.RuneCountInString(s))
+		}
+	}
+	// Names and notes read left to right; figures line up on the right.
+	rightAligned := []bool{false, true, true, true, false, false}
+	for _, c := range cells {
+		var b strings.Builder
+		for i, s := range c {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(s))
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			if rightAligned[i] {
+				b.WriteString(pad + s)
+			} else if i < len(c)-1 {
+				b.WriteString(s + pad)
+			} else {
+				b.WriteString(s)
+			}
+		}
+		fmt.Println(b.String())
+	}
+}
+
+// num prints a figure with three significant digits and thousands kept readable.
+func num(v float64) string {
+	switch a := abs(v); {
+	case a >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case a >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
