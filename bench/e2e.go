@@ -11,6 +11,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
@@ -21,14 +22,22 @@ func e2eBody(i int) []byte {
 	return fmt.Appendf(nil, `{"messages":[{"role":"user","content":"Sample %d: explain one idea from computer networking in two short paragraphs."}]}`, i)
 }
 
+// e2eRun is one side's measurement.
+type e2eRun struct {
+	span     span
+	tokens   int64
+	inFlight float64 // mean requests in flight
+}
+
 // benchE2E runs the dispatcher over the SQLite store against the simulator
 // and compares it with the same simulator driven by a plain loop of
 // concurrent llm.Client.Chat calls that keep nothing: the difference is
-// the price of durability and dispatch.
+// the price of durability and dispatch. Each side gets a fresh simulator
+// with the same config, so neither finds the other's prompts in its cache.
 func benchE2E(ctx context.Context, o opts) (outcome, error) {
-	samples, conc := 2000, 128
+	samples, conc, rounds := 2000, 128, 2
 	if o.quick {
-		samples = 500
+		samples, rounds = 500, 1
 	}
 	step := 500 * time.Microsecond
 	c := fastSim(step)
@@ -37,10 +46,55 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 	// the wall time.
 	c.OutputMean, c.OutputSigma = 100, 0.4
 
-	// regen: store + dispatcher.
-	st, err := sqlite.Open(filepath.Join(o.dir, "e2e.db"))
+	var best [2]e2eRun
+	for r := range rounds {
+		g, err := e2eDispatch(ctx, c, filepath.Join(o.dir, fmt.Sprintf("e2e-%d.db", r)), samples, conc)
+		if err != nil {
+			return outcome{}, err
+		}
+		ref, err := e2ePlain(ctx, c, samples, conc)
+		if err != nil {
+			return outcome{}, err
+		}
+		// The fastest wall time of each side, and its lowest CPU.
+		for i, run := range []e2eRun{g, ref} {
+			if r == 0 {
+				best[i] = run
+				continue
+			}
+			cpu := min(best[i].span.cpu, run.span.cpu)
+			if run.span.wall < best[i].span.wall {
+				best[i] = run
+			}
+			best[i].span.cpu = cpu
+		}
+	}
+
+	perSec := func(n int64, s span) float64 { return float64(n) / s.wall.Seconds() }
+	cpuPer := func(s span) float64 { return float64(s.cpu.Microseconds()) / 1e3 / float64(samples) }
+	g, ref := best[0], best[1]
+	const note = "same sim config, N plain Chat loops, no store"
+	detail := []string{fmt.Sprintf("%d samples, lane concurrency %d, max_tokens %d, sim decode step %v real; best of %d; %d vs %d completion tokens; wall %.1f s vs %.1f s; mean requests in flight %.0f vs %.0f",
+		samples, conc, e2eMaxTokens, step, rounds, g.tokens, ref.tokens, g.span.wall.Seconds(), ref.span.wall.Seconds(), g.inFlight, ref.inFlight)}
+	if g.tokens != ref.tokens {
+		detail = append(detail, "token totals differ: the simulator's lengths depend on the request bytes, which differ between the two drivers")
+	}
+	return outcome{
+		rows: []row{
+			{name: "e2e samples", unit: "samples/s", better: "higher", regen: perSec(int64(samples), g.span), ref: perSec(int64(samples), ref.span), note: note},
+			{name: "e2e tokens", unit: "tokens/s", better: "higher", regen: perSec(g.tokens, g.span), ref: perSec(ref.tokens, ref.span), note: note},
+			{name: "e2e CPU", unit: "cpu-ms/sample", better: "lower", regen: cpuPer(g.span), ref: cpuPer(ref.span), note: note},
+		},
+		detail: detail,
+	}, nil
+}
+
+// e2eDispatch ingests samples into a new store at path and runs a
+// dispatcher over them against a fresh simulator.
+func e2eDispatch(ctx context.Context, c sim.Config, path string, samples, conc int) (e2eRun, error) {
+	st, err := sqlite.Open(path)
 	if err != nil {
-		return outcome{}, err
+		return e2eRun{}, err
 	}
 	defer st.Close()
 	ns := make([]store.NewSample, samples)
@@ -48,13 +102,15 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 		ns[i] = store.NewSample{ID: fmt.Sprintf("p/%06d", i), Partition: "p", Lane: "short", Body: e2eBody(i), PromptTokens: 20, Origin: fmt.Sprintf("p.jsonl:%d", i+1)}
 	}
 	if _, err := st.Ingest(ctx, ns); err != nil {
-		return outcome{}, fmt.Errorf("ingest: %w", err)
+		return e2eRun{}, fmt.Errorf("ingest: %w", err)
 	}
 	s, url, err := startSim(ctx, c)
 	if err != nil {
-		return outcome{}, fmt.Errorf("start sim: %w", err)
+		return e2eRun{}, fmt.Errorf("start sim: %w", err)
 	}
+	defer s.Close()
 	client := llm.New(llm.Config{BaseURL: url, MaxConns: conc})
+	defer client.Close()
 	d, err := dispatch.New(dispatch.Config{
 		Store:     st,
 		Owner:     "bench",
@@ -63,11 +119,10 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 		Endpoints: []dispatch.Endpoint{{URL: url, Client: client}},
 	})
 	if err != nil {
-		s.Close()
-		return outcome{}, err
+		return e2eRun{}, err
 	}
 	t0 := time.Now()
-	regenBusy := sampleMean(func() float64 {
+	busy := sampleMean(func() float64 {
 		snap := d.Snapshot()
 		if len(snap.Lanes) == 0 {
 			return 0
@@ -76,49 +131,51 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 	})
 	s0 := startSpan()
 	err = d.Run(ctx)
-	regenSpan := s0.end()
-	regenInFlight := regenBusy()
-	client.Close()
-	s.Close()
+	run := e2eRun{span: s0.end(), inFlight: busy()}
 	if err != nil {
-		return outcome{}, fmt.Errorf("dispatch: %w", err)
+		return e2eRun{}, fmt.Errorf("dispatch: %w", err)
 	}
-	snap := d.Snapshot()
-	if snap.Counters.Done != int64(samples) {
-		return outcome{}, fmt.Errorf("dispatch finished %d samples, want %d (counters %+v)", snap.Counters.Done, samples, snap.Counters)
+	if snap := d.Snapshot(); snap.Counters.Done != int64(samples) {
+		return e2eRun{}, fmt.Errorf("dispatch finished %d samples, want %d (counters %+v)", snap.Counters.Done, samples, snap.Counters)
 	}
 	tp, err := st.ThroughputSince(ctx, t0.Add(-time.Second))
 	if err != nil {
-		return outcome{}, fmt.Errorf("throughput: %w", err)
+		return e2eRun{}, fmt.Errorf("throughput: %w", err)
 	}
-	regenTokens := tp.CompletionTokens
+	run.tokens = tp.CompletionTokens
+	return run, nil
+}
 
-	// reference: the same simulator, conc plain Chat loops, nothing stored.
-	s, url, err = startSim(ctx, c)
+// e2ePlain sends the same samples to a fresh simulator from conc plain
+// Chat loops and keeps only the token count.
+func e2ePlain(ctx context.Context, c sim.Config, samples, conc int) (e2eRun, error) {
+	s, url, err := startSim(ctx, c)
 	if err != nil {
-		return outcome{}, fmt.Errorf("start reference sim: %w", err)
+		return e2eRun{}, fmt.Errorf("start reference sim: %w", err)
 	}
-	refClient := llm.New(llm.Config{BaseURL: url, MaxConns: conc})
+	defer s.Close()
+	client := llm.New(llm.Config{BaseURL: url, MaxConns: conc})
+	defer client.Close()
 	next := make(chan int)
 	var mu sync.Mutex
-	var refTokens int64
-	var refErr error
+	var tokens int64
+	var firstErr error
 	var wg sync.WaitGroup
 	var inFlight atomic.Int64
-	refBusy := sampleMean(func() float64 { return float64(inFlight.Load()) })
-	s0 = startSpan()
+	busy := sampleMean(func() float64 { return float64(inFlight.Load()) })
+	s0 := startSpan()
 	for range conc {
 		wg.Go(func() {
 			for i := range next {
 				inFlight.Add(1)
-				res, err := refClient.Chat(ctx, llm.Request{Model: "m", Body: json.RawMessage(e2eBody(i)), MaxTokens: e2eMaxTokens}, func(int) {})
-				mu.Lock()
-				if err != nil && refErr == nil {
-					refErr = err
-				}
-				refTokens += int64(res.Usage.CompletionTokens)
-				mu.Unlock()
+				res, err := client.Chat(ctx, llm.Request{Model: "m", Body: json.RawMessage(e2eBody(i)), MaxTokens: e2eMaxTokens}, func(int) {})
 				inFlight.Add(-1)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				tokens += int64(res.Usage.CompletionTokens)
+				mu.Unlock()
 			}
 		})
 	}
@@ -127,30 +184,11 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 	}
 	close(next)
 	wg.Wait()
-	refSpan := s0.end()
-	refInFlight := refBusy()
-	refClient.Close()
-	s.Close()
-	if refErr != nil {
-		return outcome{}, fmt.Errorf("reference chat: %w", refErr)
+	run := e2eRun{span: s0.end(), tokens: tokens, inFlight: busy()}
+	if firstErr != nil {
+		return e2eRun{}, fmt.Errorf("reference chat: %w", firstErr)
 	}
-
-	perSec := func(n int64, s span) float64 { return float64(n) / s.wall.Seconds() }
-	cpuPer := func(s span) float64 { return float64(s.cpu.Microseconds()) / 1e3 / float64(samples) }
-	const note = "same sim, N plain Chat loops, no store"
-	detail := []string{fmt.Sprintf("%d samples, lane concurrency %d, max_tokens %d, sim decode step %v real; %d vs %d completion tokens; wall %.1f s vs %.1f s; mean requests in flight %.0f vs %.0f",
-		samples, conc, e2eMaxTokens, step, regenTokens, refTokens, regenSpan.wall.Seconds(), refSpan.wall.Seconds(), regenInFlight, refInFlight)}
-	if regenTokens != refTokens {
-		detail = append(detail, "token totals differ: the simulator's lengths depend on the request bytes, which differ between the two drivers")
-	}
-	return outcome{
-		rows: []row{
-			{name: "e2e samples", unit: "samples/s", better: "higher", regen: perSec(int64(samples), regenSpan), ref: perSec(int64(samples), refSpan), note: note},
-			{name: "e2e tokens", unit: "tokens/s", better: "higher", regen: perSec(regenTokens, regenSpan), ref: perSec(refTokens, refSpan), note: note},
-			{name: "e2e CPU", unit: "cpu-ms/sample", better: "lower", regen: cpuPer(regenSpan), ref: cpuPer(refSpan), note: note},
-		},
-		detail: detail,
-	}, nil
+	return run, nil
 }
 
 // sampleMean samples f every 5 ms until the returned function is called,
