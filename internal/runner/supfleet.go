@@ -57,7 +57,9 @@ func (f *supervisedFleet) Run(ctx context.Context) error {
 	err := f.sup.Run(ctx)
 	var failed *supervise.FailedError
 	if errors.As(err, &failed) {
-		return &FailedError{Cause: f.sup.URL() + ": " + failed.Cause, Evidence: failed.Evidence}
+		// The restart count goes first: it says why regen gave up.
+		ev := append([]string{fmt.Sprintf("%d failures within %s, the limit of server.restart", failed.Failures, failed.Window)}, failed.Evidence...)
+		return &FailedError{Cause: f.sup.URL() + ": " + failed.Cause, Evidence: ev}
 	}
 	if ctx.Err() != nil {
 		return nil
