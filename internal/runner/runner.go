@@ -68,6 +68,10 @@ type runState struct {
 	disp    *dispatch.Dispatcher
 	fleet   fleet
 	alerter *monitor.Alerter
+	// alerts queues transitions for the alert loop, so a slow hook never
+	// holds up the supervisor's callback or the heartbeat.
+	alerts     chan monitor.Transition
+	alertsDone chan struct{}
 
 	mu       sync.Mutex
 	jobState monitor.State
@@ -96,6 +100,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	host, _ := os.Hostname()
 	r := &runState{o: o, host: host, owner: newOwner(host), started: time.Now(), jobState: monitor.Starting,
 		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook}}
+	r.startAlerts(context.WithoutCancel(ctx))
+	defer r.stopAlerts()
 
 	if err := r.takeOver(ctx); err != nil {
 		return sum, err
@@ -298,14 +304,43 @@ func (r *runState) setState(ctx context.Context, s monitor.State, evidence []str
 	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: "job", From: prev, To: s, Time: time.Now(), Evidence: evidence})
 }
 
+// alertQueue bounds the transitions waiting for a slow hook.
+const alertQueue = 256
+
+// alert queues t for the alert loop; it never blocks.
 func (r *runState) alert(ctx context.Context, t monitor.Transition) {
 	if !r.alerter.Wants(t) {
 		return
 	}
-	if err := r.alerter.Notify(ctx, t); err != nil {
-		r.o.Logger.Warn("alert hook failed", "err", err)
-		r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To), Evidence: err.Error()})
+	select {
+	case r.alerts <- t:
+	default:
+		r.o.Logger.Warn("alert dropped", "subject", t.Subject, "from", t.From, "to", t.To, "queued", alertQueue)
+		r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To),
+			Evidence: fmt.Sprintf("dropped: %d alerts already waiting for the hook", alertQueue)})
 	}
+}
+
+// startAlerts runs the hooks one transition at a time, in order.
+func (r *runState) startAlerts(ctx context.Context) {
+	r.alerts = make(chan monitor.Transition, alertQueue)
+	r.alertsDone = make(chan struct{})
+	go func() {
+		defer close(r.alertsDone)
+		for t := range r.alerts {
+			if err := r.alerter.Notify(ctx, t); err != nil {
+				r.o.Logger.Warn("alert hook failed", "err", err)
+				r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To), Evidence: err.Error()})
+			}
+		}
+	}()
+}
+
+// stopAlerts delivers the queued alerts (each hook is bounded by the
+// alerter's timeout), so a FAILED alert goes out before Run returns.
+func (r *runState) stopAlerts() {
+	close(r.alerts)
+	<-r.alertsDone
 }
 
 // onEndpointState is the fleet's callback: pause or resume dispatch, record, alert.
