@@ -46,6 +46,7 @@ type planOptions struct {
 	promptTokens     int
 	outputTokens     int
 	json             bool
+	fromJob          string
 }
 
 func (o *planOptions) AddFlags(fs *pflag.FlagSet) {
@@ -79,6 +80,7 @@ func (o *planOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.promptTokens, "prompt-tokens", 0, "mean prompt tokens for lanes without their own")
 	fs.IntVar(&o.outputTokens, "output-tokens", 0, "mean output tokens for lanes without their own")
 	fs.BoolVar(&o.json, "json", false, "print the plan as JSON")
+	fs.StringVar(&o.fromJob, "from-job", "", "take engine, launch flags, model and lanes (with lengths observed in its store) from a job file; flags given here win")
 }
 
 func newPlanCommand() *cobra.Command {
@@ -93,7 +95,14 @@ run, and the launch flags. Numbers marked ~ are estimates. It exits non-zero
 with the arithmetic when the plan cannot work.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runPlan(o, cmd.OutOrStdout())
+			var notes []string
+			if o.fromJob != "" {
+				var err error
+				if notes, err = applyJob(cmd.Context(), &o, cmd.Flags().Changed); err != nil {
+					return err
+				}
+			}
+			return runPlan(o, cmd.OutOrStdout(), notes...)
 		},
 	}
 	o.AddFlags(cmd.Flags())
@@ -184,8 +193,9 @@ func planInput(o planOptions) (plan.Input, []string, error) {
 
 // runPlan prints the plan (text or JSON) and returns the refusal, if any,
 // so the process exits non-zero with the arithmetic on stderr.
-func runPlan(o planOptions, out io.Writer) error {
+func runPlan(o planOptions, out io.Writer, extraNotes ...string) error {
 	in, notes, err := planInput(o)
+	notes = append(notes, extraNotes...)
 	if err != nil {
 		return err
 	}
