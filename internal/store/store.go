@@ -118,6 +118,11 @@ type Throughput struct {
 }
 
 // Store is the durable job state. All methods are safe for concurrent use.
+//
+// Attempts: Complete, Reject, Retry and DeadLetter each spend one attempt
+// (so a sample done at the first try has Attempts 1); Release,
+// ReleaseOwner, Escalate and ExpireLeases never spend one. A limit <= 0 in
+// IngestErrors, LastErrors and Events means no limit.
 type Store interface {
 	// Ingest inserts samples whose ID is not yet present and returns how many
 	// were new. Re-ingesting the same samples inserts nothing.
@@ -127,7 +132,7 @@ type Store interface {
 	IngestErrors(ctx context.Context, limit int) ([]IngestError, error)
 
 	// Claim leases up to n pending samples of lane whose retry time has come,
-	// oldest first, to owner until now+lease.
+	// oldest (first ingested) first, to owner until now+lease.
 	Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]Claimed, error)
 	// ExtendLeases pushes the lease of every sample owner holds to now+lease.
 	ExtendLeases(ctx context.Context, owner string, lease time.Duration) error
@@ -139,7 +144,8 @@ type Store interface {
 	// claimed before notBefore; lastErr is kept for status.
 	Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error
 	// Release returns samples to pending without spending an attempt
-	// (server outage, drain on shutdown).
+	// (server outage, drain on shutdown). Listed samples owner no longer
+	// holds are skipped, not an error.
 	Release(ctx context.Context, ids []string, owner string) error
 	// ReleaseOwner returns every sample leased by owner to pending without
 	// spending attempts (the owner is known dead).
@@ -149,7 +155,8 @@ type Store interface {
 	// Escalate moves a leased sample to pending in another lane without
 	// spending an attempt (truncated in a smaller lane).
 	Escalate(ctx context.Context, id, owner, lane string) error
-	// ExpireLeases returns samples whose lease ended before now to pending.
+	// ExpireLeases returns samples whose lease ended before now to pending
+	// and reports how many.
 	ExpireLeases(ctx context.Context, now time.Time) (int, error)
 
 	// Counts returns sample counts per partition, lane and state.
@@ -158,12 +165,14 @@ type Store interface {
 	ThroughputSince(ctx context.Context, t time.Time) (Throughput, error)
 	// Finished calls fn for every done, rejected or dead sample in ID order.
 	Finished(ctx context.Context, fn func(Row) error) error
-	// LastErrors returns the most recent retry/dead-letter reasons.
+	// LastErrors returns the samples with the most recent retry/dead-letter
+	// reasons, newest first; rows carry no Result and State is the current one.
 	LastErrors(ctx context.Context, limit int) ([]Row, error)
 
 	PutHeartbeat(ctx context.Context, hb Heartbeat) error
 	// LastHeartbeat returns the latest heartbeat, ok=false if none was written.
 	LastHeartbeat(ctx context.Context) (hb Heartbeat, ok bool, err error)
+	// AddEvent appends e; a zero Time is stamped with the store's clock.
 	AddEvent(ctx context.Context, e Event) error
 	// Events returns the newest events first.
 	Events(ctx context.Context, limit int) ([]Event, error)

@@ -302,27 +302,33 @@ func testClaimLaneLimitOrder(t *testing.T, s store.Store) {
 
 func testClaimNotBefore(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	ingest(t, s, samples("p", "short", "a", "b", "c"))
-	claimOne(t, s, "short", "w", "a")
-	claimOne(t, s, "short", "w", "b")
-	if err := s.Retry(ctx, "a", "w", time.Now().Add(time.Hour), "503"); err != nil {
-		t.Fatalf("Retry a: %v", err)
+	ingest(t, s, samples("p", "short", "a", "b", "c", "d"))
+	claim(t, s, "short", 3, "w")
+	now := time.Now()
+	must(t, s.Retry(ctx, "a", "w", now.Add(time.Hour), "503"))
+	// c became due before b, but b is older: claims go by age, not due time.
+	must(t, s.Retry(ctx, "c", "w", now.Add(-2*time.Second), "timeout"))
+	must(t, s.Retry(ctx, "b", "w", now.Add(-time.Second), "timeout"))
+	for _, st := range []struct {
+		n    int
+		want []string
+	}{
+		{1, []string{"b"}},
+		{1, []string{"c"}},
+		{10, []string{"d"}}, // a waits an hour
+		{10, nil},
+	} {
+		got := claim(t, s, "short", st.n, "w2")
+		if diff := cmp.Diff(st.want, ids(got), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("Claim(%d) after retries (-want +got):\n%s", st.n, diff)
+		}
+		for _, c := range got {
+			if want := map[string]int{"b": 1, "c": 1, "d": 0}[c.ID]; c.Attempts != want {
+				t.Errorf("%s has %d attempts, want %d", c.ID, c.Attempts, want)
+			}
+		}
 	}
-	if err := s.Retry(ctx, "b", "w", time.Now().Add(-time.Second), "timeout"); err != nil {
-		t.Fatalf("Retry b: %v", err)
-	}
-	// a waits an hour; b is due and older than c, so it comes first.
-	got := claim(t, s, "short", 10, "w2")
-	if diff := cmp.Diff([]string{"b", "c"}, ids(got)); diff != "" {
-		t.Errorf("Claim after retries (-want +got):\n%s", diff)
-	}
-	if got[0].Attempts != 1 {
-		t.Errorf("retried b has %d attempts, want 1", got[0].Attempts)
-	}
-	if got := claim(t, s, "short", 10, "w2"); len(got) != 0 {
-		t.Errorf("Claim while a waits = %v, want none", ids(got))
-	}
-	wantStates(t, s, map[string]int{"p/short/pending": 1, "p/short/leased": 2})
+	wantStates(t, s, map[string]int{"p/short/pending": 1, "p/short/leased": 3})
 }
 
 func testExtendLeases(t *testing.T, s store.Store) {
