@@ -199,9 +199,12 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 		return Stopped, []string{fmt.Sprintf("runner pid %d exited %s ago: %s; %d samples remaining; re-run to resume",
 			hb.PID, age, beat.ExitReason, remaining)}
 	}
-	if o.Now.Sub(hb.Time) > o.DeadAfter {
+	// On the runner's own host a vanished process is proof enough: no need to
+	// wait out the heartbeat deadline to call it dead.
+	gone := o.Host != "" && hb.Host == o.Host && !ProcessAlive(hb.PID)
+	if gone || o.Now.Sub(hb.Time) > o.DeadAfter {
 		ev := []string{fmt.Sprintf("last heartbeat %s ago (deadline %s) from pid %d on %s", age, o.DeadAfter, hb.PID, hb.Host)}
-		if o.Host != "" && hb.Host == o.Host && !ProcessAlive(hb.PID) {
+		if gone {
 			ev = append(ev, fmt.Sprintf("process %d no longer exists", hb.PID))
 		}
 		ev = append(ev, fmt.Sprintf("%d samples remaining; re-run to resume", remaining))

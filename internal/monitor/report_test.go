@@ -1,0 +1,107 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/sqlite"
+)
+
+// deadPID returns the pid of a process that has exited and been reaped.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+func TestAssess(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Now()
+	host, _ := os.Hostname()
+	beat := func(s State, exited bool, reason string) []byte {
+		b, _ := json.Marshal(Beat{State: s, Exited: exited, ExitReason: reason, Evidence: []string{"because"}})
+		return b
+	}
+	tests := []struct {
+		name     string
+		hb       *store.Heartbeat
+		finish   int // samples of 4 completed
+		now      time.Time
+		want     State
+		evidence string
+	}{
+		{name: "never run", now: t0, want: Dead, evidence: "no runner has ever"},
+		{name: "live runner", now: t0, want: Running,
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Running, false, "")}},
+		{name: "live runner says stalled", now: t0, want: Stalled, evidence: "because",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Stalled, false, "")}},
+		{name: "heartbeat too old", now: t0.Add(time.Minute), want: Dead, evidence: "last heartbeat 1m0s ago",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: "elsewhere", Time: t0, Counters: beat(Running, false, "")}},
+		{name: "fresh heartbeat but process gone", now: t0, want: Dead, evidence: "no longer exists",
+			hb: &store.Heartbeat{Owner: "o", PID: deadPID(t), Host: host, Time: t0, Counters: beat(Running, false, "")}},
+		{name: "interrupted", now: t0, want: Stopped, evidence: "interrupted",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Running, true, "interrupted")}},
+		{name: "failed", now: t0, want: Failed, evidence: "cuda_oom",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Failed, true, "cuda_oom")}},
+		{name: "all finished, runner long gone", finish: 4, now: t0.Add(time.Hour), want: Done, evidence: "all 4 samples",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Running, false, "")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := sqlite.Open(filepath.Join(t.TempDir(), "s.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			var samples []store.NewSample
+			for _, id := range []string{"a", "b", "c", "d"} {
+				samples = append(samples, store.NewSample{ID: id, Partition: "p", Lane: "short", Body: []byte(`{}`)})
+			}
+			if _, err := st.Ingest(ctx, samples); err != nil {
+				t.Fatal(err)
+			}
+			if tt.finish > 0 {
+				claimed, err := st.Claim(ctx, "short", tt.finish, "w", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range claimed {
+					if err := st.Complete(ctx, c.ID, "w", store.Result{Response: []byte(`{}`), FinishReason: "stop", CompletionTokens: 10}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if tt.hb != nil {
+				if err := st.PutHeartbeat(ctx, *tt.hb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := Assess(ctx, st, AssessOptions{Now: tt.now, DeadAfter: 15 * time.Second, Host: host})
+			if err != nil {
+				t.Fatalf("Assess: %v", err)
+			}
+			if r.State != tt.want {
+				t.Fatalf("state = %s (%v), want %s", r.State, r.Evidence, tt.want)
+			}
+			if r.ExitCode != ExitCode(tt.want) {
+				t.Errorf("exit code = %d, want %d", r.ExitCode, ExitCode(tt.want))
+			}
+			if tt.evidence != "" && !strings.Contains(strings.Join(r.Evidence, "\n"), tt.evidence) {
+				t.Errorf("evidence %q does not mention %q", r.Evidence, tt.evidence)
+			}
+			if r.Total.Total != 4 || r.Total.Done != tt.finish || r.Total.Pending != 4-tt.finish {
+				t.Errorf("totals = %+v", r.Total)
+			}
+		})
+	}
+}
