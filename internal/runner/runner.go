@@ -498,7 +498,8 @@ func (r *runState) progressLoop(ctx context.Context) {
 	t := time.NewTicker(r.o.ProgressEvery)
 	defer t.Stop()
 	draw := func() {
-		l, cells, err := r.live(ctx)
+		// The last frame is drawn after ctx ends, so it must not depend on it.
+		l, cells, err := r.live(context.WithoutCancel(ctx))
 		if err != nil {
 			return
 		}
