@@ -1,0 +1,204 @@
+package runner
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// status runs `regen status [--json] job.yaml` and returns its output and exit code.
+func status(t *testing.T, jobPath string, asJSON bool) (string, int) {
+	t.Helper()
+	args := []string{"status", jobPath}
+	if asJSON {
+		args = []string{"status", "--json", jobPath}
+	}
+	out, err := exec.Command(regenBin, args...).Output()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("regen status: %v", err)
+	}
+	return string(out), code
+}
+
+func statusReport(t *testing.T, jobPath string) (monitor.Report, int) {
+	t.Helper()
+	out, code := status(t, jobPath, true)
+	var r monitor.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("regen status --json: %v\n%s", err, out)
+	}
+	if r.ExitCode != code {
+		t.Errorf("status exit code %d, report says %d", code, r.ExitCode)
+	}
+	return r, code
+}
+
+// startRegenRun starts `regen run job.yaml` as a subprocess.
+func startRegenRun(t *testing.T, jobPath string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(regenBin, "run", "--progress-every", "1h", jobPath)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, &out
+}
+
+// TestRunnerKilled SIGKILLs a `regen run` subprocess: `regen status` keeps
+// reporting the last heartbeat's state until the heartbeat is older than
+// monitor.dead_after, then DEAD with the heartbeat's age and exit code 2. A
+// re-run takes over (status RUNNING, exit 0) and completes the job with every
+// sample done once.
+func TestRunnerKilled(t *testing.T) {
+	const n = 120
+	spec := newJob(t, "inprocess.yaml.tmpl", n, jobParams{Concurrency: 4,
+		Sim: map[string]any{"speed": 10, "output_mean": 120, "seed": 7, "load_time": "1s", "warmup_time": "0s"}})
+	st := openStore(t, spec)
+	first, out := startRegenRun(t, spec.Path)
+	waitFor(t, nil, 60*time.Second, "10 samples done by the first runner", func() bool { return countState(t, st, store.Done) >= 10 })
+	killedAt := kill(t, first.Process.Pid, syscall.SIGKILL)
+	_ = first.Wait()
+	t.Logf("first runner output:\n%s", out)
+
+	var (
+		text string
+		code int
+	)
+	polls := 0
+	for {
+		text, code = status(t, spec.Path, false)
+		polls++
+		if code != 0 {
+			break
+		}
+		if !strings.Contains(text, "RUNNING") {
+			t.Fatalf("status right after the kill: exit 0 without RUNNING:\n%s", text)
+		}
+		if time.Since(killedAt) > 30*time.Second {
+			t.Fatalf("status still exit 0 30s after the kill:\n%s", text)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recordLatency(t, fmt.Sprintf("runner SIGKILL to status DEAD (dead_after %s)", spec.Monitor.DeadAfter), time.Since(killedAt))
+	t.Logf("status after %d polls, exit %d:\n%s", polls, code, text)
+	if code != 2 || !strings.Contains(text, "DEAD") {
+		t.Fatalf("status: exit %d, want 2 and DEAD:\n%s", code, text)
+	}
+	rep, _ := statusReport(t, spec.Path)
+	if rep.State != monitor.Dead || rep.Heartbeat == nil || rep.Heartbeat.Age < spec.Monitor.DeadAfter || rep.Heartbeat.PID != first.Process.Pid {
+		t.Errorf("status --json: state %s, heartbeat %+v; want DEAD with pid %d's heartbeat older than %s", rep.State, rep.Heartbeat, first.Process.Pid, spec.Monitor.DeadAfter)
+	}
+	if !strings.Contains(text, "last heartbeat ") {
+		t.Errorf("status text does not give the heartbeat's age:\n%s", text)
+	}
+	if !strings.Contains(strings.Join(rep.Evidence, "; "), "last heartbeat ") {
+		t.Errorf("DEAD evidence %q does not give the heartbeat's age", rep.Evidence)
+	}
+
+	second, out2 := startRegenRun(t, spec.Path)
+	sawRunning := false
+	for !sawRunning {
+		rep, code := statusReport(t, spec.Path)
+		if rep.State == monitor.Running && rep.Heartbeat != nil && rep.Heartbeat.PID == second.Process.Pid {
+			sawRunning = true
+			if code != 0 {
+				t.Errorf("status RUNNING with exit %d, want 0", code)
+			}
+			t.Logf("re-run RUNNING: %d done, %d pending, %d in flight", rep.Total.Done, rep.Total.Pending, rep.Total.InFlight)
+			break
+		}
+		if rep.State == monitor.Done {
+			t.Fatalf("re-run finished before status saw it RUNNING; make the job slower")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatalf("re-run: %v\n%s", err, out2)
+	}
+	t.Logf("re-run output:\n%s", out2)
+	rep, code = statusReport(t, spec.Path)
+	if rep.State != monitor.Done || code != 0 {
+		t.Errorf("status after the re-run: %s exit %d, want DONE exit 0", rep.State, code)
+	}
+	var takeover bool
+	for _, e := range events(t, st) {
+		if e.Kind == "takeover" {
+			takeover = true
+			t.Logf("takeover: %s", e.Evidence)
+		}
+	}
+	if !takeover {
+		t.Errorf("no takeover event: the re-run released none of the dead runner's leases")
+	}
+	checkExactlyOnce(t, nil, st, Summary{}, n, 1)
+	checkExportOnce(t, filepath.Join(spec.Output.Dir, spec.BaseName()+".sharegpt.jsonl"), n)
+}
+
+// TestSGLangDialect launches "sglang" through a stand-in executable that
+// records its arguments and runs regen sim with them: regen must build the
+// SGLang command line exactly, and the job must complete.
+func TestSGLangDialect(t *testing.T) {
+	const n = 60
+	dir := t.TempDir()
+	argvFile := filepath.Join(dir, "argv.txt")
+	script := writeScript(t, dir, "sglang-standin", fmt.Sprintf(
+		"printf '%%s\\n' \"$@\" > %q\nexec %q sim --speed 50 --output-mean 120 --load-time 1s --warmup-time 0s \"$@\"\n", argvFile, regenBin))
+	port := freePort(t)
+	spec := newJob(t, "sglang.yaml.tmpl", n, jobParams{Script: script, Port: port})
+	st := openStore(t, spec)
+	sum, err := startRun(t, spec, st, false).wait(t, 60*time.Second)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	b, err := os.ReadFile(argvFile)
+	if err != nil {
+		t.Fatalf("the stand-in never ran: %v", err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	want := []string{"--model-path", "org/some-model", "--host", "127.0.0.1", "--port", fmt.Sprint(port),
+		"--enable-metrics", "--tp", "8", "--mem-fraction-static", "0.85"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("server argv (-want +got):\n%s", diff)
+	}
+	starting, ok := firstState(t, st, time.Time{}, "STARTING")
+	if wantEv := "argv " + script + " " + strings.Join(want, " "); !ok || !strings.Contains(starting.Evidence, wantEv) {
+		t.Errorf("STARTING evidence %q does not contain %q", starting.Evidence, wantEv)
+	}
+	checkExactlyOnce(t, spec, st, sum, n, 1)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
