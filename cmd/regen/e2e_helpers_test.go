@@ -1,0 +1,559 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/parquet-go/parquet-go"
+	_ "modernc.org/sqlite" // read-only look into the job's store
+
+	"github.com/regen-dev/regen/internal/export"
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+// hangGuard bounds one regen subprocess so a hang fails the test with the
+// process's output instead of stalling the whole package. It is a safety
+// net far above any normal duration, not a timing assertion.
+const hangGuard = 4 * time.Minute
+
+// result is a finished regen subprocess.
+type result struct {
+	args   []string
+	stdout string
+	stderr string
+	code   int
+	dur    time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("regen %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
+		strings.Join(r.args, " "), r.code, r.dur.Round(time.Millisecond), r.stdout, r.stderr)
+}
+
+// regen runs the binary in dir to completion.
+func regen(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	p := startRegen(t, dir, args...)
+	return p.wait(t)
+}
+
+// proc is a running regen subprocess whose stdout lines the test can wait for.
+type proc struct {
+	cmd     *exec.Cmd
+	args    []string
+	start   time.Time
+	stderr  lockedBuffer
+	readEnd chan struct{} // closed when stdout hit EOF
+
+	mu      sync.Mutex
+	lines   []string
+	changed chan struct{} // closed and replaced on every new line and at EOF
+
+	waitOnce sync.Once
+	res      result
+	guard    *time.Timer
+}
+
+func startRegen(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(regenBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	p := &proc{cmd: cmd, args: args, readEnd: make(chan struct{}), changed: make(chan struct{})}
+	cmd.Stderr = &p.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start regen %s: %v", strings.Join(args, " "), err)
+	}
+	p.guard = time.AfterFunc(hangGuard, func() { _ = cmd.Process.Signal(syscall.SIGQUIT) })
+	t.Cleanup(func() {
+		// A test that failed half way must not leave its runner behind.
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			p.wait(t)
+		}
+	})
+	go p.read(out)
+	return p
+}
+
+func (p *proc) read(r io.Reader) {
+	defer close(p.readEnd)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		p.mu.Lock()
+		p.lines = append(p.lines, sc.Text())
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.mu.Unlock()
+	}
+	_, _ = io.Copy(io.Discard, r)
+	p.mu.Lock()
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// waitLine blocks until stdout has a line starting with prefix (true) or
+// the process closed stdout without one (false).
+func (p *proc) waitLine(prefix string) bool {
+	for {
+		p.mu.Lock()
+		for _, l := range p.lines {
+			if strings.HasPrefix(l, prefix) {
+				p.mu.Unlock()
+				return true
+			}
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-p.readEnd:
+			p.mu.Lock()
+			found := slices.ContainsFunc(p.lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+			p.mu.Unlock()
+			return found
+		case <-ch:
+		}
+	}
+}
+
+// hasLine reports whether stdout has had a line starting with prefix.
+func (p *proc) hasLine(prefix string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+}
+
+func (p *proc) stdout() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// exited reports whether the process has closed its stdout (it is exiting).
+func (p *proc) exited() bool {
+	select {
+	case <-p.readEnd:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait reaps the process; a run that hit hangGuard fails the test.
+func (p *proc) wait(t *testing.T) result {
+	t.Helper()
+	p.waitOnce.Do(func() {
+		<-p.readEnd
+		err := p.cmd.Wait()
+		p.guard.Stop()
+		p.res = result{args: p.args, stdout: p.stdout(), stderr: p.stderr.String(), dur: time.Since(p.start)}
+		p.res.code = p.cmd.ProcessState.ExitCode()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Errorf("wait for regen %s: %v", strings.Join(p.args, " "), err)
+		}
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGQUIT {
+			t.Fatalf("regen ran longer than %s (hang); goroutine dump in stderr:\n%s", hangGuard, p.res)
+		}
+	})
+	return p.res
+}
+
+// killed reports whether the process ended by SIGKILL.
+func (p *proc) killed() bool {
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// copyTree copies the directory src into dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy %s: %v", src, err)
+	}
+}
+
+// readJSONL reads a JSONL file and fails the test on any line that is not
+// one complete JSON object (a torn line) or a file not ending in a newline.
+func readJSONL(t *testing.T, path string) []json.RawMessage {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read output: %v", err)
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		t.Errorf("%s: last line has no newline (torn write): %q", path, tail(b, 80))
+	}
+	var out []json.RawMessage
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 {
+			if i != bytes.Count(b, []byte("\n")) {
+				t.Errorf("%s:%d: empty line", path, i+1)
+			}
+			continue
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(line, &obj); err != nil {
+			t.Errorf("%s:%d: not one JSON object (%v): %q", path, i+1, err, tail(line, 80))
+			continue
+		}
+		out = append(out, json.RawMessage(line))
+	}
+	return out
+}
+
+func tail(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return "..." + string(b[len(b)-n:])
+}
+
+// genTurn is the generated assistant message as both JSONL formats write it.
+type genTurn struct {
+	Role      string            `json:"role"`
+	Content   *string           `json:"content"`
+	ToolCalls []json.RawMessage `json:"tool_calls"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+type sharegptRow struct {
+	ID            string    `json:"id"`
+	Conversations []genTurn `json:"conversations"`
+	Partition     string    `json:"partition"`
+	Lane          string    `json:"lane"`
+	FinishReason  string    `json:"finish_reason"`
+	Usage         usage     `json:"usage"`
+	Attempts      int       `json:"attempts"`
+}
+
+type batchRow struct {
+	CustomID string `json:"custom_id"`
+	Response *struct {
+		StatusCode int `json:"status_code"`
+		Body       struct {
+			Choices []struct {
+				Message      genTurn `json:"message"`
+				FinishReason string  `json:"finish_reason"`
+			} `json:"choices"`
+			Usage usage `json:"usage"`
+		} `json:"body"`
+	} `json:"response"`
+	Error json.RawMessage `json:"error"`
+}
+
+// deadRow is one line of <name>.dead.jsonl.
+type deadRow struct {
+	ID        string `json:"id"`
+	Partition string `json:"partition"`
+	Origin    string `json:"origin"`
+	Field     string `json:"field"`
+	Reason    string `json:"reason"`
+}
+
+// exported is what one export holds, as the checks found it.
+type exported struct {
+	shareGPT  []sharegptRow
+	dead      []deadRow
+	parquetN  int
+	truncated int
+	lanes     map[string]int // done samples per lane
+}
+
+// checkExport verifies the output files of job name in outDir: every line
+// is whole JSON, every id of want appears exactly once in the ShareGPT and
+// OpenAI-batch files (and the Parquet file, when written) and nothing else
+// does, and every result is intact.
+func checkExport(t *testing.T, outDir, name string, want []string, withParquet bool) exported {
+	t.Helper()
+	var ex exported
+	ex.lanes = map[string]int{}
+	path := func(suffix string) string { return filepath.Join(outDir, name+suffix) }
+
+	var sgIDs []string
+	for _, raw := range readJSONL(t, path(".sharegpt.jsonl")) {
+		var r sharegptRow
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Errorf("sharegpt line %q: %v", tail(raw, 80), err)
+			continue
+		}
+		sgIDs = append(sgIDs, r.ID)
+		ex.shareGPT = append(ex.shareGPT, r)
+		ex.lanes[r.Lane]++
+		if r.FinishReason == "length" {
+			ex.truncated++
+		}
+		if len(r.Conversations) < 2 {
+			t.Errorf("sharegpt %s: %d turns, want the prompt and the answer", r.ID, len(r.Conversations))
+			continue
+		}
+		checkTurn(t, "sharegpt "+r.ID, r.Conversations[len(r.Conversations)-1], r.FinishReason, r.Usage)
+	}
+	checkIDs(t, "sharegpt", sgIDs, want)
+
+	var batchIDs []string
+	for _, raw := range readJSONL(t, path(".openai-batch.jsonl")) {
+		var r batchRow
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Errorf("openai-batch line %q: %v", tail(raw, 80), err)
+			continue
+		}
+		batchIDs = append(batchIDs, r.CustomID)
+		if r.Response == nil || r.Response.StatusCode != 200 || len(r.Response.Body.Choices) != 1 || (len(r.Error) > 0 && string(r.Error) != "null") {
+			t.Errorf("openai-batch %s: want a 200 response with one choice and no error, got %s", r.CustomID, tail(raw, 200))
+			continue
+		}
+		c := r.Response.Body.Choices[0]
+		checkTurn(t, "openai-batch "+r.CustomID, c.Message, c.FinishReason, r.Response.Body.Usage)
+	}
+	checkIDs(t, "openai-batch", batchIDs, want)
+
+	readJSONL(t, path(".errors.jsonl"))
+	for _, raw := range readJSONL(t, path(".dead.jsonl")) {
+		var d deadRow
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Errorf("dead line %q: %v", tail(raw, 80), err)
+			continue
+		}
+		ex.dead = append(ex.dead, d)
+	}
+
+	if withParquet {
+		rows, err := parquet.ReadFile[export.ParquetRow](path(".parquet"))
+		if err != nil {
+			t.Errorf("read parquet export: %v", err)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+			if r.Completion == "" && r.ToolCalls == nil {
+				t.Errorf("parquet %s: no completion and no tool calls", r.ID)
+			}
+		}
+		checkIDs(t, "parquet", ids, want)
+		ex.parquetN = len(rows)
+	}
+
+	// No temporary file of an interrupted export may be left as a result.
+	entries, _ := os.ReadDir(outDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Logf("left in %s: %s (a temporary file of a killed export)", outDir, e.Name())
+		}
+	}
+	return ex
+}
+
+// checkTurn checks that one generated answer is intact.
+func checkTurn(t *testing.T, what string, m genTurn, finish string, u usage) {
+	t.Helper()
+	if m.Role != "assistant" {
+		t.Errorf("%s: last turn role %q, want assistant", what, m.Role)
+	}
+	if (m.Content == nil || *m.Content == "") && len(m.ToolCalls) == 0 {
+		t.Errorf("%s: empty answer (no content, no tool calls)", what)
+	}
+	if finish == "" {
+		t.Errorf("%s: no finish_reason", what)
+	}
+	if u.CompletionTokens <= 0 {
+		t.Errorf("%s: usage.completion_tokens = %d, want > 0", what, u.CompletionTokens)
+	}
+}
+
+// checkIDs reports lost, duplicated and unexpected ids of got against want.
+func checkIDs(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	var dup, lost, extra []string
+	wantSet := map[string]bool{}
+	for _, id := range want {
+		wantSet[id] = true
+		if seen[id] == 0 {
+			lost = append(lost, id)
+		}
+	}
+	for id, n := range seen {
+		if n > 1 {
+			dup = append(dup, fmt.Sprintf("%s x%d", id, n))
+		}
+		if !wantSet[id] {
+			extra = append(extra, id)
+		}
+	}
+	sort.Strings(dup)
+	sort.Strings(extra)
+	if len(lost)+len(dup)+len(extra) > 0 {
+		t.Errorf("%s: %d rows for %d wanted ids: %d lost %v, %d duplicated %v, %d unexpected %v",
+			what, len(got), len(want), len(lost), first(lost, 10), len(dup), first(dup, 10), len(extra), first(extra, 10))
+	}
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// idSet returns the sorted distinct ids.
+func idSet(ids []string) []string {
+	out := slices.Clone(ids)
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func shareGPTIDs(rows []sharegptRow) []string {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	return idSet(ids)
+}
+
+// status runs `regen status --json` and decodes the report.
+func status(t *testing.T, dir, jobFile string) (monitor.Report, result) {
+	t.Helper()
+	res := regen(t, dir, "status", "--json", jobFile)
+	var r monitor.Report
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatalf("status --json output does not parse: %v\n%s", err, res)
+	}
+	return r, res
+}
+
+// storeRow is one sample as the SQLite store holds it.
+type storeRow struct {
+	ID       string
+	State    string
+	Lane     string
+	Attempts int
+}
+
+// openStoreRO opens a job's SQLite store read-only, beside a running runner
+// (WAL readers never block its writes).
+func openStoreRO(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// storeCounts returns the number of samples per state.
+func storeCounts(ctx context.Context, db *sql.DB) (map[string]int, error) {
+	rows, err := db.QueryContext(ctx, `SELECT state, count(*) FROM samples GROUP BY state`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		out[s] = n
+	}
+	return out, rows.Err()
+}
+
+// storeRows reads every sample's state and attempts, and the number of
+// stored results.
+func storeRows(t *testing.T, path string) (rows []storeRow, results int) {
+	t.Helper()
+	db := openStoreRO(t, path)
+	q, err := db.Query(`SELECT id, state, lane, attempts FROM samples ORDER BY id`)
+	if err != nil {
+		t.Fatalf("read store: %v", err)
+	}
+	defer q.Close()
+	for q.Next() {
+		var r storeRow
+		if err := q.Scan(&r.ID, &r.State, &r.Lane, &r.Attempts); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if err := q.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM results`).Scan(&results); err != nil {
+		t.Fatalf("count results: %v", err)
+	}
+	return rows, results
+}
+
+// diffSets is cmp.Diff over sorted distinct ids.
+func diffSets(a, b []string) string { return cmp.Diff(idSet(a), idSet(b)) }

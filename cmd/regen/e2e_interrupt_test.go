@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+// interruptJob's answers are long enough (some far longer than the drain
+// timeout at this speed) that a SIGINT always finds requests in flight.
+const interruptJob = `name: intr
+model: sim-model
+server:
+  engine: sim
+  sim: {speed: 4, output_mean: 500, output_sigma: 1.0, truncate_fraction: 0, seed: 3}
+sources:
+  - {partition: Q, path: q.jsonl, prompt: question, id: id}
+lanes:
+  - {name: default, concurrency: 32, max_tokens: 4096}
+output:
+  formats: [sharegpt, openai-batch]
+`
+
+// TestE2EInterrupt sends one SIGINT mid-dispatch: the runner drains within
+// --drain-timeout and exits 130, status says STOPPED (exit 2), and a re-run
+// completes every sample exactly once without spending attempts.
+func TestE2EInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(interruptJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := writeChaosSource(t, filepath.Join(dir, "q.jsonl"), "Q", 120, rand.New(rand.NewPCG(1, 2)))
+
+	const drain = 5 * time.Second
+	p := startRegen(t, dir, "run", "--drain-timeout", drain.String(), "job.yaml")
+	if !p.waitLine("ingest: ") {
+		t.Fatalf("run ended before ingesting:\n%s", p.wait(t))
+	}
+	// Interrupt once some samples are done and more are in flight.
+	db := openStoreRO(t, filepath.Join(dir, "intr.db"))
+	var before map[string]int
+	for !p.exited() {
+		c, err := storeCounts(context.Background(), db)
+		if err == nil && c["done"] >= 20 && c["leased"] > 0 {
+			before = c
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if before == nil {
+		t.Fatalf("run ended before it could be interrupted:\n%s", p.wait(t))
+	}
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	// Well past the drain timeout the runner counts as hung (SIGQUIT dumps
+	// its goroutines and wait fails the test).
+	p.guard.Reset(drain + 30*time.Second)
+	res := p.wait(t)
+	took := time.Since(sent)
+	t.Logf("SIGINT with %d done and %d in flight; exit %d %s later", before["done"], before["leased"], res.code, took.Round(time.Millisecond))
+	if res.code != 130 {
+		t.Fatalf("interrupted run: exit %d, want 130\n%s", res.code, res)
+	}
+	if !strings.Contains(res.stderr, "draining in-flight requests") {
+		t.Errorf("interrupted run does not say it drains:\n%s", res.stderr)
+	}
+	after, err := storeCounts(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after["leased"] != 0 {
+		t.Errorf("after the drain %d samples are still leased, want 0 (drained or released)", after["leased"])
+	}
+	t.Logf("after the drain: %d done, %d pending", after["done"], after["pending"])
+
+	text := regen(t, dir, "status", "job.yaml")
+	if text.code != 2 || !strings.Contains(text.stdout, "job intr: STOPPED") {
+		t.Errorf("status after the interrupt: want exit 2 and STOPPED\n%s", text)
+	}
+	rep, _ := status(t, dir, "job.yaml")
+	if rep.State != monitor.Stopped || rep.ExitCode != 2 {
+		t.Errorf("status --json: state %s exit_code %d, want STOPPED 2", rep.State, rep.ExitCode)
+	}
+
+	rerun := regen(t, dir, "run", "job.yaml")
+	if rerun.code != 0 {
+		t.Fatalf("re-run:\n%s", rerun)
+	}
+	t.Logf("re-run finished the job in %s", rerun.dur.Round(time.Millisecond))
+	ex := checkExport(t, filepath.Join(dir, "out"), "intr", want, false)
+	for _, r := range ex.shareGPT {
+		if r.Attempts != 1 {
+			t.Errorf("%s: attempts %d, want 1 (an interrupt is not a failure)", r.ID, r.Attempts)
+		}
+	}
+	rep, res = status(t, dir, "job.yaml")
+	if res.code != 0 || rep.State != monitor.Done || rep.Total.Done != len(want) {
+		t.Errorf("status after the re-run: exit %d state %s total %+v, want DONE with %d done", res.code, rep.State, rep.Total, len(want))
+	}
+}
