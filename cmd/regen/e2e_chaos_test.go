@@ -231,6 +231,19 @@ func TestE2EChaosKill(t *testing.T) {
 		}
 		t.Logf("kill %2d (%-8s delay %-6s): SIGKILL after %-7s %s; store: %s", i+1, k.phase, k.delay,
 			time.Since(runStart).Round(time.Millisecond), phase, before)
+		switch phase {
+		case "during dispatch":
+			// On the runner's host a vanished pid is DEAD at once.
+			if rep, res := status(t, dir, "job.yaml"); rep.State != monitor.Dead || res.code != 2 {
+				t.Errorf("status after kill %d: %s exit %d, want DEAD exit 2\n%s", i+1, rep.State, res.code, res)
+			}
+		case "during export":
+			// Every sample is done but the files are not written: status
+			// judges from the samples alone (see the closing report).
+			rep, res := status(t, dir, "job.yaml")
+			_, err := os.Stat(filepath.Join(outDir, "chaos.sharegpt.jsonl"))
+			t.Logf("status after the kill during export: %s exit %d; sharegpt file exists: %v", rep.State, res.code, err == nil)
+		}
 	}
 	if kills < 10 {
 		t.Fatalf("only %d of %d planned kills hit a running runner; want >= 10", kills, len(plan))

@@ -57,6 +57,9 @@ func TestE2EInterrupt(t *testing.T) {
 	if before == nil {
 		t.Fatalf("run ended before it could be interrupted:\n%s", p.wait(t))
 	}
+	if rep, res := status(t, dir, "job.yaml"); res.code != 0 || (rep.State != monitor.Running && rep.State != monitor.Starting) {
+		t.Errorf("status while running: %s exit %d, want RUNNING (or STARTING) exit 0\n%s", rep.State, res.code, res)
+	}
 	sent := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
