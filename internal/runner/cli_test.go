@@ -70,21 +70,32 @@ func startRegenRun(t *testing.T, jobPath string) (*exec.Cmd, *bytes.Buffer) {
 	return cmd, &out
 }
 
-// TestRunnerKilled SIGKILLs a `regen run` subprocess: `regen status` keeps
-// reporting the last heartbeat's state until the heartbeat is older than
-// monitor.dead_after, then DEAD with the heartbeat's age and exit code 2. A
-// re-run takes over (status RUNNING, exit 0) and completes the job with every
-// sample done once.
+// TestRunnerKilled stops a `regen run` subprocess in two ways. SIGKILL:
+// `regen status` reports DEAD with the heartbeat's age and exit code 2 at
+// once, since the pid is gone from this host. SIGSTOP (a hung runner whose
+// pid lives): status reports the last heartbeat's RUNNING (exit 0) until the
+// heartbeat is older than monitor.dead_after, then DEAD (exit 2). Either way
+// a re-run takes over (status RUNNING, exit 0) and completes the job with
+// every sample done once.
 func TestRunnerKilled(t *testing.T) {
+	for name, sig := range map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGSTOP": syscall.SIGSTOP} {
+		t.Run(name, func(t *testing.T) { testRunnerKilled(t, name, sig) })
+	}
+}
+
+func testRunnerKilled(t *testing.T, name string, sig syscall.Signal) {
 	const n = 120
 	spec := newJob(t, "inprocess.yaml.tmpl", n, jobParams{Concurrency: 4,
 		Sim: map[string]any{"speed": 10, "output_mean": 120, "seed": 7, "load_time": "1s", "warmup_time": "0s"}})
 	st := openStore(t, spec)
 	first, out := startRegenRun(t, spec.Path)
 	waitFor(t, nil, 60*time.Second, "10 samples done by the first runner", func() bool { return countState(t, st, store.Done) >= 10 })
-	killedAt := kill(t, first.Process.Pid, syscall.SIGKILL)
-	_ = first.Wait()
-	t.Logf("first runner output:\n%s", out)
+	killedAt := kill(t, first.Process.Pid, sig)
+	if sig == syscall.SIGKILL {
+		_ = first.Wait()
+		t.Logf("first runner output:\n%s", out)
+	}
+	// A stopped runner is killed at cleanup (startRegenRun), after the re-run.
 
 	var (
 		text string
@@ -98,27 +109,31 @@ func TestRunnerKilled(t *testing.T) {
 			break
 		}
 		if !strings.Contains(text, "RUNNING") {
-			t.Fatalf("status right after the kill: exit 0 without RUNNING:\n%s", text)
+			t.Fatalf("status after the %s: exit 0 without RUNNING:\n%s", name, text)
 		}
 		if time.Since(killedAt) > 30*time.Second {
-			t.Fatalf("status still exit 0 30s after the kill:\n%s", text)
+			t.Fatalf("status still exit 0 30s after the %s:\n%s", name, text)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	recordLatency(t, fmt.Sprintf("runner SIGKILL to status DEAD (dead_after %s)", spec.Monitor.DeadAfter), time.Since(killedAt))
-	t.Logf("status after %d polls, exit %d:\n%s", polls, code, text)
+	recordLatency(t, fmt.Sprintf("runner %s to status DEAD after %d polls (dead_after %s)", name, polls, spec.Monitor.DeadAfter), time.Since(killedAt))
+	t.Logf("status exit %d:\n%s", code, text)
 	if code != 2 || !strings.Contains(text, "DEAD") {
 		t.Fatalf("status: exit %d, want 2 and DEAD:\n%s", code, text)
 	}
 	rep, _ := statusReport(t, spec.Path)
-	if rep.State != monitor.Dead || rep.Heartbeat == nil || rep.Heartbeat.Age < spec.Monitor.DeadAfter || rep.Heartbeat.PID != first.Process.Pid {
-		t.Errorf("status --json: state %s, heartbeat %+v; want DEAD with pid %d's heartbeat older than %s", rep.State, rep.Heartbeat, first.Process.Pid, spec.Monitor.DeadAfter)
+	evidence := strings.Join(rep.Evidence, "; ")
+	if rep.State != monitor.Dead || rep.Heartbeat == nil || rep.Heartbeat.PID != first.Process.Pid {
+		t.Fatalf("status --json: state %s, heartbeat %+v; want DEAD with pid %d's heartbeat", rep.State, rep.Heartbeat, first.Process.Pid)
 	}
-	if !strings.Contains(text, "last heartbeat ") {
-		t.Errorf("status text does not give the heartbeat's age:\n%s", text)
+	switch {
+	case sig == syscall.SIGKILL && !strings.Contains(evidence, "no longer exists"):
+		t.Errorf("DEAD evidence %q does not say the runner's pid is gone", evidence)
+	case sig == syscall.SIGSTOP && rep.Heartbeat.Age < spec.Monitor.DeadAfter:
+		t.Errorf("DEAD with a live pid and a heartbeat %v old, younger than dead_after %s", rep.Heartbeat.Age, spec.Monitor.DeadAfter)
 	}
-	if !strings.Contains(strings.Join(rep.Evidence, "; "), "last heartbeat ") {
-		t.Errorf("DEAD evidence %q does not give the heartbeat's age", rep.Evidence)
+	if !strings.Contains(text, "last heartbeat ") || !strings.Contains(evidence, "last heartbeat ") {
+		t.Errorf("status does not give the heartbeat's age: evidence %q, text:\n%s", evidence, text)
 	}
 
 	second, out2 := startRegenRun(t, spec.Path)

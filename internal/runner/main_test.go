@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
@@ -139,6 +140,14 @@ func openStore(t *testing.T, spec *job.Spec) *sqlite.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	// Prepare the read statements the test polls with before the runner
+	// holds the store's one connection in transactions: sqlite.Store.stmt
+	// prepares under its mutex, and a first prepare while a transaction
+	// waits for that mutex deadlocks (reported to the store's owner).
+	if _, err := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute}); err != nil {
+		t.Fatalf("warm store: %v", err)
+	}
+	finishedRows(t, st)
 	return st
 }
 
