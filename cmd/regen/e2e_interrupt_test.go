@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -28,9 +29,10 @@ output:
   formats: [sharegpt, openai-batch]
 `
 
-// TestE2EInterrupt sends one SIGINT mid-dispatch: the runner drains within
-// --drain-timeout and exits 130, status says STOPPED (exit 2), and a re-run
-// completes every sample exactly once without spending attempts.
+// TestE2EInterrupt interrupts a job twice: a double SIGINT exits at once
+// (130, status DEAD); a single SIGINT mid-dispatch drains within
+// --drain-timeout and exits 130, status says STOPPED (exit 2). A re-run
+// then completes every sample exactly once without spending attempts.
 func TestE2EInterrupt(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(interruptJob), 0o644); err != nil {
@@ -38,25 +40,35 @@ func TestE2EInterrupt(t *testing.T) {
 	}
 	want := writeChaosSource(t, filepath.Join(dir, "q.jsonl"), "Q", 120, rand.New(rand.NewPCG(1, 2)))
 
-	const drain = 5 * time.Second
-	p := startRegen(t, dir, "run", "--drain-timeout", drain.String(), "job.yaml")
+	// A second Ctrl-C exits at once, without draining: the runner is gone
+	// as if killed, and the next run takes over its leases.
+	p := startRegen(t, dir, "run", "job.yaml")
 	if !p.waitLine("ingest: ") {
 		t.Fatalf("run ended before ingesting:\n%s", p.wait(t))
 	}
-	// Interrupt once some samples are done and more are in flight.
 	db := openStoreRO(t, filepath.Join(dir, "intr.db"))
-	var before map[string]int
-	for !p.exited() {
-		c, err := storeCounts(context.Background(), db)
-		if err == nil && c["done"] >= 20 && c["leased"] > 0 {
-			before = c
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	c := waitCounts(t, p, db, 5)
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	for !p.exited() && !strings.Contains(p.stderr.String(), "draining") {
+		time.Sleep(10 * time.Millisecond)
 	}
-	if before == nil {
-		t.Fatalf("run ended before it could be interrupted:\n%s", p.wait(t))
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	res := p.wait(t)
+	t.Logf("double SIGINT with %d done and %d in flight: exit %d", c["done"], c["leased"], res.code)
+	if res.code != 130 || !strings.Contains(res.stderr, "exiting now") {
+		t.Fatalf("double interrupt: want exit 130 and 'exiting now'\n%s", res)
 	}
+	if rep, res := status(t, dir, "job.yaml"); rep.State != monitor.Dead || res.code != 2 {
+		t.Errorf("status after a double interrupt: %s exit %d, want DEAD exit 2 (no drain, no last heartbeat)", rep.State, res.code)
+	}
+
+	const drain = 5 * time.Second
+	p = startRegen(t, dir, "run", "--drain-timeout", drain.String(), "job.yaml")
+	if !p.waitLine("ingest: ") {
+		t.Fatalf("run ended before ingesting:\n%s", p.wait(t))
+	}
+	// Interrupt once more samples are done and others are in flight.
+	before := waitCounts(t, p, db, c["done"]+20)
 	if rep, res := status(t, dir, "job.yaml"); res.code != 0 || (rep.State != monitor.Running && rep.State != monitor.Starting) {
 		t.Errorf("status while running: %s exit %d, want RUNNING (or STARTING) exit 0\n%s", rep.State, res.code, res)
 	}
@@ -67,7 +79,7 @@ func TestE2EInterrupt(t *testing.T) {
 	// Well past the drain timeout the runner counts as hung (SIGQUIT dumps
 	// its goroutines and wait fails the test).
 	p.guard.Reset(drain + 30*time.Second)
-	res := p.wait(t)
+	res = p.wait(t)
 	took := time.Since(sent)
 	t.Logf("SIGINT with %d done and %d in flight; exit %d %s later", before["done"], before["leased"], res.code, took.Round(time.Millisecond))
 	if res.code != 130 {
@@ -109,4 +121,19 @@ func TestE2EInterrupt(t *testing.T) {
 	if res.code != 0 || rep.State != monitor.Done || rep.Total.Done != len(want) {
 		t.Errorf("status after the re-run: exit %d state %s total %+v, want DONE with %d done", res.code, rep.State, rep.Total, len(want))
 	}
+}
+
+// waitCounts polls the store until done >= n with samples in flight; the
+// run ending first fails the test.
+func waitCounts(t *testing.T, p *proc, db *sql.DB, n int) map[string]int {
+	t.Helper()
+	for !p.exited() {
+		c, err := storeCounts(context.Background(), db)
+		if err == nil && c["done"] >= n && c["leased"] > 0 {
+			return c
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("run ended before it could be interrupted:\n%s", p.wait(t))
+	return nil
 }
