@@ -104,7 +104,7 @@ func (f *simFleet) watch(ctx context.Context, srv *sim.Server) (cause string, st
 		case <-tick.C:
 			inFlight, last := f.progressOf(f.url)
 			if f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang {
-				return fmt.Sprintf("no token for %s with %d requests in flight", time.Since(last).Round(time.Second), inFlight), monitor.Stalled
+				return fmt.Sprintf("no token for %.1fs with %d requests in flight", time.Since(last).Seconds(), inFlight), monitor.Stalled
 			}
 		}
 	}
