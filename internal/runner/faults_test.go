@@ -203,3 +203,46 @@ func tokenSilence(ev string) (time.Duration, bool) {
 	d, err := time.ParseDuration(f)
 	return d, err == nil
 }
+
+// TestInProcessSim runs the same faults against the in-process simulator
+// (engine sim without a command), whose fleet restarts it itself: a crash is
+// DOWN and a hang or zombie is STALLED, each followed by a restart and a
+// job completed exactly once with no attempt spent by the outage.
+func TestInProcessSim(t *testing.T) {
+	tests := []struct {
+		name  string
+		sim   map[string]any
+		state string
+	}{
+		{name: "crash", sim: map[string]any{"crash_after_requests": 120}, state: "DOWN"},
+		{name: "crash mid-stream", sim: map[string]any{"crash_after_tokens": 5000, "crash_error": "abrupt"}, state: "DOWN"},
+		{name: "hang", sim: map[string]any{"hang_after_requests": 120}, state: "STALLED"},
+		{name: "zombie", sim: map[string]any{"zombie_after_requests": 120}, state: "STALLED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := newJob(t, "inprocess.yaml.tmpl", hangSamples, jobParams{Concurrency: 8, Hang: "1s", Sim: fastSim(tt.sim)})
+			st := openStore(t, spec)
+			sum, err := startRun(t, spec, st, false).wait(t, 60*time.Second)
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			evs := endpointEvents(t, st, time.Time{})
+			var from []string
+			for i, e := range evs {
+				if e.State == tt.state {
+					from = states(evs[i:])
+					t.Logf("%s evidence: %s", e.State, e.Evidence)
+					if silent, ok := tokenSilence(e.Evidence); ok {
+						recordLatency(t, "in-process "+tt.name+" (token silence at STALLED, hang_timeout 1s)", silent)
+					}
+					break
+				}
+			}
+			if want := []string{tt.state, "RESTARTING", "STARTING", "READY"}; len(from) < len(want) || !slices.Equal(from[:len(want)], want) {
+				t.Errorf("endpoint states: got %v, want %v after the fault", states(evs), want)
+			}
+			checkExactlyOnce(t, spec, st, sum, hangSamples, 1)
+		})
+	}
+}
