@@ -120,6 +120,12 @@ func TestServerHangs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("run: %v", err)
 			}
+			for _, e := range endpointEvents(t, st, stalled.Time) {
+				if e.State == "RESTARTING" {
+					t.Logf("STALLED to RESTARTING (group killed and reaped): %v", e.Time.Sub(stalled.Time).Round(time.Millisecond))
+					break
+				}
+			}
 			got := states(endpointEvents(t, st, stalled.Time))
 			if want := []string{"STALLED", "RESTARTING", "STARTING", "READY"}; len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 				t.Errorf("endpoint states from STALLED: got %v, want a prefix %v", got, want)
@@ -164,6 +170,13 @@ func TestCrashOnLoad(t *testing.T) {
 			restarts++
 		}
 	}
+	var gaps []string // RESTARTING to the next STARTING: the backoff actually waited
+	for i, e := range evs {
+		if e.State == "RESTARTING" && i+1 < len(evs) && evs[i+1].State == "STARTING" {
+			gaps = append(gaps, evs[i+1].Time.Sub(e.Time).Round(time.Millisecond).String())
+		}
+	}
+	t.Logf("restart delays (backoff 100ms, doubled): %v", gaps)
 	if downs != 5 || restarts != 4 {
 		t.Errorf("got %d DOWN and %d RESTARTING events, want 5 and 4: %v", downs, restarts, states(evs))
 	}
