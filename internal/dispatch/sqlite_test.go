@@ -77,7 +77,8 @@ func TestSQLiteStopAndResume(t *testing.T) {
 		}
 		cancel()
 	}()
-	err1 := d1.Run(ctx)
+	err1 := runGuarded(t, ctx, d1)
+	cancel() // in case Run ended on its own
 	<-stopped
 	if !errors.Is(err1, context.Canceled) {
 		t.Fatalf("first Run = %v, want context.Canceled", err1)
@@ -95,7 +96,7 @@ func TestSQLiteStopAndResume(t *testing.T) {
 	second := cfg
 	second.Owner = "runner-2"
 	d2 := mustNew(t, second)
-	if err := d2.Run(t.Context()); err != nil {
+	if err := runGuarded(t, t.Context(), d2); err != nil {
 		t.Fatalf("second Run: %v", err)
 	}
 
@@ -125,5 +126,24 @@ func TestSQLiteStopAndResume(t *testing.T) {
 	}
 	if int(c1.Done+c2.Done) != states[store.Done] {
 		t.Errorf("done counters %d+%d, store has %d done", c1.Done, c2.Done, states[store.Done])
+	}
+}
+
+// runGuarded runs d and fails the test if Run has not returned after a
+// minute (the job takes about a second): a deadlock in the store or the
+// dispatcher then shows up as a failure with goleak's goroutine dump instead
+// of the test binary's ten-minute timeout.
+func runGuarded(t *testing.T, ctx context.Context, d *Dispatcher) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(ctx) }()
+	guard := time.NewTimer(time.Minute)
+	defer guard.Stop()
+	select {
+	case err := <-errc:
+		return err
+	case <-guard.C:
+		t.Fatalf("Run still running after a minute: deadlock (see the leaked goroutines below)")
+		return nil
 	}
 }
