@@ -171,13 +171,22 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // stmt returns the statement for query, preparing it on first use.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st, ok := s.stmts[query]; ok {
+	st, ok := s.stmts[query]
+	s.mu.Unlock()
+	if ok {
 		return st, nil
 	}
+	// Prepare without holding mu: it waits for the single connection, and a
+	// transaction holding that connection may need mu (txStmt) to finish.
 	st, err := s.db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, ok := s.stmts[query]; ok {
+		st.Close()
+		return prev, nil
 	}
 	s.stmts[query] = st
 	return st, nil
