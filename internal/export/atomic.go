@@ -2,9 +2,13 @@ package export
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 )
 
 // atomicFile is a file written under a temporary name in its final
@@ -17,6 +21,7 @@ type atomicFile struct {
 
 func createAtomic(final string) (*atomicFile, error) {
 	dir, base := filepath.Split(final)
+	removeStale(dir, base)
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d", base, os.Getpid()))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -65,4 +70,21 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// removeStale deletes temporary files of base left by an export whose
+// process is gone (killed mid-export); a live exporter's file is kept.
+func removeStale(dir, base string) {
+	prefix := "." + base + ".tmp-"
+	matches, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	for _, m := range matches {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(m), prefix))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // that exporter is still running
+		}
+		_ = os.Remove(m) // best effort: a leftover only wastes space
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -387,5 +388,32 @@ func BenchmarkExport(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(fs.rows)), "ns/row")
 		})
+	}
+}
+
+// A temp file left by an exporter that was killed is removed by the next
+// export; one belonging to a live process is left alone.
+func TestExportRemovesStaleTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, fmt.Sprintf(".stale.sharegpt.jsonl.tmp-%d", cmd.Process.Pid))
+	live := filepath.Join(dir, fmt.Sprintf(".stale.sharegpt.jsonl.tmp-%d", os.Getppid()))
+	for _, p := range []string{stale, live} {
+		if err := os.WriteFile(p, []byte("{\"torn"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := &fakeStore{rows: []store.Row{doneRow(t, "a", `{"messages":[{"role":"user","content":"q"}]}`, llm.Result{Content: "x", FinishReason: "stop"})}}
+	if _, err := Export(context.Background(), fs, dir, []string{FormatShareGPT}, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale temp file of a dead exporter still there (stat err %v)", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("temp file of a live process was removed: %v", err)
 	}
 }
