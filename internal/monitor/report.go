@@ -26,6 +26,9 @@ type Beat struct {
 	ExitReason string `json:"exit_reason,omitempty"`
 }
 
+// ExitFinished is the ExitReason of a runner that finished and exported.
+const ExitFinished = "finished"
+
 // CellCounts are the sample counts of one partition and lane.
 type CellCounts struct {
 	Partition string `json:"partition"`
@@ -184,9 +187,12 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 }
 
 func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, o AssessOptions) (State, []string) {
-	if r.Total.Total > 0 && remaining == 0 {
-		return Done, []string{fmt.Sprintf("all %d samples finished (%d done, %d rejected, %d dead)",
-			r.Total.Total, r.Total.Done, r.Total.Rejected, r.Total.Dead)}
+	finished := fmt.Sprintf("all %d samples finished (%d done, %d rejected, %d dead)",
+		r.Total.Total, r.Total.Done, r.Total.Rejected, r.Total.Dead)
+	// DONE means the output exists too: only a runner that exited after its
+	// export says so. Finished samples with a dead runner are still an alarm.
+	if r.Total.Total > 0 && remaining == 0 && haveHB && beat.Exited && beat.ExitReason == ExitFinished {
+		return Done, []string{finished}
 	}
 	if !haveHB {
 		return Dead, []string{"no runner has ever written a heartbeat for this job"}
@@ -207,7 +213,11 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 		if gone {
 			ev = append(ev, fmt.Sprintf("process %d no longer exists", hb.PID))
 		}
-		ev = append(ev, fmt.Sprintf("%d samples remaining; re-run to resume", remaining))
+		if remaining == 0 && r.Total.Total > 0 {
+			ev = append(ev, finished+", but the runner died before exporting; re-run to export")
+		} else {
+			ev = append(ev, fmt.Sprintf("%d samples remaining; re-run to resume", remaining))
+		}
 		return Dead, ev
 	}
 	if beat.State == "" {

@@ -53,7 +53,11 @@ func TestAssess(t *testing.T) {
 			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Running, true, "interrupted")}},
 		{name: "failed", now: t0, want: Failed, evidence: "cuda_oom",
 			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Failed, true, "cuda_oom")}},
-		{name: "all finished, runner long gone", finish: 4, now: t0.Add(time.Hour), want: Done, evidence: "all 4 samples",
+		{name: "finished and exported, runner long gone", finish: 4, now: t0.Add(time.Hour), want: Done, evidence: "all 4 samples",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Done, true, ExitFinished)}},
+		{name: "finished but runner died before exporting", finish: 4, now: t0.Add(time.Hour), want: Dead, evidence: "before exporting",
+			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: "elsewhere", Time: t0, Counters: beat(Running, false, "")}},
+		{name: "finished, runner still exporting", finish: 4, now: t0, want: Running,
 			hb: &store.Heartbeat{Owner: "o", PID: os.Getpid(), Host: host, Time: t0, Counters: beat(Running, false, "")}},
 	}
 	for _, tt := range tests {

@@ -173,28 +173,55 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		sum.Final = final
 	}
 	var failed *FailedError
+	bg := context.WithoutCancel(ctx)
 	switch {
 	case runErr == nil:
-		r.setState(context.WithoutCancel(ctx), monitor.Done, nil)
-		r.beat(context.WithoutCancel(ctx), true, "finished")
 	case errors.As(runErr, &failed):
-		r.setState(context.WithoutCancel(ctx), monitor.Failed, failed.Evidence)
-		r.beat(context.WithoutCancel(ctx), true, failed.Cause)
+		r.setState(bg, monitor.Failed, failed.Evidence)
+		r.beat(bg, true, failed.Cause)
 		return sum, runErr
 	case ctx.Err() != nil:
-		r.beat(context.WithoutCancel(ctx), true, "interrupted")
+		r.beat(bg, true, "interrupted")
 		return sum, ErrInterrupted
 	default:
-		r.beat(context.WithoutCancel(ctx), true, runErr.Error())
+		r.beat(bg, true, runErr.Error())
 		return sum, runErr
 	}
 	if !o.NoExport {
+		// Keep the heartbeat fresh during a long export, so status does not
+		// call a busy runner dead; DONE is declared only once the files exist.
+		r.setState(bg, monitor.Running, []string{"all samples finished; exporting"})
+		stop := r.beatEvery(bg, spec.Monitor.HeartbeatEvery)
 		sum.Export, err = export.Export(ctx, st, spec.Output.Dir, spec.Output.Formats, spec.BaseName())
+		stop()
 		if err != nil {
+			r.beat(bg, true, "export failed: "+err.Error())
 			return sum, fmt.Errorf("export: %w", err)
 		}
 	}
+	r.setState(bg, monitor.Done, nil)
+	r.beat(bg, true, monitor.ExitFinished)
 	return sum, nil
+}
+
+// beatEvery writes heartbeats until the returned stop is called.
+func (r *runState) beatEvery(ctx context.Context, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			r.beat(ctx, false, "")
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // runLoops runs the fleet, the dispatcher, the heartbeat and the view until
