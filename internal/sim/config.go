@@ -125,7 +125,7 @@ func DefaultConfig() Config {
 		ToolCallFraction:         0.5,
 		HealthTimeout:            20 * time.Second,
 		WatchdogTimeout:          300 * time.Second,
-		CrashExitCode:            1,
+		CrashExitCode:            0, // 0 = 1, or 137 for an abrupt crash (as if SIGKILLed)
 		CrashError:               "exception",
 		ErrorStatus:              503,
 		ResetAfterTokens:         5,
@@ -180,7 +180,7 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	durationVar(fs, &c.CrashAt, "crash-after", "fault: crash this long after ready")
 	fs.Float64Var(&c.CrashKVAbove, "crash-kv-above", c.CrashKVAbove, "fault: crash when KV usage stays at or above this share for --crash-kv-for")
 	durationVar(fs, &c.CrashKVFor, "crash-kv-for", "fault: how long KV usage must stay high before the crash")
-	fs.IntVar(&c.CrashExitCode, "crash-exit-code", c.CrashExitCode, "exit code of a crash fault")
+	fs.IntVar(&c.CrashExitCode, "crash-exit-code", c.CrashExitCode, "exit code of a crash fault (0 = 1, or 137 for --crash-error=abrupt)")
 	fs.StringVar(&c.CrashError, "crash-error", c.CrashError, "crash text: exception, oom, nccl, or abrupt (no text, like SIGKILL)")
 	durationVar(fs, &c.HangAt, "hang-after", "fault: the scheduler stops this long after ready")
 	fs.IntVar(&c.HangAfterRequests, "hang-after-requests", c.HangAfterRequests, "fault: the scheduler stops once N requests have arrived")
