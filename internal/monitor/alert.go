@@ -59,6 +59,8 @@ func (a *Alerter) Notify(ctx context.Context, t Transition) error {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		cmd := exec.CommandContext(cctx, a.Command[0], a.Command[1:]...)
 		cmd.Stdin = bytes.NewReader(body)
+		// A hook whose children keep its output open must not outlive the timeout.
+		cmd.WaitDelay = time.Second
 		cmd.Env = append(os.Environ(),
 			"REGEN_JOB="+t.Job, "REGEN_SUBJECT="+t.Subject,
 			"REGEN_FROM="+string(t.From), "REGEN_STATE="+string(t.To),

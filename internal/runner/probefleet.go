@@ -73,8 +73,9 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 			}
 		case f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang:
 			fails = 0
-			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Stalled,
-				Cause: fmt.Sprintf("no token for %s with %d requests in flight", time.Since(last).Round(time.Second), inFlight)})
+			// The cause stays the same while the hang lasts, so it is one event, not one per probe.
+			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Stalled, Cause: "hang",
+				Evidence: []string{fmt.Sprintf("no token for %s with %d requests in flight (deadline %s)", time.Since(last).Round(time.Second), inFlight, f.hang)}})
 		default:
 			fails = 0
 			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
