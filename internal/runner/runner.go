@@ -79,8 +79,7 @@ type runState struct {
 }
 
 // Run executes the job to completion, interruption or failure.
-func Run(ctx context.Context, o Options) (Summary, error) {
-	var sum Summary
+func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -168,12 +167,15 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 
 	runErr := r.runLoops(ctx)
 
-	final, aerr := monitor.Assess(context.WithoutCancel(ctx), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
-	if aerr == nil {
-		sum.Final = final
-	}
 	var failed *FailedError
 	bg := context.WithoutCancel(ctx)
+	// The final report is read after the last heartbeat, so it says what
+	// `regen status` will say from now on.
+	defer func() {
+		if final, err := monitor.Assess(bg, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host}); err == nil {
+			sum.Final = final
+		}
+	}()
 	switch {
 	case runErr == nil:
 	case errors.As(runErr, &failed):
