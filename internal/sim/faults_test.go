@@ -221,6 +221,10 @@ func TestMalformedChunk(t *testing.T) {
 func TestSlowFault(t *testing.T) {
 	simFor := func(slow float64) time.Duration {
 		c := testConfig()
+		// At a lower speed the real-time gaps around the request (scaled
+		// into simulated idle time) stay small next to the decode time, even
+		// on a loaded machine or under -race.
+		c.Speed = 50
 		c.SlowFactor = slow
 		c.OutputMean = 100000
 		s, url, _ := startServer(t, c)
