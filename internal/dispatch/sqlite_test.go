@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestSQLiteStopAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	// Closed at the end, not deferred: after a deadlock Close would block too.
 	var ns []store.NewSample
 	for i := range n {
 		id := fmt.Sprintf("s-%05d", i)
@@ -127,12 +128,16 @@ func TestSQLiteStopAndResume(t *testing.T) {
 	if int(c1.Done+c2.Done) != states[store.Done] {
 		t.Errorf("done counters %d+%d, store has %d done", c1.Done, c2.Done, states[store.Done])
 	}
+	if err := st.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
 }
 
-// runGuarded runs d and fails the test if Run has not returned after a
-// minute (the job takes about a second): a deadlock in the store or the
-// dispatcher then shows up as a failure with goleak's goroutine dump instead
-// of the test binary's ten-minute timeout.
+// runGuarded runs d and panics with every goroutine's stack if Run has not
+// returned after a minute (the job takes about a second), so a deadlock in
+// the store or the dispatcher is reported at once and with its cause instead
+// of at the test binary's ten-minute timeout. A panic, not t.Fatal: the
+// deferred store Close could block on the same deadlock.
 func runGuarded(t *testing.T, ctx context.Context, d *Dispatcher) error {
 	t.Helper()
 	errc := make(chan error, 1)
@@ -143,7 +148,8 @@ func runGuarded(t *testing.T, ctx context.Context, d *Dispatcher) error {
 	case err := <-errc:
 		return err
 	case <-guard.C:
-		t.Fatalf("Run still running after a minute: deadlock (see the leaked goroutines below)")
-		return nil
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		panic(fmt.Sprintf("%s: Run still running after a minute: deadlock\n%s", t.Name(), buf))
 	}
 }
