@@ -110,6 +110,25 @@ func (s *fakeStore) IngestErrors(_ context.Context, limit int) ([]store.IngestEr
 	return slices.Clone(s.ierrs[:upTo(limit, len(s.ierrs))]), nil
 }
 
+func (s *fakeStore) IngestErrorCount(context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ierrs), nil
+}
+
+func (s *fakeStore) EachIngestError(_ context.Context, fn func(store.IngestError) error) error {
+	s.mu.Lock()
+	errs := slices.Clone(s.ierrs)
+	s.mu.Unlock()
+	slices.SortFunc(errs, func(a, b store.IngestError) int { return cmp.Compare(a.Origin, b.Origin) })
+	for _, e := range errs {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -129,7 +129,18 @@ type Store interface {
 	Ingest(ctx context.Context, samples []NewSample) (inserted int, err error)
 	// AddIngestErrors records bad source rows; duplicates (same Origin) are ignored.
 	AddIngestErrors(ctx context.Context, errs []IngestError) error
+	// IngestErrors returns bad rows in the order first recorded, for short
+	// listings. A wrong field mapping makes every source row bad, so callers
+	// that need all of them use IngestErrorCount or EachIngestError, whose
+	// memory does not grow with the source.
 	IngestErrors(ctx context.Context, limit int) ([]IngestError, error)
+	// IngestErrorCount returns how many distinct bad rows (by Origin) are recorded.
+	IngestErrorCount(ctx context.Context) (int, error)
+	// EachIngestError calls fn for every recorded bad row, once each, in
+	// byte-wise Origin order. It reads a bounded page at a time and holds
+	// nothing while fn runs, so fn may call the store. An error from fn
+	// stops the walk and is returned unwrapped.
+	EachIngestError(ctx context.Context, fn func(IngestError) error) error
 
 	// Claim leases up to n pending samples of lane whose retry time has come,
 	// oldest (first ingested) first, to owner until now+lease.

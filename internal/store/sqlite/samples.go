@@ -120,6 +120,72 @@ func (s *Store) IngestErrors(ctx context.Context, limit int) ([]store.IngestErro
 	return out, nil
 }
 
+// ingestErrorPage bounds one EachIngestError query, for the same reason as
+// finishedPage: memory and a writer's wait stay at one page.
+const ingestErrorPage = 1000
+
+// The first page starts at origin >= the empty string, so an empty origin (which
+// AddIngestErrors does not refuse) is visited too; later pages start after
+// the last origin seen. Both walk the origin UNIQUE index.
+const (
+	firstIngestErrorsSQL = `SELECT partition, origin, field, reason
+		FROM ingest_errors WHERE origin >= ? ORDER BY origin LIMIT ?`
+	nextIngestErrorsSQL = `SELECT partition, origin, field, reason
+		FROM ingest_errors WHERE origin > ? ORDER BY origin LIMIT ?`
+)
+
+// IngestErrorCount counts recorded bad rows. SQLite answers count(*) from
+// the smallest index, so it reads pages but holds no rows in memory.
+func (s *Store) IngestErrorCount(ctx context.Context) (int, error) {
+	var n int
+	st, err := s.stmt(ctx, `SELECT count(*) FROM ingest_errors`)
+	if err == nil {
+		err = st.QueryRowContext(ctx).Scan(&n)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count ingest errors: %w", err)
+	}
+	return n, nil
+}
+
+// EachIngestError calls fn for every bad row in origin order, a page at a
+// time, holding no connection while fn runs.
+func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) error) error {
+	query, after := firstIngestErrorsSQL, ""
+	for {
+		page, err := s.ingestErrorPage(ctx, query, after)
+		if err != nil {
+			return fmt.Errorf("read ingest errors after %q: %w", after, err)
+		}
+		for _, e := range page {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if len(page) < ingestErrorPage {
+			return nil
+		}
+		query, after = nextIngestErrorsSQL, page[len(page)-1].Origin
+	}
+}
+
+func (s *Store) ingestErrorPage(ctx context.Context, query, after string) ([]store.IngestError, error) {
+	rows, err := s.query(ctx, query, after, ingestErrorPage)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]store.IngestError, 0, ingestErrorPage)
+	for rows.Next() {
+		var e store.IngestError
+		if err := rows.Scan(&e.Partition, &e.Origin, &e.Field, &e.Reason); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
 // sqlLimit maps "no limit" (<= 0) to SQLite's -1.
 func sqlLimit(limit int) int {
 	if limit <= 0 {

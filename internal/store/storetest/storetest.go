@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -24,6 +25,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}{
 		{"IngestIdempotent", testIngestIdempotent},
 		{"IngestErrorsDedupe", testIngestErrorsDedupe},
+		{"IngestErrorCountAndEach", testIngestErrorCountAndEach},
+		{"EachIngestErrorStopsOnError", testEachIngestErrorStops},
 		{"ClaimLaneLimitOrder", testClaimLaneLimitOrder},
 		{"ClaimNotBefore", testClaimNotBefore},
 		{"ExtendLeases", testExtendLeases},
@@ -256,6 +259,97 @@ func testIngestErrorsDedupe(t *testing.T, s store.Store) {
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("IngestErrors(%d) (-want +got):\n%s", tc.limit, diff)
 		}
+	}
+}
+
+func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n, err := s.IngestErrorCount(ctx)
+	if err != nil || n != 0 {
+		t.Fatalf("IngestErrorCount on an empty store = %d, %v; want 0, nil", n, err)
+	}
+	must(t, s.EachIngestError(ctx, func(e store.IngestError) error {
+		t.Errorf("EachIngestError on an empty store visited %+v", e)
+		return nil
+	}))
+
+	// More than two pages of any sensible size, recorded in an order that is
+	// neither origin order nor reverse, in batches that repeat earlier
+	// origins with other contents (ignored), plus an empty origin, which
+	// must not fall before the first page.
+	const n0 = 2503
+	origin := func(i int) string { return fmt.Sprintf("in.jsonl:%05d", (i*7919)%n0) }
+	want := map[string]store.IngestError{}
+	var batch []store.IngestError
+	for i := range n0 {
+		e := store.IngestError{Partition: fmt.Sprintf("p%d", i%3), Origin: origin(i), Field: "messages", Reason: fmt.Sprintf("bad %d", i)}
+		want[e.Origin] = e
+		batch = append(batch, e)
+		if i > 0 && i%400 == 0 {
+			// Re-send one already recorded row, changed: the first one stays.
+			batch = append(batch, store.IngestError{Partition: "other", Origin: origin(i - 1), Reason: "duplicate"})
+			must(t, s.AddIngestErrors(ctx, batch))
+			batch = nil
+		}
+	}
+	empty := store.IngestError{Partition: "p0", Reason: "row as a whole"}
+	want[""] = empty
+	batch = append(batch, empty, store.IngestError{Partition: "x", Origin: origin(5), Reason: "duplicate"})
+	must(t, s.AddIngestErrors(ctx, batch))
+
+	n, err = s.IngestErrorCount(ctx)
+	if err != nil {
+		t.Fatalf("IngestErrorCount: %v", err)
+	}
+	if n != len(want) {
+		t.Errorf("IngestErrorCount = %d, want %d (duplicates not counted)", n, len(want))
+	}
+
+	var wantList []store.IngestError
+	for _, o := range slices.Sorted(maps.Keys(want)) {
+		wantList = append(wantList, want[o])
+	}
+	var got []store.IngestError
+	err = s.EachIngestError(ctx, func(e store.IngestError) error {
+		got = append(got, e)
+		// The callback may use the store: EachIngestError holds nothing while it runs.
+		if len(got)%700 == 0 {
+			if _, err := s.IngestErrorCount(ctx); err != nil {
+				return err
+			}
+			return s.AddEvent(ctx, store.Event{Kind: "export", Subject: e.Origin})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("EachIngestError: %v", err)
+	}
+	if diff := cmp.Diff(wantList, got); diff != "" {
+		t.Errorf("EachIngestError (-want +got):\n%s", diff)
+	}
+}
+
+func testEachIngestErrorStops(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{
+		{Partition: "p", Origin: "c:1", Reason: "x"},
+		{Partition: "p", Origin: "a:1", Reason: "x"},
+		{Partition: "p", Origin: "b:1", Reason: "x"},
+	}))
+	stop := errors.New("stop here")
+	var seen []string
+	err := s.EachIngestError(ctx, func(e store.IngestError) error {
+		seen = append(seen, e.Origin)
+		if e.Origin == "b:1" {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Errorf("EachIngestError error = %v, want %v", err, stop)
+	}
+	if diff := cmp.Diff([]string{"a:1", "b:1"}, seen); diff != "" {
+		t.Errorf("visited (-want +got):\n%s", diff)
 	}
 }
 
