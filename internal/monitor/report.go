@@ -175,11 +175,10 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	for _, row := range rows {
 		r.LastErrors = append(r.LastErrors, ErrorLine{ID: row.ID, State: string(row.State), Reason: row.Reason})
 	}
-	ie, err := st.IngestErrors(ctx, 1_000_000)
-	if err != nil {
-		return r, fmt.Errorf("read ingest errors: %w", err)
+	// Counted, never listed: a wrong field mapping makes every source row bad.
+	if r.IngestErrors, err = st.IngestErrorCount(ctx); err != nil {
+		return r, fmt.Errorf("count ingest errors: %w", err)
 	}
-	r.IngestErrors = len(ie)
 
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
 	r.ExitCode = ExitCode(r.State)

@@ -3,6 +3,8 @@ package monitor
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +107,56 @@ func TestAssess(t *testing.T) {
 			}
 			if r.Total.Total != 4 || r.Total.Done != tt.finish || r.Total.Pending != 4-tt.finish {
 				t.Errorf("totals = %+v", r.Total)
+			}
+		})
+	}
+}
+
+// noListStore refuses to list bad source rows: status must count them,
+// since listing them all is O(source rows) memory.
+type noListStore struct{ store.Store }
+
+func (noListStore) IngestErrors(context.Context, int) ([]store.IngestError, error) {
+	return nil, errors.New("status listed every bad source row")
+}
+
+func TestAssessCountsBadRows(t *testing.T) {
+	ctx := context.Background()
+	bad := func(from, to int) []store.IngestError {
+		var out []store.IngestError
+		for i := from; i < to; i++ {
+			out = append(out, store.IngestError{Partition: "p", Origin: fmt.Sprintf("in.jsonl:%d", i), Field: "input", Reason: "missing"})
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		batches [][]store.IngestError
+		want    int
+	}{
+		{name: "none", want: 0},
+		{name: "one batch", batches: [][]store.IngestError{bad(0, 3)}, want: 3},
+		{name: "re-ingested rows counted once", batches: [][]store.IngestError{bad(0, 3), bad(2, 5)}, want: 5},
+		{name: "every row of a big source", batches: [][]store.IngestError{bad(0, 1500), bad(1500, 2500)}, want: 2500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := sqlite.Open(filepath.Join(t.TempDir(), "s.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for _, b := range tt.batches {
+				if err := st.AddIngestErrors(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := Assess(ctx, noListStore{st}, AssessOptions{Now: time.Now(), DeadAfter: 15 * time.Second})
+			if err != nil {
+				t.Fatalf("Assess: %v", err)
+			}
+			if r.IngestErrors != tt.want {
+				t.Errorf("IngestErrors = %d, want %d", r.IngestErrors, tt.want)
 			}
 		})
 	}
