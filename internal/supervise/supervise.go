@@ -90,6 +90,12 @@ type Config struct {
 	Now    func() time.Time
 
 	gpuPoll time.Duration // nvidia-smi polling interval; tests shorten it
+	// reapGrace is how long drain waits for the leader's reap beyond
+	// KillGrace (default 10s); tests shorten it.
+	reapGrace time.Duration
+	// reap waits for the launched process (default cmd.Wait); tests replace
+	// it to model a leader the kernel never lets go of.
+	reap func(*exec.Cmd) error
 }
 
 // Supervisor runs and watches one server. Create it with New, then call Run once.
@@ -163,6 +169,10 @@ func New(cfg Config) (*Supervisor, error) {
 
 	if cfg.gpuPoll <= 0 {
 		cfg.gpuPoll = time.Second
+	}
+	def(&cfg.reapGrace, 10*time.Second)
+	if cfg.reap == nil {
+		cfg.reap = (*exec.Cmd).Wait
 	}
 	s := &Supervisor{cfg: cfg, server: cfg.Server, restart: cfg.Server.Restart}
 	if s.restart.Max <= 0 {
@@ -298,6 +308,8 @@ type incarnation struct {
 func (s *Supervisor) runOnce(ctx context.Context, restarts int) outcome {
 	argv := s.Argv()
 	ictx, cancel := context.WithCancel(ctx)
+	// wg holds the log reader and the probe loops only: they end when ictx
+	// is cancelled or drain closes the pipe, so this wait is bounded.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -335,7 +347,12 @@ func (s *Supervisor) runOnce(ctx context.Context, restarts int) outcome {
 		seenPIDs: make(map[int]bool),
 	}
 	started := make(chan error, 1)
-	wg.Go(func() {
+	// The reaper is not in wg: a killed leader stuck in uninterruptible
+	// sleep (a GPU driver call) is never reaped, and drain gives up on it
+	// after a bounded wait. Waiting for the reaper here would then hang
+	// runOnce, and with it every restart, forever. Left alone it stays
+	// harmless: exited is buffered, so its one send never blocks.
+	go func() {
 		// Pdeathsig fires when the thread that forked the child exits, not
 		// the process, so that thread stays locked until the child is reaped.
 		runtime.LockOSThread()
@@ -345,9 +362,9 @@ func (s *Supervisor) runOnce(ctx context.Context, restarts int) outcome {
 			return
 		}
 		started <- nil
-		err := cmd.Wait()
+		err := s.cfg.reap(cmd)
 		inc.exited <- exitInfo{state: cmd.ProcessState, err: err}
-	})
+	}()
 	err = <-started
 	pw.Close()
 	if err != nil {
@@ -723,7 +740,7 @@ func (s *Supervisor) explain(inc *incarnation, w *watch, state State, cause stri
 func (s *Supervisor) drain(inc *incarnation) {
 	select {
 	case <-inc.exited:
-	case <-time.After(s.cfg.KillGrace + 10*time.Second):
+	case <-time.After(s.cfg.KillGrace + s.cfg.reapGrace):
 		s.log.Error("server_reap", "pid", inc.pid, "err", "leader not reaped")
 	}
 	select {
