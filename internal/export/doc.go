@@ -14,7 +14,9 @@
 //     standard 3-level LIST that pyarrow and datasets read.
 //
 // Dead letters (dead samples and rows that could not be ingested) are always
-// written to <name>.dead.jsonl.
+// written to <name>.dead.jsonl: dead samples in id order, then bad source
+// rows in origin order. Both are streamed from the store, never loaded
+// whole: every row of a source may be bad.
 //
 // Every file is written to a hidden temporary file in the output directory,
 // fsynced, and renamed over the final name only after every row was written

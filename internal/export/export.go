@@ -139,17 +139,18 @@ func Export(ctx context.Context, st store.Store, dir string, formats []string, n
 	if err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
-	// Bad source rows are bounded by the input's faults, not its size.
-	bad, err := st.IngestErrors(ctx, 0)
+	// Streamed: a wrong field mapping makes every source row bad, so they
+	// may be as many as the source has rows.
+	err = st.EachIngestError(ctx, func(e store.IngestError) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sum.BadRows++
+		return dead.ingestError(e)
+	})
 	if err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
-	for _, e := range bad {
-		if err := dead.ingestError(e); err != nil {
-			return Summary{}, fmt.Errorf("export: %w", err)
-		}
-	}
-	sum.BadRows = len(bad)
 
 	if pq != nil {
 		if err := pq.close(); err != nil {

@@ -26,13 +26,15 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 var errFake = errors.New("disk on fire")
 
-// fakeStore implements the two Store methods export reads; any other call
+// fakeStore implements the two Store methods export reads (Finished and
+// EachIngestError); any other call
 // panics on the nil embedded interface.
 type fakeStore struct {
 	store.Store
 	rows      []store.Row
 	bad       []store.IngestError
-	failAfter int // Finished fails after this many rows; 0 = never
+	failAfter int  // Finished fails after this many rows; 0 = never
+	failBad   bool // EachIngestError fails after the first bad row
 }
 
 func (f *fakeStore) Finished(ctx context.Context, fn func(store.Row) error) error {
@@ -47,8 +49,16 @@ func (f *fakeStore) Finished(ctx context.Context, fn func(store.Row) error) erro
 	return nil
 }
 
-func (f *fakeStore) IngestErrors(ctx context.Context, limit int) ([]store.IngestError, error) {
-	return f.bad, nil
+func (f *fakeStore) EachIngestError(ctx context.Context, fn func(store.IngestError) error) error {
+	for _, e := range f.bad {
+		if err := fn(e); err != nil {
+			return err
+		}
+		if f.failBad {
+			return errFake
+		}
+	}
+	return nil
 }
 
 var finished = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -294,6 +304,7 @@ func TestExportAtomic(t *testing.T) {
 		want  string
 	}{
 		{"store fails mid-read", func() *fakeStore { f := fixture(t); f.failAfter = 2; return f }, context.Background, "disk on fire"},
+		{"store fails reading bad rows", func() *fakeStore { f := fixture(t); f.failBad = true; return f }, context.Background, "disk on fire"},
 		{"corrupt stored result", func() *fakeStore {
 			f := fixture(t)
 			f.rows[1].Result.Response = []byte(`{"content":`)

@@ -3,8 +3,10 @@ package export
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,5 +82,53 @@ func TestExportFromSQLite(t *testing.T) {
 	}
 	if got := len(readLines(t, filepath.Join(dir, "job.dead.jsonl"))); got != 4 {
 		t.Errorf("dead.jsonl has %d lines, want 4 (3 dead samples + 1 bad row)", got)
+	}
+}
+
+// noListStore refuses to list bad source rows: export must stream them,
+// since a wrong field mapping makes every source row bad.
+type noListStore struct{ store.Store }
+
+func (noListStore) IngestErrors(context.Context, int) ([]store.IngestError, error) {
+	return nil, errors.New("export listed every bad source row")
+}
+
+// TestExportStreamsBadRows exports a job whose every source row was bad,
+// more rows than one store page, recorded out of origin order and twice.
+func TestExportStreamsBadRows(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "job.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const n = 2500
+	var bad []store.IngestError
+	var want []string
+	for i := n - 1; i >= 0; i-- {
+		o := fmt.Sprintf("in.jsonl:%05d", i)
+		bad = append(bad, store.IngestError{Partition: "P", Origin: o, Field: "input", Reason: "field input: missing"})
+		want = append(want, o)
+	}
+	slices.Sort(want)
+	for range 2 { // re-ingesting the same file records nothing new
+		if err := st.AddIngestErrors(ctx, bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	sum, err := Export(ctx, noListStore{st}, dir, []string{FormatShareGPT}, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.BadRows != n {
+		t.Errorf("BadRows = %d, want %d", sum.BadRows, n)
+	}
+	var got []string
+	for _, m := range readLines(t, filepath.Join(dir, "job.dead.jsonl")) {
+		got = append(got, m["origin"].(string))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("dead.jsonl origins (-want +got):\n%s", diff)
 	}
 }
