@@ -27,8 +27,14 @@ func classifyStatus(status int, msg string) Class {
 		}
 		return Retryable
 	}
-	// 500 and the rest of 5xx: the engine answered, so it is alive; even a
-	// body that says it is dying is left to the health probe to confirm.
+	// 500 and the rest of 5xx. A dead engine's HTTP front end keeps
+	// answering 500 until the process exits (vLLM for about 5 s after
+	// EngineDeadError): that is an outage, which must not spend the
+	// attempt of every sample claimed meanwhile.
+	if mentionsEngineDeath(msg) {
+		return ServerDown
+	}
+	// Otherwise the engine answered, so it is alive.
 	return Retryable
 }
 
@@ -36,6 +42,9 @@ func classifyStatus(status int, msg string) Class {
 // 200 JSON body), whose code is an HTTP-like status or 0 when absent.
 func classifyEventCode(code int, msg string) Class {
 	switch {
+	case (code == 0 || code >= 500) && mentionsEngineDeath(msg):
+		// vLLM ends every in-flight stream this way when its engine dies.
+		return ServerDown
 	case code == 408, code == 429:
 		return Retryable
 	case code >= 400 && code < 500:
@@ -54,6 +63,29 @@ var contextPhrases = []string{
 	"context_length",
 	"too long",
 	"exceeds",
+}
+
+// enginePhrases are how vLLM (EngineDeadError, its v0 AsyncEngineDeadError)
+// and SGLang (a scheduler exception, then SIGQUIT to the parent) say the
+// engine behind the HTTP server is dead, in error bodies and stream events.
+var enginePhrases = []string{
+	"enginedead",
+	"enginecore encountered",
+	"engine is dead",
+	"engine loop is not running",
+	"background loop has errored",
+	"scheduler hit an exception",
+	"sigquit",
+}
+
+func mentionsEngineDeath(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, p := range enginePhrases {
+		if strings.Contains(m, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func mentionsContextLength(msg string) bool {

@@ -43,12 +43,16 @@
 //   - ServerDown: any transport failure (connection refused or reset, EOF
 //     before headers, a body cut before finish_reason), any of the timeouts
 //     above, HTTP 502/503/504, and 401/403 (a key problem is the endpoint's,
-//     so pause it rather than dead-letter every sample), and an unusable
-//     BaseURL.
-//   - Retryable: HTTP 429, 408, 500 and other 5xx (the engine answered; a
-//     body saying it is dying is left to the health probe), a 4xx not listed
-//     below, a mid-stream {"error":...} event whose code is not 4xx, and
-//     finish_reason "abort".
+//     so pause it rather than dead-letter every sample), an unusable
+//     BaseURL, and an HTTP 5xx or a mid-stream error event (code 5xx or
+//     none) whose message says the engine is dead (vLLM's EngineDeadError,
+//     "EngineCore encountered ...", "Engine loop is not running", SGLang's
+//     "Scheduler hit an exception" or SIGQUIT texts): a dead engine's front
+//     end answers 500 for seconds before it exits, and that outage must not
+//     spend an attempt on every sample in flight or claimed meanwhile.
+//   - Retryable: HTTP 429, 408, 500 and other 5xx (the engine answered), a
+//     4xx not listed below, a mid-stream {"error":...} event whose code is
+//     not 4xx, and finish_reason "abort".
 //   - BadRequest: HTTP 400, 404 (model not found), 413, 422, any 4xx whose
 //     message mentions the context length, a mid-stream error event with a
 //     4xx code (except 408/429), and a Request whose Body or Params are not
