@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +142,46 @@ func BenchmarkClaimAtMillion(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// BenchmarkIngestErrorsAtMillion reads a store whose source had 10^6 bad
+// rows (a wrong field mapping): status counts them, export streams them.
+// live-MB is the most heap found live during the walk, which stays at a
+// page's worth whatever the row count.
+func BenchmarkIngestErrorsAtMillion(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	_, err := s.DB().Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999999)
+		INSERT INTO ingest_errors (origin, partition, field, reason, created_at)
+		SELECT printf('data/part-%03d.jsonl:%d', i % 100, i), 'p', 'input', 'field input: missing', 0 FROM n`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Count", func(b *testing.B) {
+		for range b.N {
+			if n, err := s.IngestErrorCount(ctx); err != nil || n != 1000000 {
+				b.Fatalf("IngestErrorCount = %d, %v", n, err)
+			}
+		}
+	})
+	b.Run("Each", func(b *testing.B) {
+		var live uint64
+		for range b.N {
+			n := 0
+			err := s.EachIngestError(ctx, func(store.IngestError) error {
+				if n++; n%250000 == 0 {
+					runtime.GC()
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					live = max(live, ms.HeapAlloc)
+				}
+				return nil
+			})
+			if err != nil || n != 1000000 {
+				b.Fatalf("EachIngestError visited %d, %v", n, err)
+			}
+		}
+		b.ReportMetric(float64(live)/(1<<20), "live-MB")
 	})
 }
