@@ -188,17 +188,23 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 
 // call holds one request's contexts so errors can be classified.
 type call struct {
-	parent context.Context
-	ctx    context.Context
-	done   func()
-	wd     *watchdog
+	parent  context.Context
+	ctx     context.Context
+	done    func()
+	wd      *watchdog
+	timeout time.Duration
+	// deltas and lastDelta are the stream's progress, kept by readStream
+	// (the goroutine that calls fail), to tell a generation longer than
+	// RequestTimeout from a server that stopped generating.
+	deltas    int
+	lastDelta time.Time
 }
 
 func (c *Client) start(parent context.Context) *call {
 	tctx, tcancel := context.WithTimeoutCause(parent, c.cfg.RequestTimeout, errRequestTimeout)
 	ctx, cancel := context.WithCancelCause(tctx)
 	wd := newWatchdog(cancel, c.cfg.IdleTimeout, c.cfg.FirstByteTimeout)
-	return &call{parent: parent, ctx: ctx, wd: wd, done: func() {
+	return &call{parent: parent, ctx: ctx, wd: wd, timeout: c.cfg.RequestTimeout, done: func() {
 		wd.stop()
 		cancel(nil)
 		tcancel()
@@ -206,8 +212,9 @@ func (c *Client) start(parent context.Context) *call {
 }
 
 // fail turns a transport or read error into the error Chat returns: the
-// caller's own cancellation passes through unclassified, everything else
-// on the wire means the server is unreachable, dying or hung.
+// caller's own cancellation passes through unclassified, a request timeout
+// with tokens still flowing is the sample's own (too long a generation),
+// everything else on the wire means the server is unreachable, dying or hung.
 func (k *call) fail(what string, err error) error {
 	if perr := k.parent.Err(); perr != nil {
 		return fmt.Errorf("%s: %w", what, perr)
@@ -221,7 +228,15 @@ func (k *call) fail(what string, err error) error {
 	case errors.Is(cause, errFirstByte):
 		return &Error{Class: ServerDown, Msg: what + ": no first byte within " + k.wd.firstBy.String()}
 	case errors.Is(cause, errRequestTimeout):
-		return &Error{Class: ServerDown, Msg: what + ": request timeout", Err: err}
+		// Tokens were arriving until the deadline: the server works and this
+		// generation is longer than the timeout allows. Releasing it without
+		// spending an attempt would loop it forever and trip the endpoint's
+		// breaker each time, so it spends one and dead-letters in the end.
+		// Before the first token, or after a silence, the server is the suspect.
+		if k.deltas > 0 && time.Since(k.lastDelta) < k.wd.idle {
+			return &Error{Class: Retryable, Msg: fmt.Sprintf("%s: request timeout %v exceeded while streaming (%d chunks received); raise generation.request_timeout", what, k.timeout, k.deltas), Err: err}
+		}
+		return &Error{Class: ServerDown, Msg: what + ": request timeout " + k.timeout.String(), Err: err}
 	}
 	return &Error{Class: ServerDown, Msg: what, Err: err}
 }

@@ -460,23 +460,6 @@ func TestChatTransportErrors(t *testing.T) {
 			},
 			wantMsg: "stream idle",
 		},
-		{
-			name: "whole request timeout while tokens keep coming",
-			cfg:  Config{RequestTimeout: 300 * time.Millisecond},
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				writeEvents(w, plain[0])
-				for {
-					select {
-					case <-r.Context().Done():
-						return
-					case <-time.After(10 * time.Millisecond):
-						io.WriteString(w, plain[1])
-						w.(http.Flusher).Flush()
-					}
-				}
-			},
-			wantMsg: "request timeout",
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -487,6 +470,96 @@ func TestChatTransportErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("error %q does not mention %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// TestChatRequestTimeout checks who RequestTimeout blames: the sample when
+// tokens were still flowing (a generation longer than the timeout, which
+// must spend attempts and end dead-lettered), the server otherwise.
+func TestChatRequestTimeout(t *testing.T) {
+	plain := sseLines(t, "sglang_plain.sse") // 0 role, 1-5 content
+	// every writes line every 10ms until the client goes away.
+	every := func(w http.ResponseWriter, r *http.Request, line string) {
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+				io.WriteString(w, line)
+				w.(http.Flusher).Flush()
+			}
+		}
+	}
+	tests := []struct {
+		name      string
+		cfg       Config
+		handler   http.HandlerFunc
+		wantClass Class
+		wantMsg   []string
+	}{
+		{
+			name: "tokens keep coming",
+			cfg:  Config{RequestTimeout: 300 * time.Millisecond},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, plain[0])
+				every(w, r, plain[1])
+			},
+			wantClass: Retryable,
+			wantMsg:   []string{"request timeout 300ms exceeded while streaming (", " chunks received)", "raise generation.request_timeout"},
+		},
+		{
+			name:      "no response headers",
+			cfg:       Config{RequestTimeout: 300 * time.Millisecond, IdleTimeout: time.Minute},
+			handler:   func(w http.ResponseWriter, r *http.Request) { blockUntilGone(r) },
+			wantClass: ServerDown,
+			wantMsg:   []string{"request timeout 300ms"},
+		},
+		{
+			name: "headers but no first byte",
+			cfg:  Config{RequestTimeout: 300 * time.Millisecond, IdleTimeout: time.Minute},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				blockUntilGone(r)
+			},
+			wantClass: ServerDown,
+			wantMsg:   []string{"request timeout 300ms"},
+		},
+		{
+			name: "role chunk and keep-alives but no token",
+			cfg:  Config{RequestTimeout: 300 * time.Millisecond, IdleTimeout: time.Minute},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, plain[0])
+				every(w, r, ": keep-alive\n\n")
+			},
+			wantClass: ServerDown,
+			wantMsg:   []string{"request timeout 300ms"},
+		},
+		{
+			name: "tokens stopped, keep-alives hide the silence",
+			cfg:  Config{RequestTimeout: 400 * time.Millisecond, IdleTimeout: 100 * time.Millisecond},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, plain[0]+plain[1])
+				every(w, r, ": keep-alive\n\n")
+			},
+			wantClass: ServerDown,
+			wantMsg:   []string{"request timeout 400ms"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, c := newServer(t, tt.handler, tt.cfg)
+			_, err := c.Chat(bg(t), testRequest(), nil)
+			if got := errClass(err); got != tt.wantClass {
+				t.Fatalf("class = %v, want %v (err: %v)", got, tt.wantClass, err)
+			}
+			for _, m := range tt.wantMsg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not mention %q", err, m)
+				}
 			}
 		})
 	}

@@ -36,13 +36,19 @@
 // 60s) bounds the wait for response headers and any silence once the body
 // has started. The gap between headers and the first body byte is bounded
 // by FirstByteTimeout only when set, because a request queued on a busy
-// engine legitimately sends nothing for minutes.
+// engine legitimately sends nothing for minutes. When RequestTimeout ends a
+// stream whose tokens were still arriving (at least one delta, the last one
+// less than IdleTimeout ago), the generation is simply longer than the
+// timeout: that error is Retryable, so it spends an attempt and the sample
+// dead-letters in the end with a message naming generation.request_timeout,
+// instead of being released forever while tripping the endpoint's breaker.
+// Before the first delta, or after a silence, the timeout is ServerDown.
 //
 // # Error classes
 //
 //   - ServerDown: any transport failure (connection refused or reset, EOF
 //     before headers, a body cut before finish_reason), any of the timeouts
-//     above, HTTP 502/503/504, and 401/403 (a key problem is the endpoint's,
+//     above (except a request timeout while tokens flow), HTTP 502/503/504, and 401/403 (a key problem is the endpoint's,
 //     so pause it rather than dead-letter every sample), an unusable
 //     BaseURL, and an HTTP 5xx or a mid-stream error event (code 5xx or
 //     none) whose message says the engine is dead (vLLM's EngineDeadError,
@@ -52,7 +58,8 @@
 //     spend an attempt on every sample in flight or claimed meanwhile.
 //   - Retryable: HTTP 429, 408, 500 and other 5xx (the engine answered), a
 //     4xx not listed below, a mid-stream {"error":...} event whose code is
-//     not 4xx, and finish_reason "abort".
+//     not 4xx, finish_reason "abort", and RequestTimeout reached while
+//     tokens were still arriving.
 //   - BadRequest: HTTP 400, 404 (model not found), 413, 422, any 4xx whose
 //     message mentions the context length, a mid-stream error event with a
 //     4xx code (except 408/429), and a Request whose Body or Params are not

@@ -270,7 +270,8 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 				// The choice is complete; only [DONE] (and maybe usage) is missing.
 				break
 			}
-			if err == io.EOF {
+			if err == io.EOF && k.ctx.Err() == nil {
+				// A server dying cuts streams: not the sample's fault.
 				return Result{}, &Error{Class: ServerDown, Msg: "chat stream: stream cut before finish_reason"}
 			}
 			return Result{}, k.fail("chat stream", err)
@@ -302,6 +303,8 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 			return Result{}, &Error{Class: classifyEventCode(code, msg), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", code, msg)}
 		}
 		if a.add(&ch) {
+			k.deltas++
+			k.lastDelta = time.Now()
 			if a.ttft == 0 {
 				a.ttft = time.Since(start)
 			}
