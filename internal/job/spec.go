@@ -94,7 +94,7 @@ type Server struct {
 
 // Restart is the server restart policy.
 type Restart struct {
-	Max     int           `yaml:"max"`     // failures allowed within Window before FAILED
+	Max     int           `yaml:"max"`     // the Max-th failure within Window makes the server FAILED
 	Window  time.Duration `yaml:"window"`  // default 30m
 	Backoff time.Duration `yaml:"backoff"` // first delay, doubled each time, capped at 5m
 }

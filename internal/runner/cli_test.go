@@ -74,9 +74,10 @@ func startRegenRun(t *testing.T, jobPath string) (*exec.Cmd, *bytes.Buffer) {
 // `regen status` reports DEAD with the heartbeat's age and exit code 2 at
 // once, since the pid is gone from this host. SIGSTOP (a hung runner whose
 // pid lives): status reports the last heartbeat's RUNNING (exit 0) until the
-// heartbeat is older than monitor.dead_after, then DEAD (exit 2). Either way
-// a re-run takes over (status RUNNING, exit 0) and completes the job with
-// every sample done once.
+// heartbeat is older than monitor.dead_after, then DEAD (exit 2), and a
+// re-run refuses while that pid lives. Once the runner is gone, a re-run
+// takes over (status RUNNING, exit 0) and completes the job with every
+// sample done once.
 func TestRunnerKilled(t *testing.T) {
 	for name, sig := range map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGSTOP": syscall.SIGSTOP} {
 		t.Run(name, func(t *testing.T) { testRunnerKilled(t, name, sig) })
@@ -136,6 +137,17 @@ func testRunnerKilled(t *testing.T, name string, sig syscall.Signal) {
 		t.Errorf("status does not give the heartbeat's age: evidence %q, text:\n%s", evidence, text)
 	}
 
+	if sig == syscall.SIGSTOP {
+		// The hung runner's pid is alive on this host, so it still owns the
+		// job: a re-run must refuse rather than take its leases. Once the
+		// operator kills it, the re-run takes over.
+		refused, err := exec.Command(regenBin, "run", spec.Path).CombinedOutput()
+		if err == nil || !strings.Contains(string(refused), fmt.Sprintf("is being run by pid %d", first.Process.Pid)) {
+			t.Fatalf("re-run beside a stopped but live runner: err %v, want a refusal naming pid %d:\n%s", err, first.Process.Pid, refused)
+		}
+		_ = first.Process.Kill()
+		_ = first.Wait()
+	}
 	second, out2 := startRegenRun(t, spec.Path)
 	sawRunning := false
 	for !sawRunning {
@@ -150,6 +162,9 @@ func testRunnerKilled(t *testing.T, name string, sig syscall.Signal) {
 		}
 		if rep.State == monitor.Done {
 			t.Fatalf("re-run finished before status saw it RUNNING; make the job slower")
+		}
+		if second.ProcessState != nil || (rep.Heartbeat != nil && rep.Heartbeat.PID == second.Process.Pid && rep.State != monitor.Starting && rep.State != monitor.Running) {
+			t.Fatalf("re-run is not running: status %s\n%s", rep.State, out2)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

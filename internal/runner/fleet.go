@@ -146,7 +146,8 @@ func (r *restartPolicy) next(now time.Time) (time.Duration, bool) {
 		}
 	}
 	r.failures = append(keep, now)
-	if len(r.failures) > r.p.Max {
+	// The Max-th failure within the window is final, as in supervise.
+	if len(r.failures) >= r.p.Max {
 		return 0, false
 	}
 	d := r.p.Backoff

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -107,7 +108,11 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}
 	r.beat(ctx, false, "")
 
+	// Ingest re-reads every source on every run; at 10^6 rows that takes
+	// longer than dead_after, so the heartbeat must keep going meanwhile.
+	stopBeats := r.beatEvery(context.WithoutCancel(ctx), spec.Monitor.HeartbeatEvery)
 	stats, err := Ingest(ctx, spec, st)
+	stopBeats()
 	sum.Ingest = stats
 	if err != nil {
 		return sum, err
@@ -254,7 +259,9 @@ func (r *runState) runLoops(ctx context.Context) error {
 			return nil
 		}
 	})
-	loopCtx, stopLoops := context.WithCancel(gctx)
+	// The heartbeat and the view outlive the first Ctrl-C: a draining runner
+	// is alive and must not look DEAD. They stop once everything has returned.
+	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(gctx))
 	var loops sync.WaitGroup
 	loops.Add(2)
 	go func() { defer loops.Done(); r.heartbeatLoop(loopCtx) }()
@@ -292,8 +299,19 @@ func (r *runState) takeOver(ctx context.Context) error {
 		var beat monitor.Beat
 		_ = json.Unmarshal(hb.Counters, &beat)
 		fresh := time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
-		if fresh && !beat.Exited && hb.PID != os.Getpid() && (hb.Host != r.host || monitor.ProcessAlive(hb.PID)) {
-			return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait %s",
+		// On this host the process table decides, whatever the heartbeat's
+		// age: a runner that is alive but slow (draining, stopped) still owns
+		// its leases. Elsewhere only a fresh heartbeat proves life.
+		alive := fresh
+		if hb.Host == r.host {
+			alive = runnerAlive(hb.PID)
+		}
+		if alive && !beat.Exited && hb.PID != os.Getpid() {
+			if hb.Host == r.host {
+				return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
+					r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
+			}
+			return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait until its heartbeat is %s old",
 				r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
 		}
 		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
@@ -548,4 +566,17 @@ func (r *runState) progressLoop(ctx context.Context) {
 			draw()
 		}
 	}
+}
+
+// runnerAlive reports whether pid is a live regen process on this machine;
+// a pid reused by an unrelated program after a crash does not count.
+func runnerAlive(pid int) bool {
+	if !monitor.ProcessAlive(pid) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return true // no /proc: trust the signal check
+	}
+	return bytes.Contains(cmdline, []byte("regen"))
 }
