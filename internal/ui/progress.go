@@ -157,5 +157,9 @@ func etaOf(r partRow, rate float64) string {
 	if rate <= 0 {
 		return ""
 	}
-	return time.Duration(float64(left) / rate * float64(time.Second)).Round(time.Second).String()
+	eta := time.Duration(float64(left) / rate * float64(time.Second))
+	if eta < time.Second {
+		return "<1s" // a few long requests left: "0s" would read as finished
+	}
+	return eta.Round(time.Second).String()
 }

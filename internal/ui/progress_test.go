@@ -1,0 +1,37 @@
+package ui
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+func TestProgressPlainLinesAndETA(t *testing.T) {
+	var b strings.Builder
+	p := NewProgress(&b, false)
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	cell := func(done, pending, inflight, dead int) []monitor.CellCounts {
+		return []monitor.CellCounts{{Partition: "B1", Lane: "short", Total: done + pending + inflight + dead, Done: done, Pending: pending, InFlight: inflight, Dead: dead}}
+	}
+	p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cell(0, 100, 0, 0)})
+	p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cell(50, 48, 2, 0), Tokens: 5000, InFlight: 2})
+	p.Update(Frame{Time: t0.Add(20 * time.Second), Job: "demo", State: monitor.Running, Cells: cell(99, 0, 1, 0), Tokens: 9000, InFlight: 1})
+	p.Update(Frame{Time: t0.Add(30 * time.Second), Job: "demo", State: monitor.Stalled, Evidence: []string{"no token for 31s"}, Cells: cell(99, 0, 0, 1), Tokens: 9000})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"12:00:00 demo RUNNING elapsed=0s in_flight=0 tok/s=0 | B1 0/100",
+		"12:00:10 demo RUNNING elapsed=10s in_flight=2 tok/s=500 | B1 50/100 eta=10s",
+		"12:00:20 demo RUNNING elapsed=20s in_flight=1 tok/s=470 | B1 99/100 eta=<1s",
+		"12:00:30 demo STALLED elapsed=30s in_flight=0 tok/s=329 | B1 99/100 dead=1 eta=done | no token for 31s",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), b.String())
+	}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Errorf("line %d:\n got %q\nwant %q", i, lines[i], want[i])
+		}
+	}
+}
