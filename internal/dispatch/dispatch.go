@@ -587,6 +587,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	switch {
 	case class == llm.ServerDown:
 		e.errors[class]++
+		e.lastDown = reqErr.Error()
 		d.counters.ServerDown++
 		if e.tripBreaker(cl, now, d.cfg.BreakerCooldown) {
 			d.log.Warn("breaker open", "endpoint", e.url, "err", reqErr, "cooldown", e.openUntil.Sub(now), "opens", e.opens)
@@ -842,6 +843,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 			BreakerOpenUntil: e.openUntil,
 			TokensTotal:      e.tokens.Load(),
 			Requests:         e.requests,
+			LastServerDown:   e.lastDown,
 		}
 		if e.inflight > 0 {
 			es.BusySince = e.busySince

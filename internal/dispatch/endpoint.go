@@ -22,6 +22,7 @@ type endpoint struct {
 	pauseReason string
 	requests    int64
 	errors      map[llm.Class]int64
+	lastDown    string // the last server-down error, evidence for an open breaker
 
 	// Breaker: closed when openUntil is zero; open until openUntil; after
 	// that half-open, letting one probe request through.

@@ -34,6 +34,8 @@ type EndpointStats struct {
 	// "server-down", "bad-request", "malformed"); cancellations by Pause or
 	// drain are not errors.
 	Errors map[string]int64 `json:"errors,omitempty"`
+	// LastServerDown is the last server-down error from this endpoint.
+	LastServerDown string `json:"last_server_down,omitempty"`
 }
 
 // LaneStats is one lane's concurrency.

@@ -13,13 +13,15 @@ func classifyStatus(status int, msg string) Class {
 	switch {
 	case status == 502, status == 503, status == 504:
 		return ServerDown
-	case status == 401, status == 403:
-		// A key problem is the endpoint's, not the sample's: pause the
-		// endpoint rather than dead-letter every sample through it.
+	case status == 401, status == 403, status == 404:
+		// A key, a model name or a URL path the server does not know is the
+		// endpoint's problem, not the sample's: pause the endpoint rather than
+		// dead-letter every sample of the job through it (a wrong model name
+		// on vLLM answers 404 to every request).
 		return ServerDown
 	case status == 408, status == 429:
 		return Retryable
-	case status == 400, status == 404, status == 413, status == 422:
+	case status == 400, status == 413, status == 422:
 		return BadRequest
 	case status >= 400 && status < 500:
 		if mentionsContextLength(msg) {

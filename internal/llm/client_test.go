@@ -287,7 +287,7 @@ func TestChatStatus(t *testing.T) {
 		{400, `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens.","type":"BadRequestError","param":null,"code":400}`,
 			BadRequest, "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens."},
 		{404, `{"object":"error","message":"The model 'x' does not exist.","type":"NotFoundError","param":"model","code":"model_not_found"}`,
-			BadRequest, "model_not_found: The model 'x' does not exist."},
+			ServerDown, "model_not_found: The model 'x' does not exist."},
 		{413, `request entity too large`, BadRequest, "request entity too large"},
 		{422, `{"detail":[{"loc":["body","messages"],"msg":"Field required","type":"missing"}]}`,
 			BadRequest, `[{"loc":["body","messages"],"msg":"Field required","type":"missing"}]`},
@@ -333,7 +333,7 @@ func TestClassifyStatus(t *testing.T) {
 		want   Class
 	}{
 		{400, "", BadRequest},
-		{404, "model not found", BadRequest},
+		{404, "model not found", ServerDown},
 		{413, "", BadRequest},
 		{422, "", BadRequest},
 		{418, "input is too long", BadRequest},

@@ -48,8 +48,10 @@
 //
 //   - ServerDown: any transport failure (connection refused or reset, EOF
 //     before headers, a body cut before finish_reason), any of the timeouts
-//     above (except a request timeout while tokens flow), HTTP 502/503/504, and 401/403 (a key problem is the endpoint's,
-//     so pause it rather than dead-letter every sample), an unusable
+//     above (except a request timeout while tokens flow), HTTP 502/503/504,
+//     401/403 and 404 (a key, model name or path the server does not know is
+//     the endpoint's problem, so pause it rather than dead-letter every
+//     sample: a wrong model name on vLLM answers 404 to all), an unusable
 //     BaseURL, and an HTTP 5xx or a mid-stream error event (code 5xx or
 //     none) whose message says the engine is dead (vLLM's EngineDeadError,
 //     "EngineCore encountered ...", "Engine loop is not running", SGLang's
@@ -60,7 +62,7 @@
 //     4xx not listed below, a mid-stream {"error":...} event whose code is
 //     not 4xx, finish_reason "abort", and RequestTimeout reached while
 //     tokens were still arriving.
-//   - BadRequest: HTTP 400, 404 (model not found), 413, 422, any 4xx whose
+//   - BadRequest: HTTP 400, 413, 422, any 4xx whose
 //     message mentions the context length, a mid-stream error event with a
 //     4xx code (except 408/429), and a Request whose Body or Params are not
 //     valid JSON (checked before sending).

@@ -478,10 +478,17 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 		Endpoints: r.fleet.Statuses()}
 	for i := range l.Endpoints {
 		for _, e := range snap.Endpoints {
-			if e.URL == l.Endpoints[i].URL {
-				l.Endpoints[i].InFlight = e.InFlight
-				l.Endpoints[i].LastTokenAt = e.LastTokenAt
-				l.Endpoints[i].Tokens = e.TokensTotal
+			if e.URL != l.Endpoints[i].URL {
+				continue
+			}
+			l.Endpoints[i].InFlight = e.InFlight
+			l.Endpoints[i].LastTokenAt = e.LastTokenAt
+			l.Endpoints[i].Tokens = e.TokensTotal
+			// Healthy by its probe but refusing our requests (wrong model name,
+			// bad key, dying engine): the breaker is the truth, with its reason.
+			if e.Breaker == "open" && (l.Endpoints[i].State == monitor.Ready || l.Endpoints[i].State == monitor.Degraded) {
+				l.Endpoints[i].State = monitor.Down
+				l.Endpoints[i].Cause = "requests fail: " + e.LastServerDown
 			}
 		}
 	}
