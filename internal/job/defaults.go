@@ -29,6 +29,7 @@ const (
 	DefaultHeartbeatEvery  = 2 * time.Second
 	DefaultDeadAfter       = 15 * time.Second
 	DefaultStallAfter      = 60 * time.Second
+	DefaultHangAfter       = 30 * time.Second
 	DefaultOutputFormat    = "sharegpt"
 	sqlitePrefix           = "sqlite:"
 )
@@ -119,6 +120,7 @@ func (s *Spec) applyDefaults() {
 	setDur(s, &s.Monitor.HeartbeatEvery, "monitor.heartbeat_every", DefaultHeartbeatEvery)
 	setDur(s, &s.Monitor.DeadAfter, "monitor.dead_after", DefaultDeadAfter)
 	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
+	setDur(s, &s.Monitor.HangAfter, "monitor.hang_after", DefaultHangAfter)
 }
 
 // resolve makes p absolute against the job file's directory.

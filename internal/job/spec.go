@@ -128,4 +128,8 @@ type Monitor struct {
 	HeartbeatEvery time.Duration `yaml:"heartbeat_every"` // default 2s
 	DeadAfter      time.Duration `yaml:"dead_after"`      // heartbeat older than this = DEAD; default 15s
 	StallAfter     time.Duration `yaml:"stall_after"`     // no finished sample/token with work queued = STALLED; default 60s
+	// HangAfter: an endpoint regen did not launch (endpoints:) with requests
+	// in flight and no token for this long is STALLED; default 30s. A
+	// launched server uses server.hang_timeout.
+	HangAfter time.Duration `yaml:"hang_after"`
 }

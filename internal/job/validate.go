@@ -281,6 +281,9 @@ func (v *validator) monitor() {
 	if m.DeadAfter <= m.HeartbeatEvery {
 		v.addf("monitor.dead_after", "must be longer than heartbeat_every (%s)", m.HeartbeatEvery)
 	}
+	if m.HangAfter <= 0 {
+		v.addf("monitor.hang_after", "must be > 0")
+	}
 	if m.StallAfter <= 0 {
 		v.addf("monitor.stall_after", "must be > 0")
 	}

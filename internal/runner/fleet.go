@@ -23,8 +23,11 @@ type fleet interface {
 	// when no endpoint can be brought back.
 	Run(ctx context.Context) error
 	Statuses() []monitor.EndpointStatus
-	// SetProgress gives the fleet token-progress evidence per endpoint.
+	// SetProgress gives the fleet token-progress evidence per endpoint:
+	// requests in flight and the last token (or when it became busy).
 	SetProgress(func(url string) (inFlight int, lastToken time.Time))
+	// SetTokens gives the fleet each endpoint's streamed-token counter.
+	SetTokens(func(url string) int64)
 }
 
 type stateFunc func(ctx context.Context, prev, cur monitor.EndpointStatus)
@@ -51,6 +54,7 @@ type statusBoard struct {
 	order    []string
 	onState  stateFunc
 	progress func(url string) (int, time.Time)
+	tokens   func(url string) int64
 }
 
 func newStatusBoard(urls []string, onState stateFunc) *statusBoard {
@@ -101,6 +105,22 @@ func (b *statusBoard) SetProgress(f func(string) (int, time.Time)) {
 	b.mu.Lock()
 	b.progress = f
 	b.mu.Unlock()
+}
+
+func (b *statusBoard) SetTokens(f func(string) int64) {
+	b.mu.Lock()
+	b.tokens = f
+	b.mu.Unlock()
+}
+
+func (b *statusBoard) tokensOf(url string) int64 {
+	b.mu.Lock()
+	f := b.tokens
+	b.mu.Unlock()
+	if f == nil {
+		return 0
+	}
+	return f(url)
 }
 
 func (b *statusBoard) progressOf(url string) (int, time.Time) {

@@ -38,8 +38,12 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 		}
 		engines[e.URL] = d
 	}
-	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: 5 * time.Second,
-		hang: 30 * time.Second, client: &http.Client{}}
+	hang := spec.Monitor.HangAfter
+	if hang <= 0 {
+		hang = job.DefaultHangAfter
+	}
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(5*time.Second, hang/3),
+		hang: hang, client: &http.Client{}}
 }
 
 func (f *probeFleet) Run(ctx context.Context) error {
@@ -58,6 +62,13 @@ func (f *probeFleet) Run(ctx context.Context) error {
 func (f *probeFleet) watch(ctx context.Context, url string) {
 	d := f.engines[url]
 	fails := 0
+	// A wedged server whose /health still answers 200 would otherwise flap
+	// STALLED -> READY every probe: after each stall it stays STALLED for a
+	// cooldown that doubles while stalls repeat, and tokens after a retry
+	// reset it.
+	stalls := 0
+	var stalledUntil time.Time
+	var tokensAtRetry int64
 	for {
 		snap := probe.Probe(ctx, f.client, url, d)
 		if ctx.Err() != nil {
@@ -73,11 +84,23 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 			}
 		case f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang:
 			fails = 0
+			stalls++
+			cooldown := min(f.hang<<(stalls-1), 10*time.Minute)
+			stalledUntil = time.Now().Add(cooldown)
 			// The cause stays the same while the hang lasts, so it is one event, not one per probe.
 			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Stalled, Cause: "hang",
-				Evidence: []string{fmt.Sprintf("no token for %s with %d requests in flight (deadline %s)", time.Since(last).Round(time.Second), inFlight, f.hang)}})
+				Evidence: []string{fmt.Sprintf("no token for %s with %d requests in flight (deadline %s); next try in %s",
+					time.Since(last).Round(time.Second), inFlight, f.hang, cooldown)}})
+		case time.Now().Before(stalledUntil):
+			fails = 0 // healthy by its probe, but it just hung: wait out the cooldown
 		default:
 			fails = 0
+			if !stalledUntil.IsZero() {
+				stalledUntil, tokensAtRetry = time.Time{}, f.tokensOf(url)
+			}
+			if stalls > 0 && f.tokensOf(url) > tokensAtRetry {
+				stalls = 0 // tokens flowed after the retry: it recovered
+			}
 			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
 		}
 		select {

@@ -165,6 +165,14 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, fmt.Errorf("dispatcher: %w", err)
 	}
 	r.fleet.SetProgress(r.progressOf)
+	r.fleet.SetTokens(func(url string) int64 {
+		for _, e := range r.disp.Snapshot().Endpoints {
+			if e.URL == url {
+				return e.TokensTotal
+			}
+		}
+		return 0
+	})
 	// Endpoints start paused until the fleet reports them ready.
 	for _, url := range r.fleet.URLs() {
 		r.disp.Pause(url, "starting")
