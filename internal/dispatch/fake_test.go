@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -268,6 +269,21 @@ func (s *fakeStore) DeadLetter(_ context.Context, id, owner, reason string) erro
 	x.reason, x.lastErr, x.errAt = reason, reason, time.Now()
 	s.finish(x, store.Dead)
 	return nil
+}
+
+func (s *fakeStore) RequeueDead(_ context.Context, reasonContains string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.samples {
+		if x.state != store.Dead || !strings.Contains(x.lastErr, reasonContains) {
+			continue
+		}
+		x.state, x.attempts, x.notBefore = store.Pending, 0, time.Time{}
+		x.lastErr, x.errAt, x.reason, x.finishedAt = "", time.Time{}, "", time.Time{}
+		n++
+	}
+	return n, nil
 }
 
 func (s *fakeStore) Escalate(_ context.Context, id, owner, lane string) error {

@@ -163,6 +163,10 @@ type Store interface {
 	ReleaseOwner(ctx context.Context, owner string) (int, error)
 	// DeadLetter marks the sample dead with reason, spending the attempt.
 	DeadLetter(ctx context.Context, id, owner, reason string) error
+	// RequeueDead returns dead samples whose last error contains
+	// reasonContains ("" = all) to pending with their attempts reset, after
+	// the cause (a misconfiguration, a server bug) is fixed. It reports how many.
+	RequeueDead(ctx context.Context, reasonContains string) (int, error)
 	// Escalate moves a leased sample to pending in another lane without
 	// spending an attempt (truncated in a smaller lane).
 	Escalate(ctx context.Context, id, owner, lane string) error

@@ -384,6 +384,22 @@ func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error 
 	return nil
 }
 
+// RequeueDead returns matching dead samples to pending with attempts reset.
+func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, error) {
+	res, err := s.exec(ctx, nil, `UPDATE samples
+		SET state = 'pending', attempts = 0, not_before = 0, last_error = NULL, last_error_at = NULL, finished_at = NULL
+		WHERE state = 'dead' AND (? = '' OR instr(last_error, ?) > 0)`,
+		reasonContains, reasonContains)
+	if err != nil {
+		return 0, fmt.Errorf("requeue dead: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("requeue dead: %w", err)
+	}
+	return int(n), nil
+}
+
 // Escalate moves the held sample to pending in lane without spending an attempt.
 func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
 	res, err := s.exec(ctx, nil, `UPDATE samples

@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReleaseOwnerKeepsAttempts", testReleaseOwner},
 		{"EscalateKeepsAttempts", testEscalate},
 		{"DeadLetter", testDeadLetter},
+		{"RequeueDead", testRequeueDead},
 		{"ExpireLeasesExpiredOnly", testExpireLeases},
 		{"Counts", testCounts},
 		{"ThroughputSince", testThroughputSince},
@@ -711,6 +712,45 @@ func testDeadLetter(t *testing.T, s store.Store) {
 	}
 	if tp != (store.Throughput{}) {
 		t.Errorf("ThroughputSince with only a dead sample = %+v, want zero", tp)
+	}
+}
+
+func testRequeueDead(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ingest(t, s, samples("p", "short", "a", "b", "c", "d"))
+	for _, tc := range []struct{ id, reason string }{
+		{"a", "404: the model 'x' does not exist"},
+		{"b", "400: unknown parameter top_k"},
+		{"c", "400: unknown parameter top_k"},
+	} {
+		claimOne(t, s, "short", "w", tc.id)
+		if err := s.DeadLetter(ctx, tc.id, "w", tc.reason); err != nil {
+			t.Fatalf("DeadLetter %s: %v", tc.id, err)
+		}
+	}
+	n, err := s.RequeueDead(ctx, "top_k")
+	if err != nil || n != 2 {
+		t.Fatalf("RequeueDead(top_k) = %d, %v; want 2", n, err)
+	}
+	wantStates(t, s, map[string]int{"p/short/dead": 1, "p/short/pending": 3})
+	// Requeued samples come back with a clean slate: no attempts, no error.
+	got := claim(t, s, "short", 10, "w2")
+	if len(got) != 3 {
+		t.Fatalf("claimed %d after requeue, want 3 (b, c, d)", len(got))
+	}
+	for _, c := range got {
+		if c.Attempts != 0 {
+			t.Errorf("sample %s has %d attempts after requeue, want 0", c.ID, c.Attempts)
+		}
+	}
+	if n, err := s.RequeueDead(ctx, ""); err != nil || n != 1 {
+		t.Fatalf("RequeueDead(all) = %d, %v; want 1 (a)", n, err)
+	}
+	if n, err := s.RequeueDead(ctx, ""); err != nil || n != 0 {
+		t.Fatalf("RequeueDead again = %d, %v; want 0", n, err)
+	}
+	if rows := finished(t, s); len(rows) != 0 {
+		t.Errorf("Finished after requeueing every dead sample = %d rows, want 0", len(rows))
 	}
 }
 
