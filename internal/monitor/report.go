@@ -57,6 +57,32 @@ func (c *CellCounts) add(s store.State, n int) {
 	}
 }
 
+// Cells folds the store's per-state counts into one row per partition and
+// lane, sorted, and their total.
+func Cells(counts []store.Count) ([]CellCounts, CellCounts) {
+	var total CellCounts
+	byKey := map[[2]string]*CellCounts{}
+	for _, c := range counts {
+		k := [2]string{c.Partition, c.Lane}
+		if byKey[k] == nil {
+			byKey[k] = &CellCounts{Partition: c.Partition, Lane: c.Lane}
+		}
+		byKey[k].add(c.State, c.N)
+		total.add(c.State, c.N)
+	}
+	cells := make([]CellCounts, 0, len(byKey))
+	for _, c := range byKey {
+		cells = append(cells, *c)
+	}
+	sort.Slice(cells, func(i, j int) bool {
+		if cells[i].Partition != cells[j].Partition {
+			return cells[i].Partition < cells[j].Partition
+		}
+		return cells[i].Lane < cells[j].Lane
+	})
+	return cells, total
+}
+
 // Rate is finished work over a window.
 type Rate struct {
 	Window        time.Duration `json:"window_ns"`
@@ -111,24 +137,7 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	if err != nil {
 		return r, fmt.Errorf("read counts: %w", err)
 	}
-	cells := map[[2]string]*CellCounts{}
-	for _, c := range counts {
-		k := [2]string{c.Partition, c.Lane}
-		if cells[k] == nil {
-			cells[k] = &CellCounts{Partition: c.Partition, Lane: c.Lane}
-		}
-		cells[k].add(c.State, c.N)
-		r.Total.add(c.State, c.N)
-	}
-	for _, c := range cells {
-		r.Cells = append(r.Cells, *c)
-	}
-	sort.Slice(r.Cells, func(i, j int) bool {
-		if r.Cells[i].Partition != r.Cells[j].Partition {
-			return r.Cells[i].Partition < r.Cells[j].Partition
-		}
-		return r.Cells[i].Lane < r.Cells[j].Lane
-	})
+	r.Cells, r.Total = Cells(counts)
 
 	hb, haveHB, err := st.LastHeartbeat(ctx)
 	if err != nil {

@@ -453,36 +453,9 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 	if err != nil {
 		return monitor.Live{}, nil, err
 	}
-	cells := map[[2]string]*monitor.CellCounts{}
-	remaining := 0
-	for _, c := range counts {
-		k := [2]string{c.Partition, c.Lane}
-		if cells[k] == nil {
-			cells[k] = &monitor.CellCounts{Partition: c.Partition, Lane: c.Lane}
-		}
-		cc := cells[k]
-		cc.Total += c.N
-		switch c.State {
-		case store.Done:
-			cc.Done += c.N
-		case store.Pending:
-			cc.Pending += c.N
-			remaining += c.N
-		case store.Leased:
-			cc.InFlight += c.N
-			remaining += c.N
-		case store.Rejected:
-			cc.Rejected += c.N
-		case store.Dead:
-			cc.Dead += c.N
-		}
-	}
-	var out []monitor.CellCounts
-	for _, c := range cells {
-		out = append(out, *c)
-	}
+	out, total := monitor.Cells(counts)
 	snap := r.disp.Snapshot()
-	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: remaining, StallAfter: r.o.Spec.Monitor.StallAfter,
+	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: total.Pending + total.InFlight, StallAfter: r.o.Spec.Monitor.StallAfter,
 		Endpoints: r.fleet.Statuses()}
 	for i := range l.Endpoints {
 		for _, e := range snap.Endpoints {
