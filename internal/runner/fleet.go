@@ -150,33 +150,6 @@ func freeLoopbackAddr(host string, port int) (string, error) {
 	return l.Addr().String(), nil
 }
 
-// restartPolicy counts failures in a window and yields backoff delays.
-type restartPolicy struct {
-	p        job.Restart
-	failures []time.Time
-}
-
-// next records a failure at now and returns the delay before the next
-// start, or ok=false when the policy is exhausted.
-func (r *restartPolicy) next(now time.Time) (time.Duration, bool) {
-	keep := r.failures[:0]
-	for _, t := range r.failures {
-		if now.Sub(t) < r.p.Window {
-			keep = append(keep, t)
-		}
-	}
-	r.failures = append(keep, now)
-	// The Max-th failure within the window is final, as in supervise.
-	if len(r.failures) >= r.p.Max {
-		return 0, false
-	}
-	d := r.p.Backoff
-	for i := 1; i < len(r.failures) && d < 5*time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Minute), true
-}
-
 func openLog(logDir, name string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(logDir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

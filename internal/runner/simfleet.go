@@ -10,6 +10,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/sim"
+	"github.com/regen-dev/regen/internal/supervise"
 )
 
 // simFleet runs the built-in simulator in this process (engine: sim with no
@@ -23,7 +24,7 @@ type simFleet struct {
 	url     string
 	logOut  io.Writer
 	log     *slog.Logger
-	restart restartPolicy
+	restart supervise.RestartPolicy
 	hang    time.Duration
 }
 
@@ -45,7 +46,7 @@ func newSimFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateF
 	}
 	url := "http://" + addr
 	return &simFleet{statusBoard: newStatusBoard([]string{url}, onState), cfg: cfg, addr: addr, url: url,
-		logOut: logFile, log: log, restart: restartPolicy{p: spec.Server.Restart}, hang: spec.Server.HangTimeout}, nil
+		logOut: logFile, log: log, restart: supervise.RestartPolicy{Restart: spec.Server.Restart, MaxBackoff: supervise.DefaultMaxBackoff}, hang: spec.Server.HangTimeout}, nil
 }
 
 func (f *simFleet) Run(ctx context.Context) error {
@@ -59,7 +60,7 @@ func (f *simFleet) Run(ctx context.Context) error {
 		if err != nil {
 			return &FailedError{Cause: "simulator config: " + err.Error()}
 		}
-		f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Starting, Restarts: len(f.restart.failures)})
+		f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Starting, Restarts: f.restart.Failures()})
 		if _, err := srv.Start(ctx, f.addr); err != nil {
 			srv.Close()
 			if ctx.Err() != nil {
@@ -69,7 +70,7 @@ func (f *simFleet) Run(ctx context.Context) error {
 		}
 		select {
 		case <-srv.Ready():
-			f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Ready, Restarts: len(f.restart.failures)})
+			f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Ready, Restarts: f.restart.Failures()})
 		case code := <-srv.Crashed():
 			srv.Close()
 			if err := f.down(ctx, monitor.Down, fmt.Sprintf("exit code %d during startup", code)); err != nil {
@@ -112,15 +113,15 @@ func (f *simFleet) watch(ctx context.Context, srv *sim.Server) (cause string, st
 
 // down reports the failure and waits out the backoff, or fails the fleet.
 func (f *simFleet) down(ctx context.Context, state monitor.State, cause string) error {
-	f.set(ctx, monitor.EndpointStatus{URL: f.url, State: state, Cause: cause, Restarts: len(f.restart.failures)})
-	delay, ok := f.restart.next(time.Now())
+	f.set(ctx, monitor.EndpointStatus{URL: f.url, State: state, Cause: cause, Restarts: f.restart.Failures()})
+	delay, failures, ok := f.restart.Fail(time.Now())
 	if !ok {
-		ev := []string{fmt.Sprintf("%d failures within %s (restart.max %d)", len(f.restart.failures), f.restart.p.Window, f.restart.p.Max)}
-		f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Failed, Cause: cause, Evidence: ev, Restarts: len(f.restart.failures)})
+		ev := []string{fmt.Sprintf("%d failures within %s (restart.max %d)", failures, f.restart.Restart.Window, f.restart.Restart.Max)}
+		f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Failed, Cause: cause, Evidence: ev, Restarts: f.restart.Failures()})
 		return &FailedError{Cause: f.url + ": " + cause, Evidence: ev}
 	}
 	f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Restarting, Cause: cause,
-		Evidence: []string{fmt.Sprintf("restart in %s", delay)}, Restarts: len(f.restart.failures)})
+		Evidence: []string{fmt.Sprintf("restart in %s", delay)}, Restarts: f.restart.Failures()})
 	select {
 	case <-ctx.Done():
 	case <-time.After(delay):

@@ -238,7 +238,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.cfg.Client.CloseIdleConnections()
 
-	var failures []time.Time
+	policy := RestartPolicy{Restart: s.restart, MaxBackoff: s.cfg.MaxBackoff}
 	restarts := 0
 	for {
 		out := s.runOnce(ctx, restarts)
@@ -246,16 +246,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.setState(Stopped, CauseStopped, nil, 0)
 			return nil
 		}
-		now := s.cfg.Now()
-		failures = slices.DeleteFunc(failures, func(t time.Time) bool { return now.Sub(t) > s.restart.Window })
-		failures = append(failures, now)
-		if len(failures) >= s.restart.Max {
+		delay, failures, ok := policy.Fail(s.cfg.Now())
+		if !ok {
 			s.setState(Failed, out.cause, out.evidence, 0)
-			s.log.Error("server_failed", "cause", out.cause, "failures", len(failures), "window", s.restart.Window)
-			return &FailedError{Cause: out.cause, Evidence: out.evidence, Failures: len(failures), Window: s.restart.Window}
+			s.log.Error("server_failed", "cause", out.cause, "failures", failures, "window", s.restart.Window)
+			return &FailedError{Cause: out.cause, Evidence: out.evidence, Failures: failures, Window: s.restart.Window}
 		}
-		delay := backoff(s.restart.Backoff, s.cfg.MaxBackoff, len(failures))
-		ev := append(slices.Clone(out.evidence), fmt.Sprintf("restart %d in %v (failure %d of %d within %v)", restarts+1, delay, len(failures), s.restart.Max, s.restart.Window))
+		ev := append(slices.Clone(out.evidence), fmt.Sprintf("restart %d in %v (failure %d of %d within %v)", restarts+1, delay, failures, s.restart.Max, s.restart.Window))
 		s.setState(Restarting, out.cause, ev, 0)
 		select {
 		case <-ctx.Done():
@@ -271,6 +268,30 @@ func (s *Supervisor) Run(ctx context.Context) error {
 }
 
 // backoff is base doubled for each earlier failure, capped.
+// RestartPolicy counts a server's failures within a window and yields the
+// delay before the next start; the Max-th failure within Window is final.
+// Both the supervised process and the in-process simulator restart by it.
+type RestartPolicy struct {
+	Restart    job.Restart
+	MaxBackoff time.Duration
+	failures   []time.Time
+}
+
+// Fail records a failure at now. It returns the backoff before the next
+// start, the failures counted within the window, and ok=false when the
+// policy is exhausted.
+func (p *RestartPolicy) Fail(now time.Time) (delay time.Duration, failures int, ok bool) {
+	p.failures = slices.DeleteFunc(p.failures, func(t time.Time) bool { return now.Sub(t) > p.Restart.Window })
+	p.failures = append(p.failures, now)
+	if len(p.failures) >= p.Restart.Max {
+		return 0, len(p.failures), false
+	}
+	return backoff(p.Restart.Backoff, p.MaxBackoff, len(p.failures)), len(p.failures), true
+}
+
+// Failures is how many failures were counted within the window at the last Fail.
+func (p *RestartPolicy) Failures() int { return len(p.failures) }
+
 func backoff(base, capped time.Duration, failures int) time.Duration {
 	d := base
 	for i := 1; i < failures && d < capped; i++ {
