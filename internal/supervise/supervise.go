@@ -24,22 +24,23 @@ import (
 	"github.com/regen-dev/regen/internal/probe"
 )
 
-// Defaults for zero Config and job.Server fields.
+// Defaults for zero Config and job.Server fields; those a job file can set
+// are the job's own defaults, so the two never disagree.
 const (
-	DefaultHangTimeout       = 30 * time.Second
+	DefaultHangTimeout       = job.DefaultHangTimeout
 	DefaultStallTimeout      = 2 * time.Minute
 	DefaultProbeEvery        = 5 * time.Second
 	DefaultProbeFailures     = 3
 	DefaultPollEvery         = 250 * time.Millisecond
-	DefaultReadyTimeout      = 30 * time.Minute
+	DefaultReadyTimeout      = job.DefaultReadyTimeout
 	DefaultReadyPollEvery    = 500 * time.Millisecond
 	DefaultKillGrace         = 15 * time.Second
 	DefaultFatalGrace        = 5 * time.Second
 	DefaultChildMinAge       = 10 * time.Second
 	DefaultGPUReleaseTimeout = 2 * time.Minute
-	DefaultRestartMax        = 5
-	DefaultRestartWindow     = 30 * time.Minute
-	DefaultRestartBackoff    = 5 * time.Second
+	DefaultRestartMax        = job.DefaultRestartMax
+	DefaultRestartWindow     = job.DefaultRestartWindow
+	DefaultRestartBackoff    = job.DefaultRestartBackoff
 	DefaultMaxBackoff        = 5 * time.Minute
 	DefaultLogMaxBytes       = 64 << 20
 	DefaultLogKeep           = 3
