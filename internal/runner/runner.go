@@ -225,18 +225,23 @@ func (r *runState) beatEvery(ctx context.Context, every time.Duration) (stop fun
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			r.beat(ctx, false, "")
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		tickUntil(ctx, every, func() { r.beat(ctx, false, "") })
 	}()
 	return func() { cancel(); <-done }
+}
+
+// tickUntil calls fn now and then every period until ctx ends.
+func tickUntil(ctx context.Context, every time.Duration, fn func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		fn()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // runLoops runs the fleet, the dispatcher, the heartbeat and the view until
@@ -491,34 +496,38 @@ func (r *runState) tokens() int64 {
 }
 
 func (r *runState) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(r.o.Spec.Monitor.HeartbeatEvery)
-	defer t.Stop()
-	for {
+	tickUntil(ctx, r.o.Spec.Monitor.HeartbeatEvery, func() {
 		l, _, err := r.live(ctx)
-		if err == nil {
-			s, ev := monitor.Evaluate(l)
-			if s != monitor.Done { // DONE is declared once the dispatcher has really finished
-				r.setState(ctx, s, ev)
-			}
-		}
-		r.beat(ctx, false, "")
-		select {
-		case <-ctx.Done():
+		if err != nil {
+			r.beat(ctx, false, "")
 			return
-		case <-t.C:
 		}
-	}
+		s, ev := monitor.Evaluate(l)
+		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
+			r.setState(ctx, s, ev)
+		}
+		r.writeBeat(ctx, false, "", &l)
+	})
 }
 
 // beat writes the heartbeat with the runner's current view.
 func (r *runState) beat(ctx context.Context, exited bool, reason string) {
+	var l *monitor.Live
+	if r.disp != nil && r.fleet != nil {
+		if live, _, err := r.live(ctx); err == nil {
+			l = &live
+		}
+	}
+	r.writeBeat(ctx, exited, reason, l)
+}
+
+// writeBeat writes the heartbeat with live evidence already gathered (nil: none).
+func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l *monitor.Live) {
 	r.mu.Lock()
 	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason}
 	r.mu.Unlock()
-	if r.disp != nil && r.fleet != nil {
-		if l, _, err := r.live(ctx); err == nil {
-			b.Endpoints, b.InFlight, b.LastTokenAt = l.Endpoints, l.InFlight, l.LastTokenAt
-		}
+	if l != nil {
+		b.Endpoints, b.InFlight, b.LastTokenAt = l.Endpoints, l.InFlight, l.LastTokenAt
 		b.Tokens = r.tokens()
 	}
 	counters, _ := json.Marshal(b)
@@ -530,8 +539,6 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 
 func (r *runState) progressLoop(ctx context.Context) {
 	view := ui.NewProgress(r.o.Out, r.o.Terminal)
-	t := time.NewTicker(r.o.ProgressEvery)
-	defer t.Stop()
 	draw := func() {
 		// The last frame is drawn after ctx ends, so it must not depend on it.
 		l, cells, err := r.live(context.WithoutCancel(ctx))
@@ -544,16 +551,8 @@ func (r *runState) progressLoop(ctx context.Context) {
 		view.Update(ui.Frame{Time: l.Now, Job: r.o.Spec.Name, State: s, Evidence: ev, Cells: cells,
 			Tokens: r.tokens(), InFlight: l.InFlight, Endpoints: l.Endpoints})
 	}
-	draw()
-	for {
-		select {
-		case <-ctx.Done():
-			draw()
-			return
-		case <-t.C:
-			draw()
-		}
-	}
+	tickUntil(ctx, r.o.ProgressEvery, draw)
+	draw() // the final frame
 }
 
 // runnerAlive reports whether pid is a live regen process on this machine;
