@@ -54,7 +54,7 @@ func (o *planOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.weightsBytes, "weights-bytes", "", "total checkpoint weight size (e.g. 554.3GiB or a byte count); default: estimated from the config")
 	fs.StringVar(&o.safetensorsIndex, "safetensors-index", "", "model.safetensors.index.json whose metadata.total_size is the weight size")
 	fs.StringVar(&o.gpu, "gpu", "", "GPU name ("+strings.Join(plan.GPUNames(), ", ")+") or memory size")
-	fs.StringVar(&o.gpuMem, "gpu-mem", "", "memory per GPU (96GB, 95.59GiB, 97887MiB)")
+	fs.StringVar(&o.gpuMem, "gpu-mem", "", "memory per GPU: as sold (96GB means the card sold as 96 GB, with its real usable size) or as nvidia-smi reports it (97887MiB, 95.59GiB)")
 	fs.IntVar(&o.gpus, "gpus", 0, "number of GPUs (default tp x dp)")
 	fs.IntVar(&o.tp, "tp", 1, "tensor-parallel size")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas")

@@ -540,11 +540,19 @@ func TestParseGPU(t *testing.T) {
 	tests := []struct {
 		in       string
 		wantMiB  int64
-		wantNote bool
+		wantNote string // a substring of the single note; "" = no note
 	}{
-		{"RTX-PRO-6000", 97887, false}, {"rtx pro 6000", 97887, false}, {"NVIDIA H100", 81559, false},
-		{"H200", 143771, false}, {"a100-80gb", 81920, false}, {"A100-40GB", 40960, false}, {"L40S", 46068, false}, {"B200", 183359, false},
-		{"97887MiB", 97887, false}, {"96GB", 0, true},
+		{"RTX-PRO-6000", 97887, ""}, {"rtx pro 6000", 97887, ""}, {"NVIDIA H100", 81559, ""},
+		{"H200", 143771, ""}, {"a100-80gb", 81920, ""}, {"A100-40GB", 40960, ""}, {"L40S", 46068, ""}, {"B200", 183359, ""},
+		// Binary units and bytes are what nvidia-smi reports: taken as written.
+		{"97887MiB", 97887, ""}, {"96GiB", 96 * 1024, ""},
+		// GB is how cards are sold: nominal binary, matched to the card sold at that size.
+		{"96GB", 97887, "RTX PRO 6000 Blackwell is sold at that size"}, {"96G", 97887, "96.00 GiB nominal"},
+		{"48GB", 46068, "L40S"},
+		// Two cards are sold as 80 GB: the smaller memory wins, and both are named.
+		{"80GB", 81559, "the smallest of H100 80GB HBM3, A100 80GB"},
+		// No card is sold at 100 GB: the nominal binary size.
+		{"100GB", 100 * 1024, "no known card is sold at that size"},
 	}
 	for _, tt := range tests {
 		g, notes, err := ParseGPU(tt.in)
@@ -552,15 +560,48 @@ func TestParseGPU(t *testing.T) {
 			t.Errorf("ParseGPU(%q): %v", tt.in, err)
 			continue
 		}
-		if tt.wantMiB > 0 && g.MemBytes != tt.wantMiB*MiB {
+		if g.MemBytes != tt.wantMiB*MiB {
 			t.Errorf("ParseGPU(%q) = %d MiB, want %d", tt.in, g.MemBytes/MiB, tt.wantMiB)
 		}
-		if (len(notes) > 0) != tt.wantNote {
-			t.Errorf("ParseGPU(%q) notes %v, want note %v", tt.in, notes, tt.wantNote)
+		switch {
+		case tt.wantNote == "" && len(notes) > 0:
+			t.Errorf("ParseGPU(%q) notes %v, want none", tt.in, notes)
+		case tt.wantNote != "" && (len(notes) != 1 || !strings.Contains(notes[0], tt.wantNote)):
+			t.Errorf("ParseGPU(%q) notes %v, want one containing %q", tt.in, notes, tt.wantNote)
 		}
 	}
 	if _, _, err := ParseGPU("GTX-9999"); err == nil {
 		t.Error("unknown GPU name: want an error")
+	}
+}
+
+// TestGPUMemNaturalInput is the planner's trap: the size printed on the box
+// must plan like the card itself, close to the pool SGLang really sized for
+// Kimi-K2.5 on 8 x RTX PRO 6000 (231,120 tokens), not a third below it.
+func TestGPUMemNaturalInput(t *testing.T) {
+	const observed = 231120
+	in := kimiInput(t)
+	in.WeightBytes = 0 // as the command line gives it: weights estimated from config.json
+	card, err := Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.GPU, _, err = ParseGPU("96GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxed, err := Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := boxed.Memory.MaxTotalTokens
+	if got != card.Memory.MaxTotalTokens {
+		t.Errorf("--gpu-mem 96GB plans %d tokens, --gpu RTX-PRO-6000 %d: want the same", got, card.Memory.MaxTotalTokens)
+	}
+	errPct := (float64(got) - observed) / observed * 100
+	t.Logf("--gpu-mem 96GB: %d tokens, %+.1f%% against the observed %d", got, errPct, observed)
+	if math.Abs(errPct) > 6 {
+		t.Errorf("--gpu-mem 96GB: %d tokens is %+.1f%% off the observed %d", got, errPct, observed)
 	}
 }
 

@@ -21,6 +21,21 @@ const (
 // "1.5T" or a plain byte count. Single-letter and "B"-less units are
 // decimal except the binary "Ki/Mi/Gi/Ti" spellings.
 func ParseBytes(s string) (int64, error) {
+	v, unit, err := splitSize(s)
+	if err != nil {
+		return 0, err
+	}
+	return int64(math.Round(v * unit.mult)), nil
+}
+
+// sizeUnit is a parsed unit: its multiplier and, for the decimal units,
+// the binary one a GPU vendor means by it.
+type sizeUnit struct {
+	mult   float64
+	binary float64 // 0 when the unit is already binary or plain bytes
+}
+
+func splitSize(s string) (float64, sizeUnit, error) {
 	t := strings.TrimSpace(s)
 	i := strings.IndexFunc(t, func(r rune) bool { return !(unicode.IsDigit(r) || r == '.') })
 	numPart, unit := t, ""
@@ -29,32 +44,32 @@ func ParseBytes(s string) (int64, error) {
 	}
 	v, err := strconv.ParseFloat(numPart, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("size %q: want a number with a unit like 96GB, 95.59GiB or 97887MiB", s)
+		return 0, sizeUnit{}, fmt.Errorf("size %q: want a number with a unit like 96GB, 95.59GiB or 97887MiB", s)
 	}
-	var mult float64
+	var u sizeUnit
 	switch strings.ToLower(unit) {
 	case "", "b":
-		mult = 1
+		u = sizeUnit{mult: 1}
 	case "k", "kb":
-		mult = 1e3
+		u = sizeUnit{mult: 1e3, binary: float64(KiB)}
 	case "m", "mb":
-		mult = 1e6
+		u = sizeUnit{mult: 1e6, binary: float64(MiB)}
 	case "g", "gb":
-		mult = 1e9
+		u = sizeUnit{mult: 1e9, binary: float64(GiB)}
 	case "t", "tb":
-		mult = 1e12
+		u = sizeUnit{mult: 1e12, binary: float64(int64(1) << 40)}
 	case "ki", "kib":
-		mult = float64(KiB)
+		u = sizeUnit{mult: float64(KiB)}
 	case "mi", "mib":
-		mult = float64(MiB)
+		u = sizeUnit{mult: float64(MiB)}
 	case "gi", "gib":
-		mult = float64(GiB)
+		u = sizeUnit{mult: float64(GiB)}
 	case "ti", "tib":
-		mult = float64(1 << 40)
+		u = sizeUnit{mult: float64(int64(1) << 40)}
 	default:
-		return 0, fmt.Errorf("size %q: unknown unit %q", s, unit)
+		return 0, sizeUnit{}, fmt.Errorf("size %q: unknown unit %q", s, unit)
 	}
-	return int64(math.Round(v * mult)), nil
+	return v, u, nil
 }
 
 // GPU is one accelerator model with the memory nvidia-smi reports as
@@ -64,8 +79,8 @@ type GPU struct {
 	MemBytes int64  `json:"mem_bytes"`
 	// Source says where MemBytes comes from.
 	Source string `json:"source"`
-	// Marketed is the advertised size in decimal GB, used to warn when a
-	// user types the marketing number instead of the real one.
+	// Marketed is the size the card is sold at, in GB as printed on the
+	// box; a --gpu-mem of that size is matched to this card.
 	Marketed int `json:"-"`
 }
 
@@ -125,25 +140,54 @@ func normGPU(s string) string {
 	return b.String()
 }
 
-// ParseGPU accepts a table name or a size. A decimal-GB size that equals a
-// known card's marketed size gets a note: the card's real memory differs.
+// ParseGPU accepts a table name or a memory size per GPU.
+//
+// A size in binary units (GiB, MiB) or plain bytes is taken as written: it
+// is what nvidia-smi and torch report. A size in GB (or MB, TB) is read the
+// way the card's box means it: GPU memory is sold in binary units, so a
+// "96 GB" card has a nominal 96 GiB, never 96 x 10^9 bytes (89.41 GiB, which
+// would undersize the KV pool by a third). When a known card is sold at that
+// size, its real usable memory is used instead of the nominal figure (an
+// RTX PRO 6000 sold as 96 GB reports 97,887 MiB = 95.59 GiB); several
+// matches take the smallest, so the plan never promises memory a card
+// lacks. The notes say which reading was made.
 func ParseGPU(s string) (GPU, []string, error) {
 	if g, ok := LookupGPU(s); ok {
 		return g, nil, nil
 	}
-	b, err := ParseBytes(s)
+	v, unit, err := splitSize(s)
 	if err != nil {
 		return GPU{}, nil, fmt.Errorf("gpu %q: not a known name (%s) and not a size: %w", s, strings.Join(GPUNames(), ", "), err)
 	}
-	g := GPU{Name: "custom", MemBytes: b, Source: "user: " + s}
-	var notes []string
+	if unit.binary == 0 {
+		return GPU{Name: "custom", MemBytes: int64(math.Round(v * unit.mult)), Source: "user: " + s}, nil, nil
+	}
+	nominal := int64(math.Round(v * unit.binary))
+	var match *GPU
+	var names []string
 	for _, k := range knownGPUs {
-		if b == int64(k.gpu.Marketed)*GB {
-			notes = append(notes, fmt.Sprintf("%s read as %.2f GiB; an %s reports %.2f GiB (%s): pass --gpu %s for its real size",
-				s, gib(b), k.gpu.Name, gib(k.gpu.MemBytes), k.gpu.Source, k.aliases[0]))
+		if float64(k.gpu.Marketed)*float64(GB) != v*unit.mult {
+			continue
+		}
+		names = append(names, k.gpu.Name)
+		if match == nil || k.gpu.MemBytes < match.MemBytes {
+			g := k.gpu
+			match = &g
 		}
 	}
-	return g, notes, nil
+	if match == nil {
+		g := GPU{Name: "custom", MemBytes: nominal, Source: fmt.Sprintf("user: %s, read as the nominal binary size", s)}
+		return g, []string{fmt.Sprintf("%s read as GPU memory is sold: %.2f GiB nominal (not %.2f GiB of decimal bytes); no known card is sold at that size, so pass the memory.total nvidia-smi reports (e.g. --gpu-mem 97887MiB) for an exact plan",
+			s, gib(nominal), v*unit.mult/float64(GiB))}, nil
+	}
+	g := *match
+	g.Source = fmt.Sprintf("%s, matched from %s", g.Source, s)
+	note := fmt.Sprintf("%s read as GPU memory is sold: %.2f GiB nominal, not %.2f GiB of decimal bytes; %s is sold at that size and reports %.0f MiB (%.2f GiB) usable, which the plan uses",
+		s, gib(nominal), v*unit.mult/float64(GiB), g.Name, float64(g.MemBytes)/float64(MiB), gib(g.MemBytes))
+	if len(names) > 1 {
+		note += fmt.Sprintf(" (the smallest of %s; pass --gpu NAME for another)", strings.Join(names, ", "))
+	}
+	return g, []string{note}, nil
 }
 
 func gib(b int64) float64 { return float64(b) / float64(GiB) }
