@@ -101,7 +101,7 @@ func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([
 		for _, l := range lanes {
 			s := fmt.Sprintf("%s:%d:%d", l.Name, l.Concurrency, l.MaxTokens)
 			if l.PromptMean > 0 || l.OutputMean > 0 {
-				// A lane that has not finished a sample yet falls back to --prompt-tokens/--output-tokens.
+				// An auto lane plans as many as fit (concurrency 0). A lane that has not finished a sample yet falls back to --prompt-tokens/--output-tokens.
 				s += fmt.Sprintf(":%d:%d:%d:%d", l.PromptMean, l.OutputMean, l.PromptP95, l.OutputP95)
 			}
 			o.lanes = append(o.lanes, s)

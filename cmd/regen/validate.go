@@ -103,7 +103,7 @@ func writeSpecSummary(w io.Writer, s *job.Spec) error {
 		if next, ok := s.EscalationLane(l.Name); ok {
 			esc = "truncated -> " + next
 		}
-		p("\t%s\tconcurrency %d\tmax_tokens %d\t%s\t%s", l.Name, l.Concurrency, l.MaxTokens, strings.Join(rule, "; "), esc)
+		p("\t%s\tconcurrency %s\tmax_tokens %d\t%s\t%s", l.Name, l.ConcurrencyText(), l.MaxTokens, strings.Join(rule, "; "), esc)
 	}
 	if sv := s.Server; sv != nil {
 		port := fmt.Sprint(sv.Port)

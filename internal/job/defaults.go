@@ -30,6 +30,7 @@ const (
 	DefaultDeadAfter       = 15 * time.Second
 	DefaultStallAfter      = 60 * time.Second
 	DefaultHangAfter       = 30 * time.Second
+	DefaultProbeEvery      = 5 * time.Second
 	DefaultOutputFormat    = "sharegpt"
 	sqlitePrefix           = "sqlite:"
 )
@@ -59,7 +60,8 @@ func (s *Spec) applyDefaults() {
 	for i := range s.Lanes {
 		l := &s.Lanes[i]
 		p := fmt.Sprintf("lanes[%d]", i)
-		setInt(s, &l.Concurrency, p+".concurrency", DefaultConcurrency)
+		l.resolveConcurrency(s.loc.has(p + ".concurrency"))
+		l.checkAuto()
 		setInt(s, &l.MaxTokens, p+".max_tokens", DefaultMaxTokens)
 	}
 	for i := range s.Sources {
@@ -121,6 +123,7 @@ func (s *Spec) applyDefaults() {
 	setDur(s, &s.Monitor.DeadAfter, "monitor.dead_after", DefaultDeadAfter)
 	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
 	setDur(s, &s.Monitor.HangAfter, "monitor.hang_after", DefaultHangAfter)
+	setDur(s, &s.Monitor.ProbeEvery, "monitor.probe_every", DefaultProbeEvery)
 }
 
 // resolve makes p absolute against the job file's directory.

@@ -71,11 +71,11 @@ func TestLoadFull(t *testing.T) {
 		Output:  Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}},
 		Retry:   Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
 		Alerts:  Alerts{Command: []string{"echo", "alert"}, Webhook: "https://hooks.example.com/x"},
-		Monitor: Monitor{HeartbeatEvery: time.Second, DeadAfter: 10 * time.Second, StallAfter: 30 * time.Second, HangAfter: 30 * time.Second},
+		Monitor: Monitor{HeartbeatEvery: time.Second, DeadAfter: 10 * time.Second, StallAfter: 30 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second},
 		Path:    "testdata/full.yaml",
 		Dir:     dir,
 	}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Spec{})); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Spec{}, Lane{})); diff != "" {
 		t.Errorf("Load(full.yaml) mismatch (-want +got):\n%s", diff)
 	}
 	if p, ok := got.Store.SQLitePath(); !ok || p != filepath.Join(dir, "state/full.db") {
@@ -100,7 +100,7 @@ func TestLoadDefaults(t *testing.T) {
 				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
 				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
 				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
-				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second},
+				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second},
 				Path:       "testdata/minimal.yaml",
 				Dir:        dir,
 			},
@@ -120,7 +120,7 @@ func TestLoadDefaults(t *testing.T) {
 				Store:   Store{DSN: filepath.Join(dir, "s.db")},
 				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
 				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
-				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second},
+				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second},
 				Path:    "testdata/sim_server.yaml",
 				Dir:     dir,
 			},
@@ -132,7 +132,7 @@ func TestLoadDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(Spec{})); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(Spec{}, Lane{})); diff != "" {
 				t.Errorf("Load(%s) mismatch (-want +got):\n%s", tt.file, diff)
 			}
 		})
@@ -170,9 +170,9 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/invalid.yaml:11: sources[1].limit: must be >= 0`,
 			`testdata/invalid.yaml:12: sources[2].partition: required`,
 			`testdata/invalid.yaml:12: sources[2]: set exactly one of conversations, messages or prompt (got 0)`,
-			`testdata/invalid.yaml:15: lanes[0].concurrency: must be > 0`,
+			`testdata/invalid.yaml:15: lanes[0].concurrency: must be > 0 (or auto)`,
 			`testdata/invalid.yaml:17: lanes[1].name: "x" is also the name of lanes[0]`,
-			`testdata/invalid.yaml:19: lanes[1].concurrency: must be > 0`,
+			`testdata/invalid.yaml:19: lanes[1].concurrency: must be > 0 (or auto)`,
 			`testdata/invalid.yaml:18: lanes[1].max_tokens: must be > 0`,
 			`testdata/invalid.yaml:21: lanes[1].max_prompt_tokens: must be >= 0`,
 			`testdata/invalid.yaml:20: lanes[1].partitions[1]: no source has partition "zz"`,
@@ -205,7 +205,7 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/neither.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`,
 		}},
 		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency"`}},
-		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer, got string`}},
+		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:17: lanes[0].max_tokens: want integer, got string`}},
 		{"bad_duration.yaml", []string{`testdata/bad_duration.yaml:5:15: retry.base_delay: invalid duration "3 seconds" (want e.g. 30s, 5m, 2h)`}},
 		{"syntax.yaml", []string{`testdata/syntax.yaml:4:4: value is not allowed in this context`}},
 	}

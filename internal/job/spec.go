@@ -49,15 +49,23 @@ type Source struct {
 }
 
 // Lane is a class of requests with its own concurrency and max_tokens.
+// The job file's concurrency is a number (a fixed limit for the lane over all
+// endpoints), auto, or {auto: true, min, max, initial} (see Auto).
 type Lane struct {
-	Name        string `yaml:"name"`
-	Concurrency int    `yaml:"concurrency"`
-	MaxTokens   int    `yaml:"max_tokens"`
+	Name string `yaml:"name"`
+	// Concurrency is the fixed in-flight limit; 0 when Auto is set.
+	Concurrency int `yaml:"-"`
+	// Auto replaces the fixed limit with an adaptive one per endpoint.
+	Auto      *Auto `yaml:"-"`
+	MaxTokens int   `yaml:"max_tokens"`
 	// Assignment: partitions listed here go to this lane; otherwise samples
 	// whose estimated prompt tokens are <= MaxPromptTokens; the first lane
 	// matching wins, and a lane with neither rule is the default.
 	Partitions      []string `yaml:"partitions"`
 	MaxPromptTokens int      `yaml:"max_prompt_tokens"`
+
+	rawConcurrency any                  // as written, resolved by applyDefaults
+	problems       []concurrencyProblem // found while resolving, reported by Validate
 }
 
 // Generation holds sampling settings passed through to the server.
@@ -132,4 +140,7 @@ type Monitor struct {
 	// in flight and no token for this long is STALLED; default 30s. A
 	// launched server uses server.hang_timeout.
 	HangAfter time.Duration `yaml:"hang_after"`
+	// ProbeEvery is how often each endpoint's health and metrics are read
+	// (and so how often concurrency: auto decides); default 5s.
+	ProbeEvery time.Duration `yaml:"probe_every"`
 }

@@ -115,7 +115,14 @@ func (v *validator) lanes() {
 		default:
 			seen[l.Name] = i + 1
 		}
-		if l.Concurrency <= 0 {
+		for _, pr := range l.problems {
+			path := p + ".concurrency"
+			if pr.field != "" {
+				path += "." + pr.field
+			}
+			v.addf(path, "%s", pr.msg)
+		}
+		if l.Auto == nil && l.Concurrency <= 0 && len(l.problems) == 0 {
 			v.addf(p+".concurrency", "must be > 0")
 		}
 		if l.MaxTokens <= 0 {
@@ -286,5 +293,8 @@ func (v *validator) monitor() {
 	}
 	if m.StallAfter <= 0 {
 		v.addf("monitor.stall_after", "must be > 0")
+	}
+	if m.ProbeEvery <= 0 {
+		v.addf("monitor.probe_every", "must be > 0")
 	}
 }
