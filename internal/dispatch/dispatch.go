@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -29,10 +30,15 @@ type Endpoint struct {
 // LaneConfig is one lane: its concurrency, its max_tokens and the lane a
 // truncated sample escalates to ("" = none).
 type LaneConfig struct {
-	Name        string
+	Name string
+	// Concurrency is the lane's fixed limit over all endpoints; ignored
+	// when Auto is set.
 	Concurrency int
-	MaxTokens   int // 0 = the server's default
-	EscalateTo  string
+	// Auto gives the lane an adaptive limit per endpoint (limit.Controller)
+	// within these bounds.
+	Auto       *limit.Bounds
+	MaxTokens  int // 0 = the server's default
+	EscalateTo string
 }
 
 // Config configures a Dispatcher. Zero durations and counts take the defaults
@@ -60,6 +66,8 @@ type Config struct {
 	// after a server-down error, doubled on each failed probe up to 30s;
 	// default 1s.
 	BreakerCooldown time.Duration
+	// LimitParams tune the adaptive limits; nil = limit.DefaultParams.
+	LimitParams *limit.Params
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -107,8 +115,13 @@ type Dispatcher struct {
 // lane is a LaneConfig with its limiter and polling state (guarded by
 // Dispatcher.mu).
 type lane struct {
-	cfg LaneConfig
-	lim *Limiter
+	cfg  LaneConfig
+	idx  int           // position in Dispatcher.lanes and endpoint.lanes
+	lim  *Limiter      // the fixed limit; unused for an auto lane
+	auto *limit.Bounds // nil for a fixed lane
+	// Completion lengths seen, for the token estimate of a request.
+	outSum float64
+	outN   int
 
 	// short: the last Claim returned fewer samples than asked, so the lane
 	// is believed empty until nextPoll or until work is put back into it.
@@ -159,10 +172,10 @@ func New(cfg Config) (*Dispatcher, error) {
 		if _, dup := d.laneByName[lc.Name]; dup {
 			return nil, fmt.Errorf("dispatch config: lane %q listed twice", lc.Name)
 		}
-		if lc.Concurrency < 1 {
+		if lc.Auto == nil && lc.Concurrency < 1 {
 			return nil, fmt.Errorf("dispatch config: lane %q: concurrency %d, want >= 1", lc.Name, lc.Concurrency)
 		}
-		l := &lane{cfg: lc, lim: NewLimiter(lc.Concurrency), backoff: minPoll}
+		l := &lane{cfg: lc, idx: len(d.lanes), lim: NewLimiter(lc.Concurrency), auto: lc.Auto, backoff: minPoll}
 		d.lanes = append(d.lanes, l)
 		d.laneByName[lc.Name] = l
 	}
@@ -178,7 +191,16 @@ func New(cfg Config) (*Dispatcher, error) {
 		if _, dup := d.epByURL[ec.URL]; dup {
 			return nil, fmt.Errorf("dispatch config: endpoint %q listed twice", ec.URL)
 		}
-		e := &endpoint{url: ec.URL, client: ec.Client, calls: map[*call]struct{}{}, errors: map[llm.Class]int64{}}
+		e := &endpoint{url: ec.URL, client: ec.Client, calls: map[*call]struct{}{}, errors: map[llm.Class]int64{}, lanes: make([]epLane, len(d.lanes))}
+		params := limit.DefaultParams
+		if cfg.LimitParams != nil {
+			params = *cfg.LimitParams
+		}
+		for _, l := range d.lanes {
+			if l.auto != nil {
+				e.lanes[l.idx].ctl = limit.New(*l.auto, params, cfg.Now())
+			}
+		}
 		d.eps = append(d.eps, e)
 		d.epByURL[ec.URL] = e
 	}
@@ -375,7 +397,7 @@ func (d *Dispatcher) nextWake(now time.Time, idle bool, nextCheck time.Time) tim
 		next = earliest(next, nextCheck)
 	}
 	for _, l := range d.lanes {
-		if l.short && l.lim.Free() > 0 {
+		if free, _ := d.laneRoomLocked(l, now); l.short && free > 0 {
 			next = earliest(next, l.nextPoll)
 		}
 	}
@@ -401,12 +423,8 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 	for i := range d.lanes {
 		l := d.lanes[(start+i)%len(d.lanes)]
 		now := d.now()
-		free := l.lim.Free()
 		d.mu.Lock()
-		capacity := 0
-		for _, e := range d.eps {
-			capacity += e.capacity(now)
-		}
+		free, capacity := d.laneRoomLocked(l, now)
 		skip := free == 0 || (l.short && now.Before(l.nextPoll))
 		d.mu.Unlock()
 		if capacity == 0 {
@@ -438,7 +456,10 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 		}
 		d.mu.Unlock()
 		started += d.startAll(workCtx, storeCtx, l, claimed)
-		if len(claimed) == n && l.lim.Free() > 0 {
+		d.mu.Lock()
+		free, _ = d.laneRoomLocked(l, d.now())
+		d.mu.Unlock()
+		if len(claimed) == n && free > 0 {
 			again = true
 		}
 	}
@@ -452,27 +473,26 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 	var unstarted []string
 	started := 0
 	for _, c := range claimed {
-		if !l.lim.TryAcquire() {
+		if l.auto == nil && !l.lim.TryAcquire() {
 			unstarted = append(unstarted, c.ID)
 			continue
 		}
 		now := d.now()
 		d.mu.Lock()
-		e, probe := d.pickLocked(now)
+		est := d.estimateLocked(l, c)
+		e, probe := d.pickLocked(now, l, est)
 		if e == nil {
 			d.mu.Unlock()
-			l.lim.Release()
+			if l.auto == nil {
+				l.lim.Release()
+			}
 			unstarted = append(unstarted, c.ID)
 			continue
 		}
 		reqCtx, cancel := context.WithCancelCause(workCtx)
-		cl := &call{ep: e, probe: probe, cancel: cancel}
+		cl := &call{ep: e, probe: probe, cancel: cancel, lane: l.idx, est: est}
 		e.calls[cl] = struct{}{}
-		if e.inflight == 0 {
-			e.busySince = now
-		}
-		e.inflight++
-		e.requests++
+		d.acquireLocked(cl, now)
 		d.inflight++
 		d.mu.Unlock()
 		started++
@@ -495,32 +515,6 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		d.mu.Unlock()
 	}
 	return started
-}
-
-// pickLocked chooses the available endpoint with the fewest requests in
-// flight, breaking ties round robin. probe reports that the request is the
-// single one a half-open breaker lets through.
-func (d *Dispatcher) pickLocked(now time.Time) (e *endpoint, probe bool) {
-	n := len(d.eps)
-	var best *endpoint
-	for i := range n {
-		c := d.eps[(d.rr+i)%n]
-		if !c.available(now) {
-			continue
-		}
-		if best == nil || c.inflight < best.inflight {
-			best = c
-		}
-	}
-	if best == nil {
-		return nil, false
-	}
-	d.rr = (d.rr + 1) % n
-	if !best.breakerClosed() {
-		best.probing = true
-		return best, true
-	}
-	return best, false
 }
 
 // work sends one sample and records the outcome.
@@ -582,8 +576,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 
 	// Breaker transitions are logged; single failures only go to counters.
 	d.mu.Lock()
-	delete(e.calls, cl)
-	e.inflight--
+	d.releaseLocked(cl, l, res.TTFT, res.Usage.CompletionTokens, class == llm.Retryable)
 	switch {
 	case class == llm.ServerDown:
 		e.errors[class]++
@@ -645,7 +638,9 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		d.fatal(fmt.Errorf("%s sample %s: %w", what, c.ID, err))
 	}
 
-	l.lim.Release()
+	if l.auto == nil {
+		l.lim.Release()
+	}
 	d.mu.Lock()
 	d.inflight--
 	if err == nil {
@@ -822,6 +817,9 @@ func (d *Dispatcher) SetLaneLimit(name string, n int) error {
 	if !ok {
 		return fmt.Errorf("set lane limit: unknown lane %q", name)
 	}
+	if l.auto != nil {
+		return fmt.Errorf("set lane limit: lane %q has an adaptive limit", name)
+	}
 	l.lim.SetLimit(n)
 	d.signal()
 	return nil
@@ -857,11 +855,21 @@ func (d *Dispatcher) Snapshot() Snapshot {
 				es.Errors[c.String()] = n
 			}
 		}
+		d.loadStatsLocked(e, &es)
 		s.Endpoints = append(s.Endpoints, es)
 	}
 	for _, l := range d.lanes {
 		used, limit := l.lim.InFlight()
-		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit})
+		if l.auto != nil {
+			used, limit = 0, 0
+			for _, e := range d.eps {
+				used += e.lanes[l.idx].inflight
+				if e.available(now) {
+					limit += e.lanes[l.idx].ctl.Limit()
+				}
+			}
+		}
+		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit, Auto: l.auto != nil})
 	}
 	return s
 }

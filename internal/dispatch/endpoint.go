@@ -30,6 +30,9 @@ type endpoint struct {
 	opens     int  // consecutive openings, for the cooldown doubling
 	probing   bool // the half-open probe is in flight
 
+	lanes []epLane // per lane, indexed like Dispatcher.lanes
+	load  load
+
 	lastToken atomic.Int64 // unix nanoseconds of the last onDelta
 	tokens    atomic.Int64
 }
@@ -39,6 +42,8 @@ type call struct {
 	ep     *endpoint
 	probe  bool // sent through a half-open breaker
 	cancel context.CancelCauseFunc
+	lane   int     // index of its lane
+	est    float64 // its estimated KV footprint in tokens
 }
 
 func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }

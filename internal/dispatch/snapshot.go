@@ -1,6 +1,10 @@
 package dispatch
 
-import "time"
+import (
+	"time"
+
+	"github.com/regen-dev/regen/internal/dispatch/limit"
+)
 
 // Snapshot is a copy of the dispatcher's live state for progress views,
 // heartbeats and the supervisor's hang detection.
@@ -36,13 +40,51 @@ type EndpointStats struct {
 	Errors map[string]int64 `json:"errors,omitempty"`
 	// LastServerDown is the last server-down error from this endpoint.
 	LastServerDown string `json:"last_server_down,omitempty"`
+
+	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
+	// KVTokensSource where it came from: CapacityServer or CapacityJob.
+	KVTokens       float64 `json:"kv_tokens,omitempty"`
+	KVTokensSource string  `json:"kv_tokens_source,omitempty"`
+	// CommittedTokens is the KV the requests in flight are expected to
+	// fill (each: prompt estimate + its lane's mean completion), what
+	// token-aware balancing compares with KVTokens.
+	CommittedTokens float64 `json:"committed_tokens"`
+	// Load is the server's pressure at its last probe; nil before one.
+	Load *ServerLoad `json:"load,omitempty"`
+	// Lanes holds each lane's share of this endpoint and, for an auto
+	// lane, the endpoint's own limit and its last decision.
+	Lanes []EndpointLane `json:"lanes"`
 }
 
-// LaneStats is one lane's concurrency.
+// ServerLoad is one probe's view of a server's pressure. A field the engine
+// does not report is -1.
+type ServerLoad struct {
+	At               time.Time `json:"at"`
+	Running          float64   `json:"running"`
+	Queued           float64   `json:"queued"`
+	KVUsage          float64   `json:"kv_usage"` // 0..1
+	RetractionsTotal float64   `json:"retractions_total"`
+}
+
+// EndpointLane is one lane on one endpoint.
+type EndpointLane struct {
+	Lane     string `json:"lane"`
+	InFlight int    `json:"in_flight"`
+	// Auto lanes only: the endpoint's current limit for the lane, the
+	// ceiling crashes set (0 = none) and the decision that last judged it.
+	Auto     bool            `json:"auto"`
+	Limit    int             `json:"limit,omitempty"`
+	Ceiling  int             `json:"ceiling,omitempty"`
+	Decision *limit.Decision `json:"decision,omitempty"`
+}
+
+// LaneStats is one lane's concurrency. For an auto lane Limit is the sum of
+// its per-endpoint limits over endpoints taking requests.
 type LaneStats struct {
 	Name     string `json:"name"`
 	InFlight int    `json:"in_flight"`
 	Limit    int    `json:"limit"`
+	Auto     bool   `json:"auto"`
 }
 
 // Counters count sample outcomes since Run started, each after the store

@@ -50,6 +50,9 @@ type Dialect struct {
 	MetricsPath string
 	// ServerInfoPath returns JSON with max_total_num_tokens (SGLang only).
 	ServerInfoPath string
+	// PropsPath returns llama-server's /props JSON, whose
+	// default_generation_settings.n_ctx is the KV context (llama.cpp only).
+	PropsPath string
 	// Metrics maps the engine's metric names to the common Metrics fields.
 	Metrics MetricNames
 }
@@ -64,6 +67,9 @@ type MetricNames struct {
 	PromptTokensTotal     []string
 	RetractionsTotal      []string
 	MaxTotalTokens        []string
+	// KVPoolInfo names an info gauge whose labels give the KV pool as
+	// num_gpu_blocks x block_size (vLLM's cache_config_info).
+	KVPoolInfo []string
 }
 
 var dialects = map[string]Dialect{
@@ -105,6 +111,7 @@ var dialects = map[string]Dialect{
 			GenerationTokensTotal: []string{"vllm:generation_tokens_total"},
 			PromptTokensTotal:     []string{"vllm:prompt_tokens_total"},
 			RetractionsTotal:      []string{"vllm:num_preemptions_total"},
+			KVPoolInfo:            []string{"vllm:cache_config_info"},
 		},
 	},
 	LlamaCpp: {
@@ -116,6 +123,7 @@ var dialects = map[string]Dialect{
 		HealthPath:   "/health",
 		ProbeTimeout: DefaultProbeTimeout,
 		MetricsPath:  "/metrics",
+		PropsPath:    "/props",
 		Metrics: MetricNames{
 			Running:               []string{"llamacpp:requests_processing"},
 			Queued:                []string{"llamacpp:requests_deferred"},

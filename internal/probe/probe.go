@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,7 +98,34 @@ func scrape(ctx context.Context, client *http.Client, baseURL string, d engine.D
 			m.Present |= engine.FieldMaxTotalTokens
 		}
 	}
+	if !m.Present.Has(engine.FieldMaxTotalTokens) && d.PropsPath != "" {
+		if n, err := propsContext(ctx, client, baseURL+d.PropsPath); err == nil && n > 0 {
+			m.MaxTotalTokens = n
+			m.Present |= engine.FieldMaxTotalTokens
+		}
+	}
 	return m, nil
+}
+
+// propsContext reads llama-server's per-slot context from /props. With a
+// unified KV cache (llama-server's default when --parallel is left to
+// auto) every slot shares one pool of that size, which is then the KV pool;
+// with a split cache it is one slot's share, and the pool is understated.
+func propsContext(ctx context.Context, client *http.Client, url string) (float64, error) {
+	body, err := get(ctx, client, url, 16<<20)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	var props struct {
+		Settings struct {
+			NCtx float64 `json:"n_ctx"`
+		} `json:"default_generation_settings"`
+	}
+	if err := json.NewDecoder(body).Decode(&props); err != nil {
+		return 0, fmt.Errorf("props %s: %w", url, err)
+	}
+	return props.Settings.NCtx, nil
 }
 
 func get(ctx context.Context, client *http.Client, url string, limit int64) (io.ReadCloser, error) {
@@ -137,7 +165,9 @@ func serverInfoMaxTokens(ctx context.Context, client *http.Client, url string) (
 // ParseMetrics reads Prometheus text exposition and maps it onto
 // engine.Metrics with the given names. Values of one metric over several
 // label sets are summed, except TokenUsage and MaxTotalTokens, which take the
-// maximum (ranks share one budget each, summing would overstate it).
+// maximum (ranks share one budget each, summing would overstate it). With no
+// pool metric, an info gauge named by KVPoolInfo gives the pool from its
+// num_gpu_blocks and block_size labels.
 func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(r)
@@ -175,7 +205,39 @@ func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error)
 			break
 		}
 	}
+	if !m.Present.Has(engine.FieldMaxTotalTokens) {
+		for _, name := range names.KVPoolInfo {
+			if n := poolFromInfo(fams[name]); n > 0 {
+				m.MaxTotalTokens = n
+				m.Present |= engine.FieldMaxTotalTokens
+				break
+			}
+		}
+	}
 	return m, nil
+}
+
+// poolFromInfo reads num_gpu_blocks x block_size from an info gauge's
+// labels (the largest over engines, as for MaxTotalTokens).
+func poolFromInfo(fam *dto.MetricFamily) float64 {
+	out := 0.0
+	for _, mt := range fam.GetMetric() {
+		var blocks, size float64
+		for _, lp := range mt.GetLabel() {
+			v, err := strconv.ParseFloat(lp.GetValue(), 64)
+			if err != nil {
+				continue
+			}
+			switch lp.GetName() {
+			case "num_gpu_blocks":
+				blocks = v
+			case "block_size":
+				size = v
+			}
+		}
+		out = max(out, blocks*size)
+	}
+	return out
 }
 
 func combine(fam *dto.MetricFamily, useMax bool) float64 {

@@ -40,9 +40,10 @@ func TestParseMetrics(t *testing.T) {
 			Running: 22, Queued: 3, TokenUsage: 0.57, GenerationTokensTotal: 5000,
 			Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldGenerationTokensTotal,
 		}},
+		// The pool from cache_config_info: 27000 blocks x 16 tokens.
 		{"vllm_metrics.txt", "vllm", engine.Metrics{
 			Running: 24, Queued: 3, TokenUsage: 0.875, GenerationTokensTotal: 1.84e6, PromptTokensTotal: 512000,
-			RetractionsTotal: 2, Present: all,
+			RetractionsTotal: 2, MaxTotalTokens: 432000, Present: all | engine.FieldMaxTotalTokens,
 		}},
 		{"llamacpp_metrics.txt", "llamacpp", engine.Metrics{
 			Running: 4, Queued: 1, GenerationTokensTotal: 3400, PromptTokensTotal: 1200,
@@ -80,6 +81,7 @@ func server(t *testing.T, fixture string, health int, serverInfo string) *httpte
 	})
 	if serverInfo != "" {
 		mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(serverInfo)) })
+		mux.HandleFunc("GET /props", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(serverInfo)) })
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -100,7 +102,8 @@ func TestProbe(t *testing.T) {
 		{"sglang healthy", "sglang", "sglang_metrics.txt", 200, "", true, 87437, 67},
 		{"sglang server info fills the KV pool size", "sglang", "sglang_metrics_dp2_nocap.txt", 200, `{"max_total_num_tokens": 231120, "max_req_input_len": 262000}`, true, 231120, 22},
 		{"sglang unhealthy", "sglang", "sglang_metrics.txt", 503, "", false, 87437, 67},
-		{"vllm healthy", "vllm", "vllm_metrics.txt", 200, "", true, 0, 24},
+		{"vllm healthy", "vllm", "vllm_metrics.txt", 200, "", true, 432000, 24},
+		{"llama.cpp props give the context", "llamacpp", "llamacpp_metrics.txt", 200, `{"default_generation_settings": {"n_ctx": 65536}, "total_slots": 4}`, true, 65536, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/probe"
 )
 
 // fleet is the set of endpoints a run sends to, and whatever keeps them alive.
@@ -28,6 +29,9 @@ type fleet interface {
 	SetProgress(func(url string) (inFlight int, lastToken time.Time))
 	// SetTokens gives the fleet each endpoint's streamed-token counter.
 	SetTokens(func(url string) int64)
+	// SetObserver receives every successful probe of an endpoint's load
+	// (its metrics), for the dispatcher's adaptive limits and balancing.
+	SetObserver(func(url string, snap probe.Snapshot))
 }
 
 type stateFunc func(ctx context.Context, prev, cur monitor.EndpointStatus)
@@ -55,6 +59,7 @@ type statusBoard struct {
 	onState  stateFunc
 	progress func(url string) (int, time.Time)
 	tokens   func(url string) int64
+	observer func(url string, snap probe.Snapshot)
 }
 
 func newStatusBoard(urls []string, onState stateFunc) *statusBoard {
@@ -111,6 +116,22 @@ func (b *statusBoard) SetTokens(f func(string) int64) {
 	b.mu.Lock()
 	b.tokens = f
 	b.mu.Unlock()
+}
+
+func (b *statusBoard) SetObserver(f func(string, probe.Snapshot)) {
+	b.mu.Lock()
+	b.observer = f
+	b.mu.Unlock()
+}
+
+// observe passes a probe with metrics to the observer.
+func (b *statusBoard) observe(snap probe.Snapshot) {
+	b.mu.Lock()
+	f := b.observer
+	b.mu.Unlock()
+	if f != nil && snap.MetricsErr == nil {
+		f(snap.URL, snap)
+	}
 }
 
 func (b *statusBoard) tokensOf(url string) int64 {

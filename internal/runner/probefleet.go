@@ -42,7 +42,11 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 	if hang <= 0 {
 		hang = job.DefaultHangAfter
 	}
-	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(5*time.Second, hang/3),
+	every := spec.Monitor.ProbeEvery
+	if every <= 0 {
+		every = job.DefaultProbeEvery
+	}
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(every, hang/3),
 		hang: hang, client: &http.Client{}}
 }
 
@@ -74,6 +78,8 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 		if ctx.Err() != nil {
 			return
 		}
+		snap.URL = url // as the job names it, not as the probe normalised it
+		f.observe(snap)
 		inFlight, last := f.progressOf(url)
 		switch {
 		case !snap.Healthy():

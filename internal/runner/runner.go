@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/export"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/llm"
@@ -141,6 +142,9 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		maxConns := 0
 		for _, l := range spec.Lanes {
 			maxConns += l.Concurrency
+			if l.Auto != nil {
+				maxConns += autoConns(*l.Auto)
+			}
 		}
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: maxConns,
@@ -154,7 +158,11 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
 	for _, l := range spec.Lanes {
 		esc, _ := spec.EscalationLane(l.Name)
-		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
+		lc := dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc}
+		if a := l.Auto; a != nil {
+			lc.Auto = &limit.Bounds{Min: a.Min, Max: a.Max, Initial: a.Initial}
+		}
+		lanes = append(lanes, lc)
 	}
 	r.disp, err = dispatch.New(dispatch.Config{
 		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
@@ -165,6 +173,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, fmt.Errorf("dispatcher: %w", err)
 	}
 	r.fleet.SetProgress(r.progressOf)
+	r.fleet.SetObserver(r.observe)
 	r.fleet.SetTokens(func(url string) int64 {
 		for _, e := range r.disp.Snapshot().Endpoints {
 			if e.URL == url {
@@ -419,6 +428,9 @@ func (r *runState) onEndpointState(ctx context.Context, prev, cur monitor.Endpoi
 	}
 	r.event(ctx, store.Event{Kind: "endpoint_state", Subject: cur.URL, State: string(cur.State),
 		Evidence: joinEvidence(append([]string{cur.Cause}, cur.Evidence...))})
+	if r.disp != nil && cur.State == monitor.Down && prev.State != monitor.Down {
+		r.noteCrash(ctx, cur)
+	}
 	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: cur.URL, From: prev.State, To: cur.State, Time: time.Now(),
 		Evidence: append([]string{cur.Cause}, cur.Evidence...)})
 }

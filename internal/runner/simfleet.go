@@ -1,14 +1,20 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/probe"
 	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/supervise"
 )
@@ -23,9 +29,14 @@ type simFleet struct {
 	addr    string
 	url     string
 	logOut  io.Writer
+	logFile io.Closer
 	log     *slog.Logger
 	restart supervise.RestartPolicy
 	hang    time.Duration
+	every   time.Duration // probe period
+	// fatal reads the simulator's log as the supervisor reads a server's,
+	// so a crash is reported with the cause its log names (cuda_oom).
+	fatal *fatalWatch
 }
 
 func newSimFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (*simFleet, error) {
@@ -45,17 +56,27 @@ func newSimFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateF
 		return nil, err
 	}
 	url := "http://" + addr
+	every := spec.Monitor.ProbeEvery
+	if every <= 0 {
+		every = job.DefaultProbeEvery
+	}
+	fw := &fatalWatch{}
 	return &simFleet{statusBoard: newStatusBoard([]string{url}, onState), cfg: cfg, addr: addr, url: url,
-		logOut: logFile, log: log, restart: supervise.RestartPolicy{Restart: spec.Server.Restart, MaxBackoff: supervise.DefaultMaxBackoff}, hang: spec.Server.HangTimeout}, nil
+		logOut: io.MultiWriter(logFile, fw), logFile: logFile, log: log, restart: supervise.RestartPolicy{Restart: spec.Server.Restart, MaxBackoff: supervise.DefaultMaxBackoff},
+		hang: spec.Server.HangTimeout, every: every, fatal: fw}, nil
+}
+
+// failure is why an incarnation ended: its state, cause and evidence.
+type failure struct {
+	state    monitor.State
+	cause    string
+	evidence []string
 }
 
 func (f *simFleet) Run(ctx context.Context) error {
-	defer func() {
-		if c, ok := f.logOut.(io.Closer); ok {
-			c.Close()
-		}
-	}()
+	defer f.logFile.Close()
 	for {
+		f.fatal.reset()
 		srv, err := sim.New(f.cfg, f.logOut)
 		if err != nil {
 			return &FailedError{Cause: "simulator config: " + err.Error()}
@@ -73,7 +94,7 @@ func (f *simFleet) Run(ctx context.Context) error {
 			f.set(ctx, monitor.EndpointStatus{URL: f.url, State: monitor.Ready, Restarts: f.restart.Failures()})
 		case code := <-srv.Crashed():
 			srv.Close()
-			if err := f.down(ctx, monitor.Down, fmt.Sprintf("exit code %d during startup", code)); err != nil {
+			if err := f.down(ctx, f.crashed(code, " during startup")); err != nil {
 				return err
 			}
 			continue
@@ -81,39 +102,80 @@ func (f *simFleet) Run(ctx context.Context) error {
 			srv.Close()
 			return nil
 		}
-		cause, state := f.watch(ctx, srv)
+		fail := f.watch(ctx, srv)
 		srv.Close()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err := f.down(ctx, state, cause); err != nil {
+		if err := f.down(ctx, fail); err != nil {
 			return err
 		}
 	}
 }
 
-// watch blocks until the server crashes or hangs (or ctx ends).
-func (f *simFleet) watch(ctx context.Context, srv *sim.Server) (cause string, state monitor.State) {
+// watch blocks until the server crashes or hangs (or ctx ends), probing
+// its load meanwhile.
+func (f *simFleet) watch(ctx context.Context, srv *sim.Server) failure {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	probes := make(chan struct{})
+	go func() {
+		defer close(probes)
+		f.probeLoop(probeCtx)
+	}()
+	defer func() { stopProbes(); <-probes }()
 	for {
 		select {
 		case <-ctx.Done():
-			return "", ""
+			return failure{}
 		case code := <-srv.Crashed():
-			return fmt.Sprintf("exit code %d", code), monitor.Down
+			return f.crashed(code, "")
 		case <-tick.C:
 			inFlight, last := f.progressOf(f.url)
 			if f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang {
-				return fmt.Sprintf("no token for %.1fs with %d requests in flight", time.Since(last).Seconds(), inFlight), monitor.Stalled
+				return failure{state: monitor.Stalled, cause: fmt.Sprintf("no token for %.1fs with %d requests in flight", time.Since(last).Seconds(), inFlight)}
 			}
 		}
 	}
 }
 
+// crashed describes an exit: the log's crash signature names the cause
+// when there is one (cuda_oom), as for a supervised server.
+func (f *simFleet) crashed(code int, when string) failure {
+	exit := fmt.Sprintf("exit code %d%s", code, when)
+	if c, line := f.fatal.cause(); c != "" {
+		return failure{state: monitor.Down, cause: c, evidence: []string{exit, "log: " + line}}
+	}
+	return failure{state: monitor.Down, cause: exit}
+}
+
+// probeLoop probes the simulator every f.every, as the supervisor probes a
+// launched server, and hands the metrics to the observer.
+func (f *simFleet) probeLoop(ctx context.Context) {
+	d, _ := engine.Lookup(engine.Sim)
+	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	defer client.CloseIdleConnections()
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		snap := probe.Probe(ctx, client, f.url, d)
+		if ctx.Err() != nil {
+			return
+		}
+		f.observe(snap)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // down reports the failure and waits out the backoff, or fails the fleet.
-func (f *simFleet) down(ctx context.Context, state monitor.State, cause string) error {
-	f.set(ctx, monitor.EndpointStatus{URL: f.url, State: state, Cause: cause, Restarts: f.restart.Failures()})
+func (f *simFleet) down(ctx context.Context, fail failure) error {
+	state, cause := fail.state, fail.cause
+	f.set(ctx, monitor.EndpointStatus{URL: f.url, State: state, Cause: cause, Evidence: fail.evidence, Restarts: f.restart.Failures()})
 	delay, failures, ok := f.restart.Fail(time.Now())
 	if !ok {
 		ev := []string{fmt.Sprintf("%d failures within %s (restart.max %d)", failures, f.restart.Restart.Window, f.restart.Restart.Max)}
@@ -127,4 +189,46 @@ func (f *simFleet) down(ctx context.Context, state monitor.State, cause string) 
 	case <-time.After(delay):
 	}
 	return nil
+}
+
+// fatalWatch is an io.Writer over the simulator's log that keeps the
+// highest-priority crash signature of the current incarnation.
+type fatalWatch struct {
+	mu      sync.Mutex
+	partial []byte
+	best    string
+	line    string
+}
+
+func (w *fatalWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.partial[:i])
+		w.partial = w.partial[i+1:]
+		if ev := engine.ParseLogLine(line); ev.Kind == engine.Fatal && engine.CausePriority(ev.Cause) > engine.CausePriority(w.best) {
+			w.best, w.line = ev.Cause, strings.TrimSpace(line)
+		}
+	}
+	if len(w.partial) > 1<<16 {
+		w.partial = w.partial[:0] // a line this long is no crash signature
+	}
+	return len(p), nil
+}
+
+func (w *fatalWatch) cause() (cause, line string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.best, w.line
+}
+
+func (w *fatalWatch) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.best, w.line, w.partial = "", "", w.partial[:0]
 }

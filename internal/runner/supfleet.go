@@ -10,6 +10,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/probe"
 	"github.com/regen-dev/regen/internal/supervise"
 )
 
@@ -34,6 +35,11 @@ func newSupervisedFleet(spec *job.Spec, logDir string, log *slog.Logger, onState
 		Progress: func() (int, time.Time) {
 			return f.progressOf(f.sup.URL())
 		},
+		OnProbe: func(snap probe.Snapshot) {
+			snap.URL = f.sup.URL()
+			f.observe(snap)
+		},
+		ProbeEvery: spec.Monitor.ProbeEvery,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)

@@ -12,7 +12,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
+
+// ClockMetric is the gauge on /metrics holding the simulated seconds since
+// the server started: what a measurement divides by to get rates in
+// simulated time, whatever the Speed and however busy the CPU was.
+const ClockMetric = "regen_sim_clock_seconds"
 
 const (
 	stateUp int32 = iota
@@ -90,6 +97,9 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 	}
 	s.m = newMetrics(&s.cfg)
 	s.sched = newScheduler(s)
+	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: ClockMetric,
+		Help: "Simulated seconds since this server started (regen's simulator only; no engine has it)."},
+		func() float64 { return time.Duration(s.sched.simClock.Load()).Seconds() }))
 	s.readySim.Store(0)
 	s.markReady()
 	s.mux = s.routes()

@@ -69,6 +69,10 @@ type Config struct {
 	// Progress returns the dispatcher's evidence of token flow for this
 	// server: requests in flight and when the last token arrived.
 	Progress func() (inFlight int, lastToken time.Time)
+	// OnProbe receives every probe taken after readiness (health and
+	// metrics), from Run's goroutine, before the supervisor judges it; the
+	// dispatcher's adaptive limits feed on the metrics. It must not block long.
+	OnProbe func(probe.Snapshot)
 
 	HangTimeout       time.Duration // in flight, no token: STALLED (default Server.HangTimeout, then 30s)
 	StallTimeout      time.Duration // work queued, no generation anywhere: STALLED
@@ -516,6 +520,9 @@ func (s *Supervisor) watchLoop(ctx, ictx context.Context, inc *incarnation, wg *
 			}
 
 		case snap := <-inc.probes:
+			if s.cfg.OnProbe != nil {
+				s.cfg.OnProbe(snap)
+			}
 			// A probe refused by a server that just died says nothing new:
 			// let the exit, which carries the evidence, win the race.
 			if !snap.Healthy() && !processAlive(inc.pid) {

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/runner"
+	"github.com/regen-dev/regen/internal/sim"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/sqlite"
+)
+
+// env is what every cell shares.
+type env struct {
+	dir       string // scratch directory
+	prompts   string // the prompts file
+	samples   int
+	speed     float64
+	probe     time.Duration // monitor.probe_every, real time
+	regenBin  string        // for supervised servers
+	verbose   bool
+	logWriter io.Writer
+}
+
+// result is one cell's measurement.
+type result struct {
+	Setting     setting
+	Tokens      int64   // completion tokens stored
+	SimSeconds  float64 // simulated duration of the job
+	Wall        time.Duration
+	Retractions float64
+	Crashes     int
+	PerEndpoint []endpointShare
+	Limits      []string // final limits per endpoint and lane (auto)
+	Samples     int
+}
+
+type endpointShare struct {
+	URL    string
+	KV     int
+	Tokens int64
+}
+
+func (r result) goodput() float64 {
+	if r.SimSeconds <= 0 {
+		return 0
+	}
+	return float64(r.Tokens) / r.SimSeconds
+}
+
+// runCell runs the whole job once at one setting on fresh servers and a
+// fresh store, and measures it in simulated time.
+func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result, error) {
+	dir := filepath.Join(e.dir, fmt.Sprintf("%s-%d", w.Name, idx))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+
+	var urls []string
+	var servers []*sim.Server
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	var serverYAML string
+	if len(w.Servers) == 1 {
+		port, err := freePort()
+		if err != nil {
+			return result{}, err
+		}
+		urls = []string{fmt.Sprintf("http://127.0.0.1:%d", port)}
+		serverYAML = fmt.Sprintf("server:\n  engine: sim\n  port: %d\n  ready_timeout: 2m\n  hang_timeout: 60s\n  restart: {max: 20, window: 24h, backoff: %s}\n", port, restartBackoff(e.speed))
+		if w.Supervised {
+			serverYAML += fmt.Sprintf("  command: [%q, sim]\n", e.regenBin)
+		}
+		serverYAML += "  sim:\n" + yamlMap(simKnobs(e, w, w.Servers[0]), "    ")
+	} else {
+		// Several servers: started here, listed as endpoints (regen probes
+		// them; nothing restarts them, so these workloads have no faults).
+		serverYAML = "endpoints:\n"
+		for _, sv := range w.Servers {
+			cfg := sim.DefaultConfig()
+			cfg.ModelName = "sim"
+			if err := cfg.Apply(simKnobs(e, w, sv)); err != nil {
+				return result{}, err
+			}
+			srv, err := sim.New(cfg, io.Discard)
+			if err != nil {
+				return result{}, err
+			}
+			servers = append(servers, srv)
+			url, err := srv.Start(ctx, "127.0.0.1:0")
+			if err != nil {
+				return result{}, err
+			}
+			<-srv.Ready()
+			urls = append(urls, url)
+			serverYAML += fmt.Sprintf("  - {url: %q, engine: sim}\n", url)
+		}
+	}
+	jobYAML := fmt.Sprintf(`name: sweep
+model: sim
+sources:
+  - {partition: p, path: %q, prompt: prompt, id: id}
+lanes:
+  - {name: short, concurrency: %s, max_tokens: %d, max_prompt_tokens: %d}
+  - {name: long, concurrency: %s, max_tokens: %d}
+store: {dsn: %q}
+monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s, probe_every: %s}
+%s`, e.prompts, laneConcurrency(s.Short), shortMaxTokens, shortMaxPrompt, laneConcurrency(s.Long), longMaxTokens,
+		filepath.Join(dir, "sweep.db"), e.probe, serverYAML)
+	jobPath := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jobPath, []byte(jobYAML), 0o644); err != nil {
+		return result{}, err
+	}
+	spec, err := job.Load(jobPath)
+	if err != nil {
+		return result{}, fmt.Errorf("job file:\n%s\n%w", jobYAML, err)
+	}
+	st, err := sqlite.Open(filepath.Join(dir, "sweep.db"))
+	if err != nil {
+		return result{}, err
+	}
+	defer st.Close()
+
+	clocks := newClockWatch(urls, e.speed)
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	pollDone := make(chan struct{})
+	go func() { defer close(pollDone); clocks.run(pollCtx) }()
+
+	logger := slog.New(slog.DiscardHandler)
+	if e.verbose {
+		logger = slog.New(slog.NewTextHandler(e.logWriter, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	t0 := time.Now()
+	_, runErr := runner.Run(ctx, runner.Options{Spec: spec, Store: st, Out: io.Discard, Logger: logger, NoExport: true, ProgressEvery: time.Hour})
+	wall := time.Since(t0)
+	stopPoll()
+	<-pollDone
+	if runErr != nil {
+		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
+	}
+
+	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Retractions: clocks.retractions()}
+	kv := map[string]int{}
+	for i, u := range urls {
+		kv[u] = w.Servers[i].KVTokens
+	}
+	per := map[string]int64{}
+	err = st.Finished(ctx, func(row store.Row) error {
+		r.Samples++
+		r.Tokens += int64(row.Result.CompletionTokens)
+		per[row.Result.Endpoint] += int64(row.Result.CompletionTokens)
+		return nil
+	})
+	if err != nil {
+		return result{}, err
+	}
+	for _, u := range urls {
+		r.PerEndpoint = append(r.PerEndpoint, endpointShare{URL: u, KV: kv[u], Tokens: per[u]})
+	}
+	events, err := st.Events(ctx, 0)
+	if err != nil {
+		return result{}, err
+	}
+	for _, ev := range events {
+		if ev.Kind == "endpoint_state" && ev.State == "DOWN" {
+			r.Crashes++
+		}
+		if ev.Kind == "endpoint_limit" && len(r.Limits) < 6 {
+			r.Limits = append(r.Limits, ev.Subject+": "+ev.Evidence)
+		}
+	}
+	return r, nil
+}
+
+func laneConcurrency(n int) string {
+	if n == 0 {
+		return "auto"
+	}
+	return fmt.Sprint(n)
+}
+
+// simKnobs are the simulator flags of one server of w.
+func simKnobs(e env, w workload, sv server) map[string]any {
+	m := map[string]any{
+		"kv_tokens":    sv.KVTokens,
+		"speed":        e.speed,
+		"output_mean":  w.OutputMean,
+		"output_sigma": w.OutputSigma,
+		"seed":         1,
+		"load_time":    "60s", // a relaunch reloads weights: a minute of simulated time
+		"warmup_time":  "5s",
+	}
+	for k, v := range sv.Sim {
+		m[k] = v
+	}
+	return m
+}
+
+// restartBackoff is a restart delay of 30 simulated seconds.
+func restartBackoff(speed float64) string {
+	return (time.Duration(float64(30*time.Second) / speed)).Round(time.Millisecond).String()
+}
+
+func yamlMap(m map[string]any, indent string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		v := m[k]
+		if s, ok := v.(string); ok {
+			fmt.Fprintf(&b, "%s%s: %q\n", indent, k, s)
+		} else {
+			fmt.Fprintf(&b, "%s%s: %v\n", indent, k, v)
+		}
+	}
+	return b.String()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,226 @@
+// Command sweep runs a generation job on regen's simulator at a grid of
+// fixed lane concurrencies and with concurrency: auto, and prints goodput
+// (completion tokens per simulated second), retractions and crashes per
+// setting, so the adaptive limiter's claims can be reproduced:
+//
+//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash] [-samples 800] [-speed 50]
+//
+// Every cell is the whole job end to end through regen's runner (ingest,
+// the fleet, probes, the dispatcher, SQLite), on fresh servers and a fresh
+// store. See bench/sweep/README.md for the workloads and how time is measured.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash")
+	samples := flag.Int("samples", 800, "prompts per job")
+	speed := flag.Float64("speed", 50, "simulator speed (simulated seconds per real second)")
+	probe := flag.Duration("probe-every", 5*time.Second, "probe period in simulated time (the job's monitor.probe_every is this / speed)")
+	grid := flag.String("grid", "", "fixed settings to run instead of each workload's grid, e.g. 32/8,150/32 (\"none\" = auto only)")
+	noAuto := flag.Bool("no-auto", false, "skip the auto cell")
+	repeat := flag.Int("repeat", 1, "runs per setting; the table shows the mean and the range")
+	verbose := flag.Bool("v", false, "log the runner's info lines to stderr")
+	flag.Parse()
+	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1)); err != nil {
+		fmt.Fprintln(os.Stderr, "sweep:", err)
+		os.Exit(1)
+	}
+}
+
+func run(names string, samples int, speed float64, probe time.Duration, grid string, withAuto, verbose bool, repeat int) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var selected []workload
+	for _, n := range strings.Split(names, ",") {
+		found := false
+		for _, w := range workloads() {
+			if w.Name == strings.TrimSpace(n) {
+				selected = append(selected, w)
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("unknown workload %q", n)
+		}
+	}
+	custom, err := parseGrid(grid)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "regen-sweep-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e := env{dir: dir, prompts: filepath.Join(dir, "prompts.jsonl"), samples: samples, speed: speed,
+		probe: (time.Duration(float64(probe) / speed)).Round(time.Millisecond), verbose: verbose, logWriter: os.Stderr}
+	if err := writePrompts(e.prompts, samples, 1); err != nil {
+		return err
+	}
+	for _, w := range selected {
+		if w.Supervised && e.regenBin == "" {
+			e.regenBin = filepath.Join(dir, "regen")
+			fmt.Fprintln(os.Stderr, "building regen for supervised servers...")
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", e.regenBin, "github.com/regen-dev/regen/cmd/regen")
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("build regen: %w", err)
+			}
+		}
+	}
+	fmt.Printf("regen sweep %s: %d prompts of 400-1,400 words; lanes short max_tokens %d (prompts <= %d est. tokens) / long %d; simulator speed %g, probes every %s simulated (%s real)\n",
+		time.Now().Format("2006-01-02 15:04"), samples, shortMaxTokens, shortMaxPrompt, longMaxTokens, speed, probe, e.probe)
+	start := time.Now()
+	for _, w := range selected {
+		settings := w.Grid
+		if custom != nil {
+			settings = custom
+		}
+		if withAuto {
+			settings = append(append([]setting{}, settings...), setting{})
+		}
+		fmt.Printf("\n%s: %s\n", w.Name, w.About)
+		if len(w.Servers[0].Sim) > 0 {
+			fmt.Printf("  simulator faults: %s\n", strings.TrimSpace(strings.ReplaceAll(yamlMap(w.Servers[0].Sim, ""), "\n", ", ")))
+		}
+		var cells [][]result
+		for i, s := range settings {
+			var runs []result
+			for k := range repeat {
+				fmt.Fprintf(os.Stderr, "%s %s (run %d of %d)...\n", w.Name, s, k+1, repeat)
+				r, err := runCell(ctx, e, w, s, i*repeat+k)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, r)
+				fmt.Fprintf(os.Stderr, "  goodput %.0f tok/s, %d tokens in %.0f simulated s (%.1f s wall, %.0fx), %.0f retractions, %d crashes\n",
+					r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes)
+			}
+			cells = append(cells, runs)
+		}
+		printTable(w, cells, speed)
+	}
+	fmt.Printf("\ntotal %.0f s\n", time.Since(start).Seconds())
+	return nil
+}
+
+func parseGrid(s string) ([]setting, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if s == "none" {
+		return []setting{}, nil
+	}
+	var out []setting
+	for _, f := range strings.Split(s, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(f), "/")
+		x, err1 := strconv.Atoi(a)
+		y, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || x <= 0 || y <= 0 {
+			return nil, fmt.Errorf("grid entry %q: want short/long, e.g. 150/32", f)
+		}
+		out = append(out, setting{x, y})
+	}
+	return out, nil
+}
+
+// cell summarises the runs of one setting.
+type cell struct {
+	setting            setting
+	mean, low, high    float64 // goodput
+	retractions        float64 // mean
+	crashes            float64 // mean
+	tokens, simSeconds float64 // mean
+	effSpeed           float64 // lowest simulated/wall ratio of the runs
+	split              []endpointShare
+	limits             []string
+}
+
+func summarise(runs []result) cell {
+	c := cell{setting: runs[0].Setting, low: runs[0].goodput(), high: runs[0].goodput(), effSpeed: 1e9}
+	n := float64(len(runs))
+	for _, r := range runs {
+		g := r.goodput()
+		c.mean += g / n
+		c.low, c.high = min(c.low, g), max(c.high, g)
+		c.retractions += r.Retractions / n
+		c.crashes += float64(r.Crashes) / n
+		c.tokens += float64(r.Tokens) / n
+		c.simSeconds += r.SimSeconds / n
+		c.effSpeed = min(c.effSpeed, r.SimSeconds/r.Wall.Seconds())
+		c.limits = append(c.limits, r.Limits...)
+	}
+	for i, p := range runs[0].PerEndpoint {
+		share := p
+		share.Tokens = 0
+		for _, r := range runs {
+			share.Tokens += r.PerEndpoint[i].Tokens / int64(len(runs))
+		}
+		c.split = append(c.split, share)
+	}
+	return c
+}
+
+func printTable(w workload, runs [][]result, speed float64) {
+	var cs []cell
+	for _, r := range runs {
+		cs = append(cs, summarise(r))
+	}
+	best := -1
+	for i, c := range cs {
+		if c.setting.auto() || c.crashes > 0 {
+			continue
+		}
+		if best < 0 || c.mean > cs[best].mean {
+			best = i
+		}
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  short/long\tgoodput\trange\tvs best fixed\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	slow := false
+	for i, c := range cs {
+		rel := "-"
+		if best >= 0 {
+			rel = fmt.Sprintf("%.1f%%", 100*c.mean/cs[best].mean)
+		}
+		mark := ""
+		if i == best {
+			mark = " (best)"
+		}
+		var split []string
+		for _, p := range c.split {
+			split = append(split, fmt.Sprintf("%dk pool: %.2fM", p.KV/1000, float64(p.Tokens)/1e6))
+		}
+		flag := ""
+		if c.effSpeed < 0.9*speed {
+			flag, slow = "*", true
+		}
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+	}
+	tw.Flush()
+	if slow {
+		fmt.Printf("  * the simulator ran below 90%% of speed %g (CPU shared): client latency counted as more simulated time in that cell\n", speed)
+	}
+	if best >= 0 {
+		fmt.Printf("  best fixed: %s (crash-free)\n", cs[best].setting)
+	}
+	for _, c := range cs {
+		for _, l := range c.limits {
+			fmt.Printf("  %s: %s\n", c.setting, l)
+		}
+	}
+}

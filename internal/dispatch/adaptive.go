@@ -1,0 +1,239 @@
+package dispatch
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/regen-dev/regen/internal/dispatch/limit"
+	"github.com/regen-dev/regen/internal/engine"
+)
+
+// epLane is one lane's state on one endpoint (guarded by Dispatcher.mu).
+type epLane struct {
+	inflight int
+	peak     int               // most in flight at once since the last observation
+	ctl      *limit.Controller // nil for a lane with a fixed limit
+}
+
+// load is what the dispatcher knows of one endpoint's server: its KV pool,
+// its last metrics and what its own requests saw since the last probe
+// (guarded by Dispatcher.mu).
+type load struct {
+	capacity       float64 // KV pool in tokens; 0 = unknown
+	capacitySource string
+	committed      float64 // token estimates of the requests in flight
+
+	metrics   engine.Metrics
+	metricsAt time.Time
+	kvRecent  [3]float64 // the last KV usages, newest first; -1 = unknown
+
+	// Since the last observation (obsAt).
+	obsAt    time.Time
+	tokensAt int64
+	peak     int
+	ttftSum  time.Duration
+	ttftN    int
+	errs     int
+	// The retraction counter at the last observation.
+	retracted     float64
+	haveRetracted bool
+}
+
+// Capacity sources, for Snapshot.
+const (
+	CapacityServer = "server" // the server's metrics or /get_server_info
+	CapacityJob    = "job"    // the job file (regen plan's figure for a launched server)
+)
+
+// SetCapacity gives the KV pool of the endpoint at url before its server
+// reports one (the job file's kv_tokens, regen plan's figure); a figure
+// the server reports replaces it.
+func (d *Dispatcher) SetCapacity(url string, tokens float64, source string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.epByURL[url]
+	if !ok || tokens <= 0 || e.load.capacitySource == CapacityServer {
+		return
+	}
+	e.load.capacity, e.load.capacitySource = tokens, source
+}
+
+// LimitDecision is a change or judgement of one adaptive limit.
+type LimitDecision struct {
+	Endpoint string
+	Lane     string
+	limit.Decision
+}
+
+// Observe feeds one probe of the server at url: its KV pool and load
+// metrics taken at time at. Every auto lane's controller on that endpoint
+// takes one step with the metrics and with what the dispatcher's own
+// requests saw since the last observation (tokens streamed, time to first
+// token, errors). A paused endpoint only refreshes what is known of it.
+// The decisions are returned for logging; the latest stays in Snapshot.
+func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []LimitDecision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.epByURL[url]
+	if !ok {
+		return nil
+	}
+	var out []LimitDecision
+	ld := &e.load
+	if m.Present.Has(engine.FieldMaxTotalTokens) && m.MaxTotalTokens > 0 {
+		if old := ld.capacity; old > 0 && old != m.MaxTotalTokens && ld.capacitySource == CapacityServer {
+			for i, el := range e.lanes {
+				if el.ctl != nil {
+					out = append(out, LimitDecision{url, d.lanes[i].cfg.Name, el.ctl.Rescale(at, old, m.MaxTotalTokens)})
+				}
+			}
+		}
+		ld.capacity, ld.capacitySource = m.MaxTotalTokens, CapacityServer
+	}
+	kv := -1.0
+	if m.Present.Has(engine.FieldTokenUsage) {
+		kv = m.TokenUsage
+	}
+	copy(ld.kvRecent[1:], ld.kvRecent[:len(ld.kvRecent)-1])
+	ld.kvRecent[0] = kv
+	ld.metrics, ld.metricsAt = m, at
+
+	retracted := -1.0
+	if m.Present.Has(engine.FieldRetractionsTotal) {
+		if ld.haveRetracted {
+			retracted = m.RetractionsTotal - ld.retracted
+			if retracted < 0 { // the server restarted: its counter did too
+				retracted = m.RetractionsTotal
+			}
+		}
+		ld.retracted, ld.haveRetracted = m.RetractionsTotal, true
+	}
+
+	interval := at.Sub(ld.obsAt)
+	tokens := e.tokens.Load()
+	if !e.paused && !ld.obsAt.IsZero() && interval > 0 {
+		s := limit.Sample{
+			Time:             at,
+			EndpointInFlight: e.inflight,
+			Goodput:          float64(tokens-ld.tokensAt) / interval.Seconds(),
+			Errors:           ld.errs,
+			Running:          metric(m, engine.FieldRunning, m.Running),
+			Queued:           metric(m, engine.FieldQueued, m.Queued),
+			KVUsage:          kv,
+			Retractions:      math.Max(retracted, 0),
+		}
+		if ld.ttftN > 0 {
+			s.TTFT = ld.ttftSum / time.Duration(ld.ttftN)
+		}
+		raised := false
+		for i := range e.lanes {
+			el := &e.lanes[i]
+			if el.ctl == nil {
+				continue
+			}
+			s.InFlight, s.Peak = el.inflight, max(el.peak, el.inflight)
+			dec := el.ctl.Update(s)
+			raised = raised || dec.To > dec.From
+			out = append(out, LimitDecision{url, d.lanes[i].cfg.Name, dec})
+		}
+		if raised {
+			d.signal()
+		}
+	}
+	// A paused endpoint starts a fresh interval when it comes back, so
+	// its downtime does not read as a collapse of goodput.
+	if e.paused {
+		at = time.Time{}
+	}
+	ld.obsAt, ld.tokensAt = at, tokens
+	ld.peak, ld.ttftSum, ld.ttftN, ld.errs = e.inflight, 0, 0, 0
+	for i := range e.lanes {
+		e.lanes[i].peak = e.lanes[i].inflight
+	}
+	return out
+}
+
+func metric(m engine.Metrics, f engine.Field, v float64) float64 {
+	if m.Present.Has(f) {
+		return v
+	}
+	return -1
+}
+
+// crashKV is the KV usage that, held over the last probes before a crash
+// with an out-of-memory signature, makes it a crash under pressure.
+const crashKV = 0.9
+
+// NoteCrash tells the dispatcher that the server at url went down with
+// cause (an engine.Cause* from its log). A CUDA out-of-memory crash after
+// KV usage stayed at or above 0.9 over the last probes is a crash under
+// pressure: every auto lane's controller on that endpoint lowers its
+// ceiling (limit.Controller.Crashed) before the server comes back. The
+// decisions are returned for events and logs; a crash that does not
+// qualify returns nil, and so does one on an endpoint with no auto lane
+// (whose fixed limits the user owns) except for one decision saying so.
+func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.epByURL[url]
+	if !ok || cause != engine.CauseCUDAOOM {
+		return nil
+	}
+	ld := &e.load
+	high := 0
+	for _, kv := range ld.kvRecent {
+		if kv >= crashKV {
+			high++
+		}
+	}
+	if high < 2 {
+		return nil
+	}
+	why := fmt.Sprintf("%s with KV usage %s over the last probes", cause, kvList(ld.kvRecent[:]))
+	var out []LimitDecision
+	for i := range e.lanes {
+		el := &e.lanes[i]
+		l := d.lanes[i]
+		if el.ctl == nil {
+			out = append(out, LimitDecision{url, l.cfg.Name, limit.Decision{Time: at, From: l.cfg.Concurrency, To: l.cfg.Concurrency,
+				Action: limit.Hold, Reason: fmt.Sprintf("crash under pressure (%s); the lane's limit is fixed (concurrency: auto would lower it)", why)}})
+			continue
+		}
+		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, max(el.peak, el.inflight), why)})
+	}
+	return out
+}
+
+func kvList(kv []float64) string {
+	s := ""
+	for i := len(kv) - 1; i >= 0; i-- {
+		if kv[i] < 0 {
+			continue
+		}
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%.2f", kv[i])
+	}
+	return s
+}
+
+// loadStatsLocked fills the capacity, load and per-lane fields of es.
+func (d *Dispatcher) loadStatsLocked(e *endpoint, es *EndpointStats) {
+	ld := &e.load
+	es.KVTokens, es.KVTokensSource, es.CommittedTokens = ld.capacity, ld.capacitySource, ld.committed
+	if !ld.metricsAt.IsZero() {
+		m := ld.metrics
+		es.Load = &ServerLoad{At: ld.metricsAt, Running: metric(m, engine.FieldRunning, m.Running), Queued: metric(m, engine.FieldQueued, m.Queued),
+			KVUsage: metric(m, engine.FieldTokenUsage, m.TokenUsage), RetractionsTotal: metric(m, engine.FieldRetractionsTotal, m.RetractionsTotal)}
+	}
+	for i, el := range e.lanes {
+		el2 := EndpointLane{Lane: d.lanes[i].cfg.Name, InFlight: el.inflight}
+		if el.ctl != nil {
+			dec := el.ctl.Last()
+			el2.Auto, el2.Limit, el2.Ceiling, el2.Decision = true, el.ctl.Limit(), el.ctl.Ceiling(), &dec
+		}
+		es.Lanes = append(es.Lanes, el2)
+	}
+}

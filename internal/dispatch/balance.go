@@ -1,0 +1,134 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Token-aware balancing. A request is sent to the available endpoint whose
+// KV pool would be least full after it, counting every request in flight
+// there at its estimated footprint: the prompt estimate plus the lane's mean
+// completion so far. Two servers whose pools differ by two get work in that
+// ratio, whatever their request counts. Until every candidate's pool is
+// known (a probe reported it, or the job file gave it), the request goes to
+// the candidate with the fewest requests in flight, as before.
+
+// defaultOutputGuess is the completion length assumed for a lane before any
+// of its requests finished (or its max_tokens, when smaller).
+const defaultOutputGuess = 1024
+
+// estimateLocked is the token footprint expected of c in lane l.
+func (d *Dispatcher) estimateLocked(l *lane, c store.Claimed) float64 {
+	out := float64(defaultOutputGuess)
+	if l.outN > 0 {
+		out = l.outSum / float64(l.outN)
+	} else if l.cfg.MaxTokens > 0 {
+		out = min(out, float64(l.cfg.MaxTokens))
+	}
+	return float64(max(c.PromptTokens, 0)) + out
+}
+
+// roomLocked is how many more requests of lane l endpoint e takes now: its
+// breaker's allowance, and for an auto lane what its limit leaves.
+func (e *endpoint) roomLocked(l *lane, now time.Time) int {
+	n := e.capacity(now)
+	if n == 0 || l.auto == nil {
+		return n
+	}
+	el := e.lanes[l.idx]
+	return min(n, max(el.ctl.Limit()-el.inflight, 0))
+}
+
+// laneRoomLocked is lane l's room: free slots (the lane's limiter for a
+// fixed lane, the sum over endpoints for an auto lane) and how many requests
+// the endpoints' breakers accept at all.
+func (d *Dispatcher) laneRoomLocked(l *lane, now time.Time) (free, accept int) {
+	for _, e := range d.eps {
+		accept += e.capacity(now)
+		if l.auto != nil {
+			free += e.roomLocked(l, now)
+		}
+	}
+	if l.auto == nil {
+		free = l.lim.Free()
+	}
+	return free, accept
+}
+
+// pickLocked chooses the endpoint for a request of lane l with footprint est:
+// among available endpoints with room for the lane, the one whose pool would
+// be least full after it (or, while some pool is unknown, the one with the
+// fewest requests in flight), ties broken round robin. probe reports that the
+// request is the single one a half-open breaker lets through.
+func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64) (e *endpoint, probe bool) {
+	n := len(d.eps)
+	byTokens := true
+	for _, c := range d.eps {
+		if c.roomLocked(l, now) > 0 && c.load.capacity <= 0 {
+			byTokens = false
+		}
+	}
+	var best *endpoint
+	bestScore := 0.0
+	for i := range n {
+		c := d.eps[(d.rr+i)%n]
+		if c.roomLocked(l, now) == 0 {
+			continue
+		}
+		score := float64(c.inflight)
+		if byTokens {
+			score = (c.load.committed + est) / c.load.capacity
+		}
+		if best == nil || score < bestScore {
+			best, bestScore = c, score
+		}
+	}
+	if best == nil {
+		return nil, false
+	}
+	d.rr = (d.rr + 1) % n
+	if !best.breakerClosed() {
+		best.probing = true
+		return best, true
+	}
+	return best, false
+}
+
+// acquireLocked counts a started request on its endpoint and lane.
+func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
+	e := cl.ep
+	if e.inflight == 0 {
+		e.busySince = now
+	}
+	e.inflight++
+	e.requests++
+	e.load.peak = max(e.load.peak, e.inflight)
+	el := &e.lanes[cl.lane]
+	el.inflight++
+	el.peak = max(el.peak, el.inflight)
+	e.load.committed += cl.est
+}
+
+// releaseLocked takes a finished request off its endpoint and records what
+// the adaptive limits and the estimates learn from it.
+// overloaded counts a retryable error (429, a 5xx from a live server):
+// the server answered, and said no.
+func (d *Dispatcher) releaseLocked(cl *call, l *lane, ttft time.Duration, completion int, overloaded bool) {
+	e := cl.ep
+	delete(e.calls, cl)
+	e.inflight--
+	e.lanes[cl.lane].inflight--
+	e.load.committed = max(e.load.committed-cl.est, 0)
+	if ttft > 0 {
+		e.load.ttftSum += ttft
+		e.load.ttftN++
+	}
+	if overloaded {
+		e.load.errs++
+	}
+	if completion > 0 {
+		l.outSum += float64(completion)
+		l.outN++
+	}
+}

@@ -1,0 +1,415 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Bounds are a controller's limits as the job file sets them.
+type Bounds struct {
+	Min     int // never below this (>= 1)
+	Max     int // never above this; 0 = no bound
+	Initial int // the first limit
+}
+
+// Sample is what one probe interval says about one endpoint, seen from one
+// lane. Server-side fields are -1 when the engine does not report them.
+type Sample struct {
+	Time time.Time
+	// InFlight is this lane's requests on the endpoint when sampled, Peak
+	// the most it had at once during the interval; EndpointInFlight is the
+	// endpoint's requests over all lanes when sampled.
+	InFlight         int
+	Peak             int
+	EndpointInFlight int
+	// Goodput is the tokens per second the endpoint streamed over the
+	// interval, all lanes (-1 unknown).
+	Goodput float64
+	// TTFT is the mean time to first token of the requests that started
+	// streaming in the interval (0 = none did).
+	TTFT time.Duration
+	// Errors counts requests that failed in the interval with an error the
+	// server answered (5xx from a live server, malformed streams, timeouts);
+	// outages are the circuit breaker's business, not the limit's.
+	Errors int
+
+	Running     float64 // requests the server is decoding
+	Queued      float64 // requests waiting at the server
+	KVUsage     float64 // 0..1
+	Retractions float64 // retracted or preempted requests during the interval
+}
+
+// Decision is what the controller did with one sample, with the evidence,
+// for status lines and events.
+type Decision struct {
+	Time   time.Time `json:"time"`
+	From   int       `json:"from"`
+	To     int       `json:"to"`
+	Action Action    `json:"action"`
+	Reason string    `json:"reason"`
+}
+
+// Action names a decision.
+type Action string
+
+// Decision actions.
+const (
+	Start   Action = "start"    // the initial limit
+	Raise   Action = "raise"    // room at the server and the limit in use
+	Hold    Action = "hold"     // nothing says more would help, nothing says less
+	BackOff Action = "back off" // pressure
+	Ceiling Action = "ceiling"  // a crash under pressure lowered the ceiling
+)
+
+func (d Decision) String() string {
+	if d.From == d.To {
+		return fmt.Sprintf("%s at %d: %s", d.Action, d.To, d.Reason)
+	}
+	return fmt.Sprintf("%s %d -> %d: %s", d.Action, d.From, d.To, d.Reason)
+}
+
+// Params tune the controller. DefaultParams holds the values measured with
+// the sweep tool (bench/sweep); tests use them too.
+type Params struct {
+	// The queue band, in requests waiting at the server: a share of the
+	// requests running, with a floor. Below QueueLow the server has room;
+	// above QueueHigh the excess is taken off the limit.
+	QueueLow, QueueLowMin   float64
+	QueueHigh, QueueHighMin float64
+	// RetractBurst is the share of running requests retracted in one
+	// interval (at least RetractBurstMin) that counts as a burst.
+	RetractBurst    float64
+	RetractBurstMin float64
+	// KVHigh is the KV usage that counts as pinned when it holds for
+	// KVPinned samples in a row.
+	KVHigh   float64
+	KVPinned int
+	// TTFTSpike: a short-run average TTFT this many times the long-run
+	// one is pressure (the server fell behind), as in Netflix's Gradient2.
+	TTFTSpike float64
+	// BackOff multiplies the limit on a burst, pinned KV, a TTFT spike or
+	// errors; Cooldown samples follow without a raise.
+	BackOff  float64
+	Cooldown int
+	// Growth is the share added per interval once out of slow start (at
+	// least one request); EmptyGrowth while the server's queue is empty,
+	// FastGrowth while it is empty and KV usage is below RoomKV.
+	Growth, EmptyGrowth, FastGrowth, RoomKV float64
+	// Plateau: a raise that bought less than this share of its relative
+	// size in goodput, twice in a row, holds the limit for PlateauHold
+	// samples before probing again.
+	Plateau     float64
+	PlateauHold int
+	// After a crash under pressure: the ceiling is CrashCeiling times the
+	// lane's limit (or use, when lower) at the crash; KV usage above
+	// CrashKV then backs off at once.
+	CrashCeiling float64
+	CrashKV      float64
+}
+
+// DefaultParams are the defaults; see the package documentation for why.
+var DefaultParams = Params{
+	QueueLow: 0.5, QueueLowMin: 4,
+	QueueHigh: 1.5, QueueHighMin: 12,
+	RetractBurst: 0.1, RetractBurstMin: 5,
+	KVHigh: 0.99, KVPinned: 3,
+	TTFTSpike: 2.5,
+	BackOff:   0.8, Cooldown: 2,
+	Growth: 0.05, EmptyGrowth: 0.25, FastGrowth: 0.5, RoomKV: 0.7,
+	Plateau: 0.2, PlateauHold: 12,
+	CrashCeiling: 0.75, CrashKV: 0.9,
+}
+
+// Controller is the adaptive limit of one lane on one endpoint. It is a
+// pure function of the samples it is fed: no clock, no goroutine, no lock
+// (the dispatcher serialises calls).
+type Controller struct {
+	p      Params
+	b      Bounds
+	limit  float64
+	ceil   float64 // lowered by crashes; +Inf until one
+	kvHigh float64
+	pinN   int // samples in a row KV usage must hold above kvHigh
+
+	slowStart bool
+	pinned    int // consecutive samples above kvHigh
+	cooldown  int
+	// TTFT averages in seconds, short and long run, and samples seen.
+	ttftShort, ttftLong float64
+	ttftN               int
+	goodAvg   float64 // tokens/s, running average
+	// The last raise, to see whether it bought goodput.
+	raisedFrom, raisedGood float64
+	flat, plateau          int
+	crashes                int
+
+	last Decision
+}
+
+// New returns a controller at b.Initial (clamped into the bounds).
+func New(b Bounds, p Params, now time.Time) *Controller {
+	b.Min = max(b.Min, 1)
+	if b.Max > 0 && b.Max < b.Min {
+		b.Max = b.Min
+	}
+	c := &Controller{p: p, b: b, ceil: math.Inf(1), kvHigh: p.KVHigh, pinN: max(p.KVPinned, 1), slowStart: true}
+	c.limit = c.clamp(float64(b.Initial))
+	c.last = Decision{Time: now, From: c.Limit(), To: c.Limit(), Action: Start, Reason: fmt.Sprintf("initial limit %d", c.Limit())}
+	return c
+}
+
+// Limit is the current limit.
+func (c *Controller) Limit() int { return int(math.Floor(c.limit)) }
+
+// Ceiling is the cap set by crashes, 0 when there is none.
+func (c *Controller) Ceiling() int {
+	if math.IsInf(c.ceil, 1) {
+		return 0
+	}
+	return int(c.ceil)
+}
+
+// Last is the latest decision.
+func (c *Controller) Last() Decision { return c.last }
+
+func (c *Controller) clamp(v float64) float64 {
+	v = math.Min(v, c.ceil)
+	if c.b.Max > 0 {
+		v = math.Min(v, float64(c.b.Max))
+	}
+	return math.Max(v, float64(c.b.Min))
+}
+
+// Update feeds one interval's sample and returns the decision it led to.
+func (c *Controller) Update(s Sample) Decision {
+	from := c.Limit()
+	ev := evidence{}
+	action, reason := c.decide(s, &ev)
+	d := Decision{Time: s.Time, From: from, To: c.Limit(), Action: action, Reason: reason + ev.String()}
+	if d.To == d.From && action != Hold && action != BackOff {
+		d.Action = Hold // a raise or cut the bounds swallowed
+	}
+	c.last = d
+	return d
+}
+
+func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
+	p := c.p
+	running := math.Max(s.Running, 0)
+	qLow := math.Max(p.QueueLowMin, p.QueueLow*running)
+	qHigh := math.Max(p.QueueHighMin, p.QueueHigh*running)
+	if s.Queued >= 0 {
+		ev.add("queue %.0f (band %.0f-%.0f)", s.Queued, qLow, qHigh)
+	}
+	if s.KVUsage >= 0 {
+		ev.add("kv %.2f", s.KVUsage)
+	}
+	if s.Retractions > 0 {
+		ev.add("retracted %.0f", s.Retractions)
+	}
+	if s.Errors > 0 {
+		ev.add("%d errors", s.Errors)
+	}
+	ev.add("in flight %d/%d", s.InFlight, c.Limit())
+
+	// TTFT: short- against long-run average, judged before this sample
+	// joins them, and only once both have history.
+	ttft := s.TTFT.Seconds()
+	spike := false
+	if ttft > 0 {
+		c.ttftN++
+		c.ttftShort = ewma(c.ttftShort, ttft, 0.5)
+		spike = c.ttftN > 3 && c.ttftShort > p.TTFTSpike*c.ttftLong
+		if spike {
+			ev.add("ttft %.2fs, long-run %.2fs", c.ttftShort, c.ttftLong)
+		}
+		c.ttftLong = ewma(c.ttftLong, ttft, 0.1)
+	}
+	c.plateauCheck(s.Goodput)
+	if s.Goodput >= 0 {
+		c.goodAvg = ewma(c.goodAvg, s.Goodput, 0.5)
+	}
+	if s.KVUsage >= c.kvHigh {
+		c.pinned++
+	} else {
+		c.pinned = 0
+	}
+	// A cut takes effect as requests finish; until the lane is back
+	// within its limit another cut would only count the same pressure twice.
+	settled := s.InFlight <= c.Limit()
+
+	// Pressure: multiplicative decrease, as AIMD does on loss.
+	burst := s.Retractions >= math.Max(p.RetractBurstMin, p.RetractBurst*running)
+	var why string
+	switch {
+	case s.Errors > 0:
+		why = "errors from the server"
+	case burst:
+		why = "retraction burst"
+	case c.pinned >= c.pinN:
+		why = fmt.Sprintf("KV usage at or above %.2f for %d samples", c.kvHigh, c.pinned)
+	case spike && s.Queued < 0:
+		// With a queue gauge the queue itself says more than its wait.
+		why = "time to first token rising"
+	}
+	if why != "" {
+		if !settled {
+			return Hold, why + ", waiting for the last cut to take effect"
+		}
+		return c.backOff(why)
+	}
+
+	// The server's own queue, measured rather than inferred as Vegas does
+	// from RTTs: too long, take the excess (this lane's share of it) off
+	// what is in flight now.
+	share := 1.0
+	if s.EndpointInFlight > 0 {
+		share = float64(s.InFlight) / float64(s.EndpointInFlight)
+	}
+	if s.Queued > qHigh {
+		c.slowStart = false
+		if !settled {
+			return Hold, "queue above the band, waiting for the last cut to take effect"
+		}
+		target := (qLow + qHigh) / 2
+		want := float64(s.InFlight) - math.Max(share*(s.Queued-target), 1)
+		c.limit = c.clamp(math.Max(math.Min(c.limit, want), c.limit*0.7))
+		c.cooldown = max(c.cooldown, 1)
+		return BackOff, "queue above the band"
+	}
+	if c.cooldown > 0 {
+		c.cooldown--
+		return Hold, "cooling down after a back-off"
+	}
+	if c.plateau > 0 {
+		c.plateau--
+		return Hold, "goodput stopped rising with the limit"
+	}
+	roomy := s.Queued >= 0 && s.Queued <= qLow
+	if s.Queued < 0 {
+		// No queue gauge: a calm time to first token is the room signal.
+		roomy = ttft > 0 && !spike
+	}
+	used := float64(max(s.Peak, s.InFlight)) >= math.Max(c.limit-math.Max(1, 0.1*c.limit), 1)
+	switch {
+	case !roomy:
+		c.slowStart = false
+		return Hold, "queue in the band"
+	case !used:
+		return Hold, "limit not in use"
+	}
+	// A limit cut below what runs without a queue was cut too deep.
+	c.limit = math.Max(c.limit, c.clamp(float64(s.InFlight)))
+	c.raisedFrom, c.raisedGood = c.limit, c.goodAvg
+	switch {
+	case c.slowStart:
+		c.limit = c.clamp(c.limit * 2)
+		return Raise, "slow start"
+	case s.Queued == 0 && s.KVUsage >= 0 && s.KVUsage < p.RoomKV && c.kvHigh >= p.KVHigh:
+		c.limit = c.clamp(c.limit * (1 + p.FastGrowth))
+		return Raise, "empty queue, KV room"
+	case s.Queued == 0 && c.kvHigh >= p.KVHigh:
+		c.limit = c.clamp(c.limit * (1 + p.EmptyGrowth))
+		return Raise, "empty queue"
+	default:
+		c.limit = c.clamp(c.limit + math.Max(1, p.Growth*c.limit))
+		return Raise, "room at the server"
+	}
+}
+
+// plateauCheck compares the goodput of the interval after a raise with
+// the goodput before it. Only raises of at least a fifth are judged (a
+// few percent drowns in noise); two flat ones in a row start a hold.
+func (c *Controller) plateauCheck(good float64) {
+	if c.raisedFrom <= 0 {
+		return
+	}
+	rel := c.limit/c.raisedFrom - 1
+	gain := good/c.raisedGood - 1
+	c.raisedFrom = 0
+	if rel < 0.2 || good < 0 || c.raisedGood <= 0 {
+		return
+	}
+	if gain < c.p.Plateau*rel {
+		c.flat++
+	} else {
+		c.flat = 0
+	}
+	if c.flat >= 2 {
+		c.flat = 0
+		c.plateau = c.p.PlateauHold
+		c.slowStart = false
+	}
+}
+
+func (c *Controller) backOff(why string) (Action, string) {
+	c.slowStart = false
+	c.limit = c.clamp(c.limit * c.p.BackOff)
+	c.cooldown = c.p.Cooldown
+	return BackOff, why
+}
+
+// Crashed records that the endpoint crashed under pressure (an out-of-memory
+// crash after KV usage stayed high): the ceiling drops to CrashCeiling times
+// the lane's limit or its recent use, whichever is lower, and KV usage above
+// CrashKV backs off at once from now on. inFlight is the lane's peak in the
+// last interval before the crash; why is the evidence.
+func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
+	from := c.Limit()
+	base := c.limit
+	if inFlight > 0 {
+		base = math.Min(base, float64(inFlight))
+	}
+	c.crashes++
+	c.ceil = math.Max(math.Floor(c.p.CrashCeiling*base), float64(c.b.Min))
+	c.limit = c.clamp(c.limit)
+	c.kvHigh = math.Min(c.kvHigh, c.p.CrashKV)
+	c.pinN = 1
+	c.slowStart = false
+	c.cooldown = c.p.Cooldown
+	c.last = Decision{Time: now, From: from, To: c.Limit(), Action: Ceiling,
+		Reason: fmt.Sprintf("crash %d under pressure (%s): ceiling %d, back off above KV usage %.2f", c.crashes, why, c.Ceiling(), c.kvHigh)}
+	return c.last
+}
+
+// Rescale follows a change of the endpoint's KV pool (a server restarted
+// with another size): the limit and ceiling scale with it.
+func (c *Controller) Rescale(now time.Time, oldTokens, newTokens float64) Decision {
+	if oldTokens <= 0 || newTokens <= 0 || oldTokens == newTokens {
+		return c.last
+	}
+	from := c.Limit()
+	f := newTokens / oldTokens
+	if !math.IsInf(c.ceil, 1) {
+		c.ceil = math.Max(math.Floor(c.ceil*f), float64(c.b.Min))
+	}
+	c.limit = c.clamp(c.limit * f)
+	act := Raise
+	if f < 1 {
+		act = BackOff
+	}
+	c.last = Decision{Time: now, From: from, To: c.Limit(), Action: act,
+		Reason: fmt.Sprintf("KV pool changed from %.0f to %.0f tokens", oldTokens, newTokens)}
+	return c.last
+}
+
+func ewma(avg, v, a float64) float64 {
+	if avg == 0 {
+		return v
+	}
+	return a*v + (1-a)*avg
+}
+
+// evidence collects the figures a decision rests on.
+type evidence struct{ parts []string }
+
+func (e *evidence) add(format string, args ...any) { e.parts = append(e.parts, fmt.Sprintf(format, args...)) }
+
+func (e evidence) String() string {
+	if len(e.parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(e.parts, ", ") + ")"
+}
