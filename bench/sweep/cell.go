@@ -21,14 +21,15 @@ import (
 
 // env is what every cell shares.
 type env struct {
-	dir       string // scratch directory
-	prompts   string // the prompts file
-	samples   int
-	speed     float64
-	probe     time.Duration // monitor.probe_every, real time
-	regenBin  string        // for supervised servers
-	verbose   bool
-	logWriter io.Writer
+	dir            string // scratch directory
+	prompts        string // the prompts file
+	samples        int
+	speed          float64
+	probe          time.Duration // monitor.probe_every, real time
+	regenBin       string        // for supervised servers
+	streamInterval int
+	verbose        bool
+	logWriter      io.Writer
 }
 
 // result is one cell's measurement.
@@ -80,7 +81,7 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 			return result{}, err
 		}
 		urls = []string{fmt.Sprintf("http://127.0.0.1:%d", port)}
-		serverYAML = fmt.Sprintf("server:\n  engine: sim\n  port: %d\n  ready_timeout: 2m\n  hang_timeout: 60s\n  restart: {max: 20, window: 24h, backoff: %s}\n", port, restartBackoff(e.speed))
+		serverYAML = fmt.Sprintf("server:\n  engine: sim\n  port: %d\n  ready_timeout: 2m\n  hang_timeout: 60s\n  restart: {max: 10, window: %s, backoff: %s}\n", port, simDuration(30*time.Minute, e.speed), simDuration(30*time.Second, e.speed))
 		if w.Supervised {
 			serverYAML += fmt.Sprintf("  command: [%q, sim]\n", e.regenBin)
 		}
@@ -141,7 +142,7 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 
 	logger := slog.New(slog.DiscardHandler)
 	if e.verbose {
-		logger = slog.New(slog.NewTextHandler(e.logWriter, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		logger = slog.New(slog.NewTextHandler(e.logWriter, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
 	}
 	t0 := time.Now()
 	_, runErr := runner.Run(ctx, runner.Options{Spec: spec, Store: st, Out: io.Discard, Logger: logger, NoExport: true, ProgressEvery: time.Hour})
@@ -202,6 +203,16 @@ func simKnobs(e env, w workload, sv server) map[string]any {
 		"seed":         1,
 		"load_time":    "60s", // a relaunch reloads weights: a minute of simulated time
 		"warmup_time":  "5s",
+		// Tokens reach each stream 16 at a time (SGLang's --stream-interval):
+		// a sixteenth of the wake-ups and writes, and so of the CPU that
+		// otherwise makes a shared machine the bottleneck.
+		"stream_interval": e.streamInterval,
+	}
+	switch {
+	case w.Truncate < 0:
+		m["truncate_fraction"] = 0
+	case w.Truncate > 0:
+		m["truncate_fraction"] = w.Truncate
 	}
 	for k, v := range sv.Sim {
 		m[k] = v
@@ -209,9 +220,12 @@ func simKnobs(e env, w workload, sv server) map[string]any {
 	return m
 }
 
-// restartBackoff is a restart delay of 30 simulated seconds.
-func restartBackoff(speed float64) string {
-	return (time.Duration(float64(30*time.Second) / speed)).Round(time.Millisecond).String()
+// simDuration is the real duration of d simulated, for job options that
+// are real time (the restart policy): a restart waits 30 simulated seconds
+// (doubling while failures repeat) and failures are counted over 30
+// simulated minutes, as the defaults do on a real server.
+func simDuration(d time.Duration, speed float64) string {
+	return (time.Duration(float64(d) / speed)).Round(time.Millisecond).String()
 }
 
 func yamlMap(m map[string]any, indent string) string {

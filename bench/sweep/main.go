@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -32,15 +33,35 @@ func main() {
 	grid := flag.String("grid", "", "fixed settings to run instead of each workload's grid, e.g. 32/8,150/32 (\"none\" = auto only)")
 	noAuto := flag.Bool("no-auto", false, "skip the auto cell")
 	repeat := flag.Int("repeat", 1, "runs per setting; the table shows the mean and the range")
+	crashAbove := flag.Float64("crash-kv-above", 0, "override the crash workload's KV usage threshold")
+	crashFor := flag.Duration("crash-kv-for", 0, "override how long (simulated) KV usage must stay above it")
+	streamInterval := flag.Int("stream-interval", 16, "simulator tokens per stream hand-over (SGLang's --stream-interval)")
 	verbose := flag.Bool("v", false, "log the runner's info lines to stderr")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole sweep to this file")
 	flag.Parse()
-	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1)); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if *crashAbove > 0 || *crashFor > 0 {
+		crashOverride = map[string]any{}
+		if *crashAbove > 0 {
+			crashOverride["crash_kv_above"] = *crashAbove
+		}
+		if *crashFor > 0 {
+			crashOverride["crash_kv_for"] = crashFor.String()
+		}
+	}
+	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1), *streamInterval); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(names string, samples int, speed float64, probe time.Duration, grid string, withAuto, verbose bool, repeat int) error {
+func run(names string, samples int, speed float64, probe time.Duration, grid string, withAuto, verbose bool, repeat, streamInterval int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var selected []workload
@@ -66,7 +87,7 @@ func run(names string, samples int, speed float64, probe time.Duration, grid str
 	}
 	defer os.RemoveAll(dir)
 	e := env{dir: dir, prompts: filepath.Join(dir, "prompts.jsonl"), samples: samples, speed: speed,
-		probe: (time.Duration(float64(probe) / speed)).Round(time.Millisecond), verbose: verbose, logWriter: os.Stderr}
+		probe: (time.Duration(float64(probe) / speed)).Round(time.Millisecond), verbose: verbose, logWriter: os.Stderr, streamInterval: streamInterval}
 	if err := writePrompts(e.prompts, samples, 1); err != nil {
 		return err
 	}

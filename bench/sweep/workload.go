@@ -25,7 +25,12 @@ type workload struct {
 	Servers     []server
 	OutputMean  int     // simulator's mean output tokens (lognormal)
 	OutputSigma float64 // its sigma
-	Grid        []setting
+	// Truncate is the share of requests that run to max_tokens (the
+	// simulator's truncate_fraction: 0.02 by default, like a model that
+	// sometimes loops); with short outputs a truncated request's chain
+	// (10,240 tokens, escalated, 16,384 more) would be most of the job.
+	Truncate float64
+	Grid     []setting
 	// Supervised runs the single server as a regen-launched process (the
 	// supervisor, its log watcher and restarts) instead of in-process.
 	Supervised bool
@@ -57,14 +62,21 @@ const (
 
 var fixedGrid = []setting{{32, 8}, {64, 16}, {100, 20}, {150, 32}, {300, 64}}
 
+// crashOverride replaces knobs of the crash workload's fault (-crash-kv-above, -crash-kv-for).
+var crashOverride map[string]any
+
 func workloads() []workload {
+	crash := map[string]any{"crash_kv_above": 0.97, "crash_kv_for": "20s", "crash_error": "oom"}
+	for k, v := range crashOverride {
+		crash[k] = v
+	}
 	return []workload{
 		{Name: "kv231k", About: "one server, KV pool 231,120 tokens (Kimi-K2.5 on 8 x RTX PRO 6000), outputs mean 2,500",
 			Servers: []server{{KVTokens: 231120}}, OutputMean: 2500, OutputSigma: 0.8, Grid: fixedGrid},
 		{Name: "kv116k", About: "one server, KV pool 116,171 tokens (half the memory for KV), outputs mean 2,500",
 			Servers: []server{{KVTokens: 116171}}, OutputMean: 2500, OutputSigma: 0.8, Grid: fixedGrid},
-		{Name: "short", About: "one server, KV pool 231,120 tokens, short outputs (mean 300)",
-			Servers: []server{{KVTokens: 231120}}, OutputMean: 300, OutputSigma: 0.8,
+		{Name: "short", About: "one server, KV pool 231,120 tokens, short outputs (mean 300, none truncated)",
+			Servers: []server{{KVTokens: 231120}}, OutputMean: 300, OutputSigma: 0.8, Truncate: -1,
 			Grid: []setting{{32, 8}, {64, 16}, {150, 32}, {300, 64}, {600, 128}}},
 		{Name: "kv58k", About: "one server, KV pool 58,000 tokens, outputs mean 2,500 (the small half of the pair)",
 			Servers: []server{{KVTokens: 58000}}, OutputMean: 2500, OutputSigma: 0.8, Grid: []setting{{32, 8}, {64, 16}, {150, 32}}},
@@ -72,7 +84,7 @@ func workloads() []workload {
 			Servers: []server{{KVTokens: 231120}, {KVTokens: 58000}}, OutputMean: 2500, OutputSigma: 0.8,
 			Grid: []setting{{150, 32}, {300, 64}}},
 		{Name: "crash", About: "one supervised server, KV pool 231,120 tokens, crashes (CUDA OOM) when KV usage stays high",
-			Servers:    []server{{KVTokens: 231120, Sim: map[string]any{"crash_kv_above": 0.98, "crash_kv_for": "20s", "crash_error": "oom"}}},
+			Servers:    []server{{KVTokens: 231120, Sim: crash}},
 			OutputMean: 2500, OutputSigma: 0.8, Grid: fixedGrid, Supervised: true},
 	}
 }

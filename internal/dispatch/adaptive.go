@@ -35,9 +35,12 @@ type load struct {
 	ttftSum  time.Duration
 	ttftN    int
 	errs     int
-	// The retraction counter at the last observation.
+	// The server's retraction and generated-token counters at the last
+	// observation.
 	retracted     float64
 	haveRetracted bool
+	genTotal      float64
+	haveGen       bool
 }
 
 // Capacity sources, for Snapshot.
@@ -112,11 +115,20 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 
 	interval := at.Sub(ld.obsAt)
 	tokens := e.tokens.Load()
+	// Goodput from the server's own counter when it has one (exact, whatever
+	// the chunking); else from the chunks streamed to us.
+	goodput := float64(tokens-ld.tokensAt) / interval.Seconds()
+	if m.Present.Has(engine.FieldGenerationTokensTotal) {
+		if ld.haveGen && m.GenerationTokensTotal >= ld.genTotal {
+			goodput = (m.GenerationTokensTotal - ld.genTotal) / interval.Seconds()
+		}
+		ld.genTotal, ld.haveGen = m.GenerationTokensTotal, true
+	}
 	if !e.paused && !ld.obsAt.IsZero() && interval > 0 {
 		s := limit.Sample{
 			Time:             at,
 			EndpointInFlight: e.inflight,
-			Goodput:          float64(tokens-ld.tokensAt) / interval.Seconds(),
+			Goodput:          goodput,
 			Errors:           ld.errs,
 			Running:          metric(m, engine.FieldRunning, m.Running),
 			Queued:           metric(m, engine.FieldQueued, m.Queued),

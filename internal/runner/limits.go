@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
@@ -22,6 +23,16 @@ func autoConns(a job.Auto) int {
 // observe hands a probe to the dispatcher's adaptive limits and logs what
 // they decided.
 func (r *runState) observe(url string, snap probe.Snapshot) {
+	if r.o.Logger.Enabled(context.Background(), slog.LevelDebug-4) {
+		m := snap.Metrics
+		var infl int
+		for _, e := range r.disp.Snapshot().Endpoints {
+			if e.URL == url {
+				infl = e.InFlight
+			}
+		}
+		r.o.Logger.Log(context.Background(), slog.LevelDebug-4, "probe", "endpoint", url, "in_flight", infl, "running", m.Running, "queued", m.Queued, "kv", m.TokenUsage, "retracted", m.RetractionsTotal)
+	}
 	for _, d := range r.disp.Observe(url, snap.Metrics, snap.Time) {
 		if d.To != d.From {
 			r.o.Logger.Debug("limit", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "action", d.Action, "reason", d.Reason)
@@ -34,7 +45,7 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 // the alert history say why the limit fell.
 func (r *runState) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
 	for _, d := range r.disp.NoteCrash(st.URL, st.Cause, st.Since) {
-		r.o.Logger.Warn("limit ceiling", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "reason", d.Reason)
+		r.o.Logger.Warn("crash under pressure", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "decision", d.Action, "reason", d.Reason)
 		r.event(ctx, store.Event{Kind: "endpoint_limit", Subject: st.URL, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
 	}
 }

@@ -44,6 +44,7 @@ type Config struct {
 	ClipMaxNewTokens         int     // max_tokens considered at admission
 	RetractDecodeSteps       int     // room kept per request after a retraction
 	DecodeLogInterval        int     // decode steps between Decode batch lines and gauge updates
+	StreamInterval           int     // tokens per streamed chunk (SGLang --stream-interval; 0 or 1 = every token)
 	VLLMLogInterval          time.Duration
 
 	BytesPerToken     float64 // prompt token estimate = bytes / this
@@ -163,6 +164,7 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.ClipMaxNewTokens, "clip-max-new-tokens", c.ClipMaxNewTokens, "max_tokens considered when reserving at admission")
 	fs.IntVar(&c.RetractDecodeSteps, "retract-decode-steps", c.RetractDecodeSteps, "free tokens per running request kept after a retraction")
 	fs.IntVar(&c.DecodeLogInterval, "decode-log-interval", c.DecodeLogInterval, "decode steps between Decode batch lines and gauge updates")
+	fs.IntVar(&c.StreamInterval, "stream-interval", c.StreamInterval, "tokens per streamed chunk, as SGLang's flag: the stream gets a chunk with this many tokens' text (fewer at a change of part or at the end)")
 	durationVar(fs, &c.VLLMLogInterval, "vllm-log-interval", "interval of vLLM's throughput log line")
 	fs.Float64Var(&c.BytesPerToken, "bytes-per-token", c.BytesPerToken, "prompt token estimate: message bytes divided by this")
 	fs.IntVar(&c.OutputMean, "output-mean", c.OutputMean, "mean output length in tokens (lognormal, capped at max_tokens)")

@@ -290,6 +290,64 @@ func (e *encoder) toolArgs(i int) string {
 	return w
 }
 
+// tokens appends one chunk carrying tokens from..to-1, which must all be
+// of one part and, for a tool call, not start it unless from does (SGLang
+// with --stream-interval N sends N tokens' text per chunk).
+func (e *encoder) tokens(b []byte, from, to int) []byte {
+	if to-from == 1 {
+		return e.token(b, from)
+	}
+	b = append(b, e.base...)
+	text := func(b []byte) []byte {
+		for i := from; i < to; i++ {
+			if e.part(i) == 2 {
+				b = append(b, e.toolArgs(i)...)
+			} else {
+				b = append(b, tokenText(e.seed, i)...)
+			}
+		}
+		return b
+	}
+	if !e.chat {
+		b = append(b, `"choices":[{"index":0,"text":"`...)
+		b = text(b)
+		return append(b, `"`+chunkTail...)
+	}
+	switch e.part(from) {
+	case 2:
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,"tool_calls":[{`...)
+		if from == e.plan.toolStart {
+			b = append(b, `"id":"`+e.callID+`","index":0,"type":"function","function":{"name":`...)
+			b = append(b, e.toolName...)
+			b = append(b, `,"arguments":"`...)
+		} else {
+			b = append(b, `"index":0,"function":{"arguments":"`...)
+		}
+		b = text(b)
+		b = append(b, `"}}]}`...)
+	case 1:
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":"`...)
+		b = text(b)
+		b = append(b, `","tool_calls":null}`...)
+	default:
+		b = append(b, `"choices":[{"index":0,"delta":{"role":null,"content":"`...)
+		b = text(b)
+		b = append(b, `","reasoning_content":null,"tool_calls":null}`...)
+	}
+	return append(b, chunkTail...)
+}
+
+// runEnd is where a chunk starting at token from may end (exclusive), at
+// most n: it stops before a change of part, the tool call's start, a
+// fault's token, and after max tokens.
+func (e *encoder) runEnd(from, n, max int, fl reqFaults) int {
+	end := from + 1
+	for end < n && end-from < max && e.part(end) == e.part(from) && end != e.plan.toolStart && end != fl.resetAt && end != fl.malformedAt {
+		end++
+	}
+	return end
+}
+
 func (e *encoder) token(b []byte, i int) []byte {
 	b = append(b, e.base...)
 	if !e.chat {
@@ -410,8 +468,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, en
 				buf = append(buf, `"choices":[{"index":0,"delta":{"content":" trunc`+"\n\n"...)
 				fl.malformedAt = -1
 			}
-			buf = enc.token(buf, sent)
-			sent++
+			end := enc.runEnd(sent, n, max(s.cfg.StreamInterval, 1), fl)
+			buf = enc.tokens(buf, sent, end)
+			sent = end
 		}
 		if fl.resetAt >= 0 && (sent == fl.resetAt || done) {
 			w.Write(buf)

@@ -36,7 +36,7 @@ type request struct {
 
 	// scheduler-owned
 	gen       int // generated tokens whose KV is held (lost on retraction)
-	emitted   int // tokens published to the client
+	emitted   int // tokens generated for the client (counted once, even after a retraction)
 	admitted  bool
 	retracts  int
 	queuedSim time.Duration
@@ -429,6 +429,11 @@ func (sc *scheduler) emit(r *request) {
 		sc.vllmGen += n
 		add(sc.m.genTokens, float64(n))
 	}
+	// The stream gets tokens every StreamInterval tokens, as SGLang's
+	// --stream-interval batches them; finish hands over the rest.
+	if iv := sc.cfg.StreamInterval; iv > 1 && r.emitted-int(r.avail.Load()) < iv {
+		return
+	}
 	r.avail.Store(int64(r.emitted))
 	r.wake()
 }
@@ -437,6 +442,7 @@ func (sc *scheduler) finish(r *request, reason string) {
 	sc.used -= r.prompt + r.gen
 	r.gen = 0
 	r.finishReason = reason
+	r.avail.Store(int64(r.emitted))
 	r.done.Store(true)
 	r.wake()
 	if r.kind == kindProbe {

@@ -139,7 +139,7 @@ type Controller struct {
 	// TTFT averages in seconds, short and long run, and samples seen.
 	ttftShort, ttftLong float64
 	ttftN               int
-	goodAvg   float64 // tokens/s, running average
+	goodAvg             float64 // tokens/s, running average
 	// The last raise, to see whether it bought goodput.
 	raisedFrom, raisedGood float64
 	flat, plateau          int
@@ -405,7 +405,9 @@ func ewma(avg, v, a float64) float64 {
 // evidence collects the figures a decision rests on.
 type evidence struct{ parts []string }
 
-func (e *evidence) add(format string, args ...any) { e.parts = append(e.parts, fmt.Sprintf(format, args...)) }
+func (e *evidence) add(format string, args ...any) {
+	e.parts = append(e.parts, fmt.Sprintf(format, args...))
+}
 
 func (e evidence) String() string {
 	if len(e.parts) == 0 {

@@ -1,0 +1,256 @@
+package dispatch
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/regen-dev/regen/internal/dispatch/limit"
+	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+const allMetrics = engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldRetractionsTotal | engine.FieldMaxTotalTokens
+
+// slotServer is a fake server that decodes slots requests at once and
+// queues the rest, each request taking work once running; metrics
+// describes it the way a probe would.
+type slotServer struct {
+	slots int
+	work  time.Duration
+	sem   chan struct{}
+
+	mu              sync.Mutex
+	inFlight, peak  int
+	served          int
+	queued, running int
+}
+
+func newSlotServer(slots int, work time.Duration) *slotServer {
+	return &slotServer{slots: slots, work: work, sem: make(chan struct{}, slots)}
+}
+
+func (s *slotServer) script() script {
+	return func(ctx context.Context, c call1) (llm.Result, error) {
+		s.mu.Lock()
+		s.inFlight++
+		s.peak = max(s.peak, s.inFlight)
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.inFlight--
+			s.mu.Unlock()
+		}()
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			return llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "cancelled", Err: ctx.Err()}
+		}
+		defer func() { <-s.sem }()
+		res, err := generate(ctx, c, s.work, "stop")
+		s.mu.Lock()
+		s.served++
+		s.mu.Unlock()
+		return res, err
+	}
+}
+
+func (s *slotServer) metrics() engine.Metrics {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	running := math.Min(float64(s.inFlight), float64(s.slots))
+	return engine.Metrics{Running: running, Queued: float64(s.inFlight) - running, TokenUsage: 0.9 * running / float64(s.slots),
+		MaxTotalTokens: float64(s.slots) * 1000, Present: allMetrics}
+}
+
+// Two servers of 40 and 10 slots behind one auto lane that starts at 4:
+// each endpoint's own limit settles with a queue in its band, and the work
+// divides by size. Everything runs on the bubble's clock.
+func TestAutoLimitPerEndpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.add("short", "s", 3000)
+		big, small := newSlotServer(40, 10*time.Second), newSlotServer(10, 10*time.Second)
+		tr := newTracker()
+		eps, fakes := fleet(tr, nil, "http://big", "http://small")
+		fakes["http://big"].setScript(big.script())
+		fakes["http://small"].setScript(small.script())
+		cfg := baseConfig(st, eps)
+		cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 100}}
+		d := mustNew(t, cfg)
+
+		ctx, stop := context.WithCancel(t.Context())
+		probes := make(chan struct{})
+		var limits sync.Map // url -> last limit seen
+		go func() {
+			defer close(probes)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(5 * time.Second):
+				}
+				for url, s := range map[string]*slotServer{"http://big": big, "http://small": small} {
+					for _, dec := range d.Observe(url, s.metrics(), time.Now()) {
+						limits.Store(url, dec.To)
+					}
+				}
+			}
+		}()
+		if err := d.Run(ctx); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		stop()
+		<-probes
+
+		if got := st.states()[store.Done]; got != 3000 {
+			t.Fatalf("done %d of 3000", got)
+		}
+		for url, s := range map[string]*slotServer{"http://big": big, "http://small": small} {
+			v, _ := limits.Load(url)
+			l := v.(int)
+			t.Logf("%s final limit %d", url, l)
+			// 0.5 to 1.5 times the slots queued, give or take the last step.
+			if l < s.slots*3/2-2 || l > s.slots*5/2+2 {
+				t.Errorf("%s (%d slots): final limit %d, want a queue of 0.5-1.5 x slots", url, s.slots, l)
+			}
+		}
+		share := float64(big.served) / float64(big.served+small.served)
+		t.Logf("served big %d small %d; peaks %d %d", big.served, small.served, big.peak, small.peak)
+		if share < 0.72 || share > 0.88 {
+			t.Errorf("big server served %d, small %d: share %.2f, want about 0.8 (40 of 50 slots)", big.served, small.served, share)
+		}
+		snap := d.Snapshot()
+		for _, e := range snap.Endpoints {
+			if e.KVTokens == 0 || e.KVTokensSource != CapacityServer || len(e.Lanes) != 1 || !e.Lanes[0].Auto || e.Lanes[0].Decision == nil {
+				t.Errorf("snapshot of %s: kv %v from %q, lanes %+v: want the pool, the limit and its last decision", e.URL, e.KVTokens, e.KVTokensSource, e.Lanes)
+			}
+		}
+		if !snap.Lanes[0].Auto {
+			t.Errorf("lane stats %+v: want auto", snap.Lanes[0])
+		}
+	})
+}
+
+// Token-aware balancing: with both pools known, requests of the same size
+// divide as the pools do, whatever the request counts; with a pool unknown,
+// by requests in flight as before.
+func TestPickByTokens(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://big", "http://small")
+	d := mustNew(t, baseConfig(newFakeStore(), eps))
+	now := time.Unix(1000, 0)
+	d.SetCapacity("http://big", 200000, CapacityJob)
+	d.SetCapacity("http://small", 50000, CapacityJob)
+	picks := map[string]int{}
+	for range 100 {
+		d.mu.Lock()
+		e, _ := d.pickLocked(now, d.lanes[0], 2000)
+		cl := &call{ep: e, lane: 0, est: 2000}
+		e.calls[cl] = struct{}{}
+		d.acquireLocked(cl, now)
+		d.mu.Unlock()
+		picks[e.url]++
+	}
+	if picks["http://big"] != 80 || picks["http://small"] != 20 {
+		t.Errorf("picks %v, want 80 big and 20 small (pools 200k and 50k)", picks)
+	}
+	snap := d.Snapshot()
+	if snap.Endpoints[0].CommittedTokens != 160000 || snap.Endpoints[0].KVTokensSource != CapacityJob {
+		t.Errorf("big endpoint committed %v from %q, want 160000 tokens from the job", snap.Endpoints[0].CommittedTokens, snap.Endpoints[0].KVTokensSource)
+	}
+
+	// A server's own figure replaces the job's; an unknown pool falls back to counts.
+	d.Observe("http://big", engine.Metrics{MaxTotalTokens: 100000, Present: engine.FieldMaxTotalTokens}, now)
+	if s := d.Snapshot().Endpoints[0]; s.KVTokens != 100000 || s.KVTokensSource != CapacityServer {
+		t.Errorf("after a probe: pool %v from %q, want 100000 from the server", s.KVTokens, s.KVTokensSource)
+	}
+	d.SetCapacity("http://big", 300000, CapacityJob)
+	if s := d.Snapshot().Endpoints[0]; s.KVTokens != 100000 {
+		t.Errorf("the job's figure replaced the server's: %v", s.KVTokens)
+	}
+	eps2, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
+	d2 := mustNew(t, baseConfig(newFakeStore(), eps2))
+	d2.SetCapacity("http://a", 200000, CapacityJob)
+	d2.mu.Lock()
+	d2.epByURL["http://b"].inflight = 3
+	d2.epByURL["http://a"].inflight = 5
+	e, _ := d2.pickLocked(now, d2.lanes[0], 1000)
+	d2.mu.Unlock()
+	if e.url != "http://b" {
+		t.Errorf("with b's pool unknown: picked %s, want b (fewer in flight)", e.url)
+	}
+}
+
+// observeKV feeds n probes with KV usage kv, 5 s apart.
+func observeKV(d *Dispatcher, url string, kv float64, n int, at *time.Time) {
+	for range n {
+		*at = at.Add(5 * time.Second)
+		d.Observe(url, engine.Metrics{TokenUsage: kv, Running: 50, Queued: 10, Present: engine.FieldTokenUsage | engine.FieldRunning | engine.FieldQueued}, *at)
+	}
+}
+
+func TestNoteCrash(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 64}, MaxTokens: 100}, {Name: "long", Concurrency: 16, MaxTokens: 1000}}
+	d := mustNew(t, cfg)
+	at := time.Unix(1000, 0)
+
+	observeKV(d, "http://a", 0.5, 3, &at)
+	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, at); got != nil {
+		t.Errorf("OOM with KV at 0.5: %v, want no ceiling (not a crash under pressure)", got)
+	}
+	observeKV(d, "http://a", 0.97, 3, &at)
+	if got := d.NoteCrash("http://a", engine.CauseNCCL, at); got != nil {
+		t.Errorf("NCCL crash with KV high: %v, want no ceiling (not out of memory)", got)
+	}
+	got := d.NoteCrash("http://a", engine.CauseCUDAOOM, at)
+	if len(got) != 2 {
+		t.Fatalf("OOM with KV high: %v, want a decision per lane", got)
+	}
+	if a := got[0]; a.Lane != "short" || a.Action != limit.Ceiling || a.To != 48 ||
+		!strings.Contains(a.Reason, "cuda_oom with KV usage 0.97, 0.97, 0.97 over the last probes") {
+		t.Errorf("auto lane: %+v, want a ceiling of 48 (0.75 x 64) with the evidence", a)
+	}
+	if f := got[1]; f.Lane != "long" || f.Action != limit.Hold || f.To != 16 || !strings.Contains(f.Reason, "concurrency: auto would lower it") {
+		t.Errorf("fixed lane: %+v, want its limit kept and the advice", f)
+	}
+	s := d.Snapshot().Endpoints[0].Lanes[0]
+	if s.Ceiling != 48 || s.Limit != 48 || s.Decision == nil || s.Decision.Action != limit.Ceiling {
+		t.Errorf("snapshot after the crash: %+v, want limit and ceiling 48 and the ceiling decision", s)
+	}
+}
+
+// A paused endpoint's probes make no decisions, and its first interval after
+// resuming starts afresh; a restarted server's counters start again.
+func TestObservePausedAndRestarted(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 8}, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	at := time.Unix(1000, 0)
+	m := engine.Metrics{Running: 2, Queued: 0, RetractionsTotal: 40, Present: engine.FieldRunning | engine.FieldQueued | engine.FieldRetractionsTotal}
+	d.Observe("http://a", m, at)
+	d.Pause("http://a", "down")
+	at = at.Add(5 * time.Second)
+	if got := d.Observe("http://a", m, at); len(got) != 0 {
+		t.Errorf("paused: %v, want no decisions", got)
+	}
+	d.Resume("http://a")
+	at = at.Add(5 * time.Second)
+	if got := d.Observe("http://a", m, at); len(got) != 0 {
+		t.Errorf("first probe after resuming: %v, want none (a fresh interval)", got)
+	}
+	// The restarted server's counter is at 7: seven retractions, not -33.
+	m.RetractionsTotal = 7
+	at = at.Add(5 * time.Second)
+	got := d.Observe("http://a", m, at)
+	if len(got) != 1 || got[0].Action != limit.BackOff || !strings.Contains(got[0].Reason, "retracted 7") {
+		t.Errorf("7 retractions after a restart with 2 running: %v, want a back-off on the burst", got)
+	}
+}

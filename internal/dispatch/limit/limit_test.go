@@ -1,0 +1,302 @@
+package limit
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+const step = 5 * time.Second
+
+// toyServer is a server whose KV pool holds slots requests at once: the
+// rest queue, KV usage follows the running share of the pool, goodput the
+// running count. It stands in for the probe in closed-loop tests.
+type toyServer struct {
+	slots float64
+}
+
+func (s toyServer) sample(inFlight int) Sample {
+	running := math.Min(float64(inFlight), s.slots)
+	return Sample{
+		Time: time.Now(), InFlight: inFlight, Peak: inFlight, EndpointInFlight: inFlight,
+		Goodput: 40 * running, Running: running, Queued: math.Max(float64(inFlight)-s.slots, 0),
+		KVUsage: 0.95 * running / s.slots, TTFT: 200 * time.Millisecond,
+	}
+}
+
+// run steps c against srv every 5 s of the bubble's clock, the lane always
+// filling its limit, and returns the limits after each step.
+func run(c *Controller, srv toyServer, steps int) []int {
+	var limits []int
+	for range steps {
+		time.Sleep(step)
+		c.Update(srv.sample(c.Limit()))
+		limits = append(limits, c.Limit())
+	}
+	return limits
+}
+
+// inBand reports whether limit leaves a queue inside the controller's band
+// for a server with slots running.
+func inBand(limit int, slots float64) bool {
+	p := DefaultParams
+	q := float64(limit) - slots
+	return q >= math.Max(p.QueueLowMin, p.QueueLow*slots)-1 && q <= math.Max(p.QueueHighMin, p.QueueHigh*slots)+1
+}
+
+// From a deliberately bad initial limit, slow start finds the server's
+// size and the limit settles with a queue inside the band, then stays.
+func TestConvergesFromFour(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, start)
+		srv := toyServer{slots: 60}
+		limits := run(c, srv, 60)
+		if limits[0] != 8 || limits[1] != 16 || limits[2] != 32 {
+			t.Errorf("first limits %v, want slow start 8, 16, 32", limits[:3])
+		}
+		for i, l := range limits[20:] {
+			if !inBand(l, srv.slots) {
+				t.Errorf("step %d: limit %d leaves a queue of %d, outside the band for 60 running", 20+i, l, l-60)
+			}
+		}
+		if got := c.Last().Time.Sub(start); got != 60*step {
+			t.Errorf("last decision at %v, want %v (one per sample)", got, 60*step)
+		}
+	})
+}
+
+// The server shrinks (restarted with half the pool): the queue grows, the
+// limit follows it down into the new band, and up again when it grows back.
+func TestFollowsTheServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
+		run(c, toyServer{slots: 100}, 30)
+		if !inBand(c.Limit(), 100) {
+			t.Fatalf("limit %d not settled for 100 slots", c.Limit())
+		}
+		run(c, toyServer{slots: 40}, 30)
+		if !inBand(c.Limit(), 40) {
+			t.Errorf("after the server shrank to 40 slots the limit is %d", c.Limit())
+		}
+		run(c, toyServer{slots: 100}, 40)
+		if !inBand(c.Limit(), 100) {
+			t.Errorf("after the server grew back to 100 slots the limit is %d", c.Limit())
+		}
+	})
+}
+
+func sample(mod func(*Sample)) Sample {
+	s := Sample{Time: time.Now(), InFlight: 100, Peak: 100, EndpointInFlight: 100, Goodput: 1000,
+		Running: 60, Queued: 40, KVUsage: 0.9, TTFT: time.Second}
+	if mod != nil {
+		mod(&s)
+	}
+	return s
+}
+
+// steady returns a controller out of slow start, at limit 100.
+func steady(t *testing.T) *Controller {
+	t.Helper()
+	c := New(Bounds{Min: 1, Initial: 100}, DefaultParams, time.Now())
+	d := c.Update(sample(nil))
+	if d.Action != Hold || c.Limit() != 100 {
+		t.Fatalf("queue in the band: %v, want hold at 100", d)
+	}
+	return c
+}
+
+func TestPressureBacksOff(t *testing.T) {
+	tests := []struct {
+		name   string
+		mod    func(*Sample)
+		reason string
+	}{
+		{"retraction burst", func(s *Sample) { s.Retractions = 8 }, "retraction burst"},
+		{"errors", func(s *Sample) { s.Errors = 2 }, "errors from the server"},
+		// Without a queue gauge a rising time to first token stands for it.
+		{"ttft without a queue gauge", func(s *Sample) { s.Queued = -1; s.TTFT = 10 * time.Second }, "time to first token rising"},
+	}
+	for _, tt := range tests {
+		synctest.Test(t, func(t *testing.T) {
+			c := steady(t)
+			for range 5 { // history for the TTFT averages
+				time.Sleep(step)
+				c.Update(sample(func(s *Sample) {
+					if tt.name == "ttft without a queue gauge" {
+						s.Queued = -1
+					}
+				}))
+			}
+			from := c.Limit()
+			time.Sleep(step)
+			d := c.Update(sample(tt.mod))
+			if d.Action != BackOff || d.To != int(float64(from)*0.8) || !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("%s: %v, want back off %d -> %d for %q", tt.name, d, from, int(float64(from)*0.8), tt.reason)
+			}
+			// The next samples cool down: no raise, and no second cut before
+			// the lane is back within its new limit.
+			time.Sleep(step)
+			if d := c.Update(sample(tt.mod)); d.Action != Hold || !strings.Contains(d.Reason, "waiting for the last cut") {
+				t.Errorf("%s, still 100 in flight: %v, want hold waiting for the cut", tt.name, d)
+			}
+			time.Sleep(step)
+			if d := c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued = c.Limit(), c.Limit(), 0 })); d.Action != Hold {
+				t.Errorf("%s, cooling down: %v, want hold", tt.name, d)
+			}
+		})
+	}
+}
+
+// A TTFT spike with a queue gauge present is not a back-off: the queue
+// itself is the better evidence.
+func TestTTFTIgnoredWithQueueGauge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := steady(t)
+		for range 5 {
+			time.Sleep(step)
+			c.Update(sample(nil))
+		}
+		time.Sleep(step)
+		if d := c.Update(sample(func(s *Sample) { s.TTFT = 30 * time.Second })); d.Action == BackOff {
+			t.Errorf("TTFT spike with the queue in its band: %v, want no back-off", d)
+		}
+	})
+}
+
+func TestKVPinned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := steady(t)
+		pinned := func(s *Sample) { s.KVUsage = 0.995 }
+		for i := 1; i < DefaultParams.KVPinned; i++ {
+			time.Sleep(step)
+			if d := c.Update(sample(pinned)); d.Action == BackOff {
+				t.Fatalf("KV pinned for %d samples: %v, want no back-off yet", i, d)
+			}
+		}
+		time.Sleep(step)
+		d := c.Update(sample(pinned))
+		if d.Action != BackOff || !strings.Contains(d.Reason, "KV usage at or above 0.99 for 3 samples") || !strings.Contains(d.Reason, "kv 0.99") {
+			t.Errorf("KV pinned for 3 samples: %v, want a back-off with the evidence", d)
+		}
+	})
+}
+
+// Too long a queue is cut by the excess, once, until the cut took effect.
+func TestQueueAboveBand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := steady(t)
+		time.Sleep(step)
+		// 60 running: band 30-90; a queue of 120 is 60 over its middle.
+		d := c.Update(sample(func(s *Sample) { s.Queued = 120 }))
+		if d.Action != BackOff || d.To != 70 || !strings.Contains(d.Reason, "queue above the band (queue 120 (band 30-90)") {
+			t.Errorf("queue 120: %v, want back off 100 -> 70 with the queue as evidence", d)
+		}
+		time.Sleep(step)
+		if d := c.Update(sample(func(s *Sample) { s.Queued = 120 })); d.Action != Hold || d.To != 70 {
+			t.Errorf("queue still 120 with 100 in flight: %v, want hold at 70 until the cut takes effect", d)
+		}
+	})
+}
+
+func TestNoRaiseUnlessUsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 1, Initial: 50}, DefaultParams, time.Now())
+		time.Sleep(step)
+		d := c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued = 10, 12, 0 }))
+		if d.Action != Hold || d.To != 50 || !strings.Contains(d.Reason, "limit not in use") {
+			t.Errorf("10 of 50 in flight with room: %v, want hold", d)
+		}
+	})
+}
+
+func TestBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 8, Max: 20, Initial: 100}, DefaultParams, time.Now())
+		if c.Limit() != 20 {
+			t.Errorf("initial 100 with max 20: limit %d", c.Limit())
+		}
+		limits := run(c, toyServer{slots: 500}, 10)
+		for _, l := range limits {
+			if l > 20 {
+				t.Errorf("limit %d above max 20", l)
+			}
+		}
+		for range 20 {
+			time.Sleep(step)
+			c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Errors = c.Limit(), c.Limit(), 1 }))
+		}
+		if c.Limit() != 8 {
+			t.Errorf("after many errors: limit %d, want the min 8", c.Limit())
+		}
+	})
+}
+
+// A crash under pressure caps the limit below the load that crashed, and
+// from then on KV usage above 0.9 backs off at once.
+func TestCrashedLowersTheCeiling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := steady(t)
+		time.Sleep(step)
+		d := c.Crashed(time.Now(), 80, "cuda_oom with KV usage 0.97, 0.99")
+		if d.Action != Ceiling || d.From != 100 || d.To != 60 || c.Ceiling() != 60 ||
+			!strings.Contains(d.Reason, "crash 1 under pressure (cuda_oom with KV usage 0.97, 0.99): ceiling 60, back off above KV usage 0.90") {
+			t.Fatalf("crash with 80 in flight at limit 100: %v (ceiling %d), want ceiling 60 = 0.75 x 80", d, c.Ceiling())
+		}
+		limits := run(c, toyServer{slots: 500}, 20) // all the room in the world
+		for _, l := range limits {
+			if l > 60 {
+				t.Fatalf("limit %d above the ceiling 60", l)
+			}
+		}
+		time.Sleep(step)
+		d = c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued, s.KVUsage = c.Limit(), c.Limit(), 0, 0.91 }))
+		if d.Action != BackOff || !strings.Contains(d.Reason, "KV usage at or above 0.90 for 1 samples") {
+			t.Errorf("KV 0.91 after the crash: %v, want an immediate back-off", d)
+		}
+		// A second crash lowers it again.
+		time.Sleep(step)
+		if d := c.Crashed(time.Now(), 40, "cuda_oom"); c.Ceiling() != int(0.75*float64(min(40, d.From))) {
+			t.Errorf("second crash: %v, ceiling %d", d, c.Ceiling())
+		}
+	})
+}
+
+func TestRescale(t *testing.T) {
+	c := New(Bounds{Min: 1, Initial: 120}, DefaultParams, time.Unix(0, 0))
+	d := c.Rescale(time.Unix(5, 0), 231120, 115560)
+	if d.Action != BackOff || d.To != 60 || !strings.Contains(d.Reason, "KV pool changed from 231120 to 115560 tokens") {
+		t.Errorf("pool halved: %v, want the limit halved to 60", d)
+	}
+}
+
+// Raises that buy no goodput stop the raising for a while, even with room.
+func TestPlateauHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
+		flat := func(s *Sample) {
+			s.InFlight, s.Peak, s.EndpointInFlight, s.Queued, s.Running, s.Goodput, s.KVUsage = c.Limit(), c.Limit(), c.Limit(), 0, float64(c.Limit()), 500, 0.5
+		}
+		// 4 -> 8 -> 16 with goodput flat: the second flat raise starts the hold.
+		var d Decision
+		for range 3 {
+			time.Sleep(step)
+			d = c.Update(sample(flat))
+		}
+		if d.Action != Hold || d.To != 16 || !strings.Contains(d.Reason, "goodput stopped rising") {
+			t.Fatalf("two doublings without more goodput: %v, want a plateau hold at 16", d)
+		}
+		for range DefaultParams.PlateauHold - 1 {
+			time.Sleep(step)
+			if d := c.Update(sample(flat)); d.To != 16 {
+				t.Fatalf("during the plateau hold: %v, want 16", d)
+			}
+		}
+		time.Sleep(step)
+		if d := c.Update(sample(flat)); d.Action != Raise {
+			t.Errorf("after the hold: %v, want a new probe upwards", d)
+		}
+	})
+}
