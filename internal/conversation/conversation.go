@@ -33,7 +33,7 @@ type Turn struct {
 
 // Body is a sample's canonical content.
 type Body struct {
-	Messages []Message      `json:"messages"`
+	Messages []Message       `json:"messages"`
 	Tools    json.RawMessage `json:"tools,omitempty"`
 	Turns    []Turn          `json:"turns,omitempty"`
 }
@@ -108,7 +108,7 @@ func (p *Plan) InputBytes(k int) int {
 
 // request is what is sent for one turn.
 type request struct {
-	Messages []Message      `json:"messages"`
+	Messages []Message       `json:"messages"`
 	Tools    json.RawMessage `json:"tools,omitempty"`
 }
 
