@@ -101,7 +101,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 		case 0:
 			err = s.Complete(ctx, c.ID, "w", r)
 		case 1:
-			err = s.Reject(ctx, c.ID, "w", r, "bad")
+			err = s.Reject(ctx, c.ID, "w", r, "empty", "bad")
 		case 2:
 			err = s.Retry(ctx, c.ID, "w", time.Now().Add(time.Hour), "503")
 		case 3:
