@@ -42,7 +42,7 @@ const (
 				lane = CASE WHEN ? = '' THEN lane ELSE ? END, lease_owner = NULL, lease_until = NULL
 			WHERE id = ?`
 	heldTurnSQL = `SELECT turn FROM samples WHERE id = ? AND state = 'leased' AND lease_owner = ?`
-	releaseSQL = `UPDATE samples
+	releaseSQL  = `UPDATE samples
 			SET state = 'pending', lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 )
