@@ -167,7 +167,7 @@ func (p *Plan) build(answers []llm.Result, keepReasoning, nextInput bool) ([]Mes
 func Answer(k int, res llm.Result, keepReasoning bool) Message {
 	m := Message{Role: "assistant"}
 	if res.Content != "" || len(res.ToolCalls) == 0 {
-		m.Content, _ = json.Marshal(res.Content)
+		m.Content, _ = encode(res.Content) // a string always encodes
 	} else {
 		m.Content = json.RawMessage("null")
 	}
@@ -175,7 +175,7 @@ func Answer(k int, res llm.Result, keepReasoning bool) Message {
 		m.ReasoningContent = res.ReasoningContent
 	}
 	if len(res.ToolCalls) > 0 {
-		m.ToolCalls, _ = json.Marshal(callsWithIDs(k, res.ToolCalls))
+		m.ToolCalls, _ = encode(callsWithIDs(k, res.ToolCalls))
 	}
 	return m
 }
