@@ -172,16 +172,16 @@ func TestContractCheckRefuses(t *testing.T) {
 		t.Fatalf("a valid line refused: %v", err)
 	}
 	bad := map[string]string{
-		`{"conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}`:                                 "id: missing",
+		`{"conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}`:                                "id: missing",
 		`{"id":"x","conversations":[{"role":"user","content":"q"}]}`:                                                          "ends with a user message",
 		`{"id":"x","conversations":[{"role":"assistant","content":"a"}]}`:                                                     "after \"\"",
 		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":null}]}`:                      "content: missing or not a string",
 		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"<think>a"}]}`:                "holds <think>",
 		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"tool","content":"r","tool_call_id":"c"}]}`:         "a tool message after \"user\"",
 		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"a","reasoning_content":3}]}`: "reasoning_content",
-		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]},{"role":"tool","content":"r","tool_call_id":"c"},{"role":"assistant","content":"a"}]}`: "not a JSON object",
+		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]},{"role":"tool","content":"r","tool_call_id":"c"},{"role":"assistant","content":"a"}]}`:                                                  "not a JSON object",
 		`{"id":"x","tools":[{"type":"function","function":{"name":"g"}}],"conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"c"},{"role":"assistant","content":"a"}]}`: "is not among the tools",
-		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"d"},{"role":"assistant","content":"a"}]}`: `"d" answers no pending call`,
+		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"d"},{"role":"assistant","content":"a"}]}`:                                                       `"d" answers no pending call`,
 	}
 	keys := make([]string, 0, len(bad))
 	for k := range bad {
