@@ -17,13 +17,15 @@ import (
 func init() { addCommand(newExportCommand) }
 
 type exportOptions struct {
-	formats []string
-	out     string
+	formats  []string
+	out      string
+	metadata string
 }
 
 func (o *exportOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.formats, "format", nil, "sharegpt, openai-batch or parquet; repeat or comma-separate (default: the job's output.formats)")
 	fs.StringVar(&o.out, "out", "", "output directory (default: the job's output.dir)")
+	fs.StringVar(&o.metadata, "metadata", "", "minimal or full: run details in training records (default: the job's output.metadata)")
 }
 
 func newExportCommand() *cobra.Command {
@@ -60,6 +62,14 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if o.out != "" {
 		dir = o.out
 	}
+	metadata := spec.Output.Metadata
+	switch o.metadata {
+	case "":
+	case job.MetadataMinimal, job.MetadataFull:
+		metadata = o.metadata
+	default:
+		return fmt.Errorf("--metadata %q: want minimal or full", o.metadata)
+	}
 	if _, err := os.Stat(storePath(spec)); err != nil {
 		return fmt.Errorf("job %s has no store yet (%s): run it first", spec.Name, storePath(spec))
 	}
@@ -68,7 +78,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	defer st.Close()
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata})
 	if err != nil {
 		return err
 	}
