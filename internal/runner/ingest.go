@@ -14,6 +14,9 @@ type IngestStats struct {
 	Read     int // good rows read
 	Inserted int // new samples (the rest were already stored)
 	Bad      int // rows dead-lettered at ingest
+	// Duplicates are rows skipped because another row already took their
+	// id, over every ingest of the job so far.
+	Duplicates int
 }
 
 const ingestBatch = 1000
@@ -68,5 +71,10 @@ func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, e
 			return stats, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
 		}
 	}
+	d, err := st.IngestDuplicates(ctx, 1)
+	if err != nil {
+		return stats, fmt.Errorf("ingest: %w", err)
+	}
+	stats.Duplicates = d.Total
 	return stats, nil
 }

@@ -118,6 +118,9 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, err
 	}
 	fmt.Fprintf(o.Out, "ingest: %d rows read, %d new samples, %d bad rows (dead letters)\n", stats.Read, stats.Inserted, stats.Bad)
+	if stats.Duplicates > 0 {
+		fmt.Fprintf(o.Out, "ingest: %d rows skipped because another row already has their id (see regen stats)\n", stats.Duplicates)
+	}
 	r.event(ctx, store.Event{Kind: "ingest", Subject: "job",
 		Evidence: fmt.Sprintf("%d rows read, %d new, %d bad", stats.Read, stats.Inserted, stats.Bad)})
 

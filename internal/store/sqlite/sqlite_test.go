@@ -259,6 +259,13 @@ func TestQueryPlans(t *testing.T) {
 		// Bad source rows may be as many as source rows: page on the origin index.
 		{"ingest errors first page", firstIngestErrorsSQL, []any{"", 10}, "INDEX sqlite_autoindex_ingest_errors_1 (origin>?)"},
 		{"ingest errors next page", nextIngestErrorsSQL, []any{"a", 10}, "INDEX sqlite_autoindex_ingest_errors_1 (origin>?)"},
+		// A claim of a later turn reads that sample's turns only.
+		{"earlier turns", priorTurnsSQL, []any{"a", 3}, "INDEX sqlite_autoindex_turns_1 (sample_id=? AND turn<?)"},
+		{"earlier turns of a page", `SELECT sample_id, turn FROM turns WHERE sample_id >= ? AND sample_id <= ? ORDER BY sample_id, turn`,
+			[]any{"a", "b"}, "INDEX sqlite_autoindex_turns_1 (sample_id>? AND sample_id<?)"},
+		{"rejected by rule", `SELECT sample_id FROM results WHERE rule <> '' AND (? = '' OR rule = ?)`, []any{"x", "x"}, "INDEX results_rule"},
+		{"token histograms", `SELECT partition, lane, kind, tokens, n FROM stat_tokens WHERE n > 0 ORDER BY partition, lane, kind, tokens`,
+			nil, "SCAN stat_tokens"},
 	} {
 		plan := explain(t, s.DB(), tc.query, tc.args...)
 		if !strings.Contains(plan, tc.want) {
