@@ -32,6 +32,7 @@ type verdict struct {
 	class     llm.Class // the error's class, 0 for an answer
 	check     quality.Verdict
 	endReason string // outComplete before the plan's last turn: why
+	unsent    bool   // no request could be built, so the endpoint saw nothing
 }
 
 // decide maps a request's answer or error to an outcome; it is pure apart
@@ -71,7 +72,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	now := d.now()
 	var v verdict
 	if t == nil {
-		v = verdict{out: outDead, class: llm.BadRequest}
+		v = verdict{out: outDead, class: llm.BadRequest, unsent: true}
 	} else {
 		v = d.decide(l, c, t, res, reqErr, cause)
 	}
@@ -110,6 +111,10 @@ func (d *Dispatcher) settleEndpoint(cl *call, v verdict, reqErr error, now time.
 	delete(e.calls, cl)
 	e.inflight--
 	switch {
+	case v.unsent:
+		if cl.probe {
+			e.probing = false // nothing was sent: let another probe through
+		}
 	case v.class == llm.ServerDown:
 		e.errors[v.class]++
 		e.lastDown = reqErr.Error()

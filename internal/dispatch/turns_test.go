@@ -385,5 +385,9 @@ func TestUnbuildableSampleIsDeadLettered(t *testing.T) {
 		if g := st.get("good"); g.state != store.Done {
 			t.Errorf("good = %s, want done", g.state)
 		}
+		// Nothing was sent for it, so the endpoint has no error to count.
+		if errs := d.Snapshot().Endpoints[0].Errors; len(errs) != 0 {
+			t.Errorf("endpoint errors = %v, want none", errs)
+		}
 	})
 }
