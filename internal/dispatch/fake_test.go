@@ -536,8 +536,12 @@ func (s *fakeStore) ThroughputSince(_ context.Context, t time.Time) (store.Throu
 	for _, x := range s.samples {
 		if (x.state == store.Done || x.state == store.Rejected) && !x.finishedAt.Before(t) {
 			tp.Samples++
-			tp.CompletionTokens += int64(x.result.CompletionTokens)
-			tp.PromptTokens += int64(x.result.PromptTokens)
+		}
+	}
+	for _, a := range s.answers {
+		if !a.at.Before(t) {
+			tp.CompletionTokens += int64(a.r.CompletionTokens)
+			tp.PromptTokens += int64(a.r.PromptTokens)
 		}
 	}
 	return tp, nil

@@ -199,7 +199,7 @@ type Heartbeat struct {
 
 // Throughput is the completion work finished in a window.
 type Throughput struct {
-	Samples          int
+	Samples          int // samples finished (done or rejected)
 	CompletionTokens int64
 	PromptTokens     int64
 }
@@ -300,7 +300,8 @@ type Store interface {
 
 	// Counts returns sample counts per partition, lane and state.
 	Counts(ctx context.Context) ([]Count, error)
-	// ThroughputSince sums finished work (done or rejected) since t.
+	// ThroughputSince sums finished work since t: samples done or rejected,
+	// and the tokens of every answer stored (earlier turns included).
 	ThroughputSince(ctx context.Context, t time.Time) (Throughput, error)
 	// Finished calls fn for every done, rejected or dead sample in ID order.
 	Finished(ctx context.Context, fn func(Row) error) error

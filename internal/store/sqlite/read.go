@@ -38,11 +38,15 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 	return out, nil
 }
 
-// ThroughputSince sums results (done or rejected) finished at or after t.
+// ThroughputSince sums results (done or rejected) finished at or after t,
+// and the tokens of earlier turns stored since t.
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var tp store.Throughput
-	st, err := s.stmt(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0)
-		FROM results WHERE finished_at >= ?`)
+	st, err := s.stmt(ctx, `SELECT (SELECT count(*) FROM results WHERE finished_at >= ?1),
+		(SELECT coalesce(sum(completion_tokens), 0) FROM results WHERE finished_at >= ?1)
+			+ (SELECT coalesce(sum(completion_tokens), 0) FROM turns WHERE finished_at >= ?1),
+		(SELECT coalesce(sum(prompt_tokens), 0) FROM results WHERE finished_at >= ?1)
+			+ (SELECT coalesce(sum(prompt_tokens), 0) FROM turns WHERE finished_at >= ?1)`)
 	if err == nil {
 		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens)
 	}

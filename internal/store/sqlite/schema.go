@@ -142,6 +142,8 @@ CREATE TABLE turns (
 	finished_at       INTEGER NOT NULL,
 	PRIMARY KEY (sample_id, turn)
 );
+-- Covering, so ThroughputSince never reads the response blobs.
+CREATE INDEX turns_finished_at ON turns (finished_at, prompt_tokens, completion_tokens);
 
 ALTER TABLE results ADD COLUMN turn INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE results ADD COLUMN partition TEXT NOT NULL DEFAULT '';

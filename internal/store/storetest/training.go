@@ -237,6 +237,12 @@ func testStats(t *testing.T, s store.Store) {
 	if total.Requests != 5 || total.PromptTokens != 177 || total.CompletionTokens != 458 {
 		t.Errorf("history totals = %+v, want 5 answers, 177 prompt and 458 completion tokens", total)
 	}
+	// The rate counts every answer's tokens, and samples once finished.
+	tp, err := s.ThroughputSince(ctx, time.Now().Add(-time.Hour))
+	must(t, err)
+	if tp != (store.Throughput{Samples: 4, PromptTokens: 177, CompletionTokens: 458}) {
+		t.Errorf("ThroughputSince = %+v, want 4 samples and every answer's tokens (177, 458)", tp)
+	}
 
 	// A requeued reject leaves the dataset statistics.
 	if n, err := s.RequeueRejected(ctx, "empty"); err != nil || n != 1 {
