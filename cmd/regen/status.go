@@ -62,17 +62,23 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	}
 	defer st.Close()
 	host, _ := os.Hostname()
-	assess := func() (monitor.Report, error) {
-		return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
-	}
 	if o.waitHealthy > 0 {
+		assess := func() (monitor.Report, error) {
+			return monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
+		}
 		return waitHealthy(ctx, out, st, spec, o.waitHealthy, assess)
 	}
-	r, err := assess()
+	return writeStatus(ctx, out, spec, st, time.Now(), host, o.json)
+}
+
+// writeStatus prints the report as of now, as text or JSON, and returns the
+// state's exit code as an *exitError when it is not 0.
+func writeStatus(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool) error {
+	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
 	if err != nil {
 		return err
 	}
-	if o.json {
+	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {

@@ -340,6 +340,12 @@ func (s *fakeStore) ThroughputSince(_ context.Context, t time.Time) (store.Throu
 			tp.Samples++
 			tp.CompletionTokens += int64(x.result.CompletionTokens)
 			tp.PromptTokens += int64(x.result.PromptTokens)
+			if tp.First.IsZero() || x.finishedAt.Before(tp.First) {
+				tp.First = x.finishedAt
+			}
+			if x.finishedAt.After(tp.Last) {
+				tp.Last = x.finishedAt
+			}
 		}
 	}
 	return tp, nil

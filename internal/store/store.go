@@ -115,6 +115,10 @@ type Throughput struct {
 	Samples          int
 	CompletionTokens int64
 	PromptTokens     int64
+	// First and Last are the finish times of the earliest and the latest
+	// result counted (zero when none), so a finished job's average rate is
+	// its work over Last-First.
+	First, Last time.Time
 }
 
 // Store is the durable job state. All methods are safe for concurrent use.

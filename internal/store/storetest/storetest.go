@@ -850,6 +850,7 @@ func testThroughputSince(t *testing.T, s store.Store) {
 	must(t, s.Reject(ctx, "b", "w", store.Result{FinishReason: "length", PromptTokens: 20, CompletionTokens: 200}, "truncated"))
 	must(t, s.DeadLetter(ctx, "c", "w", "400"))
 	must(t, s.Retry(ctx, "d", "w", time.Now(), "503"))
+	after := time.Now().Add(time.Second)
 	for _, tc := range []struct {
 		name  string
 		since time.Time
@@ -863,8 +864,17 @@ func testThroughputSince(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatalf("%s: ThroughputSince: %v", tc.name, err)
 		}
+		first, last := got.First, got.Last
+		got.First, got.Last = time.Time{}, time.Time{}
 		if got != tc.want {
 			t.Errorf("%s: ThroughputSince = %+v, want %+v", tc.name, got, tc.want)
+		}
+		// First and Last bracket the results counted: the finish stamps of a and b.
+		switch {
+		case tc.want.Samples == 0 && (!first.IsZero() || !last.IsZero()):
+			t.Errorf("%s: First, Last = %v, %v; want zero with nothing counted", tc.name, first, last)
+		case tc.want.Samples > 0 && (first.Before(before) || last.Before(first) || last.After(after)):
+			t.Errorf("%s: First, Last = %v, %v; want %v <= First <= Last <= %v", tc.name, first, last, before, after)
 		}
 	}
 }
