@@ -80,7 +80,7 @@ func TestE2EDemo(t *testing.T) {
 		t.Fatalf("first run:\n%s", first)
 	}
 	t.Logf("first run: %s", first.dur.Round(1e6))
-	if !strings.Contains(first.stdout, "ingest: 600 rows read, 600 new samples, 3 bad rows") {
+	if !strings.Contains(first.stdout, "ingest: 603 rows read: 600 new samples, 0 already stored, 3 bad rows") {
 		t.Errorf("first run does not report 600 new samples and 3 bad rows:\n%s", first.stdout)
 	}
 	out := filepath.Join(dir, "out")
@@ -98,7 +98,7 @@ func TestE2EDemo(t *testing.T) {
 		t.Fatalf("second run:\n%s", second)
 	}
 	t.Logf("second run: %s", second.dur.Round(1e6))
-	if !strings.Contains(second.stdout, ", 0 new samples,") {
+	if !strings.Contains(second.stdout, ": 0 new samples, 600 already stored,") {
 		t.Errorf("second run ingested new samples:\n%s", second.stdout)
 	}
 	ex2 := checkExport(t, out, "demo", want, true)

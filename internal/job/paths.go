@@ -1,0 +1,11 @@
+package job
+
+import "path/filepath"
+
+// StateDir is where a run keeps its files beside the job file: regen's own
+// log (regen.log) and the logs of the servers it launches.
+func (s *Spec) StateDir() string { return filepath.Join(s.Dir, ".regen", s.BaseName()) }
+
+// LogPath is regen's log file for this job; the terminal shows only the
+// progress view and state changes.
+func (s *Spec) LogPath() string { return filepath.Join(s.StateDir(), "regen.log") }
