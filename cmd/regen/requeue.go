@@ -25,14 +25,14 @@ func (o *requeueOptions) AddFlags(fs *pflag.FlagSet) {
 func newRequeueCommand() *cobra.Command {
 	var o requeueOptions
 	cmd := &cobra.Command{
-		Use:   "requeue job.yaml [--reason TEXT]",
+		Use:   "requeue JOB.yaml [--reason TEXT]",
 		Short: "Return dead-lettered samples to pending once their cause is fixed",
 		Long: `requeue moves dead samples (bad requests, exhausted retries) back to pending
 with their attempts reset, for when the cause was the setup rather than the
 sample: a parameter the server rejected, a server bug since fixed. Run
 ` + "`regen run`" + ` again (or let a running one pick them up) to generate them.
 Bad source rows are not samples and are not affected.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRequeue(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},

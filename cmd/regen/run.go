@@ -39,7 +39,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 func newRunCommand() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run job.yaml",
+		Use:   "run JOB.yaml",
 		Short: "Ingest, launch or find the servers, generate every sample exactly once, export",
 		Long: `run ingests the job's sources (idempotently), starts the configured server
 (the built-in simulator for engine: sim) or uses the listed endpoints, dispatches
@@ -49,7 +49,7 @@ the results when every sample is finished.
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
 exits at once. Either way, run the same command again to resume.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), args[0], o)
 		},

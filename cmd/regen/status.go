@@ -32,14 +32,14 @@ func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 func newStatusCommand() *cobra.Command {
 	var o statusOptions
 	cmd := &cobra.Command{
-		Use:   "status job.yaml",
+		Use:   "status JOB.yaml",
 		Short: "One screen of truth about a job, from its store alone",
 		Long: `status reads the job's store and says RUNNING, STALLED, DOWN, RESTARTING,
 DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
 alive or not: a heartbeat older than the job's monitor.dead_after is DEAD.
 
 Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStatus(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},

@@ -18,12 +18,12 @@ func init() { addCommand(newValidateCommand) }
 
 func newValidateCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "validate job.yaml",
+		Use:   "validate JOB.yaml",
 		Short: "Check a job file and print what it will do",
 		Long: `validate loads the job file with every default applied and prints a summary
 of its sources, lanes, endpoints or server, store and output. On problems it
 prints every one with its file, line and field, and exits 1.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runValidate(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
 		},
