@@ -119,9 +119,8 @@ func (s *fakeStore) IngestErrorCount(context.Context) (int, error) {
 
 func (s *fakeStore) EachIngestError(_ context.Context, fn func(store.IngestError) error) error {
 	s.mu.Lock()
-	errs := slices.Clone(s.ierrs)
+	errs := slices.Clone(s.ierrs) // in the order first recorded
 	s.mu.Unlock()
-	slices.SortFunc(errs, func(a, b store.IngestError) int { return cmp.Compare(a.Origin, b.Origin) })
 	for _, e := range errs {
 		if err := fn(e); err != nil {
 			return err
