@@ -58,6 +58,14 @@ func runRequeue(ctx context.Context, out io.Writer, path string, o requeueOption
 	if err != nil {
 		return err
 	}
+	if n == 0 {
+		if o.reason != "" {
+			fmt.Fprintf(out, "job %s has no dead samples whose error contains %q\n", spec.Name, o.reason)
+		} else {
+			fmt.Fprintf(out, "job %s has no dead samples to requeue\n", spec.Name)
+		}
+		return nil
+	}
 	fmt.Fprintf(out, "requeued %d dead samples of job %s; run `regen run %s` to generate them\n", n, spec.Name, path)
 	return nil
 }
