@@ -154,6 +154,7 @@ func TestEndpointDownShownAtOnce(t *testing.T) {
 		down, rep = endpoint()
 		return down.State == monitor.Down
 	})
+	t.Logf("server refusing every request to DOWN in regen status: %s (heartbeat_every 10m)", time.Since(flipped).Round(time.Millisecond))
 	if down.Since.Before(flipped) {
 		t.Errorf("DOWN since %s, before the server started refusing at %s (READY since %s)", down.Since, flipped, readySince.Since)
 	}

@@ -171,7 +171,11 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 		fmt.Fprintf(&b, "  %-20s %16s %5.1f%% %8d %8d %6d %9s\n", r.name, fmt.Sprintf("%d/%d", r.done, r.total), pct, r.pending, r.inFlight, r.failed, eta)
 	}
 	for _, e := range f.Endpoints {
-		fmt.Fprintf(&b, "  endpoint %s %s in flight %d", e.URL, e.State, e.InFlight)
+		fmt.Fprintf(&b, "  endpoint %s %s", e.URL, e.State)
+		if !e.Since.IsZero() {
+			fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
+		}
+		fmt.Fprintf(&b, ", in flight %d", e.InFlight)
 		if e.Cause != "" {
 			fmt.Fprintf(&b, " (%s)", e.Cause)
 		}
