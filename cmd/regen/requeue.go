@@ -32,7 +32,7 @@ func (o *requeueOptions) AddFlags(fs *pflag.FlagSet) {
 func newRequeueCommand() *cobra.Command {
 	var o requeueOptions
 	cmd := &cobra.Command{
-		Use:   "requeue job.yaml [--reason TEXT | --rejected [--rule R]]",
+		Use:   "requeue JOB.yaml [--reason TEXT | --rejected [--rule R]]",
 		Short: "Return dead-lettered or rejected samples to pending",
 		Long: `requeue moves dead samples (bad requests, exhausted retries) back to pending
 with their attempts reset, for when the cause was the setup rather than the
@@ -45,7 +45,7 @@ are kept), for instance after changing the temperature or a rule.
 
 Run ` + "`regen run`" + ` again (or let a running one pick them up) to generate them.
 Bad source rows are not samples and are not affected.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRequeue(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},
@@ -84,12 +84,24 @@ func runRequeue(ctx context.Context, out io.Writer, path string, o requeueOption
 		if o.rule != "" {
 			what = "samples rejected by " + o.rule
 		}
+		if n == 0 {
+			fmt.Fprintf(out, "job %s has no %s to requeue\n", spec.Name, what)
+			return nil
+		}
 		fmt.Fprintf(out, "requeued %d %s of job %s; run `regen run %s` to generate them again\n", n, what, spec.Name, path)
 		return nil
 	}
 	n, err := st.RequeueDead(ctx, o.reason)
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		if o.reason != "" {
+			fmt.Fprintf(out, "job %s has no dead samples whose error contains %q\n", spec.Name, o.reason)
+		} else {
+			fmt.Fprintf(out, "job %s has no dead samples to requeue\n", spec.Name)
+		}
+		return nil
 	}
 	fmt.Fprintf(out, "requeued %d dead samples of job %s; run `regen run %s` to generate them\n", n, spec.Name, path)
 	return nil

@@ -138,9 +138,8 @@ func (s *fakeStore) IngestErrorCount(context.Context) (int, error) {
 
 func (s *fakeStore) EachIngestError(_ context.Context, fn func(store.IngestError) error) error {
 	s.mu.Lock()
-	errs := slices.Clone(s.ierrs)
+	errs := slices.Clone(s.ierrs) // in the order first recorded
 	s.mu.Unlock()
-	slices.SortFunc(errs, func(a, b store.IngestError) int { return cmp.Compare(a.Origin, b.Origin) })
 	for _, e := range errs {
 		if err := fn(e); err != nil {
 			return err
@@ -539,9 +538,15 @@ func (s *fakeStore) ThroughputSince(_ context.Context, t time.Time) (store.Throu
 		}
 	}
 	for _, a := range s.answers {
-		if !a.at.Before(t) {
+		if !a.at.Before(t) && !a.gone { // a requeued reject's answer is dropped, as in SQLite
 			tp.CompletionTokens += int64(a.r.CompletionTokens)
 			tp.PromptTokens += int64(a.r.PromptTokens)
+			if tp.First.IsZero() || a.at.Before(tp.First) {
+				tp.First = a.at
+			}
+			if a.at.After(tp.Last) {
+				tp.Last = a.at
+			}
 		}
 	}
 	return tp, nil

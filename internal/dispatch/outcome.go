@@ -176,8 +176,13 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	return l, "dead-letter", func(ctx context.Context) error { return st.DeadLetter(ctx, c.ID, owner, reason) }
 }
 
-// count records a stored outcome in the counters; d.mu is held.
+// count records a stored outcome in the counters, and an answer's
+// duration for the lane's ETA of the work in flight; d.mu is held.
 func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
+	switch v.out {
+	case outComplete, outNextTurn, outReject, outEscalate:
+		l.durations.add(res.Duration)
+	}
 	switch v.out {
 	case outComplete:
 		d.counters.Done++

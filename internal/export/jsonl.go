@@ -29,6 +29,7 @@ type output struct {
 // Run details come only with full metadata.
 type sharegptLine struct {
 	ID            string            `json:"id"`
+	SourceID      string            `json:"source_id"`
 	Conversations []sharegptMessage `json:"conversations"`
 	Tools         json.RawMessage   `json:"tools,omitempty"`
 	Partition     string            `json:"partition"`
@@ -118,6 +119,7 @@ func (s *sharegptSink) write(r *record) error {
 	}
 	line := sharegptLine{
 		ID:            r.row.ID,
+		SourceID:      r.sourceID(),
 		Conversations: sharegptMessages(r.conv),
 		Tools:         r.plan.Tools,
 		Partition:     r.row.Partition,
@@ -137,6 +139,7 @@ func (s *sharegptSink) write(r *record) error {
 // conversation up to the refused answer, for a person to inspect.
 type rejectedLine struct {
 	ID            string            `json:"id"`
+	SourceID      string            `json:"source_id"`
 	Partition     string            `json:"partition"`
 	Lane          string            `json:"lane"`
 	Rule          string            `json:"rule"`
@@ -168,7 +171,7 @@ func (s *rejectedSink) write(r *record) error {
 	if r.row.State != store.Rejected {
 		return nil
 	}
-	line := rejectedLine{ID: r.row.ID, Partition: r.row.Partition, Lane: r.row.Lane, Rule: r.row.Rule, Evidence: r.row.Reason,
+	line := rejectedLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Rule: r.row.Rule, Evidence: r.row.Reason,
 		Turn: r.row.Result.Turn, Attempts: r.row.Attempts, FinishReason: r.res.FinishReason, Usage: r.res.Usage,
 		Conversations: sharegptMessages(r.conv), Tools: r.plan.Tools}
 	if err := s.enc.write(line); err != nil {
@@ -182,6 +185,7 @@ func (s *rejectedSink) write(r *record) error {
 type batchLine struct {
 	ID       string         `json:"id"`
 	CustomID string         `json:"custom_id"`
+	SourceID string         `json:"source_id"`
 	Response *batchResponse `json:"response"`
 	Error    *batchError    `json:"error"`
 }
@@ -243,7 +247,7 @@ func (s *batchSink) files() []*output { return []*output{s.done, s.errs} }
 
 func (s *batchSink) write(r *record) error {
 	s.n++
-	line := batchLine{ID: fmt.Sprintf("batch_req_%d", s.n), CustomID: r.row.ID}
+	line := batchLine{ID: fmt.Sprintf("batch_req_%d", s.n), CustomID: r.row.ID, SourceID: r.sourceID()}
 	out, enc := s.errs, s.errsEnc
 	switch r.row.State {
 	case store.Done:
@@ -272,6 +276,7 @@ func (s *batchSink) write(r *record) error {
 // never became a sample (origin set).
 type deadLine struct {
 	ID        string `json:"id,omitempty"`
+	SourceID  string `json:"source_id,omitempty"`
 	Partition string `json:"partition"`
 	Lane      string `json:"lane,omitempty"`
 	Origin    string `json:"origin,omitempty"`
@@ -299,7 +304,7 @@ func (s *deadSink) write(r *record) error {
 	if r.row.State != store.Dead {
 		return nil
 	}
-	return s.put(deadLine{ID: r.row.ID, Partition: r.row.Partition, Lane: r.row.Lane, Reason: r.row.Reason, Attempts: r.row.Attempts})
+	return s.put(deadLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Reason: r.row.Reason, Attempts: r.row.Attempts})
 }
 
 func (s *deadSink) ingestError(e store.IngestError) error {

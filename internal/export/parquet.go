@@ -16,6 +16,7 @@ import (
 // ToolCalls. Endpoint is set only with full metadata.
 type ParquetRow struct {
 	ID               string           `parquet:"id"`
+	SourceID         string           `parquet:"source_id"`
 	Partition        string           `parquet:"partition"`
 	Lane             string           `parquet:"lane"`
 	Messages         []ParquetMessage `parquet:"messages,list"`
@@ -101,6 +102,7 @@ func (s *parquetSink) close() error {
 func parquetRow(r *record) (ParquetRow, error) {
 	row := ParquetRow{
 		ID:               r.row.ID,
+		SourceID:         r.sourceID(),
 		Partition:        r.row.Partition,
 		Lane:             r.row.Lane,
 		Messages:         make([]ParquetMessage, 0, len(r.conv)-1),

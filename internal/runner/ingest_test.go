@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -44,6 +45,10 @@ sources: [{partition: p, path: p.jsonl, prompt: q, id: id}]
 		}
 		if stats.Read != 3 || stats.Inserted != wantNew || stats.Duplicates != 1 {
 			t.Errorf("ingest %d: %+v, want 3 read, %d new, 1 duplicate", run, stats, wantNew)
+		}
+		want := fmt.Sprintf("3 rows read: %d new samples, %d already stored, 0 bad rows (dead letters), 1 rows skipped because another row has their id (see regen stats)", wantNew, 2-wantNew)
+		if got := stats.String(); got != want {
+			t.Errorf("ingest %d summary %q, want %q", run, got, want)
 		}
 	}
 }

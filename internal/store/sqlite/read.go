@@ -39,19 +39,29 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 }
 
 // ThroughputSince sums results (done or rejected) finished at or after t,
-// and the tokens of earlier turns stored since t.
+// and the tokens of earlier turns stored since t; First and Last span both.
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var tp store.Throughput
+	var first, last sql.NullInt64
+	// Each part reads one covering index; min and max of the two tables
+	// take whichever is not NULL.
 	st, err := s.stmt(ctx, `SELECT (SELECT count(*) FROM results WHERE finished_at >= ?1),
 		(SELECT coalesce(sum(completion_tokens), 0) FROM results WHERE finished_at >= ?1)
 			+ (SELECT coalesce(sum(completion_tokens), 0) FROM turns WHERE finished_at >= ?1),
 		(SELECT coalesce(sum(prompt_tokens), 0) FROM results WHERE finished_at >= ?1)
-			+ (SELECT coalesce(sum(prompt_tokens), 0) FROM turns WHERE finished_at >= ?1)`)
+			+ (SELECT coalesce(sum(prompt_tokens), 0) FROM turns WHERE finished_at >= ?1),
+		min(coalesce((SELECT min(finished_at) FROM results WHERE finished_at >= ?1), (SELECT min(finished_at) FROM turns WHERE finished_at >= ?1)),
+			coalesce((SELECT min(finished_at) FROM turns WHERE finished_at >= ?1), (SELECT min(finished_at) FROM results WHERE finished_at >= ?1))),
+		max(coalesce((SELECT max(finished_at) FROM results WHERE finished_at >= ?1), (SELECT max(finished_at) FROM turns WHERE finished_at >= ?1)),
+			coalesce((SELECT max(finished_at) FROM turns WHERE finished_at >= ?1), (SELECT max(finished_at) FROM results WHERE finished_at >= ?1)))`)
 	if err == nil {
-		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens)
+		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens, &first, &last)
 	}
 	if err != nil {
 		return store.Throughput{}, fmt.Errorf("throughput since %s: %w", t.Format(time.RFC3339), err)
+	}
+	if first.Valid && last.Valid {
+		tp.First, tp.Last = fromNS(first.Int64), fromNS(last.Int64)
 	}
 	return tp, nil
 }
