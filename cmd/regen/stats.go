@@ -29,7 +29,7 @@ func (o *statsOptions) AddFlags(fs *pflag.FlagSet) {
 func newStatsCommand() *cobra.Command {
 	var o statsOptions
 	cmd := &cobra.Command{
-		Use:   "stats job.yaml [--json]",
+		Use:   "stats JOB.yaml [--json]",
 		Short: "Dataset statistics: lengths, truncation, rejects, reasoning, throughput",
 		Long: `stats reads the job's store and shows, per partition and lane, the samples and
 the answers stored (one per regenerated turn), exact prompt and completion
@@ -38,7 +38,7 @@ conversations ended early, the share of reasoning tokens, rejects per rule,
 tokens per second over the job's life, and the duplicate ids and bad rows
 found at ingest. It reads aggregates the store keeps with every answer, so
 it answers at once whatever the job's size, and works while the job runs.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStats(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},

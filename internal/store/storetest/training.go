@@ -240,8 +240,8 @@ func testStats(t *testing.T, s store.Store) {
 	// The rate counts every answer's tokens, and samples once finished.
 	tp, err := s.ThroughputSince(ctx, time.Now().Add(-time.Hour))
 	must(t, err)
-	if tp != (store.Throughput{Samples: 4, PromptTokens: 177, CompletionTokens: 458}) {
-		t.Errorf("ThroughputSince = %+v, want 4 samples and every answer's tokens (177, 458)", tp)
+	if tp.Samples != 4 || tp.PromptTokens != 177 || tp.CompletionTokens != 458 || tp.First.IsZero() || tp.Last.Before(tp.First) {
+		t.Errorf("ThroughputSince = %+v, want 4 samples, every answer's tokens (177, 458) and the span of the answers", tp)
 	}
 
 	// A requeued reject leaves the dataset statistics.
