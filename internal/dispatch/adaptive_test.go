@@ -150,7 +150,7 @@ func TestPickByTokens(t *testing.T) {
 	for range 100 {
 		d.mu.Lock()
 		e, _ := d.pickLocked(now, d.lanes[0], 2000)
-		cl := &call{ep: e, lane: 0, est: 2000}
+		cl := &call{ep: e, lane: d.lanes[0], est: 2000}
 		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 		d.mu.Unlock()

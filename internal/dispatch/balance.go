@@ -104,7 +104,7 @@ func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 	e.inflight++
 	e.requests++
 	e.load.peak = max(e.load.peak, e.inflight)
-	el := &e.lanes[cl.lane]
+	el := &e.lanes[cl.lane.idx]
 	el.inflight++
 	el.peak = max(el.peak, el.inflight)
 	e.load.committed += cl.est
@@ -114,11 +114,11 @@ func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 // the adaptive limits and the estimates learn from it.
 // overloaded counts a retryable error (429, a 5xx from a live server):
 // the server answered, and said no.
-func (d *Dispatcher) releaseLocked(cl *call, l *lane, ttft time.Duration, completion int, overloaded bool) {
-	e := cl.ep
+func (d *Dispatcher) releaseLocked(cl *call, ttft time.Duration, completion int, overloaded bool) {
+	e, l := cl.ep, cl.lane
 	delete(e.calls, cl)
 	e.inflight--
-	e.lanes[cl.lane].inflight--
+	e.lanes[l.idx].inflight--
 	e.load.committed = max(e.load.committed-cl.est, 0)
 	if ttft > 0 {
 		e.load.ttftSum += ttft

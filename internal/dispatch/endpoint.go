@@ -42,7 +42,8 @@ type call struct {
 	ep     *endpoint
 	probe  bool // sent through a half-open breaker
 	cancel context.CancelCauseFunc
-	lane   int     // index of its lane
+	lane   *lane
+	start  time.Time
 	est    float64 // its estimated KV footprint in tokens
 }
 

@@ -78,13 +78,18 @@ type EndpointLane struct {
 	Decision *limit.Decision `json:"decision,omitempty"`
 }
 
-// LaneStats is one lane's concurrency. For an auto lane Limit is the sum of
-// its per-endpoint limits over endpoints taking requests.
+// LaneStats is one lane's concurrency and request timing. For an auto lane
+// Limit is the sum of its per-endpoint limits over endpoints taking requests.
 type LaneStats struct {
 	Name     string `json:"name"`
 	InFlight int    `json:"in_flight"`
 	Limit    int    `json:"limit"`
 	Auto     bool   `json:"auto"`
+	// MeanDuration is the mean duration of the lane's last answered
+	// requests (0 before the first). Tail is the expected time until every
+	// request it has in flight now is answered (0 with none in flight).
+	MeanDuration time.Duration `json:"mean_duration_ns"`
+	Tail         time.Duration `json:"tail_ns"`
 }
 
 // Counters count sample outcomes since Run started, each after the store
@@ -92,6 +97,9 @@ type LaneStats struct {
 type Counters struct {
 	Done         int64 `json:"done"`          // completed, truncated ones included
 	Truncated    int64 `json:"truncated"`     // completed with finish_reason=length and no bigger lane
+	Turns        int64 `json:"turns"`         // answers stored with a turn after them (the sample went on)
+	Ended        int64 `json:"ended"`         // completed before the plan's last turn (the dataset could not follow the answer)
+	Rejected     int64 `json:"rejected"`      // refused by a quality rule
 	Escalated    int64 `json:"escalated"`     // moved to a bigger lane after truncation
 	Retried      int64 `json:"retried"`       // returned to pending with an attempt spent
 	DeadLettered int64 `json:"dead_lettered"` // bad requests and exhausted retries

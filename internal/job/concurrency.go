@@ -21,21 +21,15 @@ const (
 	DefaultAutoInitial = 4
 )
 
-// UnmarshalYAML reads a lane; its concurrency may be a number, "auto" or a
-// mapping {auto, min, max, initial}, judged later by Validate so that a bad
-// value is reported with its line like any other field.
-func (l *Lane) UnmarshalYAML(unmarshal func(any) error) error {
-	type LaneFields Lane // the same fields without this method
-	var aux struct {
-		LaneFields  `yaml:",inline"`
-		Concurrency any `yaml:"concurrency"`
-	}
-	if err := unmarshal(&aux); err != nil {
-		return err
-	}
-	*l = Lane(aux.LaneFields)
-	l.rawConcurrency = aux.Concurrency
-	return nil
+// ConcurrencyValue is a lane's concurrency as the job file writes it: a
+// number, auto, or a mapping {auto, min, max, initial}. The shape check
+// judges its form with the line of each mistake; applyDefaults resolves it
+// into Lane.Concurrency or Lane.Auto.
+type ConcurrencyValue struct{ raw any }
+
+// UnmarshalYAML keeps the value as decoded.
+func (v *ConcurrencyValue) UnmarshalYAML(unmarshal func(any) error) error {
+	return unmarshal(&v.raw)
 }
 
 // concurrencyProblem is a bad concurrency value: the field path under the
@@ -45,7 +39,7 @@ type concurrencyProblem struct{ field, msg string }
 // resolveConcurrency turns the written concurrency into Concurrency or Auto;
 // nothing written means the fixed default.
 func (l *Lane) resolveConcurrency(written bool) {
-	switch v := l.rawConcurrency.(type) {
+	switch v := l.Written.raw.(type) {
 	case nil:
 		if !written && l.Concurrency == 0 && l.Auto == nil {
 			l.Concurrency = DefaultConcurrency

@@ -70,10 +70,15 @@ func TestConcurrencyErrors(t *testing.T) {
 	}{
 		{"0", []string{"job.yaml:8: lanes[0].concurrency: must be > 0 (or auto)"}},
 		{"-3", []string{"job.yaml:8: lanes[0].concurrency: must be > 0 (or auto)"}},
-		{"many", []string{`job.yaml:8: lanes[0].concurrency: "many": want a number, auto, or {auto: true, min, max, initial}`}},
-		{"2.5", []string{"job.yaml:8: lanes[0].concurrency: 2.5: want a number, auto, or {auto: true, min, max, initial}"}},
+		// The form is judged with the column, before anything is decoded.
+		{"many", []string{`job.yaml:8:18: lanes[0].concurrency: want integer or auto, got string "many"`}},
+		{`"150"`, []string{`job.yaml:8:18: lanes[0].concurrency: want integer or auto, got string "150" (write 150 without quotes)`}},
+		{"2.5", []string{"job.yaml:8:18: lanes[0].concurrency: want integer, auto or a mapping {auto, min, max, initial}, got number 2.5"}},
+		{"{auto: yes please}", []string{`job.yaml:8:25: lanes[0].concurrency.auto: want boolean (true or false), got string "yes please"`}},
+		{"{auto: true, max: 1.5}", []string{`job.yaml:8:36: lanes[0].concurrency.max: want integer, got number 1.5`}},
 		{"{auto: false, min: 4}", []string{"job.yaml:8: lanes[0].concurrency.auto: a mapping sets an adaptive limit and needs auto: true (write a number for a fixed one)"}},
-		{"{auto: true, minimum: 4}", []string{"job.yaml:8: lanes[0].concurrency.minimum: unknown key (want auto, min, max, initial)"}},
+		{"{auto: true, minimum: 4}", []string{`job.yaml:8:31: lanes[0].concurrency.minimum: unknown field "minimum" (want auto, min, max, initial)`}},
+		{"{auto: true, maxx: 4}", []string{`job.yaml:8:31: lanes[0].concurrency.maxx: unknown field "maxx" (did you mean "max"?)`}},
 		{"{auto: true, min: 0}", []string{"job.yaml:8: lanes[0].concurrency.min: 0: want a whole number >= 1"}},
 		{"{auto: true, min: 50, max: 10}", []string{"job.yaml:8: lanes[0].concurrency.max: 10 is below min 50"}},
 		{"{auto: true, max: 100, initial: 200}", []string{"job.yaml:8: lanes[0].concurrency.initial: 200 is outside min 1 and max 100"}},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,10 @@ func TestLoadFull(t *testing.T) {
 		Name:  "full job",
 		Model: "m1",
 		Sources: []Source{
-			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big"},
-			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief"},
+			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big", Regenerate: "last"},
+			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief", Regenerate: "all"},
+			{Partition: "c", Path: filepath.Join(dir, "data/glaive.jsonl"), Preset: "glaive", ID: "id", Regenerate: "all",
+				Conversations: "conversations", Tools: "tools", SystemField: "system", StripSystemPrefix: "SYSTEM:"},
 		},
 		Lanes: []Lane{
 			{Name: "small", Concurrency: 8, MaxTokens: 1024, MaxPromptTokens: 2000},
@@ -62,26 +65,35 @@ func TestLoadFull(t *testing.T) {
 			Extra:              map[string]any{"top_k": uint64(20), "stop": []any{"</s>"}},
 			RequestTimeout:     10 * time.Minute,
 			IdleTimeout:        45 * time.Second,
+			Reasoning:          "keep",
 		},
 		Endpoints: []Endpoint{
 			{URL: "http://127.0.0.1:30000", APIKeyEnv: "MY_KEY", Engine: "sglang"},
-			{URL: "https://gpu.example.com/v1", Engine: "vllm"},
+			{URL: "https://gpu.example.com", Engine: "vllm"}, // the file's /v1 is dropped: regen adds it
 		},
-		Store:   Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
-		Output:  Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}},
-		Retry:   Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
+		Store:  Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
+		Output: Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}, Metadata: "full"},
+		Retry:  Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
+		Quality: Quality{Truncated: true, Empty: true, Reasoning: true, ToolArgs: true, ToolName: true,
+			Repetition: Repetition{NGram: 8},
+			Regex: []RegexRule{{Name: "refusal", Pattern: "(?i)as an ai language model", Field: "content"},
+				{Name: "regex1", Pattern: "^Sure!", Field: "any"}}},
 		Alerts:  Alerts{Command: []string{"echo", "alert"}, Webhook: "https://hooks.example.com/x"},
 		Monitor: Monitor{HeartbeatEvery: time.Second, DeadAfter: 10 * time.Second, StallAfter: 30 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second},
 		Path:    "testdata/full.yaml",
 		Dir:     dir,
 	}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Spec{}, Lane{})); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Spec{}, Lane{}, ConcurrencyValue{})); diff != "" {
 		t.Errorf("Load(full.yaml) mismatch (-want +got):\n%s", diff)
 	}
 	if p, ok := got.Store.SQLitePath(); !ok || p != filepath.Join(dir, "state/full.db") {
 		t.Errorf("SQLitePath() = %q, %v; want %q, true", p, ok, filepath.Join(dir, "state/full.db"))
 	}
 }
+
+// defaultQuality is the quality block a job file that says nothing gets.
+var defaultQuality = Quality{Truncated: true, Empty: true, Reasoning: true, ThinkTags: true, ToolArgs: true, ToolName: true,
+	Repetition: Repetition{NGram: 10, MaxRepeats: 20}}
 
 func TestLoadDefaults(t *testing.T) {
 	dir := abs(t, "testdata")
@@ -93,13 +105,14 @@ func TestLoadDefaults(t *testing.T) {
 			file: "minimal.yaml",
 			want: &Spec{
 				Name:       "min/job",
-				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q"}},
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q", Regenerate: "all"}},
 				Lanes:      []Lane{{Name: "default", Concurrency: 64, MaxTokens: 4096}},
-				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second},
+				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
 				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang"}},
 				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
-				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
-				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
+				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
+				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},
+				Quality:    defaultQuality,
 				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second},
 				Path:       "testdata/minimal.yaml",
 				Dir:        dir,
@@ -109,17 +122,18 @@ func TestLoadDefaults(t *testing.T) {
 			file: "sim_server.yaml",
 			want: &Spec{
 				Name:       "s",
-				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations"}},
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations", Regenerate: "all"}},
 				Lanes:      []Lane{{Name: "only", Concurrency: 64, MaxTokens: 4096}},
-				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second},
+				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
 				Server: &Server{
 					Engine: "sim", Host: "127.0.0.1", Port: 0,
 					ReadyTimeout: 60 * time.Second, HangTimeout: 30 * time.Second,
 					Restart: Restart{Max: 5, Window: 30 * time.Minute, Backoff: 5 * time.Second},
 				},
 				Store:   Store{DSN: filepath.Join(dir, "s.db")},
-				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
-				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
+				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
+				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},
+				Quality: defaultQuality,
 				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second},
 				Path:    "testdata/sim_server.yaml",
 				Dir:     dir,
@@ -132,7 +146,7 @@ func TestLoadDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(Spec{}, Lane{})); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(Spec{}, Lane{}, ConcurrencyValue{})); diff != "" {
 				t.Errorf("Load(%s) mismatch (-want +got):\n%s", tt.file, diff)
 			}
 		})
@@ -201,11 +215,28 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/both.yaml:9: server.sim: only applies to engine: sim`,
 			`testdata/both.yaml:11: server.restart.max: must be >= 0`,
 		}},
+		{"endpoints.yaml", []string{
+			`testdata/endpoints.yaml:5: endpoints[1].url: http://a:8000 is also endpoints[0]`,
+			`testdata/endpoints.yaml:6: endpoints[2].url: "http://b:8000/v1/chat/completions" is an API route: write the server root (http://b:8000); regen adds /v1/chat/completions itself`,
+			`testdata/endpoints.yaml:7: endpoints[3].url: "http://user:secret@c:8000" carries credentials: put the key in an environment variable and name it in api_key_env`,
+			`testdata/endpoints.yaml:8: endpoints[4].url: "http://d:8000/?x=1": want the server root without ?query or #fragment`,
+			`testdata/endpoints.yaml:9: endpoints[5].url: "http://e:99999": port 99999 is not 1 to 65535`,
+		}},
 		{"neither.yaml", []string{
 			`testdata/neither.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`,
 		}},
-		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency"`}},
-		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:17: lanes[0].max_tokens: want integer, got string`}},
+		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency" (did you mean "concurrency"?)`}},
+		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer or auto, got string "many"`}},
+		// Every problem in one pass; a quoted number is refused like a word.
+		{"several.yaml", []string{
+			`testdata/several.yaml:2:1: modle: unknown field "modle" (did you mean "model"?)`,
+			`testdata/several.yaml:7:5: sources[0].promt: unknown field "promt" (did you mean "prompt"?)`,
+			`testdata/several.yaml:10:18: lanes[0].concurrency: want integer or auto, got string "4" (write 4 without quotes)`,
+			`testdata/several.yaml:11:5: lanes[0].max_token: unknown field "max_token" (did you mean "max_tokens"?)`,
+			`testdata/several.yaml:13:18: lanes[1].concurrency: want integer or auto, got string "four"`,
+			`testdata/several.yaml:15:15: retry.base_delay: invalid duration "3 seconds" (want e.g. 30s, 5m, 2h)`,
+			`testdata/several.yaml:16:17: retry.max_attempts: want integer, got number 2.5`,
+		}},
 		{"bad_duration.yaml", []string{`testdata/bad_duration.yaml:5:15: retry.base_delay: invalid duration "3 seconds" (want e.g. 30s, 5m, 2h)`}},
 		{"syntax.yaml", []string{`testdata/syntax.yaml:4:4: value is not allowed in this context`}},
 	}
@@ -365,6 +396,21 @@ func TestSanitizeName(t *testing.T) {
 	for in, want := range map[string]string{"demo": "demo", "min/job": "min_job", "a b:c": "a_b_c", "..": "job", "": "job", "x.y-z_1": "x.y-z_1"} {
 		if got := sanitizeName(in); got != want {
 			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := yamlFields(reflect.TypeOf(Lane{}))
+	for key, want := range map[string]string{
+		"concurency":  "concurrency",
+		"max_token":   "max_tokens",
+		"partition":   "partitions",
+		"temperature": "", // not a lane key, and nothing close
+		"x":           "",
+	} {
+		if got := suggest(key, known); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -50,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishedStopsOnError", testFinishedStops},
 		{"ConcurrentClaimers", testConcurrentClaimers},
 	}
+	tests = append(tests, trainingTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
@@ -276,15 +276,17 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 
 	// More than two pages of any sensible size, recorded in an order that is
 	// neither origin order nor reverse, in batches that repeat earlier
-	// origins with other contents (ignored), plus an empty origin, which
-	// must not fall before the first page.
+	// origins with other contents (ignored), plus an empty origin. They
+	// come back in the order first recorded: ingest records source order.
 	const n0 = 2503
-	origin := func(i int) string { return fmt.Sprintf("in.jsonl:%05d", (i*7919)%n0) }
+	origin := func(i int) string { return fmt.Sprintf("in.jsonl:%d", (i*7919)%n0) }
 	want := map[string]store.IngestError{}
+	var order []string
 	var batch []store.IngestError
 	for i := range n0 {
 		e := store.IngestError{Partition: fmt.Sprintf("p%d", i%3), Origin: origin(i), Field: "messages", Reason: fmt.Sprintf("bad %d", i)}
 		want[e.Origin] = e
+		order = append(order, e.Origin)
 		batch = append(batch, e)
 		if i > 0 && i%400 == 0 {
 			// Re-send one already recorded row, changed: the first one stays.
@@ -295,6 +297,7 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 	}
 	empty := store.IngestError{Partition: "p0", Reason: "row as a whole"}
 	want[""] = empty
+	order = append(order, "")
 	batch = append(batch, empty, store.IngestError{Partition: "x", Origin: origin(5), Reason: "duplicate"})
 	must(t, s.AddIngestErrors(ctx, batch))
 
@@ -307,7 +310,7 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 	}
 
 	var wantList []store.IngestError
-	for _, o := range slices.Sorted(maps.Keys(want)) {
+	for _, o := range order {
 		wantList = append(wantList, want[o])
 	}
 	var got []store.IngestError
@@ -341,7 +344,7 @@ func testEachIngestErrorStops(t *testing.T, s store.Store) {
 	var seen []string
 	err := s.EachIngestError(ctx, func(e store.IngestError) error {
 		seen = append(seen, e.Origin)
-		if e.Origin == "b:1" {
+		if e.Origin == "a:1" {
 			return stop
 		}
 		return nil
@@ -349,7 +352,7 @@ func testEachIngestErrorStops(t *testing.T, s store.Store) {
 	if !errors.Is(err, stop) {
 		t.Errorf("EachIngestError error = %v, want %v", err, stop)
 	}
-	if diff := cmp.Diff([]string{"a:1", "b:1"}, seen); diff != "" {
+	if diff := cmp.Diff([]string{"c:1", "a:1"}, seen); diff != "" { // recorded order, stopped at a:1
 		t.Errorf("visited (-want +got):\n%s", diff)
 	}
 }
@@ -495,7 +498,7 @@ func testCompleteWrongOwner(t *testing.T, s store.Store) {
 	ingest(t, s, samples("p", "short", "a"))
 	claimOne(t, s, "short", "w1", "a")
 	wantNotLeased(t, "Complete by w2", s.Complete(ctx, "a", "w2", result("a")))
-	wantNotLeased(t, "Reject by w2", s.Reject(ctx, "a", "w2", result("a"), "bad"))
+	wantNotLeased(t, "Reject by w2", s.Reject(ctx, "a", "w2", result("a"), "empty", "bad"))
 	wantNotLeased(t, "Retry by w2", s.Retry(ctx, "a", "w2", time.Now(), "x"))
 	wantNotLeased(t, "DeadLetter by w2", s.DeadLetter(ctx, "a", "w2", "x"))
 	wantNotLeased(t, "Escalate by w2", s.Escalate(ctx, "a", "w2", "long"))
@@ -528,7 +531,7 @@ func testLostLease(t *testing.T, s store.Store) {
 	wantNotLeased(t, "Complete after expiry", s.Complete(ctx, "a", "w1", result("w1")))
 	claimOne(t, s, "short", "w2", "a")
 	wantNotLeased(t, "Complete by old owner", s.Complete(ctx, "a", "w1", result("w1")))
-	wantNotLeased(t, "Reject by old owner", s.Reject(ctx, "a", "w1", result("w1"), "bad"))
+	wantNotLeased(t, "Reject by old owner", s.Reject(ctx, "a", "w1", result("w1"), "empty", "bad"))
 	wantNotLeased(t, "Retry by old owner", s.Retry(ctx, "a", "w1", time.Now(), "x"))
 	wantNotLeased(t, "DeadLetter by old owner", s.DeadLetter(ctx, "a", "w1", "x"))
 	wantNotLeased(t, "Escalate by old owner", s.Escalate(ctx, "a", "w1", "long"))
@@ -558,12 +561,12 @@ func testReject(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	ingest(t, s, samples("p", "short", "a"))
 	claimOne(t, s, "short", "w", "a")
-	if err := s.Reject(ctx, "a", "w", result("a"), "empty content"); err != nil {
+	if err := s.Reject(ctx, "a", "w", result("a"), "empty", "empty content"); err != nil {
 		t.Fatalf("Reject: %v", err)
 	}
 	want := []store.Row{{
 		ID: "a", Partition: "p", Lane: "short", State: store.Rejected,
-		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"), Reason: "empty content",
+		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"), Reason: "empty content", Rule: "empty",
 	}}
 	if diff := cmp.Diff(want, finished(t, s), ignoreFinishedAt); diff != "" {
 		t.Errorf("Finished (-want +got):\n%s", diff)
@@ -802,7 +805,7 @@ func testCounts(t *testing.T, s store.Store) {
 	ingest(t, s, samples("q", "long", "q3"))
 	claim(t, s, "short", 5, "w") // p1..p5
 	must(t, s.Complete(ctx, "p1", "w", result("p1")))
-	must(t, s.Reject(ctx, "p2", "w", result("p2"), "bad"))
+	must(t, s.Reject(ctx, "p2", "w", result("p2"), "empty", "bad"))
 	must(t, s.DeadLetter(ctx, "p3", "w", "400"))
 	must(t, s.Escalate(ctx, "p4", "w", "long"))
 	want := map[string]int{
@@ -847,9 +850,10 @@ func testThroughputSince(t *testing.T, s store.Store) {
 	claim(t, s, "short", 4, "w")
 	before := time.Now().Add(-time.Second)
 	must(t, s.Complete(ctx, "a", "w", store.Result{FinishReason: "stop", PromptTokens: 10, CompletionTokens: 100}))
-	must(t, s.Reject(ctx, "b", "w", store.Result{FinishReason: "length", PromptTokens: 20, CompletionTokens: 200}, "truncated"))
+	must(t, s.Reject(ctx, "b", "w", store.Result{FinishReason: "length", PromptTokens: 20, CompletionTokens: 200}, "truncated", "finish_reason length"))
 	must(t, s.DeadLetter(ctx, "c", "w", "400"))
 	must(t, s.Retry(ctx, "d", "w", time.Now(), "503"))
+	after := time.Now().Add(time.Second)
 	for _, tc := range []struct {
 		name  string
 		since time.Time
@@ -863,8 +867,17 @@ func testThroughputSince(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatalf("%s: ThroughputSince: %v", tc.name, err)
 		}
+		first, last := got.First, got.Last
+		got.First, got.Last = time.Time{}, time.Time{}
 		if got != tc.want {
 			t.Errorf("%s: ThroughputSince = %+v, want %+v", tc.name, got, tc.want)
+		}
+		// First and Last bracket the results counted: the finish stamps of a and b.
+		switch {
+		case tc.want.Samples == 0 && (!first.IsZero() || !last.IsZero()):
+			t.Errorf("%s: First, Last = %v, %v; want zero with nothing counted", tc.name, first, last)
+		case tc.want.Samples > 0 && (first.Before(before) || last.Before(first) || last.After(after)):
+			t.Errorf("%s: First, Last = %v, %v; want %v <= First <= Last <= %v", tc.name, first, last, before, after)
 		}
 	}
 }
@@ -987,7 +1000,7 @@ func testFinishedPaging(t *testing.T, s store.Store) {
 			case len(want)%3 == 0:
 				err = s.Complete(ctx, c.ID, "w", result(c.ID))
 			case len(want)%3 == 1:
-				err = s.Reject(ctx, c.ID, "w", result(c.ID), "bad")
+				err = s.Reject(ctx, c.ID, "w", result(c.ID), "empty", "bad")
 			default:
 				err = s.DeadLetter(ctx, c.ID, "w", "400")
 			}
