@@ -243,8 +243,10 @@ func (d *Dispatcher) loadStatsLocked(e *endpoint, es *EndpointStats) {
 	for i, el := range e.lanes {
 		el2 := EndpointLane{Lane: d.lanes[i].cfg.Name, InFlight: el.inflight}
 		if el.ctl != nil {
-			dec := el.ctl.Last()
-			el2.Auto, el2.Limit, el2.Ceiling, el2.Decision = true, el.ctl.Limit(), el.ctl.Ceiling(), &dec
+			dec, moved := el.ctl.Last(), el.ctl.Moved()
+			el2.Auto, el2.Limit, el2.Ceiling, el2.Decision, el2.Moved = true, el.ctl.Limit(), el.ctl.Ceiling(), &dec, &moved
+		} else {
+			el2.Limit = d.lanes[i].cfg.Concurrency
 		}
 		es.Lanes = append(es.Lanes, el2)
 	}

@@ -70,12 +70,15 @@ type ServerLoad struct {
 type EndpointLane struct {
 	Lane     string `json:"lane"`
 	InFlight int    `json:"in_flight"`
-	// Auto lanes only: the endpoint's current limit for the lane, the
-	// ceiling crashes set (0 = none) and the decision that last judged it.
+	// Limit is the endpoint's own limit for an auto lane, the lane's limit
+	// (shared by every endpoint) for a fixed one. Auto lanes only: the
+	// ceiling crashes set (0 = none), the decision that last judged the
+	// limit and the last one that moved it.
 	Auto     bool            `json:"auto"`
-	Limit    int             `json:"limit,omitempty"`
+	Limit    int             `json:"limit"`
 	Ceiling  int             `json:"ceiling,omitempty"`
 	Decision *limit.Decision `json:"decision,omitempty"`
+	Moved    *limit.Decision `json:"moved,omitempty"`
 }
 
 // LaneStats is one lane's concurrency and request timing. For an auto lane

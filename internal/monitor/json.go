@@ -71,6 +71,15 @@ func (e EndpointStatus) MarshalJSON() ([]byte, error) {
 	}{p, nullTime(e.Since), nullTime(e.LastTokenAt)})
 }
 
+// MarshalJSON writes a load with null for a time not known.
+func (l Load) MarshalJSON() ([]byte, error) {
+	type plain Load
+	return json.Marshal(struct {
+		plain
+		At *time.Time `json:"at"`
+	}{plain(l), nullTime(l.At)})
+}
+
 // MarshalJSON writes the beat with null for a last token not yet seen.
 func (b Beat) MarshalJSON() ([]byte, error) {
 	type plain Beat

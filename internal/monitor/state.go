@@ -56,6 +56,47 @@ type EndpointStatus struct {
 	InFlight    int       `json:"in_flight"`
 	LastTokenAt time.Time `json:"last_token_at"`
 	Tokens      int64     `json:"tokens"`
+
+	// Limit is how many requests regen lets the endpoint have at once now:
+	// its own adaptive limit for each auto lane plus the limits of the
+	// fixed lanes, which all endpoints share (0 before dispatch started).
+	Limit int `json:"limit"`
+	// LimitReason says why the limit last moved: an auto lane's decision
+	// with its evidence, or that the job file fixes it.
+	LimitReason string `json:"limit_reason"`
+	// Lanes is the limit of each lane on this endpoint.
+	Lanes []LaneLimit `json:"lanes"`
+	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
+	// KVTokensSource where it came from: "server" (its metrics or server
+	// info) or "job" (kv_tokens in the job file).
+	KVTokens       int64  `json:"kv_tokens"`
+	KVTokensSource string `json:"kv_tokens_source"`
+	// Load is the server's pressure at its last probe; nil before one.
+	Load *Load `json:"load"`
+}
+
+// LaneLimit is one lane's limit on one endpoint.
+type LaneLimit struct {
+	Lane     string `json:"lane"`
+	InFlight int    `json:"in_flight"`
+	Limit    int    `json:"limit"`
+	// Auto: the limit is the endpoint's own and adapts; otherwise it is the
+	// lane's fixed limit, shared by all endpoints.
+	Auto bool `json:"auto"`
+	// Ceiling is the cap crashes under pressure set, 0 for none.
+	Ceiling int `json:"ceiling"`
+	// Reason is the decision that last moved the limit, with its evidence.
+	Reason string `json:"reason"`
+}
+
+// Load is what one probe read of a server's pressure; a figure the engine
+// does not report is nil.
+type Load struct {
+	At               time.Time `json:"at"`
+	Running          *float64  `json:"running"`
+	Queued           *float64  `json:"queued"`
+	KVUsage          *float64  `json:"kv_usage"` // 0..1
+	RetractionsTotal *float64  `json:"retractions_total"`
 }
 
 // Live is what the runner knows at one moment; Evaluate turns it into a state.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
+	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/probe"
@@ -47,5 +50,41 @@ func (r *runState) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
 	for _, d := range r.disp.NoteCrash(st.URL, st.Cause, st.Since) {
 		r.o.Logger.Warn("crash under pressure", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "decision", d.Action, "reason", d.Reason)
 		r.event(ctx, store.Event{Kind: "endpoint_limit", Subject: st.URL, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
+	}
+}
+
+// limitsOf copies the dispatcher's limits, KV pool and load of one endpoint
+// into its status.
+func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus) {
+	st.Limit, st.LimitReason, st.Lanes = 0, "", nil
+	var moved time.Time
+	var fixed []string
+	for _, l := range e.Lanes {
+		ll := monitor.LaneLimit{Lane: l.Lane, InFlight: l.InFlight, Limit: l.Limit, Auto: l.Auto, Ceiling: l.Ceiling}
+		st.Limit += l.Limit
+		if l.Moved != nil {
+			ll.Reason = l.Moved.String()
+			if !l.Moved.Time.Before(moved) {
+				moved, st.LimitReason = l.Moved.Time, l.Lane+": "+ll.Reason
+			}
+		} else {
+			ll.Reason = "fixed by the job file"
+			fixed = append(fixed, fmt.Sprintf("%s %d", l.Lane, l.Limit))
+		}
+		st.Lanes = append(st.Lanes, ll)
+	}
+	if st.LimitReason == "" && len(fixed) > 0 {
+		st.LimitReason = "fixed by the job file (" + strings.Join(fixed, ", ") + "; shared by all endpoints)"
+	}
+	st.KVTokens, st.KVTokensSource = int64(e.KVTokens), e.KVTokensSource
+	st.Load = nil
+	if ld := e.Load; ld != nil {
+		known := func(v float64) *float64 {
+			if v < 0 {
+				return nil
+			}
+			return &v
+		}
+		st.Load = &monitor.Load{At: ld.At, Running: known(ld.Running), Queued: known(ld.Queued), KVUsage: known(ld.KVUsage), RetractionsTotal: known(ld.RetractionsTotal)}
 	}
 }

@@ -586,6 +586,7 @@ func (r *runState) endpoints(ctx context.Context, snap dispatch.Snapshot, now ti
 			eps[i].InFlight = e.InFlight
 			eps[i].LastTokenAt = e.LastTokenAt
 			eps[i].Tokens = e.TokensTotal
+			limitsOf(e, &eps[i])
 			// Healthy by its probe but refusing our requests (wrong model name,
 			// bad key, dying engine): the breaker is the truth, with its reason.
 			if e.Breaker == "open" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {

@@ -44,6 +44,7 @@ type Progress struct {
 	lastDone  map[string]int
 	tokRate   float64
 	doneRates map[string]float64
+	reasons   map[string]string // the limit reason last printed per endpoint (plain lines)
 }
 
 // NewProgress writes to out; terminal selects in-place redraw.
@@ -148,10 +149,25 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 				fmt.Fprintf(&b, " eta=%s", eta)
 			}
 		}
+		for _, e := range f.Endpoints {
+			if e.Limit > 0 {
+				fmt.Fprintf(&b, " | %s limit=%d", e.URL, e.Limit)
+			}
+		}
 		if len(f.Evidence) > 0 {
 			fmt.Fprintf(&b, " | %s", strings.Join(f.Evidence, "; "))
 		}
 		b.WriteString("\n")
+		if p.reasons == nil {
+			p.reasons = map[string]string{}
+		}
+		for _, e := range f.Endpoints {
+			// Each move once, not on every frame.
+			if e.LimitReason != "" && p.reasons[e.URL] != e.LimitReason {
+				p.reasons[e.URL] = e.LimitReason
+				fmt.Fprintf(&b, "%s limit %s %d: %s\n", f.Time.Format("15:04:05"), e.URL, e.Limit, e.LimitReason)
+			}
+		}
 		return b.String()
 	}
 	fmt.Fprintf(&b, "regen %s  %s  elapsed %s  in flight %d  %.0f tok/s\n", f.Job, f.State, elapsed, f.InFlight, p.tokRate)
@@ -176,10 +192,16 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 			fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
 		}
 		fmt.Fprintf(&b, ", in flight %d", e.InFlight)
+		if e.Limit > 0 {
+			fmt.Fprintf(&b, " of %d", e.Limit)
+		}
 		if e.Cause != "" {
 			fmt.Fprintf(&b, " (%s)", e.Cause)
 		}
 		b.WriteString("\n")
+		if e.LimitReason != "" {
+			fmt.Fprintf(&b, "    limit: %s\n", e.LimitReason)
+		}
 	}
 	return b.String()
 }

@@ -80,6 +80,12 @@ func StatusText(job string, r monitor.Report) string {
 			for _, ev := range e.Evidence {
 				fmt.Fprintf(&b, "    %s\n", ev)
 			}
+			if line := loadLine(e); line != "" {
+				fmt.Fprintf(&b, "    %s\n", line)
+			}
+			if e.LimitReason != "" {
+				fmt.Fprintf(&b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
+			}
 		}
 	}
 	if len(r.Events) > 0 {
@@ -102,4 +108,46 @@ func StatusText(job string, r monitor.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// loadLine is an endpoint's KV pool and its load at the last probe.
+func loadLine(e monitor.EndpointStatus) string {
+	var parts []string
+	if e.KVTokens > 0 {
+		parts = append(parts, fmt.Sprintf("KV pool %d tokens (%s)", e.KVTokens, e.KVTokensSource))
+	}
+	if l := e.Load; l != nil {
+		if l.KVUsage != nil {
+			parts = append(parts, fmt.Sprintf("%.0f%% used", 100**l.KVUsage))
+		}
+		if l.Running != nil {
+			parts = append(parts, fmt.Sprintf("%.0f running", *l.Running))
+		}
+		if l.Queued != nil {
+			parts = append(parts, fmt.Sprintf("%.0f queued", *l.Queued))
+		}
+		if l.RetractionsTotal != nil && *l.RetractionsTotal > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f retracted so far", *l.RetractionsTotal))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// laneLimits lists the per-lane limits when there are several lanes.
+func laneLimits(e monitor.EndpointStatus) string {
+	if len(e.Lanes) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, l := range e.Lanes {
+		kind := "fixed"
+		if l.Auto {
+			kind = "auto"
+			if l.Ceiling > 0 {
+				kind = fmt.Sprintf("auto, ceiling %d", l.Ceiling)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s %d %s", l.Lane, l.Limit, kind))
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }

@@ -145,7 +145,7 @@ type Controller struct {
 	flat, plateau          int
 	crashes                int
 
-	last Decision
+	last, moved Decision
 }
 
 // New returns a controller at b.Initial (clamped into the bounds).
@@ -157,6 +157,7 @@ func New(b Bounds, p Params, now time.Time) *Controller {
 	c := &Controller{p: p, b: b, ceil: math.Inf(1), kvHigh: p.KVHigh, pinN: max(p.KVPinned, 1), slowStart: true}
 	c.limit = c.clamp(float64(b.Initial))
 	c.last = Decision{Time: now, From: c.Limit(), To: c.Limit(), Action: Start, Reason: fmt.Sprintf("initial limit %d", c.Limit())}
+	c.moved = c.last
 	return c
 }
 
@@ -173,6 +174,17 @@ func (c *Controller) Ceiling() int {
 
 // Last is the latest decision.
 func (c *Controller) Last() Decision { return c.last }
+
+// Moved is the latest decision that changed the limit.
+func (c *Controller) Moved() Decision { return c.moved }
+
+func (c *Controller) record(d Decision) Decision {
+	c.last = d
+	if d.To != d.From || d.Action == Ceiling {
+		c.moved = d
+	}
+	return d
+}
 
 func (c *Controller) clamp(v float64) float64 {
 	v = math.Min(v, c.ceil)
@@ -191,8 +203,7 @@ func (c *Controller) Update(s Sample) Decision {
 	if d.To == d.From && action != Hold && action != BackOff {
 		d.Action = Hold // a raise or cut the bounds swallowed
 	}
-	c.last = d
-	return d
+	return c.record(d)
 }
 
 func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
@@ -369,9 +380,8 @@ func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 	c.pinN = 1
 	c.slowStart = false
 	c.cooldown = c.p.Cooldown
-	c.last = Decision{Time: now, From: from, To: c.Limit(), Action: Ceiling,
-		Reason: fmt.Sprintf("crash %d under pressure (%s): ceiling %d, back off above KV usage %.2f", c.crashes, why, c.Ceiling(), c.kvHigh)}
-	return c.last
+	return c.record(Decision{Time: now, From: from, To: c.Limit(), Action: Ceiling,
+		Reason: fmt.Sprintf("crash %d under pressure (%s): ceiling %d, back off above KV usage %.2f", c.crashes, why, c.Ceiling(), c.kvHigh)})
 }
 
 // Rescale follows a change of the endpoint's KV pool (a server restarted
@@ -390,9 +400,8 @@ func (c *Controller) Rescale(now time.Time, oldTokens, newTokens float64) Decisi
 	if f < 1 {
 		act = BackOff
 	}
-	c.last = Decision{Time: now, From: from, To: c.Limit(), Action: act,
-		Reason: fmt.Sprintf("KV pool changed from %.0f to %.0f tokens", oldTokens, newTokens)}
-	return c.last
+	return c.record(Decision{Time: now, From: from, To: c.Limit(), Action: act,
+		Reason: fmt.Sprintf("KV pool changed from %.0f to %.0f tokens", oldTokens, newTokens)})
 }
 
 func ewma(avg, v, a float64) float64 {
