@@ -99,6 +99,9 @@ type Endpoint struct {
 	URL       string `yaml:"url"`
 	APIKeyEnv string `yaml:"api_key_env"` // name of the env var holding the key; never the key itself
 	Engine    string `yaml:"engine"`      // sglang | vllm | llamacpp | sim; default from Server or sglang
+	// KVTokens is the server's KV pool in tokens, for token-aware
+	// balancing until the server reports its own (0 = wait for that).
+	KVTokens int `yaml:"kv_tokens"`
 }
 
 // Server is a server regen launches and supervises.
@@ -112,6 +115,10 @@ type Server struct {
 	ReadyTimeout time.Duration     `yaml:"ready_timeout"`
 	HangTimeout  time.Duration     `yaml:"hang_timeout"` // no token for this long with requests in flight = STALLED
 	Restart      Restart           `yaml:"restart"`
+	// KVTokens is the server's predicted KV pool in tokens (regen plan
+	// prints it), for token-aware balancing until the server reports its
+	// own; 0 = wait for that.
+	KVTokens int `yaml:"kv_tokens"`
 	// Sim holds flags for the built-in simulator (engine: sim), e.g. {kv_tokens: 231120, speed: 10}.
 	Sim map[string]any `yaml:"sim"`
 }

@@ -193,6 +193,9 @@ func (v *validator) endpoints() {
 			}
 		}
 		v.engine(p+".engine", e.Engine)
+		if e.KVTokens < 0 {
+			v.addf(p+".kv_tokens", "must be >= 0 (0 = take the server's own figure)")
+		}
 		if e.APIKeyEnv != "" {
 			switch {
 			case strings.HasPrefix(e.APIKeyEnv, "sk-") || strings.ContainsAny(e.APIKeyEnv, " \t") || len(e.APIKeyEnv) > 64:
@@ -210,6 +213,9 @@ func (v *validator) endpoints() {
 			}
 		} else if sv.Port <= 0 || sv.Port > 65535 {
 			v.addf("server.port", "must be 1 to 65535")
+		}
+		if sv.KVTokens < 0 {
+			v.addf("server.kv_tokens", "must be >= 0 (0 = take the server's own figure)")
 		}
 		if sv.Sim != nil && sv.Engine != "sim" {
 			v.addf("server.sim", "only applies to engine: sim")

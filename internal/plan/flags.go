@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -61,11 +62,13 @@ func planFlags(p *Plan, in Input) {
 		}
 	}
 	p.Flags = f
-	p.YAML = ServerYAML(in.Engine, f)
+	p.YAML = ServerYAML(in.Engine, f, p.Memory.MaxTotalTokens)
 }
 
-// ServerYAML renders args as a job file's server section.
-func ServerYAML(engine Engine, args []string) string {
+// ServerYAML renders args as a job file's server section. A predicted KV
+// pool (kvTokens > 0) goes in as kv_tokens, which sizes the launched
+// server's share of the work until it reports its own pool.
+func ServerYAML(engine Engine, args []string, kvTokens int64) string {
 	var b strings.Builder
 	b.WriteString("server:\n  engine: ")
 	b.WriteString(string(engine))
@@ -78,5 +81,8 @@ func ServerYAML(engine Engine, args []string) string {
 		b.WriteString(strconv.Quote(a))
 	}
 	b.WriteString("]\n")
+	if kvTokens > 0 {
+		fmt.Fprintf(&b, "  kv_tokens: %d   # predicted KV pool; the server's own figure replaces it once it reports\n", kvTokens)
+	}
 	return b.String()
 }

@@ -475,6 +475,7 @@ func TestFlags(t *testing.T) {
 	wantYAML := `server:
   engine: sglang
   args: ["--tp", "8", "--mem-fraction-static", "0.93", "--kv-cache-dtype", "auto", "--max-running-requests", "40", "--enable-hierarchical-cache", "--hicache-size", "30"]
+  kv_tokens: 240980   # predicted KV pool; the server's own figure replaces it once it reports
 `
 	if diff := cmp.Diff(wantYAML, p.YAML); diff != "" {
 		t.Errorf("yaml (-want +got):\n%s", diff)

@@ -88,3 +88,17 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus) {
 		st.Load = &monitor.Load{At: ld.At, Running: known(ld.Running), Queued: known(ld.Queued), KVUsage: known(ld.KVUsage), RetractionsTotal: known(ld.RetractionsTotal)}
 	}
 }
+
+// setCapacities gives the dispatcher the KV pools the job file names
+// (server.kv_tokens for the launched server, endpoints[].kv_tokens), for
+// balancing until each server reports its own.
+func setCapacities(d *dispatch.Dispatcher, spec *job.Spec, urls []string) {
+	if sv := spec.Server; sv != nil && sv.KVTokens > 0 && len(urls) == 1 {
+		d.SetCapacity(urls[0], float64(sv.KVTokens), dispatch.CapacityJob)
+	}
+	for _, e := range spec.Endpoints {
+		if e.KVTokens > 0 {
+			d.SetCapacity(e.URL, float64(e.KVTokens), dispatch.CapacityJob)
+		}
+	}
+}

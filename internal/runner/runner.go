@@ -270,6 +270,7 @@ func (r *runState) generate(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	r.disp = disp
+	setCapacities(disp, spec, r.fleet.URLs())
 	r.fleet.SetProgress(r.progressOf)
 	r.fleet.SetObserver(r.observe)
 	r.fleet.SetTokens(func(url string) int64 {
