@@ -37,6 +37,7 @@ type result struct {
 	Setting     setting
 	Tokens      int64   // completion tokens stored
 	SimSeconds  float64 // simulated duration of the job
+	Sim95       float64 // simulated time until 95% of the tokens were generated
 	Wall        time.Duration
 	Retractions float64
 	Crashes     int
@@ -49,6 +50,15 @@ type endpointShare struct {
 	URL    string
 	KV     int
 	Tokens int64
+}
+
+// bulk is the goodput of the job's first 95% of tokens: the job without
+// the tail of its last long requests, which no limit can shorten.
+func (r result) bulk() float64 {
+	if r.Sim95 <= 0 {
+		return 0
+	}
+	return 0.95 * float64(r.Tokens) / r.Sim95
 }
 
 func (r result) goodput() float64 {
@@ -153,7 +163,7 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
 	}
 
-	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Retractions: clocks.retractions()}
+	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: clocks.retractions()}
 	kv := map[string]int{}
 	for i, u := range urls {
 		kv[u] = w.Servers[i].KVTokens
@@ -208,11 +218,9 @@ func simKnobs(e env, w workload, sv server) map[string]any {
 		// otherwise makes a shared machine the bottleneck.
 		"stream_interval": e.streamInterval,
 	}
-	switch {
-	case w.Truncate < 0:
-		m["truncate_fraction"] = 0
-	case w.Truncate > 0:
-		m["truncate_fraction"] = w.Truncate
+	m["truncate_fraction"] = w.Truncate
+	if truncateOverride >= 0 {
+		m["truncate_fraction"] = truncateOverride
 	}
 	for k, v := range sv.Sim {
 		m[k] = v

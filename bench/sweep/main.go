@@ -28,13 +28,14 @@ import (
 func main() {
 	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash")
 	samples := flag.Int("samples", 800, "prompts per job")
-	speed := flag.Float64("speed", 50, "simulator speed (simulated seconds per real second)")
+	speed := flag.Float64("speed", 100, "simulator speed (simulated seconds per real second)")
 	probe := flag.Duration("probe-every", 5*time.Second, "probe period in simulated time (the job's monitor.probe_every is this / speed)")
 	grid := flag.String("grid", "", "fixed settings to run instead of each workload's grid, e.g. 32/8,150/32 (\"none\" = auto only)")
 	noAuto := flag.Bool("no-auto", false, "skip the auto cell")
 	repeat := flag.Int("repeat", 1, "runs per setting; the table shows the mean and the range")
 	crashAbove := flag.Float64("crash-kv-above", 0, "override the crash workload's KV usage threshold")
 	crashFor := flag.Duration("crash-kv-for", 0, "override how long (simulated) KV usage must stay above it")
+	truncate := flag.Float64("truncate", -1, "override every workload's share of requests that run to max_tokens (simulator truncate_fraction)")
 	streamInterval := flag.Int("stream-interval", 16, "simulator tokens per stream hand-over (SGLang's --stream-interval)")
 	verbose := flag.Bool("v", false, "log the runner's info lines to stderr")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole sweep to this file")
@@ -54,6 +55,7 @@ func main() {
 			crashOverride["crash_kv_for"] = crashFor.String()
 		}
 	}
+	truncateOverride = *truncate
 	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1), *streamInterval); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
 		pprof.StopCPUProfile()
@@ -162,6 +164,7 @@ func parseGrid(s string) ([]setting, error) {
 type cell struct {
 	setting            setting
 	mean, low, high    float64 // goodput
+	bulk               float64 // mean goodput of the first 95% of tokens
 	retractions        float64 // mean
 	crashes            float64 // mean
 	tokens, simSeconds float64 // mean
@@ -176,6 +179,7 @@ func summarise(runs []result) cell {
 	for _, r := range runs {
 		g := r.goodput()
 		c.mean += g / n
+		c.bulk += r.bulk() / n
 		c.low, c.high = min(c.low, g), max(c.high, g)
 		c.retractions += r.Retractions / n
 		c.crashes += float64(r.Crashes) / n
@@ -210,7 +214,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long\tgoodput\trange\tvs best fixed\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	fmt.Fprintln(tw, "  short/long\tgoodput\trange\tvs best fixed\tfirst 95%\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
 	slow := false
 	for i, c := range cs {
 		rel := "-"
@@ -229,8 +233,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 		if c.effSpeed < 0.9*speed {
 			flag, slow = "*", true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if slow {

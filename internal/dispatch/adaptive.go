@@ -26,6 +26,7 @@ type load struct {
 
 	metrics   engine.Metrics
 	metricsAt time.Time
+	movedAt   time.Time  // metricsAt of the probe that last let it take over queued requests
 	kvRecent  [3]float64 // the last KV usages, newest first; -1 = unknown
 
 	// Since the last observation (obsAt).

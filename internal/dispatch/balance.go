@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"slices"
 	"time"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -131,4 +133,81 @@ func (d *Dispatcher) releaseLocked(cl *call, ttft time.Duration, completion int,
 		l.outSum += float64(completion)
 		l.outN++
 	}
+}
+
+// moveQueuedLocked is the end of a lane's work: the store has no more of
+// it, so what still waits in a server's queue is all that is left to
+// balance. An available endpoint whose queue was empty at its last probe
+// takes over requests waiting elsewhere, as many as its free KV pool holds
+// at the lane's footprint and its limits allow, once per probe: of the
+// other server's requests without a first token, the most recently sent
+// (it serves in arrival order), as many as its queue holds, are cancelled
+// before they generated anything and released without spending an
+// attempt, and the next claim sends each to the endpoint whose pool is
+// least full.
+func (d *Dispatcher) moveQueuedLocked(l *lane, now time.Time) {
+	for _, thief := range d.eps {
+		room := min(thief.roomLocked(l, now), thief.freeSlotsLocked(l))
+		if room <= 0 || !thief.breakerClosed() || thief.queuedLocked() != 0 || !thief.load.movedAt.Before(thief.load.metricsAt) {
+			continue
+		}
+		for _, victim := range d.eps {
+			if victim == thief || room == 0 {
+				continue
+			}
+			moved := 0
+			for _, cl := range victim.waitingCallsLocked(l) {
+				if room == 0 {
+					break
+				}
+				cl.cancel(errMoved)
+				room--
+				moved++
+			}
+			if moved > 0 {
+				thief.load.movedAt = thief.load.metricsAt
+				d.counters.Moved += int64(moved)
+				d.log.Info("queued requests moved", "lane", l.cfg.Name, "from", victim.url, "to", thief.url, "requests", moved)
+			}
+		}
+	}
+}
+
+// freeSlotsLocked is how many requests of lane l the free part of e's KV
+// pool holds at the lane's mean footprint, at its last probe; 0 when its
+// pool or usage is unknown.
+func (e *endpoint) freeSlotsLocked(l *lane) int {
+	m := e.load.metrics
+	if e.load.capacity <= 0 || !m.Present.Has(engine.FieldTokenUsage) || l.outN == 0 {
+		return 0
+	}
+	per := l.outSum/float64(l.outN) + 1000 // a prompt of about a thousand tokens
+	return int((1 - m.TokenUsage) * e.load.capacity / per)
+}
+
+// queuedLocked is the server's queue at its last probe, -1 when unknown.
+func (e *endpoint) queuedLocked() float64 {
+	if e.load.metricsAt.IsZero() || !e.load.metrics.Present.Has(engine.FieldQueued) {
+		return -1
+	}
+	return e.load.metrics.Queued
+}
+
+// waitingCallsLocked lists e's requests of lane l that wait in the
+// server's queue: of those without a first token, the most recently sent,
+// as many as the server's queue holds at its last probe.
+func (e *endpoint) waitingCallsLocked(l *lane) []*call {
+	q := int(e.queuedLocked())
+	if q <= 0 {
+		return nil
+	}
+	var out []*call
+	for cl := range e.calls {
+		if !cl.streaming.Load() {
+			out = append(out, cl)
+		}
+	}
+	slices.SortFunc(out, func(a, b *call) int { return b.start.Compare(a.start) })
+	out = out[:min(q, len(out))]
+	return slices.DeleteFunc(out, func(cl *call) bool { return cl.lane != l })
 }

@@ -102,6 +102,7 @@ const (
 var (
 	errPaused = errors.New("endpoint paused")
 	errDrain  = errors.New("dispatcher draining")
+	errMoved  = errors.New("moved to an endpoint with room")
 )
 
 // Dispatcher claims samples from the store and sends them to endpoints.
@@ -476,6 +477,7 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 		}
 		d.mu.Lock()
 		if len(claimed) < n {
+			d.moveQueuedLocked(l, now)
 			l.short = true
 			l.nextPoll = now.Add(l.backoff)
 			l.backoff = min(2*l.backoff, maxPoll)
@@ -559,6 +561,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 	}
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
+		cl.streaming.Store(true)
 		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))

@@ -1,12 +1,24 @@
 // Package dispatch turns pending samples in the store into requests to LLM
 // endpoints and records what happened to each.
 //
-// A Dispatcher owns three policies and nothing else. Concurrency: every lane
-// has a limiter, and samples are claimed from the store only when a lane slot
-// and an endpoint that can take a request both exist, about as many as there
-// are free slots, so no lease is held for work that is not running. Balancing:
-// each request goes to the available endpoint with the fewest requests in
-// flight, ties broken round robin. Failure handling: a server-down error
+// A Dispatcher owns three policies and nothing else. Concurrency: a lane
+// with a fixed limit has one limiter over all endpoints; a lane with
+// LaneConfig.Auto has one adaptive limit per endpoint (limit.Controller),
+// stepped by Observe with each probe of that endpoint's metrics and with what
+// its requests saw since (tokens, time to first token, errors). Samples are
+// claimed from the store only when a lane slot and an endpoint that can take
+// a request both exist, about as many as there are free slots, so no lease
+// is held for work that is not running. NoteCrash lowers an endpoint's
+// adaptive ceilings after a CUDA out-of-memory crash that followed high KV
+// usage. Balancing is by tokens: each request goes to the endpoint with room
+// for its lane whose KV pool would be least full after it, counting every
+// request in flight at its estimated footprint (prompt estimate plus the
+// lane's mean completion so far), so servers whose pools differ by two get
+// work in that ratio; while a pool is unknown (no probe reported it and the
+// job file gave none, SetCapacity), the fewest requests in flight decide, ties
+// broken round robin. When the store has no more of a lane, requests of that
+// lane still waiting in one server's queue (no token yet) move to a server
+// with room and an empty queue, without spending an attempt. Failure handling: a server-down error
 // releases the sample without spending an attempt and opens that endpoint's
 // circuit breaker (open for BreakerCooldown, doubled after every failed
 // half-open probe up to 30 s; any answer from the server closes it);
@@ -44,7 +56,10 @@
 // The supervisor drives Pause and Resume: Pause cancels an endpoint's
 // in-flight requests and releases their samples without spending attempts,
 // Resume closes its breaker and sends to it again. Snapshot gives the live
-// counts, per-endpoint token times for hang detection and breaker states.
+// counts, per-endpoint token times for hang detection and breaker states,
+// and each endpoint's KV pool, last load, committed tokens and per-lane
+// limits with the decisions that set them (for status, the dashboard and
+// metrics).
 //
 // Run ends when no sample of its lanes is pending or leased. When its context
 // ends it stops claiming, lets in-flight requests finish for up to

@@ -45,6 +45,9 @@ type call struct {
 	lane   *lane
 	start  time.Time
 	est    float64 // its estimated KV footprint in tokens
+	// streaming is set at the first streamed chunk: before it the request
+	// is waiting in the server's queue (or in its prefill).
+	streaming atomic.Bool
 }
 
 func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }

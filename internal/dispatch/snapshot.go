@@ -108,4 +108,7 @@ type Counters struct {
 	DeadLettered int64 `json:"dead_lettered"` // bad requests and exhausted retries
 	Released     int64 `json:"released"`      // returned to pending without spending an attempt
 	ServerDown   int64 `json:"server_down"`   // requests that failed with a server-down error
+	// Moved counts requests cancelled while queued at one server, before a
+	// token, to go to one with room once the store had no more of their lane.
+	Moved int64 `json:"moved"`
 }
