@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"sync"
@@ -252,5 +253,56 @@ func TestObservePausedAndRestarted(t *testing.T) {
 	got := d.Observe("http://a", m, at)
 	if len(got) != 1 || got[0].Action != limit.BackOff || !strings.Contains(got[0].Reason, "retracted 7") {
 		t.Errorf("7 retractions after a restart with 2 running: %v, want a back-off on the burst", got)
+	}
+}
+
+// At the end of a lane, requests waiting in one server's queue move to a
+// server with room and an empty queue: the most recently sent ones without
+// a first token, at most as many as the waiting server queues and as the
+// idle one's free pool holds, once per probe.
+func TestMoveQueuedAtTheEnd(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://busy", "http://idle")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 100, MaxTokens: 1000}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	l := d.lanes[0]
+	l.outSum, l.outN = 1000, 1 // requests of 1,000 tokens out plus about 1,000 in
+	d.Observe("http://busy", engine.Metrics{MaxTotalTokens: 100000, Queued: 3, TokenUsage: 0.95, Present: allMetrics}, now)
+	d.Observe("http://idle", engine.Metrics{MaxTotalTokens: 100000, Queued: 0, TokenUsage: 0.9, Present: allMetrics}, now)
+
+	busy := d.epByURL["http://busy"]
+	causes := map[int]error{}
+	var mu sync.Mutex
+	for i := range 6 {
+		cl := &call{ep: busy, lane: l, start: now.Add(time.Duration(i) * time.Second), est: 2000,
+			cancel: func(cause error) { mu.Lock(); causes[i] = cause; mu.Unlock() }}
+		if i < 2 {
+			cl.streaming.Store(true) // generating: never moved
+		}
+		busy.calls[cl] = struct{}{}
+		d.acquireLocked(cl, now)
+	}
+	d.mu.Lock()
+	d.moveQueuedLocked(l, now)
+	d.mu.Unlock()
+	// The idle server's free 10% of 100,000 tokens holds 5 such requests; the
+	// busy one queues 3: the three most recent without a token move.
+	for i := range 6 {
+		want := i >= 3
+		if got := errors.Is(causes[i], errMoved); got != want {
+			t.Errorf("request %d: moved %v, want %v", i, got, want)
+		}
+	}
+	if d.Snapshot().Counters.Moved != 3 {
+		t.Errorf("moved counter %d, want 3", d.Snapshot().Counters.Moved)
+	}
+	// Not again before the idle server's next probe.
+	clear(causes)
+	d.mu.Lock()
+	d.moveQueuedLocked(l, now)
+	d.mu.Unlock()
+	if len(causes) != 0 {
+		t.Errorf("moved again without a new probe: %v", causes)
 	}
 }

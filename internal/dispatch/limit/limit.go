@@ -109,6 +109,9 @@ type Params struct {
 	CrashKV      float64
 }
 
+// slowStartGain multiplies the limit per probe in slow start.
+const slowStartGain = 3
+
 // DefaultParams are the defaults; see the package documentation for why.
 var DefaultParams = Params{
 	QueueLow: 0.5, QueueLowMin: 4,
@@ -316,7 +319,7 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	c.raisedFrom, c.raisedGood = c.limit, c.goodAvg
 	switch {
 	case c.slowStart:
-		c.limit = c.clamp(c.limit * 2)
+		c.limit = c.clamp(c.limit * slowStartGain)
 		return Raise, "slow start"
 	case s.Queued == 0 && s.KVUsage >= 0 && s.KVUsage < p.RoomKV && c.kvHigh >= p.KVHigh:
 		c.limit = c.clamp(c.limit * (1 + p.FastGrowth))

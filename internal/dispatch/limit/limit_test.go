@@ -54,8 +54,8 @@ func TestConvergesFromFour(t *testing.T) {
 		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, start)
 		srv := toyServer{slots: 60}
 		limits := run(c, srv, 60)
-		if limits[0] != 8 || limits[1] != 16 || limits[2] != 32 {
-			t.Errorf("first limits %v, want slow start 8, 16, 32", limits[:3])
+		if limits[0] != 12 || limits[1] != 36 {
+			t.Errorf("first limits %v, want slow start 12, 36", limits[:3])
 		}
 		for i, l := range limits[20:] {
 			if !inBand(l, srv.slots) {
@@ -279,19 +279,19 @@ func TestPlateauHolds(t *testing.T) {
 		flat := func(s *Sample) {
 			s.InFlight, s.Peak, s.EndpointInFlight, s.Queued, s.Running, s.Goodput, s.KVUsage = c.Limit(), c.Limit(), c.Limit(), 0, float64(c.Limit()), 500, 0.5
 		}
-		// 4 -> 8 -> 16 with goodput flat: the second flat raise starts the hold.
+		// 4 -> 12 -> 36 with goodput flat: the second flat raise starts the hold.
 		var d Decision
 		for range 3 {
 			time.Sleep(step)
 			d = c.Update(sample(flat))
 		}
-		if d.Action != Hold || d.To != 16 || !strings.Contains(d.Reason, "goodput stopped rising") {
-			t.Fatalf("two doublings without more goodput: %v, want a plateau hold at 16", d)
+		if d.Action != Hold || d.To != 36 || !strings.Contains(d.Reason, "goodput stopped rising") {
+			t.Fatalf("two slow-start raises without more goodput: %v, want a plateau hold at 36", d)
 		}
 		for range DefaultParams.PlateauHold - 1 {
 			time.Sleep(step)
-			if d := c.Update(sample(flat)); d.To != 16 {
-				t.Fatalf("during the plateau hold: %v, want 16", d)
+			if d := c.Update(sample(flat)); d.To != 36 {
+				t.Fatalf("during the plateau hold: %v, want 36", d)
 			}
 		}
 		time.Sleep(step)
