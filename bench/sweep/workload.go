@@ -89,7 +89,7 @@ func workloads() []workload {
 			Servers: []server{{KVTokens: 231120}, {KVTokens: 58000}}, OutputMean: 2500, OutputSigma: 0.8,
 			Grid: []setting{{150, 32}, {300, 64}}},
 		{Name: "crash", About: "one supervised server, KV pool 231,120 tokens, crashes (CUDA OOM) when KV usage stays high",
-			Servers:    []server{{KVTokens: 231120, Sim: crash}},
+			Servers: []server{{KVTokens: 231120, Sim: crash}},
 			// Truncated requests (2%, the simulator's default) are what keeps
 			// KV usage high for long stretches, the pressure this fault needs.
 			OutputMean: 2500, OutputSigma: 0.8, Truncate: 0.02, Grid: fixedGrid, Supervised: true},

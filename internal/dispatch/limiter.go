@@ -2,10 +2,11 @@ package dispatch
 
 import "sync"
 
-// Limiter caps how many requests of one lane are in flight. Its limit can
-// change while requests run (the adaptive limiter will lower it under KV
-// pressure): lowering it never cancels anything, it only stops new starts
-// until enough requests finish.
+// Limiter caps how many requests of a lane with a fixed limit are in
+// flight over all endpoints (an auto lane has a limit.Controller per
+// endpoint instead). Its limit can change while requests run
+// (SetLaneLimit): lowering it never cancels anything, it only stops new
+// starts until enough requests finish.
 type Limiter struct {
 	mu    sync.Mutex
 	limit int
