@@ -44,6 +44,7 @@ type result struct {
 	PerEndpoint []endpointShare
 	Limits      []string // final limits per endpoint and lane (auto)
 	Samples     int
+	Stopped     bool // stopped after maxRestarts: the job never finished
 }
 
 type endpointShare struct {
@@ -67,6 +68,9 @@ func (r result) goodput() float64 {
 	}
 	return float64(r.Tokens) / r.SimSeconds
 }
+
+// maxRestarts stops a cell whose server keeps crashing.
+const maxRestarts = 12
 
 // runCell runs the whole job once at one setting on fresh servers and a
 // fresh store, and measures it in simulated time.
@@ -154,16 +158,33 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 	if e.verbose {
 		logger = slog.New(slog.NewTextHandler(e.logWriter, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
 	}
+	// A server that crashes again at every restart never finishes the job:
+	// the cell stops after maxRestarts and says so.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		for runCtx.Err() == nil {
+			if clocks.restarts() >= maxRestarts {
+				stopRun()
+				return
+			}
+			select {
+			case <-runCtx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 	t0 := time.Now()
-	_, runErr := runner.Run(ctx, runner.Options{Spec: spec, Store: st, Out: io.Discard, Logger: logger, NoExport: true, ProgressEvery: time.Hour})
+	_, runErr := runner.Run(runCtx, runner.Options{Spec: spec, Store: st, Out: io.Discard, Logger: logger, NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
 	wall := time.Since(t0)
 	stopPoll()
 	<-pollDone
-	if runErr != nil {
+	stopped := runErr != nil && ctx.Err() == nil && runCtx.Err() != nil
+	if runErr != nil && !stopped {
 		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
 	}
 
-	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: clocks.retractions()}
+	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: clocks.retractions(), Stopped: stopped}
 	kv := map[string]int{}
 	for i, u := range urls {
 		kv[u] = w.Servers[i].KVTokens

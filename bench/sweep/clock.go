@@ -36,6 +36,7 @@ type clockState struct {
 	elapsed     float64
 	retractions float64
 	tokens      float64 // generated so far, through restarts
+	restarts    int
 	started     bool
 }
 
@@ -83,6 +84,7 @@ func (c *clockWatch) observe(i int, clock, retracted, generated float64, ok bool
 		}
 	case ok:
 		// A new incarnation: its own clock and counters started at zero.
+		s.restarts++
 		s.elapsed += now.Sub(s.at).Seconds()*c.speed + clock
 		s.retractions += retracted
 		s.tokens += generated
@@ -179,6 +181,17 @@ func (c *clockWatch) retractions() float64 {
 	n := 0.0
 	for _, s := range c.per {
 		n += s.retractions
+	}
+	return n
+}
+
+// restarts counts the new server incarnations seen, over all servers.
+func (c *clockWatch) restarts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, s := range c.per {
+		n += s.restarts
 	}
 	return n
 }
