@@ -30,10 +30,21 @@ const (
 	releaseSQL = `UPDATE samples
 			SET state = 'pending', lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	retrySQL = `UPDATE samples
+			SET state = 'pending', attempts = attempts + 1, not_before = ?,
+				last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	deadSQL = `UPDATE samples
+			SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
+				finished_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	escalateSQL = `UPDATE samples
+			SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 )
 
 // txQueries lists them for Open.
-var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL}
+var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL, retrySQL, deadSQL, escalateSQL}
 
 // Ingest inserts the samples whose ID is new, all in one transaction.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
@@ -268,22 +279,6 @@ func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Durat
 	return nil
 }
 
-// finish stores r and moves the held sample to state, in one transaction.
-func (s *Store) finish(ctx context.Context, id, owner string, state store.State, r store.Result, reason string) error {
-	now := ns(s.now())
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, finishSQL,
-			string(state), now, id, owner)
-		if err := held(res, err); err != nil {
-			return err
-		}
-		_, err = s.exec(ctx, tx, insertResultSQL,
-			id, blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), reason, now)
-		return err
-	})
-}
-
 // held turns an UPDATE guarded by the lease into ErrNotLeased when it
 // matched nothing.
 func held(res sql.Result, err error) error {
@@ -296,35 +291,6 @@ func held(res sql.Result, err error) error {
 	}
 	if n == 0 {
 		return store.ErrNotLeased
-	}
-	return nil
-}
-
-// Complete stores r and marks the sample done, spending its attempt.
-func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) error {
-	if err := s.finish(ctx, id, owner, store.Done, r, ""); err != nil {
-		return fmt.Errorf("complete %s: %w", id, err)
-	}
-	return nil
-}
-
-// Reject stores r with reason and marks the sample rejected, spending its attempt.
-func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, reason string) error {
-	if err := s.finish(ctx, id, owner, store.Rejected, r, reason); err != nil {
-		return fmt.Errorf("reject %s: %w", id, err)
-	}
-	return nil
-}
-
-// Retry returns the held sample to pending, spending one attempt.
-func (s *Store) Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error {
-	res, err := s.exec(ctx, nil, `UPDATE samples
-		SET state = 'pending', attempts = attempts + 1, not_before = ?,
-			last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
-		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
-		ns(notBefore), lastErr, ns(s.now()), id, owner)
-	if err := held(res, err); err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
 	}
 	return nil
 }
@@ -370,20 +336,6 @@ func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
 	return int(n), nil
 }
 
-// DeadLetter marks the held sample dead with reason, spending its attempt.
-func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error {
-	now := ns(s.now())
-	res, err := s.exec(ctx, nil, `UPDATE samples
-		SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
-			finished_at = ?, lease_owner = NULL, lease_until = NULL
-		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
-		reason, now, now, id, owner)
-	if err := held(res, err); err != nil {
-		return fmt.Errorf("dead-letter %s: %w", id, err)
-	}
-	return nil
-}
-
 // RequeueDead returns matching dead samples to pending with attempts reset.
 func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, error) {
 	res, err := s.exec(ctx, nil, `UPDATE samples
@@ -398,18 +350,6 @@ func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, er
 		return 0, fmt.Errorf("requeue dead: %w", err)
 	}
 	return int(n), nil
-}
-
-// Escalate moves the held sample to pending in lane without spending an attempt.
-func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
-	res, err := s.exec(ctx, nil, `UPDATE samples
-		SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
-		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
-		lane, id, owner)
-	if err := held(res, err); err != nil {
-		return fmt.Errorf("escalate %s to %s: %w", id, lane, err)
-	}
-	return nil
 }
 
 // ExpireLeases returns samples whose lease ended before now to pending

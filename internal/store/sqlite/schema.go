@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -116,6 +116,37 @@ END;
 CREATE TRIGGER samples_count_delete AFTER DELETE ON samples BEGIN
 	UPDATE counts SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND state = old.state;
 END;
+`,
+	// 1 -> 2: one heartbeat per worker, events tagged by worker, and the
+	// ingest manifest.
+	`
+CREATE TABLE heartbeats (
+	owner    TEXT    PRIMARY KEY,
+	pid      INTEGER NOT NULL,
+	host     TEXT    NOT NULL,
+	time     INTEGER NOT NULL,
+	started  INTEGER NOT NULL,
+	counters BLOB    NOT NULL
+);
+CREATE INDEX heartbeats_time ON heartbeats (time);
+INSERT INTO heartbeats (owner, pid, host, time, started, counters)
+	SELECT owner, pid, host, time, started, counters FROM heartbeat;
+DROP TABLE heartbeat;
+
+ALTER TABLE events ADD COLUMN worker TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE source_files (
+	partition   TEXT    NOT NULL,
+	path        TEXT    NOT NULL,
+	size        INTEGER NOT NULL,
+	mod_time    INTEGER NOT NULL,
+	fingerprint TEXT    NOT NULL,
+	rows        INTEGER NOT NULL,
+	bad         INTEGER NOT NULL,
+	complete    INTEGER NOT NULL,
+	updated_at  INTEGER NOT NULL,
+	PRIMARY KEY (partition, path)
+) WITHOUT ROWID;
 `,
 }
 

@@ -13,6 +13,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/groupcommit"
 )
 
 // Options tunes a Store. The zero value is ready to use.
@@ -27,9 +28,11 @@ type Options struct {
 
 // Store is the SQLite implementation of store.Store.
 type Store struct {
-	db   *sql.DB
-	now  func() time.Time
-	path string
+	db      *sql.DB
+	now     func() time.Time
+	path    string
+	lockDir string
+	commits *groupcommit.Queue[transition]
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared once: parsing is a sixth of a commit's CPU
@@ -90,7 +93,8 @@ func OpenWith(path string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, now: o.Now, path: path, stmts: map[string]*sql.Stmt{}}
+	s := &Store{db: db, now: o.Now, path: path, lockDir: path + ".locks", stmts: map[string]*sql.Stmt{}}
+	s.commits = groupcommit.New(256, s.commitBatch)
 	for _, q := range txQueries {
 		if _, err := s.stmt(ctx, q); err != nil {
 			s.Close()
@@ -100,8 +104,15 @@ func OpenWith(path string, o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close checkpoints the log into the main file and closes it.
+// Info describes the store: one file, one runner at a time.
+func (s *Store) Info() store.Info {
+	return store.Info{Backend: "sqlite", Location: s.path}
+}
+
+// Close commits what is queued, checkpoints the log into the main file and
+// closes it.
 func (s *Store) Close() error {
+	s.commits.Close()
 	s.mu.Lock()
 	for q, st := range s.stmts {
 		st.Close()

@@ -49,6 +49,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishedPagesInIDOrder", testFinishedPaging},
 		{"FinishedStopsOnError", testFinishedStops},
 		{"ConcurrentClaimers", testConcurrentClaimers},
+		// Many workers and big jobs.
+		{"HeartbeatsPerWorker", testHeartbeatsPerWorker},
+		{"EventsTaggedByWorker", testEventsTaggedByWorker},
+		{"TryLock", testTryLock},
+		{"SourceFiles", testSourceFiles},
+		{"Info", testInfo},
+		{"ConcurrentCompletions", testConcurrentCompletions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,201 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// opKind is a lease transition the group committer runs.
+type opKind uint8
+
+const (
+	opFinish   opKind = iota // done or rejected, with a result
+	opRetry                  // pending again after notBefore, one attempt spent
+	opDead                   // dead with a reason, one attempt spent
+	opEscalate               // pending in another lane, no attempt spent
+)
+
+// transition is one queued request; text is the reject reason, the retry's
+// last error, the dead-letter reason or the target lane.
+type transition struct {
+	kind      opKind
+	id, owner string
+	state     int16 // opFinish: stateDone or stateRejected
+	result    store.Result
+	text      string
+	notBefore time.Time
+}
+
+// finishSQL finishes a whole batch in one statement: the lease-checked
+// UPDATE returns the samples still held, and only those get a result row.
+const finishSQL = `WITH v AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::bytea[], $5::text[], $6::int4[], $7::int4[],
+			$8::text[], $9::int8[], $10::int8[], $11::text[])
+			AS v(id, owner, state, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason)
+	), f AS (
+		UPDATE samples s SET state = v.state, attempts = s.attempts + 1, finished_at = $12, lease_owner = NULL, lease_until = NULL
+		FROM v WHERE s.id = v.id AND s.state = 1 AND s.lease_owner = v.owner
+		RETURNING s.id
+	)
+	INSERT INTO results (sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at)
+	SELECT v.id, v.response, v.finish_reason, v.prompt_tokens, v.completion_tokens, v.endpoint, v.duration_ns, v.ttft_ns, v.reason, $12
+	FROM v JOIN f ON f.id = v.id
+	RETURNING sample_id`
+
+const (
+	retrySQL = `UPDATE samples SET state = 0, attempts = attempts + 1, not_before = $1,
+			last_error = $2, last_error_at = $3, lease_owner = NULL, lease_until = NULL
+		WHERE id = $4 AND state = 1 AND lease_owner = $5`
+	deadSQL = `UPDATE samples SET state = 4, attempts = attempts + 1, last_error = $1, last_error_at = $2,
+			finished_at = $2, lease_owner = NULL, lease_until = NULL
+		WHERE id = $3 AND state = 1 AND lease_owner = $4`
+	escalateSQL = `UPDATE samples SET state = 0, lane = $1, lease_owner = NULL, lease_until = NULL
+		WHERE id = $2 AND state = 1 AND lease_owner = $3`
+)
+
+// commitBatch commits a batch in one transaction. A server-side error about
+// one request's data fails the whole transaction, so then every request is
+// retried in a transaction of its own and only the bad one fails.
+func (s *Store) commitBatch(ctx context.Context, batch []transition) []error {
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	errs := make([]error, len(batch))
+	err := s.commitTx(ctx, batch, errs)
+	if err == nil {
+		return errs
+	}
+	if !statementError(err) || len(batch) == 1 {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i := range batch {
+		one := errs[i : i+1]
+		if err := s.commitTx(ctx, batch[i:i+1], one); err != nil {
+			one[0] = err
+		}
+	}
+	return errs
+}
+
+// commitTx runs batch in one transaction, setting errs[i] to ErrNotLeased
+// for each request whose lease is gone. A non-nil return means nothing was
+// committed.
+func (s *Store) commitTx(ctx context.Context, batch []transition, errs []error) error {
+	clear(errs) // outcomes of an earlier, failed attempt do not carry over
+	now := ns(s.now())
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	// A sample listed twice (which a well-behaved caller never does) must
+	// see the first request's effect: such requests go to later rounds.
+	rest := make([]int, len(batch))
+	for i := range rest {
+		rest[i] = i
+	}
+	for len(rest) > 0 {
+		round, later := splitUnique(batch, rest)
+		if err := s.commitRound(ctx, tx, batch, round, errs, now); err != nil {
+			return err
+		}
+		rest = later
+	}
+	return tx.Commit(ctx)
+}
+
+// splitUnique keeps the first request of each sample id in round and
+// defers the rest.
+func splitUnique(batch []transition, idx []int) (round, later []int) {
+	seen := make(map[string]bool, len(idx))
+	for _, i := range idx {
+		if seen[batch[i].id] {
+			later = append(later, i)
+			continue
+		}
+		seen[batch[i].id] = true
+		round = append(round, i)
+	}
+	return round, later
+}
+
+// commitRound sends one round (distinct ids) as one pipelined batch: the
+// finished samples in one statement, other transitions one statement each.
+func (s *Store) commitRound(ctx context.Context, tx pgx.Tx, batch []transition, round []int, errs []error, now int64) error {
+	var finish []int
+	b := &pgx.Batch{}
+	var single []int
+	for _, i := range round {
+		t := batch[i]
+		switch t.kind {
+		case opFinish:
+			finish = append(finish, i)
+		case opRetry:
+			b.Queue(retrySQL, ns(t.notBefore), text(t.text), now, t.id, t.owner)
+			single = append(single, i)
+		case opDead:
+			b.Queue(deadSQL, text(t.text), now, t.id, t.owner)
+			single = append(single, i)
+		case opEscalate:
+			b.Queue(escalateSQL, t.text, t.id, t.owner)
+			single = append(single, i)
+		}
+	}
+	if len(finish) > 0 {
+		n := len(finish)
+		var (
+			ids, owners, reasons, endpoints, finishes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			states                                    = make([]int16, n)
+			responses                                 = make([][]byte, n)
+			pts, cts                                  = make([]int32, n), make([]int32, n)
+			durs, ttfts                               = make([]int64, n), make([]int64, n)
+		)
+		for k, i := range finish {
+			t := batch[i]
+			r := t.result
+			ids[k], owners[k], states[k] = t.id, t.owner, t.state
+			responses[k], finishes[k], pts[k], cts[k] = nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens), int32(r.CompletionTokens)
+			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.text)
+		}
+		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, now)
+	}
+	res := tx.SendBatch(ctx, b)
+	for _, i := range single {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			errs[i] = store.ErrNotLeased
+		}
+	}
+	if len(finish) > 0 {
+		rows, err := res.Query()
+		if err != nil {
+			res.Close()
+			return err
+		}
+		done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			res.Close()
+			return err
+		}
+		held := make(map[string]bool, len(done))
+		for _, id := range done {
+			held[id] = true
+		}
+		for _, i := range finish {
+			if !held[batch[i].id] {
+				errs[i] = store.ErrNotLeased
+			}
+		}
+	}
+	return res.Close()
+}
