@@ -30,7 +30,7 @@ sources: [{partition: p, path: data.jsonl, prompt: prompt}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(spec)
+	st, err := openStore(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(spec)
+	st, err := openStore(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("job", spec.Name)
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	fmt.Printf("regen: job %s, store %s\n", spec.Name, spec.Store.DSN)
+	fmt.Printf("regen: job %s, store %s\n", spec.Name, st.Info().Location)
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
 		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport,

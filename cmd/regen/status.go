@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/backend"
 	"github.com/regen-dev/regen/internal/ui"
 )
 
@@ -53,11 +55,15 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(storePath(spec)); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("job %s has no store yet (%s): it was never run", spec.Name, spec.Store.DSN)}
-	}
-	st, err := openStore(spec)
-	if err != nil {
+	st, err := openExisting(ctx, spec, "it was never run")
+	switch {
+	case errors.Is(err, store.ErrNoStore):
+		return &exitError{code: 2, err: err}
+	case backend.Unreachable(err):
+		// The store itself is down: that is the job's state, with the
+		// store as the subject and the cause as evidence.
+		return printReport(out, spec, monitor.StoreDown(err), o.json)
+	case err != nil:
 		return err
 	}
 	defer st.Close()
@@ -69,10 +75,18 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 		return waitHealthy(ctx, out, st, spec, o.waitHealthy, assess)
 	}
 	r, err := assess()
+	if backend.Unreachable(err) {
+		r, err = monitor.StoreDown(err), nil
+	}
 	if err != nil {
 		return err
 	}
-	if o.json {
+	return printReport(out, spec, r, o.json)
+}
+
+// printReport writes r as text or JSON and maps its state to the exit code.
+func printReport(out io.Writer, spec *job.Spec, r monitor.Report, asJSON bool) error {
+	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
