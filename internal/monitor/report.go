@@ -24,6 +24,10 @@ type Beat struct {
 	// (finished, interrupted or failed), so status can tell STOPPED from DEAD.
 	Exited     bool   `json:"exited,omitempty"`
 	ExitReason string `json:"exit_reason,omitempty"`
+	// A worker's own share of a job that several workers run.
+	Lanes []string `json:"lanes,omitempty"` // lanes it claims from (all when empty)
+	Done  int64    `json:"done,omitempty"`  // samples it finished since it started
+	Rate  float64  `json:"rate,omitempty"`  // its samples per second over the last minute
 }
 
 // ExitFinished is the ExitReason of a runner that finished and exported.
@@ -114,6 +118,11 @@ type Report struct {
 	Events       []store.Event    `json:"events,omitempty"`
 	LastErrors   []ErrorLine      `json:"last_errors,omitempty"`
 	IngestErrors int              `json:"ingest_errors"`
+	// Workers lists every process that ever ran the job, newest heartbeat
+	// first; with a shared store several are live at once.
+	Workers []WorkerStatus `json:"workers,omitempty"`
+	// Store is set when the store itself is the problem (unreachable).
+	Store *StoreStatus `json:"store,omitempty"`
 }
 
 // ErrorLine is one recent per-sample failure.
@@ -139,12 +148,20 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	r.Cells, r.Total = Cells(counts)
 
-	hb, haveHB, err := st.LastHeartbeat(ctx)
+	hbs, err := st.Heartbeats(ctx)
 	if err != nil {
-		return r, fmt.Errorf("read heartbeat: %w", err)
+		return r, fmt.Errorf("read heartbeats: %w", err)
 	}
-	var beat Beat
+	if r.Workers, err = workers(hbs, o); err != nil {
+		return r, err
+	}
+	var (
+		hb     store.Heartbeat
+		haveHB = len(hbs) > 0
+		beat   Beat
+	)
 	if haveHB {
+		hb = hbs[0] // the newest
 		r.Heartbeat = &HeartbeatInfo{PID: hb.PID, Host: hb.Host, Time: hb.Time, Age: o.Now.Sub(hb.Time), Started: hb.Started}
 		if len(hb.Counters) > 0 {
 			if err := json.Unmarshal(hb.Counters, &beat); err != nil {
@@ -152,6 +169,10 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 			}
 		}
 		r.Endpoints = beat.Endpoints
+		// With several live workers, every live one's endpoints.
+		if live := liveEndpoints(r.Workers); len(live) > 0 {
+			r.Endpoints = live
+		}
 	}
 
 	for _, w := range []struct {
@@ -190,6 +211,11 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
+	if haveHB && r.State != Done {
+		if s, ev, ok := jobOfWorkers(r.Workers); ok && len(r.Workers) > 1 {
+			r.State, r.Evidence = s, ev
+		}
+	}
 	r.ExitCode = ExitCode(r.State)
 	return r, nil
 }
@@ -197,9 +223,10 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, o AssessOptions) (State, []string) {
 	finished := fmt.Sprintf("all %d samples finished (%d done, %d rejected, %d dead)",
 		r.Total.Total, r.Total.Done, r.Total.Rejected, r.Total.Dead)
-	// DONE means the output exists too: only a runner that exited after its
-	// export says so. Finished samples with a dead runner are still an alarm.
-	if r.Total.Total > 0 && remaining == 0 && haveHB && beat.Exited && beat.ExitReason == ExitFinished {
+	// DONE means the output exists too: only a worker that exited after the
+	// export says so, and none has beaten since. Finished samples with a
+	// dead runner are still an alarm.
+	if r.Total.Total > 0 && remaining == 0 && len(r.Workers) > 0 && r.Workers[0].State == Done {
 		return Done, []string{finished}
 	}
 	if !haveHB {
@@ -232,6 +259,22 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 		return Running, nil
 	}
 	return beat.State, beat.Evidence
+}
+
+// liveEndpoints concatenates the endpoints of every live worker.
+func liveEndpoints(ws []WorkerStatus) []EndpointStatus {
+	var out []EndpointStatus
+	n := 0
+	for _, w := range ws {
+		if w.Live {
+			n++
+			out = append(out, w.Endpoints...)
+		}
+	}
+	if n < 2 {
+		return nil
+	}
+	return out
 }
 
 // ProcessAlive reports whether a process with pid exists on this machine.
