@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ type runOptions struct {
 	progress time.Duration
 	noExport bool
 	verbose  bool
+	lanes    []string
 }
 
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
@@ -33,6 +35,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.progress, "progress-every", 0, "progress refresh period (default 1s on a terminal, 10s otherwise)")
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail to stderr")
+	fs.StringSliceVar(&o.lanes, "lanes", nil, "claim only these lanes (comma-separated; default all): workers sharing a PostgreSQL store may split the lanes")
 }
 
 func newRunCommand() *cobra.Command {
@@ -47,7 +50,12 @@ the results when every sample is finished.
 
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
-exits at once. Either way, run the same command again to resume.`,
+exits at once. Either way, run the same command again to resume.
+
+With a PostgreSQL store (store.dsn or REGEN_STORE = postgres://...), the same
+command on several hosts runs one job together: each worker sends to its own
+endpoints, a dead worker's samples go back to the others, and one worker
+exports at the end while the others wait for it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), args[0], o)
@@ -61,6 +69,11 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	spec, err := job.Load(path)
 	if err != nil {
 		return err
+	}
+	for _, l := range o.lanes {
+		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
+			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
+		}
 	}
 	st, err := openStore(ctx, spec)
 	if err != nil {
@@ -90,7 +103,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s, store %s\n", spec.Name, st.Info().Location)
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport,
+		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes,
 	})
 	if err != nil {
 		var failed *runner.FailedError

@@ -28,6 +28,9 @@ type Beat struct {
 	Lanes []string `json:"lanes,omitempty"` // lanes it claims from (all when empty)
 	Done  int64    `json:"done,omitempty"`  // samples it finished since it started
 	Rate  float64  `json:"rate,omitempty"`  // its samples per second over the last minute
+	// Exported identifies the finished samples of the export this worker
+	// wrote or found current when it exited finished.
+	Exported string `json:"exported,omitempty"`
 }
 
 // ExitFinished is the ExitReason of a runner that finished and exported.

@@ -39,6 +39,9 @@ type Options struct {
 	DrainTimeout time.Duration
 	// NoExport skips the export at the end (tests).
 	NoExport bool
+	// Lanes limits the lanes this worker claims from (nil = all). Workers
+	// sharing a store may split the lanes between them.
+	Lanes []string
 }
 
 // Summary is what a finished run reports.
@@ -66,9 +69,22 @@ type runState struct {
 	owner   string
 	host    string
 	started time.Time
+	shared  bool // several workers may run the job at once
 	disp    *dispatch.Dispatcher
 	fleet   fleet
 	alerter *monitor.Alerter
+	health  storeHealth
+	rate    rateWindow
+	// rescued remembers the heartbeat time at which a dead worker's leases
+	// were released (owned by the heartbeat loop after start).
+	rescued  map[string]time.Time
+	exported string // export mark once this worker wrote or found the export
+
+	viewMu sync.Mutex
+	view   *ui.Progress
+	// ingestDone is closed when every source file is in the store.
+	ingestDone chan struct{}
+	ingestSum  IngestStats
 	// alerts queues transitions for the alert loop, so a slow hook never
 	// holds up the supervisor's callback or the heartbeat.
 	alerts     chan monitor.Transition
@@ -99,6 +115,8 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	spec, st := o.Spec, o.Store
 	host, _ := os.Hostname()
 	r := &runState{o: o, host: host, owner: newOwner(host), started: time.Now(), jobState: monitor.Starting,
+		shared: st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{}),
+		view:    ui.NewProgress(o.Out, o.Terminal),
 		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook}}
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
@@ -108,18 +126,11 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}
 	r.beat(ctx, false, "")
 
-	// Ingest re-reads every source on every run; at 10^6 rows that takes
-	// longer than dead_after, so the heartbeat must keep going meanwhile.
-	stopBeats := r.beatEvery(context.WithoutCancel(ctx), spec.Monitor.HeartbeatEvery)
-	stats, err := Ingest(ctx, spec, st)
-	stopBeats()
-	sum.Ingest = stats
+	in := &ingester{spec: spec, st: st, log: o.Logger}
+	plan, err := in.plan()
 	if err != nil {
 		return sum, err
 	}
-	fmt.Fprintf(o.Out, "ingest: %d rows read, %d new samples, %d bad rows (dead letters)\n", stats.Read, stats.Inserted, stats.Bad)
-	r.event(ctx, store.Event{Kind: "ingest", Subject: "job",
-		Evidence: fmt.Sprintf("%d rows read, %d new, %d bad", stats.Read, stats.Inserted, stats.Bad)})
 
 	logDir := filepath.Join(spec.Dir, ".regen", spec.BaseName())
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
@@ -129,41 +140,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
-
-	endpoints := make([]dispatch.Endpoint, 0)
-	for _, url := range r.fleet.URLs() {
-		key := ""
-		for _, e := range spec.Endpoints {
-			if e.URL == url && e.APIKeyEnv != "" {
-				key = os.Getenv(e.APIKeyEnv)
-			}
-		}
-		maxConns := 0
-		for _, l := range spec.Lanes {
-			maxConns += l.Concurrency
-		}
-		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
-			BaseURL: url, APIKey: key, MaxConns: maxConns,
-			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
-		})})
+	if r.disp, err = r.newDispatcher(); err != nil {
+		return sum, err
 	}
-	params, err := spec.Generation.Params()
-	if err != nil {
-		return sum, fmt.Errorf("generation settings: %w", err)
-	}
-	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
-	for _, l := range spec.Lanes {
-		esc, _ := spec.EscalationLane(l.Name)
-		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
-	}
-	r.disp, err = dispatch.New(dispatch.Config{
-		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
-		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
-		DrainTimeout: o.DrainTimeout, Logger: o.Logger,
-	})
-	if err != nil {
-		return sum, fmt.Errorf("dispatcher: %w", err)
-	}
+	in.wake = r.disp.Wake
 	r.fleet.SetProgress(r.progressOf)
 	r.fleet.SetTokens(func(url string) int64 {
 		for _, e := range r.disp.Snapshot().Endpoints {
@@ -178,7 +158,8 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		r.disp.Pause(url, "starting")
 	}
 
-	runErr := r.runLoops(ctx)
+	runErr := r.runLoops(ctx, func(ctx context.Context) error { return r.ingest(ctx, in, plan) })
+	sum.Ingest = r.ingestSum
 
 	var failed *FailedError
 	bg := context.WithoutCancel(ctx)
@@ -203,20 +184,91 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, runErr
 	}
 	if !o.NoExport {
-		// Keep the heartbeat fresh during a long export, so status does not
-		// call a busy runner dead; DONE is declared only once the files exist.
-		r.setState(bg, monitor.Running, []string{"all samples finished; exporting"})
+		// Keep the heartbeat fresh while waiting for the other workers and
+		// during a long export, so status does not call a busy worker dead;
+		// DONE is declared only once the files exist.
 		stop := r.beatEvery(bg, spec.Monitor.HeartbeatEvery)
-		sum.Export, err = export.Export(ctx, st, spec.Output.Dir, spec.Output.Formats, spec.BaseName())
+		var wrote bool
+		sum.Export, wrote, err = r.finish(ctx)
 		stop()
 		if err != nil {
+			if ctx.Err() != nil {
+				r.beat(bg, true, "interrupted")
+				return sum, ErrInterrupted
+			}
 			r.beat(bg, true, "export failed: "+err.Error())
 			return sum, fmt.Errorf("export: %w", err)
+		}
+		if !wrote {
+			r.note(fmt.Sprintf("export: already written by another worker for the same %s", r.exported))
 		}
 	}
 	r.setState(bg, monitor.Done, nil)
 	r.beat(bg, true, monitor.ExitFinished)
 	return sum, nil
+}
+
+// newDispatcher builds the dispatcher for the fleet's endpoints and the
+// lanes this worker serves.
+func (r *runState) newDispatcher() (*dispatch.Dispatcher, error) {
+	spec := r.o.Spec
+	endpoints := make([]dispatch.Endpoint, 0)
+	for _, url := range r.fleet.URLs() {
+		key := ""
+		for _, e := range spec.Endpoints {
+			if e.URL == url && e.APIKeyEnv != "" {
+				key = os.Getenv(e.APIKeyEnv)
+			}
+		}
+		maxConns := 0
+		for _, l := range spec.Lanes {
+			maxConns += l.Concurrency
+		}
+		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
+			BaseURL: url, APIKey: key, MaxConns: maxConns,
+			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
+		})})
+	}
+	params, err := spec.Generation.Params()
+	if err != nil {
+		return nil, fmt.Errorf("generation settings: %w", err)
+	}
+	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
+	for _, l := range spec.Lanes {
+		esc, _ := spec.EscalationLane(l.Name)
+		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
+	}
+	d, err := dispatch.New(dispatch.Config{
+		Store: r.o.Store, Owner: r.owner, Model: spec.Model, Lanes: lanes, Serve: r.o.Lanes, Endpoints: endpoints, Params: params,
+		IngestDone:  r.ingestDone,
+		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
+		DrainTimeout: r.o.DrainTimeout, Logger: r.o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return d, nil
+}
+
+// ingest brings the sources in while the dispatcher already works on what
+// is committed, then closes ingestDone.
+func (r *runState) ingest(ctx context.Context, in *ingester, plan []sourcePlan) error {
+	stats, err := in.run(ctx, plan)
+	r.ingestSum = stats
+	if err != nil {
+		return err
+	}
+	close(r.ingestDone)
+	r.note("ingest: " + stats.String())
+	r.event(ctx, store.Event{Kind: "ingest", Subject: "job", Evidence: stats.String()})
+	return nil
+}
+
+// note prints a line above the progress view.
+func (r *runState) note(line string) {
+	r.viewMu.Lock()
+	defer r.viewMu.Unlock()
+	r.view.Note(line)
 }
 
 // beatEvery writes heartbeats until the returned stop is called.
@@ -244,20 +296,27 @@ func tickUntil(ctx context.Context, every time.Duration, fn func()) {
 	}
 }
 
-// runLoops runs the fleet, the dispatcher, the heartbeat and the view until
-// the dispatcher finishes, the fleet fails or ctx ends.
-func (r *runState) runLoops(ctx context.Context) error {
+// runLoops runs the fleet, the dispatcher, ingest, the heartbeat and the
+// view until the dispatcher finishes, the fleet fails, ingest fails or ctx
+// ends.
+func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) error) error {
 	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFleet()
 	fleetDone := make(chan error, 1)
 	go func() { fleetDone <- r.fleet.Run(fleetCtx) }()
 
 	g, gctx := errgroup.WithContext(ctx)
-	dispCtx, stopDisp := context.WithCancel(ctx)
+	dispCtx, stopDisp := context.WithCancel(gctx)
 	defer stopDisp()
 	g.Go(func() error {
 		defer stopDisp()
 		return r.disp.Run(dispCtx)
+	})
+	g.Go(func() error {
+		if err := ingest(dispCtx); err != nil && dispCtx.Err() == nil {
+			return err
+		}
+		return nil
 	})
 	g.Go(func() error {
 		select {
@@ -302,53 +361,39 @@ func newOwner(host string) string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// takeOver refuses to run beside a live runner and releases a dead one's leases.
-func (r *runState) takeOver(ctx context.Context) error {
-	hb, ok, err := r.o.Store.LastHeartbeat(ctx)
-	if err != nil {
-		return fmt.Errorf("read heartbeat: %w", err)
-	}
-	if ok {
-		var beat monitor.Beat
-		_ = json.Unmarshal(hb.Counters, &beat)
-		fresh := time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
-		// On this host the process table decides, whatever the heartbeat's
-		// age: a runner that is alive but slow (draining, stopped) still owns
-		// its leases. Elsewhere only a fresh heartbeat proves life.
-		alive := fresh
-		if hb.Host == r.host {
-			alive = runnerAlive(hb.PID)
-		}
-		if alive && !beat.Exited && hb.PID != os.Getpid() {
-			if hb.Host == r.host {
-				return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
-					r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
-			}
-			return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait until its heartbeat is %s old",
-				r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
-		}
-		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
-		if err != nil {
-			return fmt.Errorf("release leases of previous runner: %w", err)
-		}
-		if n > 0 {
-			r.event(ctx, store.Event{Kind: "takeover", Subject: "job",
-				Evidence: fmt.Sprintf("released %d samples leased by previous runner pid %d (no attempts spent)", n, hb.PID)})
-		}
-	}
-	if _, err := r.o.Store.ExpireLeases(ctx, time.Now()); err != nil {
-		return fmt.Errorf("expire leases: %w", err)
-	}
-	return nil
-}
-
 func (r *runState) event(ctx context.Context, e store.Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
+	e.Worker = r.owner
 	if err := r.o.Store.AddEvent(ctx, e); err != nil {
-		r.o.Logger.Warn("record event", "kind", e.Kind, "err", err)
+		r.storeFailed(ctx, err)
+		return
 	}
+	r.storeOK(ctx)
+}
+
+// storeFailed notes that the store did not answer this runner; the first
+// failure of an outage is logged.
+func (r *runState) storeFailed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // our own shutdown, not the store's
+	}
+	if r.health.failed(err, time.Now()) {
+		r.o.Logger.Warn("store down; retrying", "store", r.o.Store.Info().Location, "err", err)
+	}
+}
+
+// storeOK notes that the store answered; the end of an outage is recorded
+// as an event, now that events can be written again.
+func (r *runState) storeOK(ctx context.Context) {
+	ended, downFor, cause := r.health.ok(time.Now())
+	if !ended {
+		return
+	}
+	r.o.Logger.Warn("store back", "down_for", downFor.Round(time.Millisecond))
+	r.event(ctx, store.Event{Kind: "store_state", Subject: "store", State: "UP",
+		Evidence: fmt.Sprintf("back after %s down: %s", downFor.Round(time.Second), cause)})
 }
 
 // setState records a job state change as an event and fires alerts.
@@ -452,16 +497,25 @@ func joinEvidence(ev []string) string {
 	return out
 }
 
-// live gathers the runner's current evidence.
-func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts, error) {
+// live gathers the runner's current evidence. When the store does not
+// answer it uses the last counts read and says the store is down.
+func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts) {
 	counts, err := r.o.Store.Counts(ctx)
 	if err != nil {
-		return monitor.Live{}, nil, err
+		r.storeFailed(ctx, err)
+		counts, _ = r.health.last()
+	} else {
+		r.health.keep(counts)
+		r.storeOK(ctx)
 	}
 	out, total := monitor.Cells(counts)
 	snap := r.disp.Snapshot()
 	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: total.Pending + total.InFlight, StallAfter: r.o.Spec.Monitor.StallAfter,
 		Endpoints: r.fleet.Statuses()}
+	l.StoreDown, l.StoreDownSince = r.health.state()
+	if snap.Store.Down && (l.StoreDown == "" || snap.Store.Since.Before(l.StoreDownSince)) {
+		l.StoreDown, l.StoreDownSince = snap.Store.LastError, snap.Store.Since
+	}
 	for i := range l.Endpoints {
 		for _, e := range snap.Endpoints {
 			if e.URL != l.Endpoints[i].URL {
@@ -484,7 +538,7 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 			l.LastTokenAt = e.LastTokenAt
 		}
 	}
-	return l, out, nil
+	return l, out
 }
 
 func (r *runState) tokens() int64 {
@@ -497,16 +551,17 @@ func (r *runState) tokens() int64 {
 
 func (r *runState) heartbeatLoop(ctx context.Context) {
 	tickUntil(ctx, r.o.Spec.Monitor.HeartbeatEvery, func() {
-		l, _, err := r.live(ctx)
-		if err != nil {
-			r.beat(ctx, false, "")
-			return
-		}
+		l, _ := r.live(ctx)
 		s, ev := monitor.Evaluate(l)
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}
 		r.writeBeat(ctx, false, "", &l)
+		if r.shared && l.StoreDown == "" {
+			if err := r.rescueDead(ctx, false); err != nil {
+				r.storeFailed(ctx, err)
+			}
+		}
 	})
 }
 
@@ -514,9 +569,8 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 	var l *monitor.Live
 	if r.disp != nil && r.fleet != nil {
-		if live, _, err := r.live(ctx); err == nil {
-			l = &live
-		}
+		live, _ := r.live(ctx)
+		l = &live
 	}
 	r.writeBeat(ctx, exited, reason, l)
 }
@@ -524,32 +578,36 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 // writeBeat writes the heartbeat with live evidence already gathered (nil: none).
 func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l *monitor.Live) {
 	r.mu.Lock()
-	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason}
+	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason, Lanes: r.o.Lanes, Exported: r.exported}
 	r.mu.Unlock()
 	if l != nil {
 		b.Endpoints, b.InFlight, b.LastTokenAt = l.Endpoints, l.InFlight, l.LastTokenAt
 		b.Tokens = r.tokens()
 	}
+	if r.disp != nil {
+		b.Done = r.disp.Snapshot().Counters.Done
+		b.Rate = r.rate.add(time.Now(), b.Done)
+	}
 	counters, _ := json.Marshal(b)
 	hb := store.Heartbeat{Owner: r.owner, PID: os.Getpid(), Host: r.host, Time: time.Now(), Started: r.started, Counters: counters}
-	if err := r.o.Store.PutHeartbeat(ctx, hb); err != nil && ctx.Err() == nil {
-		r.o.Logger.Warn("write heartbeat", "err", err)
+	if err := r.o.Store.PutHeartbeat(ctx, hb); err != nil {
+		r.storeFailed(ctx, err)
+		return
 	}
+	r.storeOK(ctx)
 }
 
 func (r *runState) progressLoop(ctx context.Context) {
-	view := ui.NewProgress(r.o.Out, r.o.Terminal)
 	draw := func() {
 		// The last frame is drawn after ctx ends, so it must not depend on it.
-		l, cells, err := r.live(context.WithoutCancel(ctx))
-		if err != nil {
-			return
-		}
+		l, cells := r.live(context.WithoutCancel(ctx))
 		r.mu.Lock()
 		s, ev := r.jobState, r.evidence
 		r.mu.Unlock()
-		view.Update(ui.Frame{Time: l.Now, Job: r.o.Spec.Name, State: s, Evidence: ev, Cells: cells,
+		r.viewMu.Lock()
+		r.view.Update(ui.Frame{Time: l.Now, Job: r.o.Spec.Name, State: s, Evidence: ev, Cells: cells,
 			Tokens: r.tokens(), InFlight: l.InFlight, Endpoints: l.Endpoints})
+		r.viewMu.Unlock()
 	}
 	tickUntil(ctx, r.o.ProgressEvery, draw)
 	draw() // the final frame

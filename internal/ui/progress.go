@@ -102,6 +102,16 @@ func (p *Progress) Update(f Frame) {
 	io.WriteString(p.out, text)
 }
 
+// Note prints a line that stays (a summary, a state change) above the
+// block the next Update draws.
+func (p *Progress) Note(line string) {
+	if p.terminal && p.lines > 0 {
+		fmt.Fprintf(p.out, "\x1b[%dA\x1b[J", p.lines)
+		p.lines = 0
+	}
+	io.WriteString(p.out, strings.TrimRight(line, "\n")+"\n")
+}
+
 // Render draws f: a terminal block, or one compact line per frame otherwise.
 func (p *Progress) Render(f Frame, rows []partRow) string {
 	var b strings.Builder
