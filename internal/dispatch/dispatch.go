@@ -122,6 +122,11 @@ type Dispatcher struct {
 	storeSt   StoreStats
 	// storeRetrying counts store calls currently retrying a failure.
 	storeRetrying int
+	// held are the samples this dispatcher claimed and has not settled.
+	held map[string]struct{}
+	// lostClaim is set when a Claim failed: it may have committed with the
+	// reply lost, leasing samples nobody here knows about.
+	lostClaim bool
 }
 
 // lane is a LaneConfig with its limiter and polling state (guarded by
@@ -173,6 +178,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		wake:       make(chan struct{}, 1),
 		aborted:    make(chan struct{}),
 		storeBack:  make(chan struct{}, 1),
+		held:       map[string]struct{}{},
 	}
 	for _, lc := range cfg.Lanes {
 		if lc.Name == "" {
@@ -465,17 +471,28 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		if skip {
 			continue
 		}
+		if err := d.reconcile(loopCtx, storeCtx); err != nil {
+			return started, false, err
+		}
 		n := min(free, capacity, maxClaim)
 		var claimed []store.Claimed
 		err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
 			var err error
 			claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n, d.cfg.Owner, d.cfg.Lease)
+			if err != nil {
+				d.mu.Lock()
+				d.lostClaim = true
+				d.mu.Unlock()
+			}
 			return err
 		})
 		if err != nil {
 			return started, false, fmt.Errorf("claim lane %s: %w", l.cfg.Name, err)
 		}
 		d.mu.Lock()
+		for _, c := range claimed {
+			d.held[c.ID] = struct{}{}
+		}
 		if len(claimed) < n {
 			l.short = true
 			l.nextPoll = now.Add(l.backoff)
@@ -493,6 +510,40 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		}
 	}
 	return started, again, nil
+}
+
+// reconcile runs after a failed claim: the claim may have committed with
+// its reply lost, so every sample leased to this owner that it does not
+// hold is returned to pending (no attempt spent). Leases extended every
+// Lease/3 would otherwise keep such samples from everyone for good.
+func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
+	d.mu.Lock()
+	if !d.lostClaim {
+		d.mu.Unlock()
+		return nil
+	}
+	keep := make([]string, 0, len(d.held))
+	for id := range d.held {
+		keep = append(keep, id)
+	}
+	d.mu.Unlock()
+	var n int
+	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
+		var err error
+		n, err = d.cfg.Store.ReleaseOwnerExcept(ctx, d.cfg.Owner, keep)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release samples of a lost claim: %w", err)
+	}
+	d.mu.Lock()
+	d.lostClaim = false
+	d.counters.Released += int64(n)
+	d.mu.Unlock()
+	if n > 0 {
+		d.log.Warn("released samples leased by a claim whose reply was lost", "samples", n)
+	}
+	return nil
 }
 
 // startAll starts a worker per claimed sample. Samples that cannot start
@@ -543,6 +594,9 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		d.mu.Lock()
 		d.counters.Released += int64(len(unstarted))
 		l.short = false
+		for _, id := range unstarted {
+			delete(d.held, id)
+		}
 		d.mu.Unlock()
 	}
 	return started
@@ -702,6 +756,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	l.lim.Release()
 	d.mu.Lock()
 	d.inflight--
+	delete(d.held, c.ID)
 	if err == nil {
 		switch out {
 		case outComplete:

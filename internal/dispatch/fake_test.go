@@ -261,6 +261,19 @@ func (s *fakeStore) ReleaseOwner(_ context.Context, owner string) (int, error) {
 	return n, nil
 }
 
+func (s *fakeStore) ReleaseOwnerExcept(_ context.Context, owner string, keep []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.samples {
+		if x.state == store.Leased && x.owner == owner && !slices.Contains(keep, x.ID) {
+			x.state, x.owner = store.Pending, ""
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (s *fakeStore) DeadLetter(_ context.Context, id, owner, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -76,3 +78,55 @@ func TestRunWaitsForIngest(t *testing.T) {
 }
 
 func sampleID(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
+
+// lostReplyStore commits its first claim but reports an error, as a
+// connection dropping between the commit and the reply would.
+type lostReplyStore struct {
+	*fakeStore
+	lost int
+}
+
+func (s *lostReplyStore) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	c, err := s.fakeStore.Claim(ctx, lane, n, owner, lease)
+	if err == nil && len(c) > 0 && s.lost == 0 {
+		s.lost = len(c)
+		return nil, errors.New("read tcp: connection reset by peer")
+	}
+	return c, err
+}
+
+// TestLostClaimReplyIsReconciled: samples a lost claim leased are returned
+// at once, not kept (and extended) forever by a dispatcher that never saw them.
+func TestLostClaimReplyIsReconciled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &lostReplyStore{fakeStore: newFakeStore()}
+		st.add("short", "s", 10)
+		eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Store = st
+		cfg.Lease = time.Hour
+		d := mustNew(t, cfg)
+		start := time.Now()
+		// Without the reconcile the lost samples stay leased for good and
+		// Run never ends: bound it.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		if err := d.Run(ctx); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if st.lost == 0 {
+			t.Fatal("no claim reply was lost; the test did not test anything")
+		}
+		if took := time.Since(start); took > time.Minute {
+			t.Errorf("Run took %s: the lost claim's samples waited for their lease", took)
+		}
+		for i := range 10 {
+			if s := st.get(sampleID("s", i)); s.state != store.Done || s.attempts != 1 {
+				t.Errorf("%s: %s with %d attempts, want done with 1", s.ID, s.state, s.attempts)
+			}
+		}
+		if c := d.Snapshot().Counters; c.Released < int64(st.lost) {
+			t.Errorf("Released = %d, want at least the %d samples of the lost claim", c.Released, st.lost)
+		}
+	})
+}

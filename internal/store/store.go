@@ -242,6 +242,14 @@ type Store interface {
 	// PutSourceFile records f, replacing the entry of its partition and path.
 	PutSourceFile(ctx context.Context, f SourceFile) error
 
+	// Reconcile after an ambiguous write: a claim whose reply was lost (the
+	// connection dropped mid-statement) may have leased samples the caller
+	// never received.
+
+	// ReleaseOwnerExcept returns every sample leased by owner except those
+	// in keep to pending without spending attempts, and reports how many.
+	ReleaseOwnerExcept(ctx context.Context, owner string, keep []string) (int, error)
+
 	// Info describes the backend.
 	Info() Info
 	Close() error

@@ -267,6 +267,20 @@ func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
+// ReleaseOwnerExcept returns owner's leased samples not in keep to pending
+// without spending attempts.
+func (s *Store) ReleaseOwnerExcept(ctx context.Context, owner string, keep []string) (int, error) {
+	if keep == nil {
+		keep = []string{}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
+		WHERE state = 1 AND lease_owner = $1 AND NOT (id = ANY($2))`, owner, keep)
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // RequeueDead returns matching dead samples to pending with attempts reset.
 func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE samples

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -326,6 +327,29 @@ func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
 	res, err := s.exec(ctx, nil, `UPDATE samples
 		SET state = 'pending', lease_owner = NULL, lease_until = NULL
 		WHERE state = 'leased' AND lease_owner = ?`, owner)
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	return int(n), nil
+}
+
+// ReleaseOwnerExcept returns owner's leased samples not in keep to pending
+// without spending attempts.
+func (s *Store) ReleaseOwnerExcept(ctx context.Context, owner string, keep []string) (int, error) {
+	if keep == nil {
+		keep = []string{}
+	}
+	ids, err := json.Marshal(keep)
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	res, err := s.exec(ctx, nil, `UPDATE samples
+		SET state = 'pending', lease_owner = NULL, lease_until = NULL
+		WHERE state = 'leased' AND lease_owner = ? AND id NOT IN (SELECT value FROM json_each(?))`, owner, string(ids))
 	if err != nil {
 		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
 	}

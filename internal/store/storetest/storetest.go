@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SourceFiles", testSourceFiles},
 		{"Info", testInfo},
 		{"ConcurrentCompletions", testConcurrentCompletions},
+		{"ReleaseOwnerExcept", testReleaseOwnerExcept},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

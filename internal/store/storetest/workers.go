@@ -146,3 +146,35 @@ func testInfo(t *testing.T, s store.Store) {
 		t.Errorf("Info() = %+v, want a backend name and a location", info)
 	}
 }
+
+func testReleaseOwnerExcept(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ingest(t, s, samples("p", "short", "a", "b", "c", "d", "e"))
+	claim(t, s, "short", 4, "w")  // a b c d
+	claim(t, s, "short", 1, "w2") // e
+	must(t, s.Retry(ctx, "d", "w", time.Now().Add(time.Hour), "503"))
+	n, err := s.ReleaseOwnerExcept(ctx, "w", []string{"a", "zz"})
+	if err != nil || n != 2 {
+		t.Fatalf("ReleaseOwnerExcept(w, keep a) = %d, %v; want 2 (b and c)", n, err)
+	}
+	wantStates(t, s, map[string]int{"p/short/leased": 2, "p/short/pending": 3})
+	if err := s.Complete(ctx, "a", "w", result("a")); err != nil {
+		t.Errorf("Complete of a kept sample: %v", err)
+	}
+	if err := s.Complete(ctx, "e", "w2", result("e")); err != nil {
+		t.Errorf("Complete of another owner's sample: %v", err)
+	}
+	// Released without spending attempts; d keeps its retry's attempt.
+	got := claim(t, s, "short", 10, "w3")
+	if diff := cmp.Diff([]string{"b", "c"}, ids(got)); diff != "" {
+		t.Errorf("claimable after the release (-want +got):\n%s", diff)
+	}
+	for _, c := range got {
+		if c.Attempts != 0 {
+			t.Errorf("%s: %d attempts, want 0", c.ID, c.Attempts)
+		}
+	}
+	if n, err := s.ReleaseOwnerExcept(ctx, "w3", nil); err != nil || n != 2 {
+		t.Errorf("ReleaseOwnerExcept(w3, nothing kept) = %d, %v; want 2", n, err)
+	}
+}
