@@ -104,8 +104,8 @@ func (in *ingester) source(ctx context.Context, p sourcePlan) error {
 		if p.src.Limit > 0 && used >= p.src.Limit {
 			return nil
 		}
-		for {
-			rows, done, err := in.file(ctx, p.src, path, used)
+		for revisit := false; ; revisit = true {
+			rows, done, err := in.file(ctx, p.src, path, used, revisit)
 			if err != nil {
 				return err
 			}
@@ -128,7 +128,7 @@ func (in *ingester) source(ctx context.Context, p sourcePlan) error {
 		}
 		var still []string
 		for _, path := range waiting {
-			_, done, err := in.file(ctx, p.src, path, 0)
+			_, done, err := in.file(ctx, p.src, path, 0, true)
 			if err != nil {
 				return err
 			}
@@ -154,14 +154,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // file makes sure path is in the store. done is false when another worker
 // is reading it now; rows is the file's good rows (for the source's limit).
-func (in *ingester) file(ctx context.Context, src job.Source, path string, used int) (rows int, done bool, err error) {
+// revisit says the file was found locked before, so finding it complete now
+// means another worker ingested it.
+func (in *ingester) file(ctx context.Context, src job.Source, path string, used int, revisit bool) (rows int, done bool, err error) {
 	info, err := source.Fingerprint(src, path)
 	if err != nil {
 		return 0, false, fmt.Errorf("fingerprint %s: %w", path, err)
 	}
 	if m, ok, err := in.complete(ctx, src, path, info); err != nil || ok {
 		if ok {
-			in.skipped(m, false)
+			in.skipped(m, revisit)
 		}
 		return m.Rows, ok, err
 	}

@@ -127,12 +127,11 @@ const finishPoll = time.Second
 
 // finish ends a worker whose dispatcher found its lanes finished: it waits
 // until every lane of the job is finished (other workers may serve other
-// lanes), then exports under the export lock. A worker that had to wait for
-// the lock skips the export when the holder already wrote one for the same
-// finished samples; a holder that dies releases the lock and the next
-// worker exports instead. It returns whether this worker wrote the files.
+// lanes), then exports under the export lock, unless another worker already
+// exported the same finished samples while this one ran. A holder that
+// dies releases the lock and the next worker exports instead. It returns
+// whether this worker wrote the files.
 func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
-	waited := false
 	for {
 		remaining, err := r.remaining(ctx)
 		if err != nil {
@@ -145,13 +144,12 @@ func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
 			case err != nil:
 				r.storeFailed(ctx, err)
 			case ok:
-				sum, wrote, err := r.exportLocked(ctx, waited)
+				sum, wrote, err := r.exportLocked(ctx)
 				if uerr := unlock(); uerr != nil {
 					r.o.Logger.Warn("release export lock", "err", uerr)
 				}
 				return sum, wrote, err
 			default:
-				waited = true
 				r.setState(ctx, monitor.Running, []string{"all samples finished; another worker is exporting"})
 			}
 		}
@@ -161,14 +159,14 @@ func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
 	}
 }
 
-// exportLocked exports, holding the export lock, unless this worker waited
-// for the lock and the export is already current.
-func (r *runState) exportLocked(ctx context.Context, waited bool) (export.Summary, bool, error) {
+// exportLocked exports, holding the export lock, unless another worker of
+// this run already exported the same finished samples.
+func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, error) {
 	mark, err := r.exportMark(ctx)
 	if err != nil {
 		return export.Summary{}, false, err
 	}
-	if waited {
+	if r.shared {
 		current, err := r.exportedAs(ctx, mark)
 		if err != nil {
 			return export.Summary{}, false, err
@@ -184,7 +182,10 @@ func (r *runState) exportLocked(ctx context.Context, waited bool) (export.Summar
 	if err != nil {
 		return sum, false, err
 	}
+	// Say so before the lock goes: a worker taking it next must see that
+	// this export is current.
 	r.exported = mark
+	r.beat(ctx, false, "")
 	return sum, true, nil
 }
 
@@ -203,7 +204,9 @@ func (r *runState) exportMark(ctx context.Context) (string, error) {
 	return fmt.Sprintf("%d done, %d rejected, %d dead, %d bad rows", t.Done, t.Rejected, t.Dead, bad), nil
 }
 
-// exportedAs reports whether a worker finished with an export of mark.
+// exportedAs reports whether another worker wrote (or found) an export of
+// mark while this one was running. An export by an earlier run does not
+// count: a re-run writes the files again, in case they were moved away.
 func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
 	hbs, err := r.o.Store.Heartbeats(ctx)
 	if err != nil {
@@ -211,7 +214,7 @@ func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
 	}
 	for _, hb := range hbs {
 		var b monitor.Beat
-		if json.Unmarshal(hb.Counters, &b) == nil && b.Exited && b.ExitReason == monitor.ExitFinished && b.Exported == mark {
+		if hb.Owner != r.owner && !hb.Time.Before(r.started) && json.Unmarshal(hb.Counters, &b) == nil && b.Exported == mark {
 			return true, nil
 		}
 	}

@@ -75,12 +75,18 @@ var (
 // started. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// Cleanup stops the shared server if one was started; a TestMain that does
+// more than Main calls it after m.Run.
+func Cleanup() {
 	if shared != nil {
 		if err := shared.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: stop server:", err)
 		}
 	}
-	os.Exit(code)
 }
 
 // Get returns the package's shared server, starting it on first use. Without
