@@ -18,6 +18,8 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/runner"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/backend"
 )
 
 func init() { addCommand(newRunCommand) }
@@ -65,6 +67,26 @@ exports at the end while the others wait for it.`,
 	return cmd
 }
 
+// openStoreWaiting opens the job's store, waiting for one that cannot be
+// reached yet (a database still starting, restarting, or a network cut):
+// a worker started before its database should wait, not fail.
+func openStoreWaiting(ctx context.Context, spec *job.Spec) (store.Store, error) {
+	gap := 500 * time.Millisecond
+	for {
+		st, err := openStore(ctx, spec)
+		if err == nil || !backend.Unreachable(err) {
+			return st, err
+		}
+		fmt.Fprintf(os.Stderr, "regen: store unreachable, retrying in %s: %v\n", gap, err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (interrupted while waiting for the store)", err)
+		case <-time.After(gap):
+		}
+		gap = min(2*gap, 10*time.Second)
+	}
+}
+
 func runRun(ctx context.Context, path string, o runOptions) error {
 	spec, err := job.Load(path)
 	if err != nil {
@@ -75,7 +97,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
 		}
 	}
-	st, err := openStore(ctx, spec)
+	st, err := openStoreWaiting(ctx, spec)
 	if err != nil {
 		return err
 	}

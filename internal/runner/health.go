@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -107,4 +108,25 @@ func (w *rateWindow) add(t time.Time, done int64) float64 {
 		return float64(done-first.done) / dt
 	}
 	return 0
+}
+
+// untilStore runs fn, again and again with backoff while it fails because
+// the store does not answer (as the dispatcher does with its writes), and
+// returns its first other outcome. The store is known only by its
+// errors, so any error is retried while Store.Info says the store is
+// shared, for a shared store's outage is expected (a database restart);
+// an embedded store's errors are returned at once.
+func (r *runState) untilStore(ctx context.Context, fn func(context.Context) error) error {
+	gap := 200 * time.Millisecond
+	for {
+		err := fn(ctx)
+		if err == nil || !r.shared || ctx.Err() != nil {
+			return err
+		}
+		r.storeFailed(ctx, err)
+		if err := sleepCtx(ctx, gap); err != nil {
+			return err
+		}
+		gap = min(2*gap, 5*time.Second)
+	}
 }

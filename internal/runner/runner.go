@@ -121,7 +121,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
-	if err := r.takeOver(ctx); err != nil {
+	if err := r.untilStore(ctx, r.takeOver); err != nil {
 		return sum, err
 	}
 	r.beat(ctx, false, "")
