@@ -33,6 +33,10 @@ type Options struct {
 	// NoCreate makes Open fail with store.ErrNoStore instead of creating a
 	// missing schema (for commands that only read a job).
 	NoCreate bool
+	// CommitBatch caps how many lease transitions share one transaction
+	// (group commit); zero means 256, 1 means a transaction each (for
+	// measuring what group commit buys).
+	CommitBatch int
 	// targetVersion migrates only up to this version (tests of upgrades);
 	// zero means schemaVersion.
 	targetVersion int
@@ -100,7 +104,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", loc, redactErr(err, dsn))
 	}
 	s := &Store{pool: pool, connCfg: cfg.ConnConfig, schema: o.Schema, location: loc + " schema " + o.Schema, now: o.Now}
-	s.commits = groupcommit.New(256, s.commitBatch)
+	s.commits = groupcommit.New(o.CommitBatch, s.commitBatch)
 	return s, nil
 }
 

@@ -24,6 +24,10 @@ type Options struct {
 	// BusyTimeout is how long a statement waits for another process's lock
 	// before failing with SQLITE_BUSY; zero means 5 s.
 	BusyTimeout time.Duration
+	// CommitBatch caps how many lease transitions share one transaction
+	// (group commit); zero means 256, 1 means a transaction each (for
+	// measuring what group commit buys).
+	CommitBatch int
 }
 
 // Store is the SQLite implementation of store.Store.
@@ -94,7 +98,7 @@ func OpenWith(path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s := &Store{db: db, now: o.Now, path: path, lockDir: path + ".locks", stmts: map[string]*sql.Stmt{}}
-	s.commits = groupcommit.New(256, s.commitBatch)
+	s.commits = groupcommit.New(o.CommitBatch, s.commitBatch)
 	for _, q := range txQueries {
 		if _, err := s.stmt(ctx, q); err != nil {
 			s.Close()
