@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -50,6 +51,9 @@ type Store struct {
 	location string
 	now      func() time.Time
 	commits  *groupcommit.Queue[transition]
+
+	mu      sync.Mutex
+	origins map[string]int32 // origin file prefix -> origins.id, committed rows only
 }
 
 var _ store.Store = (*Store)(nil)
@@ -103,7 +107,8 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", loc, redactErr(err, dsn))
 	}
-	s := &Store{pool: pool, connCfg: cfg.ConnConfig, schema: o.Schema, location: loc + " schema " + o.Schema, now: o.Now}
+	s := &Store{pool: pool, connCfg: cfg.ConnConfig, schema: o.Schema, location: loc + " schema " + o.Schema, now: o.Now,
+		origins: map[string]int32{}}
 	s.commits = groupcommit.New(o.CommitBatch, s.commitBatch)
 	return s, nil
 }

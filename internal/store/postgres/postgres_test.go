@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 	"github.com/regen-dev/regen/internal/store/storetest"
@@ -258,5 +260,55 @@ func TestPasswordFromEnvAndPassfile(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "xxxxx") && !strings.Contains(err.Error(), "password authentication failed") {
 		t.Errorf("error does not say what failed: %v", err)
+	}
+}
+
+// TestOriginsStoredOncePerFile: a sample's origin keeps its file part in a
+// table of its own, one row per file even when two workers ingest the same
+// files at once, and the full origin can be put back together.
+func TestOriginsStoredOncePerFile(t *testing.T) {
+	ctx := context.Background()
+	schema := newSchema()
+	w1, w2 := openTest(t, Options{Schema: schema}), openTest(t, Options{Schema: schema})
+	defer w1.Close()
+	defer w2.Close()
+	want := map[string]string{}
+	var wg sync.WaitGroup
+	for w, st := range []*Store{w1, w2} {
+		var in []store.NewSample
+		for i := range 50 {
+			id := fmt.Sprintf("s%d-%d", w, i)
+			origin := fmt.Sprintf("/data/part:%d/a.jsonl:%d", i%2, i+1)
+			if i%5 == 0 {
+				origin = fmt.Sprintf("/data/b.parquet:row %d", i)
+			}
+			want[id] = origin
+			in = append(in, store.NewSample{ID: id, Partition: "p", Lane: "short", Body: []byte(`{}`), Origin: origin})
+		}
+		wg.Go(func() {
+			if _, err := st.Ingest(ctx, in); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var files int
+	if err := w1.Pool().QueryRow(ctx, `SELECT count(*) FROM origins`).Scan(&files); err != nil || files != 3 {
+		t.Errorf("origins rows = %d, %v; want 3 (two JSONL files and a Parquet file)", files, err)
+	}
+	rows, err := w1.Pool().Query(ctx, `SELECT s.id, o.prefix || s.origin_pos FROM samples s JOIN origins o ON o.id = s.origin_file`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var id, origin string
+		if err := rows.Scan(&id, &origin); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = origin
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("origins put back together (-want +got):\n%s", diff)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,10 +16,10 @@ import (
 // ingestSQL inserts a batch sent as arrays, in order (seq is claim order);
 // ON CONFLICT DO NOTHING makes a sample ingested by any worker, or twice in
 // one batch, stored once.
-const ingestSQL = `INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin, state)
-	SELECT id, partition, lane, body, prompt_tokens, origin, 0
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::text[]) WITH ORDINALITY
-		AS v(id, partition, lane, body, prompt_tokens, origin, i)
+const ingestSQL = `INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
+	SELECT id, partition, lane, body, prompt_tokens, origin_file, origin_pos, 0
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[]) WITH ORDINALITY
+		AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, i)
 	ORDER BY i
 	ON CONFLICT (id) DO NOTHING`
 
@@ -27,23 +28,90 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 	if len(samples) == 0 {
 		return 0, nil
 	}
+	n := len(samples)
 	var (
-		ids, parts, lanes, origins = make([]string, len(samples)), make([]string, len(samples)), make([]string, len(samples)), make([]string, len(samples))
-		bodies                     = make([][]byte, len(samples))
-		tokens                     = make([]int32, len(samples))
+		ids, parts, lanes, pos = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		bodies                 = make([][]byte, n)
+		tokens                 = make([]int32, n)
 	)
 	for i, smp := range samples {
 		if smp.ID == "" {
 			return 0, fmt.Errorf("ingest: sample %d (%s) has an empty id", i, smp.Origin)
 		}
-		ids[i], parts[i], lanes[i], origins[i] = smp.ID, smp.Partition, smp.Lane, text(smp.Origin)
+		ids[i], parts[i], lanes[i] = smp.ID, smp.Partition, smp.Lane
+		_, pos[i] = splitOrigin(text(smp.Origin))
 		bodies[i], tokens[i] = nonNil(smp.Body), int32(smp.PromptTokens)
 	}
-	tag, err := s.pool.Exec(ctx, ingestSQL, ids, parts, lanes, bodies, tokens, origins)
+	files, err := s.originFiles(ctx, samples)
+	if err != nil {
+		return 0, fmt.Errorf("ingest %d samples: %w", n, err)
+	}
+	tag, err := s.pool.Exec(ctx, ingestSQL, ids, parts, lanes, bodies, tokens, files, pos)
 	if err != nil {
 		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// splitOrigin cuts "file:line" (or "file:row N") after its last ':', so the
+// file part is stored once per file.
+func splitOrigin(origin string) (prefix, pos string) {
+	i := strings.LastIndexByte(origin, ':')
+	return origin[:i+1], origin[i+1:]
+}
+
+// originFiles returns the origins-table id of each sample's file part. New
+// file parts are inserted (by whichever worker comes first) and read back
+// in statements of their own, so ids enter the cache only once committed.
+func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]int32, error) {
+	ids := make([]int32, len(samples))
+	var missing []string
+	s.mu.Lock()
+	for i, smp := range samples {
+		prefix, _ := splitOrigin(text(smp.Origin))
+		id, ok := s.origins[prefix]
+		if !ok && !slices.Contains(missing, prefix) {
+			missing = append(missing, prefix)
+		}
+		ids[i] = id
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return ids, nil
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO origins (prefix) SELECT unnest($1::text[]) ON CONFLICT (prefix) DO NOTHING`, missing); err != nil {
+		return nil, fmt.Errorf("record origin files: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT prefix, id FROM origins WHERE prefix = ANY($1)`, missing)
+	if err != nil {
+		return nil, fmt.Errorf("read origin files: %w", err)
+	}
+	type origin struct {
+		prefix string
+		id     int32
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (origin, error) {
+		var o origin
+		err := row.Scan(&o.prefix, &o.id)
+		return o, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read origin files: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range found {
+		s.origins[o.prefix] = o.id
+	}
+	for i, smp := range samples {
+		prefix, _ := splitOrigin(text(smp.Origin))
+		id, ok := s.origins[prefix]
+		if !ok {
+			return nil, fmt.Errorf("origin file %q has no id after recording it", prefix)
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // AddIngestErrors records bad rows, ignoring origins already recorded. The

@@ -41,8 +41,13 @@ CREATE TABLE samples (
 	last_error_at bigint,
 	finished_at   bigint, -- set exactly when state is done, rejected or dead
 	last_error    text,
-	origin        text NOT NULL,
+	origin_file   integer NOT NULL, -- origins.id: a job has few files and up to 10^7 rows
+	origin_pos    text NOT NULL,    -- the rest of the origin: a line, "row N"
 	body          bytea NOT NULL
+);
+CREATE TABLE origins (
+	id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	prefix text NOT NULL UNIQUE -- an origin up to and including its last ':'
 );
 -- Claim reads two partial indexes: samples never told to wait, in ingest
 -- order, and samples waiting for a retry time, so the ones not yet due are

@@ -6,7 +6,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/regen-dev/regen/internal/store"
@@ -16,9 +18,12 @@ import (
 // preparing one needs the single connection, which the transaction holds.
 const (
 	insertSampleSQL = `INSERT INTO samples
-			(id, partition, lane, body, prompt_tokens, origin, state, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)
+			(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')
 			ON CONFLICT (id) DO NOTHING`
+	// Ingest counts what it inserted once per batch (no per-row trigger).
+	countPendingSQL = `INSERT INTO counts (partition, lane, state, n) VALUES (?, ?, 'pending', ?)
+			ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + excluded.n`
 	insertIngestErrorSQL = `INSERT INTO ingest_errors
 			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (origin) DO NOTHING`
@@ -45,9 +50,10 @@ const (
 )
 
 // txQueries lists them for Open.
-var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL, retrySQL, deadSQL, escalateSQL}
+var txQueries = []string{insertSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL, retrySQL, deadSQL, escalateSQL}
 
-// Ingest inserts the samples whose ID is new, all in one transaction.
+// Ingest inserts the samples whose ID is new, and counts them, all in one
+// transaction.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
 	if len(samples) == 0 {
 		return 0, nil
@@ -57,16 +63,22 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 			return 0, fmt.Errorf("ingest: sample %d (%s) has an empty id", i, smp.Origin)
 		}
 	}
-	now := ns(s.now())
+	files, err := s.originFiles(ctx, samples)
+	if err != nil {
+		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
+	}
+	type cell struct{ partition, lane string }
 	inserted := 0
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, insertSampleSQL)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		for _, smp := range samples {
-			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, smp.Origin, now)
+		added := map[cell]int{}
+		for i, smp := range samples {
+			_, pos := splitOrigin(smp.Origin)
+			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, files[i], pos)
 			if err != nil {
 				return fmt.Errorf("sample %s: %w", smp.ID, err)
 			}
@@ -75,6 +87,15 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 				return err
 			}
 			inserted += int(n)
+			added[cell{smp.Partition, smp.Lane}] += int(n)
+		}
+		for c, n := range added {
+			if n == 0 {
+				continue
+			}
+			if _, err := s.exec(ctx, tx, countPendingSQL, c.partition, c.lane, n); err != nil {
+				return fmt.Errorf("count %s/%s: %w", c.partition, c.lane, err)
+			}
 		}
 		return nil
 	})
@@ -82,6 +103,62 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
 	}
 	return inserted, nil
+}
+
+// splitOrigin cuts "file:line" (or "file:row N") after its last ':', so the
+// file part is stored once per file.
+func splitOrigin(origin string) (prefix, pos string) {
+	i := strings.LastIndexByte(origin, ':')
+	return origin[:i+1], origin[i+1:]
+}
+
+// originFiles returns the origins-table id of each sample's file part,
+// adding new ones in a transaction of their own: ids enter the cache only
+// once committed, so no sample ever points at a row a rollback removed.
+func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]int64, error) {
+	ids := make([]int64, len(samples))
+	var missing []string
+	s.mu.Lock()
+	for i, smp := range samples {
+		prefix, _ := splitOrigin(smp.Origin)
+		id, ok := s.origins[prefix]
+		if !ok {
+			missing = append(missing, prefix)
+		}
+		ids[i] = id
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return ids, nil
+	}
+	found := map[string]int64{}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, p := range missing {
+			if _, ok := found[p]; ok {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO origins (prefix) VALUES (?) ON CONFLICT (prefix) DO NOTHING`, p); err != nil {
+				return err
+			}
+			var id int64
+			if err := tx.QueryRowContext(ctx, `SELECT id FROM origins WHERE prefix = ?`, p).Scan(&id); err != nil {
+				return err
+			}
+			found[p] = id
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record origin files: %w", err)
+	}
+	s.mu.Lock()
+	maps.Copy(s.origins, found)
+	for i, smp := range samples {
+		prefix, _ := splitOrigin(smp.Origin)
+		ids[i] = s.origins[prefix]
+	}
+	s.mu.Unlock()
+	return ids, nil
 }
 
 // AddIngestErrors records bad rows, ignoring origins already recorded.

@@ -38,8 +38,9 @@ type Store struct {
 	lockDir string
 	commits *groupcommit.Queue[transition]
 
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt // prepared once: parsing is a sixth of a commit's CPU
+	mu      sync.Mutex
+	stmts   map[string]*sql.Stmt // prepared once: parsing is a sixth of a commit's CPU
+	origins map[string]int64     // origin file prefix -> origins.id, committed rows only
 }
 
 var _ store.Store = (*Store)(nil)
@@ -97,7 +98,7 @@ func OpenWith(path string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, now: o.Now, path: path, lockDir: path + ".locks", stmts: map[string]*sql.Stmt{}}
+	s := &Store{db: db, now: o.Now, path: path, lockDir: path + ".locks", stmts: map[string]*sql.Stmt{}, origins: map[string]int64{}}
 	s.commits = groupcommit.New(o.CommitBatch, s.commitBatch)
 	for _, q := range txQueries {
 		if _, err := s.stmt(ctx, q); err != nil {

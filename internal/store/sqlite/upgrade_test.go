@@ -78,9 +78,24 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 		t.Errorf("Heartbeats after upgrade = %+v, %v; want new then old-runner", hbs, err)
 	}
 	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "p.jsonl", Complete: true}))
+	// Origins survive the move of their file part into a table of its own,
+	// for old samples and new ones alike.
+	if _, err := s.Ingest(ctx, []store.NewSample{{ID: "c", Partition: "p", Lane: "short", Body: []byte(`{}`), Origin: "/data/x:y.parquet:row 7"}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"a": "p.jsonl:1", "b": "p.jsonl:2", "c": "/data/x:y.parquet:row 7"} {
+		var got string
+		if err := s.DB().QueryRow(`SELECT o.prefix || s.origin_pos FROM samples s JOIN origins o ON o.id = s.origin_file WHERE s.id = ?`, id).Scan(&got); err != nil || got != want {
+			t.Errorf("origin of %s = %q, %v; want %q", id, got, err, want)
+		}
+	}
+	wantCounts := []store.Count{{Partition: "p", Lane: "short", State: store.Done, N: 1}, {Partition: "p", Lane: "short", State: store.Pending, N: 2}}
+	if c, err := s.Counts(ctx); err != nil || !cmp.Equal(c, wantCounts) {
+		t.Errorf("Counts after upgrade and a new ingest = %v, %v; want %v", c, err, wantCounts)
+	}
 	c := claimAll(t, s, "short")
-	if len(c) != 1 || c[0].ID != "b" {
-		t.Errorf("claim after upgrade = %+v, want b", c)
+	if len(c) != 2 || c[0].ID != "b" || c[1].ID != "c" {
+		t.Errorf("claim after upgrade = %+v, want b and c", c)
 	}
 }
 
