@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,29 +86,68 @@ func (s *Store) commitBatch(ctx context.Context, batch []transition) []error {
 
 // commitTx runs batch in one transaction, setting errs[i] to ErrNotLeased
 // for each request whose lease is gone. A non-nil return means nothing was
-// committed.
+// committed. The whole transaction, BEGIN to COMMIT, is one pipelined round
+// trip.
 func (s *Store) commitTx(ctx context.Context, batch []transition, errs []error) error {
 	clear(errs) // outcomes of an earlier, failed attempt do not carry over
 	now := ns(s.now())
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	// Invariant 1: a result counts once it is durable, so this commit waits
+	// for the WAL flush (the session default is asynchronous).
+	b.Queue(`SET LOCAL synchronous_commit TO on`)
 	// A sample listed twice (which a well-behaved caller never does) must
 	// see the first request's effect: such requests go to later rounds.
 	rest := make([]int, len(batch))
 	for i := range rest {
 		rest[i] = i
 	}
+	var rounds []queuedRound
 	for len(rest) > 0 {
 		round, later := splitUnique(batch, rest)
-		if err := s.commitRound(ctx, tx, batch, round, errs, now); err != nil {
-			return err
-		}
+		rounds = append(rounds, queueRound(b, batch, round, now))
 		rest = later
 	}
-	return tx.Commit(ctx)
+	b.Queue(`COMMIT`)
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	res := conn.SendBatch(ctx, b)
+	err = readCommit(res, batch, rounds, errs)
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+		// The server skipped the COMMIT after the error; end the failed
+		// transaction so the connection can serve again.
+		_, _ = conn.Exec(ctx, `ROLLBACK`)
+	}
+	return err
+}
+
+// readCommit reads the results of commitTx's batch in order.
+func readCommit(res pgx.BatchResults, batch []transition, rounds []queuedRound, errs []error) error {
+	for range 2 { // BEGIN, SET LOCAL
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, r := range rounds {
+		if err := r.read(res, batch, errs); err != nil {
+			return err
+		}
+	}
+	tag, err := res.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" { // COMMIT of a failed transaction rolls back
+		return fmt.Errorf("transaction not committed: %s", tag)
+	}
+	return nil
 }
 
 // splitUnique keeps the first request of each sample id in round and
@@ -125,30 +165,32 @@ func splitUnique(batch []transition, idx []int) (round, later []int) {
 	return round, later
 }
 
-// commitRound sends one round (distinct ids) as one pipelined batch: the
-// finished samples in one statement, other transitions one statement each.
-func (s *Store) commitRound(ctx context.Context, tx pgx.Tx, batch []transition, round []int, errs []error, now int64) error {
-	var finish []int
-	b := &pgx.Batch{}
-	var single []int
+// queuedRound is one round (distinct ids) queued in a batch: the finished
+// samples in one statement, other transitions one statement each.
+type queuedRound struct {
+	single []int // requests with a statement each, in queue order
+	finish []int // requests in the finish statement (queued after single)
+}
+
+func queueRound(b *pgx.Batch, batch []transition, round []int, now int64) queuedRound {
+	var q queuedRound
 	for _, i := range round {
 		t := batch[i]
 		switch t.kind {
 		case opFinish:
-			finish = append(finish, i)
+			q.finish = append(q.finish, i)
 		case opRetry:
 			b.Queue(retrySQL, ns(t.notBefore), text(t.text), now, t.id, t.owner)
-			single = append(single, i)
+			q.single = append(q.single, i)
 		case opDead:
 			b.Queue(deadSQL, text(t.text), now, t.id, t.owner)
-			single = append(single, i)
+			q.single = append(q.single, i)
 		case opEscalate:
 			b.Queue(escalateSQL, t.text, t.id, t.owner)
-			single = append(single, i)
+			q.single = append(q.single, i)
 		}
 	}
-	if len(finish) > 0 {
-		n := len(finish)
+	if n := len(q.finish); n > 0 {
 		var (
 			ids, owners, reasons, endpoints, finishes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 			states                                    = make([]int16, n)
@@ -156,7 +198,7 @@ func (s *Store) commitRound(ctx context.Context, tx pgx.Tx, batch []transition, 
 			pts, cts                                  = make([]int32, n), make([]int32, n)
 			durs, ttfts                               = make([]int64, n), make([]int64, n)
 		)
-		for k, i := range finish {
+		for k, i := range q.finish {
 			t := batch[i]
 			r := t.result
 			ids[k], owners[k], states[k] = t.id, t.owner, t.state
@@ -165,37 +207,39 @@ func (s *Store) commitRound(ctx context.Context, tx pgx.Tx, batch []transition, 
 		}
 		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, now)
 	}
-	res := tx.SendBatch(ctx, b)
-	for _, i := range single {
+	return q
+}
+
+// read takes the round's results off res, marking lost leases in errs.
+func (q queuedRound) read(res pgx.BatchResults, batch []transition, errs []error) error {
+	for _, i := range q.single {
 		tag, err := res.Exec()
 		if err != nil {
-			res.Close()
 			return err
 		}
 		if tag.RowsAffected() == 0 {
 			errs[i] = store.ErrNotLeased
 		}
 	}
-	if len(finish) > 0 {
-		rows, err := res.Query()
-		if err != nil {
-			res.Close()
-			return err
-		}
-		done, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			res.Close()
-			return err
-		}
-		held := make(map[string]bool, len(done))
-		for _, id := range done {
-			held[id] = true
-		}
-		for _, i := range finish {
-			if !held[batch[i].id] {
-				errs[i] = store.ErrNotLeased
-			}
+	if len(q.finish) == 0 {
+		return nil
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return err
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	held := make(map[string]bool, len(done))
+	for _, id := range done {
+		held[id] = true
+	}
+	for _, i := range q.finish {
+		if !held[batch[i].id] {
+			errs[i] = store.ErrNotLeased
 		}
 	}
-	return res.Close()
+	return nil
 }

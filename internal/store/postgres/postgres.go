@@ -89,6 +89,9 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = o.Schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "regen"
+	// Only results wait for the WAL to reach the disk (commitTx turns it
+	// back on); see the package doc for why the rest may commit lazily.
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 
 	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
 	if err != nil {

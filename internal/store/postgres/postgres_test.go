@@ -312,3 +312,42 @@ func TestOriginsStoredOncePerFile(t *testing.T) {
 		t.Errorf("origins put back together (-want +got):\n%s", diff)
 	}
 }
+
+// TestBadRequestFailsAlone: a transition the database refuses (here a
+// check constraint added for the test) fails on its own, the others of its
+// group commit succeed, and the store goes on working.
+func TestBadRequestFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	defer s.Close()
+	if _, err := s.Pool().Exec(ctx, `ALTER TABLE results ADD CONSTRAINT short_reason CHECK (length(reason) < 20)`); err != nil {
+		t.Fatal(err)
+	}
+	storetestIngest(t, s, "a", "b", "c", "d")
+	if _, err := s.Claim(ctx, "short", 4, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i, id := range []string{"a", "b", "c", "d"} {
+		reason := "short"
+		if id == "c" {
+			reason = strings.Repeat("far too long ", 5)
+		}
+		wg.Go(func() { errs[i] = s.Reject(ctx, id, "w", store.Result{FinishReason: "stop"}, reason) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (i == 2) != (err != nil) || errors.Is(err, store.ErrNotLeased) {
+			t.Errorf("Reject %d: %v (only c must fail, and not as a lost lease)", i, err)
+		}
+	}
+	// The refused one still holds its lease and can be finished otherwise.
+	if err := s.Complete(ctx, "c", "w", store.Result{FinishReason: "stop"}); err != nil {
+		t.Fatalf("Complete after the refused Reject: %v", err)
+	}
+	c, err := s.Counts(ctx)
+	if err != nil || len(c) != 2 || c[0].State != store.Done || c[0].N != 1 || c[1].State != store.Rejected || c[1].N != 3 {
+		t.Errorf("Counts = %v, %v; want 1 done, 3 rejected", c, err)
+	}
+}
