@@ -175,6 +175,13 @@ func TestE2EPostgresWorkers(t *testing.T) {
 	if done != int64(len(want)) {
 		t.Errorf("workers completed %d samples together, want %d", done, len(want))
 	}
+	host, _ := os.Hostname()
+	if res := regenEnv(t, dir, env, "status", "--host", host, "job.yaml"); res.code != 0 || !strings.Contains(res.stdout, "DONE") {
+		t.Errorf("status --host %s: exit %d, want 0 DONE\n%s", host, res.code, res)
+	}
+	if res := regenEnv(t, dir, env, "status", "--host", "no-such-node", "job.yaml"); res.code != 2 || !strings.Contains(res.stdout, "no worker of this job has run on no-such-node") {
+		t.Errorf("status --host no-such-node: exit %d, want 2 DEAD\n%s", res.code, res)
+	}
 	text := regenEnv(t, dir, env, "status", "job.yaml")
 	t.Logf("regen status:\n%s", text.stdout)
 	if !strings.Contains(text.stdout, "workers: 0 live of 3") {

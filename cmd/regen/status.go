@@ -24,11 +24,13 @@ func init() { addCommand(newStatusCommand) }
 type statusOptions struct {
 	json        bool
 	waitHealthy time.Duration
+	host        string
 }
 
 func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
 	fs.DurationVar(&o.waitHealthy, "wait-healthy", 0, "wait up to this long for real token progress; exit non-zero if none comes (e.g. 60s)")
+	fs.StringVar(&o.host, "host", "", "judge only the workers on this host (a node's liveness check of a shared job); exit 2 when none of them is alive")
 }
 
 func newStatusCommand() *cobra.Command {
@@ -40,7 +42,11 @@ func newStatusCommand() *cobra.Command {
 DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
 alive or not: a heartbeat older than the job's monitor.dead_after is DEAD.
 
-Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.`,
+Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.
+
+With a shared (PostgreSQL) store, status lists every worker and judges the
+job across them; --host narrows the verdict to the workers on one host, for
+a per-node liveness probe.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStatus(cmd.Context(), cmd.OutOrStdout(), args[0], o)
@@ -80,6 +86,9 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	}
 	if err != nil {
 		return err
+	}
+	if o.host != "" && r.Store == nil {
+		r = monitor.ForHost(r, o.host)
 	}
 	return printReport(out, spec, r, o.json)
 }

@@ -133,3 +133,31 @@ func jobOfWorkers(ws []WorkerStatus) (State, []string, bool) {
 	}
 	return state, ev, true
 }
+
+// ForHost narrows r to the workers on host: their state decides (the live
+// one's, else DONE if one exited after the export, else DEAD), for a
+// per-node liveness check of a job that many nodes share.
+func ForHost(r Report, host string) Report {
+	var mine []WorkerStatus
+	for _, w := range r.Workers {
+		if w.Host == host {
+			mine = append(mine, w)
+		}
+	}
+	r.Workers = mine
+	switch s, ev, ok := jobOfWorkers(mine); {
+	case ok:
+		r.State, r.Evidence = s, ev
+	case len(mine) > 0 && mine[0].State == Done:
+		r.State, r.Evidence = Done, []string{fmt.Sprintf("the worker on %s finished and exited", host)}
+	case len(mine) > 0:
+		r.State, r.Evidence = mine[0].State, append([]string{fmt.Sprintf("no live worker on %s; the last one:", host)}, mine[0].Evidence...)
+		if r.State == "" {
+			r.State = Dead
+		}
+	default:
+		r.State, r.Evidence = Dead, []string{fmt.Sprintf("no worker of this job has run on %s", host)}
+	}
+	r.ExitCode = ExitCode(r.State)
+	return r
+}

@@ -134,3 +134,33 @@ func TestStoreDownReport(t *testing.T) {
 		t.Errorf("StoreDown = %+v", r)
 	}
 }
+
+func TestForHost(t *testing.T) {
+	r := Report{State: Running, Workers: []WorkerStatus{
+		{Host: "gpu01", PID: 1, State: Down, Live: true, Evidence: []string{"server exited 137"}},
+		{Host: "gpu02", PID: 2, State: Running, Live: true},
+		{Host: "gpu03", PID: 3, State: Dead, Evidence: []string{"last heartbeat 1m ago"}},
+		{Host: "gpu04", PID: 4, State: Done},
+	}}
+	for _, tc := range []struct {
+		host string
+		want State
+		code int
+	}{
+		{"gpu01", Down, 1},
+		{"gpu02", Running, 0},
+		{"gpu03", Dead, 2},
+		{"gpu04", Done, 0},
+		{"gpu05", Dead, 2},
+	} {
+		got := ForHost(r, tc.host)
+		if got.State != tc.want || got.ExitCode != tc.code {
+			t.Errorf("ForHost(%s) = %s exit %d, want %s exit %d (%v)", tc.host, got.State, got.ExitCode, tc.want, tc.code, got.Evidence)
+		}
+		for _, w := range got.Workers {
+			if w.Host != tc.host {
+				t.Errorf("ForHost(%s) kept worker on %s", tc.host, w.Host)
+			}
+		}
+	}
+}
