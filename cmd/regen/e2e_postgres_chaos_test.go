@@ -150,7 +150,7 @@ func TestE2EPostgresChaos(t *testing.T) {
 	if final.code != 0 {
 		t.Fatalf("final run:\n%s", final)
 	}
-	if !strings.Contains(final.stdout, ", 0 new samples,") {
+	if !strings.Contains(final.stdout, ": 0 new samples,") {
 		t.Errorf("final run ingested new samples after the chaos:\n%s", final.stdout)
 	}
 	ex := checkExport(t, filepath.Join(dir, "out"), "pgchaos", want, false)

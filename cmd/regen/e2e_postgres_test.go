@@ -246,8 +246,12 @@ func TestE2EPostgresStoreLoss(t *testing.T) {
 	if rep.State != monitor.Done {
 		t.Errorf("status after the run: %s, want DONE\n%s", rep.State, res)
 	}
-	if !strings.Contains(final.stderr, "store down") || !strings.Contains(final.stderr, "store back") {
-		t.Errorf("worker log does not record the outage and the return:\n%s", final.stderr)
+	logText, err := os.ReadFile(filepath.Join(dir, ".regen", "storeloss", "regen.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logText), "store down") || !strings.Contains(string(logText), "store back") {
+		t.Errorf("worker log does not record the outage and the return:\n%s", logText)
 	}
 	ev := regenEnv(t, dir, env, "status", "job.yaml")
 	if !strings.Contains(ev.stdout, "store_state store UP") && !strings.Contains(ev.stdout, "store UP") {

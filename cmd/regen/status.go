@@ -36,7 +36,7 @@ func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 func newStatusCommand() *cobra.Command {
 	var o statusOptions
 	cmd := &cobra.Command{
-		Use:   "status job.yaml",
+		Use:   "status JOB.yaml",
 		Short: "One screen of truth about a job, from its store alone",
 		Long: `status reads the job's store and says RUNNING, STALLED, DOWN, RESTARTING,
 DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
@@ -47,7 +47,7 @@ Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or
 With a shared (PostgreSQL) store, status lists every worker and judges the
 job across them; --host narrows the verdict to the workers on one host, for
 a per-node liveness probe.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStatus(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},
@@ -68,29 +68,42 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	case backend.Unreachable(err):
 		// The store itself is down: that is the job's state, with the
 		// store as the subject and the cause as evidence.
-		return printReport(out, spec, monitor.StoreDown(err), o.json)
+		return printReport(out, spec, monitor.StoreDown(spec.Name, time.Now(), err), o.json)
 	case err != nil:
 		return err
 	}
 	defer st.Close()
 	host, _ := os.Hostname()
-	assess := func() (monitor.Report, error) {
-		return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
-	}
 	if o.waitHealthy > 0 {
+		assess := func() (monitor.Report, error) {
+			return monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
+		}
 		return waitHealthy(ctx, out, st, spec, o.waitHealthy, assess)
 	}
-	r, err := assess()
+	return writeStatusFor(ctx, out, spec, st, time.Now(), host, o.json, o.host)
+}
+
+// writeStatus prints the report as of now, as text or JSON, and returns the
+// state's exit code as an *exitError when it is not 0.
+func writeStatus(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool) error {
+	return writeStatusFor(ctx, out, spec, st, now, host, asJSON, "")
+}
+
+// writeStatusFor is writeStatus judging only the workers on onlyHost when
+// it is set. A store that stops answering makes the report DOWN with the
+// store as the subject.
+func writeStatusFor(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool, onlyHost string) error {
+	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
 	if backend.Unreachable(err) {
-		r, err = monitor.StoreDown(err), nil
+		r, err = monitor.StoreDown(spec.Name, now, err), nil
 	}
 	if err != nil {
 		return err
 	}
-	if o.host != "" && r.Store == nil {
-		r = monitor.ForHost(r, o.host)
+	if onlyHost != "" && r.Store == nil {
+		r = monitor.ForHost(r, onlyHost)
 	}
-	return printReport(out, spec, r, o.json)
+	return printReport(out, spec, r, asJSON)
 }
 
 // printReport writes r as text or JSON and maps its state to the exit code.

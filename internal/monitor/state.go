@@ -49,10 +49,10 @@ func Alarming(s State) bool {
 type EndpointStatus struct {
 	URL         string    `json:"url"`
 	State       State     `json:"state"`
-	Since       time.Time `json:"since"`
-	Cause       string    `json:"cause,omitempty"`
-	Evidence    []string  `json:"evidence,omitempty"`
-	Restarts    int       `json:"restarts,omitempty"`
+	Since       time.Time `json:"since"` // when it entered State
+	Cause       string    `json:"cause"`
+	Evidence    []string  `json:"evidence"`
+	Restarts    int       `json:"restarts"`
 	InFlight    int       `json:"in_flight"`
 	LastTokenAt time.Time `json:"last_token_at"`
 	Tokens      int64     `json:"tokens"`

@@ -16,35 +16,53 @@ type WorkerStatus struct {
 	Host         string           `json:"host"`
 	PID          int              `json:"pid"`
 	State        State            `json:"state"`
-	Evidence     []string         `json:"evidence,omitempty"`
+	Evidence     []string         `json:"evidence"`
 	Started      time.Time        `json:"started"`
 	HeartbeatAt  time.Time        `json:"heartbeat_at"`
 	HeartbeatAge time.Duration    `json:"heartbeat_age_ns"`
 	Live         bool             `json:"live"` // fresh heartbeat (or process seen on this host), not exited
-	ExitReason   string           `json:"exit_reason,omitempty"`
-	Lanes        []string         `json:"lanes,omitempty"`
+	ExitReason   string           `json:"exit_reason"`
+	Lanes        []string         `json:"lanes"` // [] = every lane
 	InFlight     int              `json:"in_flight"`
 	Tokens       int64            `json:"tokens"`
 	Done         int64            `json:"done"`            // samples this worker finished since it started
 	Rate         float64          `json:"samples_per_sec"` // over its last minute
-	Endpoints    []EndpointStatus `json:"endpoints,omitempty"`
+	Endpoints    []EndpointStatus `json:"endpoints"`
 }
 
 // StoreDown is the report when the store itself cannot be reached: the job
 // is DOWN with the store as the subject, whatever its workers are doing.
-func StoreDown(cause error) Report {
+func StoreDown(job string, now time.Time, cause error) Report {
 	return Report{
-		State:    Down,
-		Evidence: []string{"store unreachable: " + cause.Error()},
-		ExitCode: ExitCode(Down),
-		Store:    &StoreStatus{State: Down, Cause: cause.Error()},
+		SchemaVersion: SchemaVersion,
+		Job:           job,
+		Time:          now,
+		State:         Down,
+		Evidence:      []string{"store unreachable: " + cause.Error()},
+		ExitCode:      ExitCode(Down),
+		ETANote:       "none while DOWN: nothing is progressing",
+		Store:         &StoreStatus{State: Down, Cause: cause.Error()},
 	}
 }
 
 // StoreStatus is the store's own condition when it is not simply up.
 type StoreStatus struct {
 	State State  `json:"state"`
-	Cause string `json:"cause,omitempty"`
+	Cause string `json:"cause"`
+}
+
+// MarshalJSON writes a worker in the status schema: null for unknown
+// times, its heartbeat's age in seconds too, [] for empty lists.
+func (w WorkerStatus) MarshalJSON() ([]byte, error) {
+	type plain WorkerStatus
+	p := plain(w)
+	emptySlices(&p)
+	return json.Marshal(struct {
+		plain
+		Started             *time.Time `json:"started"`
+		HeartbeatAt         *time.Time `json:"heartbeat_at"`
+		HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds"`
+	}{p, nullTime(w.Started), nullTime(w.HeartbeatAt), w.HeartbeatAge.Seconds()})
 }
 
 // workers turns heartbeats into worker states, newest first.

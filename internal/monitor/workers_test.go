@@ -129,7 +129,7 @@ func TestWorkerFieldsFromBeat(t *testing.T) {
 }
 
 func TestStoreDownReport(t *testing.T) {
-	r := StoreDown(errors.New("dial tcp 10.0.0.5:5432: connect: connection refused"))
+	r := StoreDown("j", time.Now(), errors.New("dial tcp 10.0.0.5:5432: connect: connection refused"))
 	if r.State != Down || r.ExitCode != 1 || r.Store == nil || !strings.Contains(r.Evidence[0], "store unreachable: dial tcp") {
 		t.Errorf("StoreDown = %+v", r)
 	}

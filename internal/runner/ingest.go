@@ -11,19 +11,25 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// IngestStats counts what one ingest pass did.
+// IngestStats counts what one ingest pass did. The rows of a file skipped
+// because the manifest says it is in already count as read, from the
+// manifest: the summary is the same whether a file was read again or not.
 type IngestStats struct {
-	Read     int // good rows in the sources (those of skipped files from the manifest)
-	Inserted int // new samples (the rest were already stored)
+	Read     int // rows read, good and bad
+	Inserted int // new samples (the other good rows were already stored)
 	Bad      int // rows dead-lettered at ingest
 	Files    int // source files
 	Skipped  int // files unchanged since a complete ingest, not read again
 	ByOthers int // files another worker sharing the store ingested meanwhile
 }
 
-// String is the one-line summary a run prints.
+// Samples is the number of good rows: samples new or already stored.
+func (s IngestStats) Samples() int { return s.Read - s.Bad }
+
+// String is the ingest summary the run prints and records.
 func (s IngestStats) String() string {
-	line := fmt.Sprintf("%d rows read, %d new samples, %d bad rows (dead letters)", s.Read, s.Inserted, s.Bad)
+	line := fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
+		s.Read, s.Inserted, s.Samples()-s.Inserted, s.Bad)
 	if s.Skipped > 0 {
 		line += fmt.Sprintf("; %d of %d files unchanged since their last ingest, not read again", s.Skipped, s.Files)
 	}
@@ -82,6 +88,26 @@ func (in *ingester) plan() ([]sourcePlan, error) {
 		in.stats.Files += len(files)
 	}
 	return out, nil
+}
+
+// unread counts the files of plan the manifest does not show complete and
+// unchanged: the files ingest would read.
+func (in *ingester) unread(ctx context.Context, plan []sourcePlan) (int, error) {
+	n := 0
+	for _, p := range plan {
+		for _, path := range p.files {
+			info, err := source.Fingerprint(p.src, path)
+			if err != nil {
+				return 0, fmt.Errorf("fingerprint %s: %w", path, err)
+			}
+			if _, ok, err := in.complete(ctx, p.src, path, info); err != nil {
+				return 0, err
+			} else if !ok {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 func (in *ingester) run(ctx context.Context, plan []sourcePlan) (IngestStats, error) {
@@ -216,7 +242,7 @@ func (in *ingester) complete(ctx context.Context, src job.Source, path string, i
 }
 
 func (in *ingester) skipped(m store.SourceFile, byOther bool) {
-	in.stats.Read += m.Rows
+	in.stats.Read += m.Rows + m.Bad
 	in.stats.Bad += m.Bad
 	if byOther {
 		in.stats.ByOthers++
@@ -262,6 +288,7 @@ func (in *ingester) read(ctx context.Context, src job.Source, path string, limit
 		return nil
 	}
 	onBad := func(b source.BadRow) error {
+		in.stats.Read++
 		in.stats.Bad++
 		bad = append(bad, store.IngestError{Partition: b.Partition, Origin: b.Origin, Field: b.Field, Reason: b.Reason})
 		if len(bad) >= ingestBatch {

@@ -92,7 +92,7 @@ func TestIngestSkipsUnchangedFiles(t *testing.T) {
 	spec.Sources[0].System = "You are terse."
 	stats := ingestOnce(t, spec, st)
 	check("after changing the mapping", stats, IngestStats{Read: 55, Files: 2})
-	if !strings.Contains(stats.String(), "55 rows read, 0 new samples") {
+	if !strings.Contains(stats.String(), "55 rows read: 0 new samples, 55 already stored") {
 		t.Errorf("summary %q", stats.String())
 	}
 }

@@ -220,14 +220,3 @@ func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
 	}
 	return false, nil
 }
-
-// remaining counts the job's samples still pending or leased, in every lane.
-func (r *runState) remaining(ctx context.Context) (int, error) {
-	counts, err := r.o.Store.Counts(ctx)
-	if err != nil {
-		return 0, err
-	}
-	r.storeOK(ctx)
-	_, t := monitor.Cells(counts)
-	return t.Pending + t.InFlight, nil
-}

@@ -56,12 +56,18 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 // ThroughputSince sums results (done or rejected) finished at or after t.
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var n, ct, pt int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0)
-		FROM results WHERE finished_at >= $1`, ns(t)).Scan(&n, &ct, &pt)
+	var first, last *int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0),
+			min(finished_at), max(finished_at)
+		FROM results WHERE finished_at >= $1`, ns(t)).Scan(&n, &ct, &pt, &first, &last)
 	if err != nil {
 		return store.Throughput{}, fmt.Errorf("throughput since %s: %w", t.Format(time.RFC3339), err)
 	}
-	return store.Throughput{Samples: int(n), CompletionTokens: ct, PromptTokens: pt}, nil
+	tp := store.Throughput{Samples: int(n), CompletionTokens: ct, PromptTokens: pt}
+	if first != nil && last != nil {
+		tp.First, tp.Last = fromNS(*first), fromNS(*last)
+	}
+	return tp, nil
 }
 
 // Finished calls fn for every done, rejected or dead sample in byte-wise ID

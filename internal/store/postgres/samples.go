@@ -177,20 +177,24 @@ func (s *Store) IngestErrorCount(ctx context.Context) (int, error) {
 // one page, and no statement runs while the callback does.
 const pageSize = 1000
 
-// EachIngestError calls fn for every bad row in byte-wise origin order (the
-// column's collation is "C"), a page at a time.
+// EachIngestError calls fn for every bad row in the order first recorded
+// (source order), a page at a time by the primary key.
 func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) error) error {
-	// The first page starts at origin >= '', so an empty origin is visited.
-	query := `SELECT partition, origin, field, reason FROM ingest_errors WHERE origin >= $1 ORDER BY origin LIMIT $2`
-	after := ""
+	var after int64
 	for {
-		rows, err := s.pool.Query(ctx, query, after, pageSize)
+		rows, err := s.pool.Query(ctx, `SELECT seq, partition, origin, field, reason FROM ingest_errors
+			WHERE seq > $1 ORDER BY seq LIMIT $2`, after, pageSize)
 		if err != nil {
-			return fmt.Errorf("read ingest errors after %q: %w", after, err)
+			return fmt.Errorf("read ingest errors after #%d: %w", after, err)
 		}
-		page, err := pgx.CollectRows(rows, scanIngestError)
+		var last int64
+		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.IngestError, error) {
+			var e store.IngestError
+			err := row.Scan(&last, &e.Partition, &e.Origin, &e.Field, &e.Reason)
+			return e, err
+		})
 		if err != nil {
-			return fmt.Errorf("read ingest errors after %q: %w", after, err)
+			return fmt.Errorf("read ingest errors after #%d: %w", after, err)
 		}
 		for _, e := range page {
 			if err := fn(e); err != nil {
@@ -200,8 +204,7 @@ func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) 
 		if len(page) < pageSize {
 			return nil
 		}
-		query = `SELECT partition, origin, field, reason FROM ingest_errors WHERE origin > $1 ORDER BY origin LIMIT $2`
-		after = page[len(page)-1].Origin
+		after = last
 	}
 }
 
