@@ -33,29 +33,33 @@ type transition struct {
 
 // finishSQL finishes a whole batch in one statement: the lease-checked
 // UPDATE returns the samples still held, and only those get a result row.
-const finishSQL = `WITH v AS (
+var finishSQL = `WITH v AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::bytea[], $5::text[], $6::int4[], $7::int4[],
 			$8::text[], $9::int8[], $10::int8[], $11::text[])
 			AS v(id, owner, state, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason)
-	), f AS (
+	), u AS (
 		UPDATE samples s SET state = v.state, attempts = s.attempts + 1, finished_at = $12, lease_owner = NULL, lease_until = NULL
 		FROM v WHERE s.id = v.id AND s.state = 1 AND s.lease_owner = v.owner
-		RETURNING s.id
-	)
+		RETURNING s.id, s.partition, s.lane AS lane_from, 1::int2 AS state_from, s.lane, s.state
+	), ` + countsCTE + `
 	INSERT INTO results (sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at)
 	SELECT v.id, v.response, v.finish_reason, v.prompt_tokens, v.completion_tokens, v.endpoint, v.duration_ns, v.ttft_ns, v.reason, $12
-	FROM v JOIN f ON f.id = v.id
+	FROM v JOIN u ON u.id = v.id
 	RETURNING sample_id`
 
-const (
-	retrySQL = `UPDATE samples SET state = 0, attempts = attempts + 1, not_before = $1,
+var (
+	retrySQL = movedSQL(`UPDATE samples SET state = 0, attempts = attempts + 1, not_before = $1,
 			last_error = $2, last_error_at = $3, lease_owner = NULL, lease_until = NULL
-		WHERE id = $4 AND state = 1 AND lease_owner = $5`
-	deadSQL = `UPDATE samples SET state = 4, attempts = attempts + 1, last_error = $1, last_error_at = $2,
+		WHERE id = $4 AND state = 1 AND lease_owner = $5 `+moved("1"), "1")
+	deadSQL = movedSQL(`UPDATE samples SET state = 4, attempts = attempts + 1, last_error = $1, last_error_at = $2,
 			finished_at = $2, lease_owner = NULL, lease_until = NULL
-		WHERE id = $3 AND state = 1 AND lease_owner = $4`
-	escalateSQL = `UPDATE samples SET state = 0, lane = $1, lease_owner = NULL, lease_until = NULL
-		WHERE id = $2 AND state = 1 AND lease_owner = $3`
+		WHERE id = $3 AND state = 1 AND lease_owner = $4 `+moved("1"), "1")
+	// The old lane comes from a read of the held row: only its holder can
+	// change it, so it cannot move between the read and the update.
+	escalateSQL = movedSQL(`UPDATE samples s SET state = 0, lane = $1, lease_owner = NULL, lease_until = NULL
+		FROM (SELECT id, lane AS old_lane FROM samples WHERE id = $2) o
+		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3
+		RETURNING s.partition, o.old_lane AS lane_from, 1::int2 AS state_from, s.lane, s.state`, "1")
 )
 
 // commitBatch commits a batch in one transaction. A server-side error about

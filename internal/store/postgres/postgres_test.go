@@ -351,3 +351,102 @@ func TestBadRequestFailsAlone(t *testing.T) {
 		t.Errorf("Counts = %v, %v; want 1 done, 3 rejected", c, err)
 	}
 }
+
+// TestCountsMatchARecount drives every transition, concurrently, and then
+// checks the counts each statement kept against a count of the samples.
+func TestCountsMatchARecount(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	defer s.Close()
+	var in []store.NewSample
+	for i := range 600 {
+		in = append(in, store.NewSample{ID: fmt.Sprintf("s%04d", i), Partition: []string{"p", "q"}[i%2], Lane: "short", Body: []byte(`{}`), Origin: "x:1"})
+	}
+	if _, err := s.Ingest(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		owner := fmt.Sprintf("w%d", w)
+		wg.Go(func() {
+			for round := 0; ; round++ {
+				cs, err := s.Claim(ctx, "short", 20, owner, time.Hour)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(cs) == 0 {
+					return
+				}
+				var release []string
+				for i, c := range cs {
+					var err error
+					switch (i + round + w) % 6 {
+					case 0:
+						err = s.Complete(ctx, c.ID, owner, store.Result{FinishReason: "stop"})
+					case 1:
+						err = s.Reject(ctx, c.ID, owner, store.Result{FinishReason: "stop"}, "bad")
+					case 2:
+						err = s.DeadLetter(ctx, c.ID, owner, "400")
+					case 3:
+						err = s.Escalate(ctx, c.ID, owner, "long")
+					case 4:
+						err = s.Retry(ctx, c.ID, owner, time.Now().Add(time.Hour), "503")
+					case 5:
+						release = append(release, c.ID)
+					}
+					if err != nil {
+						t.Error(err)
+					}
+				}
+				if len(release) > 0 {
+					if err := s.Release(ctx, release[:len(release)/2], owner); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Whatever is still leased expires; some dead come back.
+	if _, err := s.ExpireLeases(ctx, time.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RequeueDead(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "long", 50, "w9", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReleaseOwnerExcept(ctx, "w9", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Pool().Query(ctx, `SELECT partition, lane, state, count(*) FROM samples GROUP BY 1, 2, 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for rows.Next() {
+		var p, l string
+		var st int16
+		var n int64
+		if err := rows.Scan(&p, &l, &st, &n); err != nil {
+			t.Fatal(err)
+		}
+		want[p+"/"+l+"/"+string(stateName(st))] = int(n)
+	}
+	have := map[string]int{}
+	for _, c := range got {
+		have[c.Partition+"/"+c.Lane+"/"+string(c.State)] = c.N
+	}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("Counts against a recount (-recount +Counts):\n%s", diff)
+	}
+	if len(want) < 6 {
+		t.Errorf("only %d cells: the workload did not reach every state and lane: %v", len(want), want)
+	}
+}

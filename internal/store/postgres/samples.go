@@ -16,12 +16,21 @@ import (
 // ingestSQL inserts a batch sent as arrays, in order (seq is claim order);
 // ON CONFLICT DO NOTHING makes a sample ingested by any worker, or twice in
 // one batch, stored once.
-const ingestSQL = `INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
-	SELECT id, partition, lane, body, prompt_tokens, origin_file, origin_pos, 0
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[]) WITH ORDINALITY
-		AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, i)
-	ORDER BY i
-	ON CONFLICT (id) DO NOTHING`
+const ingestSQL = `WITH ins AS (
+		INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
+		SELECT id, partition, lane, body, prompt_tokens, origin_file, origin_pos, 0
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[]) WITH ORDINALITY
+			AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, i)
+		ORDER BY i
+		ON CONFLICT (id) DO NOTHING
+		RETURNING partition, lane
+	), counted AS (
+		INSERT INTO counts AS c (partition, lane, state, shard, n)
+		SELECT partition, lane, 0, pg_backend_pid() % 256, count(*) FROM ins
+		GROUP BY partition, lane ORDER BY partition, lane
+		ON CONFLICT (partition, lane, state, shard) DO UPDATE SET n = c.n + excluded.n
+	)
+	SELECT 1 FROM ins`
 
 // Ingest inserts the samples whose ID is new, in one statement.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
@@ -221,11 +230,14 @@ const claimSQL = `WITH ready AS (
 		WHERE state = 0 AND not_before > 0 AND lane = $1 AND not_before <= $3
 		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
 	), pick AS (
-		SELECT seq FROM (SELECT seq FROM ready UNION ALL SELECT seq FROM due) u ORDER BY seq LIMIT $2
-	)
-	UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0
-	FROM pick WHERE s.seq = pick.seq
-	RETURNING s.seq, s.id, s.partition, s.lane, s.body, s.prompt_tokens, s.attempts`
+		SELECT seq FROM (SELECT seq FROM ready UNION ALL SELECT seq FROM due) r ORDER BY seq LIMIT $2
+	), u AS (
+		UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0
+		FROM pick WHERE s.seq = pick.seq
+		RETURNING s.seq, s.id, s.partition, s.lane AS lane_from, 0::int2 AS state_from, s.lane, s.state,
+			s.body, s.prompt_tokens, s.attempts
+	), ` + countsCTE + `
+	SELECT seq, id, partition, lane, body, prompt_tokens, attempts FROM u`
 
 // Claim leases up to n claimable samples of lane, oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
@@ -321,8 +333,8 @@ func (s *Store) Release(ctx context.Context, ids []string, owner string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
-		WHERE id = ANY($1) AND state = 1 AND lease_owner = $2`, ids, owner); err != nil {
+	if _, err := s.pool.Exec(ctx, movedSQL(`UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
+		WHERE id = ANY($1) AND state = 1 AND lease_owner = $2 `+moved("1"), "1"), ids, owner); err != nil {
 		return fmt.Errorf("release %d samples of %s: %w", len(ids), owner, err)
 	}
 	return nil
@@ -330,8 +342,8 @@ func (s *Store) Release(ctx context.Context, ids []string, owner string) error {
 
 // ReleaseOwner returns every sample owner holds to pending without spending attempts.
 func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
-		WHERE state = 1 AND lease_owner = $1`, owner)
+	tag, err := s.pool.Exec(ctx, movedSQL(`UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
+		WHERE state = 1 AND lease_owner = $1 `+moved("1"), "1"), owner)
 	if err != nil {
 		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
 	}
@@ -344,8 +356,8 @@ func (s *Store) ReleaseOwnerExcept(ctx context.Context, owner string, keep []str
 	if keep == nil {
 		keep = []string{}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
-		WHERE state = 1 AND lease_owner = $1 AND NOT (id = ANY($2))`, owner, keep)
+	tag, err := s.pool.Exec(ctx, movedSQL(`UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
+		WHERE state = 1 AND lease_owner = $1 AND NOT (id = ANY($2)) `+moved("1"), "1"), owner, keep)
 	if err != nil {
 		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
 	}
@@ -354,9 +366,9 @@ func (s *Store) ReleaseOwnerExcept(ctx context.Context, owner string, keep []str
 
 // RequeueDead returns matching dead samples to pending with attempts reset.
 func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE samples
+	tag, err := s.pool.Exec(ctx, movedSQL(`UPDATE samples
 		SET state = 0, attempts = 0, not_before = 0, last_error = NULL, last_error_at = NULL, finished_at = NULL
-		WHERE state = 4 AND ($1 = '' OR strpos(last_error, $1) > 0)`, text(reasonContains))
+		WHERE state = 4 AND ($1 = '' OR strpos(last_error, $1) > 0) `+moved("4"), "1"), text(reasonContains))
 	if err != nil {
 		return 0, fmt.Errorf("requeue dead: %w", err)
 	}
@@ -366,8 +378,8 @@ func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, er
 // ExpireLeases returns samples whose lease ended before now to pending
 // without spending attempts.
 func (s *Store) ExpireLeases(ctx context.Context, now time.Time) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
-		WHERE state = 1 AND lease_until < $1`, ns(now))
+	tag, err := s.pool.Exec(ctx, movedSQL(`UPDATE samples SET state = 0, lease_owner = NULL, lease_until = NULL
+		WHERE state = 1 AND lease_until < $1 `+moved("1"), "1"), ns(now))
 	if err != nil {
 		return 0, fmt.Errorf("expire leases: %w", err)
 	}

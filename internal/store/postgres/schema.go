@@ -107,8 +107,8 @@ CREATE TABLE events (
 	worker   text NOT NULL DEFAULT ''
 );
 
--- counts is kept by statement-level triggers in the same transaction as
--- every change of samples. Rows are sharded by the writing backend, so
+-- counts is kept by the statements that change samples, in the same
+-- statement (see counts.go). Rows are sharded by the writing backend, so
 -- concurrent workers never queue on one hot row; Counts sums the shards.
 CREATE TABLE counts (
 	partition text NOT NULL,
@@ -118,44 +118,6 @@ CREATE TABLE counts (
 	n         bigint NOT NULL,
 	PRIMARY KEY (partition, lane, state, shard)
 );
-
-CREATE FUNCTION count_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	INSERT INTO counts AS c (partition, lane, state, shard, n)
-	SELECT partition, lane, state, pg_backend_pid() % 256, count(*) FROM new_rows
-	GROUP BY partition, lane, state ORDER BY partition, lane, state
-	ON CONFLICT (partition, lane, state, shard) DO UPDATE SET n = c.n + excluded.n;
-	RETURN NULL;
-END $$;
-
-CREATE FUNCTION count_update() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	INSERT INTO counts AS c (partition, lane, state, shard, n)
-	SELECT partition, lane, state, pg_backend_pid() % 256, sum(d) FROM (
-		SELECT partition, lane, state, -1 AS d FROM old_rows
-		UNION ALL
-		SELECT partition, lane, state, 1 AS d FROM new_rows
-	) x
-	GROUP BY partition, lane, state HAVING sum(d) <> 0 ORDER BY partition, lane, state
-	ON CONFLICT (partition, lane, state, shard) DO UPDATE SET n = c.n + excluded.n;
-	RETURN NULL;
-END $$;
-
-CREATE FUNCTION count_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	INSERT INTO counts AS c (partition, lane, state, shard, n)
-	SELECT partition, lane, state, pg_backend_pid() % 256, -count(*) FROM old_rows
-	GROUP BY partition, lane, state ORDER BY partition, lane, state
-	ON CONFLICT (partition, lane, state, shard) DO UPDATE SET n = c.n + excluded.n;
-	RETURN NULL;
-END $$;
-
-CREATE TRIGGER samples_count_insert AFTER INSERT ON samples
-	REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION count_insert();
-CREATE TRIGGER samples_count_update AFTER UPDATE ON samples
-	REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION count_update();
-CREATE TRIGGER samples_count_delete AFTER DELETE ON samples
-	REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION count_delete();
 `,
 	// 1 -> 2: the ingest manifest, so a re-run skips files already ingested.
 	`
