@@ -258,3 +258,42 @@ func TestE2EPostgresStoreLoss(t *testing.T) {
 		t.Logf("status text (the store_state event may have scrolled out of the last five):\n%s", ev.stdout)
 	}
 }
+
+// TestE2EPostgresPasswordNeverPrinted: a password given in REGEN_STORE
+// reaches the database but never the terminal or the log: not from run,
+// status, validate or export, not when the store does not exist yet, and
+// not when the server cannot be reached.
+func TestE2EPostgresPasswordNeverPrinted(t *testing.T) {
+	srv := pgtest.Get(t)
+	dir, _, _, dsn := pgJob(t, "secret", 20, 25)
+	const pw = "Pw-never-shown-81c4"
+	withPW := strings.Replace(dsn, "postgres://postgres@", "postgres://postgres:"+pw+"@", 1)
+	env := []string{"REGEN_STORE=" + withPW}
+	var all []result
+	all = append(all, regenEnv(t, dir, env, "status", "job.yaml")) // no store yet
+	all = append(all, regenEnv(t, dir, env, "validate", "job.yaml"))
+	run := regenEnv(t, dir, env, "run", "job.yaml")
+	if run.code != 0 {
+		t.Fatalf("run:\n%s", run)
+	}
+	all = append(all, run, regenEnv(t, dir, env, "status", "--json", "job.yaml"), regenEnv(t, dir, env, "export", "job.yaml"))
+	// A server that is not there: the refusal names the store, not the password.
+	gone := strings.Replace(withPW, fmt.Sprintf(":%d/", srv.Port), ":1/", 1)
+	down := regenEnv(t, dir, []string{"REGEN_STORE=" + gone}, "status", "job.yaml")
+	if down.code != 1 || !strings.Contains(down.stdout, "store unreachable") {
+		t.Errorf("status with the store unreachable: exit %d, want 1 and DOWN with the store as the cause\n%s", down.code, down)
+	}
+	all = append(all, down)
+	logText, _ := os.ReadFile(filepath.Join(dir, ".regen", "secret", "regen.log"))
+	for _, r := range all {
+		if strings.Contains(r.stdout+r.stderr, pw) {
+			t.Errorf("the password is printed:\n%s", r)
+		}
+	}
+	if strings.Contains(string(logText), pw) {
+		t.Errorf("the password is in the log:\n%s", logText)
+	}
+	if !strings.Contains(run.stdout, "postgres:xxxxx@") {
+		t.Errorf("run does not show the store it uses, redacted:\n%s", run.stdout)
+	}
+}
