@@ -110,12 +110,10 @@ func (w *rateWindow) add(t time.Time, done int64) float64 {
 	return 0
 }
 
-// untilStore runs fn, again and again with backoff while it fails because
-// the store does not answer (as the dispatcher does with its writes), and
-// returns its first other outcome. The store is known only by its
-// errors, so any error is retried while Store.Info says the store is
-// shared, for a shared store's outage is expected (a database restart);
-// an embedded store's errors are returned at once.
+// untilStore runs fn and, on a shared store, runs it again with backoff
+// for as long as it fails, as the dispatcher does with its writes: a
+// database restarting under a starting worker is an outage to wait out, not
+// a reason to exit. On an embedded store fn's error is returned at once.
 func (r *runState) untilStore(ctx context.Context, fn func(context.Context) error) error {
 	gap := 200 * time.Millisecond
 	for {
