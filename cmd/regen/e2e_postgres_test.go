@@ -33,7 +33,11 @@ lanes:
   - {name: long, concurrency: 12, max_tokens: 1024, partitions: [B]}
 output:
   formats: [sharegpt, openai-batch]
+  metadata: full
 monitor: {heartbeat_every: 250ms, dead_after: 3s}
+# A truncated answer in the last lane counts as done here (the tests are
+# about workers and outages, not answer quality).
+quality: {truncated: false}
 `
 
 // pgJob writes a shared job of perPartition samples per partition into a

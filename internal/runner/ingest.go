@@ -21,22 +21,29 @@ type IngestStats struct {
 	Files    int // source files
 	Skipped  int // files unchanged since a complete ingest, not read again
 	ByOthers int // files another worker sharing the store ingested meanwhile
+	// Duplicates are rows skipped because another row already took their
+	// id, over every ingest of the job so far.
+	Duplicates int
 }
 
-// Samples is the number of good rows: samples new or already stored.
-func (s IngestStats) Samples() int { return s.Read - s.Bad }
+// Samples is the number of good rows that are samples: new or already
+// stored (rows skipped for a taken id are not).
+func (s IngestStats) Samples() int { return s.Read - s.Bad - s.Duplicates }
 
 // String is the ingest summary the run prints and records.
 func (s IngestStats) String() string {
-	line := fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
-		s.Read, s.Inserted, s.Samples()-s.Inserted, s.Bad)
+	out := fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
+		s.Read, s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
+	if s.Duplicates > 0 {
+		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
+	}
 	if s.Skipped > 0 {
-		line += fmt.Sprintf("; %d of %d files unchanged since their last ingest, not read again", s.Skipped, s.Files)
+		out += fmt.Sprintf("; %d of %d files unchanged since their last ingest, not read again", s.Skipped, s.Files)
 	}
 	if s.ByOthers > 0 {
-		line += fmt.Sprintf("; %d files ingested by other workers", s.ByOthers)
+		out += fmt.Sprintf("; %d files ingested by other workers", s.ByOthers)
 	}
-	return line
+	return out
 }
 
 const ingestBatch = 1000
@@ -116,6 +123,11 @@ func (in *ingester) run(ctx context.Context, plan []sourcePlan) (IngestStats, er
 			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
 		}
 	}
+	d, err := in.st.IngestDuplicates(ctx, 1)
+	if err != nil {
+		return in.stats, fmt.Errorf("ingest: %w", err)
+	}
+	in.stats.Duplicates = d.Total
 	return in.stats, nil
 }
 

@@ -289,6 +289,10 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	if err != nil {
 		return fmt.Errorf("generation settings: %w", err)
 	}
+	rules, err := qualityRules(spec.Quality)
+	if err != nil {
+		return fmt.Errorf("quality rules: %w", err)
+	}
 	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
 	for _, l := range spec.Lanes {
 		esc, _ := spec.EscalationLane(l.Name)
@@ -299,6 +303,8 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		IngestDone:  r.ingestDone,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger,
+		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
+		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)

@@ -334,7 +334,7 @@ func TestBadRequestFailsAlone(t *testing.T) {
 		if id == "c" {
 			reason = strings.Repeat("far too long ", 5)
 		}
-		wg.Go(func() { errs[i] = s.Reject(ctx, id, "w", store.Result{FinishReason: "stop"}, reason) })
+		wg.Go(func() { errs[i] = s.Reject(ctx, id, "w", store.Result{FinishReason: "stop"}, "rule", reason) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -385,7 +385,7 @@ func TestCountsMatchARecount(t *testing.T) {
 					case 0:
 						err = s.Complete(ctx, c.ID, owner, store.Result{FinishReason: "stop"})
 					case 1:
-						err = s.Reject(ctx, c.ID, owner, store.Result{FinishReason: "stop"}, "bad")
+						err = s.Reject(ctx, c.ID, owner, store.Result{FinishReason: "stop"}, "rule", "bad")
 					case 2:
 						err = s.DeadLetter(ctx, c.ID, owner, "400")
 					case 3:

@@ -57,9 +57,13 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var n, ct, pt int64
 	var first, last *int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0),
-			min(finished_at), max(finished_at)
-		FROM results WHERE finished_at >= $1`, ns(t)).Scan(&n, &ct, &pt, &first, &last)
+	// Samples count once finished; tokens count for every stored answer,
+	// earlier turns included. Each side reads a covering index.
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM results WHERE finished_at >= $1),
+			coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0), min(finished_at), max(finished_at)
+		FROM (SELECT finished_at, prompt_tokens, completion_tokens FROM results WHERE finished_at >= $1
+			UNION ALL
+			SELECT finished_at, prompt_tokens, completion_tokens FROM turns WHERE finished_at >= $1) a`, ns(t)).Scan(&n, &ct, &pt, &first, &last)
 	if err != nil {
 		return store.Throughput{}, fmt.Errorf("throughput since %s: %w", t.Format(time.RFC3339), err)
 	}
@@ -95,29 +99,29 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	rows, err := s.pool.Query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
 		WHERE s.finished_at IS NOT NULL AND s.id > $1
 		ORDER BY s.id LIMIT $2`, after, pageSize)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Row, error) {
+	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Row, error) {
 		var (
-			r            store.Row
-			st           int16
-			attempts     int32
-			lastErr      string
-			finishedAt   int64
-			response     []byte
-			finishReason *string
-			pt, ct       *int32
-			dur, ttft    *int64
-			endpoint     *string
-			reason       *string
+			r                 store.Row
+			st                int16
+			attempts          int32
+			lastErr           string
+			finishedAt        int64
+			response          []byte
+			finishReason      *string
+			pt, ct, turn, rt  *int32
+			dur, ttft         *int64
+			endpoint          *string
+			reason, rule, end *string
 		)
 		if err := row.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &attempts, &lastErr, &finishedAt,
-			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason); err != nil {
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &turn, &rt, &end); err != nil {
 			return r, err
 		}
 		r.State, r.Attempts = stateName(st), int(attempts)
@@ -132,18 +136,184 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 				Endpoint:         *endpoint,
 				Duration:         time.Duration(*dur),
 				TTFT:             time.Duration(*ttft),
+				Turn:             int(*turn),
+				ReasoningTokens:  int(*rt),
+				EndReason:        *end,
 			}
 		}
 		switch r.State {
 		case store.Rejected:
 			if reason != nil {
-				r.Reason = *reason
+				r.Reason, r.Rule = *reason, *rule
 			}
 		case store.Dead:
 			r.Reason = lastErr
 		}
 		return r, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return page, s.attachPrior(ctx, page)
+}
+
+// attachPrior reads the earlier turns of the multi-turn rows of a page in
+// one query.
+func (s *Store) attachPrior(ctx context.Context, page []store.Row) error {
+	at := map[string]int{}
+	var ids []string
+	for i, r := range page {
+		if r.Result.Turn > 0 {
+			at[r.ID] = i
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT sample_id, `+turnCols+` FROM turns
+		WHERE sample_id = ANY($1) ORDER BY sample_id, turn`, ids)
+	if err != nil {
+		return fmt.Errorf("read earlier turns: %w", err)
+	}
+	type idTurn struct {
+		id string
+		r  store.Result
+	}
+	turns, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idTurn, error) {
+		var t idTurn
+		r, err := scanTurn(row, &t.id)
+		t.r = r
+		return t, err
+	})
+	if err != nil {
+		return fmt.Errorf("read earlier turns: %w", err)
+	}
+	for _, t := range turns {
+		if i := at[t.id]; t.r.Turn < page[i].Result.Turn {
+			page[i].Prior = append(page[i].Prior, t.r)
+		}
+	}
+	for _, i := range at {
+		if got, want := len(page[i].Prior), page[i].Result.Turn; got != want {
+			return fmt.Errorf("sample %s: %d earlier turns stored, want %d", page[i].ID, got, want)
+		}
+	}
+	return nil
+}
+
+// RejectCounts returns the rejected samples per partition, lane and rule.
+func (s *Store) RejectCounts(ctx context.Context) ([]store.RejectCount, error) {
+	rows, err := s.pool.Query(ctx, `SELECT partition, lane, rule, sum(n) FROM stat_rejects
+		GROUP BY partition, lane, rule HAVING sum(n) > 0 ORDER BY partition COLLATE "C", lane COLLATE "C", rule COLLATE "C"`)
+	if err != nil {
+		return nil, fmt.Errorf("count rejects: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.RejectCount, error) {
+		var c store.RejectCount
+		var n int64
+		err := row.Scan(&c.Partition, &c.Lane, &c.Rule, &n)
+		c.N = int(n)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count rejects: %w", err)
+	}
+	return out, nil
+}
+
+// StatCells returns the per-cell sums over the shards.
+func (s *Store) StatCells(ctx context.Context) ([]store.StatCell, error) {
+	rows, err := s.pool.Query(ctx, `SELECT partition, lane, sum(requests), sum(truncated), sum(rejected), sum(with_reasoning),
+			sum(ended), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens)
+		FROM stat_cells GROUP BY partition, lane HAVING sum(requests) > 0
+		ORDER BY partition COLLATE "C", lane COLLATE "C"`)
+	if err != nil {
+		return nil, fmt.Errorf("read stats: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StatCell, error) {
+		var c store.StatCell
+		var req, tr, rej, wr, end int64
+		err := row.Scan(&c.Partition, &c.Lane, &req, &tr, &rej, &wr, &end, &c.PromptTokens, &c.CompletionTokens, &c.ReasoningTokens)
+		c.Requests, c.Truncated, c.Rejected, c.WithReasoning, c.Ended = int(req), int(tr), int(rej), int(wr), int(end)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read stats: %w", err)
+	}
+	return out, nil
+}
+
+// EachTokenCount streams the token histograms, summed over the shards.
+func (s *Store) EachTokenCount(ctx context.Context, fn func(store.TokenCount) error) error {
+	rows, err := s.pool.Query(ctx, `SELECT partition, lane, kind, tokens, sum(n) FROM stat_tokens
+		GROUP BY partition, lane, kind, tokens HAVING sum(n) > 0
+		ORDER BY partition COLLATE "C", lane COLLATE "C", kind, tokens`)
+	if err != nil {
+		return fmt.Errorf("read token counts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c store.TokenCount
+		var tokens int32
+		var n int64
+		if err := rows.Scan(&c.Partition, &c.Lane, &c.Kind, &tokens, &n); err != nil {
+			return fmt.Errorf("read token counts: %w", err)
+		}
+		c.Tokens, c.N = int(tokens), int(n)
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read token counts: %w", err)
+	}
+	return nil
+}
+
+// ThroughputHistory returns the answers stored per minute, oldest first.
+func (s *Store) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput, error) {
+	rows, err := s.pool.Query(ctx, `SELECT minute, sum(requests), sum(prompt_tokens), sum(completion_tokens)
+		FROM stat_minutes GROUP BY minute ORDER BY minute`)
+	if err != nil {
+		return nil, fmt.Errorf("read throughput history: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.MinuteThroughput, error) {
+		var m store.MinuteThroughput
+		var minute, req int64
+		err := row.Scan(&minute, &req, &m.PromptTokens, &m.CompletionTokens)
+		m.Minute, m.Requests = time.Unix(minute*60, 0), int(req)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read throughput history: %w", err)
+	}
+	return out, nil
+}
+
+// IngestDuplicates counts the rows skipped for a taken id, with examples
+// in byte-wise origin order.
+func (s *Store) IngestDuplicates(ctx context.Context, limit int) (store.Duplicates, error) {
+	var d store.Duplicates
+	var total, same int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE same_content) FROM ingest_duplicates`).Scan(&total, &same); err != nil {
+		return d, fmt.Errorf("count duplicate ids: %w", err)
+	}
+	d.Total, d.SameContent = int(total), int(same)
+	rows, err := s.pool.Query(ctx, `SELECT id, partition, origin, first_origin, same_content FROM ingest_duplicates
+		ORDER BY origin LIMIT $1`, limitArg(limit))
+	if err != nil {
+		return d, fmt.Errorf("read duplicate ids: %w", err)
+	}
+	d.Examples, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Duplicate, error) {
+		var x store.Duplicate
+		err := row.Scan(&x.ID, &x.Partition, &x.Origin, &x.FirstOrigin, &x.SameContent)
+		return x, err
+	})
+	if err != nil {
+		return d, fmt.Errorf("read duplicate ids: %w", err)
+	}
+	return d, nil
 }
 
 // LastErrors returns the samples with the most recent retry or dead-letter

@@ -13,14 +13,17 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// ingestSQL inserts a batch sent as arrays, in order (seq is claim order);
-// ON CONFLICT DO NOTHING makes a sample ingested by any worker, or twice in
-// one batch, stored once.
-const ingestSQL = `WITH ins AS (
+// ingestSQL inserts a batch sent as arrays (ids distinct), in order (seq
+// is claim order); ON CONFLICT DO NOTHING makes a sample ingested by any
+// worker stored once. A row whose id a row from another origin already
+// took is recorded as a duplicate instead, with the row the sample came
+// from; the same row read again is no duplicate.
+const ingestSQL = `WITH v AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[], $8::text[])
+			WITH ORDINALITY AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, origin, i)
+	), ins AS (
 		INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
-		SELECT id, partition, lane, body, prompt_tokens, origin_file, origin_pos, 0
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[]) WITH ORDINALITY
-			AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, i)
+		SELECT id, partition, lane, body, prompt_tokens, origin_file, origin_pos, 0 FROM v
 		ORDER BY i
 		ON CONFLICT (id) DO NOTHING
 		RETURNING partition, lane
@@ -29,35 +32,83 @@ const ingestSQL = `WITH ins AS (
 		SELECT partition, lane, 0, pg_backend_pid() % 256, count(*) FROM ins
 		GROUP BY partition, lane ORDER BY partition, lane
 		ON CONFLICT (partition, lane, state, shard) DO UPDATE SET n = c.n + excluded.n
-	)
+	), ` + duplicatesCTE + `
 	SELECT 1 FROM ins`
 
-// Ingest inserts the samples whose ID is new, in one statement.
+// duplicatesCTE records the rows of CTE v whose id a stored sample from
+// another origin holds.
+const duplicatesCTE = `dup AS (
+		INSERT INTO ingest_duplicates (origin, id, partition, first_origin, same_content, created_at)
+		SELECT v.origin, v.id, v.partition, o.prefix || s.origin_pos, s.body = v.body, $9
+		FROM v JOIN samples s ON s.id = v.id JOIN origins o ON o.id = s.origin_file
+		WHERE s.origin_file <> v.origin_file OR s.origin_pos <> v.origin_pos
+		ON CONFLICT (origin) DO NOTHING
+	)`
+
+// laterDuplicatesSQL records the rows of a batch that repeat an id of an
+// earlier row of the same batch, once that row is stored.
+const laterDuplicatesSQL = `WITH v AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[], $8::text[])
+			AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, origin)
+	), ` + duplicatesCTE + `
+	SELECT 1`
+
+// ingestArrays are the columns of a batch sent as arrays.
+type ingestArrays struct {
+	ids, parts, lanes, pos, origins []string
+	bodies                          [][]byte
+	tokens, files                   []int32
+}
+
+func (a *ingestArrays) add(smp store.NewSample, file int32) {
+	_, pos := splitOrigin(text(smp.Origin))
+	a.ids, a.parts, a.lanes = append(a.ids, smp.ID), append(a.parts, smp.Partition), append(a.lanes, smp.Lane)
+	a.pos, a.origins = append(a.pos, pos), append(a.origins, text(smp.Origin))
+	a.bodies, a.tokens, a.files = append(a.bodies, nonNil(smp.Body)), append(a.tokens, int32(smp.PromptTokens)), append(a.files, file)
+}
+
+func (a *ingestArrays) args(now int64) []any {
+	return []any{a.ids, a.parts, a.lanes, a.bodies, a.tokens, a.files, a.pos, a.origins, now}
+}
+
+// Ingest inserts the samples whose ID is new, in one statement, and records
+// rows that repeat a taken id as duplicates.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
 	if len(samples) == 0 {
 		return 0, nil
 	}
-	n := len(samples)
-	var (
-		ids, parts, lanes, pos = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		bodies                 = make([][]byte, n)
-		tokens                 = make([]int32, n)
-	)
 	for i, smp := range samples {
 		if smp.ID == "" {
 			return 0, fmt.Errorf("ingest: sample %d (%s) has an empty id", i, smp.Origin)
 		}
-		ids[i], parts[i], lanes[i] = smp.ID, smp.Partition, smp.Lane
-		_, pos[i] = splitOrigin(text(smp.Origin))
-		bodies[i], tokens[i] = nonNil(smp.Body), int32(smp.PromptTokens)
 	}
 	files, err := s.originFiles(ctx, samples)
 	if err != nil {
-		return 0, fmt.Errorf("ingest %d samples: %w", n, err)
+		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
 	}
-	tag, err := s.pool.Exec(ctx, ingestSQL, ids, parts, lanes, bodies, tokens, files, pos)
+	// The first row of an id in the batch is the one inserted; the later
+	// ones are duplicates of whatever row then holds it.
+	var first, later ingestArrays
+	firstOrigin := make(map[string]string, len(samples))
+	for i, smp := range samples {
+		o, seen := firstOrigin[smp.ID]
+		switch {
+		case !seen:
+			firstOrigin[smp.ID] = smp.Origin
+			first.add(smp, files[i])
+		case o != smp.Origin:
+			later.add(smp, files[i])
+		}
+	}
+	now := ns(s.now())
+	tag, err := s.pool.Exec(ctx, ingestSQL, first.args(now)...)
 	if err != nil {
 		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
+	}
+	if len(later.ids) > 0 {
+		if _, err := s.pool.Exec(ctx, laterDuplicatesSQL, later.args(now)...); err != nil {
+			return 0, fmt.Errorf("ingest %d samples: record duplicate ids: %w", len(samples), err)
+		}
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -235,9 +286,9 @@ const claimSQL = `WITH ready AS (
 		UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0
 		FROM pick WHERE s.seq = pick.seq
 		RETURNING s.seq, s.id, s.partition, s.lane AS lane_from, 0::int2 AS state_from, s.lane, s.state,
-			s.body, s.prompt_tokens, s.attempts
+			s.body, s.prompt_tokens, s.attempts, s.turn
 	), ` + countsCTE + `
-	SELECT seq, id, partition, lane, body, prompt_tokens, attempts FROM u`
+	SELECT seq, id, partition, lane, body, prompt_tokens, attempts, turn FROM u`
 
 // Claim leases up to n claimable samples of lane, oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
@@ -259,9 +310,9 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	}
 	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (seqClaim, error) {
 		var sc seqClaim
-		var pt, att int32
-		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att)
-		sc.c.PromptTokens, sc.c.Attempts = int(pt), int(att)
+		var pt, att, turn int32
+		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn)
+		sc.c.PromptTokens, sc.c.Attempts, sc.c.Turn = int(pt), int(att), int(turn)
 		sc.c.Body = unblob(sc.c.Body)
 		sc.c.LeaseUntil = fromNS(until)
 		return sc, err
@@ -273,7 +324,47 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	slices.SortFunc(got, func(a, b seqClaim) int { return cmp.Compare(a.seq, b.seq) })
 	out := make([]store.Claimed, len(got))
 	for i, sc := range got {
+		if sc.c.Turn > 0 {
+			// Stored turns never change, so reading them after the claim is
+			// safe: the lease keeps anyone else from adding one.
+			if sc.c.Prior, err = s.priorTurns(ctx, sc.c.ID, sc.c.Turn); err != nil {
+				return nil, fmt.Errorf("claim lane %s: sample %s: %w", lane, sc.c.ID, err)
+			}
+		}
 		out[i] = sc.c
+	}
+	return out, nil
+}
+
+const turnCols = `turn, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,
+	endpoint, duration_ns, ttft_ns, attempts`
+
+// scanTurn reads turnCols (after extra leading columns).
+func scanTurn(row pgx.CollectableRow, extra ...any) (store.Result, error) {
+	var r store.Result
+	var turn, pt, ct, rt, att int32
+	var dur, ttft int64
+	dest := append(extra, &turn, &r.Lane, &r.Response, &r.FinishReason, &pt, &ct, &rt, &r.Endpoint, &dur, &ttft, &att)
+	if err := row.Scan(dest...); err != nil {
+		return r, err
+	}
+	r.Turn, r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.Attempts = int(turn), int(pt), int(ct), int(rt), int(att)
+	r.Response, r.Duration, r.TTFT = unblob(r.Response), time.Duration(dur), time.Duration(ttft)
+	return r, nil
+}
+
+// priorTurns reads the stored answers to turns 0..upTo-1 of a sample.
+func (s *Store) priorTurns(ctx context.Context, id string, upTo int) ([]store.Result, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+turnCols+` FROM turns WHERE sample_id = $1 AND turn < $2 ORDER BY turn`, id, upTo)
+	if err != nil {
+		return nil, fmt.Errorf("read earlier turns: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Result, error) { return scanTurn(row) })
+	if err != nil {
+		return nil, fmt.Errorf("read earlier turns: %w", err)
+	}
+	if len(out) != upTo {
+		return nil, fmt.Errorf("read earlier turns: %d stored, want %d", len(out), upTo)
 	}
 	return out, nil
 }
@@ -295,12 +386,46 @@ func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) 
 	return nil
 }
 
-// Reject stores r with reason and marks the sample rejected, spending its attempt.
-func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, reason string) error {
-	if err := s.commits.Do(ctx, transition{kind: opFinish, id: id, owner: owner, state: stateRejected, result: r, text: reason}); err != nil {
+// Reject stores r with its rule and evidence and marks the sample
+// rejected, spending its attempt.
+func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, rule, evidence string) error {
+	if rule == "" {
+		return fmt.Errorf("reject %s: no rule", id)
+	}
+	if err := s.commits.Do(ctx, transition{kind: opFinish, id: id, owner: owner, state: stateRejected, result: r, rule: rule, text: evidence}); err != nil {
 		return fmt.Errorf("reject %s: %w", id, err)
 	}
 	return nil
+}
+
+// CompleteTurn stores the answer to the held sample's current turn and
+// returns it to pending at the next turn (in nextLane, "" = the same lane),
+// in one transaction.
+func (s *Store) CompleteTurn(ctx context.Context, id, owner string, r store.Result, nextLane string) error {
+	if err := s.commits.Do(ctx, transition{kind: opTurn, id: id, owner: owner, result: r, text: nextLane}); err != nil {
+		return fmt.Errorf("complete turn %d of %s: %w", r.Turn, id, err)
+	}
+	return nil
+}
+
+// RequeueRejected returns rejected samples (of rule, "" = all) to pending
+// at the rejected turn with attempts reset, dropping the rejected answers
+// and their statistics, in one statement.
+func (s *Store) RequeueRejected(ctx context.Context, rule string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `WITH u AS (
+			UPDATE samples SET state = 0, attempts = 0, not_before = 0, finished_at = NULL
+			WHERE state = 3 AND id IN (SELECT sample_id FROM results WHERE rule <> '' AND ($1 = '' OR rule = $1))
+			RETURNING id, partition, lane AS lane_from, 3::int2 AS state_from, lane, state
+		), `+countsCTE+`, a AS (
+			DELETE FROM results r USING u WHERE r.sample_id = u.id
+			RETURNING r.partition, r.lane, r.finish_reason, r.rule, r.reasoning_tokens, r.end_reason,
+				r.prompt_tokens, r.completion_tokens, r.finished_at
+		), `+statsCTEs("a", -1, false)+`
+		SELECT 1 FROM u`, text(rule))
+	if err != nil {
+		return 0, fmt.Errorf("requeue rejected (rule %q): %w", rule, err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // Retry returns the held sample to pending, spending one attempt.

@@ -33,7 +33,8 @@ CREATE TABLE samples (
 	partition     text NOT NULL,
 	lane          text NOT NULL,
 	state         smallint NOT NULL CHECK (state BETWEEN 0 AND 4),
-	attempts      integer NOT NULL DEFAULT 0,
+	turn          integer NOT NULL DEFAULT 0, -- the next turn to generate
+	attempts      integer NOT NULL DEFAULT 0, -- on this turn
 	prompt_tokens integer NOT NULL,
 	not_before    bigint NOT NULL DEFAULT 0, -- unix ns
 	lease_until   bigint,
@@ -62,21 +63,105 @@ CREATE INDEX samples_finished ON samples (id) WHERE finished_at IS NOT NULL;
 CREATE INDEX samples_errors ON samples (last_error_at, seq) WHERE last_error_at IS NOT NULL;
 CREATE INDEX samples_dead ON samples (seq) WHERE state = 4;
 
--- One result per sample: the primary key is the exactly-once guarantee.
+-- One result per sample (its last turn's answer): the primary key is the
+-- exactly-once guarantee.
 CREATE TABLE results (
 	sample_id         text COLLATE "C" PRIMARY KEY,
 	finished_at       bigint NOT NULL,
 	duration_ns       bigint NOT NULL,
 	ttft_ns           bigint NOT NULL,
+	turn              integer NOT NULL,
 	prompt_tokens     integer NOT NULL,
 	completion_tokens integer NOT NULL,
+	reasoning_tokens  integer NOT NULL,
+	partition         text NOT NULL,
+	lane              text NOT NULL,
 	finish_reason     text NOT NULL,
 	endpoint          text NOT NULL,
-	reason            text NOT NULL DEFAULT '', -- reject reason, '' when done
+	reason            text NOT NULL DEFAULT '', -- reject evidence, '' when done
+	rule              text NOT NULL DEFAULT '', -- the quality rule of a reject
+	end_reason        text NOT NULL DEFAULT '',
 	response          bytea NOT NULL
 );
 -- Covering, so ThroughputSince never reads the responses.
 CREATE INDEX results_finished_at ON results (finished_at) INCLUDE (prompt_tokens, completion_tokens);
+CREATE INDEX results_rule ON results (rule) WHERE rule <> '';
+
+-- The answers to every turn of a multi-turn sample but its last (which is
+-- in results). The primary key is the exactly-once guarantee per turn.
+CREATE TABLE turns (
+	sample_id         text COLLATE "C" NOT NULL,
+	turn              integer NOT NULL,
+	finished_at       bigint NOT NULL,
+	duration_ns       bigint NOT NULL,
+	ttft_ns           bigint NOT NULL,
+	prompt_tokens     integer NOT NULL,
+	completion_tokens integer NOT NULL,
+	reasoning_tokens  integer NOT NULL,
+	attempts          integer NOT NULL,
+	partition         text NOT NULL,
+	lane              text NOT NULL,
+	finish_reason     text NOT NULL,
+	endpoint          text NOT NULL,
+	response          bytea NOT NULL,
+	PRIMARY KEY (sample_id, turn)
+);
+CREATE INDEX turns_finished_at ON turns (finished_at) INCLUDE (prompt_tokens, completion_tokens);
+
+-- Statistics, moved by the statements that store or drop answers (see
+-- stats.go), so regen stats reads a few thousand rows whatever the job
+-- size. Every table is sharded like counts; readers sum the shards.
+CREATE TABLE stat_cells (
+	partition         text NOT NULL,
+	lane              text NOT NULL,
+	shard             smallint NOT NULL,
+	requests          bigint NOT NULL,
+	truncated         bigint NOT NULL,
+	rejected          bigint NOT NULL,
+	with_reasoning    bigint NOT NULL,
+	ended             bigint NOT NULL,
+	prompt_tokens     bigint NOT NULL,
+	completion_tokens bigint NOT NULL,
+	reasoning_tokens  bigint NOT NULL,
+	PRIMARY KEY (partition, lane, shard)
+);
+-- One row per distinct token count, so percentiles are exact.
+CREATE TABLE stat_tokens (
+	partition text NOT NULL,
+	lane      text NOT NULL,
+	kind      text COLLATE "C" NOT NULL CHECK (kind IN ('prompt', 'completion')),
+	tokens    integer NOT NULL,
+	shard     smallint NOT NULL,
+	n         bigint NOT NULL,
+	PRIMARY KEY (partition, lane, kind, tokens, shard)
+);
+CREATE TABLE stat_minutes (
+	minute            bigint NOT NULL, -- unix minutes
+	shard             smallint NOT NULL,
+	requests          bigint NOT NULL,
+	prompt_tokens     bigint NOT NULL,
+	completion_tokens bigint NOT NULL,
+	PRIMARY KEY (minute, shard)
+);
+CREATE TABLE stat_rejects (
+	partition text NOT NULL,
+	lane      text NOT NULL,
+	rule      text NOT NULL,
+	shard     smallint NOT NULL,
+	n         bigint NOT NULL,
+	PRIMARY KEY (partition, lane, rule, shard)
+);
+
+-- A row whose id another row already took does not become a sample; it is
+-- recorded here, once per origin (re-reading the same row is no duplicate).
+CREATE TABLE ingest_duplicates (
+	origin       text COLLATE "C" PRIMARY KEY,
+	id           text NOT NULL,
+	partition    text NOT NULL,
+	first_origin text NOT NULL,
+	same_content boolean NOT NULL,
+	created_at   bigint NOT NULL
+);
 
 CREATE TABLE ingest_errors (
 	seq        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -14,20 +14,23 @@ import (
 type opKind uint8
 
 const (
-	opFinish   opKind = iota // done or rejected, with a result
+	opFinish   opKind = iota // done or rejected, with the result of the current turn
+	opTurn                   // the current turn's answer stored, pending at the next turn
 	opRetry                  // pending again after notBefore, one attempt spent
 	opDead                   // dead with a reason, one attempt spent
 	opEscalate               // pending in another lane, no attempt spent
 )
 
-// transition is one queued request; text is the reject reason, the retry's
-// last error, the dead-letter reason or the target lane.
+// transition is one queued request; text is the reject evidence, the next
+// turn's lane, the retry's last error, the dead-letter reason or the target
+// lane; rule is a reject's quality rule.
 type transition struct {
 	kind      opKind
 	id, owner string
 	state     store.State // opFinish: Done or Rejected
 	result    store.Result
 	text      string
+	rule      string
 	notBefore time.Time
 }
 
@@ -61,7 +64,7 @@ func (s *Store) applyAll(ctx context.Context, tx *sql.Tx, batch []transition, er
 	for i, t := range batch {
 		err := s.apply(ctx, tx, t, now)
 		switch {
-		case errors.Is(err, store.ErrNotLeased):
+		case errors.Is(err, store.ErrNotLeased), errors.Is(err, store.ErrWrongTurn):
 			errs[i] = err
 		case err != nil:
 			return fmt.Errorf("sample %s: %w", t.id, err)
@@ -73,14 +76,27 @@ func (s *Store) applyAll(ctx context.Context, tx *sql.Tx, batch []transition, er
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, t transition, now int64) error {
 	switch t.kind {
 	case opFinish:
-		res, err := s.exec(ctx, tx, finishSQL, string(t.state), now, t.id, t.owner)
-		if err := held(res, err); err != nil {
+		// The result goes in only if the caller holds the sample at the
+		// result's turn; the sample row follows in the same transaction.
+		r := t.result
+		res, err := s.exec(ctx, tx, insertResultSQL,
+			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
+			int64(r.Duration), int64(r.TTFT), t.text, now, r.ReasoningTokens, t.rule, r.EndReason,
+			t.id, t.owner, r.Turn)
+		if err := s.heldAt(ctx, tx, res, err, t.id, t.owner); err != nil {
 			return err
 		}
+		_, err = s.exec(ctx, tx, finishSQL, string(t.state), now, t.id)
+		return err
+	case opTurn:
 		r := t.result
-		_, err = s.exec(ctx, tx, insertResultSQL,
-			t.id, blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), t.text, now)
+		res, err := s.exec(ctx, tx, insertTurnSQL,
+			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.Endpoint,
+			int64(r.Duration), int64(r.TTFT), now, t.id, t.owner, r.Turn)
+		if err := s.heldAt(ctx, tx, res, err, t.id, t.owner); err != nil {
+			return err
+		}
+		_, err = s.exec(ctx, tx, nextTurnSQL, t.text, t.text, t.id)
 		return err
 	case opRetry:
 		return held(s.exec(ctx, tx, retrySQL, ns(t.notBefore), t.text, now, t.id, t.owner))
@@ -100,10 +116,24 @@ func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) 
 	return nil
 }
 
-// Reject stores r with reason and marks the sample rejected, spending its attempt.
-func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, reason string) error {
-	if err := s.commits.Do(ctx, transition{kind: opFinish, id: id, owner: owner, state: store.Rejected, result: r, text: reason}); err != nil {
+// Reject stores r with its rule and evidence and marks the sample
+// rejected, spending its attempt.
+func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, rule, evidence string) error {
+	if rule == "" {
+		return fmt.Errorf("reject %s: no rule", id)
+	}
+	if err := s.commits.Do(ctx, transition{kind: opFinish, id: id, owner: owner, state: store.Rejected, result: r, rule: rule, text: evidence}); err != nil {
 		return fmt.Errorf("reject %s: %w", id, err)
+	}
+	return nil
+}
+
+// CompleteTurn stores the answer to the held sample's current turn and
+// returns it to pending at the next turn (in nextLane, "" = the same lane),
+// in one transaction.
+func (s *Store) CompleteTurn(ctx context.Context, id, owner string, r store.Result, nextLane string) error {
+	if err := s.commits.Do(ctx, transition{kind: opTurn, id: id, owner: owner, result: r, text: nextLane}); err != nil {
+		return fmt.Errorf("complete turn %d of %s: %w", r.Turn, id, err)
 	}
 	return nil
 }

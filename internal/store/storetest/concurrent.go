@@ -56,7 +56,7 @@ func testConcurrentCompletions(t *testing.T, s store.Store) {
 				o.err = s.Complete(ctx, id, "w", result(id))
 			case 2:
 				o.op = "reject"
-				o.err = s.Reject(ctx, id, "w", result(id), "bad "+id)
+				o.err = s.Reject(ctx, id, "w", result(id), "rule", "bad "+id)
 			case 3:
 				o.op = "retry"
 				o.err = s.Retry(ctx, id, "w", time.Now().Add(time.Hour), "503 "+id)
