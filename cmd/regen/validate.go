@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/regen-dev/regen/internal/job"
-	"github.com/regen-dev/regen/internal/store/backend"
 	"github.com/regen-dev/regen/internal/source"
+	"github.com/regen-dev/regen/internal/store/backend"
 )
 
 func init() { addCommand(newValidateCommand) }

@@ -141,8 +141,8 @@ type Dispatcher struct {
 	storeSt   StoreStats
 	// storeRetrying counts store calls currently retrying a failure.
 	storeRetrying int
-	fatalErr error
-	stopLoop context.CancelCauseFunc
+	fatalErr      error
+	stopLoop      context.CancelCauseFunc
 	// held are the samples this dispatcher claimed and has not settled.
 	held map[string]struct{}
 	// lostClaim is set when a Claim failed: it may have committed with the
