@@ -78,7 +78,7 @@ type runState struct {
 	// rescued remembers the heartbeat time at which a dead worker's leases
 	// were released (owned by the heartbeat loop after start).
 	rescued  map[string]time.Time
-	exported string // export mark once this worker wrote or found the export
+	exported string // export mark once this worker wrote or found the export (guarded by mu)
 	// ingestDone is closed when every source file is in the store.
 	ingestDone chan struct{}
 	ingestSum  IngestStats
@@ -218,7 +218,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 			return sum, fmt.Errorf("export: %w", err)
 		}
 		if !wrote {
-			r.note(fmt.Sprintf("export: already written by another worker for the same %s", r.exported))
+			r.mu.Lock()
+			mark := r.exported
+			r.mu.Unlock()
+			r.note(fmt.Sprintf("export: already written by another worker for the same %s", mark))
 		}
 	}
 	r.setState(bg, monitor.Done, nil)

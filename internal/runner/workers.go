@@ -172,7 +172,7 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 			return export.Summary{}, false, err
 		}
 		if current {
-			r.exported = mark
+			r.setExported(mark)
 			return export.Summary{}, false, nil
 		}
 	}
@@ -184,9 +184,16 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	}
 	// Say so before the lock goes: a worker taking it next must see that
 	// this export is current.
-	r.exported = mark
+	r.setExported(mark)
 	r.beat(ctx, false, "")
 	return sum, true, nil
+}
+
+// setExported records the export mark the heartbeat carries from now on.
+func (r *runState) setExported(mark string) {
+	r.mu.Lock()
+	r.exported = mark
+	r.mu.Unlock()
 }
 
 // exportMark identifies the finished samples an export holds: the same
