@@ -29,7 +29,7 @@ var (
 
 // testDB is one database shared by the package's tests; each store gets a
 // schema of its own, which is what isolates two jobs in production too.
-func testDB(t *testing.T) string {
+func testDB(t testing.TB) string {
 	t.Helper()
 	srv := pgtest.Get(t)
 	dbOnce.Do(func() { dbDSN = srv.Database(t) })
@@ -38,7 +38,7 @@ func testDB(t *testing.T) string {
 
 func newSchema() string { return fmt.Sprintf("regen_test_%d", schemas.Add(1)) }
 
-func openTest(t *testing.T, o Options) *Store {
+func openTest(t testing.TB, o Options) *Store {
 	t.Helper()
 	if o.Schema == "" {
 		o.Schema = newSchema()
