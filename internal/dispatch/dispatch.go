@@ -145,9 +145,11 @@ type Dispatcher struct {
 	stopLoop      context.CancelCauseFunc
 	// held are the samples this dispatcher claimed and has not settled.
 	held map[string]struct{}
-	// lostClaim is set when a Claim failed: it may have committed with the
+	// unsure counts store calls that failed (a claim that may have committed
+	// with its reply lost; a release a database crash may have undone);
+	// reconciled is its value at the last reconcile.
 	// reply lost, leasing samples nobody here knows about.
-	lostClaim bool
+	unsure, reconciled int64
 }
 
 // lane is a LaneConfig with its limiter and polling state (guarded by
@@ -532,11 +534,6 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
 			var err error
 			claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n, d.cfg.Owner, d.cfg.Lease)
-			if err != nil {
-				d.mu.Lock()
-				d.lostClaim = true
-				d.mu.Unlock()
-			}
 			return err
 		})
 		if err != nil {
@@ -565,16 +562,19 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 	return started, again, nil
 }
 
-// reconcile runs after a failed claim: the claim may have committed with
-// its reply lost, so every sample leased to this owner that it does not
-// hold is returned to pending (no attempt spent). Leases extended every
-// Lease/3 would otherwise keep such samples from everyone for good.
+// reconcile runs before the next claim after any store call failed: a
+// claim may have committed with its reply lost, or a database crash may have
+// undone a release committed without waiting for the disk. Every sample
+// leased to this owner that it does not hold goes back to pending (no
+// attempt spent); leases extended every Lease/3 would otherwise keep such
+// samples from everyone for good.
 func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
 	d.mu.Lock()
-	if !d.lostClaim {
+	if d.unsure == d.reconciled {
 		d.mu.Unlock()
 		return nil
 	}
+	gen := d.unsure
 	keep := make([]string, 0, len(d.held))
 	for id := range d.held {
 		keep = append(keep, id)
@@ -590,11 +590,11 @@ func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
 		return fmt.Errorf("release samples of a lost claim: %w", err)
 	}
 	d.mu.Lock()
-	d.lostClaim = false
+	d.reconciled = max(d.reconciled, gen) // failures since gen need another pass
 	d.counters.Released += int64(n)
 	d.mu.Unlock()
 	if n > 0 {
-		d.log.Warn("released samples leased by a claim whose reply was lost", "samples", n)
+		d.log.Warn("released samples leased to this worker that it does not hold (a lost claim reply or an undone release)", "samples", n)
 	}
 	return nil
 }
@@ -751,6 +751,7 @@ func (d *Dispatcher) storeFailed(err error, first bool) {
 	st := &d.storeSt
 	st.Failures++
 	st.LastError = err.Error()
+	d.unsure++
 	if first {
 		d.storeRetrying++
 	}

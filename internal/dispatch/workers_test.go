@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -127,6 +129,81 @@ func TestLostClaimReplyIsReconciled(t *testing.T) {
 		}
 		if c := d.Snapshot().Counters; c.Released < int64(st.lost) {
 			t.Errorf("Released = %d, want at least the %d samples of the lost claim", c.Released, st.lost)
+		}
+	})
+}
+
+// undoneStore loses its first Release (as a database crash loses a commit
+// made without waiting for the disk) and fails its first Complete (the
+// crash, seen by the dispatcher).
+type undoneStore struct {
+	*fakeStore
+	mu                  sync.Mutex
+	undone, failed      bool
+	releasesSwallowed   int
+	completesFailedOnce int
+}
+
+func (s *undoneStore) Release(ctx context.Context, ids []string, owner string) error {
+	s.mu.Lock()
+	if !s.undone {
+		s.undone = true
+		s.releasesSwallowed = len(ids)
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	return s.fakeStore.Release(ctx, ids, owner)
+}
+
+func (s *undoneStore) Complete(ctx context.Context, id, owner string, r store.Result) error {
+	s.mu.Lock()
+	fail := s.undone && !s.failed
+	s.failed = s.failed || fail
+	s.mu.Unlock()
+	if fail {
+		s.completesFailedOnce++
+		return errors.New("server closed the connection unexpectedly")
+	}
+	return s.fakeStore.Complete(ctx, id, owner, r)
+}
+
+// TestUndoneReleaseIsReconciled: a sample whose release a crash undid stays
+// leased to this worker in the store; after the next store failure the
+// dispatcher returns what it does not hold, so the sample is generated
+// rather than held (and extended) for good.
+func TestUndoneReleaseIsReconciled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &undoneStore{fakeStore: newFakeStore()}
+		st.add("short", "s", 6)
+		var mu sync.Mutex
+		downOnce := false
+		eps, _ := fleet(newTracker(), func(ctx context.Context, c call1) (llm.Result, error) {
+			mu.Lock()
+			first := !downOnce && c.id == "s-00002"
+			downOnce = downOnce || first
+			mu.Unlock()
+			if first {
+				return llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "connection reset"}
+			}
+			return generate(ctx, c, time.Second, "stop")
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Store = st
+		cfg.Lease = time.Hour
+		d := mustNew(t, cfg)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		if err := d.Run(ctx); err != nil {
+			t.Fatalf("Run: %v (a sample stayed leased to a worker that did not hold it)", err)
+		}
+		if st.releasesSwallowed == 0 || st.completesFailedOnce == 0 {
+			t.Fatalf("the test did not undo a release and fail a commit (%d, %d)", st.releasesSwallowed, st.completesFailedOnce)
+		}
+		for i := range 6 {
+			if s := st.get(sampleID("s", i)); s.state != store.Done {
+				t.Errorf("%s: %s, want done", s.ID, s.state)
+			}
 		}
 	})
 }

@@ -14,22 +14,36 @@
 // workers call it periodically, so a dead worker's samples come back within
 // its lease.
 //
-// Group commit. Complete, Reject, Retry, DeadLetter and Escalate go through
-// a groupcommit.Queue: requests that arrive while a commit is running are
-// committed together in the next transaction (finished samples and their
-// results in one statement over arrays), and each caller returns only once
-// its own change has committed. A transaction that fails on one request's
-// data is retried one request per transaction, so a bad request fails
-// alone.
+// Group commit. Complete, CompleteTurn, Reject, Retry, DeadLetter and
+// Escalate go through a groupcommit.Queue: requests that arrive while a
+// commit is running are committed together in the next transaction
+// (finished samples and their results in one statement over arrays; the
+// whole transaction one pipelined round trip), and each caller returns only
+// once its own change has committed. A transaction that fails on one
+// request's data is retried one request per transaction, so a bad request
+// fails alone.
 //
-// Counts. Per-(partition, lane, state) counts are maintained by
-// statement-level triggers with transition tables, into rows sharded by the
-// writing backend's pid: concurrent workers do not queue on one hot counter
-// row, and Counts sums a small table instead of scanning the samples.
+// Durability. These commits wait for the WAL to reach the disk
+// (synchronous_commit on): a result counts once it is durable. Everything
+// else (claims, lease extensions and releases, heartbeats, events, ingest)
+// commits without waiting: a crash of the database may undo its last
+// fraction of a second, which costs only repeated work: an undone claim
+// leaves a sample pending that its worker then cannot complete, an undone
+// ingest batch is read again (its file is not marked complete), and an
+// undone release is found by the dispatcher, which after any store failure
+// returns every sample leased to it that it does not hold.
+//
+// Counts and statistics. Per-(partition, lane, state) counts, and the
+// dataset statistics of stored answers, move in the statement that changes
+// the samples (a CTE per statement, see counts.go and stats.go), into rows
+// sharded by the writing backend's pid: concurrent workers do not queue on
+// one hot row, and readers sum a small table instead of scanning samples.
 //
 // Ingest inserts a batch as one INSERT ... SELECT FROM unnest(...) ON
 // CONFLICT (id) DO NOTHING, so every worker may ingest the same files and
-// each sample is stored once.
+// each sample is stored once (a row whose id another row took is recorded
+// as a duplicate). A sample's origin keeps its file part in a table of its
+// own.
 //
 // Schema. regen creates and migrates its schema itself, under an advisory
 // lock (so workers starting together migrate once), and records the version
