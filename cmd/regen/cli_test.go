@@ -45,7 +45,7 @@ func TestVersion(t *testing.T) {
 	}
 	var rev string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "build" && strings.HasPrefix(f[1], "vcs.revision=") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "build" && strings.HasPrefix(f[1], "vcs.revision=") {
 			rev = strings.TrimPrefix(f[1], "vcs.revision=")
 		}
 	}
@@ -75,6 +75,12 @@ func TestDescribeBuild(t *testing.T) {
 		{"go build in a clone", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
 			{Key: "vcs.revision", Value: "431189a1b2c3d4e5f6"}, {Key: "vcs.time", Value: "2026-12-03T07:00:00Z"}, {Key: "vcs.modified", Value: "true"}}},
 			"dev", "dev, commit 431189a1b2c3+modified (2026-12-03T07:00:00Z), go1.26.8" + goVer},
+		{"go build in a clone, go 1.24+ pseudo-version", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261203100708-a35d226821c2+dirty"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "a35d226821c2ffeeddcc"}, {Key: "vcs.time", Value: "2026-12-03T10:07:08Z"}, {Key: "vcs.modified", Value: "true"}}},
+			"dev", "dev, commit a35d226821c2+modified (2026-12-03T10:07:08Z), go1.26.8" + goVer},
+		{"go build of a tagged commit", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.4.0"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "a35d226821c2ffeeddcc"}, {Key: "vcs.time", Value: "2026-12-03T10:07:08Z"}}},
+			"dev", "v0.4.0, commit a35d226821c2 (2026-12-03T10:07:08Z), go1.26.8" + goVer},
 		{"go run", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}},
 			"dev", "dev, no commit recorded (built by go run or without VCS stamping), go1.26.8" + goVer},
 		{"go install @version", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.3.0"}},

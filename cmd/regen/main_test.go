@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 )
 
 // regenBin is the regen binary the end-to-end tests run as real
@@ -35,6 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	pgtest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

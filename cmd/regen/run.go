@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/runner"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/backend"
 )
 
 func init() { addCommand(newRunCommand) }
@@ -27,6 +30,7 @@ type runOptions struct {
 	progress time.Duration
 	noExport bool
 	verbose  bool
+	lanes    []string
 }
 
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
@@ -34,6 +38,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.progress, "progress-every", 0, "progress refresh period (default 1s on a terminal, 10s otherwise)")
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
+	fs.StringSliceVar(&o.lanes, "lanes", nil, "claim only these lanes (comma-separated; default all): workers sharing a PostgreSQL store may split the lanes")
 }
 
 func newRunCommand() *cobra.Command {
@@ -48,7 +53,12 @@ the results when every sample is finished.
 
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
-exits at once. Either way, run the same command again to resume.`,
+exits at once. Either way, run the same command again to resume.
+
+With a PostgreSQL store (store.dsn or REGEN_STORE = postgres://...), the same
+command on several hosts runs one job together: each worker sends to its own
+endpoints, a dead worker's samples go back to the others, and one worker
+exports at the end while the others wait for it.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), args[0], o)
@@ -58,12 +68,37 @@ exits at once. Either way, run the same command again to resume.`,
 	return cmd
 }
 
+// openStoreWaiting opens the job's store, waiting for one that cannot be
+// reached yet (a database still starting, restarting, or a network cut):
+// a worker started before its database should wait, not fail.
+func openStoreWaiting(ctx context.Context, spec *job.Spec) (store.Store, error) {
+	gap := 500 * time.Millisecond
+	for {
+		st, err := openStore(ctx, spec)
+		if err == nil || !backend.Unreachable(err) {
+			return st, err
+		}
+		fmt.Fprintf(os.Stderr, "regen: store unreachable, retrying in %s: %v\n", gap, err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (interrupted while waiting for the store)", err)
+		case <-time.After(gap):
+		}
+		gap = min(2*gap, 10*time.Second)
+	}
+}
+
 func runRun(ctx context.Context, path string, o runOptions) error {
 	spec, err := job.Load(path)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(spec)
+	for _, l := range o.lanes {
+		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
+			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
+		}
+	}
+	st, err := openStoreWaiting(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -98,10 +133,10 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, spec.Store.DSN, relPath(spec.LogPath()))
+	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, st.Info().Location, relPath(spec.LogPath()))
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport,
+		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes,
 	})
 	if err != nil {
 		var failed *runner.FailedError

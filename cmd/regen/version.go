@@ -41,13 +41,13 @@ func versionString() string {
 
 // describeBuild says which release, commit and Go built bi.
 func describeBuild(bi *debug.BuildInfo, version string) string {
-	v := version
-	if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version // go install module@version
-	}
 	settings := map[string]string{}
 	for _, s := range bi.Settings {
 		settings[s.Key] = s.Value
+	}
+	v := version
+	if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" && !pseudoOf(bi.Main.Version, settings["vcs.revision"]) {
+		v = bi.Main.Version // go install module@version, or a build of a tagged commit
 	}
 	parts := []string{v}
 	if rev := settings["vcs.revision"]; rev != "" {
@@ -65,4 +65,11 @@ func describeBuild(bi *debug.BuildInfo, version string) string {
 	}
 	parts = append(parts, bi.GoVersion+" "+runtime.GOOS+"/"+runtime.GOARCH)
 	return strings.Join(parts, ", ")
+}
+
+// pseudoOf reports whether version is the pseudo-version the go command
+// (1.24+) derives from an untagged checkout at rev: it only repeats the
+// commit, which the line names anyway, so such a build reads "dev".
+func pseudoOf(version, rev string) bool {
+	return len(rev) >= 12 && strings.Contains(version, rev[:12])
 }

@@ -48,6 +48,14 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishedPagesInIDOrder", testFinishedPaging},
 		{"FinishedStopsOnError", testFinishedStops},
 		{"ConcurrentClaimers", testConcurrentClaimers},
+		// Many workers and big jobs.
+		{"HeartbeatsPerWorker", testHeartbeatsPerWorker},
+		{"EventsTaggedByWorker", testEventsTaggedByWorker},
+		{"TryLock", testTryLock},
+		{"SourceFiles", testSourceFiles},
+		{"Info", testInfo},
+		{"ConcurrentCompletions", testConcurrentCompletions},
+		{"ReleaseOwnerExcept", testReleaseOwnerExcept},
 	}
 	tests = append(tests, trainingTests...)
 	for _, tc := range tests {
