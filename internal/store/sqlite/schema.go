@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -116,6 +116,33 @@ END;
 CREATE TRIGGER samples_count_delete AFTER DELETE ON samples BEGIN
 	UPDATE counts SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND state = old.state;
 END;
+`,
+	// 1 -> 2: dashboard history and the sample browser's listings.
+	`
+-- One row per minute, worker and endpoint ('' = the worker's totals); the
+-- runner rewrites the current minute's row as it goes.
+CREATE TABLE minutes (
+	time      INTEGER NOT NULL, -- unix ns of the minute's start
+	worker    TEXT    NOT NULL,
+	endpoint  TEXT    NOT NULL,
+	samples   INTEGER NOT NULL,
+	tokens    INTEGER NOT NULL,
+	requests  INTEGER NOT NULL,
+	errors    INTEGER NOT NULL,
+	in_flight INTEGER NOT NULL,
+	kv_usage  REAL    NOT NULL,
+	queued    REAL    NOT NULL,
+	running   REAL    NOT NULL,
+	lim       INTEGER NOT NULL,
+	PRIMARY KEY (time, worker, endpoint)
+) WITHOUT ROWID;
+
+-- Samples pages through a partition in id order, and through the rare
+-- failed states without scanning the done ones. Neither column set changes
+-- on the hot transitions (claim, complete), so they cost only at ingest.
+CREATE INDEX samples_partition ON samples (partition, id);
+CREATE INDEX samples_dead ON samples (id) WHERE state = 'dead';
+CREATE INDEX samples_rejected ON samples (id) WHERE state = 'rejected';
 `,
 }
 

@@ -49,6 +49,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishedPagesInIDOrder", testFinishedPaging},
 		{"FinishedStopsOnError", testFinishedStops},
 		{"ConcurrentClaimers", testConcurrentClaimers},
+		{"Minutes", testMinutes},
+		{"SampleLookup", testSampleLookup},
+		{"SamplesListing", testSamplesListing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
