@@ -61,6 +61,10 @@ type Config struct {
 	// default 1s.
 	BreakerCooldown time.Duration
 
+	// Observe, when set, is told of every finished request (for regen's
+	// own metrics); it must not block.
+	Observe func(Attempt)
+
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -527,6 +531,7 @@ func (d *Dispatcher) pickLocked(now time.Time) (e *endpoint, probe bool) {
 func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
 	e := cl.ep
 	req := llm.Request{Model: d.cfg.Model, Body: c.Body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	start := d.now()
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))
@@ -536,6 +541,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 		cause = context.Cause(reqCtx)
 	}
 	cl.cancel(nil)
+	d.observe(l.cfg.Name, e.url, start, res, err, cause)
 	d.settle(storeCtx, cl, l, c, res, err, cause)
 }
 

@@ -39,6 +39,8 @@ type Options struct {
 	DrainTimeout time.Duration
 	// NoExport skips the export at the end (tests).
 	NoExport bool
+	// Metrics, when set, is fed every request (regen's own /metrics).
+	Metrics *monitor.Metrics
 }
 
 // Summary is what a finished run reports.
@@ -68,6 +70,8 @@ type runState struct {
 	started time.Time
 	disp    *dispatch.Dispatcher
 	fleet   fleet
+	load    *loadWatch // the endpoints' own metrics, for the views
+	hist    *history   // per-minute rows for the views
 	alerter *monitor.Alerter
 	// alerts queues transitions for the alert loop, so a slow hook never
 	// holds up the supervisor's callback or the heartbeat.
@@ -100,6 +104,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	host, _ := os.Hostname()
 	r := &runState{o: o, host: host, owner: newOwner(host), started: time.Now(), jobState: monitor.Starting,
 		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook}}
+	r.hist = &history{worker: r.owner}
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
@@ -129,6 +134,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
+	r.load = newLoadWatch(spec, r.fleet.URLs())
 
 	endpoints := make([]dispatch.Endpoint, 0)
 	for _, url := range r.fleet.URLs() {
@@ -159,7 +165,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.disp, err = dispatch.New(dispatch.Config{
 		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
-		DrainTimeout: o.DrainTimeout, Logger: o.Logger,
+		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observe,
 	})
 	if err != nil {
 		return sum, fmt.Errorf("dispatcher: %w", err)
@@ -276,9 +282,10 @@ func (r *runState) runLoops(ctx context.Context) error {
 	// is alive and must not look DEAD. They stop once everything has returned.
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(gctx))
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
 	go func() { defer loops.Done(); r.heartbeatLoop(loopCtx) }()
 	go func() { defer loops.Done(); r.progressLoop(loopCtx) }()
+	go func() { defer loops.Done(); r.load.run(loopCtx) }()
 
 	err := g.Wait()
 	stopLoops()
@@ -351,17 +358,19 @@ func (r *runState) event(ctx context.Context, e store.Event) {
 	}
 }
 
-// setState records a job state change as an event and fires alerts.
-func (r *runState) setState(ctx context.Context, s monitor.State, evidence []string) {
+// setState records a job state change as an event and fires alerts; it
+// reports whether the state changed.
+func (r *runState) setState(ctx context.Context, s monitor.State, evidence []string) bool {
 	r.mu.Lock()
 	prev := r.jobState
 	r.jobState, r.evidence = s, evidence
 	r.mu.Unlock()
 	if prev == s {
-		return
+		return false
 	}
 	r.event(ctx, store.Event{Kind: "job_state", Subject: "job", State: string(s), Evidence: joinEvidence(evidence)})
 	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: "job", From: prev, To: s, Time: time.Now(), Evidence: evidence})
+	return true
 }
 
 // alertQueue bounds the transitions waiting for a slow hook.
@@ -470,9 +479,12 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 			l.Endpoints[i].InFlight = e.InFlight
 			l.Endpoints[i].LastTokenAt = e.LastTokenAt
 			l.Endpoints[i].Tokens = e.TokensTotal
+			l.Endpoints[i].Load = r.load.of(e.URL)
 			// Healthy by its probe but refusing our requests (wrong model name,
 			// bad key, dying engine): the breaker is the truth, with its reason.
-			if e.Breaker == "open" && (l.Endpoints[i].State == monitor.Ready || l.Endpoints[i].State == monitor.Degraded) {
+			// Half-open is no better until its probe request succeeds: a
+			// killed server must not read READY between two failed probes.
+			if e.Breaker != "closed" && (l.Endpoints[i].State == monitor.Ready || l.Endpoints[i].State == monitor.Degraded) {
 				l.Endpoints[i].State = monitor.Down
 				l.Endpoints[i].Cause = "requests fail: " + e.LastServerDown
 			}
@@ -495,19 +507,41 @@ func (r *runState) tokens() int64 {
 	return n
 }
 
+// judgeEvery is how often the runner re-judges the job state between
+// heartbeats: a change (a killed server's DOWN) is written at once, so a
+// watcher in another shell sees it within a second, not a heartbeat later.
+const judgeEvery = 250 * time.Millisecond
+
 func (r *runState) heartbeatLoop(ctx context.Context) {
-	tickUntil(ctx, r.o.Spec.Monitor.HeartbeatEvery, func() {
+	every := r.o.Spec.Monitor.HeartbeatEvery
+	var lastBeat time.Time
+	tickUntil(ctx, min(judgeEvery, every), func() {
 		l, _, err := r.live(ctx)
 		if err != nil {
-			r.beat(ctx, false, "")
+			if time.Since(lastBeat) >= every {
+				r.beat(ctx, false, "")
+				lastBeat = time.Now()
+			}
 			return
 		}
 		s, ev := monitor.Evaluate(l)
+		changed := false
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
-			r.setState(ctx, s, ev)
+			changed = r.setState(ctx, s, ev)
 		}
-		r.writeBeat(ctx, false, "", &l)
+		if changed || time.Since(lastBeat) >= every {
+			r.writeBeat(ctx, false, "", &l)
+			r.recordHistory(ctx, l.Now)
+			lastBeat = time.Now()
+		}
 	})
+}
+
+// observe feeds one finished request to regen's own metrics.
+func (r *runState) observe(a dispatch.Attempt) {
+	if r.o.Metrics != nil {
+		r.o.Metrics.ObserveRequest(a.Lane, a.Endpoint, a.Outcome, a.Duration, a.TTFT, a.CompletionTokens)
+	}
 }
 
 // beat writes the heartbeat with the runner's current view.
@@ -519,6 +553,9 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 		}
 	}
 	r.writeBeat(ctx, exited, reason, l)
+	if l != nil {
+		r.recordHistory(ctx, l.Now)
+	}
 }
 
 // writeBeat writes the heartbeat with live evidence already gathered (nil: none).
