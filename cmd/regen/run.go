@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
 )
 
@@ -26,6 +27,7 @@ type runOptions struct {
 	progress time.Duration
 	noExport bool
 	verbose  bool
+	web      webOptions
 }
 
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
@@ -33,6 +35,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.progress, "progress-every", 0, "progress refresh period (default 1s on a terminal, 10s otherwise)")
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail to stderr")
+	o.web.AddFlags(fs)
 }
 
 func newRunCommand() *cobra.Command {
@@ -62,6 +65,9 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.web.resolve(); err != nil {
+		return err
+	}
 	st, err := openStore(spec)
 	if err != nil {
 		return err
@@ -88,9 +94,18 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("job", spec.Name)
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
 	fmt.Printf("regen: job %s, store %s\n", spec.Name, spec.Store.DSN)
+	var metrics *monitor.Metrics
+	if o.web.addr != "" {
+		stop, m, err := runDashboard(spec, o.web, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		metrics = m
+	}
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport,
+		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Metrics: metrics,
 	})
 	if err != nil {
 		var failed *runner.FailedError
@@ -118,4 +133,21 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, rel)
 	}
 	return nil
+}
+
+// runDashboard serves the dashboard beside a run. It reads through a store
+// handle of its own, so a slow page never holds the connection the runner
+// writes results through.
+func runDashboard(spec *job.Spec, o webOptions, log *slog.Logger) (stop func(), m *monitor.Metrics, err error) {
+	st, err := openStore(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dashboard: %w", err)
+	}
+	m = monitor.NewMetrics(reportFunc(spec, st))
+	stopWeb, err := startDashboard(spec, st, o, m, os.Stdout, log)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return func() { stopWeb(); st.Close() }, m, nil
 }

@@ -68,6 +68,7 @@ function applyStatus(doc) {
   st.className = "state " + doc.state;
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
   fill($("evidence"), (doc.evidence || []).map((e) => el("li", e)));
+  $("evidence").className = "evidence " + doc.state;
   const hb = doc.heartbeat;
   $("runner").textContent = hb
     ? `runner pid ${hb.pid} on ${hb.host}, last heartbeat ${fmtDur(hb.age_ns) === "-" ? "0s" : fmtDur(hb.age_ns)} ago, started ${new Date(hb.started).toLocaleString()}`
