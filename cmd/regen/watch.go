@@ -26,7 +26,7 @@ type watchOptions struct {
 
 func (o *watchOptions) AddFlags(fs *pflag.FlagSet) {
 	o.web.AddFlags(fs)
-	fs.DurationVar(&o.every, "every", 0, "refresh period (default 1s on a terminal, 10s otherwise)")
+	fs.DurationVar(&o.every, "every", 0, "refresh period (default 500ms on a terminal, 10s otherwise)")
 }
 
 func newWatchCommand() *cobra.Command {
@@ -85,7 +85,7 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 	if isFile && term.IsTerminal(int(f.Fd())) && term.IsTerminal(int(in.Fd())) {
 		every := o.every
 		if every <= 0 {
-			every = time.Second
+			every = 500 * time.Millisecond
 		}
 		return ui.RunWatch(ctx, in, out, every, func(ctx context.Context) (ui.WatchSnapshot, error) {
 			r, err := report(ctx)
