@@ -468,8 +468,13 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 		return monitor.Live{}, nil, err
 	}
 	out, total := monitor.Cells(counts)
+	return r.liveNow(total.Pending + total.InFlight), out, nil
+}
+
+// liveNow gathers the in-memory evidence, with remaining from the store.
+func (r *runState) liveNow(remaining int) monitor.Live {
 	snap := r.disp.Snapshot()
-	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: total.Pending + total.InFlight, StallAfter: r.o.Spec.Monitor.StallAfter,
+	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: remaining, StallAfter: r.o.Spec.Monitor.StallAfter,
 		Endpoints: r.fleet.Statuses()}
 	for i := range l.Endpoints {
 		for _, e := range snap.Endpoints {
@@ -496,7 +501,7 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 			l.LastTokenAt = e.LastTokenAt
 		}
 	}
-	return l, out, nil
+	return l
 }
 
 func (r *runState) tokens() int64 {
@@ -515,8 +520,19 @@ const judgeEvery = 250 * time.Millisecond
 func (r *runState) heartbeatLoop(ctx context.Context) {
 	every := r.o.Spec.Monitor.HeartbeatEvery
 	var lastBeat time.Time
+	var last monitor.Live
 	tickUntil(ctx, min(judgeEvery, every), func() {
+		// Between heartbeats only the in-memory evidence is re-read: the
+		// store's counts (which only tell DONE apart) wait for the beat.
+		if time.Since(lastBeat) < every && !lastBeat.IsZero() {
+			l := r.liveNow(last.Remaining)
+			if s, ev := monitor.Evaluate(l); s != monitor.Done && r.setState(ctx, s, ev) {
+				r.writeBeat(ctx, false, "", &l)
+			}
+			return
+		}
 		l, _, err := r.live(ctx)
+		last = l
 		if err != nil {
 			if time.Since(lastBeat) >= every {
 				r.beat(ctx, false, "")
