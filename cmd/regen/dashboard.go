@@ -40,18 +40,19 @@ func (o *webOptions) resolve() error {
 	return web.CheckBind(o.addr, o.token)
 }
 
-// reportFunc reads the job's status report as `regen status` does.
+// reportFunc reads the job's status report now, with the function
+// `regen status` calls, so the views say what `status --json` says.
 func reportFunc(spec *job.Spec, st store.Store) func(ctx context.Context) (monitor.Report, error) {
 	host, _ := os.Hostname()
 	return func(ctx context.Context) (monitor.Report, error) {
-		return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
+		return assess(ctx, spec, st, time.Now(), host)
 	}
 }
 
 // startDashboard serves the dashboard until the returned stop is called;
 // the address it bound is printed to msgs.
 func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monitor.Metrics, msgs io.Writer, log *slog.Logger) (stop func(), err error) {
-	srv, err := web.New(web.Options{Job: spec.Name, Store: st, Report: reportFunc(spec, st), Metrics: metrics, Token: o.token, Logger: log})
+	srv, err := web.New(web.Options{Store: st, Report: reportFunc(spec, st), Metrics: metrics, Token: o.token, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func TestE2EBadInput(t *testing.T) {
 	if first.code != 0 {
 		t.Fatalf("run:\n%s", first)
 	}
-	if !strings.Contains(first.stdout, "ingest: 8 rows read, 8 new samples, 11 bad rows") {
+	if !strings.Contains(first.stdout, "ingest: 19 rows read: 8 new samples, 0 already stored, 11 bad rows") {
 		t.Errorf("run does not report 8 good and 11 bad rows:\n%s", first.stdout)
 	}
 	out := filepath.Join(dir, "out")
@@ -86,7 +86,7 @@ func TestE2EBadInput(t *testing.T) {
 	if second.code != 0 {
 		t.Fatalf("second run:\n%s", second)
 	}
-	if !strings.Contains(second.stdout, "ingest: 8 rows read, 0 new samples, 11 bad rows") {
+	if !strings.Contains(second.stdout, "ingest: 19 rows read: 0 new samples, 8 already stored, 11 bad rows") {
 		t.Errorf("second run: want 0 new samples:\n%s", second.stdout)
 	}
 	ex2 := checkExport(t, out, "bad", want, false)

@@ -283,6 +283,7 @@ type usage struct {
 
 type sharegptRow struct {
 	ID            string    `json:"id"`
+	SourceID      string    `json:"source_id"`
 	Conversations []genTurn `json:"conversations"`
 	Partition     string    `json:"partition"`
 	Lane          string    `json:"lane"`

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -269,6 +270,26 @@ func TestE2EDashboard(t *testing.T) {
 	if res.code != 2 {
 		t.Errorf("status of a stopped job: exit %d, want 2\n%s", res.code, res)
 	}
+	// /api/status is the document status --json prints, but for what
+	// depends on the moment it was made: its time, the heartbeat's age
+	// (also in the evidence) and the rate windows ending then.
+	var apiDoc, cliDoc map[string]any
+	httpGet(t, m[1]+"/api/status", &apiDoc)
+	if err := json.Unmarshal([]byte(res.stdout), &cliDoc); err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []map[string]any{apiDoc, cliDoc} {
+		for _, k := range []string{"time", "evidence", "rate_1m", "rate_10m"} {
+			delete(doc, k)
+		}
+		if hb, ok := doc["heartbeat"].(map[string]any); ok {
+			delete(hb, "age_ns")
+			delete(hb, "age_seconds")
+		}
+	}
+	if diff := cmp.Diff(cliDoc, apiDoc); diff != "" {
+		t.Errorf("/api/status differs from status --json (-cli +api):\n%s", diff)
+	}
 	want := map[string]string{
 		"state":           string(rep.State),
 		"total-total":     fmt.Sprint(rep.Total.Total),
@@ -292,6 +313,33 @@ func TestE2EDashboard(t *testing.T) {
 	}
 	if fmt.Sprint(cells) != fmt.Sprint(wantCells) {
 		t.Errorf("progress table %v, status --json cells %v", cells, wantCells)
+	}
+	// The page reads the v1 document's keys: the ETA's absence with its
+	// reason, the events, the endpoints as the runner last saw them.
+	if rep.ETA != 0 || rep.ETANote == "" {
+		t.Errorf("status of a stopped job: ETA %s, note %q; want no ETA and a reason", rep.ETA, rep.ETANote)
+	}
+	if got := p.text("eta"); got != rep.ETANote {
+		t.Errorf("page ETA %q, status --json eta_note %q", got, rep.ETANote)
+	}
+	events := run(p, "last events", chromedp.Evaluate[[]string](`[...document.querySelectorAll("#last-events li")].map(li => li.textContent)`))
+	if len(events) != len(rep.Events) || len(events) == 0 {
+		t.Errorf("page shows %d last events %q, status --json has %d", len(events), events, len(rep.Events))
+	}
+	for i := range min(len(events), len(rep.Events)) {
+		e := rep.Events[i]
+		if want := " " + e.Kind + " " + e.Subject + " " + e.State; !strings.Contains(events[i], want) || !strings.Contains(events[i], e.Evidence) ||
+			strings.Contains(events[i], "undefined") {
+			t.Errorf("page event %d %q, status --json %+v", i, events[i], e)
+		}
+	}
+	endpoints := run(p, "endpoint rows", chromedp.Evaluate[[][]string](`[...document.querySelectorAll("#endpoints tbody tr")].map(r => [...r.cells].slice(0, 2).map(c => c.textContent))`))
+	var wantEndpoints [][]string
+	for _, e := range rep.Endpoints {
+		wantEndpoints = append(wantEndpoints, []string{e.URL, string(e.State)})
+	}
+	if fmt.Sprint(endpoints) != fmt.Sprint(wantEndpoints) {
+		t.Errorf("endpoint table %v, status --json endpoints %v", endpoints, wantEndpoints)
 	}
 	if rep.Total.Done < 30 || rep.Total.Done == rep.Total.Total {
 		t.Errorf("the comparison should be of a job stopped half way; it had %d of %d done", rep.Total.Done, rep.Total.Total)

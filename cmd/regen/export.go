@@ -29,14 +29,14 @@ func (o *exportOptions) AddFlags(fs *pflag.FlagSet) {
 func newExportCommand() *cobra.Command {
 	var o exportOptions
 	cmd := &cobra.Command{
-		Use:   "export job.yaml",
+		Use:   "export JOB.yaml",
 		Short: "Write the job's finished samples to dataset files",
 		Long: `export reads the done, rejected and dead samples of a job's store and writes
 <name>.sharegpt.jsonl, <name>.openai-batch.jsonl with <name>.errors.jsonl,
 <name>.parquet, and always <name>.dead.jsonl. Each file replaces the previous
 one atomically once complete. It can run while the job is running: it writes
 what is finished so far.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExport(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},

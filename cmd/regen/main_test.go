@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 	}
 	regenBin = filepath.Join(dir, "regen")
 	// The test's working directory is this package's directory.
-	build := exec.Command(goTool(), "build", "-o", regenBin, ".")
+	// -buildvcs=auto: stamp the commit as a user's go build does, whatever
+	// GOFLAGS says (regen version prints it).
+	build := exec.Command(goTool(), "build", "-buildvcs=auto", "-o", regenBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build regen:", err)

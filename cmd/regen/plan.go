@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/plan"
 )
 
@@ -187,12 +188,19 @@ func planInput(o planOptions) (plan.Input, []string, error) {
 		}
 		in.Lanes = append(in.Lanes, l)
 	}
+	if len(in.Lanes) == 0 {
+		// What regen run does with a job without lanes.
+		in.Lanes = []plan.Lane{{Name: job.DefaultLaneName, Concurrency: job.DefaultConcurrency, MaxTokens: job.DefaultMaxTokens}}
+		notes = append(notes, fmt.Sprintf("no --lane: planned regen's default lane %s (%d wanted running, max_tokens %d), as a job without lanes runs",
+			job.DefaultLaneName, job.DefaultConcurrency, job.DefaultMaxTokens))
+	}
 	in.PromptTokens, in.OutputTokens = o.promptTokens, o.outputTokens
 	return in, notes, nil
 }
 
-// runPlan prints the plan (text or JSON) and returns the refusal, if any,
-// so the process exits non-zero with the arithmetic on stderr.
+// runPlan prints the plan (text or JSON) and, when it is refused, returns
+// an error that exits 1 naming the broken rules in one line: the
+// arithmetic is printed once, in the plan's REFUSED section.
 func runPlan(o planOptions, out io.Writer, extraNotes ...string) error {
 	in, notes, err := planInput(o)
 	notes = append(notes, extraNotes...)
@@ -212,6 +220,18 @@ func runPlan(o planOptions, out io.Writer, extraNotes ...string) error {
 		}
 	} else if werr := p.WriteText(out); werr != nil {
 		return fmt.Errorf("write plan: %w", werr)
+	}
+	var refused *plan.RefusalError
+	if errors.As(err, &refused) {
+		var rules []string
+		for _, r := range refused.Refusals {
+			rules = append(rules, r.Summary)
+		}
+		where := "the arithmetic is under REFUSED above"
+		if o.json {
+			where = "the arithmetic is in refusals"
+		}
+		return &exitError{code: 1, err: fmt.Errorf("refused: %s (%s)", strings.Join(rules, "; "), where)}
 	}
 	return err
 }

@@ -25,14 +25,14 @@ func (o *requeueOptions) AddFlags(fs *pflag.FlagSet) {
 func newRequeueCommand() *cobra.Command {
 	var o requeueOptions
 	cmd := &cobra.Command{
-		Use:   "requeue job.yaml [--reason TEXT]",
+		Use:   "requeue JOB.yaml [--reason TEXT]",
 		Short: "Return dead-lettered samples to pending once their cause is fixed",
 		Long: `requeue moves dead samples (bad requests, exhausted retries) back to pending
 with their attempts reset, for when the cause was the setup rather than the
 sample: a parameter the server rejected, a server bug since fixed. Run
 ` + "`regen run`" + ` again (or let a running one pick them up) to generate them.
 Bad source rows are not samples and are not affected.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRequeue(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},
@@ -57,6 +57,14 @@ func runRequeue(ctx context.Context, out io.Writer, path string, o requeueOption
 	n, err := st.RequeueDead(ctx, o.reason)
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		if o.reason != "" {
+			fmt.Fprintf(out, "job %s has no dead samples whose error contains %q\n", spec.Name, o.reason)
+		} else {
+			fmt.Fprintf(out, "job %s has no dead samples to requeue\n", spec.Name)
+		}
+		return nil
 	}
 	fmt.Fprintf(out, "requeued %d dead samples of job %s; run `regen run %s` to generate them\n", n, spec.Name, path)
 	return nil

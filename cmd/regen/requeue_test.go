@@ -58,4 +58,11 @@ sources: [{partition: p, path: data.jsonl, prompt: prompt}]
 	if got := strings.Count(out.String(), want); got != 2 {
 		t.Errorf("output %q: want %q twice (1 by reason, then the other)", out.String(), want)
 	}
+	out.Reset()
+	if err := runRequeue(ctx, &out, jobPath, requeueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "job rq has no dead samples to requeue\n"; out.String() != want {
+		t.Errorf("with nothing dead: %q, want %q", out.String(), want)
+	}
 }

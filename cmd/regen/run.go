@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,14 +35,14 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "after the first Ctrl-C, wait this long for in-flight requests before requeueing them")
 	fs.DurationVar(&o.progress, "progress-every", 0, "progress refresh period (default 1s on a terminal, 10s otherwise)")
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
-	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail to stderr")
+	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
 	o.web.AddFlags(fs)
 }
 
 func newRunCommand() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run job.yaml",
+		Use:   "run JOB.yaml",
 		Short: "Ingest, launch or find the servers, generate every sample exactly once, export",
 		Long: `run ingests the job's sources (idempotently), starts the configured server
 (the built-in simulator for engine: sim) or uses the listed endpoints, dispatches
@@ -51,7 +52,7 @@ the results when every sample is finished.
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
 exits at once. Either way, run the same command again to resume.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), args[0], o)
 		},
@@ -87,13 +88,23 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		os.Exit(130)
 	}()
 
-	level := slog.LevelWarn
+	// Logs go to the job's log file: the terminal shows the progress view,
+	// where state changes appear as they happen.
+	level := slog.LevelInfo
 	if o.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("job", spec.Name)
+	if err := os.MkdirAll(spec.StateDir(), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", spec.StateDir(), err)
+	}
+	logFile, err := os.OpenFile(spec.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	defer logFile.Close()
+	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	fmt.Printf("regen: job %s, store %s\n", spec.Name, spec.Store.DSN)
+	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, spec.Store.DSN, relPath(spec.LogPath()))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
 		stop, m, err := runDashboard(spec, o.web, log)
@@ -124,13 +135,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s done: %d samples (%d done, %d rejected, %d dead), %d bad source rows\n",
 		spec.Name, t.Total, t.Done, t.Rejected, t.Dead, sum.Final.IngestErrors)
 	for _, f := range sum.Export.Files {
-		rel := f.Path
-		if wd, werr := os.Getwd(); werr == nil {
-			if r, rerr := filepath.Rel(wd, f.Path); rerr == nil {
-				rel = r
-			}
-		}
-		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, rel)
+		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, relPath(f.Path))
 	}
 	return nil
 }
@@ -150,4 +155,16 @@ func runDashboard(spec *job.Spec, o webOptions, log *slog.Logger) (stop func(), 
 		return nil, nil, err
 	}
 	return func() { stopWeb(); st.Close() }, m, nil
+}
+
+// relPath is p relative to the working directory when that is shorter to read.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "../..") {
+		return r
+	}
+	return p
 }

@@ -32,14 +32,14 @@ func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 func newStatusCommand() *cobra.Command {
 	var o statusOptions
 	cmd := &cobra.Command{
-		Use:   "status job.yaml",
+		Use:   "status JOB.yaml",
 		Short: "One screen of truth about a job, from its store alone",
 		Long: `status reads the job's store and says RUNNING, STALLED, DOWN, RESTARTING,
 DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
 alive or not: a heartbeat older than the job's monitor.dead_after is DEAD.
 
 Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.`,
-		Args: cobra.ExactArgs(1),
+		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStatus(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},
@@ -62,17 +62,27 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	}
 	defer st.Close()
 	host, _ := os.Hostname()
-	assess := func() (monitor.Report, error) {
-		return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
-	}
 	if o.waitHealthy > 0 {
-		return waitHealthy(ctx, out, st, spec, o.waitHealthy, assess)
+		report := reportFunc(spec, st)
+		return waitHealthy(ctx, out, st, spec, o.waitHealthy, func() (monitor.Report, error) { return report(ctx) })
 	}
-	r, err := assess()
+	return writeStatus(ctx, out, spec, st, time.Now(), host, o.json)
+}
+
+// assess is the job's status report as of now: what `regen status` prints
+// and the dashboard and `regen watch` show.
+func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, host string) (monitor.Report, error) {
+	return monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
+}
+
+// writeStatus prints the report as of now, as text or JSON, and returns the
+// state's exit code as an *exitError when it is not 0.
+func writeStatus(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool) error {
+	r, err := assess(ctx, spec, st, now, host)
 	if err != nil {
 		return err
 	}
-	if o.json {
+	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {

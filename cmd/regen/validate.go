@@ -1,36 +1,62 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/source"
 )
 
 func init() { addCommand(newValidateCommand) }
 
-func newValidateCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate job.yaml",
-		Short: "Check a job file and print what it will do",
-		Long: `validate loads the job file with every default applied and prints a summary
-of its sources, lanes, endpoints or server, store and output. On problems it
-prints every one with its file, line and field, and exits 1.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runValidate(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
-		},
-	}
+type validateOptions struct {
+	offline bool
+	rows    int
 }
 
-func runValidate(out, errOut io.Writer, path string) error {
+func (o *validateOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.offline, "offline", false, "check the job file alone, not the source files it names")
+	fs.IntVar(&o.rows, "rows", 20, "read this many rows of each source to check its field mapping")
+}
+
+func newValidateCommand() *cobra.Command {
+	var o validateOptions
+	cmd := &cobra.Command{
+		Use:   "validate JOB.yaml",
+		Short: "Check a job file and its sources, and print what it will do",
+		Long: `validate loads the job file with every default applied and prints a summary
+of its sources, lanes, endpoints or server, store and output. It reports every
+problem at once, each with its file, line and field: unknown keys (with the
+nearest known one), values of the wrong type, invalid settings, endpoint URLs
+that are not a server root.
+
+Unless --offline, it also looks at the sources: each path, glob or directory
+must match readable files (it says how many), and the first rows (--rows) are
+read through the field mapping, so a mapped field that no row has, or a
+Parquet column that does not exist, is reported before a run.
+
+Exits 1 when there is any problem.`,
+		Args: jobFileArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runValidate(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runValidate(ctx context.Context, out, errOut io.Writer, path string, o validateOptions) error {
 	spec, err := job.Load(path)
 	if err != nil {
 		var errs []error
@@ -45,17 +71,91 @@ func runValidate(out, errOut io.Writer, path string) error {
 		var fe *job.FieldError
 		if errors.As(err, &fe) {
 			fmt.Fprintf(errOut, "%s: %d problem(s)\n", path, len(errs))
+			return &exitError{code: 1}
 		}
+		return &exitError{code: 1, err: err}
+	}
+	var found []sourceFinding
+	var problems []error
+	if !o.offline {
+		found, problems = inspectSources(ctx, spec, o.rows)
+	}
+	if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		for _, e := range problems {
+			fmt.Fprintln(errOut, e)
+		}
+		fmt.Fprintf(errOut, "%s: %d problem(s)\n", path, len(problems))
 		return &exitError{code: 1}
 	}
-	return writeSpecSummary(out, spec)
+	return nil
 }
 
-// writeSpecSummary prints what the job will do, one aligned line per fact.
-func writeSpecSummary(w io.Writer, s *job.Spec) error {
+// sourceFinding is what validate saw of one source's files.
+type sourceFinding struct {
+	files, rows, good int
+	firstBad          string
+}
+
+func (f sourceFinding) String() string {
+	files := "1 file"
+	if f.files != 1 {
+		files = fmt.Sprintf("%d files", f.files)
+	}
+	s := fmt.Sprintf("%s; first %d rows: %d good", files, f.rows, f.good)
+	if bad := f.rows - f.good; bad > 0 {
+		s += fmt.Sprintf(", %d bad (dead letters at ingest; first: %s)", bad, f.firstBad)
+	}
+	return s
+}
+
+// inspectSources looks at every source's files; problems name the job
+// file's line and the source option at fault.
+func inspectSources(ctx context.Context, spec *job.Spec, rows int) ([]sourceFinding, []error) {
+	found := make([]sourceFinding, len(spec.Sources))
+	var problems []error
+	for i, src := range spec.Sources {
+		p := fmt.Sprintf("sources[%d]", i)
+		in, err := source.Inspect(ctx, src, spec.Dir, rows)
+		if err != nil {
+			// Paths in the message as the job file writes them.
+			msg := strings.ReplaceAll(err.Error(), spec.Dir+string(filepath.Separator), "")
+			problems = append(problems, spec.FieldErrorf(p+".path", "%s", msg))
+			continue
+		}
+		found[i] = sourceFinding{files: len(in.Files), rows: in.Rows, good: in.Good}
+		if len(in.Bad) > 0 {
+			found[i].firstBad = relOrigin(spec, in.Bad[0].Origin) + ": " + in.Bad[0].Reason
+		}
+		for _, m := range in.Missing {
+			problems = append(problems, spec.FieldErrorf(p+"."+m.Option, "field %q is in none of the first %d rows (they have: %s)",
+				m.Field, in.Rows, strings.Join(m.Seen, ", ")))
+		}
+	}
+	return found, problems
+}
+
+// relOrigin shortens a path (or file:line) to be relative to the job
+// file's directory when it lies inside it; paths in a job file are.
+func relOrigin(spec *job.Spec, origin string) string {
+	if r, err := filepath.Rel(spec.Dir, origin); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return origin
+}
+
+// writeSpecSummary prints what the job will do, one aligned line per fact,
+// with what was found of the sources when they were looked at.
+func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
-	p("%s: ok", s.Path)
+	if ok {
+		p("%s: ok", s.Path)
+	} else {
+		p("%s: what it would do (problems below)", s.Path)
+	}
 	p("name\t%s", s.Name)
 	if s.Model != "" {
 		p("model\t%s", s.Model)
@@ -81,11 +181,22 @@ func writeSpecSummary(w io.Writer, s *job.Spec) error {
 		if src.Limit > 0 {
 			mapping = append(mapping, fmt.Sprintf("limit: %d", src.Limit))
 		}
-		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, src.Path, strings.Join(mapping, ", "))
+		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, relOrigin(s, src.Path), strings.Join(mapping, ", "))
 		if lane := fixedLane(s, src.Partition); lane != "" {
 			line += "\t-> lane " + lane
 		}
 		p("%s", line)
+	}
+	for i, f := range found {
+		label := ""
+		if i == 0 {
+			label = "files"
+		}
+		if f.files > 0 {
+			p("%s\t%s\t%s", label, s.Sources[i].Partition, f)
+		} else {
+			p("%s\t%s\tnot readable (below)", label, s.Sources[i].Partition)
+		}
 	}
 	p("lanes\t%d", len(s.Lanes))
 	for _, l := range s.Lanes {
@@ -142,8 +253,8 @@ func writeSpecSummary(w io.Writer, s *job.Spec) error {
 	}
 	gen = append(gen, "request_timeout="+s.Generation.RequestTimeout.String(), "idle_timeout="+s.Generation.IdleTimeout.String())
 	p("generation\t%s", strings.Join(gen, " "))
-	p("store\t%s", s.Store.DSN)
-	p("output\t%s\t%s", s.Output.Dir, strings.Join(s.Output.Formats, ", "))
+	p("store\t%s", relOrigin(s, s.Store.DSN))
+	p("output\t%s\t%s", relOrigin(s, s.Output.Dir), strings.Join(s.Output.Formats, ", "))
 	p("retry\t%d attempts, backoff %s..%s", s.Retry.MaxAttempts, s.Retry.BaseDelay, s.Retry.MaxDelay)
 	return tw.Flush()
 }

@@ -17,34 +17,37 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-func TestRunValidate(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if err := runValidate(&out, &errOut, "../../examples/demo/job.yaml"); err != nil {
-		t.Fatalf("runValidate(demo) = %v; stderr:\n%s", err, errOut.String())
-	}
-	for _, want := range []string{"job.yaml: ok", "B1_glaive", "B2_opencode", "-> lane long", "sim on 127.0.0.1:any free port", "sharegpt, openai-batch, parquet"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, out.String())
-		}
-	}
-
-	bad := filepath.Join(t.TempDir(), "job.yaml")
-	if err := os.WriteFile(bad, []byte("name: x\nsources: []\nlanes:\n  - name: a\n    max_tokens: 0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out.Reset()
-	errOut.Reset()
-	err := runValidate(&out, &errOut, bad)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 1 {
-		t.Fatalf("runValidate(bad) = %v, want exit 1", err)
-	}
-	want := bad + ":2: sources: at least one source is required\n" +
-		bad + ":5: lanes[0].max_tokens: must be > 0\n" +
-		bad + ":1: endpoints: set endpoints (servers to call) or server (a server regen launches)\n" +
-		bad + ": 3 problem(s)\n"
-	if errOut.String() != want {
-		t.Errorf("stderr = %q, want %q", errOut.String(), want)
+// TestValidateGolden: validate's summary and problems, golden. The demo is
+// ok with its sources looked at; a job with typos gets every one in one
+// run; a job whose sources do not match says so with counts and fields.
+func TestValidateGolden(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, path string
+		o          validateOptions
+		code       int
+	}{
+		{"demo", "../../examples/demo/job.yaml", validateOptions{rows: 20}, 0},
+		{"demo-offline", "../../examples/demo/job.yaml", validateOptions{offline: true}, 0},
+		{"typos", "testdata/validate/typos.yaml", validateOptions{rows: 20}, 1},
+		{"sources", "testdata/validate/sources.yaml", validateOptions{rows: 20}, 1},
+		{"sources-offline", "testdata/validate/sources.yaml", validateOptions{offline: true}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := runValidate(ctx, &out, &errOut, tc.path, tc.o)
+			code := 0
+			var ee *exitError
+			if errors.As(err, &ee) {
+				code = ee.code
+			} else if err != nil {
+				t.Fatalf("runValidate: %v", err)
+			}
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, errOut.String())
+			}
+			golden(t, "validate/"+tc.name+".golden", "stdout:\n"+out.String()+"stderr:\n"+errOut.String())
+		})
 	}
 }
 

@@ -119,6 +119,10 @@ type lane struct {
 	short    bool
 	nextPoll time.Time
 	backoff  time.Duration
+
+	// durations of the lane's last answered requests, for the views' ETA
+	// of the work in flight (tail.go).
+	durations recentDurations
 }
 
 // New checks cfg, applies defaults and returns a Dispatcher ready to Run.
@@ -470,7 +474,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 			continue
 		}
 		reqCtx, cancel := context.WithCancelCause(workCtx)
-		cl := &call{ep: e, probe: probe, cancel: cancel}
+		cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now}
 		e.calls[cl] = struct{}{}
 		if e.inflight == 0 {
 			e.busySince = now
@@ -661,9 +665,11 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 			if res.FinishReason == "length" {
 				d.counters.Truncated++
 			}
+			l.durations.add(res.Duration)
 		case outEscalate:
 			d.counters.Escalated++
 			target.short = false
+			l.durations.add(res.Duration)
 		case outRelease:
 			d.counters.Released++
 			l.short = false
@@ -865,9 +871,12 @@ func (d *Dispatcher) Snapshot() Snapshot {
 		}
 		s.Endpoints = append(s.Endpoints, es)
 	}
+	ages := d.inFlightAgesLocked(now)
 	for _, l := range d.lanes {
 		used, limit := l.lim.InFlight()
-		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit})
+		a := ages[l]
+		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit,
+			MeanDuration: l.durations.mean(), Tail: l.durations.tail(a.youngest, a.oldest, a.n)})
 	}
 	return s
 }

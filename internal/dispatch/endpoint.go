@@ -39,6 +39,8 @@ type call struct {
 	ep     *endpoint
 	probe  bool // sent through a half-open breaker
 	cancel context.CancelCauseFunc
+	lane   *lane
+	start  time.Time
 }
 
 func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }

@@ -120,9 +120,8 @@ func (s *fakeStore) IngestErrorCount(context.Context) (int, error) {
 
 func (s *fakeStore) EachIngestError(_ context.Context, fn func(store.IngestError) error) error {
 	s.mu.Lock()
-	errs := slices.Clone(s.ierrs)
+	errs := slices.Clone(s.ierrs) // in the order first recorded
 	s.mu.Unlock()
-	slices.SortFunc(errs, func(a, b store.IngestError) int { return cmp.Compare(a.Origin, b.Origin) })
 	for _, e := range errs {
 		if err := fn(e); err != nil {
 			return err
@@ -341,6 +340,12 @@ func (s *fakeStore) ThroughputSince(_ context.Context, t time.Time) (store.Throu
 			tp.Samples++
 			tp.CompletionTokens += int64(x.result.CompletionTokens)
 			tp.PromptTokens += int64(x.result.PromptTokens)
+			if tp.First.IsZero() || x.finishedAt.Before(tp.First) {
+				tp.First = x.finishedAt
+			}
+			if x.finishedAt.After(tp.Last) {
+				tp.Last = x.finishedAt
+			}
 		}
 	}
 	return tp, nil

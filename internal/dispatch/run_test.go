@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
@@ -47,7 +48,7 @@ func TestLaneLimitsNeverExceeded(t *testing.T) {
 		}
 		snap := d.Snapshot()
 		wantLanes := []LaneStats{{Name: "short", InFlight: 0, Limit: 7}, {Name: "long", InFlight: 0, Limit: 3}}
-		if diff := cmp.Diff(wantLanes, snap.Lanes); diff != "" {
+		if diff := cmp.Diff(wantLanes, snap.Lanes, cmpopts.IgnoreFields(LaneStats{}, "MeanDuration")); diff != "" {
 			t.Errorf("lane stats (-want +got):\n%s", diff)
 		}
 		var tokens int64

@@ -38,11 +38,16 @@ type EndpointStats struct {
 	LastServerDown string `json:"last_server_down,omitempty"`
 }
 
-// LaneStats is one lane's concurrency.
+// LaneStats is one lane's concurrency and request timing.
 type LaneStats struct {
 	Name     string `json:"name"`
 	InFlight int    `json:"in_flight"`
 	Limit    int    `json:"limit"`
+	// MeanDuration is the mean duration of the lane's last answered
+	// requests (0 before the first). Tail is the expected time until every
+	// request it has in flight now is answered (0 with none in flight).
+	MeanDuration time.Duration `json:"mean_duration_ns"`
+	Tail         time.Duration `json:"tail_ns"`
 }
 
 // Counters count sample outcomes since Run started, each after the store

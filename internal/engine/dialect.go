@@ -50,6 +50,10 @@ type Dialect struct {
 	MetricsPath string
 	// ServerInfoPath returns JSON with max_total_num_tokens (SGLang only).
 	ServerInfoPath string
+	// RejectsUnknownModel: the server answers 404 to a request whose
+	// "model" it does not serve (vLLM). SGLang's and llama-server's
+	// OpenAI routes answer any name with the one model they loaded.
+	RejectsUnknownModel bool
 	// Metrics maps the engine's metric names to the common Metrics fields.
 	Metrics MetricNames
 }
@@ -92,12 +96,13 @@ var dialects = map[string]Dialect{
 		Metrics:        sglangMetrics,
 	},
 	VLLM: {
-		Name:         VLLM,
-		Command:      []string{"vllm", "serve"},
-		ReadyPath:    "/health",
-		HealthPath:   "/health",
-		ProbeTimeout: DefaultProbeTimeout,
-		MetricsPath:  "/metrics",
+		Name:                VLLM,
+		RejectsUnknownModel: true,
+		Command:             []string{"vllm", "serve"},
+		ReadyPath:           "/health",
+		HealthPath:          "/health",
+		ProbeTimeout:        DefaultProbeTimeout,
+		MetricsPath:         "/metrics",
 		Metrics: MetricNames{
 			Running:               []string{"vllm:num_requests_running"},
 			Queued:                []string{"vllm:num_requests_waiting"},
@@ -135,6 +140,10 @@ var sglangMetrics = MetricNames{
 	RetractionsTotal:      []string{"sglang:num_retracted_requests_total"},
 	MaxTotalTokens:        []string{"sglang:max_total_num_tokens"},
 }
+
+// ModelsPath lists the served models, {"data": [{"id": name}, ...]}, on
+// every OpenAI-compatible server.
+const ModelsPath = "/v1/models"
 
 // Lookup returns the dialect for an engine name; "" means sglang.
 func Lookup(name string) (Dialect, error) {

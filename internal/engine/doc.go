@@ -9,6 +9,6 @@
 //
 // ParseLogLine recognises batch statistics, retraction warnings, the ready
 // line and fatal crash signatures of every engine. The patterns come from
-// the engines' sources as summarised in ENGINES.md sections 3, 5, 6 and 7;
+// the engines' sources as summarised in docs/engines.md §3, §5, §6 and §7;
 // a line that matches nothing yields an event of Kind None.
 package engine

@@ -19,7 +19,7 @@ func TestParseLogLine(t *testing.T) {
 		want LogEvent
 	}{
 		{
-			name: "decode batch, comma form (ENGINES.md 5)",
+			name: "decode batch, comma form (docs/engines.md §5)",
 			line: "[2026-09-13 16:06:04] Decode batch, #running-req: 67, #token: 81316, token usage: 0.93, cuda graph: False, gen throughput (token/s): 2663.43, #queue-req: 9",
 			want: with(func(e *LogEvent) {
 				e.Kind, e.Phase = Batch, "decode"

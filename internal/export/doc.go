@@ -13,10 +13,17 @@
 //   - parquet: one row per done sample, zstd-compressed, messages as the
 //     standard 3-level LIST that pyarrow and datasets read.
 //
+// Every record carries the sample id, "<partition>/<key>", and its
+// source_id, the key alone: the source row's id field when the source maps
+// one (id: in the job), so a record joins back to its source row; otherwise
+// the first 32 hex digits of a SHA-256 of the partition and the request
+// content, stable across runs. (custom_id is the sample id in openai-batch.)
+//
 // Dead letters (dead samples and rows that could not be ingested) are always
 // written to <name>.dead.jsonl: dead samples in id order, then bad source
-// rows in origin order. Both are streamed from the store, never loaded
-// whole: every row of a source may be bad.
+// rows in source order (file, then line), each with its file:line origin.
+// Both are streamed from the store, never loaded whole: every row of a
+// source may be bad.
 //
 // Every file is written to a hidden temporary file in the output directory,
 // fsynced, and renamed over the final name only after every row was written

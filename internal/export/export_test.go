@@ -84,25 +84,26 @@ func doneRow(t testing.TB, id, body string, res llm.Result) store.Row {
 	}
 }
 
-// fixture covers every row shape export handles, in id order.
+// fixture covers every row shape export handles, in id order. Ids are
+// "<partition>/<source row id>", as ingest makes them.
 func fixture(t testing.TB) *fakeStore {
 	call := llm.ToolCall{ID: "call_1", Type: "function"}
 	call.Function.Name = "get_weather"
 	call.Function.Arguments = `{"city":"Paris"}`
 	return &fakeStore{
 		rows: []store.Row{
-			doneRow(t, "a1", `{"messages":[{"role":"system","content":"be <brief> & kind"},{"role":"user","content":"hi"}]}`,
+			doneRow(t, "P1/a1", `{"messages":[{"role":"system","content":"be <brief> & kind"},{"role":"user","content":"hi"}]}`,
 				llm.Result{Content: "hello", ReasoningContent: "think", FinishReason: "stop", Model: "sim-model",
 					Usage: llm.Usage{PromptTokens: 12, CompletionTokens: 3, TotalTokens: 15}}),
-			doneRow(t, "a2", `{"messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`,
+			doneRow(t, "P1/a2", `{"messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`,
 				llm.Result{ToolCalls: []llm.ToolCall{call}, FinishReason: "tool_calls", Model: "sim-model",
 					Usage: llm.Usage{PromptTokens: 20, CompletionTokens: 9, TotalTokens: 29}}),
-			doneRow(t, "a3", `{"messages":[{"role":"user","content":[{"type":"text","text":"part"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"42","tool_call_id":"c","name":"f"},{"role":"user","content":"go on"}],"tools":null}`,
+			doneRow(t, "P1/a3", `{"messages":[{"role":"user","content":[{"type":"text","text":"part"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"42","tool_call_id":"c","name":"f"},{"role":"user","content":"go on"}],"tools":null}`,
 				llm.Result{Content: "long answer cut", FinishReason: "length", Model: "sim-model",
 					Usage: llm.Usage{PromptTokens: 40, CompletionTokens: 100, TotalTokens: 140}}),
-			{ID: "b1", Partition: "P2", Lane: "long", State: store.Rejected, Body: []byte(`{"messages":[{"role":"user","content":"x"}]}`),
+			{ID: "P2/b1", Partition: "P2", Lane: "long", State: store.Rejected, Body: []byte(`{"messages":[{"role":"user","content":"x"}]}`),
 				Attempts: 1, Result: store.Result{Response: []byte(`{"content":"bad"}`), FinishReason: "stop"}, Reason: "empty answer", FinishedAt: finished},
-			{ID: "c1", Partition: "P2", Lane: "long", State: store.Dead, Body: []byte(`{"messages":[]}`),
+			{ID: "P2/c1", Partition: "P2", Lane: "long", State: store.Dead, Body: []byte(`{"messages":[]}`),
 				Attempts: 1, Reason: "bad-request (HTTP 400): context too long", FinishedAt: finished},
 		},
 		bad: []store.IngestError{{Partition: "P2", Origin: "data/x.jsonl:7", Field: "input", Reason: "field input: missing"}},
@@ -184,13 +185,13 @@ func TestExportGolden(t *testing.T) {
 	}
 	s := func(v string) *string { return &v }
 	want := []ParquetRow{
-		{ID: "a1", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "system", Content: s("be <brief> & kind")}, {Role: "user", Content: s("hi")}},
+		{ID: "P1/a1", SourceID: "a1", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "system", Content: s("be <brief> & kind")}, {Role: "user", Content: s("hi")}},
 			Completion: "hello", ReasoningContent: s("think"), FinishReason: "stop", PromptTokens: 12, CompletionTokens: 3, Endpoint: "http://127.0.0.1:30000"},
-		{ID: "a2", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "user", Content: s("weather?")}},
+		{ID: "P1/a2", SourceID: "a2", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "user", Content: s("weather?")}},
 			Tools:        s(`[{"type":"function","function":{"name":"get_weather"}}]`),
 			ToolCalls:    s(`[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]`),
 			FinishReason: "tool_calls", PromptTokens: 20, CompletionTokens: 9, Endpoint: "http://127.0.0.1:30000"},
-		{ID: "a3", Partition: "P1", Lane: "short", Messages: []ParquetMessage{
+		{ID: "P1/a3", SourceID: "a3", Partition: "P1", Lane: "short", Messages: []ParquetMessage{
 			{Role: "user", Content: s(`[{"type":"text","text":"part"}]`)},
 			{Role: "assistant", ToolCalls: s(`[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]`)},
 			{Role: "tool", Content: s("42"), ToolCallID: s("c"), Name: s("f")},
@@ -309,7 +310,7 @@ func TestExportAtomic(t *testing.T) {
 			f := fixture(t)
 			f.rows[1].Result.Response = []byte(`{"content":`)
 			return f
-		}, context.Background, "sample a2: decode stored result"},
+		}, context.Background, "sample P1/a2: decode stored result"},
 		{"canceled", func() *fakeStore { return fixture(t) }, func() context.Context {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()

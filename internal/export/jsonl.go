@@ -25,6 +25,7 @@ type output struct {
 // sharegptLine is one SpecForge/ShareGPT conversation.
 type sharegptLine struct {
 	ID            string          `json:"id"`
+	SourceID      string          `json:"source_id"`
 	Conversations []any           `json:"conversations"`
 	Tools         json.RawMessage `json:"tools,omitempty"`
 	Partition     string          `json:"partition"`
@@ -62,6 +63,7 @@ func (s *sharegptSink) write(r *record) error {
 	conv = append(conv, r.assistant())
 	line := sharegptLine{
 		ID:            r.row.ID,
+		SourceID:      r.sourceID(),
 		Conversations: conv,
 		Tools:         r.req.Tools,
 		Partition:     r.row.Partition,
@@ -83,6 +85,7 @@ func (s *sharegptSink) write(r *record) error {
 type batchLine struct {
 	ID       string         `json:"id"`
 	CustomID string         `json:"custom_id"`
+	SourceID string         `json:"source_id"`
 	Response *batchResponse `json:"response"`
 	Error    *batchError    `json:"error"`
 }
@@ -144,7 +147,7 @@ func (s *batchSink) files() []*output { return []*output{s.done, s.errs} }
 
 func (s *batchSink) write(r *record) error {
 	s.n++
-	line := batchLine{ID: fmt.Sprintf("batch_req_%d", s.n), CustomID: r.row.ID}
+	line := batchLine{ID: fmt.Sprintf("batch_req_%d", s.n), CustomID: r.row.ID, SourceID: r.sourceID()}
 	out, enc := s.errs, s.errsEnc
 	switch r.row.State {
 	case store.Done:
@@ -173,6 +176,7 @@ func (s *batchSink) write(r *record) error {
 // never became a sample (origin set).
 type deadLine struct {
 	ID        string `json:"id,omitempty"`
+	SourceID  string `json:"source_id,omitempty"`
 	Partition string `json:"partition"`
 	Lane      string `json:"lane,omitempty"`
 	Origin    string `json:"origin,omitempty"`
@@ -200,7 +204,7 @@ func (s *deadSink) write(r *record) error {
 	if r.row.State != store.Dead {
 		return nil
 	}
-	return s.put(deadLine{ID: r.row.ID, Partition: r.row.Partition, Lane: r.row.Lane, Reason: r.row.Reason, Attempts: r.row.Attempts})
+	return s.put(deadLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Reason: r.row.Reason, Attempts: r.row.Attempts})
 }
 
 func (s *deadSink) ingestError(e store.IngestError) error {

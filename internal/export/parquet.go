@@ -15,6 +15,7 @@ import (
 // ToolCalls.
 type ParquetRow struct {
 	ID               string           `parquet:"id"`
+	SourceID         string           `parquet:"source_id"`
 	Partition        string           `parquet:"partition"`
 	Lane             string           `parquet:"lane"`
 	Messages         []ParquetMessage `parquet:"messages,list"`
@@ -94,6 +95,7 @@ func (s *parquetSink) close() error {
 func parquetRow(r *record) (ParquetRow, error) {
 	row := ParquetRow{
 		ID:               r.row.ID,
+		SourceID:         r.sourceID(),
 		Partition:        r.row.Partition,
 		Lane:             r.row.Lane,
 		Messages:         make([]ParquetMessage, 0, len(r.req.Messages)),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
@@ -42,6 +43,12 @@ type record struct {
 }
 
 func (r *record) truncated() bool { return r.res.FinishReason == "length" }
+
+// sourceID is the part of the sample id that names the source row: ids are
+// "<partition>/<key>", the key being the row's id field when the source
+// maps one (so it joins back to the source) and otherwise a hash of the
+// partition and the request content.
+func (r *record) sourceID() string { return strings.TrimPrefix(r.row.ID, r.row.Partition+"/") }
 
 func (r *record) assistant() assistant {
 	a := assistant{Role: "assistant", ReasoningContent: r.res.ReasoningContent, ToolCalls: r.res.ToolCalls}

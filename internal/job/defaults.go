@@ -109,6 +109,9 @@ func (s *Spec) applyDefaults() {
 		setDur(s, &sv.Restart.Backoff, "server.restart.backoff", DefaultRestartBackoff)
 	}
 	for i := range s.Endpoints {
+		// The server root: regen adds /v1/chat/completions, /v1/models,
+		// /health and /metrics itself, so a copied ".../v1" base works too.
+		s.Endpoints[i].URL = strings.TrimSuffix(strings.TrimRight(strings.TrimSpace(s.Endpoints[i].URL), "/"), "/v1")
 		if s.Endpoints[i].Engine == "" {
 			s.Endpoints[i].Engine = DefaultEngine
 			if s.Server != nil {

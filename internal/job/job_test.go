@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func TestLoadFull(t *testing.T) {
 		},
 		Endpoints: []Endpoint{
 			{URL: "http://127.0.0.1:30000", APIKeyEnv: "MY_KEY", Engine: "sglang"},
-			{URL: "https://gpu.example.com/v1", Engine: "vllm"},
+			{URL: "https://gpu.example.com", Engine: "vllm"}, // the file's /v1 is dropped: regen adds it
 		},
 		Store:   Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
 		Output:  Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}},
@@ -201,11 +202,28 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/both.yaml:9: server.sim: only applies to engine: sim`,
 			`testdata/both.yaml:11: server.restart.max: must be >= 0`,
 		}},
+		{"endpoints.yaml", []string{
+			`testdata/endpoints.yaml:5: endpoints[1].url: http://a:8000 is also endpoints[0]`,
+			`testdata/endpoints.yaml:6: endpoints[2].url: "http://b:8000/v1/chat/completions" is an API route: write the server root (http://b:8000); regen adds /v1/chat/completions itself`,
+			`testdata/endpoints.yaml:7: endpoints[3].url: "http://user:secret@c:8000" carries credentials: put the key in an environment variable and name it in api_key_env`,
+			`testdata/endpoints.yaml:8: endpoints[4].url: "http://d:8000/?x=1": want the server root without ?query or #fragment`,
+			`testdata/endpoints.yaml:9: endpoints[5].url: "http://e:99999": port 99999 is not 1 to 65535`,
+		}},
 		{"neither.yaml", []string{
 			`testdata/neither.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`,
 		}},
-		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency"`}},
-		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer, got string`}},
+		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency" (did you mean "concurrency"?)`}},
+		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer, got string "many"`}},
+		// Every problem in one pass; a quoted number is refused like a word.
+		{"several.yaml", []string{
+			`testdata/several.yaml:2:1: modle: unknown field "modle" (did you mean "model"?)`,
+			`testdata/several.yaml:7:5: sources[0].promt: unknown field "promt" (did you mean "prompt"?)`,
+			`testdata/several.yaml:10:18: lanes[0].concurrency: want integer, got string "4" (write 4 without quotes)`,
+			`testdata/several.yaml:11:5: lanes[0].max_token: unknown field "max_token" (did you mean "max_tokens"?)`,
+			`testdata/several.yaml:13:18: lanes[1].concurrency: want integer, got string "four"`,
+			`testdata/several.yaml:15:15: retry.base_delay: invalid duration "3 seconds" (want e.g. 30s, 5m, 2h)`,
+			`testdata/several.yaml:16:17: retry.max_attempts: want integer, got number 2.5`,
+		}},
 		{"bad_duration.yaml", []string{`testdata/bad_duration.yaml:5:15: retry.base_delay: invalid duration "3 seconds" (want e.g. 30s, 5m, 2h)`}},
 		{"syntax.yaml", []string{`testdata/syntax.yaml:4:4: value is not allowed in this context`}},
 	}
@@ -365,6 +383,21 @@ func TestSanitizeName(t *testing.T) {
 	for in, want := range map[string]string{"demo": "demo", "min/job": "min_job", "a b:c": "a_b_c", "..": "job", "": "job", "x.y-z_1": "x.y-z_1"} {
 		if got := sanitizeName(in); got != want {
 			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := yamlFields(reflect.TypeOf(Lane{}))
+	for key, want := range map[string]string{
+		"concurency":  "concurrency",
+		"max_token":   "max_tokens",
+		"partition":   "partitions",
+		"temperature": "", // not a lane key, and nothing close
+		"x":           "",
+	} {
+		if got := suggest(key, known); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
 		}
 	}
 }

@@ -59,6 +59,9 @@ func Load(path string) (*Spec, error) {
 // and anchors its relative paths.
 func Parse(path string, src []byte) (*Spec, error) {
 	loc := newLocator(src)
+	if errs := checkShape(path, src); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	var s Spec
 	if err := yaml.UnmarshalWithOptions(src, &s, yaml.DisallowUnknownField()); err != nil {
 		return nil, decodeError(path, loc, src, err)

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -169,12 +170,19 @@ func (v *validator) endpoints() {
 	case len(s.Endpoints) > 0 && s.Server != nil:
 		v.addf("endpoints", "set either endpoints or server, not both (with server, the launched server is the endpoint)")
 	}
+	seen := map[string]int{}
 	for i, e := range s.Endpoints {
 		p := fmt.Sprintf("endpoints[%d]", i)
-		if e.URL == "" {
+		switch {
+		case e.URL == "":
 			v.addf(p+".url", "required")
-		} else {
-			v.httpURL(p+".url", e.URL)
+		case seen[e.URL] > 0:
+			v.addf(p+".url", "%s is also endpoints[%d]", e.URL, seen[e.URL]-1)
+		default:
+			seen[e.URL] = i + 1
+			if v.httpURL(p+".url", e.URL) {
+				v.serverRoot(p+".url", e.URL)
+			}
 		}
 		v.engine(p+".engine", e.Engine)
 		if e.APIKeyEnv != "" {
@@ -222,7 +230,8 @@ func (v *validator) engine(path, e string) {
 	}
 }
 
-func (v *validator) httpURL(path, raw string) {
+// httpURL checks raw is an http(s) URL with a host and reports whether it is.
+func (v *validator) httpURL(path, raw string) bool {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
@@ -231,6 +240,30 @@ func (v *validator) httpURL(path, raw string) {
 		v.addf(path, "%q: want an http:// or https:// URL", raw)
 	case u.Host == "":
 		v.addf(path, "%q has no host", raw)
+	case u.Port() != "" && !validPort(u.Port()):
+		v.addf(path, "%q: port %s is not 1 to 65535", raw, u.Port())
+	default:
+		return true
+	}
+	return false
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// serverRoot checks an endpoint URL names a server, not one of its routes:
+// regen adds the API paths (and the health and metrics paths its probes use).
+func (v *validator) serverRoot(path, raw string) {
+	u, _ := url.Parse(raw)
+	switch {
+	case u.User != nil:
+		v.addf(path, "%q carries credentials: put the key in an environment variable and name it in api_key_env", raw)
+	case u.RawQuery != "" || u.Fragment != "":
+		v.addf(path, "%q: want the server root without ?query or #fragment", raw)
+	case strings.Contains(u.Path, "/chat/completions") || strings.HasSuffix(u.Path, "/completions") || strings.HasSuffix(u.Path, "/models"):
+		v.addf(path, "%q is an API route: write the server root (%s://%s); regen adds /v1/chat/completions itself", raw, u.Scheme, u.Host)
 	}
 }
 

@@ -31,8 +31,8 @@ const ExitFinished = "finished"
 
 // CellCounts are the sample counts of one partition and lane.
 type CellCounts struct {
-	Partition string `json:"partition"`
-	Lane      string `json:"lane"`
+	Partition string `json:"partition,omitempty"` // "" in a report's total
+	Lane      string `json:"lane,omitempty"`
 	Total     int    `json:"total"`
 	Done      int    `json:"done"`
 	Pending   int    `json:"pending"`
@@ -83,11 +83,22 @@ func Cells(counts []store.Count) ([]CellCounts, CellCounts) {
 	return cells, total
 }
 
-// Rate is finished work over a window.
+// Rate is finished work (done or rejected samples) over a window.
 type Rate struct {
 	Window        time.Duration `json:"window_ns"`
+	Samples       int           `json:"samples"`
+	Tokens        int64         `json:"tokens"` // completion tokens
 	SamplesPerSec float64       `json:"samples_per_sec"`
 	TokensPerSec  float64       `json:"tokens_per_sec"`
+}
+
+func rateOf(window time.Duration, samples int, tokens int64) Rate {
+	r := Rate{Window: window, Samples: samples, Tokens: tokens}
+	if window > 0 {
+		r.SamplesPerSec = float64(samples) / window.Seconds()
+		r.TokensPerSec = float64(tokens) / window.Seconds()
+	}
+	return r
 }
 
 // HeartbeatInfo describes the last heartbeat.
@@ -99,20 +110,48 @@ type HeartbeatInfo struct {
 	Started time.Time     `json:"started"`
 }
 
+// Event is a recorded state change or occurrence, newest first in a Report.
+type Event struct {
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`    // endpoint_state, job_state, ingest, restart, takeover, alert_failed, ...
+	Subject  string    `json:"subject"` // "job" or an endpoint URL
+	State    string    `json:"state"`   // the new state of a state change, "" otherwise
+	Evidence string    `json:"evidence"`
+}
+
+// EventOf is the report's form of a stored event.
+func EventOf(e store.Event) Event {
+	return Event{Time: e.Time, Kind: e.Kind, Subject: e.Subject, State: e.State, Evidence: e.Evidence}
+}
+
 // Report is one screen of truth about a job, built from the store alone.
+// Its JSON form is `regen status --json`, documented in docs/status-json.md:
+// a field added here must be added there too.
 type Report struct {
-	State        State            `json:"state"`
-	Evidence     []string         `json:"evidence,omitempty"`
-	ExitCode     int              `json:"exit_code"`
-	Heartbeat    *HeartbeatInfo   `json:"heartbeat,omitempty"`
-	Cells        []CellCounts     `json:"cells"`
-	Total        CellCounts       `json:"total"`
-	Rate1m       Rate             `json:"rate_1m"`
-	Rate10m      Rate             `json:"rate_10m"`
-	ETA          time.Duration    `json:"eta_ns"` // 0 when unknown or done
-	Endpoints    []EndpointStatus `json:"endpoints,omitempty"`
-	Events       []store.Event    `json:"events,omitempty"`
-	LastErrors   []ErrorLine      `json:"last_errors,omitempty"`
+	SchemaVersion int            `json:"schema_version"` // always SchemaVersion in JSON
+	Job           string         `json:"job"`
+	Time          time.Time      `json:"time"` // when the report was made
+	State         State          `json:"state"`
+	Evidence      []string       `json:"evidence"`
+	ExitCode      int            `json:"exit_code"`
+	Heartbeat     *HeartbeatInfo `json:"heartbeat"` // nil when no runner ever started
+	// RunnerExited is set when the last runner ended on purpose (finished,
+	// interrupted, failed): the endpoints are then as it last saw them.
+	RunnerExited bool         `json:"runner_exited"`
+	Cells        []CellCounts `json:"cells"`
+	Total        CellCounts   `json:"total"`
+	Rate1m       Rate         `json:"rate_1m"`
+	Rate10m      Rate         `json:"rate_10m"`
+	// Average is the whole job's rate from its first to its last result,
+	// filled once no runner is working on the job (it reads every result).
+	Average *Rate `json:"average"`
+	// ETA is 0 when there is none; ETANote then says why (done, nothing can
+	// progress, no recent throughput).
+	ETA          time.Duration    `json:"eta_ns"`
+	ETANote      string           `json:"eta_note"`
+	Endpoints    []EndpointStatus `json:"endpoints"`
+	Events       []Event          `json:"events"`
+	LastErrors   []ErrorLine      `json:"last_errors"`
 	IngestErrors int              `json:"ingest_errors"`
 }
 
@@ -125,6 +164,7 @@ type ErrorLine struct {
 
 // AssessOptions tune Assess.
 type AssessOptions struct {
+	Job       string // the job's name, copied into the report
 	Now       time.Time
 	DeadAfter time.Duration // heartbeat older than this = DEAD
 	Host      string        // this machine's name, to check whether a same-host runner pid still exists
@@ -132,7 +172,7 @@ type AssessOptions struct {
 
 // Assess builds a Report from the store alone.
 func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error) {
-	var r Report
+	r := Report{SchemaVersion: SchemaVersion, Job: o.Job, Time: o.Now}
 	counts, err := st.Counts(ctx)
 	if err != nil {
 		return r, fmt.Errorf("read counts: %w", err)
@@ -152,7 +192,11 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 			}
 		}
 		r.Endpoints = beat.Endpoints
+		r.RunnerExited = beat.Exited
 	}
+	remaining := r.Total.Pending + r.Total.InFlight
+	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
+	r.ExitCode = ExitCode(r.State)
 
 	for _, w := range []struct {
 		d   time.Duration
@@ -166,16 +210,28 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		if err != nil {
 			return r, fmt.Errorf("read throughput: %w", err)
 		}
-		*w.out = Rate{Window: window, SamplesPerSec: float64(tp.Samples) / window.Seconds(),
-			TokensPerSec: float64(tp.CompletionTokens) / window.Seconds()}
+		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
 	}
-	remaining := r.Total.Pending + r.Total.InFlight
-	if remaining > 0 && r.Rate10m.SamplesPerSec > 0 {
-		r.ETA = time.Duration(float64(remaining) / r.Rate10m.SamplesPerSec * float64(time.Second))
+	if !working(r.State) {
+		// Summing every result is O(job), so only for a job nobody works on,
+		// where the windows above say nothing any more.
+		tp, err := st.ThroughputSince(ctx, time.Time{})
+		if err != nil {
+			return r, fmt.Errorf("read job throughput: %w", err)
+		}
+		if tp.Samples > 0 {
+			avg := rateOf(tp.Last.Sub(tp.First), tp.Samples, tp.CompletionTokens)
+			r.Average = &avg
+		}
 	}
+	r.ETA, r.ETANote = eta(r.State, remaining, r.Rate10m)
 
-	if r.Events, err = st.Events(ctx, 5); err != nil {
+	events, err := st.Events(ctx, 5)
+	if err != nil {
 		return r, fmt.Errorf("read events: %w", err)
+	}
+	for _, e := range events {
+		r.Events = append(r.Events, EventOf(e))
 	}
 	rows, err := st.LastErrors(ctx, 5)
 	if err != nil {
@@ -188,10 +244,32 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	if r.IngestErrors, err = st.IngestErrorCount(ctx); err != nil {
 		return r, fmt.Errorf("count ingest errors: %w", err)
 	}
-
-	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
-	r.ExitCode = ExitCode(r.State)
 	return r, nil
+}
+
+// working reports whether a runner is on the job (it may be held up).
+func working(s State) bool {
+	switch s {
+	case Done, Dead, Stopped, Failed:
+		return false
+	}
+	return true
+}
+
+// eta is the time left at the recent rate, only while work progresses: a
+// job that is down, stalled or stopped has no ETA, only a reason.
+func eta(s State, remaining int, recent Rate) (time.Duration, string) {
+	switch {
+	case s == Done:
+		return 0, "done"
+	case s != Running:
+		return 0, fmt.Sprintf("none while %s: nothing is progressing", s)
+	case remaining == 0:
+		return 0, "all samples finished; exporting"
+	case recent.SamplesPerSec <= 0:
+		return 0, fmt.Sprintf("unknown: no sample finished in the last %s", recent.Window.Round(time.Second))
+	}
+	return time.Duration(float64(remaining) / recent.SamplesPerSec * float64(time.Second)), ""
 }
 
 func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, o AssessOptions) (State, []string) {

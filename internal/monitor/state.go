@@ -49,15 +49,16 @@ func Alarming(s State) bool {
 type EndpointStatus struct {
 	URL         string    `json:"url"`
 	State       State     `json:"state"`
-	Since       time.Time `json:"since"`
-	Cause       string    `json:"cause,omitempty"`
-	Evidence    []string  `json:"evidence,omitempty"`
-	Restarts    int       `json:"restarts,omitempty"`
+	Since       time.Time `json:"since"` // when it entered State
+	Cause       string    `json:"cause"`
+	Evidence    []string  `json:"evidence"`
+	Restarts    int       `json:"restarts"`
 	InFlight    int       `json:"in_flight"`
 	LastTokenAt time.Time `json:"last_token_at"`
 	Tokens      int64     `json:"tokens"`
-	// Load is the server's own view from its metrics, when scraped.
-	Load *EndpointLoad `json:"load,omitempty"`
+	// Load is the server's own view from its metrics; nil when it exports
+	// none or the last scrape failed.
+	Load *EndpointLoad `json:"load"`
 }
 
 // EndpointLoad is what an endpoint's /metrics said at its last scrape;

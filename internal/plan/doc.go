@@ -9,9 +9,9 @@
 // LoadSafetensorsIndex (a model.safetensors.index.json). Compute never
 // prints or logs; callers render a Plan with WriteText or encode it as JSON.
 //
-// The formulas follow ENGINES.md sections 1 (SGLang KV capacity), 2
-// (HiCache host pool, sized per TP rank), 6 (vLLM blocks) and 8 (Kimi-K2.5,
-// RTX PRO 6000). Every number that is not read from the user's input or the
+// The formulas follow docs/engines.md §1 (SGLang KV capacity), §2 (HiCache
+// host pool, sized per TP rank), §6 (vLLM memory and blocks) and §8
+// (Kimi-K2.5, RTX PRO 6000), each fact there with its public source. Every number that is not read from the user's input or the
 // config file is marked as an estimate in Plan.Estimates and in the text
 // table, because the engine measures the real values at startup and the
 // driver should trust the server's own report over this prediction.

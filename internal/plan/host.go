@@ -6,7 +6,7 @@ import (
 )
 
 // HostPoolTokens is SGLang's host KV pool size for one rank
-// (HostKVCache.__init__, ENGINES.md 2.2): sizeGB*1e9 // bytesPerToken
+// (HostKVCache.__init__, docs/engines.md §2): sizeGB*1e9 // bytesPerToken
 // tokens, or deviceTokens*ratio when sizeGB is 0; then floored to pages
 // plus one page.
 func HostPoolTokens(sizeGB int, ratio float64, deviceTokens, bytesPerToken int64, pageSize int) int64 {
@@ -55,12 +55,12 @@ func planHost(p *Plan, in Input) {
 			hc.Formula = append(hc.Formula, fmt.Sprintf("--hicache-ratio %g x %d device tokens = %d tokens (page-rounded, +1 page) x %d B = %.2f GB per rank",
 				hc.Ratio, p.Memory.MaxTotalTokens, hc.TokensPerRank, cell, gb(hc.BytesPerRank)))
 			if hc.Ratio < 2 {
-				p.note("SGLang's HiCache design doc says the minimum --hicache-ratio is 2 (ENGINES.md 2.1)")
+				p.note("SGLang's HiCache design doc says the minimum --hicache-ratio is 2 (docs/engines.md §2)")
 			}
 		}
 		hc.Formula = append(hc.Formula, fmt.Sprintf("x %d ranks (TP %d x DP %d; every rank allocates its own pool) = %.2f GB pinned host RAM", ranks, in.TP, in.DP, gb(hc.TotalBytes)))
 		if hc.TokensPerRank <= p.Memory.MaxTotalTokens {
-			p.note("host KV pool (%d tokens) is not larger than the device pool (%d tokens): SGLang warns, and some revisions refuse (ENGINES.md 2.1)", hc.TokensPerRank, p.Memory.MaxTotalTokens)
+			p.note("host KV pool (%d tokens) is not larger than the device pool (%d tokens): SGLang warns, and some revisions refuse (docs/engines.md §2)", hc.TokensPerRank, p.Memory.MaxTotalTokens)
 		}
 		p.HostCache = hc
 	}

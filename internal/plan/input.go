@@ -13,23 +13,23 @@ const (
 // lists which ones it used in Plan.Estimates.
 const (
 	// DefaultContextOverhead is what CUDA context and NCCL init take
-	// before weights load. ENGINES.md 8.2: an RTX PRO 6000 reports 95.59
+	// before weights load. docs/engines.md §8: an RTX PRO 6000 reports 95.59
 	// GiB and has ~94 GiB free after context and NCCL init.
 	DefaultContextOverhead = GiB * 3 / 2
 	// DefaultActivation is the room kept for activations, CUDA graphs and
 	// NCCL buffers. For SGLang it is the smallest P*(1-f) slack accepted
-	// (SGLang's own auto rule keeps >= 10 GiB on > 60 GB cards, ENGINES.md
-	// 1.7; Kimi-K2.5 ran with ~7 GiB); for vLLM it is the profile-run peak
+	// (SGLang's own auto rule keeps >= 10 GiB on > 60 GB cards, docs/engines.md
+	// §1.6; Kimi-K2.5 ran with ~7 GiB); for vLLM it is the profile-run peak
 	// subtracted from the budget (vLLM measures it at startup).
 	DefaultActivation = 5 * GiB
 	// DefaultVLLMUtilization is vLLM's gpu_memory_utilization default
-	// (EngineArgs, ENGINES.md 6).
+	// (EngineArgs, docs/engines.md §6).
 	DefaultVLLMUtilization = 0.90
 	// DefaultVLLMBlockSize is vLLM's KV block size in tokens.
 	DefaultVLLMBlockSize = 16
 	// HiCacheReservePerRank is SGLang's HICACHE_HOST_MEMORY_RESERVE_BYTES:
 	// each rank refuses to start unless this much host RAM stays available
-	// after its pool (ENGINES.md 2.2).
+	// after its pool (docs/engines.md §2).
 	HiCacheReservePerRank = 10 * GiB
 	// DefaultHostOverheadBase is host RAM for the OS, SGLang's tokenizer
 	// and detokenizer processes and regen itself. An estimate. The page
@@ -45,8 +45,14 @@ const (
 	// allocations). Pinned memory cannot be swapped, so overcommitting it
 	// hangs the machine instead of slowing it.
 	DefaultHostMargin = 0.10
-	// DefaultHiCacheRatio is SGLang's --hicache-ratio default (ENGINES.md 2.1).
+	// DefaultHiCacheRatio is SGLang's --hicache-ratio default (docs/engines.md §2).
 	DefaultHiCacheRatio = 2.0
+	// DefaultPromptTokens is the mean prompt length assumed for a lane
+	// given none (neither its own nor Input.PromptTokens): an assumption,
+	// listed among the plan's estimates. Chat prompts with a system prompt
+	// and tool definitions are typically a few hundred to a thousand
+	// tokens; --from-job replaces it with the lengths a store measured.
+	DefaultPromptTokens = 1024
 )
 
 // Input is everything a plan depends on. Zero values mean "use the
@@ -68,7 +74,7 @@ type Input struct {
 	KVDtype string `json:"kv_dtype"`
 	// MemFraction is SGLang's --mem-fraction-static or vLLM's
 	// gpu_memory_utilization; 0 = the engine default (SGLang: its auto rule
-	// as read in ENGINES.md 1.7, version-dependent; vLLM: 0.90).
+	// docs/engines.md §1.6, version-dependent; vLLM: 0.90).
 	MemFraction float64 `json:"mem_fraction"`
 	// FreeBeforeWeights is P, GPU memory free after CUDA/NCCL init and
 	// before weights; 0 = GPU total - ContextOverhead.
@@ -105,7 +111,7 @@ type Input struct {
 }
 
 // HiCache is SGLang's hierarchical cache setting. SizeGB is per TP rank in
-// decimal GB (ENGINES.md 2.3): 8 ranks x 300 GB is 2.4 TB of pinned RAM.
+// decimal GB (docs/engines.md §2): 8 ranks x 300 GB is 2.4 TB of pinned RAM.
 type HiCache struct {
 	Enabled bool    `json:"enabled"`
 	SizeGB  int     `json:"size_gb,omitempty"` // --hicache-size; 0 = use Ratio

@@ -8,7 +8,7 @@ import (
 )
 
 // SGLangDefaultMaxRunning is SGLang's max_running_requests when none is
-// given (resolve_max_num_reqs, ENGINES.md 1.6): tokens/context_len*512
+// given (resolve_max_num_reqs, docs/engines.md §1.5): tokens/context_len*512
 // clamped to [2048, 4096], then at most tokens/2.
 func SGLangDefaultMaxRunning(tokens int64, contextLen int) int {
 	if contextLen <= 0 {
@@ -37,10 +37,15 @@ func planLanes(p *Plan, in Input) {
 	lp := &LanesPlan{Replicas: in.DP, CapacityTokens: C * reps}
 	var longest, headroom int64
 	longestName := ""
+	var assumed []string
 	for _, l := range in.Lanes {
 		x := LanePlan{Lane: l}
 		if x.PromptMean == 0 {
 			x.PromptMean = in.PromptTokens
+		}
+		if x.PromptMean == 0 {
+			x.PromptMean = DefaultPromptTokens
+			assumed = append(assumed, x.Name)
 		}
 		if x.PromptP95 < x.PromptMean {
 			x.PromptP95 = x.PromptMean
@@ -62,6 +67,10 @@ func planLanes(p *Plan, in Input) {
 		}
 		headroom = max(headroom, int64(x.PromptP95+x.OutputP95))
 		lp.Lanes = append(lp.Lanes, x)
+	}
+	if len(assumed) > 0 {
+		p.estimate("prompt length: %d tokens assumed for lane %s (give it as name:concurrency:max_tokens:prompt_mean, set --prompt-tokens, or use --from-job for the lengths a run measured)",
+			DefaultPromptTokens, strings.Join(assumed, ", "))
 	}
 	if C < longest {
 		p.refuse(RefuseKVTooSmall, "KV capacity is smaller than one long request",
@@ -85,7 +94,7 @@ func planLanes(p *Plan, in Input) {
 	}
 
 	// Running-request cap per replica: the user's, else the engine's.
-	hard := int(C / 2) // SGLang caps any value at tokens/2 (ENGINES.md 1.6)
+	hard := int(C / 2) // SGLang caps any value at tokens/2 (docs/engines.md §1.5)
 	switch {
 	case in.MaxRunningRequests > 0:
 		lp.RunningCap, lp.RunningCapSource = min(in.MaxRunningRequests, max(hard, 1)), "given --max-running-requests"
@@ -95,7 +104,7 @@ func planLanes(p *Plan, in Input) {
 			ctx = in.Model.ContextLen
 		}
 		lp.RunningCap, lp.RunningCapSource = max(hard, 1), "SGLang hard cap max_total_num_tokens/2 (the flag below replaces its default)"
-		p.note("SGLang's default max_running_requests here would be %d (ENGINES.md 1.6); the flag overrides it", SGLangDefaultMaxRunning(C, ctx))
+		p.note("SGLang's default max_running_requests here would be %d (docs/engines.md §1.5); the flag overrides it", SGLangDefaultMaxRunning(C, ctx))
 	default:
 		lp.RunningCap, lp.RunningCapSource = math.MaxInt32, "no cap given; vLLM --max-num-seqs is set from the lanes"
 	}

@@ -68,7 +68,7 @@ type Quantization struct {
 	// (compressed-tensors ignore, modules_to_not_convert, ignored_layers).
 	Ignore []string `json:"ignore,omitempty"`
 	// KVCacheFP8 is kv_cache_quant_algo == "FP8": SGLang's auto KV dtype
-	// then becomes fp8_e4m3 (ENGINES.md 1.4).
+	// then becomes fp8_e4m3 (docs/engines.md §1.4).
 	KVCacheFP8 bool `json:"kv_cache_fp8,omitempty"`
 	// KVCacheScheme is true when compressed-tensors declares a
 	// kv_cache_scheme; how SGLang's auto treats it was not checked.
@@ -205,7 +205,7 @@ func ParseModelConfig(b []byte) (ModelConfig, error) {
 	}
 	if vc, ok := top["vision_config"].(map[string]any); ok {
 		v := VisionConfig{
-			// Kimi-K2.5's MoonViT uses a vt_ prefix (ENGINES.md 8.1).
+			// Kimi-K2.5's MoonViT uses a vt_ prefix (docs/engines.md §8).
 			NumLayers:        num(vc, "vt_num_hidden_layers", "num_hidden_layers", "depth"),
 			HiddenSize:       num(vc, "vt_hidden_size", "hidden_size", "embed_dim"),
 			IntermediateSize: num(vc, "vt_intermediate_size", "intermediate_size"),

@@ -242,9 +242,6 @@ func normalize(in Input) (Input, error) {
 		if l.Concurrency < 0 {
 			return in, fmt.Errorf("lane %s: concurrency must not be negative", l.Name)
 		}
-		if l.PromptMean == 0 && in.PromptTokens == 0 {
-			return in, fmt.Errorf("lane %s: prompt length unknown (give prompt tokens for the lane or a global default)", l.Name)
-		}
 	}
 	return in, nil
 }
@@ -300,7 +297,7 @@ func planWeights(p *Plan, in Input) {
 
 // KVElemBytes resolves a --kv-cache-dtype value for a model. auto is the
 // model dtype, except that SGLang picks fp8_e4m3 when the checkpoint's
-// quantization_config has kv_cache_quant_algo FP8 (ENGINES.md 1.4).
+// quantization_config has kv_cache_quant_algo FP8 (docs/engines.md §1.4).
 func KVElemBytes(kvDtype string, m ModelConfig, engine Engine) (name string, bytes int, source string, err error) {
 	switch strings.ToLower(kvDtype) {
 	case "", "auto":
@@ -321,7 +318,7 @@ func KVElemBytes(kvDtype string, m ModelConfig, engine Engine) (name string, byt
 	return "", 0, "", fmt.Errorf("kv dtype %q: want auto, bf16, fp16, fp8_e4m3 or fp8_e5m2", kvDtype)
 }
 
-// KVCellBytes is the KV bytes per token on one TP rank (ENGINES.md 1.3):
+// KVCellBytes is the KV bytes per token on one TP rank (docs/engines.md §1.3):
 // MHA/GQA max(1, kv_heads/tp) * (head_dim + v_head_dim) * layers * bytes;
 // MLA (kv_lora_rank + qk_rope_head_dim) * layers * bytes on every rank.
 func KVCellBytes(m ModelConfig, tp, elemBytes int) int64 {
@@ -357,7 +354,7 @@ func planKV(p *Plan, in Input) error {
 }
 
 // SGLangAutoMemFraction is SGLang's default --mem-fraction-static as read
-// in one revision (ENGINES.md 1.7), with chunked_prefill_size 8192 and
+// in one revision (docs/engines.md §1.6), with chunked_prefill_size 8192 and
 // cuda_graph_max_bs 512; smaller defaults on small cards make the real
 // value larger, so this errs low. It ignores the VLM and speculative
 // terms. Version-dependent: pass --mem-fraction explicitly.
@@ -414,7 +411,7 @@ func planMemory(p *Plan, in Input) {
 		mem.MemFractionSource = "given"
 		if u == 0 {
 			u = DefaultVLLMUtilization
-			mem.MemFractionSource = "vLLM default gpu_memory_utilization 0.90 (ENGINES.md 6)"
+			mem.MemFractionSource = "vLLM default gpu_memory_utilization 0.90 (docs/engines.md §6)"
 		}
 		mem.MemFraction = u
 		T := float64(in.GPU.MemBytes)
@@ -451,7 +448,7 @@ func planMemory(p *Plan, in Input) {
 	mem.MemFractionSource = "given"
 	if f == 0 {
 		f = SGLangAutoMemFraction(in.GPU.MemBytes, in.TP)
-		mem.MemFractionSource = "SGLang auto rule as read in ENGINES.md 1.7 (version-dependent; pass --mem-fraction explicitly)"
+		mem.MemFractionSource = "SGLang auto rule of one release, docs/engines.md §1.6 (version-dependent; pass --mem-fraction explicitly)"
 		p.estimate("mem fraction %.3f from SGLang's auto rule in one revision; other revisions differ", f)
 	}
 	mem.MemFraction = f

@@ -104,7 +104,7 @@ func TestParseModelConfigVariants(t *testing.T) {
 	}
 	name, eb, _, err := KVElemBytes("auto", m, SGLang)
 	if err != nil || name != "fp8_e4m3" || eb != 1 {
-		t.Errorf("auto kv dtype = %s %d %v, want fp8_e4m3 1 (ENGINES.md 1.4)", name, eb, err)
+		t.Errorf("auto kv dtype = %s %d %v, want fp8_e4m3 1 (docs/engines.md §1.4)", name, eb, err)
 	}
 	if m.HeadDim != 16 {
 		t.Errorf("head_dim = %d, want hidden/heads = 16", m.HeadDim)
@@ -135,7 +135,7 @@ func TestKVCellBytes(t *testing.T) {
 		{"deepseek-v3", 2, "auto", 576 * 61 * 2},    // MLA does not split over TP
 		{"deepseek-v3", 8, "auto", 576 * 61 * 2},    //
 		{"deepseek-v3", 8, "fp8_e4m3", 576 * 61},    // 35136
-		{"kimi-k2.5", 8, "auto", 70272},             // ENGINES.md 2.3: 70,272 B/token
+		{"kimi-k2.5", 8, "auto", 70272},             // docs/engines.md §2: 70,272 B/token
 		{"kimi-k2.5", 8, "fp8", 35136},              //
 	}
 	for _, tt := range tests {
@@ -164,7 +164,7 @@ func TestEstimateWeights(t *testing.T) {
 		{"llama3-70b", 8, 70553706496, 0, 0, 1e-9},
 		// DeepSeek-V3: 671B main + 14B MTP = 685B (model card).
 		{"deepseek-v3", 8, 685e9, 0, 0, 0.01},
-		// Kimi-K2.5: 554.30 GiB of safetensors, ~71.8 GiB per rank at TP8 (ENGINES.md 8.1).
+		// Kimi-K2.5: 554.30 GiB of safetensors, ~71.8 GiB per rank at TP8 (docs/engines.md §8).
 		{"kimi-k2.5", 8, 0, 554.30 * float64(GiB), 71.8, 0.005},
 	}
 	for _, tt := range tests {
@@ -181,7 +181,7 @@ func TestEstimateWeights(t *testing.T) {
 		}
 	}
 
-	// Which Kimi parts are INT4: only routed experts (ENGINES.md 8.1).
+	// Which Kimi parts are INT4: only routed experts (docs/engines.md §8).
 	e := EstimateWeights(load(t, "kimi-k2.5"), 8)
 	for _, p := range e.Parts {
 		int4 := strings.HasPrefix(p.Format, "int4")
@@ -298,7 +298,7 @@ func TestFP8DoublesCapacity(t *testing.T) {
 }
 
 // kimiInput is Kimi-K2.5 on 8 x RTX PRO 6000 with the checkpoint size of
-// ENGINES.md 8.1 and the --mem-fraction-static of DESIGN.md's example.
+// docs/engines.md §8 and the --mem-fraction-static of DESIGN.md's example.
 func kimiInput(t *testing.T) Input {
 	size, err := LoadSafetensorsIndex("testdata/index.json")
 	if err != nil {
@@ -307,8 +307,8 @@ func kimiInput(t *testing.T) Input {
 	return Input{Model: load(t, "kimi-k2.5"), WeightBytes: size, GPU: gpu(t, "RTX PRO 6000"), GPUs: 8, TP: 8, MemFraction: 0.93, HostMem: 449 * GB}
 }
 
-// TestKimiObserved compares the prediction with the device pool ENGINES.md
-// 2.3 reports (231,120 tokens). ENGINES.md does not give the fraction of
+// TestKimiObserved compares the prediction with the device pool of the deployment docs/engines.md
+// §8 reports (231,120 tokens). It does not give the fraction of
 // that run; 0.93 is DESIGN.md's example. The test pins the prediction and
 // bounds the error; the fraction that reproduces the observation exactly
 // is computed for the record.
@@ -328,9 +328,9 @@ func TestKimiObserved(t *testing.T) {
 	if implied < 0.9 || implied > 0.95 {
 		t.Errorf("implied fraction %.4f outside the 0.90-0.95 band runs use", implied)
 	}
-	// SGLang's own auto fraction on this card (ENGINES.md 1.7).
+	// SGLang's own auto fraction on this card (docs/engines.md §1.6).
 	if f := SGLangAutoMemFraction(97887*MiB, 8); f != 0.848 {
-		t.Errorf("auto fraction = %v, want 0.848 (ENGINES.md 1.7)", f)
+		t.Errorf("auto fraction = %v, want 0.848 (docs/engines.md §1.6)", f)
 	}
 }
 
@@ -343,7 +343,7 @@ func TestHiCacheRefusal(t *testing.T) {
 		t.Fatalf("err = %v, want a host cache refusal", err)
 	}
 	hc := p.HostCache
-	// 300e9 // 70272 = 4269125, +1 page (ENGINES.md 2.3: ~4.27 M tokens per rank).
+	// 300e9 // 70272 = 4269125, +1 page (docs/engines.md §2: ~4.27 M tokens per rank).
 	if hc.TokensPerRank != 4269126 || hc.TotalBytes != 4269126*70272*8 {
 		t.Errorf("tokens per rank %d, total %d: want 4269126 and x70272 x8", hc.TokensPerRank, hc.TotalBytes)
 	}
@@ -374,7 +374,7 @@ func TestHiCacheRefusal(t *testing.T) {
 			t.Errorf("--hicache-size %d: refused = %v, want %v (%v)", size, got, refused, err)
 		}
 	}
-	// Ratio 2 over the device pool (ENGINES.md 2.3: ~462 k tokens, ~32.5 GB per rank).
+	// Ratio 2 over the device pool (docs/engines.md §2: ~462 k tokens, ~32.5 GB per rank).
 	if got := HostPoolTokens(0, 2, 231120, 70272, 1); got != 462241 {
 		t.Errorf("ratio-2 host tokens = %d, want 462241", got)
 	}
@@ -502,7 +502,6 @@ func TestInputErrors(t *testing.T) {
 		{"bad kv dtype", func(in *Input) { in.KVDtype = "int3" }, "kv dtype"},
 		{"hicache on vllm", func(in *Input) { in.Engine, in.HiCache.Enabled, in.HostMem = VLLM, true, GB }, "SGLang feature"},
 		{"hicache without host", func(in *Input) { in.HiCache.Enabled = true }, "host RAM"},
-		{"lane without prompt", func(in *Input) { in.Lanes = []Lane{{Name: "a", MaxTokens: 10}} }, "prompt length unknown"},
 		{"fraction 1", func(in *Input) { in.MemFraction = 1 }, "mem fraction"},
 	}
 	for _, tt := range tests {
@@ -650,5 +649,28 @@ func BenchmarkCompute(b *testing.B) {
 		if _, err := Compute(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDefaultPromptLength: a lane given without a prompt length is planned
+// with DefaultPromptTokens, and the plan says it assumed it.
+func TestDefaultPromptLength(t *testing.T) {
+	in := Input{Model: load(t, "llama3-8b"), GPU: gpu(t, "h100"), Lanes: []Lane{{Name: "short", Concurrency: 8, MaxTokens: 2048}, {Name: "own", Concurrency: 8, MaxTokens: 2048, PromptMean: 300}}}
+	p, err := Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Lanes.Lanes[0].PromptMean; got != DefaultPromptTokens {
+		t.Errorf("lane without a prompt length planned with %d tokens, want %d", got, DefaultPromptTokens)
+	}
+	if got := p.Lanes.Lanes[1].PromptMean; got != 300 {
+		t.Errorf("lane with its own prompt length planned with %d, want 300", got)
+	}
+	said := false
+	for _, e := range p.Estimates {
+		said = said || strings.Contains(e, "prompt length: 1024 tokens assumed for lane short (")
+	}
+	if !said {
+		t.Errorf("estimates do not say the prompt length was assumed: %q", p.Estimates)
 	}
 }

@@ -74,8 +74,8 @@ var knownGPUs = []struct {
 	aliases []string
 	gpu     GPU
 }{
-	// ENGINES.md 8.2: 97887 MiB for both the Workstation and Server Edition.
-	{[]string{"rtx-pro-6000", "rtxpro6000", "rtx-pro-6000-blackwell", "pro6000"}, GPU{Name: "RTX PRO 6000 Blackwell", MemBytes: 97887 * MiB, Source: "ENGINES.md 8.2 (nvidia-smi 97887 MiB)", Marketed: 96}},
+	// docs/engines.md §8: 97887 MiB for both the Workstation and Server Edition.
+	{[]string{"rtx-pro-6000", "rtxpro6000", "rtx-pro-6000-blackwell", "pro6000"}, GPU{Name: "RTX PRO 6000 Blackwell", MemBytes: 97887 * MiB, Source: "nvidia-smi memory.total 97887 MiB (docs/engines.md §8)", Marketed: 96}},
 	// nvidia-smi captures of "NVIDIA H100 80GB HBM3" in public repositories (code index): 81559 MiB.
 	{[]string{"h100", "h100-80gb", "h100-sxm", "h100-80gb-hbm3"}, GPU{Name: "H100 80GB HBM3", MemBytes: 81559 * MiB, Source: "nvidia-smi captures in public repos (81559 MiB)", Marketed: 80}},
 	// nvidia-smi captures of "NVIDIA H200" in public repositories: 143771 MiB.

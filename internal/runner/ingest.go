@@ -11,9 +11,18 @@ import (
 
 // IngestStats counts what one ingest pass did.
 type IngestStats struct {
-	Read     int // good rows read
-	Inserted int // new samples (the rest were already stored)
+	Read     int // rows read, good and bad
+	Inserted int // new samples (the other good rows were already stored)
 	Bad      int // rows dead-lettered at ingest
+}
+
+// Samples is the number of good rows: samples new or already stored.
+func (s IngestStats) Samples() int { return s.Read - s.Bad }
+
+// String is the ingest summary the run prints and records.
+func (s IngestStats) String() string {
+	return fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
+		s.Read, s.Inserted, s.Samples()-s.Inserted, s.Bad)
 }
 
 const ingestBatch = 1000
@@ -54,6 +63,7 @@ func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, e
 			return nil
 		}
 		onBad := func(b source.BadRow) error {
+			stats.Read++
 			stats.Bad++
 			bad = append(bad, store.IngestError{Partition: b.Partition, Origin: b.Origin, Field: b.Field, Reason: b.Reason})
 			if len(bad) >= ingestBatch {

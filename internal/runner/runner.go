@@ -11,7 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,9 +78,34 @@ type runState struct {
 	alerts     chan monitor.Transition
 	alertsDone chan struct{}
 
+	// changed is signalled (never blocking) when a state may have changed,
+	// so the heartbeat and the view show it at once, not at their next tick.
+	changed chan struct{}
+	redraw  chan struct{}
+	view    *ui.Progress
+
 	mu       sync.Mutex
 	jobState monitor.State
 	evidence []string
+	// shown is each endpoint as last reported (after the breaker's verdict),
+	// so its Since is the time of the last transition.
+	shown map[string]monitor.EndpointStatus
+	// modelRefusals and modelWarnings hold what checkModel found per URL.
+	modelRefusals map[string]string
+	modelWarnings map[string]string
+	// overruled holds, per URL, a verdict that differs from the fleet's
+	// (State, Cause, Since it began) until it has lasted breakerSettle.
+	overruled map[string]monitor.EndpointStatus
+	// notes are lines for the view to print at its next frame.
+	notes []string
+}
+
+// note has the view print line at once, above its next frame.
+func (r *runState) note(line string) {
+	r.mu.Lock()
+	r.notes = append(r.notes, line)
+	r.mu.Unlock()
+	notify(r.redraw)
 }
 
 // Run executes the job to completion, interruption or failure.
@@ -103,7 +128,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	spec, st := o.Spec, o.Store
 	host, _ := os.Hostname()
 	r := &runState{o: o, host: host, owner: newOwner(host), started: time.Now(), jobState: monitor.Starting,
-		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook}}
+		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook},
+		changed: make(chan struct{}, 1), redraw: make(chan struct{}, 1), view: ui.NewProgress(o.Out, o.Terminal),
+		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
+		overruled: map[string]monitor.EndpointStatus{}}
 	r.hist = &history{worker: r.owner}
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
@@ -122,69 +150,17 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
-	fmt.Fprintf(o.Out, "ingest: %d rows read, %d new samples, %d bad rows (dead letters)\n", stats.Read, stats.Inserted, stats.Bad)
-	r.event(ctx, store.Event{Kind: "ingest", Subject: "job",
-		Evidence: fmt.Sprintf("%d rows read, %d new, %d bad", stats.Read, stats.Inserted, stats.Bad)})
+	fmt.Fprintf(o.Out, "ingest: %s\n", stats)
+	r.event(ctx, store.Event{Kind: "ingest", Subject: "job", Evidence: stats.String()})
 
-	logDir := filepath.Join(spec.Dir, ".regen", spec.BaseName())
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return sum, fmt.Errorf("create log dir: %w", err)
-	}
-	r.fleet, err = newFleet(spec, logDir, o.Logger, r.onEndpointState)
-	if err != nil {
+	// A finished job re-run only exports again: no server is started, so
+	// nothing is left behind in its status but the job's own DONE.
+	var runErr error
+	if left, err := r.remaining(ctx); err != nil {
 		return sum, err
+	} else if left > 0 {
+		runErr = r.generate(ctx)
 	}
-	r.load = newLoadWatch(spec, r.fleet.URLs())
-
-	endpoints := make([]dispatch.Endpoint, 0)
-	for _, url := range r.fleet.URLs() {
-		key := ""
-		for _, e := range spec.Endpoints {
-			if e.URL == url && e.APIKeyEnv != "" {
-				key = os.Getenv(e.APIKeyEnv)
-			}
-		}
-		maxConns := 0
-		for _, l := range spec.Lanes {
-			maxConns += l.Concurrency
-		}
-		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
-			BaseURL: url, APIKey: key, MaxConns: maxConns,
-			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
-		})})
-	}
-	params, err := spec.Generation.Params()
-	if err != nil {
-		return sum, fmt.Errorf("generation settings: %w", err)
-	}
-	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
-	for _, l := range spec.Lanes {
-		esc, _ := spec.EscalationLane(l.Name)
-		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
-	}
-	r.disp, err = dispatch.New(dispatch.Config{
-		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
-		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
-		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observe,
-	})
-	if err != nil {
-		return sum, fmt.Errorf("dispatcher: %w", err)
-	}
-	r.fleet.SetProgress(r.progressOf)
-	r.fleet.SetTokens(func(url string) int64 {
-		for _, e := range r.disp.Snapshot().Endpoints {
-			if e.URL == url {
-				return e.TokensTotal
-			}
-		}
-		return 0
-	})
-	// Endpoints start paused until the fleet reports them ready.
-	for _, url := range r.fleet.URLs() {
-		r.disp.Pause(url, "starting")
-	}
-
-	runErr := r.runLoops(ctx)
 
 	var failed *FailedError
 	bg := context.WithoutCancel(ctx)
@@ -222,7 +198,84 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}
 	r.setState(bg, monitor.Done, nil)
 	r.beat(bg, true, monitor.ExitFinished)
+	r.draw(bg, "")
 	return sum, nil
+}
+
+// remaining counts the samples not finished yet (pending or leased).
+func (r *runState) remaining(ctx context.Context) (int, error) {
+	counts, err := r.o.Store.Counts(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count samples: %w", err)
+	}
+	_, total := monitor.Cells(counts)
+	return total.Pending + total.InFlight, nil
+}
+
+// generate starts the endpoints and the dispatcher and runs until every
+// sample is finished, the fleet fails or ctx ends.
+func (r *runState) generate(ctx context.Context) error {
+	spec, st, o := r.o.Spec, r.o.Store, r.o
+	logDir := spec.StateDir()
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return fmt.Errorf("create log dir: %w", err)
+	}
+	var err error
+	r.fleet, err = newFleet(spec, logDir, o.Logger, r.onEndpointState)
+	if err != nil {
+		return err
+	}
+	r.load = newLoadWatch(spec, r.fleet.URLs())
+
+	endpoints := make([]dispatch.Endpoint, 0)
+	for _, url := range r.fleet.URLs() {
+		key := ""
+		for _, e := range spec.Endpoints {
+			if e.URL == url && e.APIKeyEnv != "" {
+				key = os.Getenv(e.APIKeyEnv)
+			}
+		}
+		maxConns := 0
+		for _, l := range spec.Lanes {
+			maxConns += l.Concurrency
+		}
+		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
+			BaseURL: url, APIKey: key, MaxConns: maxConns,
+			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
+		})})
+	}
+	params, err := spec.Generation.Params()
+	if err != nil {
+		return fmt.Errorf("generation settings: %w", err)
+	}
+	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
+	for _, l := range spec.Lanes {
+		esc, _ := spec.EscalationLane(l.Name)
+		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
+	}
+	disp, err := dispatch.New(dispatch.Config{
+		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
+		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
+		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observe,
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	r.disp = disp
+	r.fleet.SetProgress(r.progressOf)
+	r.fleet.SetTokens(func(url string) int64 {
+		for _, e := range disp.Snapshot().Endpoints {
+			if e.URL == url {
+				return e.TokensTotal
+			}
+		}
+		return 0
+	})
+	// Endpoints start paused until the fleet reports them ready.
+	for _, url := range r.fleet.URLs() {
+		disp.Pause(url, "starting")
+	}
+	return r.runLoops(ctx)
 }
 
 // beatEvery writes heartbeats until the returned stop is called.
@@ -358,19 +411,18 @@ func (r *runState) event(ctx context.Context, e store.Event) {
 	}
 }
 
-// setState records a job state change as an event and fires alerts; it
-// reports whether the state changed.
-func (r *runState) setState(ctx context.Context, s monitor.State, evidence []string) bool {
+// setState records a job state change as an event and fires alerts.
+func (r *runState) setState(ctx context.Context, s monitor.State, evidence []string) {
 	r.mu.Lock()
 	prev := r.jobState
 	r.jobState, r.evidence = s, evidence
 	r.mu.Unlock()
 	if prev == s {
-		return false
+		return
 	}
+	notify(r.redraw)
 	r.event(ctx, store.Event{Kind: "job_state", Subject: "job", State: string(s), Evidence: joinEvidence(evidence)})
 	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: "job", From: prev, To: s, Time: time.Now(), Evidence: evidence})
-	return true
 }
 
 // alertQueue bounds the transitions waiting for a slow hook.
@@ -414,10 +466,34 @@ func (r *runState) stopAlerts() {
 
 // onEndpointState is the fleet's callback: pause or resume dispatch, record, alert.
 func (r *runState) onEndpointState(ctx context.Context, prev, cur monitor.EndpointStatus) {
+	r.event(ctx, store.Event{Kind: "endpoint_state", Subject: cur.URL, State: string(cur.State),
+		Evidence: joinEvidence(append([]string{cur.Cause}, cur.Evidence...))})
+	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: cur.URL, From: prev.State, To: cur.State, Time: time.Now(),
+		Evidence: append([]string{cur.Cause}, cur.Evidence...)})
 	if r.disp != nil {
 		switch cur.State {
 		case monitor.Ready, monitor.Degraded:
-			r.disp.Resume(cur.URL)
+			// Readiness includes serving the job's model, where the engine
+			// would otherwise refuse every request.
+			refusal := ""
+			if prev.State != monitor.Ready && prev.State != monitor.Degraded {
+				refusal = r.checkModel(ctx, cur.URL)
+				r.mu.Lock()
+				if refusal == "" {
+					delete(r.modelRefusals, cur.URL)
+				} else {
+					r.modelRefusals[cur.URL] = refusal
+				}
+				r.mu.Unlock()
+			}
+			r.mu.Lock()
+			refusal = r.modelRefusals[cur.URL]
+			r.mu.Unlock()
+			if refusal == "" {
+				r.disp.Resume(cur.URL)
+			} else {
+				r.disp.Pause(cur.URL, "model not served")
+			}
 		default:
 			reason := string(cur.State)
 			if cur.Cause != "" {
@@ -426,10 +502,15 @@ func (r *runState) onEndpointState(ctx context.Context, prev, cur monitor.Endpoi
 			r.disp.Pause(cur.URL, reason)
 		}
 	}
-	r.event(ctx, store.Event{Kind: "endpoint_state", Subject: cur.URL, State: string(cur.State),
-		Evidence: joinEvidence(append([]string{cur.Cause}, cur.Evidence...))})
-	r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: cur.URL, From: prev.State, To: cur.State, Time: time.Now(),
-		Evidence: append([]string{cur.Cause}, cur.Evidence...)})
+	notify(r.changed)
+}
+
+// notify signals ch without blocking; one pending signal is enough.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // progressOf gives a supervisor the token-progress evidence for one endpoint.
@@ -468,40 +549,107 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 		return monitor.Live{}, nil, err
 	}
 	out, total := monitor.Cells(counts)
-	return r.liveNow(total.Pending + total.InFlight), out, nil
-}
-
-// liveNow gathers the in-memory evidence, with remaining from the store.
-func (r *runState) liveNow(remaining int) monitor.Live {
 	snap := r.disp.Snapshot()
-	l := monitor.Live{Now: time.Now(), StartedAt: r.started, Remaining: remaining, StallAfter: r.o.Spec.Monitor.StallAfter,
-		Endpoints: r.fleet.Statuses()}
-	for i := range l.Endpoints {
-		for _, e := range snap.Endpoints {
-			if e.URL != l.Endpoints[i].URL {
-				continue
-			}
-			l.Endpoints[i].InFlight = e.InFlight
-			l.Endpoints[i].LastTokenAt = e.LastTokenAt
-			l.Endpoints[i].Tokens = e.TokensTotal
-			l.Endpoints[i].Load = r.load.of(e.URL)
-			// Healthy by its probe but refusing our requests (wrong model name,
-			// bad key, dying engine): the breaker is the truth, with its reason.
-			// Half-open is no better until its probe request succeeds: a
-			// killed server must not read READY between two failed probes.
-			if e.Breaker != "closed" && (l.Endpoints[i].State == monitor.Ready || l.Endpoints[i].State == monitor.Degraded) {
-				l.Endpoints[i].State = monitor.Down
-				l.Endpoints[i].Cause = "requests fail: " + e.LastServerDown
-			}
-		}
-	}
+	now := time.Now()
+	l := monitor.Live{Now: now, StartedAt: r.started, Remaining: total.Pending + total.InFlight, StallAfter: r.o.Spec.Monitor.StallAfter,
+		Endpoints: r.endpoints(ctx, snap, now)}
 	for _, e := range snap.Endpoints {
 		l.InFlight += e.InFlight
 		if e.LastTokenAt.After(l.LastTokenAt) {
 			l.LastTokenAt = e.LastTokenAt
 		}
 	}
-	return l
+	return l, out, nil
+}
+
+// endpoints is each endpoint as the fleet sees it, with the dispatcher's
+// counters and the breaker's verdict, and Since the time of its last
+// transition.
+func (r *runState) endpoints(ctx context.Context, snap dispatch.Snapshot, now time.Time) []monitor.EndpointStatus {
+	eps := r.fleet.Statuses()
+	for i, raw := range eps {
+		for _, e := range snap.Endpoints {
+			if e.URL != raw.URL {
+				continue
+			}
+			eps[i].InFlight = e.InFlight
+			eps[i].LastTokenAt = e.LastTokenAt
+			eps[i].Tokens = e.TokensTotal
+			eps[i].Load = r.load.of(e.URL)
+			// Healthy by its probe but refusing our requests (wrong model name,
+			// bad key, dying engine): the breaker is the truth, with its reason.
+			// Half-open is no better until its probe request succeeds: a
+			// killed server must not read READY while that request hangs.
+			if e.Breaker != "closed" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {
+				eps[i].State = monitor.Down
+				eps[i].Cause = "requests fail: " + e.LastServerDown
+				eps[i].Evidence = nil
+			}
+		}
+		r.mu.Lock()
+		refusal, warning := r.modelRefusals[raw.URL], r.modelWarnings[raw.URL]
+		r.mu.Unlock()
+		if refusal != "" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {
+			eps[i].State, eps[i].Cause, eps[i].Evidence = monitor.Down, "model not served", []string{refusal}
+		}
+		if warning != "" {
+			eps[i].Evidence = append(slices.Clone(eps[i].Evidence), warning)
+		}
+		eps[i] = r.settle(ctx, raw, eps[i], now)
+	}
+	return eps
+}
+
+// breakerSettle is how long the breaker's verdict must differ from the
+// fleet's before it is shown: a crashing server fails its requests a moment
+// before its supervisor reports it, and that is one transition, not two.
+const breakerSettle = time.Second
+
+// settle gives cur (the fleet's raw status, maybe overruled by the breaker
+// or the model check) the time of its last transition. A transition the
+// fleet did not report itself is recorded (kind "breaker"), alerted and
+// shown at once here, once it has lasted breakerSettle; its Since is when
+// it began.
+func (r *runState) settle(ctx context.Context, raw, cur monitor.EndpointStatus, now time.Time) monitor.EndpointStatus {
+	r.mu.Lock()
+	prev, seen := r.shown[cur.URL]
+	same := seen && prev.State == cur.State && prev.Cause == cur.Cause
+	fleetReported := cur.State == raw.State && cur.Cause == raw.Cause && raw.Since.After(prev.Since)
+	record := false
+	switch {
+	case same:
+		cur.Since = prev.Since
+		delete(r.overruled, cur.URL)
+	case fleetReported || !seen:
+		// The fleet's own transition, with its time, recorded by onEndpointState.
+		delete(r.overruled, cur.URL)
+	default:
+		began, pending := r.overruled[cur.URL]
+		if !pending || began.State != cur.State || began.Cause != cur.Cause {
+			began = monitor.EndpointStatus{State: cur.State, Cause: cur.Cause, Since: now}
+			r.overruled[cur.URL] = began
+		}
+		if now.Sub(began.Since) < breakerSettle {
+			// Not yet: keep showing the previous state.
+			r.mu.Unlock()
+			prev.InFlight, prev.LastTokenAt, prev.Tokens, prev.Load = cur.InFlight, cur.LastTokenAt, cur.Tokens, cur.Load
+			return prev
+		}
+		delete(r.overruled, cur.URL)
+		cur.Since = began.Since
+		record = true
+	}
+	shown := cur
+	shown.Evidence = slices.Clone(cur.Evidence)
+	r.shown[cur.URL] = shown
+	r.mu.Unlock()
+	if record {
+		ev := append([]string{cur.Cause}, cur.Evidence...)
+		r.event(ctx, store.Event{Time: cur.Since, Kind: "breaker", Subject: cur.URL, State: string(cur.State), Evidence: joinEvidence(ev)})
+		r.alert(ctx, monitor.Transition{Job: r.o.Spec.Name, Subject: cur.URL, From: prev.State, To: cur.State, Time: cur.Since, Evidence: ev})
+		notify(r.changed)
+	}
+	return cur
 }
 
 func (r *runState) tokens() int64 {
@@ -512,45 +660,45 @@ func (r *runState) tokens() int64 {
 	return n
 }
 
-// judgeEvery is how often the runner re-judges the job state between
-// heartbeats: a change (a killed server's DOWN) is written at once, so a
-// watcher in another shell sees it within a second, not a heartbeat later.
-const judgeEvery = 250 * time.Millisecond
+// watchEvery is how often the heartbeat loop looks at the endpoints (in
+// memory) for a transition to write and show at once.
+const watchEvery = 250 * time.Millisecond
 
+// heartbeatLoop writes the heartbeat every heartbeat_every, and at once
+// when a state changes, so `regen status` and the view learn of a server
+// that went down within a fraction of a second, not at the next tick.
 func (r *runState) heartbeatLoop(ctx context.Context) {
-	every := r.o.Spec.Monitor.HeartbeatEvery
-	var lastBeat time.Time
-	var last monitor.Live
-	tickUntil(ctx, min(judgeEvery, every), func() {
-		// Between heartbeats only the in-memory evidence is re-read: the
-		// store's counts (which only tell DONE apart) wait for the beat.
-		if time.Since(lastBeat) < every && !lastBeat.IsZero() {
-			l := r.liveNow(last.Remaining)
-			if s, ev := monitor.Evaluate(l); s != monitor.Done && r.setState(ctx, s, ev) {
-				r.writeBeat(ctx, false, "", &l)
-			}
-			return
-		}
+	step := func() {
 		l, _, err := r.live(ctx)
-		last = l
 		if err != nil {
-			if time.Since(lastBeat) >= every {
-				r.beat(ctx, false, "")
-				lastBeat = time.Now()
-			}
+			r.beat(ctx, false, "")
 			return
 		}
 		s, ev := monitor.Evaluate(l)
-		changed := false
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
-			changed = r.setState(ctx, s, ev)
+			r.setState(ctx, s, ev)
 		}
-		if changed || time.Since(lastBeat) >= every {
-			r.writeBeat(ctx, false, "", &l)
-			r.recordHistory(ctx, l.Now)
-			lastBeat = time.Now()
+		r.writeBeat(ctx, false, "", &l)
+		r.recordHistory(ctx, l.Now)
+	}
+	beat := time.NewTicker(r.o.Spec.Monitor.HeartbeatEvery)
+	defer beat.Stop()
+	watch := time.NewTicker(watchEvery)
+	defer watch.Stop()
+	step()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			step()
+		case <-r.changed:
+			step()
+			notify(r.redraw)
+		case <-watch.C:
+			r.endpoints(ctx, r.disp.Snapshot(), time.Now())
 		}
-	})
+	}
 }
 
 // observe feeds one finished request to regen's own metrics.
@@ -590,22 +738,69 @@ func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l 
 	}
 }
 
+// progressLoop draws the view every ProgressEvery and at once when a state
+// changes, and a final frame when ctx ends.
 func (r *runState) progressLoop(ctx context.Context) {
-	view := ui.NewProgress(r.o.Out, r.o.Terminal)
-	draw := func() {
-		// The last frame is drawn after ctx ends, so it must not depend on it.
-		l, cells, err := r.live(context.WithoutCancel(ctx))
-		if err != nil {
+	t := time.NewTicker(r.o.ProgressEvery)
+	defer t.Stop()
+	shown := r.draw(ctx, "")
+	for {
+		select {
+		case <-ctx.Done():
+			r.draw(ctx, "") // the final frame
 			return
+		case <-t.C:
+			shown = r.draw(ctx, "")
+		case <-r.redraw:
+			shown = r.draw(ctx, shown)
 		}
-		r.mu.Lock()
-		s, ev := r.jobState, r.evidence
-		r.mu.Unlock()
-		view.Update(ui.Frame{Time: l.Now, Job: r.o.Spec.Name, State: s, Evidence: ev, Cells: cells,
-			Tokens: r.tokens(), InFlight: l.InFlight, Endpoints: l.Endpoints})
 	}
-	tickUntil(ctx, r.o.ProgressEvery, draw)
-	draw() // the final frame
+}
+
+// draw renders one frame of the view unless its states are those of the
+// frame drawn last (skip, "" never matches); it returns the states drawn.
+// It works before and after the endpoints and the dispatcher exist (a
+// finished job has neither).
+func (r *runState) draw(ctx context.Context, skip string) string {
+	// The last frame is drawn after ctx ends, so it must not depend on it.
+	ctx = context.WithoutCancel(ctx)
+	f := ui.Frame{Job: r.o.Spec.Name}
+	if r.disp != nil && r.fleet != nil {
+		l, cells, err := r.live(ctx)
+		if err != nil {
+			return skip
+		}
+		snap := r.disp.Snapshot()
+		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
+		for _, ls := range snap.Lanes {
+			f.Lanes = append(f.Lanes, ui.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail})
+		}
+	} else {
+		counts, err := r.o.Store.Counts(ctx)
+		if err != nil {
+			return skip
+		}
+		f.Time = time.Now()
+		f.Cells, _ = monitor.Cells(counts)
+	}
+	r.mu.Lock()
+	f.State, f.Evidence = r.jobState, r.evidence
+	notes := r.notes
+	r.notes = nil
+	r.mu.Unlock()
+	for _, n := range notes {
+		r.view.Note(n)
+		skip = "" // the note moved the view: draw the frame again
+	}
+	states := string(f.State)
+	for _, e := range f.Endpoints {
+		states += " " + string(e.State) + ":" + e.Cause
+	}
+	if states == skip {
+		return skip
+	}
+	r.view.Update(f)
+	return states
 }
 
 // runnerAlive reports whether pid is a live regen process on this machine;

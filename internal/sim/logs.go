@@ -9,7 +9,7 @@ import (
 )
 
 // logger writes engine-format log lines; the formats are the contract a
-// log watcher parses (ENGINES.md section 5), so they are not slog lines.
+// log watcher parses (docs/engines.md §5), so they are not slog lines.
 type logger struct {
 	mu  sync.Mutex
 	w   io.Writer

@@ -174,6 +174,8 @@ type reader struct {
 	emit  func(Sample) error
 	bad   func(BadRow) error
 	stats Stats
+	// onRow, when set, sees every decoded row before it is mapped (Inspect).
+	onRow func(map[string]any)
 }
 
 // row maps one decoded row and hands it to emit or bad.
@@ -184,6 +186,9 @@ func (r *reader) row(v map[string]any, origin string) error {
 		}
 	}
 	r.stats.Rows++
+	if r.onRow != nil {
+		r.onRow(v)
+	}
 	s, rerr := r.m.sample(v, origin)
 	if rerr != nil {
 		return r.badRow(origin, rerr.field, rerr.reason)

@@ -116,6 +116,10 @@ type Throughput struct {
 	Samples          int
 	CompletionTokens int64
 	PromptTokens     int64
+	// First and Last are the finish times of the earliest and the latest
+	// result counted (zero when none), so a finished job's average rate is
+	// its work over Last-First.
+	First, Last time.Time
 }
 
 // Store is the durable job state. All methods are safe for concurrent use.
@@ -138,7 +142,8 @@ type Store interface {
 	// IngestErrorCount returns how many distinct bad rows (by Origin) are recorded.
 	IngestErrorCount(ctx context.Context) (int, error)
 	// EachIngestError calls fn for every recorded bad row, once each, in
-	// byte-wise Origin order. It reads a bounded page at a time and holds
+	// the order first recorded (source order: ingest reads files and lines
+	// in order). It reads a bounded page at a time and holds
 	// nothing while fn runs, so fn may call the store. An error from fn
 	// stops the walk and is returned unwrapped.
 	EachIngestError(ctx context.Context, fn func(IngestError) error) error

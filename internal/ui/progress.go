@@ -20,6 +20,16 @@ type Frame struct {
 	Tokens    int64                // streamed chunks so far (≈ tokens)
 	InFlight  int
 	Endpoints []monitor.EndpointStatus
+	Lanes     []LaneTiming
+}
+
+// LaneTiming is how long a lane's requests take, for the ETA of the work
+// already in flight: throughput alone says nothing about the last requests
+// of a job, which run alone and are often its longest.
+type LaneTiming struct {
+	Name         string
+	MeanDuration time.Duration // of answered requests; 0 before the first
+	Tail         time.Duration // expected time until the requests in flight now are answered
 }
 
 // Progress turns successive frames into rates and renders them.
@@ -44,6 +54,7 @@ func NewProgress(out io.Writer, terminal bool) *Progress {
 type partRow struct {
 	name                                   string
 	total, done, pending, inFlight, failed int
+	lanes                                  map[string][2]int // lane -> pending, in flight
 }
 
 func partitions(cells []monitor.CellCounts) []partRow {
@@ -51,8 +62,12 @@ func partitions(cells []monitor.CellCounts) []partRow {
 	for _, c := range cells {
 		r := m[c.Partition]
 		if r == nil {
-			r = &partRow{name: c.Partition}
+			r = &partRow{name: c.Partition, lanes: map[string][2]int{}}
 			m[c.Partition] = r
+		}
+		if c.Pending+c.InFlight > 0 {
+			l := r.lanes[c.Lane]
+			r.lanes[c.Lane] = [2]int{l[0] + c.Pending, l[1] + c.InFlight}
 		}
 		r.total += c.Total
 		r.done += c.Done + c.Rejected
@@ -85,9 +100,15 @@ func (p *Progress) Update(f Frame) {
 			p.lastDone[r.name] = r.done
 		}
 	} else if dt := f.Time.Sub(p.lastTime).Seconds(); dt > 0 {
-		p.tokRate = smooth(p.tokRate, float64(f.Tokens-p.lastTok)/dt)
+		// While nothing can progress the rates are what they are (zero),
+		// not a smoothed memory of better times.
+		fold := smooth
+		if f.State != monitor.Running {
+			fold = func(_, now float64) float64 { return now }
+		}
+		p.tokRate = fold(p.tokRate, float64(f.Tokens-p.lastTok)/dt)
 		for _, r := range rows {
-			p.doneRates[r.name] = smooth(p.doneRates[r.name], float64(r.done-p.lastDone[r.name])/dt)
+			p.doneRates[r.name] = fold(p.doneRates[r.name], float64(r.done-p.lastDone[r.name])/dt)
 			p.lastDone[r.name] = r.done
 		}
 		p.lastTime, p.lastTok = f.Time, f.Tokens
@@ -102,6 +123,16 @@ func (p *Progress) Update(f Frame) {
 	io.WriteString(p.out, text)
 }
 
+// Note prints a line of its own above the progress (a warning the user
+// must see, not only a state in the next frame).
+func (p *Progress) Note(line string) {
+	if p.terminal && p.lines > 0 {
+		fmt.Fprintf(p.out, "\x1b[%dA\x1b[J", p.lines)
+		p.lines = 0 // the next frame draws below the note
+	}
+	fmt.Fprintln(p.out, line)
+}
+
 // Render draws f: a terminal block, or one compact line per frame otherwise.
 func (p *Progress) Render(f Frame, rows []partRow) string {
 	var b strings.Builder
@@ -113,7 +144,7 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 			if r.failed > 0 {
 				fmt.Fprintf(&b, " dead=%d", r.failed)
 			}
-			if eta := etaOf(r, p.doneRates[r.name]); eta != "" {
+			if eta := p.etaOf(f, r); eta != "" {
 				fmt.Fprintf(&b, " eta=%s", eta)
 			}
 		}
@@ -133,14 +164,18 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 		if r.total > 0 {
 			pct = 100 * float64(r.done+r.failed) / float64(r.total)
 		}
-		eta := etaOf(r, p.doneRates[r.name])
+		eta := p.etaOf(f, r)
 		if eta == "" {
 			eta = "-"
 		}
 		fmt.Fprintf(&b, "  %-20s %16s %5.1f%% %8d %8d %6d %9s\n", r.name, fmt.Sprintf("%d/%d", r.done, r.total), pct, r.pending, r.inFlight, r.failed, eta)
 	}
 	for _, e := range f.Endpoints {
-		fmt.Fprintf(&b, "  endpoint %s %s in flight %d", e.URL, e.State, e.InFlight)
+		fmt.Fprintf(&b, "  endpoint %s %s", e.URL, e.State)
+		if !e.Since.IsZero() {
+			fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
+		}
+		fmt.Fprintf(&b, ", in flight %d", e.InFlight)
 		if e.Cause != "" {
 			fmt.Fprintf(&b, " (%s)", e.Cause)
 		}
@@ -149,17 +184,58 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 	return b.String()
 }
 
-func etaOf(r partRow, rate float64) string {
+// etaOf estimates when partition r finishes, "" when it cannot be known or
+// nothing progresses. Queued work drains at the partition's finish rate and
+// its last request then needs its lane's mean duration; once nothing is
+// queued, what is left is the in-flight tail (dispatch estimates it from
+// the lane's answered durations and the requests' ages).
+func (p *Progress) etaOf(f Frame, r partRow) string {
 	left := r.pending + r.inFlight
 	if left == 0 {
 		return "done"
 	}
-	if rate <= 0 {
+	if f.State != monitor.Running {
 		return ""
 	}
-	eta := time.Duration(float64(left) / rate * float64(time.Second))
+	rate := p.doneRates[r.name]
+	var queue, tail time.Duration
+	if r.pending > 0 {
+		if rate <= 0 {
+			return ""
+		}
+		queue = time.Duration(float64(r.pending) / rate * float64(time.Second))
+	}
+	known := false
+	for lane, n := range r.lanes {
+		lt, ok := laneTiming(f.Lanes, lane)
+		if !ok || lt.MeanDuration <= 0 {
+			continue
+		}
+		known = true
+		if n[0] > 0 {
+			tail = max(tail, lt.MeanDuration)
+		} else {
+			tail = max(tail, lt.Tail)
+		}
+	}
+	if !known && r.pending == 0 {
+		if rate <= 0 {
+			return ""
+		}
+		tail = time.Duration(float64(r.inFlight) / rate * float64(time.Second))
+	}
+	eta := queue + tail
 	if eta < time.Second {
-		return "<1s" // a few long requests left: "0s" would read as finished
+		return "<1s" // "0s" would read as finished
 	}
 	return eta.Round(time.Second).String()
+}
+
+func laneTiming(lanes []LaneTiming, name string) (LaneTiming, bool) {
+	for _, l := range lanes {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return LaneTiming{}, false
 }

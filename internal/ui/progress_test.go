@@ -24,7 +24,7 @@ func TestProgressPlainLinesAndETA(t *testing.T) {
 		"12:00:00 demo RUNNING elapsed=0s in_flight=0 tok/s=0 | B1 0/100",
 		"12:00:10 demo RUNNING elapsed=10s in_flight=2 tok/s=500 | B1 50/100 eta=10s",
 		"12:00:20 demo RUNNING elapsed=20s in_flight=1 tok/s=470 | B1 99/100 eta=<1s",
-		"12:00:30 demo STALLED elapsed=30s in_flight=0 tok/s=329 | B1 99/100 dead=1 eta=done | no token for 31s",
+		"12:00:30 demo STALLED elapsed=30s in_flight=0 tok/s=0 | B1 99/100 dead=1 eta=done | no token for 31s",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), b.String())
@@ -33,5 +33,41 @@ func TestProgressPlainLinesAndETA(t *testing.T) {
 		if lines[i] != want[i] {
 			t.Errorf("line %d:\n got %q\nwant %q", i, lines[i], want[i])
 		}
+	}
+}
+
+// TestProgressETAInFlightTail: at 583/600 with 17 long requests in flight
+// the throughput alone says "<1s"; the long lane's in-flight tail is 8s.
+func TestProgressETAInFlightTail(t *testing.T) {
+	var b strings.Builder
+	p := NewProgress(&b, false)
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	cells := func(done, pending, inflight int) []monitor.CellCounts {
+		return []monitor.CellCounts{
+			{Partition: "B2", Lane: "short", Total: 300, Done: 300},
+			{Partition: "B2", Lane: "long", Total: 300, Done: done - 300, Pending: pending, InFlight: inflight},
+		}
+	}
+	lanes := []LaneTiming{{Name: "short", MeanDuration: time.Second},
+		{Name: "long", MeanDuration: 9 * time.Second, Tail: 8 * time.Second}}
+	p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(300, 283, 17), Lanes: lanes})
+	p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(583, 0, 17), Lanes: lanes, InFlight: 17})
+	p.Update(Frame{Time: t0.Add(11 * time.Second), Job: "demo", State: monitor.Down, Cells: cells(590, 0, 10), Lanes: lanes, InFlight: 10})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if want := "| B2 583/600 eta=8s"; !strings.HasSuffix(lines[1], want) {
+		t.Errorf("with 17 long requests in flight:\n got %q\nwant it to end in %q", lines[1], want)
+	}
+	if strings.Contains(lines[2], "eta=") || !strings.Contains(lines[2], "tok/s=0") {
+		t.Errorf("while DOWN there is no ETA and no throughput: %q", lines[2])
+	}
+
+	// Queued work: the queue drains at the finish rate, then the last
+	// request needs the lane's mean duration.
+	var b2 strings.Builder
+	p = NewProgress(&b2, false)
+	p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(300, 300, 0), Lanes: lanes})
+	p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(400, 180, 20), Lanes: lanes})
+	if want := "| B2 400/600 eta=27s"; !strings.HasSuffix(strings.TrimSpace(b2.String()), want) { // 180 at 10/s + 9s
+		t.Errorf("with 180 queued:\n got %q\nwant it to end in %q", b2.String(), want)
 	}
 }

@@ -30,19 +30,27 @@ func StatusText(job string, r monitor.Report) string {
 	if r.IngestErrors > 0 {
 		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
 	}
-	fmt.Fprintf(&b, "\nthroughput: %.1f tok/s, %.2f samples/s over %s; %.1f tok/s, %.2f samples/s over %s\n",
-		r.Rate1m.TokensPerSec, r.Rate1m.SamplesPerSec, r.Rate1m.Window.Round(time.Second),
-		r.Rate10m.TokensPerSec, r.Rate10m.SamplesPerSec, r.Rate10m.Window.Round(time.Second))
+	if r.Average != nil {
+		a := r.Average
+		fmt.Fprintf(&b, "\nthroughput: %.1f tok/s, %.2f samples/s on average (%d samples, %d tokens from the first result to the last, %s)\n",
+			a.TokensPerSec, a.SamplesPerSec, a.Samples, a.Tokens, a.Window.Round(time.Second))
+	} else {
+		fmt.Fprintf(&b, "\nthroughput: %.1f tok/s, %.2f samples/s over %s; %.1f tok/s, %.2f samples/s over %s\n",
+			r.Rate1m.TokensPerSec, r.Rate1m.SamplesPerSec, r.Rate1m.Window.Round(time.Second),
+			r.Rate10m.TokensPerSec, r.Rate10m.SamplesPerSec, r.Rate10m.Window.Round(time.Second))
+	}
 	switch {
-	case r.State == monitor.Done:
-		b.WriteString("eta: done\n")
 	case r.ETA > 0:
 		fmt.Fprintf(&b, "eta: %s\n", r.ETA.Round(time.Second))
-	default:
-		b.WriteString("eta: unknown (no samples finished in the last 10 minutes)\n")
+	case r.ETANote != "":
+		fmt.Fprintf(&b, "eta: %s\n", r.ETANote)
 	}
 	if len(r.Endpoints) > 0 {
-		b.WriteString("\nendpoints:\n")
+		if r.RunnerExited {
+			b.WriteString("\nendpoints when the runner exited:\n")
+		} else {
+			b.WriteString("\nendpoints:\n")
+		}
 		for _, e := range r.Endpoints {
 			fmt.Fprintf(&b, "  %s %s", e.URL, e.State)
 			if !e.Since.IsZero() {
@@ -67,7 +75,10 @@ func StatusText(job string, r monitor.Report) string {
 	if len(r.Events) > 0 {
 		b.WriteString("\nlast events:\n")
 		for _, e := range r.Events {
-			fmt.Fprintf(&b, "  %s %s %s %s", e.Time.Format("15:04:05"), e.Kind, e.Subject, e.State)
+			fmt.Fprintf(&b, "  %s %s %s", e.Time.Format("15:04:05"), e.Kind, e.Subject)
+			if e.State != "" {
+				fmt.Fprintf(&b, " %s", e.State)
+			}
 			if e.Evidence != "" {
 				fmt.Fprintf(&b, ": %s", e.Evidence)
 			}

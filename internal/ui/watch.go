@@ -12,7 +12,6 @@ import (
 	"charm.land/lipgloss/v2"
 
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/store"
 )
 
 // WatchSnapshot is everything `regen watch` shows at one moment, read from
@@ -151,12 +150,16 @@ func progressLines(s WatchSnapshot, width int) []string {
 	}
 	out = append(out, "")
 	sparkW := max(10, min(60, width-40))
+	// Without an ETA the report says why (done, nothing progressing, no
+	// recent throughput), as regen status does.
 	eta := "unknown"
 	switch {
-	case r.State == monitor.Done:
-		eta = "done"
 	case r.ETA > 0:
 		eta = fmtETA(r.ETA)
+	case r.ETANote != "":
+		eta = r.ETANote
+	case r.State == monitor.Done:
+		eta = "done"
 	}
 	out = append(out,
 		fmt.Sprintf("tokens/s   %s %9.1f now (1m), %.1f over 10m", spark(s.History.TokensPerSec, sparkW), r.Rate1m.TokensPerSec, r.Rate10m.TokensPerSec),
@@ -229,7 +232,7 @@ func endpointLines(s WatchSnapshot, width int, detail bool) []string {
 	return out
 }
 
-func eventText(e store.Event) string {
+func eventText(e monitor.Event) string {
 	t := fmt.Sprintf("%s %s %s %s", e.Time.Format("15:04:05"), e.Kind, e.Subject, e.State)
 	if e.Evidence != "" {
 		t += ": " + e.Evidence

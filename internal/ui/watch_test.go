@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/store"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -57,7 +56,7 @@ func watchFixture() WatchSnapshot {
 			IngestErrors: 3,
 			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30000", State: monitor.Ready, InFlight: 38,
 				Since: now.Add(-5 * time.Minute), Load: &monitor.EndpointLoad{KVUsage: 0.87, Queued: 4, Running: 38}, Restarts: 1}},
-			Events: []store.Event{
+			Events: []monitor.Event{
 				{Time: now.Add(-5 * time.Minute), Kind: "endpoint_state", Subject: "http://127.0.0.1:30000", State: "READY"},
 				{Time: now.Add(-6 * time.Minute), Kind: "endpoint_state", Subject: "http://127.0.0.1:30000", State: "DOWN", Evidence: "exit code 137"},
 			},
@@ -93,6 +92,7 @@ func TestRenderWatchGolden(t *testing.T) {
 	down.Report.Endpoints[0].State = monitor.Down
 	down.Report.Endpoints[0].Cause = "requests fail: connection refused"
 	down.Report.Endpoints[0].Load = nil
+	down.Report.ETA, down.Report.ETANote = 0, "none while DOWN: nothing is progressing"
 	stale := watchFixture()
 	stale.Err = errors.New("database is locked")
 	empty := WatchSnapshot{Job: "fresh", Now: watchFixture().Now, Report: monitor.Report{State: monitor.Dead,

@@ -132,7 +132,7 @@ func BenchmarkDashboardMemory(b *testing.B) {
 	ctx := context.Background()
 	report := func(st store.Store) func(context.Context) (monitor.Report, error) {
 		return func(ctx context.Context) (monitor.Report, error) {
-			return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute})
+			return monitor.Assess(ctx, st, monitor.AssessOptions{Job: "big", Now: time.Now(), DeadAfter: time.Minute})
 		}
 	}
 	if _, err := report(runner)(ctx); err != nil { // warm the runner's own handle
@@ -145,7 +145,7 @@ func BenchmarkDashboardMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer dash.Close()
-	srv, err := New(Options{Job: "big", Store: dash, Report: report(dash)})
+	srv, err := New(Options{Store: dash, Report: report(dash)})
 	if err != nil {
 		b.Fatal(err)
 	}

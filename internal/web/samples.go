@@ -120,7 +120,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			b, _ = json.Marshal(map[string]string{"error": err.Error()})
 		} else {
-			b, _ = json.Marshal(statusDoc{Job: s.o.Job, Report: rep})
+			b, _ = json.Marshal(rep)
 		}
 		if _, err := w.Write([]byte("event: status\ndata: " + string(b) + "\n\n")); err != nil {
 			return

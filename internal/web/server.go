@@ -24,10 +24,9 @@ var assets embed.FS
 
 // Options configure a dashboard.
 type Options struct {
-	Job   string
 	Store store.Store
 	// Report is the job's status report: the same function `regen status`
-	// calls, so the page and `status --json` say the same numbers.
+	// calls, so /api/status is the document `status --json` prints.
 	Report  func(ctx context.Context) (monitor.Report, error)
 	Metrics *monitor.Metrics
 	// Token, when set, is required on every request.
@@ -160,20 +159,15 @@ func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
-// status is the report exactly as `regen status --json` prints it.
+// status is the report exactly as `regen status --json` prints it
+// (docs/status-json.md).
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	rep, err := s.o.Report(r.Context())
 	if err != nil {
 		s.fail(w, "status", err)
 		return
 	}
-	writeJSON(w, statusDoc{Job: s.o.Job, Report: rep})
-}
-
-// statusDoc names the job beside its report.
-type statusDoc struct {
-	Job string `json:"job"`
-	monitor.Report
+	writeJSON(w, rep)
 }
 
 func (s *Server) history(w http.ResponseWriter, r *http.Request) {
@@ -205,10 +199,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "events", err)
 		return
 	}
-	if evs == nil {
-		evs = []store.Event{}
+	// The same event objects as the status document's.
+	out := make([]monitor.Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, monitor.EventOf(e))
 	}
-	writeJSON(w, evs)
+	writeJSON(w, out)
 }
 
 func (s *Server) ingestErrors(w http.ResponseWriter, r *http.Request) {
@@ -222,11 +218,21 @@ func (s *Server) ingestErrors(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "bad source rows", err)
 		return
 	}
-	if rows == nil {
-		rows = []store.IngestError{}
+	first := make([]badRow, 0, len(rows))
+	for _, e := range rows {
+		first = append(first, badRow{Partition: e.Partition, Origin: e.Origin, Field: e.Field, Reason: e.Reason})
 	}
 	writeJSON(w, struct {
-		Count int                 `json:"count"`
-		First []store.IngestError `json:"first"`
-	}{n, rows})
+		Count int      `json:"count"`
+		First []badRow `json:"first"`
+	}{n, first})
+}
+
+// badRow is a source row that could not become a sample, with snake_case
+// keys like every other document regen serves.
+type badRow struct {
+	Partition string `json:"partition"`
+	Origin    string `json:"origin"` // file:line
+	Field     string `json:"field"`
+	Reason    string `json:"reason"`
 }

@@ -63,7 +63,7 @@ func fixture(t *testing.T) (store.Store, func(ctx context.Context) (monitor.Repo
 		{Time: minute.Add(-time.Minute), Worker: "w", Endpoint: "http://127.0.0.1:1", Tokens: 600, Requests: 60, KVUsage: 0.4, Queued: 1, Running: 3},
 	}))
 	report := func(ctx context.Context) (monitor.Report, error) {
-		return monitor.Assess(ctx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Hour})
+		return monitor.Assess(ctx, st, monitor.AssessOptions{Job: "webtest", Now: time.Now(), DeadAfter: time.Hour})
 	}
 	return st, report
 }
@@ -80,7 +80,7 @@ func must(t *testing.T, err error) {
 func newServer(t *testing.T, token string) *httptest.Server {
 	t.Helper()
 	st, report := fixture(t)
-	s, err := New(Options{Job: "webtest", Store: st, Report: report, Token: token})
+	s, err := New(Options{Store: st, Report: report, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestMetricsParse(t *testing.T) {
 	m := monitor.NewMetrics(report)
 	m.ObserveRequest("short", "http://127.0.0.1:1", monitor.OutcomeOK, 2*time.Second, 150*time.Millisecond, 40)
 	m.ObserveRequest("short", "http://127.0.0.1:1", "server-down", 10*time.Millisecond, 0, 0)
-	s, err := New(Options{Job: "webtest", Store: st, Report: report, Metrics: m})
+	s, err := New(Options{Store: st, Report: report, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +311,15 @@ func TestAPI(t *testing.T) {
 	if st.Job != "webtest" || st.State != "RUNNING" || st.Total.Done != 90 || st.Total.Total != 120 {
 		t.Errorf("status = %+v, want job webtest RUNNING with 90 of 120 done", st)
 	}
+	// The document of `regen status --json`: schema v1, events included.
+	var doc struct {
+		SchemaVersion int              `json:"schema_version"`
+		Events        []map[string]any `json:"events"`
+	}
+	getJSON("/api/status", &doc)
+	if doc.SchemaVersion != monitor.SchemaVersion || len(doc.Events) != 1 || doc.Events[0]["subject"] != "http://127.0.0.1:1" {
+		t.Errorf("status document: schema %d, events %+v; want schema %d with the one event", doc.SchemaVersion, doc.Events, monitor.SchemaVersion)
+	}
 	type page struct {
 		Rows []sampleRow `json:"rows"`
 		Next string      `json:"next"`
@@ -352,9 +361,18 @@ func TestAPI(t *testing.T) {
 	if len(h.Times) != 10 || h.TokensPerSec[8] != 10 || len(h.Endpoints) != 1 || *h.Endpoints[0].KVUsage[8] != 0.4 || h.Endpoints[0].KVUsage[7] != nil {
 		t.Errorf("history = %+v, want 10 minutes with 10 tok/s and KV 0.4 a minute ago", h)
 	}
-	var evs []store.Event
+	// Events and bad rows have the snake_case keys of the status document.
+	var evs []map[string]any
 	getJSON("/api/events", &evs)
-	if len(evs) != 1 || evs[0].Evidence != "exit code 137" {
-		t.Errorf("events = %+v", evs)
+	if len(evs) != 1 || evs[0]["evidence"] != "exit code 137" || evs[0]["kind"] != "endpoint_state" || evs[0]["time"] == nil {
+		t.Errorf("events = %+v, want one endpoint_state event with time, kind and evidence", evs)
+	}
+	var bad struct {
+		Count int              `json:"count"`
+		First []map[string]any `json:"first"`
+	}
+	getJSON("/api/ingest-errors", &bad)
+	if bad.Count != 1 || len(bad.First) != 1 || bad.First[0]["origin"] != "a.jsonl:999" || bad.First[0]["reason"] != "not JSON" {
+		t.Errorf("ingest errors = %+v, want a.jsonl:999 not JSON", bad)
 	}
 }

@@ -40,13 +40,18 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 // ThroughputSince sums results (done or rejected) finished at or after t.
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var tp store.Throughput
-	st, err := s.stmt(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0)
+	var first, last sql.NullInt64
+	st, err := s.stmt(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0),
+		min(finished_at), max(finished_at)
 		FROM results WHERE finished_at >= ?`)
 	if err == nil {
-		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens)
+		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens, &first, &last)
 	}
 	if err != nil {
 		return store.Throughput{}, fmt.Errorf("throughput since %s: %w", t.Format(time.RFC3339), err)
+	}
+	if first.Valid && last.Valid {
+		tp.First, tp.Last = fromNS(first.Int64), fromNS(last.Int64)
 	}
 	return tp, nil
 }

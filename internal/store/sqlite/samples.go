@@ -124,15 +124,10 @@ func (s *Store) IngestErrors(ctx context.Context, limit int) ([]store.IngestErro
 // finishedPage: memory and a writer's wait stay at one page.
 const ingestErrorPage = 1000
 
-// The first page starts at origin >= the empty string, so an empty origin (which
-// AddIngestErrors does not refuse) is visited too; later pages start after
-// the last origin seen. Both walk the origin UNIQUE index.
-const (
-	firstIngestErrorsSQL = `SELECT partition, origin, field, reason
-		FROM ingest_errors WHERE origin >= ? ORDER BY origin LIMIT ?`
-	nextIngestErrorsSQL = `SELECT partition, origin, field, reason
-		FROM ingest_errors WHERE origin > ? ORDER BY origin LIMIT ?`
-)
+// Pages walk the primary key: the order rows were first recorded, which is
+// source order (ingest reads files in order, lines in order).
+const nextIngestErrorsSQL = `SELECT seq, partition, origin, field, reason
+		FROM ingest_errors WHERE seq > ? ORDER BY seq LIMIT ?`
 
 // IngestErrorCount counts recorded bad rows. SQLite answers count(*) from
 // the smallest index, so it reads pages but holds no rows in memory.
@@ -148,14 +143,14 @@ func (s *Store) IngestErrorCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// EachIngestError calls fn for every bad row in origin order, a page at a
-// time, holding no connection while fn runs.
+// EachIngestError calls fn for every bad row in the order first recorded,
+// a page at a time, holding no connection while fn runs.
 func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) error) error {
-	query, after := firstIngestErrorsSQL, ""
+	var after int64
 	for {
-		page, err := s.ingestErrorPage(ctx, query, after)
+		page, last, err := s.ingestErrorPage(ctx, after)
 		if err != nil {
-			return fmt.Errorf("read ingest errors after %q: %w", after, err)
+			return fmt.Errorf("read ingest errors after #%d: %w", after, err)
 		}
 		for _, e := range page {
 			if err := fn(e); err != nil {
@@ -165,25 +160,27 @@ func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) 
 		if len(page) < ingestErrorPage {
 			return nil
 		}
-		query, after = nextIngestErrorsSQL, page[len(page)-1].Origin
+		after = last
 	}
 }
 
-func (s *Store) ingestErrorPage(ctx context.Context, query, after string) ([]store.IngestError, error) {
-	rows, err := s.query(ctx, query, after, ingestErrorPage)
+// ingestErrorPage returns the page after seq and the seq of its last row.
+func (s *Store) ingestErrorPage(ctx context.Context, after int64) ([]store.IngestError, int64, error) {
+	rows, err := s.query(ctx, nextIngestErrorsSQL, after, ingestErrorPage)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer rows.Close()
 	out := make([]store.IngestError, 0, ingestErrorPage)
+	var last int64
 	for rows.Next() {
 		var e store.IngestError
-		if err := rows.Scan(&e.Partition, &e.Origin, &e.Field, &e.Reason); err != nil {
-			return nil, err
+		if err := rows.Scan(&last, &e.Partition, &e.Origin, &e.Field, &e.Reason); err != nil {
+			return nil, 0, err
 		}
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	return out, last, rows.Err()
 }
 
 // sqlLimit maps "no limit" (<= 0) to SQLite's -1.

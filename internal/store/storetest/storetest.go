@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -279,15 +278,17 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 
 	// More than two pages of any sensible size, recorded in an order that is
 	// neither origin order nor reverse, in batches that repeat earlier
-	// origins with other contents (ignored), plus an empty origin, which
-	// must not fall before the first page.
+	// origins with other contents (ignored), plus an empty origin. They
+	// come back in the order first recorded: ingest records source order.
 	const n0 = 2503
-	origin := func(i int) string { return fmt.Sprintf("in.jsonl:%05d", (i*7919)%n0) }
+	origin := func(i int) string { return fmt.Sprintf("in.jsonl:%d", (i*7919)%n0) }
 	want := map[string]store.IngestError{}
+	var order []string
 	var batch []store.IngestError
 	for i := range n0 {
 		e := store.IngestError{Partition: fmt.Sprintf("p%d", i%3), Origin: origin(i), Field: "messages", Reason: fmt.Sprintf("bad %d", i)}
 		want[e.Origin] = e
+		order = append(order, e.Origin)
 		batch = append(batch, e)
 		if i > 0 && i%400 == 0 {
 			// Re-send one already recorded row, changed: the first one stays.
@@ -298,6 +299,7 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 	}
 	empty := store.IngestError{Partition: "p0", Reason: "row as a whole"}
 	want[""] = empty
+	order = append(order, "")
 	batch = append(batch, empty, store.IngestError{Partition: "x", Origin: origin(5), Reason: "duplicate"})
 	must(t, s.AddIngestErrors(ctx, batch))
 
@@ -310,7 +312,7 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 	}
 
 	var wantList []store.IngestError
-	for _, o := range slices.Sorted(maps.Keys(want)) {
+	for _, o := range order {
 		wantList = append(wantList, want[o])
 	}
 	var got []store.IngestError
@@ -344,7 +346,7 @@ func testEachIngestErrorStops(t *testing.T, s store.Store) {
 	var seen []string
 	err := s.EachIngestError(ctx, func(e store.IngestError) error {
 		seen = append(seen, e.Origin)
-		if e.Origin == "b:1" {
+		if e.Origin == "a:1" {
 			return stop
 		}
 		return nil
@@ -352,7 +354,7 @@ func testEachIngestErrorStops(t *testing.T, s store.Store) {
 	if !errors.Is(err, stop) {
 		t.Errorf("EachIngestError error = %v, want %v", err, stop)
 	}
-	if diff := cmp.Diff([]string{"a:1", "b:1"}, seen); diff != "" {
+	if diff := cmp.Diff([]string{"c:1", "a:1"}, seen); diff != "" { // recorded order, stopped at a:1
 		t.Errorf("visited (-want +got):\n%s", diff)
 	}
 }
@@ -853,6 +855,7 @@ func testThroughputSince(t *testing.T, s store.Store) {
 	must(t, s.Reject(ctx, "b", "w", store.Result{FinishReason: "length", PromptTokens: 20, CompletionTokens: 200}, "truncated"))
 	must(t, s.DeadLetter(ctx, "c", "w", "400"))
 	must(t, s.Retry(ctx, "d", "w", time.Now(), "503"))
+	after := time.Now().Add(time.Second)
 	for _, tc := range []struct {
 		name  string
 		since time.Time
@@ -866,8 +869,17 @@ func testThroughputSince(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatalf("%s: ThroughputSince: %v", tc.name, err)
 		}
+		first, last := got.First, got.Last
+		got.First, got.Last = time.Time{}, time.Time{}
 		if got != tc.want {
 			t.Errorf("%s: ThroughputSince = %+v, want %+v", tc.name, got, tc.want)
+		}
+		// First and Last bracket the results counted: the finish stamps of a and b.
+		switch {
+		case tc.want.Samples == 0 && (!first.IsZero() || !last.IsZero()):
+			t.Errorf("%s: First, Last = %v, %v; want zero with nothing counted", tc.name, first, last)
+		case tc.want.Samples > 0 && (first.Before(before) || last.Before(first) || last.After(after)):
+			t.Errorf("%s: First, Last = %v, %v; want %v <= First <= Last <= %v", tc.name, first, last, before, after)
 		}
 	}
 }

@@ -31,18 +31,24 @@ async function getJSON(url) {
   return r.json();
 }
 
-function fmtDur(ns) {
-  if (!ns || ns <= 0) return "-";
-  let s = Math.round(ns / 1e9);
+// The status document (schema v1, docs/status-json.md) gives every
+// duration in *_seconds too; a duration that does not exist is null.
+function fmtSecs(secs) {
+  if (secs === null || secs === undefined || secs < 0) return "-";
+  let s = Math.round(secs);
   if (s < 1) return "<1s";
   const h = Math.floor(s / 3600); s -= h * 3600;
   const m = Math.floor(s / 60); s -= m * 60;
   return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
 }
 
+// An unknown time is null in every document regen serves.
 function fmtTime(t) {
-  if (!t || t.startsWith("0001-")) return "";
-  return new Date(t).toLocaleTimeString();
+  return t ? new Date(t).toLocaleTimeString() : "";
+}
+
+function eventLine(e) {
+  return `${fmtTime(e.time)} ${e.kind} ${e.subject} ${e.state}${e.evidence ? ": " + e.evidence : ""}`;
 }
 
 function fmtNum(x, digits) {
@@ -71,14 +77,18 @@ function applyStatus(doc) {
   $("evidence").className = "evidence " + doc.state;
   const hb = doc.heartbeat;
   $("runner").textContent = hb
-    ? `runner pid ${hb.pid} on ${hb.host}, last heartbeat ${fmtDur(hb.age_ns) === "-" ? "0s" : fmtDur(hb.age_ns)} ago, started ${new Date(hb.started).toLocaleString()}`
+    ? `runner pid ${hb.pid} on ${hb.host}, last heartbeat ${fmtSecs(Math.max(0, hb.age_seconds))} ago` +
+      (hb.started ? `, started ${new Date(hb.started).toLocaleString()}` : "") + (doc.runner_exited ? " (exited)" : "")
     : "runner: never started";
   const t = doc.total || {};
   for (const k of ["total", "done", "pending", "in_flight", "rejected", "dead"]) $("total-" + k).textContent = t[k] || 0;
   $("ingest-errors").textContent = doc.ingest_errors || 0;
   $("rate-tokens").textContent = fmtNum(doc.rate_1m && doc.rate_1m.tokens_per_sec, 1);
   $("rate-samples").textContent = fmtNum(doc.rate_1m && doc.rate_1m.samples_per_sec, 2);
-  $("eta").textContent = doc.state === "DONE" ? "done" : fmtDur(doc.eta_ns);
+  // No ETA while nothing can progress: the report says why instead.
+  const eta = $("eta");
+  eta.textContent = doc.eta_seconds !== null ? fmtSecs(doc.eta_seconds) : doc.eta_note || "-";
+  eta.classList.toggle("note", doc.eta_seconds === null);
 
   const cells = doc.cells || [];
   fill($("cells").tBodies[0], cells.map((c) => {
@@ -109,7 +119,7 @@ function applyStatus(doc) {
     return row([e.url, s, fmtTime(e.since), e.in_flight, g(l && l.kv_usage, true), g(l && l.queued), g(l && l.running), e.restarts || 0,
       [e.cause, ...(e.evidence || [])].filter(Boolean).join("; ")]);
   }));
-  fill($("last-events"), (doc.events || []).map((e) => el("li", `${fmtTime(e.Time)} ${e.Kind} ${e.Subject} ${e.State}${e.Evidence ? ": " + e.Evidence : ""}`)));
+  fill($("last-events"), (doc.events || []).map((e) => el("li", eventLine(e))));
   fill($("last-errors"), (doc.last_errors || []).map((e) => {
     const li = el("li");
     li.append(sampleLink(e.id), ` [${e.state}] ${e.reason}`);
@@ -178,12 +188,12 @@ async function loadHistory() {
 async function loadEvents() {
   const evs = await getJSON("/api/events?limit=500");
   const kind = $("event-kind").value;
-  const kinds = [...new Set(evs.map((e) => e.Kind))].sort();
+  const kinds = [...new Set(evs.map((e) => e.kind))].sort();
   $("event-kind").replaceChildren(el("option", "all kinds"), ...kinds.map((k) => el("option", k)));
   $("event-kind").options[0].value = "";
   $("event-kind").value = kind;
-  fill($("events").tBodies[0], evs.filter((e) => !kind || e.Kind === kind)
-    .map((e) => row([new Date(e.Time).toLocaleString(), e.Kind, e.Subject, e.State, e.Evidence])));
+  fill($("events").tBodies[0], evs.filter((e) => !kind || e.kind === kind)
+    .map((e) => row([e.time ? new Date(e.time).toLocaleString() : "", e.kind, e.subject, e.state, e.evidence])));
 }
 
 // ---- paged sample listings ----
@@ -217,7 +227,7 @@ const sampleList = pager("samples", () => ({ state: $("samples-state").value, pa
 async function loadBadRows() {
   const b = await getJSON("/api/ingest-errors");
   $("bad-count").textContent = b.count;
-  fill($("bad-rows").tBodies[0], b.first.map((e) => row([e.Partition, e.Origin, e.Field, e.Reason])));
+  fill($("bad-rows").tBodies[0], b.first.map((e) => row([e.partition, e.origin, e.field, e.reason])));
 }
 
 // ---- one sample ----

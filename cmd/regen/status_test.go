@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/web"
+)
+
+// statusFixture is a job store written with a controlled clock, so its
+// status report is the same on every run.
+type statusFixture struct {
+	spec  *job.Spec
+	st    *sqlite.Store
+	clock time.Time
+}
+
+var statusT0 = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+
+func newStatusFixture(t *testing.T) *statusFixture {
+	t.Helper()
+	// Text views print clock times in the local zone.
+	local := time.Local
+	time.Local = time.UTC
+	t.Cleanup(func() { time.Local = local })
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	src := "name: golden\nsources: [{partition: B1, path: p.jsonl, prompt: q}]\nendpoints: [{url: \"http://10.0.0.7:30000\"}]\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := job.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &statusFixture{spec: spec, clock: statusT0}
+	p, _ := spec.Store.SQLitePath()
+	if f.st, err = sqlite.OpenWith(p, sqlite.Options{Now: func() time.Time { return f.clock }}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.st.Close() })
+	return f
+}
+
+// work ingests n samples and finishes done of them, one every step, each
+// with 500 completion tokens.
+func (f *statusFixture) work(t *testing.T, n, done int, step time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var samples []store.NewSample
+	for i := range n {
+		samples = append(samples, store.NewSample{ID: fmt.Sprintf("B1/row-%03d", i), Partition: "B1", Lane: "default",
+			Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`), Origin: fmt.Sprintf("p.jsonl:%d", i+1)})
+	}
+	if _, err := f.st.Ingest(ctx, samples); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.st.Claim(ctx, "default", done, "w", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claimed {
+		f.clock = f.clock.Add(step)
+		if err := f.st.Complete(ctx, c.ID, "w", store.Result{Response: []byte(`{}`), FinishReason: "stop", PromptTokens: 20, CompletionTokens: 500}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *statusFixture) beat(t *testing.T, b monitor.Beat) {
+	t.Helper()
+	counters, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := store.Heartbeat{Owner: "gpu-node-1-4242-ab", PID: 4242, Host: "gpu-node-1", Time: f.clock, Started: statusT0, Counters: counters}
+	if err := f.st.PutHeartbeat(context.Background(), hb); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *statusFixture) event(t *testing.T, at time.Time, kind, subject, state, evidence string) {
+	t.Helper()
+	if err := f.st.AddEvent(context.Background(), store.Event{Time: at, Kind: kind, Subject: subject, State: state, Evidence: evidence}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// report runs what `regen status` runs at now, as text and as JSON.
+func (f *statusFixture) report(t *testing.T, now time.Time) (text, js string, code int) {
+	t.Helper()
+	var out bytes.Buffer
+	code = exitCodeOf(t, writeStatus(context.Background(), &out, f.spec, f.st, now, "status-host", false))
+	text = out.String()
+	out.Reset()
+	if c := exitCodeOf(t, writeStatus(context.Background(), &out, f.spec, f.st, now, "status-host", true)); c != code {
+		t.Errorf("text exits %d, JSON exits %d", code, c)
+	}
+	return text, out.String(), code
+}
+
+func exitCodeOf(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	}
+	t.Fatalf("status: %v", err)
+	return -1
+}
+
+// TestStatusGoldenDown: a live runner whose only endpoint went down. The
+// endpoint says DOWN since the moment it went down, there is no ETA while
+// nothing can progress, and unknown times are null in the JSON.
+func TestStatusGoldenDown(t *testing.T) {
+	f := newStatusFixture(t)
+	f.work(t, 10, 4, 5*time.Second)
+	ctx := context.Background()
+	claimed, err := f.st.Claim(ctx, "default", 1, "w", time.Hour)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if err := f.st.Retry(ctx, claimed[0].ID, "w", f.clock, "HTTP 503: overloaded"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.AddIngestErrors(ctx, []store.IngestError{{Partition: "B1", Origin: "p.jsonl:11", Field: "q", Reason: "field q: missing"}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://10.0.0.7:30000"
+	ready := statusT0.Add(time.Second)
+	down := statusT0.Add(21 * time.Second)
+	f.event(t, statusT0, "ingest", "job", "", "11 rows read: 10 new samples, 0 already stored, 1 bad")
+	f.event(t, ready, "endpoint_state", url, "READY", "")
+	f.event(t, down, "endpoint_state", url, "DOWN", "requests fail: connection refused")
+	f.event(t, down, "job_state", "job", "DOWN", url+" DOWN (requests fail: connection refused)")
+	f.clock = statusT0.Add(30 * time.Second)
+	f.beat(t, monitor.Beat{State: monitor.Down, Evidence: []string{url + " DOWN (requests fail: connection refused)"}, Tokens: 2000,
+		LastTokenAt: statusT0.Add(20 * time.Second),
+		Endpoints: []monitor.EndpointStatus{{URL: url, State: monitor.Down, Since: down, Cause: "requests fail: connection refused",
+			LastTokenAt: statusT0.Add(20 * time.Second), Tokens: 2000}}})
+
+	text, js, code := f.report(t, statusT0.Add(31*time.Second))
+	if code != 1 {
+		t.Errorf("exit code %d, want 1 (DOWN)", code)
+	}
+	golden(t, "status/down.txt", text)
+	golden(t, "status/down.json", js)
+	if api := dashboardStatus(t, f, statusT0.Add(31*time.Second)); api != js {
+		t.Errorf("the dashboard's /api/status differs from status --json:\n%s\nwant:\n%s", api, js)
+	}
+}
+
+// dashboardStatus is the body of the dashboard's /api/status as of now.
+func dashboardStatus(t *testing.T, f *statusFixture, now time.Time) string {
+	t.Helper()
+	srv, err := web.New(web.Options{Store: f.st, Report: func(ctx context.Context) (monitor.Report, error) {
+		return assess(ctx, f.spec, f.st, now, "status-host")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/api/status", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /api/status: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
+// TestStatusGoldenDone: a finished job whose runner exited long ago shows
+// DONE with the job's average throughput, not a rate decayed to zero.
+func TestStatusGoldenDone(t *testing.T) {
+	f := newStatusFixture(t)
+	f.work(t, 6, 6, 2*time.Second)
+	f.event(t, statusT0, "ingest", "job", "", "6 rows read: 6 new samples, 0 already stored, 0 bad")
+	f.event(t, f.clock, "job_state", "job", "DONE", "")
+	f.beat(t, monitor.Beat{State: monitor.Done, Exited: true, ExitReason: monitor.ExitFinished})
+
+	text, js, code := f.report(t, f.clock.Add(3*time.Hour))
+	if code != 0 {
+		t.Errorf("exit code %d, want 0 (DONE)", code)
+	}
+	golden(t, "status/done.txt", text)
+	golden(t, "status/done.json", js)
+
+	// The document reads back into the report type.
+	var r monitor.Report
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.State != monitor.Done || r.Average == nil || r.Average.Samples != 6 {
+		t.Errorf("decoded report: state %s, average %+v; want DONE over 6 samples", r.State, r.Average)
+	}
+}
+
+// TestStatusJSONDocumented: every key the status document has is named in
+// docs/status-json.md, so a field added to the report without its
+// documentation fails here.
+func TestStatusJSONDocumented(t *testing.T) {
+	docs, err := os.ReadFile("../../docs/status-json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Besides the golden documents, one with every optional part filled:
+	// an endpoint's load is there only while the runner scrapes it.
+	full, err := json.Marshal(monitor.Report{Heartbeat: &monitor.HeartbeatInfo{}, Average: &monitor.Rate{},
+		Cells:      []monitor.CellCounts{{Partition: "p", Lane: "l"}},
+		Endpoints:  []monitor.EndpointStatus{{URL: "http://x", Load: &monitor.EndpointLoad{Time: statusT0, KVUsage: 0.5, Queued: 1, Running: 2}}},
+		Events:     []monitor.Event{{Kind: "ingest"}},
+		LastErrors: []monitor.ErrorLine{{ID: "p/1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"status/down.json", "status/done.json", "full"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if name == "full" {
+			b, err = full, nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var walk func(any)
+		walk = func(v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, x := range v {
+					if !bytes.Contains(docs, []byte("`"+k+"`")) && !bytes.Contains(docs, []byte("."+k+"`")) {
+						t.Errorf("%s: key %q is not documented in docs/status-json.md", name, k)
+					}
+					walk(x)
+				}
+			case []any:
+				for _, x := range v {
+					walk(x)
+				}
+			}
+		}
+		walk(doc)
+	}
+}

@@ -1,0 +1,117 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// modelCheckTimeout bounds the /v1/models request made at readiness.
+const modelCheckTimeout = 5 * time.Second
+
+// servedModels returns the model names url lists at /v1/models.
+func servedModels(ctx context.Context, url, apiKey string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(url, "/")+engine.ModelsPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("decode model list: %w", err)
+	}
+	names := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		names = append(names, m.ID)
+	}
+	return names, nil
+}
+
+// endpointEngine returns the dialect and API key of one of the job's URLs.
+func (r *runState) endpointEngine(url string) (engine.Dialect, string) {
+	spec := r.o.Spec
+	name, key := "", ""
+	if spec.Server != nil {
+		name = spec.Server.Engine
+	}
+	for _, e := range spec.Endpoints {
+		if e.URL == url {
+			name = e.Engine
+			if e.APIKeyEnv != "" {
+				key = os.Getenv(e.APIKeyEnv)
+			}
+		}
+	}
+	d, err := engine.Lookup(name)
+	if err != nil {
+		d, _ = engine.Lookup(engine.SGLang)
+	}
+	return d, key
+}
+
+// checkModel asks a server that just became ready which models it serves.
+// When the job's model is not among them it returns the refusal for a
+// server that would answer 404 to every request (vLLM); for one that
+// answers any name (SGLang, llama-server) it records a warning instead,
+// shown with the endpoint, and returns "". A server that does not list
+// its models is not second-guessed.
+func (r *runState) checkModel(ctx context.Context, url string) (refusal string) {
+	want := r.o.Spec.Model
+	if want == "" {
+		return ""
+	}
+	d, key := r.endpointEngine(url)
+	served, err := servedModels(ctx, url, key)
+	if err != nil || len(served) == 0 {
+		r.o.Logger.Info("model check skipped", "endpoint", url, "err", err)
+		return ""
+	}
+	r.mu.Lock()
+	delete(r.modelWarnings, url)
+	r.mu.Unlock()
+	if slices.Contains(served, want) {
+		return ""
+	}
+	list := `"` + strings.Join(served, `", "`) + `"`
+	if d.RejectsUnknownModel {
+		refusal = fmt.Sprintf("serves %s, not the job's model %q: %s answers 404 to every request; set model: in %s",
+			list, want, d.Name, r.o.Spec.Path)
+		r.o.Logger.Warn("model not served", "endpoint", url, "served", served, "model", want)
+		r.note("regen: " + url + " refused: " + refusal)
+		return refusal
+	}
+	warning := fmt.Sprintf("warning: serves %s, not the job's model %q; %s answers any model name with the model it loaded, so requests go on: check model: in %s",
+		list, want, d.Name, r.o.Spec.Path)
+	r.o.Logger.Warn("model not served", "endpoint", url, "served", served, "model", want, "engine", d.Name)
+	r.mu.Lock()
+	r.modelWarnings[url] = warning
+	r.mu.Unlock()
+	r.event(ctx, store.Event{Kind: "model_check", Subject: url, Evidence: warning})
+	r.note("regen: " + url + " " + warning)
+	return ""
+}

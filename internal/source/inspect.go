@@ -1,0 +1,165 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/regen-dev/regen/internal/job"
+)
+
+// Inspection is what a look at a source's files found, without ingesting.
+type Inspection struct {
+	Files []string
+	// Rows and Good count the first rows read (up to the rows asked for);
+	// Bad holds the reasons of those that cannot become samples.
+	Rows, Good int
+	Bad        []BadRow
+	// Missing lists the mapped fields found in none of the rows read (JSONL)
+	// or not a column (Parquet): a mistake in the job, not in one row.
+	Missing []MissingField
+}
+
+// MissingField is a mapped field the source's rows do not have.
+type MissingField struct {
+	Option string // the source option naming it: prompt, id, tools, ...
+	Field  string
+	Seen   []string // the fields the rows have instead
+}
+
+func (m MissingField) String() string {
+	return fmt.Sprintf("%s: field %q is in none of the rows read (they have: %s)", m.Option, m.Field, strings.Join(m.Seen, ", "))
+}
+
+var errEnough = errors.New("enough rows")
+
+// Inspect resolves src to its files, checks each can be opened, and reads
+// the first rows (at most rows) through the job's field mapping, so a typo
+// in a path or a field name shows before a run rather than as a dead
+// letter per row.
+func Inspect(ctx context.Context, src job.Source, baseDir string, rows int) (Inspection, error) {
+	var in Inspection
+	files, err := Files(src, baseDir)
+	if err != nil {
+		return in, err
+	}
+	in.Files = files
+	for _, f := range files {
+		h, err := os.Open(f)
+		if err != nil {
+			return in, fmt.Errorf("source %s: %w", src.Partition, err)
+		}
+		h.Close()
+	}
+
+	mapped := []struct{ option, field string }{
+		{"conversations", src.Conversations}, {"messages", src.Messages}, {"prompt", src.Prompt},
+		{"system_field", src.SystemField}, {"tools", src.Tools}, {"id", src.ID},
+	}
+	seen := map[string]bool{}
+	var seenOrder []string
+	note := func(keys []string) {
+		for _, k := range keys {
+			if !seen[k] {
+				seen[k] = true
+				seenOrder = append(seenOrder, k)
+			}
+		}
+	}
+	missing := func() {
+		for _, m := range mapped {
+			if m.field != "" && !seen[m.field] {
+				in.Missing = append(in.Missing, MissingField{Option: m.option, Field: m.field, Seen: seenOrder})
+			}
+		}
+	}
+	if format, _ := fileFormat(src.Format, files[0]); format == "parquet" {
+		names, err := parquetColumns(files[0])
+		if err != nil {
+			return in, fmt.Errorf("source %s: %w", src.Partition, err)
+		}
+		if note(names); len(names) > 0 {
+			if missing(); len(in.Missing) > 0 {
+				return in, nil // the reader would refuse the file as a whole
+			}
+		}
+	}
+
+	probe := src
+	probe.Limit = 0
+	r := &reader{ctx: ctx, src: probe, opts: Options{MaxLineBytes: DefaultMaxLineBytes}, m: newMapper(probe),
+		emit: func(Sample) error {
+			if in.Rows++; in.Rows >= rows {
+				return errEnough
+			}
+			return nil
+		},
+		bad: func(b BadRow) error {
+			in.Bad = append(in.Bad, b)
+			if in.Rows++; in.Rows >= rows {
+				return errEnough
+			}
+			return nil
+		},
+	}
+	r.onRow = func(row map[string]any) {
+		keys := make([]string, 0, len(row))
+		for k := range row {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		note(keys)
+	}
+	for _, f := range files {
+		format, err := fileFormat(src.Format, f)
+		if err != nil {
+			return in, fmt.Errorf("source %s: %w", src.Partition, err)
+		}
+		if format == "parquet" {
+			err = r.parquetFile(f)
+		} else {
+			err = r.jsonlFile(f)
+		}
+		if errors.Is(err, errEnough) {
+			break
+		}
+		if err != nil {
+			return in, fmt.Errorf("source %s: %w", src.Partition, err)
+		}
+	}
+	in.Good = in.Rows - len(in.Bad)
+	if len(seen) > 0 && len(in.Missing) == 0 { // no row at all: nothing to judge the mapping by
+		missing()
+	}
+	return in, nil
+}
+
+// parquetColumns returns the top-level column names of a Parquet file.
+func parquetColumns(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() == 0 {
+		return nil, nil
+	}
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return nil, fmt.Errorf("open parquet %s: %w", path, err)
+	}
+	var names []string
+	for _, fl := range pf.Schema().Fields() {
+		names = append(names, fl.Name())
+	}
+	return names, nil
+}
