@@ -624,8 +624,11 @@ func (r *runState) settle(ctx context.Context, raw, cur monitor.EndpointStatus, 
 		// The fleet's own transition, with its time, recorded by onEndpointState.
 		delete(r.overruled, cur.URL)
 	default:
+		// The verdict's clock runs from when its state began: a killed
+		// server's requests fail first mid-stream, then at connect, and
+		// that new wording is the same outage, not a new one to wait out.
 		began, pending := r.overruled[cur.URL]
-		if !pending || began.State != cur.State || began.Cause != cur.Cause {
+		if !pending || began.State != cur.State {
 			began = monitor.EndpointStatus{State: cur.State, Cause: cur.Cause, Since: now}
 			r.overruled[cur.URL] = began
 		}
