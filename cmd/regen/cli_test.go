@@ -19,7 +19,8 @@ func TestMissingArgument(t *testing.T) {
 		{[]string{"run"}, "regen run: missing job file (usage: regen run JOB.yaml)\n"},
 		{[]string{"validate"}, "regen validate: missing job file (usage: regen validate JOB.yaml)\n"},
 		{[]string{"export"}, "regen export: missing job file (usage: regen export JOB.yaml)\n"},
-		{[]string{"requeue"}, "regen requeue: missing job file (usage: regen requeue JOB.yaml [--reason TEXT])\n"},
+		{[]string{"stats"}, "regen stats: missing job file (usage: regen stats JOB.yaml [--json])\n"},
+		{[]string{"requeue"}, "regen requeue: missing job file (usage: regen requeue JOB.yaml [--reason TEXT | --rejected [--rule R]])\n"},
 		{[]string{"status", "a.yaml", "b.yaml"}, "regen status: one job file at a time, got 2 arguments: a.yaml b.yaml (usage: regen status JOB.yaml)\n"},
 	} {
 		res := regen(t, t.TempDir(), tc.args...)

@@ -34,6 +34,10 @@ lanes:
   - {name: long, concurrency: 24, max_tokens: 1024, partitions: [B]}
 output:
   formats: [sharegpt, openai-batch]
+  metadata: full
+# Every sample must end done in one attempt: an answer cut in the long lane
+# counts here (the test is about kills, not answer quality).
+quality: {truncated: false}
 `
 
 const chaosPerPartition = 1200

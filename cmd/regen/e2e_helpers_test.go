@@ -316,19 +316,30 @@ type deadRow struct {
 	Reason    string `json:"reason"`
 }
 
+// rejectedRow is one line of <name>.rejected.jsonl.
+type rejectedRow struct {
+	ID       string `json:"id"`
+	Rule     string `json:"rule"`
+	Evidence string `json:"evidence"`
+	Turn     int    `json:"turn"`
+}
+
 // exported is what one export holds, as the checks found it.
 type exported struct {
 	shareGPT  []sharegptRow
+	rejected  []rejectedRow
 	dead      []deadRow
 	parquetN  int
 	truncated int
-	lanes     map[string]int // done samples per lane
+	lanes     map[string]int // done samples per lane (with metadata: full)
 }
 
 // checkExport verifies the output files of job name in outDir: every line
-// is whole JSON, every id of want appears exactly once in the ShareGPT and
-// OpenAI-batch files (and the Parquet file, when written) and nothing else
-// does, and every result is intact.
+// is whole JSON, every id of want appears exactly once, either accepted in
+// the ShareGPT and OpenAI-batch files (and the Parquet file, when written)
+// or rejected in the rejected file and the batch errors file, and nothing
+// else does; every ShareGPT record meets the training-data contract, and
+// every result is intact.
 func checkExport(t *testing.T, outDir, name string, want []string, withParquet bool) exported {
 	t.Helper()
 	var ex exported
@@ -337,6 +348,9 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 
 	var sgIDs []string
 	for _, raw := range readJSONL(t, path(".sharegpt.jsonl")) {
+		if err := export.CheckShareGPTLine(raw); err != nil {
+			t.Errorf("sharegpt line breaks the training-data contract: %v: %s", err, tail(raw, 300))
+		}
 		var r sharegptRow
 		if err := json.Unmarshal(raw, &r); err != nil {
 			t.Errorf("sharegpt line %q: %v", tail(raw, 80), err)
@@ -352,9 +366,25 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 			t.Errorf("sharegpt %s: %d turns, want the prompt and the answer", r.ID, len(r.Conversations))
 			continue
 		}
-		checkTurn(t, "sharegpt "+r.ID, r.Conversations[len(r.Conversations)-1], r.FinishReason, r.Usage)
+		if r.FinishReason != "" { // run details are there with metadata: full
+			checkTurn(t, "sharegpt "+r.ID, r.Conversations[len(r.Conversations)-1], r.FinishReason, r.Usage)
+		}
 	}
-	checkIDs(t, "sharegpt", sgIDs, want)
+	var rejIDs []string
+	for _, raw := range readJSONL(t, path(".rejected.jsonl")) {
+		var r rejectedRow
+		if err := json.Unmarshal(raw, &r); err != nil || r.Rule == "" || r.Evidence == "" {
+			t.Errorf("rejected line without rule and evidence (%v): %s", err, tail(raw, 200))
+			continue
+		}
+		rejIDs = append(rejIDs, r.ID)
+		ex.rejected = append(ex.rejected, r)
+	}
+	if inter := intersect(sgIDs, rejIDs); len(inter) > 0 {
+		t.Errorf("samples both accepted and rejected: %v", first(inter, 10))
+	}
+	checkIDs(t, "sharegpt+rejected", append(slices.Clone(sgIDs), rejIDs...), want)
+	doneIDs := idSet(sgIDs)
 
 	var batchIDs []string
 	for _, raw := range readJSONL(t, path(".openai-batch.jsonl")) {
@@ -371,9 +401,23 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 		c := r.Response.Body.Choices[0]
 		checkTurn(t, "openai-batch "+r.CustomID, c.Message, c.FinishReason, r.Response.Body.Usage)
 	}
-	checkIDs(t, "openai-batch", batchIDs, want)
+	checkIDs(t, "openai-batch", batchIDs, doneIDs)
 
-	readJSONL(t, path(".errors.jsonl"))
+	var errRejected []string
+	for _, raw := range readJSONL(t, path(".errors.jsonl")) {
+		var r struct {
+			CustomID string `json:"custom_id"`
+			Error    struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(raw, &r) == nil && r.Error.Code == export.CodeRejected {
+			errRejected = append(errRejected, r.CustomID)
+		}
+	}
+	if diff := diffSets(rejIDs, errRejected); diff != "" {
+		t.Errorf("rejected ids in the batch errors file differ from rejected.jsonl (-rejected +errors):\n%s", diff)
+	}
 	for _, raw := range readJSONL(t, path(".dead.jsonl")) {
 		var d deadRow
 		if err := json.Unmarshal(raw, &d); err != nil {
@@ -395,7 +439,7 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 				t.Errorf("parquet %s: no completion and no tool calls", r.ID)
 			}
 		}
-		checkIDs(t, "parquet", ids, want)
+		checkIDs(t, "parquet", ids, doneIDs)
 		ex.parquetN = len(rows)
 	}
 
@@ -554,6 +598,21 @@ func storeRows(t *testing.T, path string) (rows []storeRow, results int) {
 		t.Fatalf("count results: %v", err)
 	}
 	return rows, results
+}
+
+// intersect returns the ids in both a and b.
+func intersect(a, b []string) []string {
+	in := map[string]bool{}
+	for _, id := range a {
+		in[id] = true
+	}
+	var out []string
+	for _, id := range b {
+		if in[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // diffSets is cmp.Diff over sorted distinct ids.

@@ -27,6 +27,8 @@ lanes:
   - {name: default, concurrency: 32, max_tokens: 4096}
 output:
   formats: [sharegpt, openai-batch]
+  metadata: full
+quality: {truncated: false}
 `
 
 // TestE2EInterrupt interrupts a job twice: a double SIGINT exits at once

@@ -333,6 +333,13 @@ func TestE2EDashboard(t *testing.T) {
 			t.Errorf("page event %d %q, status --json %+v", i, events[i], e)
 		}
 	}
+	var rejects []string
+	for _, rc := range rep.Rejects {
+		rejects = append(rejects, fmt.Sprintf("%s %d", rc.Rule, rc.N))
+	}
+	if want := strings.Join(rejects, ", "); !strings.HasSuffix(p.text("rejects"), want) || (want == "") != (p.text("rejects") == "") {
+		t.Errorf("page rejects %q, status --json rejects %v", p.text("rejects"), rep.Rejects)
+	}
 	endpoints := run(p, "endpoint rows", chromedp.Evaluate[[][]string](`[...document.querySelectorAll("#endpoints tbody tr")].map(r => [...r.cells].slice(0, 2).map(c => c.textContent))`))
 	var wantEndpoints [][]string
 	for _, e := range rep.Endpoints {

@@ -17,13 +17,15 @@ import (
 func init() { addCommand(newExportCommand) }
 
 type exportOptions struct {
-	formats []string
-	out     string
+	formats  []string
+	out      string
+	metadata string
 }
 
 func (o *exportOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.formats, "format", nil, "sharegpt, openai-batch or parquet; repeat or comma-separate (default: the job's output.formats)")
 	fs.StringVar(&o.out, "out", "", "output directory (default: the job's output.dir)")
+	fs.StringVar(&o.metadata, "metadata", "", "minimal or full: run details in training records (default: the job's output.metadata)")
 }
 
 func newExportCommand() *cobra.Command {
@@ -33,9 +35,11 @@ func newExportCommand() *cobra.Command {
 		Short: "Write the job's finished samples to dataset files",
 		Long: `export reads the done, rejected and dead samples of a job's store and writes
 <name>.sharegpt.jsonl, <name>.openai-batch.jsonl with <name>.errors.jsonl,
-<name>.parquet, and always <name>.dead.jsonl. Each file replaces the previous
-one atomically once complete. It can run while the job is running: it writes
-what is finished so far.`,
+<name>.parquet, and always <name>.rejected.jsonl and <name>.dead.jsonl.
+Training files hold only accepted (done) samples, each with its whole
+regenerated conversation; output.metadata: full adds run details. Each file
+replaces the previous one atomically once complete. It can run while the
+job is running: it writes what is finished so far.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExport(cmd.Context(), cmd.OutOrStdout(), args[0], o)
@@ -58,6 +62,14 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if o.out != "" {
 		dir = o.out
 	}
+	metadata := spec.Output.Metadata
+	switch o.metadata {
+	case "":
+	case job.MetadataMinimal, job.MetadataFull:
+		metadata = o.metadata
+	default:
+		return fmt.Errorf("--metadata %q: want minimal or full", o.metadata)
+	}
 	if _, err := os.Stat(storePath(spec)); err != nil {
 		return fmt.Errorf("job %s has no store yet (%s): run it first", spec.Name, storePath(spec))
 	}
@@ -66,7 +78,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	defer st.Close()
-	sum, err := export.Export(ctx, st, dir, formats, spec.BaseName())
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata})
 	if err != nil {
 		return err
 	}
@@ -76,8 +88,8 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 
 // writeExportSummary prints the counts and one line per written file.
 func writeExportSummary(w io.Writer, sum export.Summary) {
-	fmt.Fprintf(w, "exported %d done (%d truncated), %d rejected, %d dead, %d bad source rows\n",
-		sum.Done, sum.Truncated, sum.Rejected, sum.Dead, sum.BadRows)
+	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows\n",
+		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows)
 	for _, f := range sum.Files {
 		p := f.Path
 		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {

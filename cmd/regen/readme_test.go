@@ -227,8 +227,11 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if res.code != 0 || rep.State != monitor.Done {
 		t.Errorf("status --json: exit %d state %s, want 0 DONE", res.code, rep.State)
 	}
-	if rep.Total.Done != 600 || rep.Total.Total != 600 || rep.IngestErrors != 3 {
-		t.Errorf("status --json: total %+v, ingest errors %d; want 600 of 600 done and 3", rep.Total, rep.IngestErrors)
+	// Answers cut at the biggest lane's max_tokens are rejected, not exported.
+	if rep.Total.Done+rep.Total.Rejected != 600 || rep.Total.Total != 600 || rep.Total.Done != len(ex.shareGPT) ||
+		rep.Total.Rejected != len(ex.rejected) || rep.IngestErrors != 3 {
+		t.Errorf("status --json: total %+v, ingest errors %d; want 600 finished (%d done, %d rejected) and 3",
+			rep.Total, rep.IngestErrors, len(ex.shareGPT), len(ex.rejected))
 	}
 	if rep.Average == nil || rep.Average.Samples != 600 || rep.Average.TokensPerSec <= 0 {
 		t.Errorf("status --json: average %+v, want the job's 600 samples at a rate above zero", rep.Average)
@@ -236,6 +239,8 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if len(rep.Endpoints) != 0 {
 		t.Errorf("status --json after a no-op re-run: endpoints %+v, want none", rep.Endpoints)
 	}
+	checkDemoConversations(t, dir, ex)
+	checkDemoStats(t, dir, ex)
 }
 
 // TestNoUnshippedCitations: output and docs cite only what ships; the engine

@@ -132,11 +132,15 @@ func TestStatusGoldenDown(t *testing.T) {
 	f := newStatusFixture(t)
 	f.work(t, 10, 4, 5*time.Second)
 	ctx := context.Background()
-	claimed, err := f.st.Claim(ctx, "default", 1, "w", time.Hour)
-	if err != nil || len(claimed) != 1 {
+	claimed, err := f.st.Claim(ctx, "default", 2, "w", time.Hour)
+	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
 	if err := f.st.Retry(ctx, claimed[0].ID, "w", f.clock, "HTTP 503: overloaded"); err != nil {
+		t.Fatal(err)
+	}
+	r := store.Result{Response: []byte(`{"content":"<think>x"}`), FinishReason: "stop", PromptTokens: 10, CompletionTokens: 4}
+	if err := f.st.Reject(ctx, claimed[1].ID, "w", r, "think_tags", "content holds <think> at byte 0"); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.st.AddIngestErrors(ctx, []store.IngestError{{Partition: "B1", Origin: "p.jsonl:11", Field: "q", Reason: "field q: missing"}}); err != nil {
@@ -223,7 +227,8 @@ func TestStatusJSONDocumented(t *testing.T) {
 		Cells:      []monitor.CellCounts{{Partition: "p", Lane: "l"}},
 		Endpoints:  []monitor.EndpointStatus{{URL: "http://x", Load: &monitor.EndpointLoad{Time: statusT0, KVUsage: 0.5, Queued: 1, Running: 2}}},
 		Events:     []monitor.Event{{Kind: "ingest"}},
-		LastErrors: []monitor.ErrorLine{{ID: "p/1"}}})
+		LastErrors: []monitor.ErrorLine{{ID: "p/1"}},
+		Rejects:    []monitor.RuleCount{{Rule: "empty", N: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,12 +88,12 @@ func TestRunExport(t *testing.T) {
 	if err := runExport(ctx, &out, path, exportOptions{formats: []string{export.FormatOpenAIBatch, export.FormatParquet}, out: outDir}); err != nil {
 		t.Fatalf("runExport: %v", err)
 	}
-	for _, name := range []string{"exp.openai-batch.jsonl", "exp.errors.jsonl", "exp.parquet", "exp.dead.jsonl"} {
+	for _, name := range []string{"exp.openai-batch.jsonl", "exp.errors.jsonl", "exp.parquet", "exp.rejected.jsonl", "exp.dead.jsonl"} {
 		if _, err := os.Stat(filepath.Join(outDir, name)); err != nil {
 			t.Errorf("missing %s: %v", name, err)
 		}
 	}
-	if !strings.Contains(out.String(), "exported 1 done (0 truncated), 0 rejected, 0 dead, 0 bad source rows") {
+	if !strings.Contains(out.String(), "exported 1 done (0 truncated, 0 conversations ended early), 0 rejected, 0 dead, 0 bad source rows") {
 		t.Errorf("summary = %q", out.String())
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/quality"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -46,6 +46,22 @@ type Config struct {
 	Endpoints []Endpoint
 	// Params are generation settings sent with every request.
 	Params map[string]json.RawMessage
+
+	// Quality is the reject rules applied to every answer that is not
+	// escalated; the zero value rejects nothing. Reasoning says what the
+	// job asked of thinking, for the reasoning rule.
+	Quality   quality.Rules
+	Reasoning quality.Reasoning
+	// KeepReasoning keeps earlier answers' reasoning_content in the history
+	// sent for later turns (thinking chat templates expect it stripped).
+	KeepReasoning bool
+	// LaneFor assigns the next turn of a multi-turn sample to a lane from
+	// its partition and estimated prompt tokens; nil keeps it in its lane.
+	LaneFor func(partition string, promptTokens int) string
+	// PoisonAfter stops Run when this many samples in a row are refused
+	// with the same bad-request error before any request was accepted, and
+	// caps requests in flight at that many until one is; 0 = off.
+	PoisonAfter int
 
 	MaxAttempts int           // attempts per sample for retryable errors; default 5
 	BaseDelay   time.Duration // first retry delay ceiling; default 2s
@@ -97,6 +113,8 @@ type Dispatcher struct {
 
 	wake    chan struct{} // capacity 1: "something changed, look again"
 	workers sync.WaitGroup
+
+	guard *poisonGuard
 
 	mu        sync.Mutex
 	running   bool
@@ -159,6 +177,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		laneByName: map[string]*lane{},
 		epByURL:    map[string]*endpoint{},
 		wake:       make(chan struct{}, 1),
+		guard:      newPoisonGuard(cfg.PoisonAfter),
 	}
 	for _, lc := range cfg.Lanes {
 		if lc.Name == "" {
@@ -424,6 +443,14 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 			continue
 		}
 		n := min(free, capacity, maxClaim)
+		if b, ok := d.guard.budget(); ok {
+			d.mu.Lock()
+			n = min(n, b-d.inflight)
+			d.mu.Unlock()
+			if n <= 0 {
+				continue
+			}
+		}
 		var claimed []store.Claimed
 		err := d.storeDo(storeCtx, func(ctx context.Context) error {
 			var err error
@@ -531,176 +558,31 @@ func (d *Dispatcher) pickLocked(now time.Time) (e *endpoint, probe bool) {
 	return best, false
 }
 
-// work sends one sample and records the outcome.
+// work sends one sample's current turn and records the outcome.
 func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
 	e := cl.ep
-	req := llm.Request{Model: d.cfg.Model, Body: c.Body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	t, err := d.prepareTurn(c)
+	if err != nil {
+		cl.cancel(nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
+		return
+	}
+	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
 	start := d.now()
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
+		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))
 	})
 	var cause error
 	if err != nil {
 		cause = context.Cause(reqCtx)
+	} else {
+		d.guard.accepted()
 	}
 	cl.cancel(nil)
 	d.observe(l.cfg.Name, e.url, start, res, err, cause)
-	d.settle(storeCtx, cl, l, c, res, err, cause)
-}
-
-// outcome is what happens to a sample after its request.
-type outcome int
-
-const (
-	outComplete outcome = iota
-	outEscalate
-	outRelease
-	outRetry
-	outDead
-)
-
-// settle updates the endpoint, records the sample's fate in the store and
-// frees its lane slot.
-func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store.Claimed, res llm.Result, reqErr, cause error) {
-	e := cl.ep
-	now := d.now()
-	class := llm.Class(0)
-	var out outcome
-	switch {
-	case reqErr == nil && res.FinishReason == "length" && l.cfg.EscalateTo != "":
-		out = outEscalate
-	case reqErr == nil:
-		out = outComplete
-	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain):
-		out = outRelease
-	default:
-		class = llm.ClassOf(reqErr)
-		switch class {
-		case llm.ServerDown:
-			out = outRelease
-		case llm.BadRequest:
-			out = outDead
-		default:
-			if c.Attempts+1 >= d.cfg.MaxAttempts {
-				out = outDead
-			} else {
-				out = outRetry
-			}
-		}
-	}
-
-	// Breaker transitions are logged; single failures only go to counters.
-	d.mu.Lock()
-	delete(e.calls, cl)
-	e.inflight--
-	switch {
-	case class == llm.ServerDown:
-		e.errors[class]++
-		e.lastDown = reqErr.Error()
-		d.counters.ServerDown++
-		if e.tripBreaker(cl, now, d.cfg.BreakerCooldown) {
-			d.log.Warn("breaker open", "endpoint", e.url, "err", reqErr, "cooldown", e.openUntil.Sub(now), "opens", e.opens)
-		}
-	case out == outRelease:
-		if cl.probe {
-			e.probing = false // cancelled probe: let another one through
-		}
-	default:
-		if class != 0 {
-			e.errors[class]++
-		}
-		if e.closeBreaker() { // the server answered
-			d.log.Info("breaker closed", "endpoint", e.url)
-		}
-	}
-	d.mu.Unlock()
-
-	target := l
-	var op func(ctx context.Context) error
-	var what string
-	switch out {
-	case outComplete:
-		what = "complete"
-		r := storeResult(e.url, res)
-		op = func(ctx context.Context) error { return d.cfg.Store.Complete(ctx, c.ID, d.cfg.Owner, r) }
-	case outEscalate:
-		what = "escalate"
-		target = d.laneByName[l.cfg.EscalateTo]
-		op = func(ctx context.Context) error { return d.cfg.Store.Escalate(ctx, c.ID, d.cfg.Owner, target.cfg.Name) }
-	case outRelease:
-		what = "release"
-		op = func(ctx context.Context) error { return d.cfg.Store.Release(ctx, []string{c.ID}, d.cfg.Owner) }
-	case outRetry:
-		what = "retry"
-		delay := Delay(c.Attempts+1, d.cfg.BaseDelay, d.cfg.MaxDelay, rand.Float64())
-		op = func(ctx context.Context) error {
-			return d.cfg.Store.Retry(ctx, c.ID, d.cfg.Owner, now.Add(delay), reqErr.Error())
-		}
-	case outDead:
-		what = "dead-letter"
-		reason := reqErr.Error()
-		if class != llm.BadRequest {
-			reason = fmt.Sprintf("%d attempts, last: %s", c.Attempts+1, reason)
-		}
-		op = func(ctx context.Context) error { return d.cfg.Store.DeadLetter(ctx, c.ID, d.cfg.Owner, reason) }
-	}
-	err := d.storeDo(storeCtx, op)
-	switch {
-	case errors.Is(err, store.ErrNotLeased):
-		// The lease expired and someone else owns the sample now; its
-		// outcome is theirs to record.
-		d.log.Warn("lease lost", "sample", c.ID, "op", what)
-	case err != nil:
-		d.fatal(fmt.Errorf("%s sample %s: %w", what, c.ID, err))
-	}
-
-	l.lim.Release()
-	d.mu.Lock()
-	d.inflight--
-	if err == nil {
-		switch out {
-		case outComplete:
-			d.counters.Done++
-			if res.FinishReason == "length" {
-				d.counters.Truncated++
-			}
-			l.durations.add(res.Duration)
-		case outEscalate:
-			d.counters.Escalated++
-			target.short = false
-			l.durations.add(res.Duration)
-		case outRelease:
-			d.counters.Released++
-			l.short = false
-		case outRetry:
-			d.counters.Retried++
-		case outDead:
-			d.counters.DeadLettered++
-		}
-	}
-	d.mu.Unlock()
-	d.signal()
-}
-
-// response is the stored response record: the completion and where it ran.
-type response struct {
-	llm.Result
-	Endpoint string `json:"endpoint"`
-}
-
-func storeResult(url string, res llm.Result) store.Result {
-	// Marshalling plain strings, ints and durations cannot fail.
-	b, _ := json.Marshal(response{Result: res, Endpoint: url})
-	return store.Result{
-		Response:         b,
-		FinishReason:     res.FinishReason,
-		PromptTokens:     res.Usage.PromptTokens,
-		CompletionTokens: res.Usage.CompletionTokens,
-		Endpoint:         url,
-		Duration:         res.Duration,
-		TTFT:             res.TTFT,
-	}
+	d.settle(storeCtx, cl, l, c, t, res, err, cause)
 }
 
 // storeDo runs op, retrying a few times: a store error that outlives the

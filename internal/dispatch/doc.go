@@ -16,6 +16,27 @@
 // truncated by max_tokens escalates to the lane's EscalateTo lane when it has
 // one and is otherwise stored and counted as truncated.
 //
+// Every claim is one request: the claimed sample's current turn, built by
+// package conversation from the sample's plan and the answers the store
+// handed over for its earlier turns. An answer that is not escalated goes
+// through the Quality rules (a refused one is stored as rejected with its
+// rule and evidence); an accepted one completes the sample when it is the
+// plan's last turn or when the dataset cannot follow it (a tool call that
+// does not match the recorded one: the sample ends there with the reason),
+// and otherwise is stored with CompleteTurn, which returns the sample to
+// pending at the next turn, in the lane LaneFor picks for the longer
+// prompt. So a kill between turns loses nothing and redoes no turn, and
+// lanes, retries and escalation apply per turn.
+//
+// Poison guard: until the server accepts a request (a streamed token or an
+// answer), at most PoisonAfter requests run at once, one fewer for every
+// sample refused with the same bad-request error; PoisonAfter distinct
+// samples refused with identical errors in a row stop Run with a
+// PoisonError naming the error and the request fields it mentions, and
+// the samples it refused go back to pending. A configuration the server
+// rejects (an unsupported parameter) so costs PoisonAfter requests, not the
+// dataset.
+//
 // Retry policy lives only here and its state (attempts, not_before) only in
 // the store: the dispatcher keeps no per-sample memory between claims, so a
 // restarted runner continues exactly where the store says.

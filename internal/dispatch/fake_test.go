@@ -29,6 +29,17 @@ type fakeStore struct {
 	finals map[string]int
 	// claims counts Claim calls, releases Release'd samples.
 	claims, released int
+	// answers logs every stored answer, for the statistics.
+	answers []fakeAnswer
+	dups    map[string]store.Duplicate // by origin
+}
+
+// fakeAnswer is one stored answer; gone once its reject was requeued.
+type fakeAnswer struct {
+	partition, lane, rule string
+	r                     store.Result
+	at                    time.Time
+	gone                  bool
 }
 
 type fakeSample struct {
@@ -43,11 +54,15 @@ type fakeSample struct {
 	errAt      time.Time
 	result     store.Result
 	reason     string
+	rule       string
 	finishedAt time.Time
+	turn       int
+	prior      []store.Result
+	answer     int // index in fakeStore.answers of the final answer
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{samples: map[string]*fakeSample{}, finals: map[string]int{}}
+	return &fakeStore{samples: map[string]*fakeSample{}, finals: map[string]int{}, dups: map[string]store.Duplicate{}}
 }
 
 var _ store.Store = (*fakeStore)(nil)
@@ -85,7 +100,11 @@ func (s *fakeStore) Ingest(_ context.Context, samples []store.NewSample) (int, e
 	defer s.mu.Unlock()
 	n := 0
 	for _, x := range samples {
-		if _, ok := s.samples[x.ID]; ok {
+		if first, ok := s.samples[x.ID]; ok {
+			if _, seen := s.dups[x.Origin]; !seen && first.Origin != x.Origin {
+				s.dups[x.Origin] = store.Duplicate{ID: x.ID, Partition: x.Partition, Origin: x.Origin,
+					FirstOrigin: first.Origin, SameContent: string(first.Body) == string(x.Body)}
+			}
 			continue
 		}
 		s.seq++
@@ -149,7 +168,7 @@ func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, l
 	for _, x := range ready[:min(n, len(ready))] {
 		x.state, x.owner, x.leaseUntil = store.Leased, owner, now.Add(lease)
 		out = append(out, store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body,
-			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil})
+			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil, Turn: x.turn, Prior: slices.Clone(x.prior)})
 	}
 	return out, nil
 }
@@ -185,6 +204,183 @@ func (s *fakeStore) leased(op, id, owner string) (*fakeSample, error) {
 	return x, nil
 }
 
+// leasedAt is leased for a result that must answer the sample's current turn.
+func (s *fakeStore) leasedAt(op, id, owner string, turn int) (*fakeSample, error) {
+	x, err := s.leased(op, id, owner)
+	if err == nil && x.turn != turn {
+		return nil, fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, x.turn)
+	}
+	return x, err
+}
+
+func (s *fakeStore) addAnswer(x *fakeSample, r store.Result, rule string) int {
+	s.answers = append(s.answers, fakeAnswer{partition: x.Partition, lane: x.Lane, rule: rule, r: r, at: time.Now()})
+	return len(s.answers) - 1
+}
+
+func (s *fakeStore) CompleteTurn(_ context.Context, id, owner string, r store.Result, nextLane string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leasedAt("turn", id, owner, r.Turn)
+	if err != nil {
+		return err
+	}
+	s.addAnswer(x, r, "")
+	r.Lane, r.Attempts = x.Lane, x.attempts+1
+	x.prior = append(x.prior, r)
+	x.turn++
+	x.state, x.owner, x.attempts, x.notBefore = store.Pending, "", 0, time.Time{}
+	if nextLane != "" {
+		x.Lane = nextLane
+	}
+	return nil
+}
+
+func (s *fakeStore) RequeueRejected(_ context.Context, rule string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.samples {
+		if x.state != store.Rejected || (rule != "" && x.rule != rule) {
+			continue
+		}
+		s.answers[x.answer].gone = true
+		x.state, x.attempts, x.notBefore, x.finishedAt = store.Pending, 0, time.Time{}, time.Time{}
+		x.result, x.reason, x.rule = store.Result{}, "", ""
+		n++
+	}
+	return n, nil
+}
+
+func (s *fakeStore) RejectCounts(context.Context) ([]store.RejectCount, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[store.RejectCount]int{}
+	for _, x := range s.samples {
+		if x.state == store.Rejected {
+			m[store.RejectCount{Partition: x.Partition, Lane: s.answers[x.answer].lane, Rule: x.rule}]++
+		}
+	}
+	var out []store.RejectCount
+	for k, n := range m {
+		k.N = n
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b store.RejectCount) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Lane, b.Lane), cmp.Compare(a.Rule, b.Rule))
+	})
+	return out, nil
+}
+
+func (s *fakeStore) StatCells(context.Context) ([]store.StatCell, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[[2]string]*store.StatCell{}
+	for _, a := range s.answers {
+		if a.gone {
+			continue
+		}
+		c := m[[2]string{a.partition, a.lane}]
+		if c == nil {
+			c = &store.StatCell{Partition: a.partition, Lane: a.lane}
+			m[[2]string{a.partition, a.lane}] = c
+		}
+		c.Requests++
+		if a.r.FinishReason == "length" {
+			c.Truncated++
+		}
+		if a.rule != "" {
+			c.Rejected++
+		}
+		if a.r.ReasoningTokens > 0 {
+			c.WithReasoning++
+		}
+		if a.r.EndReason != "" {
+			c.Ended++
+		}
+		c.PromptTokens += int64(a.r.PromptTokens)
+		c.CompletionTokens += int64(a.r.CompletionTokens)
+		c.ReasoningTokens += int64(a.r.ReasoningTokens)
+	}
+	var out []store.StatCell
+	for _, c := range m {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b store.StatCell) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Lane, b.Lane))
+	})
+	return out, nil
+}
+
+func (s *fakeStore) EachTokenCount(_ context.Context, fn func(store.TokenCount) error) error {
+	s.mu.Lock()
+	m := map[store.TokenCount]int{}
+	for _, a := range s.answers {
+		if a.gone {
+			continue
+		}
+		m[store.TokenCount{Partition: a.partition, Lane: a.lane, Kind: store.PromptKind, Tokens: a.r.PromptTokens}]++
+		m[store.TokenCount{Partition: a.partition, Lane: a.lane, Kind: store.CompletionKind, Tokens: a.r.CompletionTokens}]++
+	}
+	s.mu.Unlock()
+	var out []store.TokenCount
+	for k, n := range m {
+		k.N = n
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b store.TokenCount) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Lane, b.Lane), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Tokens, b.Tokens))
+	})
+	for _, c := range out {
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *fakeStore) ThroughputHistory(context.Context) ([]store.MinuteThroughput, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[int64]*store.MinuteThroughput{}
+	for _, a := range s.answers {
+		minute := a.at.Unix() / 60
+		t := m[minute]
+		if t == nil {
+			t = &store.MinuteThroughput{Minute: time.Unix(minute*60, 0)}
+			m[minute] = t
+		}
+		t.Requests++
+		t.PromptTokens += int64(a.r.PromptTokens)
+		t.CompletionTokens += int64(a.r.CompletionTokens)
+	}
+	var out []store.MinuteThroughput
+	for _, t := range m {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b store.MinuteThroughput) int { return a.Minute.Compare(b.Minute) })
+	return out, nil
+}
+
+func (s *fakeStore) IngestDuplicates(_ context.Context, limit int) (store.Duplicates, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d store.Duplicates
+	for _, x := range s.dups {
+		d.Total++
+		if x.SameContent {
+			d.SameContent++
+		}
+		d.Examples = append(d.Examples, x)
+	}
+	slices.SortFunc(d.Examples, func(a, b store.Duplicate) int { return cmp.Compare(a.Origin, b.Origin) })
+	d.Examples = d.Examples[:upTo(limit, len(d.Examples))]
+	if len(d.Examples) == 0 {
+		d.Examples = nil
+	}
+	return d, nil
+}
+
 func (s *fakeStore) finish(x *fakeSample, st store.State) {
 	x.state, x.owner, x.finishedAt = st, "", time.Now()
 	s.finals[x.ID]++
@@ -193,24 +389,26 @@ func (s *fakeStore) finish(x *fakeSample, st store.State) {
 func (s *fakeStore) Complete(_ context.Context, id, owner string, r store.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x, err := s.leased("complete", id, owner)
+	x, err := s.leasedAt("complete", id, owner, r.Turn)
 	if err != nil {
 		return err
 	}
 	x.result = r
+	x.answer = s.addAnswer(x, r, "")
 	x.attempts++
 	s.finish(x, store.Done)
 	return nil
 }
 
-func (s *fakeStore) Reject(_ context.Context, id, owner string, r store.Result, reason string) error {
+func (s *fakeStore) Reject(_ context.Context, id, owner string, r store.Result, rule, evidence string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x, err := s.leased("reject", id, owner)
+	x, err := s.leasedAt("reject", id, owner, r.Turn)
 	if err != nil {
 		return err
 	}
-	x.result, x.reason = r, reason
+	x.result, x.reason, x.rule = r, evidence, rule
+	x.answer = s.addAnswer(x, r, rule)
 	x.attempts++
 	s.finish(x, store.Rejected)
 	return nil
@@ -338,13 +536,17 @@ func (s *fakeStore) ThroughputSince(_ context.Context, t time.Time) (store.Throu
 	for _, x := range s.samples {
 		if (x.state == store.Done || x.state == store.Rejected) && !x.finishedAt.Before(t) {
 			tp.Samples++
-			tp.CompletionTokens += int64(x.result.CompletionTokens)
-			tp.PromptTokens += int64(x.result.PromptTokens)
-			if tp.First.IsZero() || x.finishedAt.Before(tp.First) {
-				tp.First = x.finishedAt
+		}
+	}
+	for _, a := range s.answers {
+		if !a.at.Before(t) && !a.gone { // a requeued reject's answer is dropped, as in SQLite
+			tp.CompletionTokens += int64(a.r.CompletionTokens)
+			tp.PromptTokens += int64(a.r.PromptTokens)
+			if tp.First.IsZero() || a.at.Before(tp.First) {
+				tp.First = a.at
 			}
-			if x.finishedAt.After(tp.Last) {
-				tp.Last = x.finishedAt
+			if a.at.After(tp.Last) {
+				tp.Last = a.at
 			}
 		}
 	}
@@ -355,8 +557,12 @@ func (s *fakeStore) rows(keep func(*fakeSample) bool) []store.Row {
 	var rows []store.Row
 	for _, x := range s.samples {
 		if keep(x) {
-			rows = append(rows, store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
-				Attempts: x.attempts, Result: x.result, Reason: x.reason, FinishedAt: x.finishedAt})
+			r := store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
+				Attempts: x.attempts, Result: x.result, Reason: x.reason, Rule: x.rule, FinishedAt: x.finishedAt}
+			if x.state != store.Dead {
+				r.Prior = slices.Clone(x.prior)
+			}
+			rows = append(rows, r)
 		}
 	}
 	return rows
@@ -460,9 +666,10 @@ func (s *fakeStore) Minutes(_ context.Context, since time.Time) ([]store.Minute,
 
 func (s *fakeStore) browseRow(x *fakeSample) store.Row {
 	r := store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
-		Attempts: x.attempts, Result: x.result, Reason: x.lastErr, FinishedAt: x.finishedAt, Origin: x.Origin}
+		Attempts: x.attempts, Result: x.result, Reason: x.lastErr, FinishedAt: x.finishedAt, Origin: x.Origin,
+		Prior: slices.Clone(x.prior)}
 	if x.state == store.Rejected {
-		r.Reason = x.reason
+		r.Reason, r.Rule = x.reason, x.rule
 	}
 	return r
 }
@@ -484,7 +691,7 @@ func (s *fakeStore) Samples(_ context.Context, q store.SampleQuery) ([]store.Row
 	for _, x := range s.samples {
 		if x.ID > q.After && (q.Partition == "" || x.Partition == q.Partition) && (q.State == "" || x.state == q.State) {
 			r := s.browseRow(x)
-			r.Body, r.Result.Response = nil, nil
+			r.Body, r.Result.Response, r.Prior = nil, nil, nil
 			out = append(out, r)
 		}
 	}

@@ -55,6 +55,9 @@ type LaneStats struct {
 type Counters struct {
 	Done         int64 `json:"done"`          // completed, truncated ones included
 	Truncated    int64 `json:"truncated"`     // completed with finish_reason=length and no bigger lane
+	Turns        int64 `json:"turns"`         // answers stored with a turn after them (the sample went on)
+	Ended        int64 `json:"ended"`         // completed before the plan's last turn (the dataset could not follow the answer)
+	Rejected     int64 `json:"rejected"`      // refused by a quality rule
 	Escalated    int64 `json:"escalated"`     // moved to a bigger lane after truncation
 	Retried      int64 `json:"retried"`       // returned to pending with an attempt spent
 	DeadLettered int64 `json:"dead_lettered"` // bad requests and exhausted retries

@@ -5,13 +5,24 @@
 // beyond one row (one Parquet row group for Parquet). Formats:
 //
 //   - sharegpt: SpecForge/ShareGPT conversations JSONL, one line per done
-//     sample; truncated completions (finish_reason "length") are kept and
-//     flagged "truncated": true.
+//     sample: id, conversations (the whole conversation: every input turn
+//     and every regenerated answer, with reasoning_content and structured
+//     tool_calls; tool results name their call by tool_call_id), tools and
+//     partition. CheckShareGPTLine is the contract each line meets. Run
+//     details (lane, finish reason, usage, endpoint, attempts, per-turn
+//     details, why a conversation ended early) only with Options.Metadata
+//     full. A truncated answer (finish_reason "length") is only exported
+//     when the truncated rule is off, flagged "truncated": true.
 //   - openai-batch: OpenAI batch output lines (custom_id, response.body as a
 //     chat.completion, error) for done samples, and a separate errors file
 //     for rejected and dead samples.
-//   - parquet: one row per done sample, zstd-compressed, messages as the
-//     standard 3-level LIST that pyarrow and datasets read.
+//   - parquet: one row per done sample, zstd-compressed, messages (the
+//     conversation before the last answer) as the standard 3-level LIST
+//     that pyarrow and datasets read.
+//
+// Only done (accepted) samples go to these training files. Rejected
+// samples are always written to <name>.rejected.jsonl with their rule,
+// evidence and the conversation up to the refused answer.
 //
 // Every record carries the sample id, "<partition>/<key>", and its
 // source_id, the key alone: the source row's id field when the source maps

@@ -31,19 +31,42 @@ type File struct {
 type Summary struct {
 	Files     []File
 	Done      int // done samples (truncated ones included)
-	Truncated int // done with finish_reason "length"
+	Truncated int // done with finish_reason "length" (only when the truncated rule is off)
+	Ended     int // done conversations that ended before their last planned turn
 	Rejected  int
 	Dead      int // dead samples
 	BadRows   int // source rows that never became samples (ingest errors)
 }
 
-// Export writes the finished samples of st into dir as <name>.sharegpt.jsonl,
-// <name>.openai-batch.jsonl with <name>.errors.jsonl, and <name>.parquet,
-// for the formats asked, plus <name>.dead.jsonl always. Files appear only
-// once all of them are complete; on error none of this run's files replace
-// the previous ones and no temporary file is left behind.
+// Metadata levels of Options.
+const (
+	MetadataMinimal = "minimal"
+	MetadataFull    = "full"
+)
+
+// Options tune an export; the zero value writes minimal metadata.
+type Options struct {
+	// Metadata: MetadataMinimal keeps run details (lanes, finish reasons,
+	// usage, endpoint URLs, attempts) out of the training records;
+	// MetadataFull adds them.
+	Metadata string
+}
+
+// Export is ExportWith zero Options.
 func Export(ctx context.Context, st store.Store, dir string, formats []string, name string) (Summary, error) {
+	return ExportWith(ctx, st, dir, formats, name, Options{})
+}
+
+// ExportWith writes the finished samples of st into dir as
+// <name>.sharegpt.jsonl, <name>.openai-batch.jsonl with <name>.errors.jsonl,
+// and <name>.parquet, for the formats asked, plus <name>.rejected.jsonl and
+// <name>.dead.jsonl always. Training files hold only done (accepted)
+// samples. Files appear only once all of them are complete; on error none
+// of this run's files replace the previous ones and no temporary file is
+// left behind.
+func ExportWith(ctx context.Context, st store.Store, dir string, formats []string, name string, o Options) (Summary, error) {
 	var sum Summary
+	full := o.Metadata == MetadataFull
 	want := map[string]bool{}
 	for _, f := range formats {
 		if !slices.Contains(Formats, f) {
@@ -84,7 +107,7 @@ func Export(ctx context.Context, st store.Store, dir string, formats []string, n
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := open(newShareGPT(path(".sharegpt.jsonl"))); err != nil {
+		if err := open(newShareGPT(path(".sharegpt.jsonl"), full)); err != nil {
 			return sum, err
 		}
 	}
@@ -95,10 +118,13 @@ func Export(ctx context.Context, st store.Store, dir string, formats []string, n
 	}
 	if want[FormatParquet] {
 		var err error
-		pq, err = newParquet(path(".parquet"))
+		pq, err = newParquet(path(".parquet"), full)
 		if err := open(pq, err); err != nil {
 			return sum, err
 		}
+	}
+	if err := open(newRejected(path(".rejected.jsonl"))); err != nil {
+		return sum, err
 	}
 	{
 		var err error
@@ -121,6 +147,9 @@ func Export(ctx context.Context, st store.Store, dir string, formats []string, n
 			sum.Done++
 			if rec.truncated() {
 				sum.Truncated++
+			}
+			if row.Result.EndReason != "" {
+				sum.Ended++
 			}
 		case store.Rejected:
 			sum.Rejected++

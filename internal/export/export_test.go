@@ -102,7 +102,8 @@ func fixture(t testing.TB) *fakeStore {
 				llm.Result{Content: "long answer cut", FinishReason: "length", Model: "sim-model",
 					Usage: llm.Usage{PromptTokens: 40, CompletionTokens: 100, TotalTokens: 140}}),
 			{ID: "P2/b1", Partition: "P2", Lane: "long", State: store.Rejected, Body: []byte(`{"messages":[{"role":"user","content":"x"}]}`),
-				Attempts: 1, Result: store.Result{Response: []byte(`{"content":"bad"}`), FinishReason: "stop"}, Reason: "empty answer", FinishedAt: finished},
+				Attempts: 1, Result: store.Result{Response: []byte(`{"content":"<think>bad"}`), FinishReason: "stop"}, Rule: "think_tags",
+				Reason: "content holds <think> at byte 0", FinishedAt: finished},
 			{ID: "P2/c1", Partition: "P2", Lane: "long", State: store.Dead, Body: []byte(`{"messages":[]}`),
 				Attempts: 1, Reason: "bad-request (HTTP 400): context too long", FinishedAt: finished},
 		},
@@ -163,6 +164,7 @@ func TestExportGolden(t *testing.T) {
 			{Format: "openai-batch", Path: filepath.Join(dir, "demo.openai-batch.jsonl"), Rows: 3},
 			{Format: "openai-batch-errors", Path: filepath.Join(dir, "demo.errors.jsonl"), Rows: 2},
 			{Format: "parquet", Path: filepath.Join(dir, "demo.parquet"), Rows: 3},
+			{Format: "rejected", Path: filepath.Join(dir, "demo.rejected.jsonl"), Rows: 1},
 			{Format: "dead", Path: filepath.Join(dir, "demo.dead.jsonl"), Rows: 2},
 		},
 		Done: 3, Truncated: 1, Rejected: 1, Dead: 1, BadRows: 1,
@@ -170,7 +172,7 @@ func TestExportGolden(t *testing.T) {
 	if diff := cmp.Diff(wantSum, sum); diff != "" {
 		t.Errorf("Summary mismatch (-want +got):\n%s", diff)
 	}
-	for _, name := range []string{"demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "demo.dead.jsonl"} {
+	for _, name := range []string{"demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "demo.rejected.jsonl", "demo.dead.jsonl"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -186,17 +188,17 @@ func TestExportGolden(t *testing.T) {
 	s := func(v string) *string { return &v }
 	want := []ParquetRow{
 		{ID: "P1/a1", SourceID: "a1", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "system", Content: s("be <brief> & kind")}, {Role: "user", Content: s("hi")}},
-			Completion: "hello", ReasoningContent: s("think"), FinishReason: "stop", PromptTokens: 12, CompletionTokens: 3, Endpoint: "http://127.0.0.1:30000"},
+			Completion: "hello", ReasoningContent: s("think"), FinishReason: "stop", PromptTokens: 12, CompletionTokens: 3},
 		{ID: "P1/a2", SourceID: "a2", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "user", Content: s("weather?")}},
 			Tools:        s(`[{"type":"function","function":{"name":"get_weather"}}]`),
 			ToolCalls:    s(`[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]`),
-			FinishReason: "tool_calls", PromptTokens: 20, CompletionTokens: 9, Endpoint: "http://127.0.0.1:30000"},
+			FinishReason: "tool_calls", PromptTokens: 20, CompletionTokens: 9},
 		{ID: "P1/a3", SourceID: "a3", Partition: "P1", Lane: "short", Messages: []ParquetMessage{
 			{Role: "user", Content: s(`[{"type":"text","text":"part"}]`)},
 			{Role: "assistant", ToolCalls: s(`[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]`)},
 			{Role: "tool", Content: s("42"), ToolCallID: s("c"), Name: s("f")},
 			{Role: "user", Content: s("go on")},
-		}, Completion: "long answer cut", FinishReason: "length", PromptTokens: 40, CompletionTokens: 100, Endpoint: "http://127.0.0.1:30000"},
+		}, Completion: "long answer cut", FinishReason: "length", PromptTokens: 40, CompletionTokens: 100},
 	}
 	if diff := cmp.Diff(want, rows); diff != "" {
 		t.Errorf("parquet rows mismatch (-want +got):\n%s", diff)
@@ -248,7 +250,9 @@ func TestExportEveryIDOnce(t *testing.T) {
 		case 7:
 			fs.rows = append(fs.rows, store.Row{ID: id, Partition: "P", Lane: "l", State: store.Dead, Reason: "bad", Attempts: 1})
 		case 9:
-			fs.rows = append(fs.rows, store.Row{ID: id, Partition: "P", Lane: "l", State: store.Rejected, Reason: "meh", Attempts: 2})
+			r := doneRow(t, id, `{"messages":[{"role":"user","content":"q `+id+`"}]}`, llm.Result{Content: "", FinishReason: "stop"})
+			r.State, r.Rule, r.Reason, r.Attempts = store.Rejected, "empty", "meh", 2
+			fs.rows = append(fs.rows, r)
 		default:
 			fs.rows = append(fs.rows, doneRow(t, id, `{"messages":[{"role":"user","content":"q `+id+`"}]}`,
 				llm.Result{Content: strings.Repeat("tok ", i%40) + "\n\"quoted\"", FinishReason: "stop", Usage: llm.Usage{PromptTokens: 3, CompletionTokens: i % 40}}))
@@ -297,7 +301,7 @@ func TestExportEveryIDOnce(t *testing.T) {
 }
 
 func TestExportAtomic(t *testing.T) {
-	names := []string{"j.sharegpt.jsonl", "j.openai-batch.jsonl", "j.errors.jsonl", "j.parquet", "j.dead.jsonl"}
+	names := []string{"j.sharegpt.jsonl", "j.openai-batch.jsonl", "j.errors.jsonl", "j.parquet", "j.rejected.jsonl", "j.dead.jsonl"}
 	tests := []struct {
 		name  string
 		store func() *fakeStore
@@ -379,7 +383,7 @@ func TestExportDeadAlways(t *testing.T) {
 	for _, f := range sum.Files {
 		got = append(got, filepath.Base(f.Path))
 	}
-	if diff := cmp.Diff([]string{"j.sharegpt.jsonl", "j.dead.jsonl"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"j.sharegpt.jsonl", "j.rejected.jsonl", "j.dead.jsonl"}, got); diff != "" {
 		t.Errorf("files mismatch (-want +got):\n%s", diff)
 	}
 }

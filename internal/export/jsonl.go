@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -22,32 +23,92 @@ type output struct {
 	rows   int
 }
 
-// sharegptLine is one SpecForge/ShareGPT conversation.
+// sharegptLine is one SpecForge/ShareGPT conversation: id and
+// conversations (role, content, optional reasoning_content, tool_calls,
+// tool_call_id), the tools the conversation may call, and the partition.
+// Run details come only with full metadata.
 type sharegptLine struct {
-	ID            string          `json:"id"`
-	SourceID      string          `json:"source_id"`
-	Conversations []any           `json:"conversations"`
-	Tools         json.RawMessage `json:"tools,omitempty"`
-	Partition     string          `json:"partition"`
-	Lane          string          `json:"lane"`
-	FinishReason  string          `json:"finish_reason"`
-	Truncated     bool            `json:"truncated,omitempty"`
-	Usage         llm.Usage       `json:"usage"`
-	Endpoint      string          `json:"endpoint"`
-	Attempts      int             `json:"attempts"`
+	ID            string            `json:"id"`
+	SourceID      string            `json:"source_id"`
+	Conversations []sharegptMessage `json:"conversations"`
+	Tools         json.RawMessage   `json:"tools,omitempty"`
+	Partition     string            `json:"partition"`
+	Truncated     bool              `json:"truncated,omitempty"`
+	*runDetails
+}
+
+// sharegptMessage is one message of an exported conversation. Content is a
+// string ("" beside tool calls), or content parts as the source had them.
+type sharegptMessage struct {
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	ReasoningContent string          `json:"reasoning_content,omitempty"`
+	ToolCalls        json.RawMessage `json:"tool_calls,omitempty"`
+	ToolCallID       string          `json:"tool_call_id,omitempty"`
+	Name             string          `json:"name,omitempty"`
+}
+
+// runDetails is what output.metadata: full adds to a record.
+type runDetails struct {
+	Lane         string        `json:"lane"`
+	FinishReason string        `json:"finish_reason"`
+	Usage        llm.Usage     `json:"usage"`
+	Endpoint     string        `json:"endpoint"`
+	Attempts     int           `json:"attempts"`
+	EndReason    string        `json:"end_reason,omitempty"`
+	Turns        []turnDetails `json:"turns,omitempty"`
+}
+
+// turnDetails is one answer of a multi-turn conversation.
+type turnDetails struct {
+	Turn         int       `json:"turn"`
+	Lane         string    `json:"lane"`
+	FinishReason string    `json:"finish_reason"`
+	Usage        llm.Usage `json:"usage"`
+	Endpoint     string    `json:"endpoint"`
+	Attempts     int       `json:"attempts"`
+}
+
+func sharegptMessages(conv []conversation.Message) []sharegptMessage {
+	out := make([]sharegptMessage, len(conv))
+	for i, m := range conv {
+		c := m.Content
+		if len(c) == 0 || string(c) == "null" {
+			c = json.RawMessage(`""`)
+		}
+		out[i] = sharegptMessage{Role: m.Role, Content: c, ReasoningContent: m.ReasoningContent,
+			ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+	}
+	return out
+}
+
+func details(r *record) *runDetails {
+	d := &runDetails{Lane: r.row.Lane, FinishReason: r.res.FinishReason, Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint,
+		Attempts: r.row.Attempts, EndReason: r.row.Result.EndReason}
+	if len(r.row.Prior) == 0 {
+		return d
+	}
+	for i, p := range r.row.Prior {
+		d.Turns = append(d.Turns, turnDetails{Turn: p.Turn, Lane: p.Lane, FinishReason: r.answers[i].FinishReason,
+			Usage: r.answers[i].Usage, Endpoint: p.Endpoint, Attempts: p.Attempts})
+	}
+	d.Turns = append(d.Turns, turnDetails{Turn: r.row.Result.Turn, Lane: r.row.Lane, FinishReason: r.res.FinishReason,
+		Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint, Attempts: r.row.Attempts})
+	return d
 }
 
 type sharegptSink struct {
-	out *output
-	enc lineEncoder
+	out  *output
+	enc  lineEncoder
+	full bool
 }
 
-func newShareGPT(path string) (*sharegptSink, error) {
+func newShareGPT(path string, full bool) (*sharegptSink, error) {
 	af, err := createAtomic(path)
 	if err != nil {
 		return nil, err
 	}
-	return &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af)}, nil
+	return &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full}, nil
 }
 
 func (s *sharegptSink) files() []*output { return []*output{s.out} }
@@ -56,26 +117,65 @@ func (s *sharegptSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
-	conv := make([]any, 0, len(r.req.Messages)+1)
-	for _, m := range r.req.Messages {
-		conv = append(conv, m)
-	}
-	conv = append(conv, r.assistant())
 	line := sharegptLine{
 		ID:            r.row.ID,
 		SourceID:      r.sourceID(),
-		Conversations: conv,
-		Tools:         r.req.Tools,
+		Conversations: sharegptMessages(r.conv),
+		Tools:         r.plan.Tools,
 		Partition:     r.row.Partition,
-		Lane:          r.row.Lane,
-		FinishReason:  r.res.FinishReason,
 		Truncated:     r.truncated(),
-		Usage:         r.res.Usage,
-		Endpoint:      r.row.Result.Endpoint,
-		Attempts:      r.row.Attempts,
+	}
+	if s.full {
+		line.runDetails = details(r)
 	}
 	if err := s.enc.write(line); err != nil {
 		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)
+	}
+	s.out.rows++
+	return nil
+}
+
+// rejectedLine is one rejected sample with its rule, evidence and the
+// conversation up to the refused answer, for a person to inspect.
+type rejectedLine struct {
+	ID            string            `json:"id"`
+	SourceID      string            `json:"source_id"`
+	Partition     string            `json:"partition"`
+	Lane          string            `json:"lane"`
+	Rule          string            `json:"rule"`
+	Evidence      string            `json:"evidence"`
+	Turn          int               `json:"turn"`
+	Attempts      int               `json:"attempts"`
+	FinishReason  string            `json:"finish_reason"`
+	Usage         llm.Usage         `json:"usage"`
+	Conversations []sharegptMessage `json:"conversations"`
+	Tools         json.RawMessage   `json:"tools,omitempty"`
+}
+
+type rejectedSink struct {
+	out *output
+	enc lineEncoder
+}
+
+func newRejected(path string) (*rejectedSink, error) {
+	af, err := createAtomic(path)
+	if err != nil {
+		return nil, err
+	}
+	return &rejectedSink{out: &output{format: "rejected", af: af}, enc: newLineEncoder(af)}, nil
+}
+
+func (s *rejectedSink) files() []*output { return []*output{s.out} }
+
+func (s *rejectedSink) write(r *record) error {
+	if r.row.State != store.Rejected {
+		return nil
+	}
+	line := rejectedLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Rule: r.row.Rule, Evidence: r.row.Reason,
+		Turn: r.row.Result.Turn, Attempts: r.row.Attempts, FinishReason: r.res.FinishReason, Usage: r.res.Usage,
+		Conversations: sharegptMessages(r.conv), Tools: r.plan.Tools}
+	if err := s.enc.write(line); err != nil {
+		return fmt.Errorf("rejected sample %s: %w", r.row.ID, err)
 	}
 	s.out.rows++
 	return nil
@@ -161,7 +261,7 @@ func (s *batchSink) write(r *record) error {
 			Usage:   r.res.Usage,
 		}}
 	case store.Rejected:
-		line.Error = &batchError{Code: CodeRejected, Message: r.row.Reason}
+		line.Error = &batchError{Code: CodeRejected, Message: r.row.Rule + ": " + r.row.Reason}
 	default:
 		line.Error = &batchError{Code: CodeDeadLetter, Message: r.row.Reason}
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // ParquetRow is one done sample in the Parquet export. Messages are the
-// input turns; the generated turn is in Completion, ReasoningContent and
-// ToolCalls.
+// conversation before the last answer (earlier answers of a multi-turn
+// sample included); the last answer is in Completion, ReasoningContent and
+// ToolCalls. Endpoint is set only with full metadata.
 type ParquetRow struct {
 	ID               string           `parquet:"id"`
 	SourceID         string           `parquet:"source_id"`
@@ -26,7 +27,7 @@ type ParquetRow struct {
 	FinishReason     string           `parquet:"finish_reason"`
 	PromptTokens     int64            `parquet:"prompt_tokens"`
 	CompletionTokens int64            `parquet:"completion_tokens"`
-	Endpoint         string           `parquet:"endpoint"`
+	Endpoint         *string          `parquet:"endpoint,optional"`
 }
 
 // ParquetMessage is one input turn. Content is the text, or the JSON of a
@@ -37,18 +38,21 @@ type ParquetMessage struct {
 	ToolCalls  *string `parquet:"tool_calls,optional"` // JSON array
 	ToolCallID *string `parquet:"tool_call_id,optional"`
 	Name       *string `parquet:"name,optional"`
+	// ReasoningContent is an earlier answer's thinking.
+	ReasoningContent *string `parquet:"reasoning_content,optional"`
 }
 
 // rowGroupRows bounds the rows held in memory before a row group is flushed.
 const rowGroupRows = 1024
 
 type parquetSink struct {
-	out *output
-	w   *parquet.GenericWriter[ParquetRow]
-	buf []ParquetRow
+	out  *output
+	w    *parquet.GenericWriter[ParquetRow]
+	buf  []ParquetRow
+	full bool
 }
 
-func newParquet(path string) (*parquetSink, error) {
+func newParquet(path string, full bool) (*parquetSink, error) {
 	af, err := createAtomic(path)
 	if err != nil {
 		return nil, err
@@ -58,7 +62,7 @@ func newParquet(path string) (*parquetSink, error) {
 		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("regen", "", ""),
 	)
-	return &parquetSink{out: &output{format: FormatParquet, af: af}, w: w, buf: make([]ParquetRow, 1)}, nil
+	return &parquetSink{out: &output{format: FormatParquet, af: af}, w: w, buf: make([]ParquetRow, 1), full: full}, nil
 }
 
 func (s *parquetSink) files() []*output { return []*output{s.out} }
@@ -70,6 +74,9 @@ func (s *parquetSink) write(r *record) error {
 	row, err := parquetRow(r)
 	if err != nil {
 		return err
+	}
+	if s.full {
+		row.Endpoint = optional(r.row.Result.Endpoint)
 	}
 	s.buf[0] = row
 	if _, err := s.w.Write(s.buf); err != nil {
@@ -98,14 +105,13 @@ func parquetRow(r *record) (ParquetRow, error) {
 		SourceID:         r.sourceID(),
 		Partition:        r.row.Partition,
 		Lane:             r.row.Lane,
-		Messages:         make([]ParquetMessage, 0, len(r.req.Messages)),
-		Tools:            rawText(r.req.Tools),
+		Messages:         make([]ParquetMessage, 0, len(r.conv)-1),
+		Tools:            rawText(r.plan.Tools),
 		Completion:       r.res.Content,
 		ReasoningContent: optional(r.res.ReasoningContent),
 		FinishReason:     r.res.FinishReason,
 		PromptTokens:     int64(r.res.Usage.PromptTokens),
 		CompletionTokens: int64(r.res.Usage.CompletionTokens),
-		Endpoint:         r.row.Result.Endpoint,
 	}
 	if len(r.res.ToolCalls) > 0 {
 		b, err := json.Marshal(r.res.ToolCalls)
@@ -114,12 +120,13 @@ func parquetRow(r *record) (ParquetRow, error) {
 		}
 		row.ToolCalls = optional(string(b))
 	}
-	for _, m := range r.req.Messages {
+	for _, m := range r.conv[:len(r.conv)-1] {
 		pm := ParquetMessage{
-			Role:       m.Role,
-			ToolCalls:  rawText(m.ToolCalls),
-			ToolCallID: optional(m.ToolCallID),
-			Name:       optional(m.Name),
+			Role:             m.Role,
+			ToolCalls:        rawText(m.ToolCalls),
+			ToolCallID:       optional(m.ToolCallID),
+			Name:             optional(m.Name),
+			ReasoningContent: optional(m.ReasoningContent),
 		}
 		var text string
 		switch {

@@ -1,33 +1,17 @@
 package export
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// message is one input chat message as the source wrote it into the
-// sample body; content stays raw (a string, a list of parts or null).
-type message struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
-	Name       string          `json:"name,omitempty"`
-}
-
-// request is the canonical sample body.
-type request struct {
-	Messages []message       `json:"messages"`
-	Tools    json.RawMessage `json:"tools,omitempty"`
-}
-
-// assistant is the generated turn. Content is null when the model only
-// called tools, as OpenAI reports it.
+// assistant is the generated turn in OpenAI's shape. Content is null when
+// the model only called tools, as OpenAI reports it.
 type assistant struct {
 	Role             string         `json:"role"`
 	Content          *string        `json:"content"`
@@ -37,9 +21,11 @@ type assistant struct {
 
 // record is a finished row decoded once and shared by every writer.
 type record struct {
-	row store.Row
-	req request    // done rows only
-	res llm.Result // done rows only
+	row     store.Row
+	plan    *conversation.Plan     // done and rejected rows
+	answers []llm.Result           // every stored answer, in turn order
+	res     llm.Result             // the last answer
+	conv    []conversation.Message // the inputs and answers, ending with the last answer
 }
 
 func (r *record) truncated() bool { return r.res.FinishReason == "length" }
@@ -59,31 +45,48 @@ func (r *record) assistant() assistant {
 	return a
 }
 
-// decodeRecord parses a done row's body and result; other rows need neither.
+// decodeRecord parses the body and every answer of a done or rejected row
+// and puts the conversation together; dead rows need neither.
 func decodeRecord(row store.Row) (*record, error) {
 	rec := &record{row: row}
-	if row.State != store.Done {
+	if row.State != store.Done && row.State != store.Rejected {
 		return rec, nil
 	}
-	if err := json.Unmarshal(row.Body, &rec.req); err != nil {
-		return nil, fmt.Errorf("sample %s: decode request body: %w", row.ID, err)
+	p, err := conversation.Decode(row.Body)
+	if err != nil {
+		return nil, fmt.Errorf("sample %s: %w", row.ID, err)
 	}
-	if bytes.Equal(bytes.TrimSpace(rec.req.Tools), []byte("null")) {
-		rec.req.Tools = nil
+	rec.plan = p
+	for _, prior := range row.Prior {
+		var res llm.Result
+		if err := json.Unmarshal(prior.Response, &res); err != nil {
+			return nil, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", row.ID, prior.Turn, err)
+		}
+		rec.answers = append(rec.answers, fillFromColumns(res, prior))
 	}
 	if err := json.Unmarshal(row.Result.Response, &rec.res); err != nil {
 		return nil, fmt.Errorf("sample %s: decode stored result: %w", row.ID, err)
 	}
-	// The store's columns are authoritative where the response record is silent.
-	if rec.res.FinishReason == "" {
-		rec.res.FinishReason = row.Result.FinishReason
-	}
-	if rec.res.Usage.PromptTokens == 0 && rec.res.Usage.CompletionTokens == 0 {
-		rec.res.Usage.PromptTokens = row.Result.PromptTokens
-		rec.res.Usage.CompletionTokens = row.Result.CompletionTokens
-		rec.res.Usage.TotalTokens = row.Result.PromptTokens + row.Result.CompletionTokens
+	rec.res = fillFromColumns(rec.res, row.Result)
+	rec.answers = append(rec.answers, rec.res)
+	if rec.conv, err = p.Conversation(rec.answers); err != nil {
+		return nil, fmt.Errorf("sample %s: %w", row.ID, err)
 	}
 	return rec, nil
+}
+
+// fillFromColumns takes what the response record is silent about from the
+// store's columns, which are authoritative.
+func fillFromColumns(res llm.Result, r store.Result) llm.Result {
+	if res.FinishReason == "" {
+		res.FinishReason = r.FinishReason
+	}
+	if res.Usage.PromptTokens == 0 && res.Usage.CompletionTokens == 0 {
+		res.Usage.PromptTokens = r.PromptTokens
+		res.Usage.CompletionTokens = r.CompletionTokens
+		res.Usage.TotalTokens = r.PromptTokens + r.CompletionTokens
+	}
+	return res
 }
 
 // lineEncoder writes one JSON value per line without HTML escaping

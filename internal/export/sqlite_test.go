@@ -48,7 +48,7 @@ func TestExportFromSQLite(t *testing.T) {
 		case i%10 == 3:
 			err = st.DeadLetter(ctx, c.ID, "w1", "bad-request: context too long")
 		case i%10 == 5:
-			err = st.Reject(ctx, c.ID, "w1", store.Result{Response: []byte(`{"content":""}`), FinishReason: "stop"}, "empty")
+			err = st.Reject(ctx, c.ID, "w1", store.Result{Response: []byte(`{"content":""}`), FinishReason: "stop"}, "empty", "empty content and no tool call")
 		case i%10 == 7:
 			continue // still leased: not finished, not exported
 		default:

@@ -124,6 +124,7 @@ func (s *Spec) applyDefaults() {
 	setDur(s, &s.Monitor.DeadAfter, "monitor.dead_after", DefaultDeadAfter)
 	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
 	setDur(s, &s.Monitor.HangAfter, "monitor.hang_after", DefaultHangAfter)
+	s.applyTrainingDefaults()
 }
 
 // resolve makes p absolute against the job file's directory.

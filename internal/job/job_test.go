@@ -49,8 +49,10 @@ func TestLoadFull(t *testing.T) {
 		Name:  "full job",
 		Model: "m1",
 		Sources: []Source{
-			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big"},
-			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief"},
+			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big", Regenerate: "last"},
+			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief", Regenerate: "all"},
+			{Partition: "c", Path: filepath.Join(dir, "data/glaive.jsonl"), Preset: "glaive", ID: "id", Regenerate: "all",
+				Conversations: "conversations", Tools: "tools", SystemField: "system", StripSystemPrefix: "SYSTEM:"},
 		},
 		Lanes: []Lane{
 			{Name: "small", Concurrency: 8, MaxTokens: 1024, MaxPromptTokens: 2000},
@@ -63,14 +65,19 @@ func TestLoadFull(t *testing.T) {
 			Extra:              map[string]any{"top_k": uint64(20), "stop": []any{"</s>"}},
 			RequestTimeout:     10 * time.Minute,
 			IdleTimeout:        45 * time.Second,
+			Reasoning:          "keep",
 		},
 		Endpoints: []Endpoint{
 			{URL: "http://127.0.0.1:30000", APIKeyEnv: "MY_KEY", Engine: "sglang"},
 			{URL: "https://gpu.example.com", Engine: "vllm"}, // the file's /v1 is dropped: regen adds it
 		},
-		Store:   Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
-		Output:  Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}},
-		Retry:   Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
+		Store:  Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
+		Output: Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}, Metadata: "full"},
+		Retry:  Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
+		Quality: Quality{Truncated: true, Empty: true, Reasoning: true, ToolArgs: true, ToolName: true,
+			Repetition: Repetition{NGram: 8},
+			Regex: []RegexRule{{Name: "refusal", Pattern: "(?i)as an ai language model", Field: "content"},
+				{Name: "regex1", Pattern: "^Sure!", Field: "any"}}},
 		Alerts:  Alerts{Command: []string{"echo", "alert"}, Webhook: "https://hooks.example.com/x"},
 		Monitor: Monitor{HeartbeatEvery: time.Second, DeadAfter: 10 * time.Second, StallAfter: 30 * time.Second, HangAfter: 30 * time.Second},
 		Path:    "testdata/full.yaml",
@@ -84,6 +91,10 @@ func TestLoadFull(t *testing.T) {
 	}
 }
 
+// defaultQuality is the quality block a job file that says nothing gets.
+var defaultQuality = Quality{Truncated: true, Empty: true, Reasoning: true, ThinkTags: true, ToolArgs: true, ToolName: true,
+	Repetition: Repetition{NGram: 10, MaxRepeats: 20}}
+
 func TestLoadDefaults(t *testing.T) {
 	dir := abs(t, "testdata")
 	tests := []struct {
@@ -94,13 +105,14 @@ func TestLoadDefaults(t *testing.T) {
 			file: "minimal.yaml",
 			want: &Spec{
 				Name:       "min/job",
-				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q"}},
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q", Regenerate: "all"}},
 				Lanes:      []Lane{{Name: "default", Concurrency: 64, MaxTokens: 4096}},
-				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second},
+				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
 				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang"}},
 				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
-				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
-				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
+				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
+				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},
+				Quality:    defaultQuality,
 				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second},
 				Path:       "testdata/minimal.yaml",
 				Dir:        dir,
@@ -110,17 +122,18 @@ func TestLoadDefaults(t *testing.T) {
 			file: "sim_server.yaml",
 			want: &Spec{
 				Name:       "s",
-				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations"}},
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations", Regenerate: "all"}},
 				Lanes:      []Lane{{Name: "only", Concurrency: 64, MaxTokens: 4096}},
-				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second},
+				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
 				Server: &Server{
 					Engine: "sim", Host: "127.0.0.1", Port: 0,
 					ReadyTimeout: 60 * time.Second, HangTimeout: 30 * time.Second,
 					Restart: Restart{Max: 5, Window: 30 * time.Minute, Backoff: 5 * time.Second},
 				},
 				Store:   Store{DSN: filepath.Join(dir, "s.db")},
-				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}},
-				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute},
+				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
+				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},
+				Quality: defaultQuality,
 				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second},
 				Path:    "testdata/sim_server.yaml",
 				Dir:     dir,

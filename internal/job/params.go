@@ -9,6 +9,7 @@ import (
 // Params returns the settings merged at the top level of every request
 // body: generation.extra first, then temperature, top_p and
 // chat_template_kwargs (validation forbids setting one in both places).
+// With reasoning: disable, chat_template_kwargs also turns thinking off.
 func (g Generation) Params() (map[string]json.RawMessage, error) {
 	out := make(map[string]json.RawMessage, len(g.Extra)+3)
 	put := func(k string, v any) error {
@@ -36,6 +37,20 @@ func (g Generation) Params() (map[string]json.RawMessage, error) {
 	}
 	if g.ChatTemplateKwargs != nil {
 		if err := put("chat_template_kwargs", g.ChatTemplateKwargs); err != nil {
+			return nil, err
+		}
+	}
+	if g.Reasoning == ReasoningDisable {
+		// Both switches off, over whatever else the job sends in
+		// chat_template_kwargs: each template reads only its own key.
+		kw := map[string]any{}
+		for k, v := range g.chatTemplateKwargs() {
+			kw[k] = v
+		}
+		for _, k := range thinkingKeys {
+			kw[k] = false
+		}
+		if err := put("chat_template_kwargs", kw); err != nil {
 			return nil, err
 		}
 	}

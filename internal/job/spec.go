@@ -18,6 +18,7 @@ type Spec struct {
 	Store      Store      `yaml:"store"`
 	Output     Output     `yaml:"output"`
 	Retry      Retry      `yaml:"retry"`
+	Quality    Quality    `yaml:"quality"`
 	Alerts     Alerts     `yaml:"alerts"`
 	Monitor    Monitor    `yaml:"monitor"`
 
@@ -46,6 +47,15 @@ type Source struct {
 	ID            string `yaml:"id"`            // optional id field
 	Limit         int    `yaml:"limit"`         // 0 = all rows
 	Lane          string `yaml:"lane"`          // optional: all samples of this partition go to this lane
+	// Preset fills the mapping of a known dataset layout (PresetGlaive);
+	// fields written in the file win over it.
+	Preset string `yaml:"preset"`
+	// Regenerate is which assistant turns are regenerated: all (each in
+	// order, conditioned on the ones regenerated before it) or last.
+	Regenerate string `yaml:"regenerate"`
+	// StripSystemPrefix is a literal prefix removed from system prompts
+	// (a dataset artefact such as glaive's "SYSTEM: ").
+	StripSystemPrefix string `yaml:"strip_system_prefix"`
 }
 
 // Lane is a class of requests with its own concurrency and max_tokens.
@@ -68,6 +78,10 @@ type Generation struct {
 	Extra              map[string]any `yaml:"extra"` // merged at the top level of the request body
 	RequestTimeout     time.Duration  `yaml:"request_timeout"`
 	IdleTimeout        time.Duration  `yaml:"idle_timeout"` // no bytes on the stream for this long = hang
+	// Reasoning is what happens to thinking: keep (in the output and in the
+	// history sent for later turns), strip_history (in the output only) or
+	// disable (turned off through chat_template_kwargs).
+	Reasoning string `yaml:"reasoning"`
 }
 
 // Endpoint is one OpenAI-compatible server URL.
@@ -108,6 +122,9 @@ type Store struct {
 type Output struct {
 	Dir     string   `yaml:"dir"`     // default: <job dir>/out
 	Formats []string `yaml:"formats"` // sharegpt | openai-batch | parquet; default [sharegpt]
+	// Metadata is what run details training records carry: minimal (none)
+	// or full (lanes, finish reasons, usage, endpoints, attempts).
+	Metadata string `yaml:"metadata"`
 }
 
 // Retry is the per-sample retry policy for retryable errors.
@@ -115,6 +132,10 @@ type Retry struct {
 	MaxAttempts int           `yaml:"max_attempts"` // default 5
 	BaseDelay   time.Duration `yaml:"base_delay"`   // default 2s
 	MaxDelay    time.Duration `yaml:"max_delay"`    // default 5m
+	// PoisonAfter stops dispatch when this many samples in a row are refused
+	// with the same bad-request error before any request was accepted (a
+	// generation setting the server rejects); 0 = never.
+	PoisonAfter int `yaml:"poison_after"`
 }
 
 // Alerts are fired on every state change into or out of STALLED, DOWN, FAILED, DEAD.

@@ -52,6 +52,7 @@ func (s *Spec) Validate() error {
 	v.output()
 	v.retry()
 	v.monitor()
+	v.training()
 	if s.Alerts.Webhook != "" {
 		v.httpURL("alerts.webhook", s.Alerts.Webhook)
 	}

@@ -153,6 +153,14 @@ type Report struct {
 	Events       []Event          `json:"events"`
 	LastErrors   []ErrorLine      `json:"last_errors"`
 	IngestErrors int              `json:"ingest_errors"`
+	// Rejects counts the rejected samples per quality rule, most first.
+	Rejects []RuleCount `json:"rejects"`
+}
+
+// RuleCount is the number of samples one quality rule rejected.
+type RuleCount struct {
+	Rule string `json:"rule"`
+	N    int    `json:"n"`
 }
 
 // ErrorLine is one recent per-sample failure.
@@ -244,7 +252,34 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	if r.IngestErrors, err = st.IngestErrorCount(ctx); err != nil {
 		return r, fmt.Errorf("count ingest errors: %w", err)
 	}
+	if r.Rejects, err = rejectsByRule(ctx, st); err != nil {
+		return r, err
+	}
 	return r, nil
+}
+
+// rejectsByRule folds the store's per-cell reject counts into one count
+// per rule, most first.
+func rejectsByRule(ctx context.Context, st store.Store) ([]RuleCount, error) {
+	rc, err := st.RejectCounts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("count rejects: %w", err)
+	}
+	byRule := map[string]int{}
+	for _, c := range rc {
+		byRule[c.Rule] += c.N
+	}
+	out := make([]RuleCount, 0, len(byRule))
+	for rule, n := range byRule {
+		out = append(out, RuleCount{Rule: rule, N: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].N != out[j].N {
+			return out[i].N > out[j].N
+		}
+		return out[i].Rule < out[j].Rule
+	})
+	return out, nil
 }
 
 // working reports whether a runner is on the job (it may be held up).

@@ -27,7 +27,9 @@ type tally struct {
 type epTally struct{ tokens, requests, errors int64 }
 
 func tallyOf(s dispatch.Snapshot) tally {
-	t := tally{samples: s.Counters.Done + s.Counters.DeadLettered, endpoints: map[string]epTally{}}
+	// Samples finished: done, rejected by a quality rule or dead-lettered
+	// (an answer to an earlier turn finishes no sample).
+	t := tally{samples: s.Counters.Done + s.Counters.Rejected + s.Counters.DeadLettered, endpoints: map[string]epTally{}}
 	for _, e := range s.Endpoints {
 		var errs int64
 		for _, n := range e.Errors {

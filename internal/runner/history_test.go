@@ -16,7 +16,8 @@ func TestHistoryRowsPerMinute(t *testing.T) {
 	h := &history{worker: "w"}
 	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 	snap := func(done, tokens, requests int64, errs map[string]int64, inFlight int) dispatch.Snapshot {
-		return dispatch.Snapshot{Counters: dispatch.Counters{Done: done, DeadLettered: 1},
+		// Rejects finish samples too; answers that led to a next turn do not.
+		return dispatch.Snapshot{Counters: dispatch.Counters{Done: done, DeadLettered: 1, Rejected: done / 2, Turns: 3 * done},
 			Endpoints: []dispatch.EndpointStats{{URL: "http://a", TokensTotal: tokens, Requests: requests, Errors: errs, InFlight: inFlight}}}
 	}
 	load := func(string) (float64, float64, float64) { return 0.5, 2, 8 }
@@ -36,12 +37,12 @@ func TestHistoryRowsPerMinute(t *testing.T) {
 		// The run starts with counters already at zero: the first minute starts there.
 		{10 * time.Second, snap(0, 0, 0, nil, 3), []store.Minute{row(0, "", 0, 0, 0, 0, 3), row(0, "http://a", 0, 0, 0, 0, 3)}},
 		{40 * time.Second, snap(4, 100, 5, map[string]int64{"retryable": 1}, 2),
-			[]store.Minute{row(0, "", 4, 100, 5, 1, 2), row(0, "http://a", 0, 100, 5, 1, 2)}},
+			[]store.Minute{row(0, "", 6, 100, 5, 1, 2), row(0, "http://a", 0, 100, 5, 1, 2)}},
 		// A new minute counts from the last write.
 		{70 * time.Second, snap(6, 130, 8, map[string]int64{"retryable": 1, "server-down": 2}, 1),
-			[]store.Minute{row(1, "", 2, 30, 3, 2, 1), row(1, "http://a", 0, 30, 3, 2, 1)}},
+			[]store.Minute{row(1, "", 3, 30, 3, 2, 1), row(1, "http://a", 0, 30, 3, 2, 1)}},
 		{110 * time.Second, snap(9, 200, 12, map[string]int64{"retryable": 1, "server-down": 2}, 0),
-			[]store.Minute{row(1, "", 5, 100, 7, 2, 0), row(1, "http://a", 0, 100, 7, 2, 0)}},
+			[]store.Minute{row(1, "", 7, 100, 7, 2, 0), row(1, "http://a", 0, 100, 7, 2, 0)}},
 	}
 	for _, s := range steps {
 		got := h.rows(t0.Add(s.at), s.snap, load)

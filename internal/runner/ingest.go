@@ -14,15 +14,23 @@ type IngestStats struct {
 	Read     int // rows read, good and bad
 	Inserted int // new samples (the other good rows were already stored)
 	Bad      int // rows dead-lettered at ingest
+	// Duplicates are rows skipped because another row already took their
+	// id, over every ingest of the job so far.
+	Duplicates int
 }
 
-// Samples is the number of good rows: samples new or already stored.
-func (s IngestStats) Samples() int { return s.Read - s.Bad }
+// Samples is the number of good rows that are samples: new or already
+// stored (rows skipped for a taken id are not).
+func (s IngestStats) Samples() int { return s.Read - s.Bad - s.Duplicates }
 
 // String is the ingest summary the run prints and records.
 func (s IngestStats) String() string {
-	return fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
-		s.Read, s.Inserted, s.Samples()-s.Inserted, s.Bad)
+	out := fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
+		s.Read, s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
+	if s.Duplicates > 0 {
+		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
+	}
+	return out
 }
 
 const ingestBatch = 1000
@@ -78,5 +86,10 @@ func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, e
 			return stats, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
 		}
 	}
+	d, err := st.IngestDuplicates(ctx, 1)
+	if err != nil {
+		return stats, fmt.Errorf("ingest: %w", err)
+	}
+	stats.Duplicates = d.Total
 	return stats, nil
 }

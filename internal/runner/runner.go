@@ -189,7 +189,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		// call a busy runner dead; DONE is declared only once the files exist.
 		r.setState(bg, monitor.Running, []string{"all samples finished; exporting"})
 		stop := r.beatEvery(bg, spec.Monitor.HeartbeatEvery)
-		sum.Export, err = export.Export(ctx, st, spec.Output.Dir, spec.Output.Formats, spec.BaseName())
+		sum.Export, err = export.ExportWith(ctx, st, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata})
 		stop()
 		if err != nil {
 			r.beat(bg, true, "export failed: "+err.Error())
@@ -248,6 +248,10 @@ func (r *runState) generate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("generation settings: %w", err)
 	}
+	rules, err := qualityRules(spec.Quality)
+	if err != nil {
+		return fmt.Errorf("quality rules: %w", err)
+	}
 	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
 	for _, l := range spec.Lanes {
 		esc, _ := spec.EscalationLane(l.Name)
@@ -257,6 +261,8 @@ func (r *runState) generate(ctx context.Context) error {
 		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observe,
+		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
+		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)

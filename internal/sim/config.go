@@ -77,6 +77,7 @@ type Config struct {
 	SlowFor            time.Duration
 	ErrorCount         int
 	ErrorStatus        int
+	ErrorMessage       string
 	ErrorAfterRequests int
 	ResetCount         int
 	ResetAfterTokens   int
@@ -85,6 +86,11 @@ type Config struct {
 	Scenario           string // YAML file with a list of faults
 
 	Faults []Fault // programmatic faults, added to the ones above
+
+	// RecordRequest, when set, is called with the body of every generation
+	// request before it is answered (tests count requests per sample and
+	// turn with it). It must not keep the slice.
+	RecordRequest func(body []byte)
 }
 
 // DefaultConfig returns a configuration that behaves like one SGLang
@@ -191,7 +197,8 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	durationVar(fs, &c.SlowAt, "slow-after", "when the slow fault starts, after ready")
 	durationVar(fs, &c.SlowFor, "slow-for", "how long the slow fault lasts (0 = forever)")
 	fs.IntVar(&c.ErrorCount, "error-count", c.ErrorCount, "fault: this many requests get --error-status")
-	fs.IntVar(&c.ErrorStatus, "error-status", c.ErrorStatus, "HTTP status of the error burst (500 or 503)")
+	fs.IntVar(&c.ErrorStatus, "error-status", c.ErrorStatus, "HTTP status of the error burst: 400-499 (the request is refused, as for a parameter the server rejects) or 500-599")
+	fs.StringVar(&c.ErrorMessage, "error-message", c.ErrorMessage, "message of the error burst's answers (default: the status text)")
 	fs.IntVar(&c.ErrorAfterRequests, "error-after-requests", c.ErrorAfterRequests, "the error burst starts after N requests")
 	fs.IntVar(&c.ResetCount, "reset-count", c.ResetCount, "fault: this many requests get a TCP reset mid-stream")
 	fs.IntVar(&c.ResetAfterTokens, "reset-after-tokens", c.ResetAfterTokens, "tokens streamed before the reset")

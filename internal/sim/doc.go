@@ -35,7 +35,8 @@
 // Faults (Fault, from Config shortcuts, Config.Faults or a YAML scenario)
 // crash the server with an exit code and the engine's crash text, hang or
 // kill generation while HTTP stays up, slow steps down, or answer requests
-// with 5xx, a TCP reset or a malformed chunk. A crash closes the listener
+// with an error status (5xx, or 4xx with a message, as a server refusing a
+// generation parameter does), a TCP reset or a malformed chunk. A crash closes the listener
 // and every connection and delivers the exit code on Crashed; the package
 // never exits the process itself. Output lengths, content and faults are
 // deterministic for a given Seed and request content.

@@ -17,7 +17,7 @@ const (
 	FaultHang      = "hang"      // the scheduler stops for For (0 = forever); the watchdog may crash it
 	FaultZombie    = "zombie"    // generation dies silently; HTTP stays up
 	FaultSlow      = "slow"      // step times multiplied by Factor for For (0 = forever)
-	FaultError     = "error"     // Count requests get Status (500 or 503)
+	FaultError     = "error"     // Count requests get Status (4xx or 5xx) with Message
 	FaultReset     = "reset"     // Count requests get a TCP reset after Tokens tokens
 	FaultMalformed = "malformed" // Count requests get one malformed SSE chunk after Tokens tokens
 )
@@ -37,6 +37,7 @@ type Fault struct {
 	For           time.Duration
 	Factor        float64 // slow
 	Status        int     // error; default 503
+	Message       string  // error; default the status text
 	Count         int     // error, reset, malformed: requests affected; default 1
 	Tokens        int     // reset, malformed: tokens streamed first
 }
@@ -71,8 +72,8 @@ func (f *Fault) normalize() error {
 		if f.Status == 0 {
 			f.Status = 503
 		}
-		if f.Status < 500 || f.Status > 599 {
-			return fmt.Errorf("error fault: status %d is not 5xx", f.Status)
+		if f.Status < 400 || f.Status > 599 {
+			return fmt.Errorf("error fault: status %d is not 4xx or 5xx", f.Status)
 		}
 	case FaultReset, FaultMalformed:
 	default:
@@ -110,6 +111,8 @@ func ParseFault(m map[string]any) (Fault, error) {
 			f.Kind = s
 		case "error":
 			f.Error = s
+		case "message":
+			f.Message = s
 		case "at":
 			f.At, err = parseDuration(s)
 		case "kv_for":
@@ -198,7 +201,7 @@ func (c *Config) faults() ([]Fault, error) {
 		}
 	}
 	if c.ErrorCount > 0 {
-		if err := add(Fault{Kind: FaultError, Count: c.ErrorCount, Status: c.ErrorStatus, AfterRequests: c.ErrorAfterRequests}); err != nil {
+		if err := add(Fault{Kind: FaultError, Count: c.ErrorCount, Status: c.ErrorStatus, Message: c.ErrorMessage, AfterRequests: c.ErrorAfterRequests}); err != nil {
 			return nil, err
 		}
 	}

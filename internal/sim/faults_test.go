@@ -292,7 +292,7 @@ func TestLoadScenario(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("scenario (-want +got):\n%s", diff)
 	}
-	for _, bad := range []map[string]any{{"kind": "explode"}, {"kind": "crash", "when": 3}, {"kind": "error", "status": 404}} {
+	for _, bad := range []map[string]any{{"kind": "explode"}, {"kind": "crash", "when": 3}, {"kind": "error", "status": 302}} {
 		if _, err := ParseFault(bad); err == nil {
 			t.Errorf("ParseFault(%v) = nil error, want one", bad)
 		}

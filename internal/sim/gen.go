@@ -33,7 +33,8 @@ type genRequest struct {
 
 // reqFaults is what per-request faults do to one request.
 type reqFaults struct {
-	status      int // 5xx instead of an answer
+	status      int // an error status instead of an answer
+	message     string
 	resetAt     int // tokens before a TCP reset; -1 none
 	malformedAt int // tokens before a malformed chunk; -1 none
 }
@@ -65,7 +66,7 @@ func (s *Server) requestFaults(n int64) reqFaults {
 		}
 		switch f.Kind {
 		case FaultError:
-			out.status = f.Status
+			out.status, out.message = f.Status, f.Message
 		case FaultReset:
 			out.resetAt = f.Tokens
 		case FaultMalformed:
@@ -83,6 +84,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) 
 	if err != nil {
 		return
 	}
+	if s.cfg.RecordRequest != nil {
+		s.cfg.RecordRequest(body)
+	}
 	var in genRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
@@ -96,9 +100,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) 
 	n := s.reqCount.Add(1)
 	fl := s.requestFaults(n)
 	if fl.status != 0 {
-		msg := "Internal server error"
-		if fl.status == http.StatusServiceUnavailable {
-			msg = "Service Unavailable"
+		msg := fl.message
+		switch {
+		case msg != "":
+		case fl.status == http.StatusInternalServerError:
+			msg = "Internal server error"
+		default:
+			msg = http.StatusText(fl.status)
 		}
 		writeError(w, fl.status, msg)
 		return

@@ -18,28 +18,46 @@
 // Prompt (a plain string, sent as one user message) names the turns.
 // ShareGPT `from` values map to roles (case-insensitively): human and user to
 // user; gpt, assistant, chatgpt, bard, bing and model to assistant; system to
-// system; function_call to assistant (its value is the call text);
-// observation, function_response, tool and ipython to tool. Turns written
-// with role/content keys are accepted too. OpenAI messages keep role and
-// content (a string, content parts, or null beside tool_calls) and pass
-// name, tool_calls and tool_call_id through. Trailing assistant turns are
-// dropped: regen regenerates the final answer, so the prompt is everything
-// up to and including the last non-assistant turn. A system prompt (the
+// system; observation, function_response, tool and ipython to tool. Turns
+// written with role/content keys are accepted too. A function_call turn is
+// the JSON {"name", "arguments"} of a recorded call: it becomes an assistant
+// message with structured tool_calls (id call_<turn index>, arguments as a
+// JSON string), merged into the assistant message right before it when
+// there is one (text then call, parallel calls); every tool result is
+// linked by tool_call_id to the next unanswered call of the answer before
+// it, and a result with no call left to answer is a BadRow. OpenAI messages
+// keep role and content (a string, content parts, or null beside
+// tool_calls) and pass name, tool_calls and tool_call_id through; a tool
+// result without an id is linked the same way. A system prompt (the
 // literal System, else the SystemField value when non-empty) is prepended
-// unless the conversation already starts with a system message. Tools may
-// be an array or a string holding a JSON array or concatenated JSON objects
-// (glaive style); bare function schemas {name, description, parameters} are
-// wrapped as {"type":"function","function":{...}}. A missing or null tools
-// or system field means none; a missing turns or id field is a BadRow.
+// unless the conversation already starts with a system message, with
+// StripSystemPrefix (glaive's "SYSTEM:") and the spaces after it removed
+// from whichever system prompt is used. Tools may be an array or a string
+// holding a JSON array or concatenated JSON objects (glaive style); bare
+// function schemas {name, description, parameters} are wrapped as
+// {"type":"function","function":{...}}. A missing or null tools or system
+// field means none; a missing turns or id field is a BadRow.
 //
-// Body is canonical JSON {"messages":[...],"tools":[...]} (tools only when
-// present) with a fixed key order and no HTML escaping, so the same content
-// always gives the same bytes. ID is Partition + "/" + the mapped id value
-// (string or number), or, without an id mapping, Partition + "/" + the first
-// 32 hex digits of sha256(Partition + "\x00" + Body): stable and independent
-// of row order. PromptTokens is only an estimate for lane assignment:
-// (bytes of message contents and tool calls + bytes of the tools JSON) / 4,
-// plus 4 per message.
+// Turn plan (see package conversation). With Regenerate "last" the prompt
+// is everything up to and including the last non-assistant turn, the
+// history as the dataset wrote it, and one answer is regenerated. With
+// "all" (the default) every run of assistant turns after the first user
+// turn is an answer to regenerate: the body's messages are the input of
+// the first one, and each later answer is a turn whose input is what the
+// dataset has before it (a user message, or tool results together with the
+// recorded calls they answer). A conversation ending with a user or tool
+// turn gets one more answer at the end.
+//
+// Body is canonical JSON {"messages":[...],"tools":[...],"turns":[...]}
+// (tools and turns only when present) with a fixed key order and no HTML
+// escaping, so the same content always gives the same bytes; a body
+// without turns is the one regen has always written. ID is Partition + "/"
+// + the mapped id value (string or number), or, without an id mapping,
+// Partition + "/" + the first 32 hex digits of sha256(Partition + "\x00" +
+// Body): stable and independent of row order. PromptTokens is only an
+// estimate for lane assignment, of the first turn's prompt: (bytes of
+// message contents and tool calls + bytes of the tools JSON) / 4, plus 4 per
+// message.
 //
 // The package reads files and calls back; it does not store, dedupe or log.
 package source

@@ -48,6 +48,23 @@ type message struct {
 	ToolCalls  any      `json:"tool_calls,omitempty"`
 	ToolCallID string   `json:"tool_call_id,omitempty"`
 	at         turnPath // where the content came from, for errors
+	calls      []toolCall
+}
+
+// toolCall is an OpenAI tool call; field order fixes the JSON bytes.
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// turnJSON is one later turn of the body (see package conversation).
+type turnJSON struct {
+	Calls []toolCall `json:"calls,omitempty"`
+	Input []message  `json:"input"`
 }
 
 // turnPath names turn i of a list field (i < 0: the field itself); the
@@ -152,7 +169,7 @@ func newMapper(src job.Source) *mapper {
 
 // sample maps one row. The returned Sample's Body is a fresh slice the caller may keep.
 func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
-	msgs, rerr := m.messages(row)
+	msgs, turns, rerr := m.messages(row)
 	if rerr != nil {
 		return Sample{}, rerr
 	}
@@ -183,6 +200,13 @@ func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
 		}
 		m.buf.Truncate(m.buf.Len() - 1)
 		toolsLen = m.buf.Len() - start
+	}
+	if len(turns) > 0 {
+		m.buf.WriteString(`,"turns":`)
+		if err := m.enc.Encode(turns); err != nil {
+			return Sample{}, &rowError{reason: "encode turns: " + err.Error()}
+		}
+		m.buf.Truncate(m.buf.Len() - 1)
 	}
 	m.buf.WriteByte('}')
 	body := bytes.Clone(m.buf.Bytes())
@@ -253,9 +277,10 @@ func idValue(row map[string]any, field string) (string, *rowError) {
 	return "", wrongType(field, "string or number", v)
 }
 
-// messages builds the prompt: mapped turns, trailing assistant turns
-// dropped, and the system prompt prepended when the row has none.
-func (m *mapper) messages(row map[string]any) ([]message, *rowError) {
+// messages maps the row's turns and splits them by the source's
+// regeneration mode into turn 0's input and the later turns (none for a
+// single turn). The system prompt is prepended when the row has none.
+func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError) {
 	var (
 		msgs  []message
 		field string
@@ -272,33 +297,18 @@ func (m *mapper) messages(row map[string]any) ([]message, *rowError) {
 		field = m.src.Prompt
 		v, ok := row[field]
 		if !ok || v == nil {
-			return nil, fieldErr(field, "missing")
+			return nil, nil, fieldErr(field, "missing")
 		}
 		s, ok := asString(v)
 		if !ok {
-			return nil, wrongType(field, "string", v)
+			return nil, nil, wrongType(field, "string", v)
 		}
 		msgs = []message{{Role: "user", Content: s, at: turnPath{field: field, i: -1}}}
 	default:
-		return nil, &rowError{reason: "source maps none of conversations, messages or prompt"}
+		return nil, nil, &rowError{reason: "source maps none of conversations, messages or prompt"}
 	}
 	if rerr != nil {
-		return nil, rerr
-	}
-
-	// The final answer is what we regenerate, so the prompt ends at the last non-assistant turn.
-	end := len(msgs)
-	for end > 0 && msgs[end-1].Role == "assistant" {
-		end--
-	}
-	msgs = msgs[:end]
-	if len(msgs) == 0 || msgs[len(msgs)-1].Role == "system" {
-		return nil, fieldErr(field, "empty conversation")
-	}
-	for _, msg := range msgs {
-		if isEmpty(msg) {
-			return nil, fieldErr(msg.at.String(), "empty content")
-		}
+		return nil, nil, rerr
 	}
 
 	sys := m.src.System
@@ -306,15 +316,107 @@ func (m *mapper) messages(row map[string]any) ([]message, *rowError) {
 		if v := row[m.src.SystemField]; v != nil {
 			s, ok := asString(v)
 			if !ok {
-				return nil, wrongType(m.src.SystemField, "string", v)
+				return nil, nil, wrongType(m.src.SystemField, "string", v)
 			}
 			sys = s
 		}
 	}
-	if strings.TrimSpace(sys) != "" && msgs[0].Role != "system" {
+	sys = m.stripSystemPrefix(sys)
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		if s, ok := msgs[0].Content.(string); ok {
+			msgs[0].Content = m.stripSystemPrefix(s)
+		}
+	}
+	if strings.TrimSpace(sys) != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
 		msgs = append([]message{{Role: "system", Content: sys}}, msgs...)
 	}
-	return msgs, nil
+
+	var inputs []turnInput
+	if m.src.Regenerate == job.RegenerateLast {
+		// Only the final answer is regenerated: the prompt is everything up
+		// to the last non-assistant turn, history as the dataset wrote it.
+		end := len(msgs)
+		for end > 0 && msgs[end-1].Role == "assistant" {
+			end--
+		}
+		inputs = []turnInput{{msgs: msgs[:end]}}
+	} else {
+		inputs = splitTurns(msgs)
+	}
+	first := inputs[0].msgs
+	if len(first) == 0 || !asksForAnswer(first[len(first)-1].Role) {
+		return nil, nil, fieldErr(field, "empty conversation")
+	}
+	for _, in := range inputs {
+		for _, msg := range in.msgs {
+			if isEmpty(msg) {
+				return nil, nil, fieldErr(msg.at.String(), "empty content")
+			}
+		}
+	}
+	turns := make([]turnJSON, 0, len(inputs)-1)
+	for _, in := range inputs[1:] {
+		t := turnJSON{Input: in.msgs}
+		if in.msgs[0].Role == "tool" {
+			if len(in.calls) == 0 {
+				return nil, nil, fieldErr(in.msgs[0].at.String(), "tool result after an answer that called no tool")
+			}
+			t.Calls = in.calls
+		}
+		turns = append(turns, t)
+	}
+	return first, turns, nil
+}
+
+// asksForAnswer reports whether a message with role can end a prompt.
+func asksForAnswer(role string) bool {
+	return role != "system" && role != "developer" && role != "assistant"
+}
+
+// turnInput is the input of one turn and the tool calls recorded in the
+// answer before it (only when the input starts with their results).
+type turnInput struct {
+	msgs  []message
+	calls []toolCall
+}
+
+// splitTurns cuts a conversation at every answer the job regenerates: each
+// run of assistant messages after the first user message. It returns the
+// input of every turn: the messages before the first answer, then those
+// between answers, then, when the conversation ends with a user or tool
+// message, the messages after the last answer.
+func splitTurns(msgs []message) []turnInput {
+	var inputs []turnInput
+	var cur turnInput
+	userSeen := false
+	for i := 0; i < len(msgs); {
+		msg := msgs[i]
+		if msg.Role != "assistant" || !userSeen {
+			userSeen = userSeen || msg.Role == "user"
+			cur.msgs = append(cur.msgs, msg)
+			i++
+			continue
+		}
+		inputs = append(inputs, cur)
+		cur = turnInput{}
+		for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
+			cur.calls = append(cur.calls, msgs[i].calls...)
+		}
+	}
+	if len(cur.msgs) > 0 || len(inputs) == 0 {
+		inputs = append(inputs, cur)
+	}
+	return inputs
+}
+
+// stripSystemPrefix removes the source's literal system-prompt prefix and
+// the spaces after it.
+func (m *mapper) stripSystemPrefix(s string) string {
+	p := m.src.StripSystemPrefix
+	if p == "" || !strings.HasPrefix(s, p) {
+		return s
+	}
+	return strings.TrimLeft(s[len(p):], " \t")
 }
 
 func isEmpty(msg message) bool {
@@ -383,9 +485,107 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 		if !ok {
 			return nil, wrongType(at.sub(valueKey), "string", vv)
 		}
-		msgs = append(msgs, message{Role: role, Content: value, at: turnPath{field, i, valueKey}})
+		msg := message{Role: role, Content: value, at: turnPath{field, i, valueKey}}
+		if strings.EqualFold(from, "function_call") {
+			call, rerr := functionCall(value, at.sub(valueKey), i)
+			if rerr != nil {
+				return nil, rerr
+			}
+			// A call right after an answer belongs to that answer (text
+			// then call, or parallel calls), as one OpenAI message.
+			if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
+				msgs[n-1].calls = append(msgs[n-1].calls, call)
+				msgs[n-1].ToolCalls = msgs[n-1].calls
+				continue
+			}
+			msg.Content, msg.calls = nil, []toolCall{call}
+			msg.ToolCalls = msg.calls
+		}
+		msgs = append(msgs, msg)
+	}
+	if rerr := linkResults(msgs, true); rerr != nil {
+		return nil, rerr
 	}
 	return msgs, nil
+}
+
+// functionCall parses a recorded call, {"name": ..., "arguments": {...}}
+// (arguments may also be a JSON string), into a tool call with the id
+// call_<i>, i being the turn's index in the conversation.
+func functionCall(value, at string, i int) (toolCall, *rowError) {
+	var raw struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if err := json.Unmarshal([]byte(value), &raw); err != nil {
+		return toolCall{}, fieldErr(at, "function_call is not JSON {name, arguments}: %v", err)
+	}
+	if raw.Name == "" {
+		return toolCall{}, fieldErr(at, "function_call has no name")
+	}
+	args, err := argumentsText(raw.Arguments)
+	if err != nil {
+		return toolCall{}, fieldErr(at, "function_call arguments: %v", err)
+	}
+	var c toolCall
+	c.ID, c.Type = "call_"+strconv.Itoa(i), "function"
+	c.Function.Name, c.Function.Arguments = raw.Name, args
+	return c, nil
+}
+
+// argumentsText returns tool-call arguments as OpenAI sends them: a string
+// holding compact JSON. A string value is taken as written; an object (or
+// absent arguments, {}) is compacted.
+func argumentsText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "{}", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// linkResults points every tool result without a tool_call_id at the next
+// unanswered call of the answer before it. With strict, a result that no
+// call is left to answer is a bad row: sent to a server it would be a tool
+// result for nothing, and a chat template would render it as such.
+func linkResults(msgs []message, strict bool) *rowError {
+	var pending []toolCall
+	for i := range msgs {
+		msg := &msgs[i]
+		switch msg.Role {
+		case "assistant":
+			pending = msg.calls
+		case "tool":
+			if msg.ToolCallID != "" {
+				if len(pending) > 0 && pending[0].ID == msg.ToolCallID {
+					pending = pending[1:]
+				}
+				continue
+			}
+			if len(pending) == 0 {
+				if strict {
+					return fieldErr(msg.at.String(), "tool result with no tool call before it to answer")
+				}
+				continue
+			}
+			msg.ToolCallID = pending[0].ID
+			pending = pending[1:]
+		default:
+			pending = nil
+		}
+	}
+	return nil
 }
 
 // openAI maps [{"role":..., "content":...}] messages, passing name,
@@ -446,11 +646,51 @@ func openAI(row map[string]any, field string) ([]message, *rowError) {
 			}
 			if len(calls) > 0 {
 				msg.ToolCalls = plain(calls)
+				parsed, err := parseCalls(calls)
+				if err != nil {
+					return nil, fieldErr(at.sub("tool_calls"), "%v", err)
+				}
+				msg.calls = parsed
 			}
 		}
 		msgs = append(msgs, msg)
 	}
+	linkResults(msgs, false)
 	return msgs, nil
+}
+
+// parseCalls reads OpenAI tool_calls into toolCalls (arguments as text).
+func parseCalls(calls []any) ([]toolCall, error) {
+	out := make([]toolCall, 0, len(calls))
+	for i, c := range calls {
+		obj, ok := c.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("call %d: want object, got %s", i, jsonType(c))
+		}
+		fn, _ := obj["function"].(map[string]any)
+		name, _ := fn["name"].(string)
+		if name == "" {
+			return nil, fmt.Errorf("call %d: no function.name", i)
+		}
+		var tc toolCall
+		tc.ID, _ = obj["id"].(string)
+		tc.Type = "function"
+		tc.Function.Name = name
+		switch a := fn["arguments"].(type) {
+		case string:
+			tc.Function.Arguments = a
+		case nil:
+			tc.Function.Arguments = "{}"
+		default:
+			b, err := json.Marshal(a)
+			if err != nil {
+				return nil, fmt.Errorf("call %d arguments: %v", i, err)
+			}
+			tc.Function.Arguments = string(b)
+		}
+		out = append(out, tc)
+	}
+	return out, nil
 }
 
 // tools reads the mapped tools field: an array, or a string holding a JSON

@@ -50,18 +50,36 @@ func TestReadMappings(t *testing.T) {
 		src  job.Source
 		want []got
 	}{{
-		name: "sharegpt with glaive tools and system field",
+		name: "sharegpt with glaive tools and system field, every turn regenerated",
 		src:  job.Source{Partition: "B1", Path: "sharegpt.jsonl", Conversations: "conversations", Tools: "tools", ID: "id", SystemField: "system"},
 		want: []got{
 			{"B1/g1", "testdata/sharegpt.jsonl:1", 63, `{"messages":[{"role":"system","content":"You can call functions."},{"role":"user","content":"Weather in Oslo?"}],"tools":[{"function":{"description":"Weather for a city","name":"get_weather","parameters":{"properties":{"city":{"type":"string"}},"required":["city"],"type":"object"}},"type":"function"}]}`},
-			// Empty system and tools mean none; the trailing gpt turn is dropped; no HTML escaping.
+			// Empty system and tools mean none; both gpt turns are regenerated: turn 1's input is the second question; no HTML escaping.
+			{"B1/g2", "testdata/sharegpt.jsonl:2", 4, `{"messages":[{"role":"user","content":"Hi"}],"turns":[{"input":[{"role":"user","content":"Tell me a joke about <tags> & \"quotes\"."}]}]}`},
+			// A numeric id; the row's own system turn wins over the system field. The recorded
+			// function_call becomes turn 1's calls, and the observation a tool result linked to it.
+			{"B1/7", "testdata/sharegpt.jsonl:3", 34, `{"messages":[{"role":"system","content":"Own system."},{"role":"user","content":"Convert 10 USD"}],"tools":[{"function":{"name":"convert","parameters":{"type":"object"}},"type":"function"}],"turns":[{"calls":[{"id":"call_2","type":"function","function":{"name":"convert","arguments":"{\"amount\":10}"}}],"input":[{"role":"tool","content":"{\"eur\":9.2}","tool_call_id":"call_2"}]}]}`},
+		},
+	}, {
+		name: "sharegpt, last turn only: the history keeps the dataset's turns, calls structured",
+		src:  job.Source{Partition: "B1", Path: "sharegpt.jsonl", Conversations: "conversations", Tools: "tools", ID: "id", SystemField: "system", Regenerate: "last"},
+		want: []got{
+			{"B1/g1", "testdata/sharegpt.jsonl:1", 63, `{"messages":[{"role":"system","content":"You can call functions."},{"role":"user","content":"Weather in Oslo?"}],"tools":[{"function":{"description":"Weather for a city","name":"get_weather","parameters":{"properties":{"city":{"type":"string"}},"required":["city"],"type":"object"}},"type":"function"}]}`},
 			{"B1/g2", "testdata/sharegpt.jsonl:2", 23, `{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello!"},{"role":"user","content":"Tell me a joke about <tags> & \"quotes\"."}]}`},
-			// A numeric id; the row's own system turn wins over the system field.
-			{"B1/7", "testdata/sharegpt.jsonl:3", 56, `{"messages":[{"role":"system","content":"Own system."},{"role":"user","content":"Convert 10 USD"},{"role":"assistant","content":"{\"name\":\"convert\",\"arguments\":{\"amount\":10}}"},{"role":"tool","content":"{\"eur\":9.2}"}],"tools":[{"function":{"name":"convert","parameters":{"type":"object"}},"type":"function"}]}`},
+			{"B1/7", "testdata/sharegpt.jsonl:3", 69, `{"messages":[{"role":"system","content":"Own system."},{"role":"user","content":"Convert 10 USD"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_2","type":"function","function":{"name":"convert","arguments":"{\"amount\":10}"}}]},{"role":"tool","content":"{\"eur\":9.2}","tool_call_id":"call_2"}],"tools":[{"function":{"name":"convert","parameters":{"type":"object"}},"type":"function"}]}`},
 		},
 	}, {
 		name: "openai messages without id",
 		src:  job.Source{Partition: "O", Path: "openai.jsonl", Messages: "messages"},
+		want: []got{
+			{"O/8a8ee13d475d9c0182f63c8b853217c2", "testdata/openai.jsonl:1", 13, `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is 2+2?"}]}`},
+			{"O/0e384b2efd7e1d56a08c9d06dd72dfa7", "testdata/openai.jsonl:2", 6, `{"messages":[{"role":"user","content":"Weather?"}],"turns":[{"calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{}"}}],"input":[{"role":"tool","content":"sunny","name":"w","tool_call_id":"c1"}]}]}`},
+			{"O/593e8883743635c53ad9d12d85641a64", "testdata/openai.jsonl:3", 12, `{"messages":[{"role":"user","content":[{"text":"parts","type":"text"}]}]}`},
+		},
+	}, {
+		// Bodies (and so hash ids) are the ones regen wrote before multi-turn regeneration.
+		name: "openai messages, last turn only",
+		src:  job.Source{Partition: "O", Path: "openai.jsonl", Messages: "messages", Regenerate: "last"},
 		want: []got{
 			{"O/8a8ee13d475d9c0182f63c8b853217c2", "testdata/openai.jsonl:1", 13, `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is 2+2?"}]}`},
 			{"O/b92a0f1882287a2c6c51afbf4e5286f2", "testdata/openai.jsonl:2", 33, `{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"function":{"arguments":"{}","name":"w"},"id":"c1","type":"function"}]},{"role":"tool","content":"sunny","name":"w","tool_call_id":"c1"}]}`},

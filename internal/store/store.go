@@ -29,6 +29,10 @@ const (
 // longer holds (it expired and the sample was claimed again, or it finished).
 var ErrNotLeased = errors.New("sample not leased by this owner")
 
+// ErrWrongTurn is returned when a result names a turn other than the one
+// the sample is at: a turn is recorded once, in order.
+var ErrWrongTurn = errors.New("result is not for the sample's current turn")
+
 // NewSample is one prompt to ingest. ID is stable and unique within the job.
 type NewSample struct {
 	ID           string
@@ -55,8 +59,12 @@ type Claimed struct {
 	Lane         string
 	Body         []byte
 	PromptTokens int
-	Attempts     int // attempts spent so far (server outages never spend one)
+	Attempts     int // attempts spent so far on this turn (server outages never spend one)
 	LeaseUntil   time.Time
+	// Turn is the turn to generate (0 = the first answer); Prior holds the
+	// stored answers to turns 0..Turn-1, in order.
+	Turn  int
+	Prior []Result
 }
 
 // Result is what a finished attempt stored.
@@ -68,6 +76,19 @@ type Result struct {
 	Endpoint         string
 	Duration         time.Duration
 	TTFT             time.Duration
+	// Turn is the turn this result answers; a sample's turns are stored in
+	// order, each exactly once.
+	Turn            int
+	ReasoningTokens int
+	// EndReason says why a conversation ended before its planned last turn
+	// ("" when it did not): the model's answer could not be followed by the
+	// dataset's next turn.
+	EndReason string
+	// Lane and Attempts are where the answer was generated and the attempts
+	// it took; set only on the answers the store returns in Claimed.Prior
+	// and Row.Prior (a Row carries its own Lane and Attempts).
+	Lane     string
+	Attempts int
 }
 
 // Row is one finished sample, as export and status read it.
@@ -78,10 +99,76 @@ type Row struct {
 	State      State // Done, Rejected or Dead
 	Body       []byte
 	Attempts   int
-	Result     Result // zero for Dead
-	Reason     string // reject or dead-letter reason
+	Result     Result // the last turn's answer; zero for Dead
+	Reason     string // reject evidence or dead-letter reason
+	Rule       string // the quality rule that rejected it ("" unless Rejected)
+	Prior      []Result
 	FinishedAt time.Time
 	Origin     string // file:line the sample came from (filled by Sample and Samples)
+}
+
+// RejectCount is the number of rejected samples of one cell per rule.
+type RejectCount struct {
+	Partition string
+	Lane      string
+	Rule      string
+	N         int
+}
+
+// StatCell sums the stored answers (one per finished turn: done, rejected
+// or continued to a next turn) of one (partition, lane) cell.
+type StatCell struct {
+	Partition        string
+	Lane             string
+	Requests         int
+	Truncated        int // finish_reason "length"
+	Rejected         int // rejected by a quality rule
+	WithReasoning    int // reasoning tokens > 0
+	Ended            int // conversations ended before their last planned turn
+	PromptTokens     int64
+	CompletionTokens int64
+	ReasoningTokens  int64
+}
+
+// Token count kinds.
+const (
+	PromptKind     = "prompt"
+	CompletionKind = "completion"
+)
+
+// TokenCount is how many stored answers of a cell had exactly Tokens
+// prompt (or completion) tokens.
+type TokenCount struct {
+	Partition string
+	Lane      string
+	Kind      string // PromptKind or CompletionKind
+	Tokens    int
+	N         int
+}
+
+// MinuteThroughput is the answers stored in one minute of wall time.
+type MinuteThroughput struct {
+	Minute           time.Time
+	Requests         int
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// Duplicate is a source row whose id was already ingested from another
+// row: it did not become a sample.
+type Duplicate struct {
+	ID          string
+	Partition   string
+	Origin      string // the row that was skipped
+	FirstOrigin string // the row the sample was made from
+	SameContent bool   // the two rows mapped to the same body
+}
+
+// Duplicates summarises the duplicate ids found at ingest.
+type Duplicates struct {
+	Total       int
+	SameContent int
+	Examples    []Duplicate // the first ones by origin, up to the limit asked
 }
 
 // Count is the number of samples in one (partition, lane, state) cell.
@@ -113,7 +200,7 @@ type Heartbeat struct {
 
 // Throughput is the completion work finished in a window.
 type Throughput struct {
-	Samples          int
+	Samples          int // samples finished (done or rejected)
 	CompletionTokens int64
 	PromptTokens     int64
 	// First and Last are the finish times of the earliest and the latest
@@ -124,10 +211,12 @@ type Throughput struct {
 
 // Store is the durable job state. All methods are safe for concurrent use.
 //
-// Attempts: Complete, Reject, Retry and DeadLetter each spend one attempt
-// (so a sample done at the first try has Attempts 1); Release,
-// ReleaseOwner, Escalate and ExpireLeases never spend one. A limit <= 0 in
-// IngestErrors, LastErrors and Events means no limit.
+// Attempts: Complete, CompleteTurn, Reject, Retry and DeadLetter each spend
+// one attempt (so a sample done at the first try has Attempts 1); Release,
+// ReleaseOwner, Escalate and ExpireLeases never spend one. Attempts count
+// per turn: CompleteTurn records the turn's attempts with its answer and
+// starts the next turn at zero. A limit <= 0 in IngestErrors, LastErrors,
+// Events and IngestDuplicates means no limit.
 type Store interface {
 	// Ingest inserts samples whose ID is not yet present and returns how many
 	// were new. Re-ingesting the same samples inserts nothing.
@@ -154,9 +243,11 @@ type Store interface {
 	// ExtendLeases pushes the lease of every sample owner holds to now+lease.
 	ExtendLeases(ctx context.Context, owner string, lease time.Duration) error
 	// Complete stores r and marks the sample done, in one transaction.
+	// r.Turn must be the sample's current turn (ErrWrongTurn otherwise).
 	Complete(ctx context.Context, id, owner string, r Result) error
-	// Reject stores r with reason and marks the sample rejected.
-	Reject(ctx context.Context, id, owner string, r Result, reason string) error
+	// Reject stores r with the quality rule that rejected it and the
+	// evidence, and marks the sample rejected.
+	Reject(ctx context.Context, id, owner string, r Result, rule, evidence string) error
 	// Retry returns the sample to pending, spending one attempt, not to be
 	// claimed before notBefore; lastErr is kept for status.
 	Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error
@@ -180,9 +271,43 @@ type Store interface {
 	// and reports how many.
 	ExpireLeases(ctx context.Context, now time.Time) (int, error)
 
+	// Multi-turn regeneration.
+
+	// CompleteTurn stores r as the answer to the sample's current turn
+	// (r.Turn, ErrWrongTurn otherwise) and returns the sample to pending at
+	// the next turn, in lane nextLane ("" = the same lane), with no attempts
+	// spent, all in one transaction. A turn is stored exactly once.
+	CompleteTurn(ctx context.Context, id, owner string, r Result, nextLane string) error
+
+	// Quality rejects.
+
+	// RequeueRejected returns rejected samples (of rule, "" = every rule)
+	// to pending at the turn that was rejected, with attempts reset and the
+	// rejected answer dropped; earlier turns are kept. It reports how many.
+	RequeueRejected(ctx context.Context, rule string) (int, error)
+	// RejectCounts returns the rejected samples per partition, lane and rule.
+	RejectCounts(ctx context.Context) ([]RejectCount, error)
+
+	// Dataset statistics, kept up to date with every stored answer so that
+	// reading them costs the same for 10^3 samples as for 10^7.
+
+	// StatCells returns the per-cell sums, sorted by partition and lane.
+	StatCells(ctx context.Context) ([]StatCell, error)
+	// EachTokenCount calls fn for every (cell, kind, token count) with a
+	// non-zero count, sorted by partition, lane, kind and tokens. fn must
+	// not call the store. An error from fn stops the walk and is returned.
+	EachTokenCount(ctx context.Context, fn func(TokenCount) error) error
+	// ThroughputHistory returns the answers stored per minute, oldest first.
+	ThroughputHistory(ctx context.Context) ([]MinuteThroughput, error)
+	// IngestDuplicates counts the source rows skipped at ingest because
+	// their id was already taken by another row (same origin = the same
+	// row read again, which is no duplicate), with up to limit examples.
+	IngestDuplicates(ctx context.Context, limit int) (Duplicates, error)
+
 	// Counts returns sample counts per partition, lane and state.
 	Counts(ctx context.Context) ([]Count, error)
-	// ThroughputSince sums finished work (done or rejected) since t.
+	// ThroughputSince sums finished work since t: samples done or rejected,
+	// and the tokens of every answer stored (earlier turns included).
 	ThroughputSince(ctx context.Context, t time.Time) (Throughput, error)
 	// Finished calls fn for every done, rejected or dead sample in ID order.
 	Finished(ctx context.Context, fn func(Row) error) error
@@ -204,11 +329,14 @@ type Store interface {
 	// Minutes returns the rows whose Time is at or after since, oldest
 	// first (then by Worker and Endpoint).
 	Minutes(ctx context.Context, since time.Time) ([]Minute, error)
-	// Sample returns one sample in any state, with its body and result
-	// (Reason: the reject reason, else the last error); ok=false if unknown.
+	// Sample returns one sample in any state, with its body, its last
+	// answer (Result) and the answers to its earlier turns (Prior, also
+	// while it is in progress); Reason and Rule are the reject's evidence
+	// and rule, else Reason is the last error; ok=false if unknown.
 	Sample(ctx context.Context, id string) (row Row, ok bool, err error)
-	// Samples lists the samples matching q in ID order, without Body and
-	// Result.Response (a listing must stay small whatever the prompts are).
+	// Samples lists the samples matching q in ID order, without Body,
+	// Result.Response and Prior (a listing must stay small whatever the
+	// prompts are).
 	Samples(ctx context.Context, q SampleQuery) ([]Row, error)
 
 	Close() error

@@ -30,6 +30,16 @@ func StatusText(job string, r monitor.Report) string {
 	if r.IngestErrors > 0 {
 		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
 	}
+	if len(r.Rejects) > 0 {
+		b.WriteString("rejected by rule:")
+		for i, rc := range r.Rejects {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, " %s %d", rc.Rule, rc.N)
+		}
+		b.WriteString(" (exported to <name>.rejected.jsonl with the evidence; `regen requeue --rejected --rule R` sends them back)\n")
+	}
 	if r.Average != nil {
 		a := r.Average
 		fmt.Fprintf(&b, "\nthroughput: %.1f tok/s, %.2f samples/s on average (%d samples, %d tokens from the first result to the last, %s)\n",

@@ -148,6 +148,13 @@ func progressLines(s WatchSnapshot, width int) []string {
 	if r.IngestErrors > 0 {
 		out = append(out, fmt.Sprintf("bad source rows (dead letters at ingest): %d", r.IngestErrors))
 	}
+	if len(r.Rejects) > 0 {
+		rules := make([]string, 0, len(r.Rejects))
+		for _, rc := range r.Rejects {
+			rules = append(rules, fmt.Sprintf("%s %d", rc.Rule, rc.N))
+		}
+		out = append(out, "rejected by rule: "+strings.Join(rules, ", "))
+	}
 	out = append(out, "")
 	sparkW := max(10, min(60, width-40))
 	// Without an ETA the report says why (done, nothing progressing, no

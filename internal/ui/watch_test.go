@@ -46,10 +46,11 @@ func watchFixture() WatchSnapshot {
 			State:     monitor.Running,
 			Heartbeat: &monitor.HeartbeatInfo{PID: 4242, Host: "gpu-box", Age: 1200 * time.Millisecond},
 			Cells: []monitor.CellCounts{
-				{Partition: "B1_glaive", Lane: "short", Total: 300, Done: 210, Pending: 60, InFlight: 28, Dead: 2},
+				{Partition: "B1_glaive", Lane: "short", Total: 300, Done: 207, Pending: 60, InFlight: 28, Rejected: 3, Dead: 2},
 				{Partition: "B2_opencode", Lane: "long", Total: 300, Done: 45, Pending: 245, InFlight: 10},
 			},
-			Total:        monitor.CellCounts{Total: 600, Done: 255, Pending: 305, InFlight: 38, Dead: 2},
+			Total:        monitor.CellCounts{Total: 600, Done: 252, Pending: 305, InFlight: 38, Rejected: 3, Dead: 2},
+			Rejects:      []monitor.RuleCount{{Rule: "truncated", N: 2}, {Rule: "think_tags", N: 1}},
 			Rate1m:       monitor.Rate{Window: time.Minute, SamplesPerSec: 4.25, TokensPerSec: 1843.5},
 			Rate10m:      monitor.Rate{Window: 10 * time.Minute, SamplesPerSec: 3.9, TokensPerSec: 1702.1},
 			ETA:          78 * time.Second,

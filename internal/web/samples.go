@@ -10,32 +10,55 @@ import (
 
 // sampleRow is one sample as the dashboard shows it.
 type sampleRow struct {
-	ID               string    `json:"id"`
-	Partition        string    `json:"partition"`
-	Lane             string    `json:"lane"`
-	State            string    `json:"state"`
-	Attempts         int       `json:"attempts"`
-	Origin           string    `json:"origin"`
-	Reason           string    `json:"reason,omitempty"`
-	FinishReason     string    `json:"finish_reason,omitempty"`
-	PromptTokens     int       `json:"prompt_tokens,omitempty"`
-	CompletionTokens int       `json:"completion_tokens,omitempty"`
-	Endpoint         string    `json:"endpoint,omitempty"`
-	DurationMS       int64     `json:"duration_ms,omitempty"`
-	TTFTMS           int64     `json:"ttft_ms,omitempty"`
-	FinishedAt       time.Time `json:"finished_at,omitzero"`
-	// Request and Response are the stored JSON documents (the prompt's
-	// messages and tools; content, reasoning, tool calls, usage), set only
-	// for a single sample.
+	ID        string `json:"id"`
+	Partition string `json:"partition"`
+	Lane      string `json:"lane"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	Origin    string `json:"origin"`
+	// Reason is a reject's evidence (Rule the rule) or the last error.
+	Reason string `json:"reason,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	answer
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Request is the stored body (the turn plan's messages, tools and later
+	// turns' inputs), Response the last answer, Prior the answers to the
+	// earlier turns; set only for a single sample.
 	Request  json.RawMessage `json:"request,omitempty"`
 	Response json.RawMessage `json:"response,omitempty"`
+	Prior    []turnAnswer    `json:"prior,omitempty"`
+}
+
+// answer is the numbers of one stored answer.
+type answer struct {
+	Turn             int    `json:"turn"`
+	FinishReason     string `json:"finish_reason,omitempty"`
+	EndReason        string `json:"end_reason,omitempty"` // why the conversation ended before its last planned turn
+	PromptTokens     int    `json:"prompt_tokens,omitempty"`
+	CompletionTokens int    `json:"completion_tokens,omitempty"`
+	ReasoningTokens  int    `json:"reasoning_tokens,omitempty"`
+	Endpoint         string `json:"endpoint,omitempty"`
+	DurationMS       int64  `json:"duration_ms,omitempty"`
+	TTFTMS           int64  `json:"ttft_ms,omitempty"`
+}
+
+// turnAnswer is the stored answer to an earlier turn of a sample.
+type turnAnswer struct {
+	answer
+	Lane     string          `json:"lane"`
+	Attempts int             `json:"attempts"`
+	Response json.RawMessage `json:"response,omitempty"`
+}
+
+func answerOf(r store.Result) answer {
+	return answer{Turn: r.Turn, FinishReason: r.FinishReason, EndReason: r.EndReason, PromptTokens: r.PromptTokens,
+		CompletionTokens: r.CompletionTokens, ReasoningTokens: r.ReasoningTokens, Endpoint: r.Endpoint,
+		DurationMS: r.Duration.Milliseconds(), TTFTMS: r.TTFT.Milliseconds()}
 }
 
 func rowOf(r store.Row) sampleRow {
 	return sampleRow{ID: r.ID, Partition: r.Partition, Lane: r.Lane, State: string(r.State), Attempts: r.Attempts,
-		Origin: r.Origin, Reason: r.Reason, FinishReason: r.Result.FinishReason, PromptTokens: r.Result.PromptTokens,
-		CompletionTokens: r.Result.CompletionTokens, Endpoint: r.Result.Endpoint,
-		DurationMS: r.Result.Duration.Milliseconds(), TTFTMS: r.Result.TTFT.Milliseconds(), FinishedAt: r.FinishedAt}
+		Origin: r.Origin, Reason: r.Reason, Rule: r.Rule, answer: answerOf(r.Result), FinishedAt: r.FinishedAt}
 }
 
 // rawJSON passes stored JSON through, or quotes it as a string when it is
@@ -64,6 +87,9 @@ func (s *Server) sample(w http.ResponseWriter, r *http.Request) {
 	}
 	out := rowOf(row)
 	out.Request, out.Response = rawJSON(row.Body), rawJSON(row.Result.Response)
+	for _, p := range row.Prior {
+		out.Prior = append(out.Prior, turnAnswer{answer: answerOf(p), Lane: p.Lane, Attempts: p.Attempts, Response: rawJSON(p.Response)})
+	}
 	writeJSON(w, out)
 }
 

@@ -48,8 +48,25 @@ func fixture(t *testing.T) (store.Store, func(ctx context.Context) (monitor.Repo
 		case i < 95:
 			must(t, st.DeadLetter(ctx, c.ID, "w", "400: context too long"))
 		default:
-			must(t, st.Reject(ctx, c.ID, "w", store.Result{Response: []byte(`{}`), FinishReason: "stop", Endpoint: "http://127.0.0.1:1"}, "empty answer"))
+			must(t, st.Reject(ctx, c.ID, "w", store.Result{Response: []byte(`{}`), FinishReason: "stop", Endpoint: "http://127.0.0.1:1"}, "empty", "empty answer"))
 		}
+	}
+	// One two-turn conversation: its first answer is an earlier turn.
+	must(t, nil2(st.Ingest(ctx, []store.NewSample{{ID: "M/001", Partition: "M", Lane: "chat", Origin: "m.jsonl:1",
+		Body: []byte(`{"messages":[{"role":"user","content":"hello"}],"turns":[{"input":[{"role":"user","content":"and then?"}]}]}`)}})))
+	turn0 := store.Result{Response: []byte(`{"content":"first answer"}`), FinishReason: "stop", PromptTokens: 3, CompletionTokens: 2, Endpoint: "http://127.0.0.1:1"}
+	for turn, complete := range []func(id string) error{
+		func(id string) error { return st.CompleteTurn(ctx, id, "w", turn0, "") },
+		func(id string) error {
+			return st.Complete(ctx, id, "w", store.Result{Turn: 1, Response: []byte(`{"content":"second answer"}`), FinishReason: "stop",
+				PromptTokens: 9, CompletionTokens: 2, Endpoint: "http://127.0.0.1:1"})
+		},
+	} {
+		c, err := st.Claim(ctx, "chat", 1, "w", time.Minute)
+		if err != nil || len(c) != 1 || c[0].Turn != turn {
+			t.Fatalf("claim turn %d of M/001: %+v %v", turn, c, err)
+		}
+		must(t, complete(c[0].ID))
 	}
 	beat, _ := json.Marshal(monitor.Beat{State: monitor.Running, Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:1", State: monitor.Ready,
 		InFlight: 3, Load: &monitor.EndpointLoad{KVUsage: 0.42, Queued: 2, Running: 3}}}})
@@ -308,8 +325,8 @@ func TestAPI(t *testing.T) {
 		Total monitor.CellCounts `json:"total"`
 	}
 	getJSON("/api/status", &st)
-	if st.Job != "webtest" || st.State != "RUNNING" || st.Total.Done != 90 || st.Total.Total != 120 {
-		t.Errorf("status = %+v, want job webtest RUNNING with 90 of 120 done", st)
+	if st.Job != "webtest" || st.State != "RUNNING" || st.Total.Done != 91 || st.Total.Total != 121 {
+		t.Errorf("status = %+v, want job webtest RUNNING with 91 of 121 done", st)
 	}
 	// The document of `regen status --json`: schema v1, events included.
 	var doc struct {
@@ -335,8 +352,27 @@ func TestAPI(t *testing.T) {
 		t.Fatalf("dead page 2 = %+v, want the last 2 and no next", p2)
 	}
 	getJSON("/api/samples?state=rejected", &p)
-	if len(p.Rows) != 5 || p.Rows[0].Reason != "empty answer" {
-		t.Errorf("rejects = %+v, want 5 with their reason", p.Rows)
+	if len(p.Rows) != 5 || p.Rows[0].Reason != "empty answer" || p.Rows[0].Rule != "empty" {
+		t.Errorf("rejects = %+v, want 5 with their rule and evidence", p.Rows)
+	}
+	// A conversation shows its earlier turns' answers beside its last one.
+	var conv struct {
+		Turn     int             `json:"turn"`
+		Request  json.RawMessage `json:"request"`
+		Response json.RawMessage `json:"response"`
+		Prior    []struct {
+			Turn         int             `json:"turn"`
+			Lane         string          `json:"lane"`
+			Attempts     int             `json:"attempts"`
+			PromptTokens int             `json:"prompt_tokens"`
+			Response     json.RawMessage `json:"response"`
+		} `json:"prior"`
+	}
+	getJSON("/api/samples/M/001", &conv)
+	if conv.Turn != 1 || !strings.Contains(string(conv.Response), "second answer") || !strings.Contains(string(conv.Request), "and then?") ||
+		len(conv.Prior) != 1 || conv.Prior[0].Turn != 0 || conv.Prior[0].Lane != "chat" || conv.Prior[0].Attempts != 1 ||
+		conv.Prior[0].PromptTokens != 3 || !strings.Contains(string(conv.Prior[0].Response), "first answer") {
+		t.Errorf("sample M/001 = %+v, want turn 1 after its turn-0 answer", conv)
 	}
 	var one sampleRow
 	getJSON("/api/samples/A/007", &one)

@@ -5,8 +5,10 @@
 //	go run examples/demo/gen/main.go [-out examples/demo/data]
 //
 // glaive_fc.jsonl holds 300 glaive-function-calling-style rows (a system
-// prompt, tools as a JSON string, ShareGPT turns) plus 3 deliberately bad
-// rows, so the demo shows dead letters with file:line. opencode.parquet holds
+// prompt with glaive's "SYSTEM: " prefix, tools as a JSON string, ShareGPT
+// turns: single questions, recorded tool round trips with a follow-up, and
+// chats of two or three exchanges) plus 3 deliberately bad rows, so the demo
+// shows dead letters with file:line. opencode.parquet holds
 // 300 OpenCodeInstruct-style rows (id, input), some of them 3-6k characters.
 package main
 
@@ -215,6 +217,13 @@ var offTopic = []string{
 	"Tell me a fun fact about octopuses.",
 }
 
+// chatFollowUps continue a conversation that needs no tool.
+var chatFollowUps = []string{
+	"Could you explain that in simpler terms?",
+	"Thanks! Can you give me one more example?",
+	"Interesting. What is the most common misconception about it?",
+}
+
 var followUps = []string{
 	"Thanks! And what about tomorrow?",
 	"Great, can you do the same for another one?",
@@ -286,12 +295,17 @@ func writeGlaive(path string) error {
 		row := glaiveRow{ID: fmt.Sprintf("glaive-%05d", i), System: glaiveSystem, Tools: string(toolsJSON)}
 		ask, args := fill(main, r)
 		switch k := r.IntN(20); {
-		case k < 2: // no tools at all
+		case k < 2: // no tools at all: a chat of two or three exchanges, every answer regenerated
 			row.Tools = ""
-			row.Conversations = []turn{{"human", offTopic[r.IntN(len(offTopic))]}}
+			row.Conversations = []turn{{"human", offTopic[r.IntN(len(offTopic))]}, {"gpt", "Here is a short answer."},
+				{"human", chatFollowUps[r.IntN(len(chatFollowUps))]}, {"gpt", "Of course."}}
+			if r.IntN(2) == 0 {
+				row.Conversations = append(row.Conversations, turn{"human", chatFollowUps[r.IntN(len(chatFollowUps))]})
+			}
 		case k < 4: // tools present but not useful
 			row.Conversations = []turn{{"human", offTopic[r.IntN(len(offTopic))]}}
-		case k < 7: // a full tool round trip, then a follow-up question
+		case k < 7: // a full tool round trip, then a follow-up question: the recorded
+			// tool result is kept only if the model makes the same call
 			row.Conversations = []turn{
 				{"human", ask},
 				{"function_call", main.Call(args)},
@@ -299,7 +313,7 @@ func writeGlaive(path string) error {
 				{"gpt", "Here is what I found: " + main.Result(args)},
 				{"human", followUps[r.IntN(len(followUps))]},
 			}
-		case k < 9: // an old answer that regen drops and regenerates
+		case k < 9: // an old answer that regen replaces with the model's own
 			row.Conversations = []turn{{"human", ask}, {"gpt", "Let me look that up for you."}}
 		default:
 			row.Conversations = []turn{{"human", ask}}

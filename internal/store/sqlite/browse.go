@@ -63,25 +63,30 @@ func (s *Store) Minutes(ctx context.Context, since time.Time) ([]store.Minute, e
 	return out, nil
 }
 
-// Sample returns one sample with its result row, if any.
+// Sample returns one sample with its last answer, if any, and the answers
+// to its earlier turns.
 func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) {
 	var (
-		r                   store.Row
-		st, lastErr         string
-		finishedAt          int64
-		response            []byte
-		finishReason        sql.NullString
-		pt, ct, dur, ttft   sql.NullInt64
-		endpoint, rejection sql.NullString
+		r                         store.Row
+		st, lastErr               string
+		finishedAt                int64
+		turn                      int
+		response                  []byte
+		finishReason              sql.NullString
+		pt, ct, dur, ttft         sql.NullInt64
+		resTurn, reasoning        sql.NullInt64
+		endpoint, rejection, rule sql.NullString
+		endReason                 sql.NullString
 	)
 	q, err := s.stmt(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts, s.origin,
-			coalesce(s.last_error, ''), coalesce(s.finished_at, 0),
+			coalesce(s.last_error, ''), coalesce(s.finished_at, 0), s.turn,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id WHERE s.id = ?`)
 	if err == nil {
 		err = q.QueryRowContext(ctx, id).Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &r.Origin,
-			&lastErr, &finishedAt, &response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection)
+			&lastErr, &finishedAt, &turn, &response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection, &rule,
+			&resTurn, &reasoning, &endReason)
 	}
 	if err == sql.ErrNoRows {
 		return store.Row{}, false, nil
@@ -96,9 +101,17 @@ func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) 
 	if finishReason.Valid {
 		r.Result = store.Result{Response: unblob(response), FinishReason: finishReason.String,
 			PromptTokens: int(pt.Int64), CompletionTokens: int(ct.Int64), Endpoint: endpoint.String,
-			Duration: time.Duration(dur.Int64), TTFT: time.Duration(ttft.Int64)}
+			Duration: time.Duration(dur.Int64), TTFT: time.Duration(ttft.Int64),
+			Turn: int(resTurn.Int64), ReasoningTokens: int(reasoning.Int64), EndReason: endReason.String}
 		if r.State == store.Rejected {
-			r.Reason = rejection.String
+			r.Reason, r.Rule = rejection.String, rule.String
+		}
+	}
+	// The sample's turn is the one it is at (or finished on): every turn
+	// before it has its stored answer, in progress or not.
+	if turn > 0 {
+		if r.Prior, err = s.priorTurns(ctx, id, turn); err != nil {
+			return store.Row{}, false, fmt.Errorf("read sample %s: %w", id, err)
 		}
 	}
 	return r, true, nil
@@ -137,7 +150,8 @@ func samplesQuery(q store.SampleQuery) (string, []any, error) {
 	args = append(args, limit)
 	return `SELECT s.id, s.partition, s.lane, s.state, s.attempts, s.origin,
 			coalesce(s.last_error, ''), coalesce(s.finished_at, 0),
-			r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint, r.duration_ns, r.ttft_ns, r.reason
+			r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint, r.duration_ns, r.ttft_ns, r.reason,
+			r.rule, r.turn, r.reasoning_tokens, r.end_reason
 		FROM ` + from + ` LEFT JOIN results r ON r.sample_id = s.id
 		WHERE ` + strings.Join(where, " AND ") + ` ORDER BY s.id LIMIT ?`, args, nil
 }
@@ -161,15 +175,17 @@ func (s *Store) Samples(ctx context.Context, q store.SampleQuery) ([]store.Row, 
 	var out []store.Row
 	for rows.Next() {
 		var (
-			r                   store.Row
-			st                  string
-			finishedAt          int64
-			finishReason        sql.NullString
-			pt, ct, dur, ttft   sql.NullInt64
-			endpoint, rejection sql.NullString
+			r                         store.Row
+			st                        string
+			finishedAt                int64
+			finishReason              sql.NullString
+			pt, ct, dur, ttft         sql.NullInt64
+			resTurn, reasoning        sql.NullInt64
+			endpoint, rejection, rule sql.NullString
+			endReason                 sql.NullString
 		)
 		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Attempts, &r.Origin, &r.Reason, &finishedAt,
-			&finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection); err != nil {
+			&finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection, &rule, &resTurn, &reasoning, &endReason); err != nil {
 			return nil, fmt.Errorf("list samples: %w", err)
 		}
 		r.State = store.State(st)
@@ -177,9 +193,10 @@ func (s *Store) Samples(ctx context.Context, q store.SampleQuery) ([]store.Row, 
 		if finishReason.Valid {
 			r.Result = store.Result{FinishReason: finishReason.String, PromptTokens: int(pt.Int64),
 				CompletionTokens: int(ct.Int64), Endpoint: endpoint.String,
-				Duration: time.Duration(dur.Int64), TTFT: time.Duration(ttft.Int64)}
+				Duration: time.Duration(dur.Int64), TTFT: time.Duration(ttft.Int64),
+				Turn: int(resTurn.Int64), ReasoningTokens: int(reasoning.Int64), EndReason: endReason.String}
 			if r.State == store.Rejected {
-				r.Reason = rejection.String
+				r.Reason, r.Rule = rejection.String, rule.String
 			}
 		}
 		out = append(out, r)

@@ -59,7 +59,7 @@ func TestCrashChild(t *testing.T) {
 					done++
 				}
 			case 2:
-				err = s.Reject(ctx, c.ID, owner, r, "bad")
+				err = s.Reject(ctx, c.ID, owner, r, "empty", "bad")
 			case 3:
 				err = s.Retry(ctx, c.ID, owner, time.Now(), "503")
 			}

@@ -10,8 +10,9 @@ import (
 )
 
 // finishedPage bounds one Finished query, so a concurrent writer waits for
-// at most one page, never for a whole export.
-const finishedPage = 1000
+// at most one page, never for a whole export, and memory holds one page of
+// conversations (a multi-turn one carries every earlier answer).
+const finishedPage = 256
 
 // Counts returns the non-empty (partition, lane, state) cells, sorted.
 func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
@@ -37,13 +38,22 @@ func (s *Store) Counts(ctx context.Context) ([]store.Count, error) {
 	return out, nil
 }
 
-// ThroughputSince sums results (done or rejected) finished at or after t.
+// ThroughputSince sums results (done or rejected) finished at or after t,
+// and the tokens of earlier turns stored since t; First and Last span both.
 func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Throughput, error) {
 	var tp store.Throughput
 	var first, last sql.NullInt64
-	st, err := s.stmt(ctx, `SELECT count(*), coalesce(sum(completion_tokens), 0), coalesce(sum(prompt_tokens), 0),
-		min(finished_at), max(finished_at)
-		FROM results WHERE finished_at >= ?`)
+	// Each part reads one covering index; min and max of the two tables
+	// take whichever is not NULL.
+	st, err := s.stmt(ctx, `SELECT (SELECT count(*) FROM results WHERE finished_at >= ?1),
+		(SELECT coalesce(sum(completion_tokens), 0) FROM results WHERE finished_at >= ?1)
+			+ (SELECT coalesce(sum(completion_tokens), 0) FROM turns WHERE finished_at >= ?1),
+		(SELECT coalesce(sum(prompt_tokens), 0) FROM results WHERE finished_at >= ?1)
+			+ (SELECT coalesce(sum(prompt_tokens), 0) FROM turns WHERE finished_at >= ?1),
+		min(coalesce((SELECT min(finished_at) FROM results WHERE finished_at >= ?1), (SELECT min(finished_at) FROM turns WHERE finished_at >= ?1)),
+			coalesce((SELECT min(finished_at) FROM turns WHERE finished_at >= ?1), (SELECT min(finished_at) FROM results WHERE finished_at >= ?1))),
+		max(coalesce((SELECT max(finished_at) FROM results WHERE finished_at >= ?1), (SELECT max(finished_at) FROM turns WHERE finished_at >= ?1)),
+			coalesce((SELECT max(finished_at) FROM turns WHERE finished_at >= ?1), (SELECT max(finished_at) FROM results WHERE finished_at >= ?1)))`)
 	if err == nil {
 		err = st.QueryRowContext(ctx, ns(t)).Scan(&tp.Samples, &tp.CompletionTokens, &tp.PromptTokens, &first, &last)
 	}
@@ -82,7 +92,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	rows, err := s.query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
 		WHERE s.finished_at IS NOT NULL AND s.id > ?
 		ORDER BY s.id LIMIT ?`, after, finishedPage)
@@ -91,18 +101,21 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	}
 	defer rows.Close()
 	out := make([]store.Row, 0, finishedPage)
+	multi := false
 	for rows.Next() {
 		var (
-			r                  store.Row
-			st, lastErr        string
-			finishedAt         int64
-			response           []byte
-			finishReason       sql.NullString
-			pt, ct, dur, ttft  sql.NullInt64
-			endpoint, rejectBy sql.NullString
+			r                        store.Row
+			st, lastErr              string
+			finishedAt               int64
+			response                 []byte
+			finishReason             sql.NullString
+			pt, ct, dur, ttft        sql.NullInt64
+			turn, reasoning          sql.NullInt64
+			endpoint, rejectBy, rule sql.NullString
+			endReason                sql.NullString
 		)
 		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &lastErr, &finishedAt,
-			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy); err != nil {
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy, &rule, &turn, &reasoning, &endReason); err != nil {
 			return nil, err
 		}
 		r.State = store.State(st)
@@ -117,17 +130,69 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 				Endpoint:         endpoint.String,
 				Duration:         time.Duration(dur.Int64),
 				TTFT:             time.Duration(ttft.Int64),
+				Turn:             int(turn.Int64),
+				ReasoningTokens:  int(reasoning.Int64),
+				EndReason:        endReason.String,
 			}
+			multi = multi || r.Result.Turn > 0
 		}
 		switch r.State {
 		case store.Rejected:
-			r.Reason = rejectBy.String
+			r.Reason, r.Rule = rejectBy.String, rule.String
 		case store.Dead:
 			r.Reason = lastErr
 		}
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	if multi {
+		if err := s.attachPrior(ctx, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// attachPrior reads the earlier turns of the multi-turn rows of a page
+// with one range query over the turns primary key.
+func (s *Store) attachPrior(ctx context.Context, page []store.Row) error {
+	at := make(map[string]int, len(page))
+	for i, r := range page {
+		if r.Result.Turn > 0 {
+			at[r.ID] = i
+		}
+	}
+	rows, err := s.query(ctx, `SELECT sample_id, turn, lane, response, finish_reason, prompt_tokens, completion_tokens,
+			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts
+		FROM turns WHERE sample_id >= ? AND sample_id <= ? ORDER BY sample_id, turn`, page[0].ID, page[len(page)-1].ID)
+	if err != nil {
+		return fmt.Errorf("read earlier turns: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		t, err := scanTurn(rows, &id)
+		if err != nil {
+			return fmt.Errorf("read earlier turns: %w", err)
+		}
+		i, ok := at[id]
+		if !ok || t.Turn >= page[i].Result.Turn {
+			continue // a sample still in progress, or not finished in this page
+		}
+		page[i].Prior = append(page[i].Prior, t)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read earlier turns: %w", err)
+	}
+	for _, i := range at {
+		if got, want := len(page[i].Prior), page[i].Result.Turn; got != want {
+			return fmt.Errorf("sample %s: %d earlier turns stored, want %d", page[i].ID, got, want)
+		}
+	}
+	return nil
 }
 
 // LastErrors returns the samples with the most recent retry or dead-letter
@@ -226,4 +291,125 @@ func (s *Store) Events(ctx context.Context, limit int) ([]store.Event, error) {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
 	return out, nil
+}
+
+// RejectCounts returns the rejected samples per partition, lane and rule.
+func (s *Store) RejectCounts(ctx context.Context) ([]store.RejectCount, error) {
+	rows, err := s.query(ctx, `SELECT partition, lane, rule, n FROM stat_rejects
+		WHERE n > 0 ORDER BY partition, lane, rule`)
+	if err != nil {
+		return nil, fmt.Errorf("count rejects: %w", err)
+	}
+	defer rows.Close()
+	var out []store.RejectCount
+	for rows.Next() {
+		var c store.RejectCount
+		if err := rows.Scan(&c.Partition, &c.Lane, &c.Rule, &c.N); err != nil {
+			return nil, fmt.Errorf("count rejects: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count rejects: %w", err)
+	}
+	return out, nil
+}
+
+// StatCells returns the per-cell sums kept by the stats triggers.
+func (s *Store) StatCells(ctx context.Context) ([]store.StatCell, error) {
+	rows, err := s.query(ctx, `SELECT partition, lane, requests, truncated, rejected, with_reasoning, ended,
+			prompt_tokens, completion_tokens, reasoning_tokens
+		FROM stat_cells WHERE requests > 0 ORDER BY partition, lane`)
+	if err != nil {
+		return nil, fmt.Errorf("read stats: %w", err)
+	}
+	defer rows.Close()
+	var out []store.StatCell
+	for rows.Next() {
+		var c store.StatCell
+		if err := rows.Scan(&c.Partition, &c.Lane, &c.Requests, &c.Truncated, &c.Rejected, &c.WithReasoning, &c.Ended,
+			&c.PromptTokens, &c.CompletionTokens, &c.ReasoningTokens); err != nil {
+			return nil, fmt.Errorf("read stats: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read stats: %w", err)
+	}
+	return out, nil
+}
+
+// EachTokenCount streams the token histograms in primary-key order.
+func (s *Store) EachTokenCount(ctx context.Context, fn func(store.TokenCount) error) error {
+	rows, err := s.query(ctx, `SELECT partition, lane, kind, tokens, n FROM stat_tokens
+		WHERE n > 0 ORDER BY partition, lane, kind, tokens`)
+	if err != nil {
+		return fmt.Errorf("read token counts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c store.TokenCount
+		if err := rows.Scan(&c.Partition, &c.Lane, &c.Kind, &c.Tokens, &c.N); err != nil {
+			return fmt.Errorf("read token counts: %w", err)
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read token counts: %w", err)
+	}
+	return nil
+}
+
+// ThroughputHistory returns the answers stored per minute, oldest first.
+func (s *Store) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput, error) {
+	rows, err := s.query(ctx, `SELECT minute, requests, prompt_tokens, completion_tokens FROM stat_minutes ORDER BY minute`)
+	if err != nil {
+		return nil, fmt.Errorf("read throughput history: %w", err)
+	}
+	defer rows.Close()
+	var out []store.MinuteThroughput
+	for rows.Next() {
+		var m store.MinuteThroughput
+		var minute int64
+		if err := rows.Scan(&minute, &m.Requests, &m.PromptTokens, &m.CompletionTokens); err != nil {
+			return nil, fmt.Errorf("read throughput history: %w", err)
+		}
+		m.Minute = time.Unix(minute*60, 0)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read throughput history: %w", err)
+	}
+	return out, nil
+}
+
+// IngestDuplicates counts the rows skipped for a taken id, with examples.
+func (s *Store) IngestDuplicates(ctx context.Context, limit int) (store.Duplicates, error) {
+	var d store.Duplicates
+	st, err := s.stmt(ctx, `SELECT count(*), coalesce(sum(same_content), 0) FROM ingest_duplicates`)
+	if err == nil {
+		err = st.QueryRowContext(ctx).Scan(&d.Total, &d.SameContent)
+	}
+	if err != nil {
+		return d, fmt.Errorf("count duplicate ids: %w", err)
+	}
+	rows, err := s.query(ctx, `SELECT id, partition, origin, first_origin, same_content FROM ingest_duplicates
+		ORDER BY origin LIMIT ?`, sqlLimit(limit))
+	if err != nil {
+		return d, fmt.Errorf("read duplicate ids: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var x store.Duplicate
+		if err := rows.Scan(&x.ID, &x.Partition, &x.Origin, &x.FirstOrigin, &x.SameContent); err != nil {
+			return d, fmt.Errorf("read duplicate ids: %w", err)
+		}
+		d.Examples = append(d.Examples, x)
+	}
+	if err := rows.Err(); err != nil {
+		return d, fmt.Errorf("read duplicate ids: %w", err)
+	}
+	return d, nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -21,19 +22,34 @@ const (
 	insertIngestErrorSQL = `INSERT INTO ingest_errors
 			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (origin) DO NOTHING`
+	// The result is inserted only if the caller holds the sample at the
+	// result's turn; the sample row is updated after, in the same transaction.
+	insertResultSQL = `INSERT INTO results
+			(sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at,
+			 turn, partition, lane, reasoning_tokens, rule, end_reason)
+			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, turn, partition, lane, ?, ?, ?
+			FROM samples WHERE id = ? AND state = 'leased' AND lease_owner = ? AND turn = ?`
 	finishSQL = `UPDATE samples
 			SET state = ?, attempts = attempts + 1, finished_at = ?, lease_owner = NULL, lease_until = NULL
-			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
-	insertResultSQL = `INSERT INTO results
-			(sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	releaseSQL = `UPDATE samples
+			WHERE id = ?`
+	insertTurnSQL = `INSERT INTO turns
+			(sample_id, turn, partition, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,
+			 endpoint, duration_ns, ttft_ns, attempts, finished_at)
+			SELECT id, turn, partition, lane, ?, ?, ?, ?, ?, ?, ?, ?, attempts + 1, ?
+			FROM samples WHERE id = ? AND state = 'leased' AND lease_owner = ? AND turn = ?`
+	nextTurnSQL = `UPDATE samples
+			SET state = 'pending', turn = turn + 1, attempts = 0, not_before = 0,
+				lane = CASE WHEN ? = '' THEN lane ELSE ? END, lease_owner = NULL, lease_until = NULL
+			WHERE id = ?`
+	heldTurnSQL = `SELECT turn FROM samples WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	releaseSQL  = `UPDATE samples
 			SET state = 'pending', lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 )
 
 // txQueries lists them for Open.
-var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL}
+var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
+	insertTurnSQL, nextTurnSQL, heldTurnSQL}
 
 // Ingest inserts the samples whose ID is new, all in one transaction.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
@@ -208,7 +224,7 @@ const claimSQL = `UPDATE samples
 				WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
 				ORDER BY seq LIMIT :n)
 			ORDER BY seq LIMIT :n)
-		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts`
+		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts, turn`
 
 // Claim leases up to n claimable samples of lane, oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
@@ -236,7 +252,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	var got []seqClaim
 	for rows.Next() {
 		var sc seqClaim
-		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &sc.c.PromptTokens, &sc.c.Attempts); err != nil {
+		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn); err != nil {
 			return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 		}
 		sc.c.Body = unblob(sc.c.Body)
@@ -248,11 +264,60 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	}
 	// RETURNING order is unspecified; hand them out oldest first.
 	slices.SortFunc(got, func(a, b seqClaim) int { return cmp.Compare(a.seq, b.seq) })
+	rows.Close()
 	out := make([]store.Claimed, len(got))
 	for i, sc := range got {
+		if sc.c.Turn > 0 {
+			// Stored turns never change, so reading them after the claim
+			// is safe: the lease keeps anyone else from adding one.
+			if sc.c.Prior, err = s.priorTurns(ctx, sc.c.ID, sc.c.Turn); err != nil {
+				return nil, fmt.Errorf("claim lane %s: sample %s: %w", lane, sc.c.ID, err)
+			}
+		}
 		out[i] = sc.c
 	}
 	return out, nil
+}
+
+const priorTurnsSQL = `SELECT turn, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,
+		endpoint, duration_ns, ttft_ns, attempts
+	FROM turns WHERE sample_id = ? AND turn < ? ORDER BY turn`
+
+// priorTurns reads the stored answers to turns 0..upTo-1 of a sample.
+func (s *Store) priorTurns(ctx context.Context, id string, upTo int) ([]store.Result, error) {
+	rows, err := s.query(ctx, priorTurnsSQL, id, upTo)
+	if err != nil {
+		return nil, fmt.Errorf("read earlier turns: %w", err)
+	}
+	defer rows.Close()
+	out := make([]store.Result, 0, upTo)
+	for rows.Next() {
+		r, err := scanTurn(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read earlier turns: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read earlier turns: %w", err)
+	}
+	if len(out) != upTo {
+		return nil, fmt.Errorf("read earlier turns: %d stored, want %d", len(out), upTo)
+	}
+	return out, nil
+}
+
+// scanTurn reads the columns of priorTurnsSQL.
+func scanTurn(rows interface{ Scan(...any) error }, extra ...any) (store.Result, error) {
+	var r store.Result
+	var dur, ttft int64
+	dest := append(extra, &r.Turn, &r.Lane, &r.Response, &r.FinishReason, &r.PromptTokens, &r.CompletionTokens, &r.ReasoningTokens,
+		&r.Endpoint, &dur, &ttft, &r.Attempts)
+	if err := rows.Scan(dest...); err != nil {
+		return r, err
+	}
+	r.Response, r.Duration, r.TTFT = unblob(r.Response), time.Duration(dur), time.Duration(ttft)
+	return r, nil
 }
 
 // ExtendLeases pushes every lease owner holds to now+lease.
@@ -266,19 +331,40 @@ func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Durat
 }
 
 // finish stores r and moves the held sample to state, in one transaction.
-func (s *Store) finish(ctx context.Context, id, owner string, state store.State, r store.Result, reason string) error {
+func (s *Store) finish(ctx context.Context, id, owner string, state store.State, r store.Result, rule, reason string) error {
 	now := ns(s.now())
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, finishSQL,
-			string(state), now, id, owner)
-		if err := held(res, err); err != nil {
+		res, err := s.exec(ctx, tx, insertResultSQL,
+			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
+			int64(r.Duration), int64(r.TTFT), reason, now, r.ReasoningTokens, rule, r.EndReason,
+			id, owner, r.Turn)
+		if err := s.heldAt(ctx, tx, res, err, id, owner); err != nil {
 			return err
 		}
-		_, err = s.exec(ctx, tx, insertResultSQL,
-			id, blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), reason, now)
+		_, err = s.exec(ctx, tx, finishSQL, string(state), now, id)
 		return err
 	})
+}
+
+// heldAt turns an INSERT guarded by lease and turn that matched nothing
+// into ErrNotLeased, or ErrWrongTurn when the lease is held.
+func (s *Store) heldAt(ctx context.Context, tx *sql.Tx, res sql.Result, err error, id, owner string) error {
+	err = held(res, err)
+	if !errors.Is(err, store.ErrNotLeased) {
+		return err
+	}
+	st, serr := s.txStmt(ctx, tx, heldTurnSQL)
+	if serr != nil {
+		return serr
+	}
+	var turn int
+	switch serr := st.QueryRowContext(ctx, id, owner).Scan(&turn); {
+	case errors.Is(serr, sql.ErrNoRows):
+		return store.ErrNotLeased
+	case serr != nil:
+		return serr
+	}
+	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, turn)
 }
 
 // held turns an UPDATE guarded by the lease into ErrNotLeased when it
@@ -299,18 +385,70 @@ func held(res sql.Result, err error) error {
 
 // Complete stores r and marks the sample done, spending its attempt.
 func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) error {
-	if err := s.finish(ctx, id, owner, store.Done, r, ""); err != nil {
+	if err := s.finish(ctx, id, owner, store.Done, r, "", ""); err != nil {
 		return fmt.Errorf("complete %s: %w", id, err)
 	}
 	return nil
 }
 
-// Reject stores r with reason and marks the sample rejected, spending its attempt.
-func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, reason string) error {
-	if err := s.finish(ctx, id, owner, store.Rejected, r, reason); err != nil {
+// Reject stores r with its rule and evidence and marks the sample
+// rejected, spending its attempt.
+func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, rule, evidence string) error {
+	if rule == "" {
+		return fmt.Errorf("reject %s: no rule", id)
+	}
+	if err := s.finish(ctx, id, owner, store.Rejected, r, rule, evidence); err != nil {
 		return fmt.Errorf("reject %s: %w", id, err)
 	}
 	return nil
+}
+
+// CompleteTurn stores the answer to the held sample's current turn and
+// returns it to pending at the next turn, in one transaction.
+func (s *Store) CompleteTurn(ctx context.Context, id, owner string, r store.Result, nextLane string) error {
+	now := ns(s.now())
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, insertTurnSQL,
+			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.Endpoint,
+			int64(r.Duration), int64(r.TTFT), now, id, owner, r.Turn)
+		if err := s.heldAt(ctx, tx, res, err, id, owner); err != nil {
+			return err
+		}
+		_, err = s.exec(ctx, tx, nextTurnSQL, nextLane, nextLane, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("complete turn %d of %s: %w", r.Turn, id, err)
+	}
+	return nil
+}
+
+// RequeueRejected returns rejected samples (of rule, "" = all) to pending
+// at the rejected turn with attempts reset, dropping the rejected answers.
+func (s *Store) RequeueRejected(ctx context.Context, rule string) (int, error) {
+	n := 0
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE samples
+			SET state = 'pending', attempts = 0, not_before = 0, finished_at = NULL
+			WHERE state = 'rejected' AND id IN (SELECT sample_id FROM results WHERE rule <> '' AND (?1 = '' OR rule = ?1))`, rule)
+		if err != nil {
+			return err
+		}
+		m, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		n = int(m)
+		// A result with a rule belongs to a rejected sample, so these are
+		// exactly the answers of the samples just requeued.
+		_, err = tx.ExecContext(ctx, `DELETE FROM results WHERE rule <> '' AND (?1 = '' OR rule = ?1)
+			AND sample_id IN (SELECT id FROM samples WHERE state = 'pending')`, rule)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("requeue rejected (rule %q): %w", rule, err)
+	}
+	return n, nil
 }
 
 // Retry returns the held sample to pending, spending one attempt.

@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -117,7 +117,155 @@ CREATE TRIGGER samples_count_delete AFTER DELETE ON samples BEGIN
 	UPDATE counts SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND state = old.state;
 END;
 `,
-	// 1 -> 2: dashboard history and the sample browser's listings.
+	// 1 -> 2: multi-turn regeneration, quality rejects, dataset statistics,
+	// duplicate ids at ingest.
+	`
+-- The next turn to generate; 0 for every sample written before.
+ALTER TABLE samples ADD COLUMN turn INTEGER NOT NULL DEFAULT 0;
+
+-- The answers to every turn of a multi-turn sample but its last (which is
+-- in results). The primary key is the exactly-once guarantee per turn.
+CREATE TABLE turns (
+	sample_id         TEXT    NOT NULL REFERENCES samples (id),
+	turn              INTEGER NOT NULL,
+	partition         TEXT    NOT NULL,
+	lane              TEXT    NOT NULL,
+	response          BLOB    NOT NULL,
+	finish_reason     TEXT    NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL,
+	reasoning_tokens  INTEGER NOT NULL,
+	endpoint          TEXT    NOT NULL,
+	duration_ns       INTEGER NOT NULL,
+	ttft_ns           INTEGER NOT NULL,
+	attempts          INTEGER NOT NULL,
+	finished_at       INTEGER NOT NULL,
+	PRIMARY KEY (sample_id, turn)
+);
+-- Covering, so ThroughputSince never reads the response blobs.
+CREATE INDEX turns_finished_at ON turns (finished_at, prompt_tokens, completion_tokens);
+
+ALTER TABLE results ADD COLUMN turn INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN partition TEXT NOT NULL DEFAULT '';
+ALTER TABLE results ADD COLUMN lane TEXT NOT NULL DEFAULT '';
+ALTER TABLE results ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN rule TEXT NOT NULL DEFAULT ''; -- the quality rule of a reject
+ALTER TABLE results ADD COLUMN end_reason TEXT NOT NULL DEFAULT '';
+UPDATE results SET partition = s.partition, lane = s.lane FROM samples s WHERE s.id = results.sample_id;
+-- Rejects stored before rules had names.
+UPDATE results SET rule = 'unnamed' WHERE reason <> '';
+CREATE INDEX results_rule ON results (rule) WHERE rule <> '';
+
+-- Statistics, kept by triggers in the same transaction as every stored
+-- answer, so regen stats reads a few thousand rows whatever the job size.
+CREATE TABLE stat_cells (
+	partition         TEXT    NOT NULL,
+	lane              TEXT    NOT NULL,
+	requests          INTEGER NOT NULL,
+	truncated         INTEGER NOT NULL,
+	rejected          INTEGER NOT NULL,
+	with_reasoning    INTEGER NOT NULL,
+	ended             INTEGER NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL,
+	reasoning_tokens  INTEGER NOT NULL,
+	PRIMARY KEY (partition, lane)
+) WITHOUT ROWID;
+-- One row per distinct token count, so percentiles are exact.
+CREATE TABLE stat_tokens (
+	partition TEXT    NOT NULL,
+	lane      TEXT    NOT NULL,
+	kind      TEXT    NOT NULL CHECK (kind IN ('prompt', 'completion')),
+	tokens    INTEGER NOT NULL,
+	n         INTEGER NOT NULL,
+	PRIMARY KEY (partition, lane, kind, tokens)
+) WITHOUT ROWID;
+CREATE TABLE stat_minutes (
+	minute            INTEGER PRIMARY KEY, -- unix minutes
+	requests          INTEGER NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL
+);
+CREATE TABLE stat_rejects (
+	partition TEXT    NOT NULL,
+	lane      TEXT    NOT NULL,
+	rule      TEXT    NOT NULL,
+	n         INTEGER NOT NULL,
+	PRIMARY KEY (partition, lane, rule)
+) WITHOUT ROWID;
+
+INSERT INTO stat_cells SELECT partition, lane, count(*), sum(finish_reason = 'length'), sum(rule <> ''),
+	sum(reasoning_tokens > 0), sum(end_reason <> ''), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens)
+	FROM results GROUP BY partition, lane;
+INSERT INTO stat_tokens SELECT partition, lane, 'prompt', prompt_tokens, count(*) FROM results GROUP BY partition, lane, prompt_tokens;
+INSERT INTO stat_tokens SELECT partition, lane, 'completion', completion_tokens, count(*) FROM results GROUP BY partition, lane, completion_tokens;
+INSERT INTO stat_minutes SELECT finished_at / 60000000000, count(*), sum(prompt_tokens), sum(completion_tokens) FROM results GROUP BY 1;
+INSERT INTO stat_rejects SELECT partition, lane, rule, count(*) FROM results WHERE rule <> '' GROUP BY partition, lane, rule;
+
+CREATE TRIGGER results_stats_insert AFTER INSERT ON results BEGIN
+	INSERT INTO stat_cells VALUES (new.partition, new.lane, 1, new.finish_reason = 'length', new.rule <> '',
+		new.reasoning_tokens > 0, new.end_reason <> '', new.prompt_tokens, new.completion_tokens, new.reasoning_tokens)
+	ON CONFLICT (partition, lane) DO UPDATE SET requests = requests + 1, truncated = truncated + excluded.truncated,
+		rejected = rejected + excluded.rejected, with_reasoning = with_reasoning + excluded.with_reasoning,
+		ended = ended + excluded.ended, prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+		completion_tokens = completion_tokens + excluded.completion_tokens, reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens;
+	INSERT INTO stat_tokens VALUES (new.partition, new.lane, 'prompt', new.prompt_tokens, 1)
+	ON CONFLICT (partition, lane, kind, tokens) DO UPDATE SET n = n + 1;
+	INSERT INTO stat_tokens VALUES (new.partition, new.lane, 'completion', new.completion_tokens, 1)
+	ON CONFLICT (partition, lane, kind, tokens) DO UPDATE SET n = n + 1;
+	INSERT INTO stat_minutes VALUES (new.finished_at / 60000000000, 1, new.prompt_tokens, new.completion_tokens)
+	ON CONFLICT (minute) DO UPDATE SET requests = requests + 1, prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+		completion_tokens = completion_tokens + excluded.completion_tokens;
+	INSERT INTO stat_rejects SELECT new.partition, new.lane, new.rule, 1 WHERE new.rule <> ''
+	ON CONFLICT (partition, lane, rule) DO UPDATE SET n = n + 1;
+END;
+
+-- A requeued reject leaves the dataset: its answer no longer counts (the
+-- minute it was generated in keeps it: that work was done).
+CREATE TRIGGER results_stats_delete AFTER DELETE ON results BEGIN
+	UPDATE stat_cells SET requests = requests - 1, truncated = truncated - (old.finish_reason = 'length'),
+		rejected = rejected - (old.rule <> ''), with_reasoning = with_reasoning - (old.reasoning_tokens > 0),
+		ended = ended - (old.end_reason <> ''), prompt_tokens = prompt_tokens - old.prompt_tokens,
+		completion_tokens = completion_tokens - old.completion_tokens, reasoning_tokens = reasoning_tokens - old.reasoning_tokens
+	WHERE partition = old.partition AND lane = old.lane;
+	UPDATE stat_tokens SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND kind = 'prompt' AND tokens = old.prompt_tokens;
+	UPDATE stat_tokens SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND kind = 'completion' AND tokens = old.completion_tokens;
+	UPDATE stat_rejects SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND rule = old.rule;
+END;
+
+CREATE TRIGGER turns_stats_insert AFTER INSERT ON turns BEGIN
+	INSERT INTO stat_cells VALUES (new.partition, new.lane, 1, new.finish_reason = 'length', 0,
+		new.reasoning_tokens > 0, 0, new.prompt_tokens, new.completion_tokens, new.reasoning_tokens)
+	ON CONFLICT (partition, lane) DO UPDATE SET requests = requests + 1, truncated = truncated + excluded.truncated,
+		with_reasoning = with_reasoning + excluded.with_reasoning, prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+		completion_tokens = completion_tokens + excluded.completion_tokens, reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens;
+	INSERT INTO stat_tokens VALUES (new.partition, new.lane, 'prompt', new.prompt_tokens, 1)
+	ON CONFLICT (partition, lane, kind, tokens) DO UPDATE SET n = n + 1;
+	INSERT INTO stat_tokens VALUES (new.partition, new.lane, 'completion', new.completion_tokens, 1)
+	ON CONFLICT (partition, lane, kind, tokens) DO UPDATE SET n = n + 1;
+	INSERT INTO stat_minutes VALUES (new.finished_at / 60000000000, 1, new.prompt_tokens, new.completion_tokens)
+	ON CONFLICT (minute) DO UPDATE SET requests = requests + 1, prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+		completion_tokens = completion_tokens + excluded.completion_tokens;
+END;
+
+-- A row whose id another row already took does not become a sample; it
+-- is recorded here, once per origin (re-reading the same row is no
+-- duplicate). BEFORE INSERT runs before the id conflict is resolved.
+CREATE TABLE ingest_duplicates (
+	origin       TEXT    PRIMARY KEY,
+	id           TEXT    NOT NULL,
+	partition    TEXT    NOT NULL,
+	first_origin TEXT    NOT NULL,
+	same_content INTEGER NOT NULL,
+	created_at   INTEGER NOT NULL
+);
+CREATE TRIGGER samples_duplicate BEFORE INSERT ON samples
+WHEN EXISTS (SELECT 1 FROM samples WHERE id = new.id AND origin <> new.origin) BEGIN
+	INSERT OR IGNORE INTO ingest_duplicates (origin, id, partition, first_origin, same_content, created_at)
+	SELECT new.origin, new.id, new.partition, origin, body = new.body, new.created_at FROM samples WHERE id = new.id;
+END;
+`,
+	// 2 -> 3: dashboard history and the sample browser's listings.
 	`
 -- One row per minute, worker and endpoint ('' = the worker's totals); the
 -- runner rewrites the current minute's row as it goes.

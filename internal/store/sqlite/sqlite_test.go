@@ -101,7 +101,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 		case 0:
 			err = s.Complete(ctx, c.ID, "w", r)
 		case 1:
-			err = s.Reject(ctx, c.ID, "w", r, "bad")
+			err = s.Reject(ctx, c.ID, "w", r, "empty", "bad")
 		case 2:
 			err = s.Retry(ctx, c.ID, "w", time.Now().Add(time.Hour), "503")
 		case 3:
@@ -258,6 +258,13 @@ func TestQueryPlans(t *testing.T) {
 			[]any{10}, "INDEX samples_errors"},
 		// Bad source rows may be as many as source rows: page on the primary key.
 		{"ingest errors page", nextIngestErrorsSQL, []any{0, 10}, "INTEGER PRIMARY KEY (rowid>?)"},
+		// A claim of a later turn reads that sample's turns only.
+		{"earlier turns", priorTurnsSQL, []any{"a", 3}, "INDEX sqlite_autoindex_turns_1 (sample_id=? AND turn<?)"},
+		{"earlier turns of a page", `SELECT sample_id, turn FROM turns WHERE sample_id >= ? AND sample_id <= ? ORDER BY sample_id, turn`,
+			[]any{"a", "b"}, "INDEX sqlite_autoindex_turns_1 (sample_id>? AND sample_id<?)"},
+		{"rejected by rule", `SELECT sample_id FROM results WHERE rule <> '' AND (? = '' OR rule = ?)`, []any{"x", "x"}, "INDEX results_rule"},
+		{"token histograms", `SELECT partition, lane, kind, tokens, n FROM stat_tokens WHERE n > 0 ORDER BY partition, lane, kind, tokens`,
+			nil, "SCAN stat_tokens"},
 	} {
 		plan := explain(t, s.DB(), tc.query, tc.args...)
 		if !strings.Contains(plan, tc.want) {

@@ -57,7 +57,7 @@ func browseFixture(t *testing.T, s store.Store) {
 		t.Fatalf("claimed %d, want 6", len(all))
 	}
 	must(t, s.Complete(ctx, "a1", "w", result("a1")))
-	must(t, s.Reject(ctx, "a2", "w", result("a2"), "empty answer"))
+	must(t, s.Reject(ctx, "a2", "w", result("a2"), "empty", "empty answer"))
 	must(t, s.DeadLetter(ctx, "a3", "w", "400: context too long"))
 	must(t, s.Retry(ctx, "a4", "w", time.Now().Add(time.Hour), "503: busy"))
 	must(t, s.Release(ctx, []string{"a5"}, "w"))
@@ -78,14 +78,15 @@ func testSampleLookup(t *testing.T, s store.Store) {
 		state    store.State
 		attempts int
 		reason   string
+		rule     string
 		result   bool
 	}{
-		{"a1", store.Done, 1, "", true},
-		{"a2", store.Rejected, 1, "empty answer", true},
-		{"a3", store.Dead, 1, "400: context too long", false},
-		{"a4", store.Pending, 1, "503: busy", false},
-		{"a5", store.Pending, 0, "", false},
-		{"a6", store.Leased, 0, "", false},
+		{"a1", store.Done, 1, "", "", true},
+		{"a2", store.Rejected, 1, "empty answer", "empty", true},
+		{"a3", store.Dead, 1, "400: context too long", "", false},
+		{"a4", store.Pending, 1, "503: busy", "", false},
+		{"a5", store.Pending, 0, "", "", false},
+		{"a6", store.Leased, 0, "", "", false},
 	} {
 		r, ok, err := s.Sample(ctx, tc.id)
 		if err != nil || !ok {
@@ -95,8 +96,9 @@ func testSampleLookup(t *testing.T, s store.Store) {
 		if r.ID != tc.id || r.Partition != "A" || r.Lane != "short" || string(r.Body) != string(want.Body) || r.Origin != want.Origin {
 			t.Errorf("Sample(%s) = %+v, want id, partition A, lane short, body %s, origin %s", tc.id, r, want.Body, want.Origin)
 		}
-		if r.State != tc.state || r.Attempts != tc.attempts || r.Reason != tc.reason {
-			t.Errorf("Sample(%s): state %s, attempts %d, reason %q; want %s, %d, %q", tc.id, r.State, r.Attempts, r.Reason, tc.state, tc.attempts, tc.reason)
+		if r.State != tc.state || r.Attempts != tc.attempts || r.Reason != tc.reason || r.Rule != tc.rule || r.Prior != nil {
+			t.Errorf("Sample(%s): state %s, attempts %d, reason %q, rule %q, %d earlier turns; want %s, %d, %q, %q, none",
+				tc.id, r.State, r.Attempts, r.Reason, r.Rule, len(r.Prior), tc.state, tc.attempts, tc.reason, tc.rule)
 		}
 		if tc.result {
 			if diff := cmp.Diff(result(tc.id), r.Result); diff != "" {
@@ -155,7 +157,7 @@ func testSamplesListing(t *testing.T, s store.Store) {
 	must(t, err)
 	wantRows := []store.Row{
 		{ID: "a1", Partition: "A", Lane: "short", State: store.Done, Attempts: 1, Origin: "A.jsonl:a1", Result: withoutResponse(result("a1"))},
-		{ID: "a2", Partition: "A", Lane: "short", State: store.Rejected, Attempts: 1, Origin: "A.jsonl:a2", Result: withoutResponse(result("a2")), Reason: "empty answer"},
+		{ID: "a2", Partition: "A", Lane: "short", State: store.Rejected, Attempts: 1, Origin: "A.jsonl:a2", Result: withoutResponse(result("a2")), Reason: "empty answer", Rule: "empty"},
 		{ID: "a3", Partition: "A", Lane: "short", State: store.Dead, Attempts: 1, Origin: "A.jsonl:a3", Reason: "400: context too long"},
 		{ID: "a4", Partition: "A", Lane: "short", State: store.Pending, Attempts: 1, Origin: "A.jsonl:a4", Reason: "503: busy"},
 	}
@@ -172,6 +174,50 @@ func testSamplesListing(t *testing.T, s store.Store) {
 	must(t, err)
 	if len(rows) != 100 || rows[0].ID != "c000" || rows[99].ID != "c099" {
 		t.Errorf("Samples(partition C, no limit) = %d rows, want the first 100", len(rows))
+	}
+}
+
+// testSampleTurns: a multi-turn sample shows the answers to its earlier
+// turns while it is in progress and once it is finished; a listing
+// carries the last answer's turn but no earlier answers.
+func testSampleTurns(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ingest(t, s, samples("M", "short", "m1"))
+	claimOne(t, s, "short", "w", "m1")
+	r0 := turnResult("m1", 0, "stop", 10, 20, 5)
+	must(t, s.CompleteTurn(ctx, "m1", "w", r0, "long"))
+	stored0 := r0
+	stored0.Lane, stored0.Attempts = "short", 1
+
+	r, ok, err := s.Sample(ctx, "m1")
+	if err != nil || !ok {
+		t.Fatalf("Sample(m1) in progress = ok %v, err %v", ok, err)
+	}
+	if r.State != store.Pending || r.Lane != "long" || r.Result.FinishReason != "" {
+		t.Errorf("Sample(m1) in progress: state %s, lane %s, result %+v; want pending in long, no last answer", r.State, r.Lane, r.Result)
+	}
+	if diff := cmp.Diff([]store.Result{stored0}, r.Prior); diff != "" {
+		t.Errorf("Sample(m1) in progress, earlier turns (-want +got):\n%s", diff)
+	}
+
+	claimOne(t, s, "long", "w", "m1")
+	r1 := turnResult("m1", 1, "stop", 40, 3, 0)
+	must(t, s.Reject(ctx, "m1", "w", r1, "empty", "3 tokens of whitespace"))
+	r, _, err = s.Sample(ctx, "m1")
+	must(t, err)
+	if diff := cmp.Diff(r1, r.Result); diff != "" {
+		t.Errorf("Sample(m1) rejected at turn 1, last answer (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]store.Result{stored0}, r.Prior); diff != "" {
+		t.Errorf("Sample(m1) rejected at turn 1, earlier turns (-want +got):\n%s", diff)
+	}
+	if r.State != store.Rejected || r.Rule != "empty" || r.Reason != "3 tokens of whitespace" {
+		t.Errorf("Sample(m1): state %s, rule %q, reason %q; want rejected by empty with its evidence", r.State, r.Rule, r.Reason)
+	}
+	rows, err := s.Samples(ctx, store.SampleQuery{Partition: "M"})
+	must(t, err)
+	if len(rows) != 1 || rows[0].Result.Turn != 1 || rows[0].Rule != "empty" || rows[0].Prior != nil {
+		t.Errorf("Samples(partition M) = %+v, want m1 at turn 1, rule empty, no earlier answers", rows)
 	}
 }
 

@@ -51,7 +51,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Minutes", testMinutes},
 		{"SampleLookup", testSampleLookup},
 		{"SamplesListing", testSamplesListing},
+		{"SampleTurns", testSampleTurns},
 	}
+	tests = append(tests, trainingTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
@@ -500,7 +502,7 @@ func testCompleteWrongOwner(t *testing.T, s store.Store) {
 	ingest(t, s, samples("p", "short", "a"))
 	claimOne(t, s, "short", "w1", "a")
 	wantNotLeased(t, "Complete by w2", s.Complete(ctx, "a", "w2", result("a")))
-	wantNotLeased(t, "Reject by w2", s.Reject(ctx, "a", "w2", result("a"), "bad"))
+	wantNotLeased(t, "Reject by w2", s.Reject(ctx, "a", "w2", result("a"), "empty", "bad"))
 	wantNotLeased(t, "Retry by w2", s.Retry(ctx, "a", "w2", time.Now(), "x"))
 	wantNotLeased(t, "DeadLetter by w2", s.DeadLetter(ctx, "a", "w2", "x"))
 	wantNotLeased(t, "Escalate by w2", s.Escalate(ctx, "a", "w2", "long"))
@@ -533,7 +535,7 @@ func testLostLease(t *testing.T, s store.Store) {
 	wantNotLeased(t, "Complete after expiry", s.Complete(ctx, "a", "w1", result("w1")))
 	claimOne(t, s, "short", "w2", "a")
 	wantNotLeased(t, "Complete by old owner", s.Complete(ctx, "a", "w1", result("w1")))
-	wantNotLeased(t, "Reject by old owner", s.Reject(ctx, "a", "w1", result("w1"), "bad"))
+	wantNotLeased(t, "Reject by old owner", s.Reject(ctx, "a", "w1", result("w1"), "empty", "bad"))
 	wantNotLeased(t, "Retry by old owner", s.Retry(ctx, "a", "w1", time.Now(), "x"))
 	wantNotLeased(t, "DeadLetter by old owner", s.DeadLetter(ctx, "a", "w1", "x"))
 	wantNotLeased(t, "Escalate by old owner", s.Escalate(ctx, "a", "w1", "long"))
@@ -563,12 +565,12 @@ func testReject(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	ingest(t, s, samples("p", "short", "a"))
 	claimOne(t, s, "short", "w", "a")
-	if err := s.Reject(ctx, "a", "w", result("a"), "empty content"); err != nil {
+	if err := s.Reject(ctx, "a", "w", result("a"), "empty", "empty content"); err != nil {
 		t.Fatalf("Reject: %v", err)
 	}
 	want := []store.Row{{
 		ID: "a", Partition: "p", Lane: "short", State: store.Rejected,
-		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"), Reason: "empty content",
+		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"), Reason: "empty content", Rule: "empty",
 	}}
 	if diff := cmp.Diff(want, finished(t, s), ignoreFinishedAt); diff != "" {
 		t.Errorf("Finished (-want +got):\n%s", diff)
@@ -807,7 +809,7 @@ func testCounts(t *testing.T, s store.Store) {
 	ingest(t, s, samples("q", "long", "q3"))
 	claim(t, s, "short", 5, "w") // p1..p5
 	must(t, s.Complete(ctx, "p1", "w", result("p1")))
-	must(t, s.Reject(ctx, "p2", "w", result("p2"), "bad"))
+	must(t, s.Reject(ctx, "p2", "w", result("p2"), "empty", "bad"))
 	must(t, s.DeadLetter(ctx, "p3", "w", "400"))
 	must(t, s.Escalate(ctx, "p4", "w", "long"))
 	want := map[string]int{
@@ -852,7 +854,7 @@ func testThroughputSince(t *testing.T, s store.Store) {
 	claim(t, s, "short", 4, "w")
 	before := time.Now().Add(-time.Second)
 	must(t, s.Complete(ctx, "a", "w", store.Result{FinishReason: "stop", PromptTokens: 10, CompletionTokens: 100}))
-	must(t, s.Reject(ctx, "b", "w", store.Result{FinishReason: "length", PromptTokens: 20, CompletionTokens: 200}, "truncated"))
+	must(t, s.Reject(ctx, "b", "w", store.Result{FinishReason: "length", PromptTokens: 20, CompletionTokens: 200}, "truncated", "finish_reason length"))
 	must(t, s.DeadLetter(ctx, "c", "w", "400"))
 	must(t, s.Retry(ctx, "d", "w", time.Now(), "503"))
 	after := time.Now().Add(time.Second)
@@ -1002,7 +1004,7 @@ func testFinishedPaging(t *testing.T, s store.Store) {
 			case len(want)%3 == 0:
 				err = s.Complete(ctx, c.ID, "w", result(c.ID))
 			case len(want)%3 == 1:
-				err = s.Reject(ctx, c.ID, "w", result(c.ID), "bad")
+				err = s.Reject(ctx, c.ID, "w", result(c.ID), "empty", "bad")
 			default:
 				err = s.DeadLetter(ctx, c.ID, "w", "400")
 			}

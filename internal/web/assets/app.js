@@ -85,6 +85,10 @@ function applyStatus(doc) {
   $("ingest-errors").textContent = doc.ingest_errors || 0;
   $("rate-tokens").textContent = fmtNum(doc.rate_1m && doc.rate_1m.tokens_per_sec, 1);
   $("rate-samples").textContent = fmtNum(doc.rate_1m && doc.rate_1m.samples_per_sec, 2);
+  // Rejected samples per quality rule, most first.
+  $("rejects").textContent = (doc.rejects || []).length
+    ? "rejected by rule: " + doc.rejects.map((r) => `${r.rule} ${r.n}`).join(", ")
+    : "";
   // No ETA while nothing can progress: the report says why instead.
   const eta = $("eta");
   eta.textContent = doc.eta_seconds !== null ? fmtSecs(doc.eta_seconds) : doc.eta_note || "-";
@@ -216,7 +220,7 @@ function pager(name, query, render) {
 }
 
 const failed = pager("failed", () => ({ state: $("failed-state").value, partition: $("failed-partition").value }),
-  (r) => row([sampleLink(r.id), r.partition, r.lane, r.attempts, r.reason, r.origin]));
+  (r) => row([sampleLink(r.id), r.partition, r.lane, r.attempts, r.rule || "", r.reason, r.origin]));
 
 const sampleList = pager("samples", () => ({ state: $("samples-state").value, partition: $("samples-partition").value }),
   (r) => {
@@ -251,16 +255,29 @@ async function showSample(id) {
   $("sample").hidden = false;
   $("sample-id").textContent = s.id;
   const resp = s.response || {};
+  const prior = s.prior || [];
+  const req = s.request || {};
+  const planned = 1 + (req.turns || []).length;
+  // A sample is at the turn after its earlier answers (its last answer's).
   const meta = [["state", s.state], ["partition", s.partition], ["lane", s.lane], ["attempts", s.attempts], ["origin", s.origin],
-    ["reason", s.reason], ["finish reason", s.finish_reason], ["endpoint", s.endpoint || resp.endpoint],
+    ["turn", planned > 1 ? `${prior.length + 1} of ${planned}` : ""],
+    ["rule", s.rule], ["reason", s.reason], ["finish reason", s.finish_reason], ["ended early", s.end_reason],
+    ["endpoint", s.endpoint || resp.endpoint], ["reasoning tokens", s.reasoning_tokens],
     ["duration", s.duration_ms ? s.duration_ms + " ms" : ""], ["time to first token", s.ttft_ms ? s.ttft_ms + " ms" : ""],
     ["finished", s.finished_at ? new Date(s.finished_at).toLocaleString() : ""]];
   fill($("sample-meta"), meta.filter((m) => m[1] !== undefined && m[1] !== "").map((m) => row(m)));
-  const req = s.request || {};
-  const msgs = (req.messages || []).map((m) => {
+  const msg = (role, m) => {
     const d = el("div", null, "msg");
-    d.append(el("span", m.role, "role"), text(m.content), m.tool_calls ? "\n" + text(m.tool_calls) : "");
+    d.append(el("span", role, "role"), text(m.content), m.tool_calls ? "\n" + text(m.tool_calls) : "");
     return d;
+  };
+  const msgs = (req.messages || []).map((m) => msg(m.role, m));
+  // Each earlier turn: the model's own stored answer, then the dataset's
+  // input of the next turn, as the next request was built.
+  prior.forEach((p, i) => {
+    const a = p.response || {};
+    msgs.push(msg(`assistant, turn ${p.turn + 1} (regenerated)`, a));
+    for (const m of ((req.turns || [])[i] || {}).input || []) msgs.push(msg(m.role, m));
   });
   if (req.tools) { const d = el("div", null, "msg"); d.append(el("span", "tools", "role"), text(req.tools)); msgs.push(d); }
   $("sample-prompt").replaceChildren(...msgs);

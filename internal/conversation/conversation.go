@@ -1,0 +1,321 @@
+package conversation
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/regen-dev/regen/internal/llm"
+)
+
+// Message is one chat message. Content keeps the source's JSON (a string,
+// a list of content parts, or null); ToolCalls keeps it too, except in the
+// answers this package builds from results.
+type Message struct {
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	Name             string          `json:"name,omitempty"`
+	ToolCalls        json.RawMessage `json:"tool_calls,omitempty"`
+	ToolCallID       string          `json:"tool_call_id,omitempty"`
+	ReasoningContent string          `json:"reasoning_content,omitempty"`
+}
+
+// Turn is a turn after the first: the messages before its answer, and the
+// tool calls the dataset recorded for the previous answer when Input holds
+// their results.
+type Turn struct {
+	Calls []llm.ToolCall `json:"calls,omitempty"`
+	Input []Message      `json:"input"`
+}
+
+// Body is a sample's canonical content.
+type Body struct {
+	Messages []Message       `json:"messages"`
+	Tools    json.RawMessage `json:"tools,omitempty"`
+	Turns    []Turn          `json:"turns,omitempty"`
+}
+
+// Plan is a decoded body.
+type Plan struct {
+	Body
+	raw []byte
+}
+
+// Decode parses a sample body.
+func Decode(body []byte) (*Plan, error) {
+	p := &Plan{raw: body}
+	if err := json.Unmarshal(body, &p.Body); err != nil {
+		return nil, fmt.Errorf("decode sample body: %w", err)
+	}
+	if len(p.Messages) == 0 {
+		return nil, errors.New("decode sample body: no messages")
+	}
+	if bytes.Equal(bytes.TrimSpace(p.Tools), []byte("null")) {
+		p.Tools = nil
+	}
+	for i, t := range p.Turns {
+		if len(t.Input) == 0 {
+			return nil, fmt.Errorf("decode sample body: turn %d has no input", i+1)
+		}
+	}
+	return p, nil
+}
+
+// NumTurns is how many answers the plan regenerates.
+func (p *Plan) NumTurns() int { return 1 + len(p.Turns) }
+
+// ToolNames returns the names of the declared tools.
+func (p *Plan) ToolNames() []string {
+	if len(p.Tools) == 0 {
+		return nil
+	}
+	var tools []struct {
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(p.Tools, &tools) != nil {
+		return nil
+	}
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		if t.Function.Name != "" {
+			names = append(names, t.Function.Name)
+		} else if t.Name != "" {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// InputBytes is the size of turn k's input, for estimating the next
+// prompt's length.
+func (p *Plan) InputBytes(k int) int {
+	in := p.Messages
+	if k > 0 && k-1 < len(p.Turns) {
+		in = p.Turns[k-1].Input
+	}
+	n := 0
+	for _, m := range in {
+		n += len(m.Content) + len(m.ToolCalls)
+	}
+	return n
+}
+
+// request is what is sent for one turn.
+type request struct {
+	Messages []Message       `json:"messages"`
+	Tools    json.RawMessage `json:"tools,omitempty"`
+}
+
+// Request returns the request body for turn k, given the answers to turns
+// 0..k-1 (len(prior) must be k). keepReasoning keeps the reasoning_content
+// of earlier answers in the history.
+func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, error) {
+	if k < 0 || k >= p.NumTurns() {
+		return nil, fmt.Errorf("request for turn %d: the plan has %d turns", k, p.NumTurns())
+	}
+	if len(prior) != k {
+		return nil, fmt.Errorf("request for turn %d: got %d earlier answers, want %d", k, len(prior), k)
+	}
+	if k == 0 && len(p.Turns) == 0 && p.raw != nil {
+		return p.raw, nil
+	}
+	msgs, err := p.build(prior, keepReasoning, true)
+	if err != nil {
+		return nil, fmt.Errorf("request for turn %d: %w", k, err)
+	}
+	return encode(request{Messages: msgs, Tools: p.Tools})
+}
+
+// Conversation returns the whole conversation for the answers given (the
+// first len(answers) turns): every turn's input followed by its answer,
+// with reasoning_content kept.
+func (p *Plan) Conversation(answers []llm.Result) ([]Message, error) {
+	if len(answers) > p.NumTurns() {
+		return nil, fmt.Errorf("conversation: %d answers for a plan of %d turns", len(answers), p.NumTurns())
+	}
+	return p.build(answers, true, false)
+}
+
+// build interleaves the turn inputs with the answers; nextInput appends
+// the input of the turn after the last answer.
+func (p *Plan) build(answers []llm.Result, keepReasoning, nextInput bool) ([]Message, error) {
+	msgs := make([]Message, 0, len(p.Messages)+3*len(answers)+1)
+	msgs = append(msgs, p.Messages...)
+	for j, res := range answers {
+		a := Answer(j, res, keepReasoning)
+		msgs = append(msgs, a)
+		if j+1 >= p.NumTurns() || (j+1 == len(answers) && !nextInput) {
+			continue
+		}
+		if ok, why := p.Continue(j, res); !ok {
+			return nil, fmt.Errorf("turn %d cannot follow turn %d: %s", j+1, j, why)
+		}
+		msgs = append(msgs, link(p.Turns[j], res.ToolCalls, j)...)
+	}
+	return msgs, nil
+}
+
+// Answer turns a result into the assistant message that stands for it in
+// the history and the export. Tool calls without an id get "call_<k>_<i>",
+// so a tool result can name them.
+func Answer(k int, res llm.Result, keepReasoning bool) Message {
+	m := Message{Role: "assistant"}
+	if res.Content != "" || len(res.ToolCalls) == 0 {
+		m.Content, _ = encode(res.Content) // a string always encodes
+	} else {
+		m.Content = json.RawMessage("null")
+	}
+	if keepReasoning {
+		m.ReasoningContent = res.ReasoningContent
+	}
+	if len(res.ToolCalls) > 0 {
+		m.ToolCalls, _ = encode(callsWithIDs(k, res.ToolCalls))
+	}
+	return m
+}
+
+func callsWithIDs(k int, calls []llm.ToolCall) []llm.ToolCall {
+	out := make([]llm.ToolCall, len(calls))
+	for i, c := range calls {
+		if c.ID == "" {
+			c.ID = fmt.Sprintf("call_%d_%d", k, i)
+		}
+		if c.Type == "" {
+			c.Type = "function"
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// link returns t's input with its tool results pointed at the model's
+// calls (answer k): a result naming a recorded call's id takes the id of
+// the model's call at the same position; a result naming none takes the
+// next call's id in order.
+func link(t Turn, gen []llm.ToolCall, k int) []Message {
+	if len(t.Calls) == 0 {
+		return t.Input
+	}
+	ids := callsWithIDs(k, gen)
+	byRecorded := make(map[string]string, len(t.Calls))
+	for i, c := range t.Calls {
+		if c.ID != "" && i < len(ids) {
+			byRecorded[c.ID] = ids[i].ID
+		}
+	}
+	out := make([]Message, len(t.Input))
+	next := 0
+	for i, m := range t.Input {
+		if m.Role == "tool" {
+			if id, ok := byRecorded[m.ToolCallID]; ok {
+				m.ToolCallID = id
+			} else if m.ToolCallID == "" && next < len(ids) {
+				m.ToolCallID = ids[next].ID
+			}
+			next++
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// Continue reports whether turn k+1 can follow res, the answer to turn k,
+// and why not when it cannot. After the last turn it is false with no reason.
+func (p *Plan) Continue(k int, res llm.Result) (bool, string) {
+	if k+1 >= p.NumTurns() {
+		return false, ""
+	}
+	next := p.Turns[k]
+	gen := res.ToolCalls
+	switch {
+	case len(next.Calls) == 0 && len(gen) == 0:
+		return true, ""
+	case len(next.Calls) == 0:
+		return false, fmt.Sprintf("turn %d called %s, but the dataset answered without a tool call and goes on with a %s message, so there is no tool result to send",
+			k, describe(gen), next.Input[0].Role)
+	case len(gen) == 0:
+		return false, fmt.Sprintf("turn %d answered without a tool call where the dataset called %s, so the dataset's tool result answers nothing the model asked",
+			k, describe(next.Calls))
+	}
+	if ok, why := MatchCalls(next.Calls, gen); !ok {
+		return false, fmt.Sprintf("turn %d: the model's tool calls differ from the dataset's, so its recorded tool result does not answer them: %s", k, why)
+	}
+	return true, ""
+}
+
+// MatchCalls reports whether the model's calls match the recorded ones:
+// as many calls, and position by position the same function name and
+// arguments equal as JSON values.
+func MatchCalls(recorded, gen []llm.ToolCall) (bool, string) {
+	if len(recorded) != len(gen) {
+		return false, fmt.Sprintf("the model made %d calls (%s), the dataset %d (%s)", len(gen), describe(gen), len(recorded), describe(recorded))
+	}
+	for i := range recorded {
+		r, g := recorded[i].Function, gen[i].Function
+		if r.Name != g.Name {
+			return false, fmt.Sprintf("call %d is %s, the dataset's is %s", i, g.Name, r.Name)
+		}
+		rv, rerr := argsValue(r.Arguments)
+		gv, gerr := argsValue(g.Arguments)
+		switch {
+		case gerr != nil:
+			return false, fmt.Sprintf("call %d (%s): the model's arguments are not JSON: %v", i, g.Name, gerr)
+		case rerr != nil:
+			return false, fmt.Sprintf("call %d (%s): the dataset's arguments are not JSON: %v", i, r.Name, rerr)
+		case !reflect.DeepEqual(rv, gv):
+			return false, fmt.Sprintf("call %d (%s): arguments %s, the dataset's %s", i, g.Name, clip(g.Arguments, 160), clip(r.Arguments, 160))
+		}
+	}
+	return true, ""
+}
+
+// argsValue parses tool-call arguments; a JSON string holding JSON (some
+// datasets double-encode) is parsed once more.
+func argsValue(s string) (any, error) {
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, err
+	}
+	if inner, ok := v.(string); ok {
+		var w any
+		if json.Unmarshal([]byte(inner), &w) == nil {
+			return w, nil
+		}
+	}
+	return v, nil
+}
+
+func describe(calls []llm.ToolCall) string {
+	names := make([]string, len(calls))
+	for i, c := range calls {
+		names[i] = c.Function.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// encode writes v without HTML escaping: prompts are full of <, > and &.
+func encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,59 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// turn is the request a claim stands for: turn index of the sample's plan,
+// built from the answers stored for the turns before it.
+type turn struct {
+	index int
+	plan  *conversation.Plan
+	prior []llm.Result
+	body  []byte
+	tools []string // declared tool names, for the quality rules
+}
+
+// prepareTurn builds the request body for the claimed sample's turn. An
+// error means the stored sample cannot make a request at all.
+func (d *Dispatcher) prepareTurn(c store.Claimed) (*turn, error) {
+	p, err := conversation.Decode(c.Body)
+	if err != nil {
+		return nil, err
+	}
+	t := &turn{index: c.Turn, plan: p, tools: p.ToolNames()}
+	if len(c.Prior) != c.Turn {
+		return nil, fmt.Errorf("turn %d: %d earlier answers handed over", c.Turn, len(c.Prior))
+	}
+	for i, r := range c.Prior {
+		var res llm.Result
+		if err := json.Unmarshal(r.Response, &res); err != nil {
+			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", c.Turn, i, err)
+		}
+		t.prior = append(t.prior, res)
+	}
+	if t.body, err = p.Request(c.Turn, t.prior, d.cfg.KeepReasoning); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// nextLane is the lane for the turn after t, given its answer: the job's
+// lane rule applied to the next prompt's estimated size (the answered
+// prompt, the answer and the next input), or "" to stay in the same lane.
+func (d *Dispatcher) nextLane(c store.Claimed, t *turn, res llm.Result) string {
+	if d.cfg.LaneFor == nil {
+		return ""
+	}
+	est := res.Usage.PromptTokens + res.Usage.CompletionTokens + t.plan.InputBytes(t.index+1)/4 + 8
+	lane := d.cfg.LaneFor(c.Partition, est)
+	if _, ok := d.laneByName[lane]; !ok {
+		return ""
+	}
+	return lane
+}

@@ -1,0 +1,129 @@
+package source
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/llm"
+)
+
+func TestTurnPlans(t *testing.T) {
+	glaive := job.Source{Partition: "G", Conversations: "c", Tools: "tools", SystemField: "system", ID: "id", StripSystemPrefix: "SYSTEM:"}
+	last := glaive
+	last.Regenerate = job.RegenerateLast
+	const tools = `"tools":"[{\"name\":\"f\",\"parameters\":{}},{\"name\":\"g\"}]"`
+	tests := []struct {
+		name     string
+		src      job.Source
+		row      string
+		wantBody string
+		wantBad  *rowError
+	}{
+		{"glaive system prefix stripped, call and observation become a linked round trip", glaive,
+			`{"id":"1","system":"SYSTEM: You are helpful.",` + tools + `,"c":[{"from":"human","value":"do f"},` +
+				`{"from":"function_call","value":"{\"name\": \"f\", \"arguments\": {\"x\": 1, \"y\": [2]}}"},` +
+				`{"from":"observation","value":"{\"ok\": true}"},{"from":"gpt","value":"done"},{"from":"human","value":"again?"}]}`,
+			`{"messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"do f"}],` +
+				`"tools":[{"function":{"name":"f","parameters":{}},"type":"function"},{"function":{"name":"g"},"type":"function"}],` +
+				`"turns":[{"calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"x\":1,\"y\":[2]}"}}],` +
+				`"input":[{"role":"tool","content":"{\"ok\": true}","tool_call_id":"call_1"}]},` +
+				`{"input":[{"role":"user","content":"again?"}]}]}`, nil},
+		{"own system message stripped too; string arguments kept as written", glaive,
+			`{"id":"1","c":[{"from":"system","value":"SYSTEM:  Be terse."},{"from":"human","value":"q"},` +
+				`{"from":"function_call","value":"{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}"},{"from":"observation","value":"r"}]}`,
+			`{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"q"}],` +
+				`"turns":[{"calls":[{"id":"call_2","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}],"input":[{"role":"tool","content":"r","tool_call_id":"call_2"}]}]}`, nil},
+		{"text then two parallel calls are one answer; results link in order", glaive,
+			`{"id":"1","c":[{"from":"human","value":"q"},{"from":"gpt","value":"Let me check."},` +
+				`{"from":"function_call","value":"{\"name\":\"f\",\"arguments\":{}}"},{"from":"function_call","value":"{\"name\":\"g\"}"},` +
+				`{"from":"observation","value":"rf"},{"from":"observation","value":"rg"},{"from":"gpt","value":"both done"}]}`,
+			`{"messages":[{"role":"user","content":"q"}],"turns":[{"calls":[` +
+				`{"id":"call_2","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"call_3","type":"function","function":{"name":"g","arguments":"{}"}}],` +
+				`"input":[{"role":"tool","content":"rf","tool_call_id":"call_2"},{"role":"tool","content":"rg","tool_call_id":"call_3"}]}]}`, nil},
+		{"last turn only keeps the structured history", last,
+			`{"id":"1","c":[{"from":"human","value":"q"},{"from":"gpt","value":"Let me check."},` +
+				`{"from":"function_call","value":"{\"name\":\"f\",\"arguments\":{}}"},{"from":"observation","value":"rf"},{"from":"gpt","value":"done"}]}`,
+			`{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"Let me check.","tool_calls":[{"id":"call_2","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+				`{"role":"tool","content":"rf","tool_call_id":"call_2"}]}`, nil},
+		{"three plain turns", glaive,
+			`{"id":"1","c":[{"from":"human","value":"a"},{"from":"gpt","value":"A"},{"from":"human","value":"b"},{"from":"gpt","value":"B"},{"from":"human","value":"c"},{"from":"gpt","value":"C"}]}`,
+			`{"messages":[{"role":"user","content":"a"}],"turns":[{"input":[{"role":"user","content":"b"}]},{"input":[{"role":"user","content":"c"}]}]}`, nil},
+		{"observation with no call before it", glaive,
+			`{"id":"1","c":[{"from":"human","value":"q"},{"from":"gpt","value":"hm"},{"from":"observation","value":"r"}]}`, "",
+			&rowError{"c[2].value", "field c[2].value: tool result with no tool call before it to answer"}},
+		{"more results than calls", glaive,
+			`{"id":"1","c":[{"from":"human","value":"q"},{"from":"function_call","value":"{\"name\":\"f\"}"},{"from":"observation","value":"r"},{"from":"observation","value":"r2"}]}`, "",
+			&rowError{"c[3].value", "field c[3].value: tool result with no tool call before it to answer"}},
+		{"function_call that is not JSON", glaive,
+			`{"id":"1","c":[{"from":"human","value":"q"},{"from":"function_call","value":"f(x=1)"}]}`, "",
+			&rowError{"c[1].value", "field c[1].value: function_call is not JSON {name, arguments}: invalid character '(' in literal false (expecting 'a')"}},
+		{"function_call without a name", glaive,
+			`{"id":"1","c":[{"from":"human","value":"q"},{"from":"function_call","value":"{\"arguments\":{}}"}]}`, "",
+			&rowError{"c[1].value", "field c[1].value: function_call has no name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, rerr := newMapper(tt.src).sample(decodeRow(t, tt.row), "o")
+			if diff := cmp.Diff(tt.wantBad, rerr, cmp.AllowUnexported(rowError{})); diff != "" {
+				t.Fatalf("row error mismatch (-want +got):\n%s", diff)
+			}
+			if rerr != nil {
+				return
+			}
+			if string(s.Body) != tt.wantBody {
+				t.Errorf("body\n got %s\nwant %s", s.Body, tt.wantBody)
+			}
+			if _, err := conversation.Decode(s.Body); err != nil {
+				t.Errorf("the body does not decode as a plan: %v", err)
+			}
+		})
+	}
+}
+
+// TestPlanRoundTrip feeds a mapped glaive row's plan answers that match the
+// recorded call and checks the requests the dispatcher would send.
+func TestPlanRoundTrip(t *testing.T) {
+	src := job.Source{Partition: "G", Conversations: "c", Tools: "tools", ID: "id"}
+	row := `{"id":"1","tools":[{"name":"f"}],"c":[{"from":"human","value":"do f"},{"from":"function_call","value":"{\"name\":\"f\",\"arguments\":{\"x\":1}}"},` +
+		`{"from":"observation","value":"42"},{"from":"gpt","value":"It is 42."},{"from":"human","value":"thanks"}]}`
+	s, rerr := newMapper(src).sample(decodeRow(t, row), "o")
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	p, err := conversation.Decode(s.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NumTurns() != 3 {
+		t.Fatalf("NumTurns = %d, want 3", p.NumTurns())
+	}
+	var call llm.ToolCall
+	call.ID, call.Type = "srv-7", "function"
+	call.Function.Name, call.Function.Arguments = "f", `{ "x" : 1 }`
+	answers := []llm.Result{{ToolCalls: []llm.ToolCall{call}}, {Content: "42 it is."}, {Content: "You're welcome."}}
+	req, err := p.Request(2, answers[:2], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Messages []struct {
+			Role       string `json:"role"`
+			ToolCallID string `json:"tool_call_id"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(req, &body); err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, m := range body.Messages {
+		roles = append(roles, m.Role+":"+m.ToolCallID)
+	}
+	want := []string{"user:", "assistant:", "tool:srv-7", "assistant:", "user:"}
+	if diff := cmp.Diff(want, roles); diff != "" {
+		t.Errorf("turn 2 request roles (-want +got):\n%s", diff)
+	}
+}
