@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/regen-dev/regen/internal/monitor"
 )
 
 // needTool finds a program the end-to-end views need; .ci/run installs it.
@@ -141,6 +144,22 @@ lanes:
 		runner.wait(t)
 	}()
 
+	// regen watch refuses a job that has no store yet: open the view once
+	// the runner has written its first heartbeat (a loaded machine can take
+	// longer than starting tmux).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var rep monitor.Report
+		res := regen(t, dir, "status", "--json", "job.yaml")
+		if json.Unmarshal([]byte(res.stdout), &rep) == nil && rep.Heartbeat != nil {
+			break
+		}
+		if time.Now().After(deadline) || runner.exited() {
+			t.Fatalf("the runner wrote no heartbeat within 60s:\n%s", res)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	x := tmux{t: t, bin: bin, socket: fmt.Sprintf("regen-watch-test-%d", os.Getpid())}
 	x.run("new-session", "-d", "-s", "watch", "-x", "160", "-y", "45", "-c", dir, regenBin+" watch job.yaml")
 	// The session ends with the view; kill-server then finds nothing, which is fine.
@@ -173,7 +192,7 @@ lanes:
 
 	// tab moves to the endpoints pane; q quits the view.
 	x.run("send-keys", "-t", "watch", "Tab")
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for !strings.Contains(x.screen(), "since ") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
