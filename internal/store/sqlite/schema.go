@@ -312,6 +312,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("begin migration: %w", err)
 	}
 	defer tx.Rollback()
+	// Read the version again under the write lock: another process (regen
+	// status beside a starting run) may have migrated the file meanwhile.
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("schema version %d is newer than this binary's %d", v, schemaVersion)
+	}
 	for i := v; i < schemaVersion; i++ {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
 			return fmt.Errorf("migrate schema %d to %d: %w", i, i+1, err)
