@@ -154,7 +154,10 @@ lanes:
 		if json.Unmarshal([]byte(res.stdout), &rep) == nil && rep.Heartbeat != nil {
 			break
 		}
-		if time.Now().After(deadline) || runner.exited() {
+		if runner.exited() {
+			t.Fatalf("the runner exited before its first heartbeat:\n%s", runner.wait(t))
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("the runner wrote no heartbeat within 60s:\n%s", res)
 		}
 		time.Sleep(100 * time.Millisecond)
