@@ -38,8 +38,9 @@ type outcome struct {
 
 // opts are the knobs every case reads.
 type opts struct {
-	quick bool
-	dir   string // scratch directory, removed at exit
+	quick   bool
+	dir     string // scratch directory, removed at exit
+	bigRows int    // bigjob: rows of the job (0 = 10^6, 2x10^5 with -quick)
 }
 
 type benchCase struct {
@@ -53,19 +54,22 @@ var cases = []benchCase{
 	{"ingest", benchIngest},
 	{"sim", benchSim},
 	{"e2e", benchE2E},
+	{"scale", benchScale},
+	{"bigjob", benchBigJob},
 }
 
 func main() {
 	quick := flag.Bool("quick", false, "smaller workloads (about 20 s instead of about 90 s)")
-	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e (default all)")
+	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob (default all)")
+	bigRows := flag.Int("bigjob-rows", 0, "rows of the bigjob case (default 1000000, 200000 with -quick); 10000000 for the 10^7 memory figure")
 	flag.Parse()
-	if err := run(*quick, *only); err != nil {
+	if err := run(*quick, *only, *bigRows); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quick bool, only string) error {
+func run(quick bool, only string, bigRows int) error {
 	selected, err := selectCases(only)
 	if err != nil {
 		return err
@@ -77,9 +81,10 @@ func run(quick bool, only string) error {
 		return fmt.Errorf("scratch dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	defer pgStop()
 
 	printMachine(quick)
-	o := opts{quick: quick, dir: dir}
+	o := opts{quick: quick, dir: dir, bigRows: bigRows}
 	start := time.Now()
 	var rows []row
 	var details []string
@@ -120,7 +125,7 @@ func selectCases(only string) ([]benchCase, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim or e2e)", name)
+			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale or bigjob)", name)
 		}
 	}
 	return out, nil

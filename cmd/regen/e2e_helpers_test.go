@@ -55,6 +55,12 @@ func regen(t *testing.T, dir string, args ...string) result {
 	return p.wait(t)
 }
 
+// regenEnv is regen with extra environment variables.
+func regenEnv(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	return startRegenEnv(t, dir, env, args...).wait(t)
+}
+
 // proc is a running regen subprocess whose stdout lines the test can wait for.
 type proc struct {
 	cmd     *exec.Cmd
@@ -74,9 +80,15 @@ type proc struct {
 
 func startRegen(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
+	return startRegenEnv(t, dir, nil, args...)
+}
+
+// startRegenEnv is startRegen with extra environment variables (KEY=value).
+func startRegenEnv(t *testing.T, dir string, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(regenBin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	cmd.Env = append(append(os.Environ(), "NO_COLOR=1"), env...)
 	p := &proc{cmd: cmd, args: args, readEnd: make(chan struct{}), changed: make(chan struct{})}
 	cmd.Stderr = &p.stderr
 	out, err := cmd.StdoutPipe()

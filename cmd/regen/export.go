@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -70,10 +69,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	default:
 		return fmt.Errorf("--metadata %q: want minimal or full", o.metadata)
 	}
-	if _, err := os.Stat(storePath(spec)); err != nil {
-		return fmt.Errorf("job %s has no store yet (%s): run it first", spec.Name, storePath(spec))
-	}
-	st, err := openStore(spec)
+	st, err := openExisting(ctx, spec, "run it first")
 	if err != nil {
 		return err
 	}

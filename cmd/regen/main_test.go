@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 )
 
 // regenBin is the regen binary the end-to-end tests run as real
@@ -36,6 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	stopBrowser()
+	pgtest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,11 +142,12 @@ func jobLanes(ctx context.Context, spec *job.Spec) ([]plan.Lane, int, error) {
 	prompt := map[string][]int{}
 	output := map[string][]int{}
 	n := 0
-	if _, err := os.Stat(storePath(spec)); err == nil {
-		st, err := openStore(spec)
-		if err != nil {
-			return nil, 0, err
-		}
+	st, err := openExisting(ctx, spec, "")
+	switch {
+	case errors.Is(err, store.ErrNoStore): // never run: nothing observed yet
+	case err != nil:
+		return nil, 0, err
+	default:
 		defer st.Close()
 		err = st.Finished(ctx, func(r store.Row) error {
 			if r.State != store.Done {

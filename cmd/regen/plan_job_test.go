@@ -95,7 +95,7 @@ lanes: [{name: short, concurrency: 8, max_tokens: 4096}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(spec)
+	st, err := openStore(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

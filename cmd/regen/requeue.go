@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -67,10 +66,7 @@ func runRequeue(ctx context.Context, out io.Writer, path string, o requeueOption
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(storePath(spec)); err != nil {
-		return fmt.Errorf("job %s has no store yet (%s): nothing to requeue", spec.Name, spec.Store.DSN)
-	}
-	st, err := openStore(spec)
+	st, err := openExisting(ctx, spec, "nothing to requeue")
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ sources: [{partition: p, path: data.jsonl, prompt: prompt}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(spec)
+	st, err := openStore(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ sources: [{partition: p, path: data.jsonl, prompt: prompt}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(spec)
+	st, err := openStore(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ sources: [{partition: p, path: data.jsonl, prompt: prompt}]
 			t.Errorf("output %q lacks %q", out.String(), want)
 		}
 	}
-	st, err = openStore(spec)
+	st, err = openStore(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

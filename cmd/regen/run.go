@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/backend"
 )
 
 func init() { addCommand(newRunCommand) }
@@ -28,6 +31,7 @@ type runOptions struct {
 	progress time.Duration
 	noExport bool
 	verbose  bool
+	lanes    []string
 	web      webOptions
 }
 
@@ -36,6 +40,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.progress, "progress-every", 0, "progress refresh period (default 1s on a terminal, 10s otherwise)")
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
+	fs.StringSliceVar(&o.lanes, "lanes", nil, "claim only these lanes (comma-separated; default all): workers sharing a PostgreSQL store may split the lanes")
 	o.web.AddFlags(fs)
 }
 
@@ -51,7 +56,12 @@ the results when every sample is finished.
 
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
-exits at once. Either way, run the same command again to resume.`,
+exits at once. Either way, run the same command again to resume.
+
+With a PostgreSQL store (store.dsn or REGEN_STORE = postgres://...), the same
+command on several hosts runs one job together: each worker sends to its own
+endpoints, a dead worker's samples go back to the others, and one worker
+exports at the end while the others wait for it.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), args[0], o)
@@ -61,15 +71,46 @@ exits at once. Either way, run the same command again to resume.`,
 	return cmd
 }
 
+// openStoreWaiting opens the job's store, waiting for one that cannot be
+// reached yet (a database still starting, restarting, or a network cut):
+// a worker started before its database should wait, not fail.
+func openStoreWaiting(ctx context.Context, spec *job.Spec) (store.Store, error) {
+	return openWaiting(ctx, spec, func() (store.Store, error) { return openStore(ctx, spec) })
+}
+
+// openWaiting calls open until it returns a store or an error other than
+// an unreachable store.
+func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, error)) (store.Store, error) {
+	gap := 500 * time.Millisecond
+	for {
+		st, err := open()
+		if err == nil || !backend.Unreachable(err) {
+			return st, err
+		}
+		fmt.Fprintf(os.Stderr, "regen: store of job %s unreachable, retrying in %s: %v\n", spec.Name, gap, err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (interrupted while waiting for the store)", err)
+		case <-time.After(gap):
+		}
+		gap = min(2*gap, 10*time.Second)
+	}
+}
+
 func runRun(ctx context.Context, path string, o runOptions) error {
 	spec, err := job.Load(path)
 	if err != nil {
 		return err
 	}
+	for _, l := range o.lanes {
+		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
+			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
+		}
+	}
 	if err := o.web.resolve(); err != nil {
 		return err
 	}
-	st, err := openStore(spec)
+	st, err := openStoreWaiting(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -104,10 +145,10 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, spec.Store.DSN, relPath(spec.LogPath()))
+	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, st.Info().Location, relPath(spec.LogPath()))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
-		stop, m, err := runDashboard(spec, o.web, log)
+		stop, m, err := runDashboard(ctx, spec, o.web, log)
 		if err != nil {
 			return err
 		}
@@ -116,7 +157,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Metrics: metrics,
+		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics,
 	})
 	if err != nil {
 		var failed *runner.FailedError
@@ -143,8 +184,8 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 // runDashboard serves the dashboard beside a run. It reads through a store
 // handle of its own, so a slow page never holds the connection the runner
 // writes results through.
-func runDashboard(spec *job.Spec, o webOptions, log *slog.Logger) (stop func(), m *monitor.Metrics, err error) {
-	st, err := openStore(spec)
+func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.Logger) (stop func(), m *monitor.Metrics, err error) {
+	st, err := openStore(ctx, spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dashboard: %w", err)
 	}

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,10 +50,7 @@ func runStats(ctx context.Context, out io.Writer, path string, o statsOptions) e
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(storePath(spec)); err != nil {
-		return fmt.Errorf("job %s has no store yet (%s): run it first", spec.Name, storePath(spec))
-	}
-	st, err := openStore(spec)
+	st, err := openExisting(ctx, spec, "run it first")
 	if err != nil {
 		return err
 	}

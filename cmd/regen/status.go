@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/backend"
 	"github.com/regen-dev/regen/internal/ui"
 )
 
@@ -22,11 +24,13 @@ func init() { addCommand(newStatusCommand) }
 type statusOptions struct {
 	json        bool
 	waitHealthy time.Duration
+	host        string
 }
 
 func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
 	fs.DurationVar(&o.waitHealthy, "wait-healthy", 0, "wait up to this long for real token progress; exit non-zero if none comes (e.g. 60s)")
+	fs.StringVar(&o.host, "host", "", "judge only the workers on this host (a node's liveness check of a shared job); exit 2 when none of them is alive")
 }
 
 func newStatusCommand() *cobra.Command {
@@ -38,7 +42,11 @@ func newStatusCommand() *cobra.Command {
 DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
 alive or not: a heartbeat older than the job's monitor.dead_after is DEAD.
 
-Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.`,
+Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.
+
+With a shared (PostgreSQL) store, status lists every worker and judges the
+job across them; --host narrows the verdict to the workers on one host, for
+a per-node liveness probe.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStatus(cmd.Context(), cmd.OutOrStdout(), args[0], o)
@@ -53,11 +61,15 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(storePath(spec)); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("job %s has no store yet (%s): it was never run", spec.Name, spec.Store.DSN)}
-	}
-	st, err := openStore(spec)
-	if err != nil {
+	st, err := openExisting(ctx, spec, "it was never run")
+	switch {
+	case errors.Is(err, store.ErrNoStore):
+		return &exitError{code: 2, err: err}
+	case backend.Unreachable(err):
+		// The store itself is down: that is the job's state, with the
+		// store as the subject and the cause as evidence.
+		return printReport(out, spec, monitor.StoreDown(spec.Name, time.Now(), err), o.json)
+	case err != nil:
 		return err
 	}
 	defer st.Close()
@@ -66,22 +78,41 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 		report := reportFunc(spec, st)
 		return waitHealthy(ctx, out, st, spec, o.waitHealthy, func() (monitor.Report, error) { return report(ctx) })
 	}
-	return writeStatus(ctx, out, spec, st, time.Now(), host, o.json)
+	return writeStatusFor(ctx, out, spec, st, time.Now(), host, o.json, o.host)
 }
 
 // assess is the job's status report as of now: what `regen status` prints
-// and the dashboard and `regen watch` show.
+// and the dashboard and `regen watch` show. A store that stops answering
+// makes the report DOWN with the store as the subject.
 func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, host string) (monitor.Report, error) {
-	return monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
+	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
+	if backend.Unreachable(err) {
+		return monitor.StoreDown(spec.Name, now, err), nil
+	}
+	return r, err
 }
 
 // writeStatus prints the report as of now, as text or JSON, and returns the
 // state's exit code as an *exitError when it is not 0.
 func writeStatus(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool) error {
+	return writeStatusFor(ctx, out, spec, st, now, host, asJSON, "")
+}
+
+// writeStatusFor is writeStatus judging only the workers on onlyHost when
+// it is set.
+func writeStatusFor(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool, onlyHost string) error {
 	r, err := assess(ctx, spec, st, now, host)
 	if err != nil {
 		return err
 	}
+	if onlyHost != "" && r.Store == nil {
+		r = monitor.ForHost(r, onlyHost)
+	}
+	return printReport(out, spec, r, asJSON)
+}
+
+// printReport writes r as text or JSON and maps its state to the exit code.
+func printReport(out io.Writer, spec *job.Spec, r monitor.Report, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")

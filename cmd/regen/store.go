@@ -1,31 +1,27 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
-	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/store/backend"
 )
 
-// storePath is the file behind the job's store (the DSN itself for a
-// backend without a file).
-func storePath(spec *job.Spec) string {
-	if p, ok := spec.Store.SQLitePath(); ok {
-		return p
-	}
-	return spec.Store.DSN
+// openStore opens the job's store, creating it if needed (regen run).
+func openStore(ctx context.Context, spec *job.Spec) (store.Store, error) {
+	st, _, err := backend.Open(ctx, spec, backend.Options{Create: true})
+	return st, err
 }
 
-// openStore opens the job's store, creating a SQLite file if needed.
-func openStore(spec *job.Spec) (store.Store, error) {
-	p, ok := spec.Store.SQLitePath()
-	if !ok {
-		return nil, fmt.Errorf("store %s: only SQLite stores are available in this build", spec.Store.DSN)
+// openExisting opens the job's store for a command that needs a job that
+// has run; otherwise the error says so, ending with hint.
+func openExisting(ctx context.Context, spec *job.Spec, hint string) (store.Store, error) {
+	st, t, err := backend.Open(ctx, spec, backend.Options{})
+	if errors.Is(err, store.ErrNoStore) {
+		return nil, fmt.Errorf("job %s has no store yet (%s): %s: %w", spec.Name, t, hint, store.ErrNoStore)
 	}
-	st, err := sqlite.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
+	return st, err
 }

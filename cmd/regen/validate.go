@@ -16,6 +16,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/source"
+	"github.com/regen-dev/regen/internal/store/backend"
 )
 
 func init() { addCommand(newValidateCommand) }
@@ -253,10 +254,25 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 	}
 	gen = append(gen, "request_timeout="+s.Generation.RequestTimeout.String(), "idle_timeout="+s.Generation.IdleTimeout.String())
 	p("generation\t%s", strings.Join(gen, " "))
-	p("store\t%s", relOrigin(s, s.Store.DSN))
+	p("store\t%s", storeSummary(s))
 	p("output\t%s\t%s", relOrigin(s, s.Output.Dir), strings.Join(s.Output.Formats, ", "))
 	p("retry\t%d attempts, backoff %s..%s", s.Retry.MaxAttempts, s.Retry.BaseDelay, s.Retry.MaxDelay)
 	return tw.Flush()
+}
+
+// storeSummary is where the job's store is, as a run would resolve it
+// (REGEN_STORE overrides store.dsn), without any password.
+func storeSummary(s *job.Spec) string {
+	t, err := backend.Resolve(s)
+	switch {
+	case err != nil:
+		return "invalid: " + err.Error()
+	case t.Backend == "postgres":
+		return fmt.Sprintf("postgres %s, shared by every worker (from %s)", t, t.From)
+	case t.From == backend.EnvStore:
+		return relOrigin(s, t.Path) + " (from " + backend.EnvStore + ")"
+	}
+	return relOrigin(s, s.Store.DSN)
 }
 
 // fixedLane is the lane every sample of partition goes to regardless of

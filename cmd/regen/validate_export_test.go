@@ -68,7 +68,7 @@ func TestRunExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(spec)
+	st, err := openStore(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/ui"
 )
 
@@ -64,10 +66,10 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 	if err := o.web.resolve(); err != nil {
 		return err
 	}
-	if _, err := os.Stat(storePath(spec)); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("job %s has no store yet (%s): it was never run", spec.Name, spec.Store.DSN)}
+	st, err := openWaiting(ctx, spec, func() (store.Store, error) { return openExisting(ctx, spec, "it was never run") })
+	if errors.Is(err, store.ErrNoStore) {
+		return &exitError{code: 2, err: err}
 	}
-	st, err := openStore(spec)
 	if err != nil {
 		return err
 	}

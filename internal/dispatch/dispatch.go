@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -42,8 +43,16 @@ type Config struct {
 	Owner string // lease owner id, unique per runner process
 	Model string
 
-	Lanes     []LaneConfig
+	Lanes []LaneConfig
+	// Serve lists the lanes this dispatcher claims from (nil = all of
+	// Lanes). Other lanes stay configured as escalation targets for other
+	// workers sharing the store to serve.
+	Serve     []string
 	Endpoints []Endpoint
+	// IngestDone, when not nil, is closed once every sample the job will
+	// have is in the store; until then an empty queue does not end Run,
+	// since more samples are still arriving.
+	IngestDone <-chan struct{}
 	// Params are generation settings sent with every request.
 	Params map[string]json.RawMessage
 
@@ -86,12 +95,15 @@ type Config struct {
 }
 
 const (
-	maxClaim      = 64 // samples per Claim call, to keep store transactions small
-	minPoll       = 200 * time.Millisecond
-	maxPoll       = time.Second
-	maxCheckGap   = 5 * time.Second
-	storeTries    = 3
-	storeRetryGap = 100 * time.Millisecond
+	maxClaim    = 64 // samples per Claim call, to keep store transactions small
+	minPoll     = 200 * time.Millisecond
+	maxPoll     = time.Second
+	maxCheckGap = 5 * time.Second
+	// A failing store is retried with backoff between these gaps, for as
+	// long as it takes: results wait in memory (bounded by the lanes'
+	// concurrency, since nothing new is claimed meanwhile).
+	storeRetryGap    = 100 * time.Millisecond
+	maxStoreRetryGap = 5 * time.Second
 )
 
 // Errors used as cancellation causes, telling a worker to release its sample.
@@ -113,6 +125,14 @@ type Dispatcher struct {
 
 	wake    chan struct{} // capacity 1: "something changed, look again"
 	workers sync.WaitGroup
+	serve   map[string]bool
+	// aborted is closed when the drain gives up: store writes still being
+	// retried stop, and their samples come back through lease expiry.
+	aborted   chan struct{}
+	abortOnce sync.Once
+	// storeBack tells the lease keeper to extend leases at once after an
+	// outage, before anyone's expiry scan can take them.
+	storeBack chan struct{}
 
 	guard *poisonGuard
 
@@ -122,8 +142,18 @@ type Dispatcher struct {
 	inflight  int // samples claimed and not yet settled in the store
 	rr        int // round-robin cursor for balancing ties
 	counters  Counters
-	fatalErr  error
-	stopLoop  context.CancelCauseFunc
+	storeSt   StoreStats
+	// storeRetrying counts store calls currently retrying a failure.
+	storeRetrying int
+	fatalErr      error
+	stopLoop      context.CancelCauseFunc
+	// held are the samples this dispatcher claimed and has not settled.
+	held map[string]struct{}
+	// unsure counts store calls that failed (a claim that may have committed
+	// with its reply lost; a release a database crash may have undone);
+	// reconciled is its value at the last reconcile.
+	// reply lost, leasing samples nobody here knows about.
+	unsure, reconciled int64
 }
 
 // lane is a LaneConfig with its limiter and polling state (guarded by
@@ -177,6 +207,9 @@ func New(cfg Config) (*Dispatcher, error) {
 		laneByName: map[string]*lane{},
 		epByURL:    map[string]*endpoint{},
 		wake:       make(chan struct{}, 1),
+		aborted:    make(chan struct{}),
+		storeBack:  make(chan struct{}, 1),
+		held:       map[string]struct{}{},
 		guard:      newPoisonGuard(cfg.PoisonAfter),
 	}
 	for _, lc := range cfg.Lanes {
@@ -196,6 +229,18 @@ func New(cfg Config) (*Dispatcher, error) {
 	for _, l := range d.lanes {
 		if err := d.checkEscalation(l); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.Serve != nil {
+		d.serve = map[string]bool{}
+		for _, name := range cfg.Serve {
+			if _, ok := d.laneByName[name]; !ok {
+				return nil, fmt.Errorf("dispatch config: serve lists unknown lane %q", name)
+			}
+			d.serve[name] = true
+		}
+		if len(d.serve) == 0 {
+			return nil, errors.New("dispatch config: serve lists no lane")
 		}
 	}
 	for _, ec := range cfg.Endpoints {
@@ -236,6 +281,20 @@ func setDefault[T int | time.Duration](p *T, v T) {
 	}
 }
 
+// serves reports whether this dispatcher claims from lane name.
+func (d *Dispatcher) serves(name string) bool { return d.serve == nil || d.serve[name] }
+
+// Wake makes the claim loop look for work at once (new samples were
+// ingested, or another worker returned some).
+func (d *Dispatcher) Wake() {
+	d.mu.Lock()
+	for _, l := range d.lanes {
+		l.short = false
+	}
+	d.mu.Unlock()
+	d.signal()
+}
+
 // signal wakes the claim loop without blocking.
 func (d *Dispatcher) signal() {
 	select {
@@ -248,8 +307,8 @@ func (d *Dispatcher) signal() {
 // leased (it returns nil) or ctx ends. When ctx ends it stops claiming, waits
 // up to DrainTimeout for in-flight requests to finish and be stored, cancels
 // the rest, releases their samples without spending attempts and returns
-// ctx.Err(). A store that keeps failing stops Run the same way with that
-// error. Run may be called once.
+// ctx.Err(). A failing store does not stop Run: writes are retried until
+// it is back (see storeDo). Run may be called once.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.mu.Lock()
 	if d.running {
@@ -283,6 +342,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.workers.Wait() // settled workers may still be returning
 	stopMaint()
 	<-maintDone
+	d.abort()
 
 	d.mu.Lock()
 	fatal := d.fatalErr
@@ -296,7 +356,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return err
 }
 
-// fatal stops Run with err (the store keeps failing).
+// fatal stops Run with err (the poison guard: the configuration makes every
+// request fail).
 func (d *Dispatcher) fatal(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -306,6 +367,9 @@ func (d *Dispatcher) fatal(err error) {
 	}
 	d.stopLoop(err)
 }
+
+// abort stops every store write still being retried.
+func (d *Dispatcher) abort() { d.abortOnce.Do(func() { close(d.aborted) }) }
 
 // drain waits for in-flight requests up to DrainTimeout, then cancels the
 // rest, which release their samples, and waits for them.
@@ -331,7 +395,16 @@ func (d *Dispatcher) drain(cancelWork context.CancelCauseFunc) {
 	d.mu.Unlock()
 	d.log.Info("drain timeout, releasing in-flight samples", "in_flight", n)
 	cancelWork(errDrain)
-	<-done
+	// Samples whose release cannot be written (the store is down) stay
+	// leased to this owner; the next run or another worker returns them.
+	t.Reset(d.cfg.DrainTimeout)
+	select {
+	case <-done:
+	case <-t.C:
+		d.log.Warn("store writes still failing after the drain; leaving their samples to lease expiry")
+		d.abort()
+		<-done
+	}
 }
 
 // loop claims and starts work until the job is finished (nil) or loopCtx
@@ -344,11 +417,12 @@ func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
 	start := 0
 	timer := time.NewTimer(maxPoll)
 	defer timer.Stop()
+	ingestDone := d.cfg.IngestDone
 	for {
 		if loopCtx.Err() != nil {
 			return context.Cause(loopCtx)
 		}
-		started, again, err := d.claimRound(workCtx, storeCtx, start)
+		started, again, err := d.claimRound(loopCtx, workCtx, storeCtx, start)
 		if err != nil {
 			return err
 		}
@@ -366,7 +440,7 @@ func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
 		if started == 0 && idle && (lastCheck.IsZero() || now.Sub(lastCheck) >= checkGap) {
 			lastCheck = now
 			checkGap = min(2*checkGap, maxCheckGap)
-			finished, err := d.finished(storeCtx)
+			finished, err := d.finished(loopCtx, storeCtx)
 			if err != nil {
 				return err
 			}
@@ -381,6 +455,9 @@ func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
 		case <-loopCtx.Done():
 		case <-d.wake:
 		case <-timer.C:
+		case <-ingestDone:
+			// Everything is in: the next idle pass may end Run.
+			ingestDone, lastCheck, checkGap = nil, time.Time{}, minPoll
 		}
 		if !timer.Stop() {
 			select { // drain a fire that raced with another case
@@ -424,9 +501,12 @@ func earliest(a, b time.Time) time.Time {
 // claimRound claims work for every lane with free slots while an endpoint can
 // take it. again reports that some lane got all it asked for and still has
 // room, so another round should follow at once.
-func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (started int, again bool, err error) {
+func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, start int) (started int, again bool, err error) {
 	for i := range d.lanes {
 		l := d.lanes[(start+i)%len(d.lanes)]
+		if !d.serves(l.cfg.Name) {
+			continue
+		}
 		now := d.now()
 		free := l.lim.Free()
 		d.mu.Lock()
@@ -442,6 +522,9 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 		if skip {
 			continue
 		}
+		if err := d.reconcile(loopCtx, storeCtx); err != nil {
+			return started, false, err
+		}
 		n := min(free, capacity, maxClaim)
 		if b, ok := d.guard.budget(); ok {
 			d.mu.Lock()
@@ -452,7 +535,7 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 			}
 		}
 		var claimed []store.Claimed
-		err := d.storeDo(storeCtx, func(ctx context.Context) error {
+		err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
 			var err error
 			claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n, d.cfg.Owner, d.cfg.Lease)
 			return err
@@ -461,6 +544,9 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 			return started, false, fmt.Errorf("claim lane %s: %w", l.cfg.Name, err)
 		}
 		d.mu.Lock()
+		for _, c := range claimed {
+			d.held[c.ID] = struct{}{}
+		}
 		if len(claimed) < n {
 			l.short = true
 			l.nextPoll = now.Add(l.backoff)
@@ -478,6 +564,43 @@ func (d *Dispatcher) claimRound(workCtx, storeCtx context.Context, start int) (s
 		}
 	}
 	return started, again, nil
+}
+
+// reconcile runs before the next claim after any store call failed: a
+// claim may have committed with its reply lost, or a database crash may have
+// undone a release committed without waiting for the disk. Every sample
+// leased to this owner that it does not hold goes back to pending (no
+// attempt spent); leases extended every Lease/3 would otherwise keep such
+// samples from everyone for good.
+func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
+	d.mu.Lock()
+	if d.unsure == d.reconciled {
+		d.mu.Unlock()
+		return nil
+	}
+	gen := d.unsure
+	keep := make([]string, 0, len(d.held))
+	for id := range d.held {
+		keep = append(keep, id)
+	}
+	d.mu.Unlock()
+	var n int
+	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
+		var err error
+		n, err = d.cfg.Store.ReleaseOwnerExcept(ctx, d.cfg.Owner, keep)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release samples of a lost claim: %w", err)
+	}
+	d.mu.Lock()
+	d.reconciled = max(d.reconciled, gen) // failures since gen need another pass
+	d.counters.Released += int64(n)
+	d.mu.Unlock()
+	if n > 0 {
+		d.log.Warn("released samples leased to this worker that it does not hold (a lost claim reply or an undone release)", "samples", n)
+	}
+	return nil
 }
 
 // startAll starts a worker per claimed sample. Samples that cannot start
@@ -518,15 +641,19 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		}()
 	}
 	if len(unstarted) > 0 {
-		err := d.storeDo(storeCtx, func(ctx context.Context) error {
+		err := d.storeDo(storeCtx, nil, func(ctx context.Context) error {
 			return d.cfg.Store.Release(ctx, unstarted, d.cfg.Owner)
 		})
 		if err != nil && !errors.Is(err, store.ErrNotLeased) {
-			d.fatal(fmt.Errorf("release %d unstarted samples: %w", len(unstarted), err))
+			// Only an aborted drain gives up on the store; the leases expire.
+			d.log.Warn("unstarted samples not released", "samples", len(unstarted), "err", err)
 		}
 		d.mu.Lock()
 		d.counters.Released += int64(len(unstarted))
 		l.short = false
+		for _, id := range unstarted {
+			delete(d.held, id)
+		}
 		d.mu.Unlock()
 	}
 	return started
@@ -585,29 +712,95 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 	d.settle(storeCtx, cl, l, c, t, res, err, cause)
 }
 
-// storeDo runs op, retrying a few times: a store error that outlives the
-// retries stops the dispatcher, since results could no longer be kept.
-// ErrNotLeased is final and returned at once.
-func (d *Dispatcher) storeDo(ctx context.Context, op func(context.Context) error) error {
-	var err error
-	for i := range storeTries {
-		if err = op(ctx); err == nil || errors.Is(err, store.ErrNotLeased) {
+// storeDo runs op until it succeeds or reports ErrNotLeased or
+// ErrWrongTurn (final, returned at once). Any other error is retried with backoff for as long as it
+// lasts, and the store is reported down meanwhile (Snapshot().Store): a
+// result waits here, in memory, instead of being lost or stopping the run.
+// It gives up only when stop is closed or the drain is aborted, returning
+// the last error.
+func (d *Dispatcher) storeDo(ctx context.Context, stop <-chan struct{}, op func(context.Context) error) error {
+	gap := storeRetryGap
+	failing := false
+	defer func() {
+		if failing {
+			d.storeRecovered()
+		}
+	}()
+	for {
+		err := op(ctx)
+		if err == nil || errors.Is(err, store.ErrNotLeased) || errors.Is(err, store.ErrWrongTurn) {
 			return err
 		}
-		d.log.Warn("store error", "err", err, "try", i+1)
-		if i+1 < storeTries {
-			time.Sleep(storeRetryGap << i)
+		d.storeFailed(err, !failing)
+		failing = true
+		t := time.NewTimer(gap/2 + rand.N(gap/2+1)) // jitter: workers do not retry in step
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return err
+		case <-d.aborted:
+			t.Stop()
+			return err
 		}
+		gap = min(2*gap, maxStoreRetryGap)
 	}
-	return err
+}
+
+// storeFailed records a failed store call; first marks the first failure of
+// a call. The store is down while any call keeps failing; the first
+// failure of an outage is logged.
+func (d *Dispatcher) storeFailed(err error, first bool) {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := &d.storeSt
+	st.Failures++
+	st.LastError = err.Error()
+	d.unsure++
+	if first {
+		d.storeRetrying++
+	}
+	if !st.Down {
+		st.Down, st.Since = true, now
+		st.Outages++
+		d.log.Warn("store down; retrying with backoff, results kept in memory", "err", err)
+	}
+}
+
+// storeRecovered ends one call's failures; the outage ends with the last.
+func (d *Dispatcher) storeRecovered() {
+	d.mu.Lock()
+	d.storeRetrying--
+	st := &d.storeSt
+	if d.storeRetrying > 0 || !st.Down {
+		d.mu.Unlock()
+		return
+	}
+	down := d.now().Sub(st.Since)
+	st.Down, st.Since = false, time.Time{}
+	st.LastOutage = down
+	d.mu.Unlock()
+	d.log.Warn("store back", "down_for", down.Round(time.Millisecond))
+	select {
+	case d.storeBack <- struct{}{}:
+	default:
+	}
 }
 
 // finished reports whether no sample of a configured lane is pending or
 // leased. Pending samples in a lane this dispatcher does not serve would
 // never finish, so they are an error.
-func (d *Dispatcher) finished(storeCtx context.Context) (bool, error) {
+func (d *Dispatcher) finished(loopCtx, storeCtx context.Context) (bool, error) {
+	if d.cfg.IngestDone != nil {
+		select {
+		case <-d.cfg.IngestDone:
+		default:
+			return false, nil // samples are still arriving
+		}
+	}
 	var counts []store.Count
-	err := d.storeDo(storeCtx, func(ctx context.Context) error {
+	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
 		var err error
 		counts, err = d.cfg.Store.Counts(ctx)
 		return err
@@ -625,6 +818,9 @@ func (d *Dispatcher) finished(storeCtx context.Context) (bool, error) {
 			}
 			continue
 		}
+		if !d.serves(c.Lane) {
+			continue // another worker's lane
+		}
 		return false, nil
 	}
 	return true, nil
@@ -641,6 +837,7 @@ func (d *Dispatcher) maintain(ctx, storeCtx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-d.storeBack:
 		}
 		if err := d.cfg.Store.ExtendLeases(storeCtx, d.cfg.Owner, d.cfg.Lease); err != nil {
 			d.log.Warn("extend leases", "err", err)
@@ -726,7 +923,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := Snapshot{StartedAt: d.startedAt, Counters: d.counters}
+	s := Snapshot{StartedAt: d.startedAt, Counters: d.counters, Store: d.storeSt}
 	for _, e := range d.eps {
 		es := EndpointStats{
 			URL:              e.url,

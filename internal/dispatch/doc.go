@@ -46,6 +46,19 @@
 // Resume closes its breaker and sends to it again. Snapshot gives the live
 // counts, per-endpoint token times for hang detection and breaker states.
 //
+// The store is the source of truth, and it may go away for a while (a
+// PostgreSQL restart, a network cut): every store call is then retried with
+// backoff from 100 ms up to 5 s for as long as it takes, results wait in
+// memory (bounded by the lanes' concurrency, since nothing is claimed
+// meanwhile), Snapshot().Store says DOWN with the last error, and dispatch
+// resumes where it was when the store answers again, extending its leases
+// first. Nothing is lost: a result is counted only once its commit returned.
+//
+// Several dispatchers, in several processes, may share one store: each
+// claims only the lanes in Config.Serve (all by default) and sends only to
+// its own endpoints. Ingest may run alongside: until Config.IngestDone is
+// closed, an empty queue means "not yet", not "finished".
+//
 // Run ends when no sample of its lanes is pending or leased. When its context
 // ends it stops claiming, lets in-flight requests finish for up to
 // DrainTimeout and releases the rest. Every goroutine it starts ends before

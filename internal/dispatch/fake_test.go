@@ -19,8 +19,10 @@ type fakeStore struct {
 	seq     int
 	samples map[string]*fakeSample
 	ierrs   []store.IngestError
-	hbs     []store.Heartbeat
+	hbs     map[string]store.Heartbeat // by owner
 	events  []store.Event
+	locks   map[string]bool
+	files   map[[2]string]store.SourceFile
 	minutes map[minuteKey]store.Minute
 
 	// hook, when set, runs before every transition; a non-nil error fails it.
@@ -62,7 +64,8 @@ type fakeSample struct {
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{samples: map[string]*fakeSample{}, finals: map[string]int{}, dups: map[string]store.Duplicate{}}
+	return &fakeStore{samples: map[string]*fakeSample{}, finals: map[string]int{}, dups: map[string]store.Duplicate{},
+		hbs: map[string]store.Heartbeat{}, locks: map[string]bool{}, files: map[[2]string]store.SourceFile{}}
 }
 
 var _ store.Store = (*fakeStore)(nil)
@@ -456,6 +459,19 @@ func (s *fakeStore) ReleaseOwner(_ context.Context, owner string) (int, error) {
 	return n, nil
 }
 
+func (s *fakeStore) ReleaseOwnerExcept(_ context.Context, owner string, keep []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.samples {
+		if x.state == store.Leased && x.owner == owner && !slices.Contains(keep, x.ID) {
+			x.state, x.owner = store.Pending, ""
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (s *fakeStore) DeadLetter(_ context.Context, id, owner, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -604,18 +620,59 @@ func (s *fakeStore) LastErrors(_ context.Context, limit int) ([]store.Row, error
 func (s *fakeStore) PutHeartbeat(_ context.Context, hb store.Heartbeat) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.hbs = append(s.hbs, hb)
+	s.hbs[hb.Owner] = hb
 	return nil
 }
 
-func (s *fakeStore) LastHeartbeat(context.Context) (store.Heartbeat, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.hbs) == 0 {
+func (s *fakeStore) LastHeartbeat(ctx context.Context) (store.Heartbeat, bool, error) {
+	hbs, _ := s.Heartbeats(ctx)
+	if len(hbs) == 0 {
 		return store.Heartbeat{}, false, nil
 	}
-	return s.hbs[len(s.hbs)-1], true, nil
+	return hbs[0], true, nil
 }
+
+func (s *fakeStore) Heartbeats(context.Context) ([]store.Heartbeat, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Heartbeat
+	for _, hb := range s.hbs {
+		out = append(out, hb)
+	}
+	slices.SortFunc(out, func(a, b store.Heartbeat) int { return cmp.Or(b.Time.Compare(a.Time), cmp.Compare(a.Owner, b.Owner)) })
+	return out, nil
+}
+
+func (s *fakeStore) TryLock(_ context.Context, name string) (func() error, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[name] {
+		return nil, false, nil
+	}
+	s.locks[name] = true
+	return func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.locks, name)
+		return nil
+	}, true, nil
+}
+
+func (s *fakeStore) SourceFile(_ context.Context, partition, path string) (store.SourceFile, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[[2]string{partition, path}]
+	return f, ok, nil
+}
+
+func (s *fakeStore) PutSourceFile(_ context.Context, f store.SourceFile) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files[[2]string{f.Partition, f.Path}] = f
+	return nil
+}
+
+func (s *fakeStore) Info() store.Info { return store.Info{Backend: "fake", Location: "memory"} }
 
 func (s *fakeStore) AddEvent(_ context.Context, e store.Event) error {
 	s.mu.Lock()

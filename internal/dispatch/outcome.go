@@ -79,14 +79,17 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	d.settleEndpoint(cl, v, reqErr, now)
 
 	target, what, op := d.storeOp(cl.ep.url, l, c, t, v, res, reqErr, now)
-	err := d.storeDo(storeCtx, op)
+	err := d.storeDo(storeCtx, nil, op)
 	switch {
-	case errors.Is(err, store.ErrNotLeased):
+	case errors.Is(err, store.ErrNotLeased), errors.Is(err, store.ErrWrongTurn):
 		// The lease expired and someone else owns the sample now; its
 		// outcome is theirs to record.
-		d.log.Warn("lease lost", "sample", c.ID, "op", what)
+		d.log.Warn("lease lost", "sample", c.ID, "op", what, "err", err)
 	case err != nil:
-		d.fatal(fmt.Errorf("%s sample %s: %w", what, c.ID, err))
+		// Only an aborted drain gives up on the store: the sample stays
+		// leased to us and comes back through expiry, its result lost but
+		// nothing stored twice.
+		d.log.Warn("outcome not stored", "sample", c.ID, "op", what, "err", err)
 	}
 	if err == nil && v.out == outDead && v.class == llm.BadRequest && t != nil && d.guard.badRequest(c.ID, reqErr.Error()) {
 		d.tripGuard(storeCtx, reqErr.Error())
@@ -95,6 +98,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	l.lim.Release()
 	d.mu.Lock()
 	d.inflight--
+	delete(d.held, c.ID)
 	if err == nil {
 		d.count(v, res, l, target)
 	}
@@ -214,7 +218,7 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 // streak dead-lettered go back to pending, so nothing is lost to it.
 func (d *Dispatcher) tripGuard(storeCtx context.Context, msg string) {
 	pe := &PoisonError{Samples: d.guard.after, Message: msg, Params: mentionedParams(msg, d.cfg.Params)}
-	err := d.storeDo(storeCtx, func(ctx context.Context) error {
+	err := d.storeDo(storeCtx, nil, func(ctx context.Context) error {
 		var err error
 		pe.Requeued, err = d.cfg.Store.RequeueDead(ctx, msg)
 		return err

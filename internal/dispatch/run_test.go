@@ -615,22 +615,86 @@ func TestStoreErrors(t *testing.T) {
 			}
 		})
 	})
-	t.Run("lasting error stops Run", func(t *testing.T) {
+	t.Run("lasting outage holds results and resumes", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			st := newFakeStore()
 			st.add("short", "s", 3)
-			disk := errors.New("disk I/O error")
+			down := errors.New("connection refused")
+			var mu sync.Mutex
+			outage := true
 			st.hook = func(op, id string) error {
-				if op == "complete" {
-					return disk
+				mu.Lock()
+				defer mu.Unlock()
+				if outage && op == "complete" {
+					return down
+				}
+				return nil
+			}
+			tr := newTracker()
+			eps, _ := fleet(tr, ok(time.Second), "http://a")
+			d := mustNew(t, baseConfig(st, eps))
+			done := make(chan error)
+			go func() { done <- d.Run(t.Context()) }()
+			// Ten minutes without a store: no result is dropped, no sample
+			// is sent twice, and the snapshot says why nothing finishes.
+			time.Sleep(10 * time.Minute)
+			snap := d.Snapshot()
+			if !snap.Store.Down || snap.Store.LastError != down.Error() || snap.Store.Failures < 10 {
+				t.Errorf("Store during the outage = %+v, want down with %q after many retries", snap.Store, down)
+			}
+			if snap.Counters.Done != 0 {
+				t.Errorf("Done = %d during the outage, want 0", snap.Counters.Done)
+			}
+			if n := tr.epCallsOf("http://a"); n != 3 {
+				t.Errorf("%d requests during the outage, want 3 (held results are not re-sent)", n)
+			}
+			mu.Lock()
+			outage = false
+			mu.Unlock()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			snap = d.Snapshot()
+			if snap.Store.Down || snap.Store.Outages != 1 || snap.Store.LastOutage < 10*time.Minute {
+				t.Errorf("Store after recovery = %+v, want up, one outage of >= 10m", snap.Store)
+			}
+			for i := range 3 {
+				if s := st.get(fmt.Sprintf("s-%05d", i)); s.state != store.Done || s.attempts != 1 || st.finals[s.ID] != 1 {
+					t.Errorf("%s: %s, %d attempts, finished %d times; want done once with 1 attempt", s.ID, s.state, s.attempts, st.finals[s.ID])
+				}
+			}
+		})
+	})
+	t.Run("interrupt during an outage ends after the drain", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			st := newFakeStore()
+			st.add("short", "s", 3)
+			st.hook = func(op, id string) error {
+				if op != "claim" {
+					return errors.New("connection refused")
 				}
 				return nil
 			}
 			eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
-			d := mustNew(t, baseConfig(st, eps))
-			err := d.Run(t.Context())
-			if !errors.Is(err, disk) || !strings.Contains(err.Error(), "complete sample s-0000") {
-				t.Errorf("Run = %v, want the wrapped disk error", err)
+			cfg := baseConfig(st, eps)
+			cfg.DrainTimeout = 5 * time.Second
+			d := mustNew(t, cfg)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error)
+			go func() { done <- d.Run(ctx) }()
+			time.Sleep(time.Minute)
+			cancel()
+			start := time.Now()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run = %v, want context.Canceled", err)
+			}
+			if took := time.Since(start); took > 2*cfg.DrainTimeout+time.Second {
+				t.Errorf("Run took %s after the interrupt, want about two drain timeouts at most", took)
+			}
+			// Nothing was recorded, so the samples are still leased to this
+			// owner: a re-run or another worker returns them.
+			if got := st.states(); got[store.Leased] != 3 {
+				t.Errorf("states = %v, want 3 still leased", got)
 			}
 		})
 	})

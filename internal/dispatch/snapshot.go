@@ -9,6 +9,18 @@ type Snapshot struct {
 	Endpoints []EndpointStats `json:"endpoints"`
 	Lanes     []LaneStats     `json:"lanes"`
 	Counters  Counters        `json:"counters"`
+	Store     StoreStats      `json:"store"`
+}
+
+// StoreStats says whether the store accepts writes. While Down, results
+// wait in memory and every write is retried with backoff.
+type StoreStats struct {
+	Down       bool          `json:"down"`
+	Since      time.Time     `json:"since,omitzero"` // start of the current outage
+	LastError  string        `json:"last_error,omitempty"`
+	Failures   int64         `json:"failures"`    // failed store calls since Run started
+	Outages    int64         `json:"outages"`     // outages since Run started
+	LastOutage time.Duration `json:"last_outage"` // length of the last outage that ended
 }
 
 // EndpointStats is one endpoint's state.

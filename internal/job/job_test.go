@@ -201,7 +201,7 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/invalid.yaml:34: endpoints[1].api_key_env: "MY-KEY" is not an environment variable name (letters, digits and _)`,
 			`testdata/invalid.yaml:35: endpoints[2].url: required`,
 			`testdata/invalid.yaml:35: endpoints[2].api_key_env: looks like a key, not a variable name: put the key in an environment variable and name the variable here`,
-			`testdata/invalid.yaml:37: store.dsn: postgres store not available in this build`,
+			`testdata/invalid.yaml:37: store.dsn: holds a password; put it in PGPASSWORD or a PGPASSFILE (or the whole DSN in REGEN_STORE), never in the job file`,
 			`testdata/invalid.yaml:39: output.formats[1]: unknown format "csv" (want sharegpt, openai-batch, parquet)`,
 			`testdata/invalid.yaml:39: output.formats[2]: "sharegpt" listed twice`,
 			`testdata/invalid.yaml:41: retry.max_attempts: must be >= 1`,

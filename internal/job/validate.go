@@ -272,12 +272,35 @@ func (v *validator) store() {
 	dsn := v.s.Store.DSN
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		v.addf("store.dsn", "postgres store not available in this build")
+		u, err := url.Parse(dsn)
+		switch {
+		case err != nil:
+			v.addf("store.dsn", "not a valid postgres:// URL")
+		case hasPassword(u):
+			// Job files are shared and committed; the password is not shown here either.
+			v.addf("store.dsn", "holds a password; put it in PGPASSWORD or a PGPASSFILE (or the whole DSN in REGEN_STORE), never in the job file")
+		}
 	case strings.Contains(dsn, "://"):
 		v.addf("store.dsn", "unknown store %q (want a SQLite file path, sqlite:path or postgres://...)", dsn)
 	case dsn == sqlitePrefix:
 		v.addf("store.dsn", "sqlite: needs a file path")
 	}
+}
+
+// hasPassword reports whether a postgres URL carries a password, in its
+// user part or as a password query parameter.
+func hasPassword(u *url.URL) bool {
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return true
+		}
+	}
+	for k := range u.Query() {
+		if strings.EqualFold(k, "password") {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *validator) output() {

@@ -24,6 +24,13 @@ type Beat struct {
 	// (finished, interrupted or failed), so status can tell STOPPED from DEAD.
 	Exited     bool   `json:"exited,omitempty"`
 	ExitReason string `json:"exit_reason,omitempty"`
+	// A worker's own share of a job that several workers run.
+	Lanes []string `json:"lanes,omitempty"` // lanes it claims from (all when empty)
+	Done  int64    `json:"done,omitempty"`  // samples it finished since it started
+	Rate  float64  `json:"rate,omitempty"`  // its samples per second over the last minute
+	// Exported identifies the finished samples of the export this worker
+	// wrote or found current when it exited finished.
+	Exported string `json:"exported,omitempty"`
 }
 
 // ExitFinished is the ExitReason of a runner that finished and exported.
@@ -117,11 +124,12 @@ type Event struct {
 	Subject  string    `json:"subject"` // "job" or an endpoint URL
 	State    string    `json:"state"`   // the new state of a state change, "" otherwise
 	Evidence string    `json:"evidence"`
+	Worker   string    `json:"worker"` // owner id of the worker that recorded it, "" if none
 }
 
 // EventOf is the report's form of a stored event.
 func EventOf(e store.Event) Event {
-	return Event{Time: e.Time, Kind: e.Kind, Subject: e.Subject, State: e.State, Evidence: e.Evidence}
+	return Event{Time: e.Time, Kind: e.Kind, Subject: e.Subject, State: e.State, Evidence: e.Evidence, Worker: e.Worker}
 }
 
 // Report is one screen of truth about a job, built from the store alone.
@@ -153,6 +161,11 @@ type Report struct {
 	Events       []Event          `json:"events"`
 	LastErrors   []ErrorLine      `json:"last_errors"`
 	IngestErrors int              `json:"ingest_errors"`
+	// Workers lists every process that ever ran the job, newest heartbeat
+	// first; with a shared store several are live at once.
+	Workers []WorkerStatus `json:"workers"`
+	// Store is set when the store itself is the problem (unreachable).
+	Store *StoreStatus `json:"store"`
 	// Rejects counts the rejected samples per quality rule, most first.
 	Rejects []RuleCount `json:"rejects"`
 }
@@ -187,12 +200,20 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	r.Cells, r.Total = Cells(counts)
 
-	hb, haveHB, err := st.LastHeartbeat(ctx)
+	hbs, err := st.Heartbeats(ctx)
 	if err != nil {
-		return r, fmt.Errorf("read heartbeat: %w", err)
+		return r, fmt.Errorf("read heartbeats: %w", err)
 	}
-	var beat Beat
+	if r.Workers, err = workers(hbs, o); err != nil {
+		return r, err
+	}
+	var (
+		hb     store.Heartbeat
+		haveHB = len(hbs) > 0
+		beat   Beat
+	)
 	if haveHB {
+		hb = hbs[0] // the newest
 		r.Heartbeat = &HeartbeatInfo{PID: hb.PID, Host: hb.Host, Time: hb.Time, Age: o.Now.Sub(hb.Time), Started: hb.Started}
 		if len(hb.Counters) > 0 {
 			if err := json.Unmarshal(hb.Counters, &beat); err != nil {
@@ -201,9 +222,18 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		}
 		r.Endpoints = beat.Endpoints
 		r.RunnerExited = beat.Exited
+		// With several live workers, every live one's endpoints.
+		if live := liveEndpoints(r.Workers); len(live) > 0 {
+			r.Endpoints = live
+		}
 	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
+	if haveHB && r.State != Done && len(r.Workers) > 1 {
+		if s, ev, ok := jobOfWorkers(r.Workers); ok {
+			r.State, r.Evidence = s, ev
+		}
+	}
 	r.ExitCode = ExitCode(r.State)
 
 	for _, w := range []struct {
@@ -310,9 +340,10 @@ func eta(s State, remaining int, recent Rate) (time.Duration, string) {
 func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, o AssessOptions) (State, []string) {
 	finished := fmt.Sprintf("all %d samples finished (%d done, %d rejected, %d dead)",
 		r.Total.Total, r.Total.Done, r.Total.Rejected, r.Total.Dead)
-	// DONE means the output exists too: only a runner that exited after its
-	// export says so. Finished samples with a dead runner are still an alarm.
-	if r.Total.Total > 0 && remaining == 0 && haveHB && beat.Exited && beat.ExitReason == ExitFinished {
+	// DONE means the output exists too: only a worker that exited after the
+	// export says so, and none has beaten since (r.Workers is newest first).
+	// Finished samples with a dead runner are still an alarm.
+	if r.Total.Total > 0 && remaining == 0 && len(r.Workers) > 0 && r.Workers[0].State == Done {
 		return Done, []string{finished}
 	}
 	if !haveHB {
@@ -345,6 +376,23 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 		return Running, nil
 	}
 	return beat.State, beat.Evidence
+}
+
+// liveEndpoints concatenates the endpoints of every live worker when
+// several are live.
+func liveEndpoints(ws []WorkerStatus) []EndpointStatus {
+	var out []EndpointStatus
+	n := 0
+	for _, w := range ws {
+		if w.Live {
+			n++
+			out = append(out, w.Endpoints...)
+		}
+	}
+	if n < 2 {
+		return nil
+	}
+	return out
 }
 
 // ProcessAlive reports whether a process with pid exists on this machine.

@@ -79,12 +79,22 @@ type Live struct {
 	InFlight    int       // requests on the wire
 	LastTokenAt time.Time // last streamed chunk from any endpoint
 	StallAfter  time.Duration
+	// StoreDown is the store's error while it does not answer (""
+	// otherwise), since StoreDownSince; results wait in memory meanwhile.
+	StoreDown      string
+	StoreDownSince time.Time
 }
 
 // Evaluate decides the runner's job state from live evidence. Order matters:
 // a dead or restarting server explains a lack of tokens, so it is reported
 // before STALLED.
 func Evaluate(l Live) (State, []string) {
+	if l.StoreDown != "" {
+		// Nothing can be recorded: whatever the endpoints do, the job is
+		// held up by its store.
+		return Down, []string{fmt.Sprintf("store down for %s: %s; %d requests in flight, their results kept in memory until it is back",
+			l.Now.Sub(l.StoreDownSince).Round(time.Second), l.StoreDown, l.InFlight)}
+	}
 	if l.Remaining == 0 && l.InFlight == 0 {
 		return Done, nil
 	}

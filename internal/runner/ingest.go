@@ -3,17 +3,24 @@ package runner
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// IngestStats counts what one ingest pass did.
+// IngestStats counts what one ingest pass did. The rows of a file skipped
+// because the manifest says it is in already count as read, from the
+// manifest: the summary is the same whether a file was read again or not.
 type IngestStats struct {
 	Read     int // rows read, good and bad
 	Inserted int // new samples (the other good rows were already stored)
 	Bad      int // rows dead-lettered at ingest
+	Files    int // source files
+	Skipped  int // files unchanged since a complete ingest, not read again
+	ByOthers int // files another worker sharing the store ingested meanwhile
 	// Duplicates are rows skipped because another row already took their
 	// id, over every ingest of the job so far.
 	Duplicates int
@@ -30,66 +37,280 @@ func (s IngestStats) String() string {
 	if s.Duplicates > 0 {
 		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
 	}
+	if s.Skipped > 0 {
+		out += fmt.Sprintf("; %d of %d files unchanged since their last ingest, not read again", s.Skipped, s.Files)
+	}
+	if s.ByOthers > 0 {
+		out += fmt.Sprintf("; %d files ingested by other workers", s.ByOthers)
+	}
 	return out
 }
 
 const ingestBatch = 1000
 
-// Ingest reads every source and stores new samples and bad rows. It is
-// idempotent: samples already stored are skipped by id, bad rows by origin.
+// ingestPoll is how often a worker looks at files another worker is
+// ingesting, to take over if that worker dies.
+const ingestPoll = time.Second
+
+// ingester brings a job's sources into the store once: a manifest entry
+// per source file says it is complete, so an unchanged file is not read
+// again, and a named lock per file makes one worker of several read it
+// while the others go on to other files (or dispatch).
+type ingester struct {
+	spec *job.Spec
+	st   store.Store
+	log  *slog.Logger
+	// wake is called after every committed batch: new samples to claim.
+	wake  func()
+	stats IngestStats
+}
+
+// Ingest reads every source file not yet fully ingested and stores new
+// samples and bad rows. It is idempotent: samples already stored are
+// skipped by id, bad rows by origin, whole unchanged files by the manifest.
 func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, error) {
-	var stats IngestStats
+	in := &ingester{spec: spec, st: st, log: slog.New(slog.DiscardHandler)}
+	plan, err := in.plan()
+	if err != nil {
+		return IngestStats{}, err
+	}
+	return in.run(ctx, plan)
+}
+
+// sourcePlan is one source and its files, resolved up front so a missing
+// path fails the run before any server is launched.
+type sourcePlan struct {
+	src   job.Source
+	files []string
+}
+
+func (in *ingester) plan() ([]sourcePlan, error) {
+	var out []sourcePlan
+	for _, src := range in.spec.Sources {
+		files, err := source.Files(src, in.spec.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
+		}
+		out = append(out, sourcePlan{src: src, files: files})
+		in.stats.Files += len(files)
+	}
+	return out, nil
+}
+
+// unread counts the files of plan the manifest does not show complete and
+// unchanged: the files ingest would read.
+func (in *ingester) unread(ctx context.Context, plan []sourcePlan) (int, error) {
+	n := 0
+	for _, p := range plan {
+		for _, path := range p.files {
+			info, err := source.Fingerprint(p.src, path)
+			if err != nil {
+				return 0, fmt.Errorf("fingerprint %s: %w", path, err)
+			}
+			if _, ok, err := in.complete(ctx, p.src, path, info); err != nil {
+				return 0, err
+			} else if !ok {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+func (in *ingester) run(ctx context.Context, plan []sourcePlan) (IngestStats, error) {
+	for _, p := range plan {
+		if err := in.source(ctx, p); err != nil {
+			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
+		}
+	}
+	d, err := in.st.IngestDuplicates(ctx, 1)
+	if err != nil {
+		return in.stats, fmt.Errorf("ingest: %w", err)
+	}
+	in.stats.Duplicates = d.Total
+	return in.stats, nil
+}
+
+// source ingests one source's files. Files another worker holds are
+// revisited until someone completes them; with a row limit, files are
+// taken strictly in order, since each one's share depends on the rows
+// before it.
+func (in *ingester) source(ctx context.Context, p sourcePlan) error {
+	used := 0 // good rows of this source so far, for src.Limit
+	var waiting []string
+	for _, path := range p.files {
+		if p.src.Limit > 0 && used >= p.src.Limit {
+			return nil
+		}
+		for revisit := false; ; revisit = true {
+			rows, done, err := in.file(ctx, p.src, path, used, revisit)
+			if err != nil {
+				return err
+			}
+			if done {
+				used += rows
+				break
+			}
+			if p.src.Limit == 0 {
+				waiting = append(waiting, path)
+				break
+			}
+			if err := sleepCtx(ctx, ingestPoll); err != nil {
+				return err
+			}
+		}
+	}
+	for len(waiting) > 0 {
+		if err := sleepCtx(ctx, ingestPoll); err != nil {
+			return err
+		}
+		var still []string
+		for _, path := range waiting {
+			_, done, err := in.file(ctx, p.src, path, 0, true)
+			if err != nil {
+				return err
+			}
+			if !done {
+				still = append(still, path)
+			}
+		}
+		waiting = still
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// file makes sure path is in the store. done is false when another worker
+// is reading it now; rows is the file's good rows (for the source's limit).
+// revisit says the file was found locked before, so finding it complete now
+// means another worker ingested it.
+func (in *ingester) file(ctx context.Context, src job.Source, path string, used int, revisit bool) (rows int, done bool, err error) {
+	info, err := source.Fingerprint(src, path)
+	if err != nil {
+		return 0, false, fmt.Errorf("fingerprint %s: %w", path, err)
+	}
+	if m, ok, err := in.complete(ctx, src, path, info); err != nil || ok {
+		if ok {
+			in.skipped(m, revisit)
+		}
+		return m.Rows, ok, err
+	}
+	unlock, ok, err := in.st.TryLock(ctx, "ingest:"+src.Partition+":"+path)
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	defer func() {
+		if uerr := unlock(); uerr != nil {
+			in.log.Warn("release ingest lock", "file", path, "err", uerr)
+		}
+	}()
+	// Another worker may have finished it between the look and the lock.
+	if m, ok, err := in.complete(ctx, src, path, info); err != nil || ok {
+		if ok {
+			in.skipped(m, true)
+		}
+		return m.Rows, ok, err
+	}
+	limit := 0
+	if src.Limit > 0 {
+		limit = src.Limit - used
+	}
+	st, err := in.read(ctx, src, path, limit)
+	if err != nil {
+		return 0, false, err
+	}
+	// Complete only now: a worker killed mid-file leaves no entry, and the
+	// next one reads the file again (inserting only what is missing).
+	f := store.SourceFile{Partition: src.Partition, Path: path, Size: info.Size, ModTime: info.ModTime,
+		Fingerprint: info.Fingerprint, Rows: st.Good, Bad: st.Bad, Complete: true}
+	if err := in.st.PutSourceFile(ctx, f); err != nil {
+		return 0, false, err
+	}
+	return st.Good, true, nil
+}
+
+// complete returns path's manifest entry if it says the file, as it is
+// now, is fully in the store.
+func (in *ingester) complete(ctx context.Context, src job.Source, path string, info source.FileInfo) (store.SourceFile, bool, error) {
+	m, ok, err := in.st.SourceFile(ctx, src.Partition, path)
+	if err != nil || !ok {
+		return store.SourceFile{}, false, err
+	}
+	same := m.Complete && m.Size == info.Size && m.ModTime.Equal(info.ModTime) && m.Fingerprint == info.Fingerprint
+	return m, same, nil
+}
+
+func (in *ingester) skipped(m store.SourceFile, byOther bool) {
+	in.stats.Read += m.Rows + m.Bad
+	in.stats.Bad += m.Bad
+	if byOther {
+		in.stats.ByOthers++
+	} else {
+		in.stats.Skipped++
+	}
+}
+
+// read streams one file into the store in batches.
+func (in *ingester) read(ctx context.Context, src job.Source, path string, limit int) (source.Stats, error) {
+	spec := in.spec
 	batch := make([]store.NewSample, 0, ingestBatch)
 	var bad []store.IngestError
 	flush := func() error {
 		if len(batch) > 0 {
-			n, err := st.Ingest(ctx, batch)
+			n, err := in.st.Ingest(ctx, batch)
 			if err != nil {
 				return err
 			}
-			stats.Inserted += n
+			in.stats.Inserted += n
 			batch = batch[:0]
+			if n > 0 && in.wake != nil {
+				in.wake()
+			}
 		}
 		if len(bad) > 0 {
-			if err := st.AddIngestErrors(ctx, bad); err != nil {
+			if err := in.st.AddIngestErrors(ctx, bad); err != nil {
 				return err
 			}
 			bad = bad[:0]
 		}
 		return nil
 	}
-	for _, src := range spec.Sources {
-		emit := func(s source.Sample) error {
-			stats.Read++
-			batch = append(batch, store.NewSample{
-				ID: s.ID, Partition: s.Partition, Body: s.Body, PromptTokens: s.PromptTokens, Origin: s.Origin,
-				Lane: spec.LaneFor(s.Partition, s.PromptTokens),
-			})
-			if len(batch) >= ingestBatch {
-				return flush()
-			}
-			return nil
+	emit := func(s source.Sample) error {
+		in.stats.Read++
+		batch = append(batch, store.NewSample{
+			ID: s.ID, Partition: s.Partition, Body: s.Body, PromptTokens: s.PromptTokens, Origin: s.Origin,
+			Lane: spec.LaneFor(s.Partition, s.PromptTokens),
+		})
+		if len(batch) >= ingestBatch {
+			return flush()
 		}
-		onBad := func(b source.BadRow) error {
-			stats.Read++
-			stats.Bad++
-			bad = append(bad, store.IngestError{Partition: b.Partition, Origin: b.Origin, Field: b.Field, Reason: b.Reason})
-			if len(bad) >= ingestBatch {
-				return flush()
-			}
-			return nil
-		}
-		if _, err := source.Read(ctx, src, spec.Dir, emit, onBad); err != nil {
-			return stats, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
-		}
-		if err := flush(); err != nil {
-			return stats, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
-		}
+		return nil
 	}
-	d, err := st.IngestDuplicates(ctx, 1)
+	onBad := func(b source.BadRow) error {
+		in.stats.Read++
+		in.stats.Bad++
+		bad = append(bad, store.IngestError{Partition: b.Partition, Origin: b.Origin, Field: b.Field, Reason: b.Reason})
+		if len(bad) >= ingestBatch {
+			return flush()
+		}
+		return nil
+	}
+	st, err := source.Options{}.ReadFile(ctx, src, path, limit, emit, onBad)
 	if err != nil {
-		return stats, fmt.Errorf("ingest: %w", err)
+		return st, err
 	}
-	stats.Duplicates = d.Total
-	return stats, nil
+	return st, flush()
 }

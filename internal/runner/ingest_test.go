@@ -5,11 +5,150 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
+
+// twoFileJob is a job of two JSONL files in one partition.
+func twoFileJob(t *testing.T) *job.Spec {
+	t.Helper()
+	dir := t.TempDir()
+	writeRows(t, filepath.Join(dir, "data", "a.jsonl"), "a", 0, 30)
+	writeRows(t, filepath.Join(dir, "data", "b.jsonl"), "b", 0, 20)
+	path := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(path, []byte(`name: manifest
+model: m
+endpoints: [{url: "http://127.0.0.1:9"}]
+sources: [{partition: p, path: data, prompt: prompt, id: id}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := job.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func writeRows(t *testing.T, path, prefix string, from, to int) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < to; i++ {
+		fmt.Fprintf(f, `{"id":"%s%03d","prompt":"item %d"}`+"\n", prefix, i, i)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ingestOnce(t *testing.T, spec *job.Spec, st store.Store) IngestStats {
+	t.Helper()
+	stats, err := Ingest(context.Background(), spec, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats
+}
+
+// TestIngestSkipsUnchangedFiles: a re-run reads only files that changed
+// since their complete ingest (content, modification time or the mapping).
+func TestIngestSkipsUnchangedFiles(t *testing.T) {
+	spec := twoFileJob(t)
+	st := openStore(t, spec)
+	check := func(step string, got, want IngestStats) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: stats %+v, want %+v", step, got, want)
+		}
+	}
+	check("first ingest", ingestOnce(t, spec, st), IngestStats{Read: 50, Inserted: 50, Files: 2})
+	check("re-run", ingestOnce(t, spec, st), IngestStats{Read: 50, Files: 2, Skipped: 2})
+
+	// Rows appended to a: only a is read again, and only its new rows are new.
+	a := filepath.Join(spec.Dir, "data", "a.jsonl")
+	writeRows(t, a, "a", 30, 35)
+	check("after appending to a", ingestOnce(t, spec, st), IngestStats{Read: 55, Inserted: 5, Files: 2, Skipped: 1})
+	check("re-run after the append", ingestOnce(t, spec, st), IngestStats{Read: 55, Files: 2, Skipped: 2})
+
+	// Same bytes, new modification time: read again, nothing new.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(spec.Dir, "data", "b.jsonl"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	check("after touching b", ingestOnce(t, spec, st), IngestStats{Read: 55, Files: 2, Skipped: 1})
+
+	// A different mapping yields different samples from the same bytes.
+	spec.Sources[0].System = "You are terse."
+	stats := ingestOnce(t, spec, st)
+	check("after changing the mapping", stats, IngestStats{Read: 55, Files: 2})
+	if !strings.Contains(stats.String(), "55 rows read: 0 new samples, 55 already stored") {
+		t.Errorf("summary %q", stats.String())
+	}
+}
+
+// TestIngestWaitsForAFileAnotherWorkerHolds: a file whose ingest lock
+// another worker holds is left to it; this worker ingests the others and
+// takes the file over once the lock is free and the file still incomplete
+// (its holder died).
+func TestIngestWaitsForAFileAnotherWorkerHolds(t *testing.T) {
+	spec := twoFileJob(t)
+	st := openStore(t, spec)
+	p, _ := spec.Store.SQLitePath()
+	other, err := sqlite.Open(p) // another worker's handle on the same store
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	a := filepath.Join(spec.Dir, "data", "a.jsonl")
+	unlock, ok, err := other.TryLock(context.Background(), "ingest:p:"+a)
+	if err != nil || !ok {
+		t.Fatalf("take a's ingest lock: %v %v", ok, err)
+	}
+	done := make(chan IngestStats)
+	go func() { done <- ingestOnce(t, spec, st) }()
+	// b gets ingested meanwhile; a waits for its holder.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f, ok, err := st.SourceFile(context.Background(), "p", filepath.Join(spec.Dir, "data", "b.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && f.Complete {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b not ingested while a was locked")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case s := <-done:
+		t.Fatalf("ingest ended while a was locked by another worker: %+v", s)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if err := unlock(); err != nil { // the holder dies without completing a
+		t.Fatal(err)
+	}
+	select {
+	case s := <-done:
+		if s.Inserted != 50 || s.Read != 50 {
+			t.Errorf("stats %+v, want all 50 rows in after taking a over", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ingest did not take a over after its lock was released")
+	}
+}
 
 // TestIngestCountsDuplicateIDs: a row whose id another row took is not
 // merged silently; reading the same file again finds no new duplicate.
@@ -47,6 +186,9 @@ sources: [{partition: p, path: p.jsonl, prompt: q, id: id}]
 			t.Errorf("ingest %d: %+v, want 3 read, %d new, 1 duplicate", run, stats, wantNew)
 		}
 		want := fmt.Sprintf("3 rows read: %d new samples, %d already stored, 0 bad rows (dead letters), 1 rows skipped because another row has their id (see regen stats)", wantNew, 2-wantNew)
+		if run > 0 { // the manifest knows the file is in: it is not read again
+			want += "; 1 of 1 files unchanged since their last ingest, not read again"
+		}
 		if got := stats.String(); got != want {
 			t.Errorf("ingest %d summary %q, want %q", run, got, want)
 		}

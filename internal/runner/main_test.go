@@ -22,6 +22,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
 
@@ -47,6 +48,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build regen:", err)
 		return 1
 	}
+	defer pgtest.Cleanup()
 	return m.Run()
 }
 

@@ -39,6 +39,9 @@ type Options struct {
 	DrainTimeout time.Duration
 	// NoExport skips the export at the end (tests).
 	NoExport bool
+	// Lanes limits the lanes this worker claims from (nil = all). Workers
+	// sharing a store may split the lanes between them.
+	Lanes []string
 	// Metrics, when set, is fed every request (regen's own /metrics).
 	Metrics *monitor.Metrics
 }
@@ -68,11 +71,21 @@ type runState struct {
 	owner   string
 	host    string
 	started time.Time
+	shared  bool // several workers may run the job at once
 	disp    *dispatch.Dispatcher
 	fleet   fleet
 	load    *loadWatch // the endpoints' own metrics, for the views
 	hist    *history   // per-minute rows for the views
 	alerter *monitor.Alerter
+	health  storeHealth
+	rate    rateWindow
+	// rescued remembers the heartbeat time at which a dead worker's leases
+	// were released (owned by the heartbeat loop after start).
+	rescued  map[string]time.Time
+	exported string // export mark once this worker wrote or found the export (guarded by mu)
+	// ingestDone is closed when every source file is in the store.
+	ingestDone chan struct{}
+	ingestSum  IngestStats
 	// alerts queues transitions for the alert loop, so a slow hook never
 	// holds up the supervisor's callback or the heartbeat.
 	alerts     chan monitor.Transition
@@ -131,36 +144,45 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook},
 		changed: make(chan struct{}, 1), redraw: make(chan struct{}, 1), view: ui.NewProgress(o.Out, o.Terminal),
 		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
-		overruled: map[string]monitor.EndpointStatus{}}
+		overruled: map[string]monitor.EndpointStatus{},
+		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
 	r.hist = &history{worker: r.owner}
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
-	if err := r.takeOver(ctx); err != nil {
+	if err := r.untilStore(ctx, r.takeOver); err != nil {
 		return sum, err
 	}
 	r.beat(ctx, false, "")
 
-	// Ingest re-reads every source on every run; at 10^6 rows that takes
-	// longer than dead_after, so the heartbeat must keep going meanwhile.
-	stopBeats := r.beatEvery(context.WithoutCancel(ctx), spec.Monitor.HeartbeatEvery)
-	stats, err := Ingest(ctx, spec, st)
-	stopBeats()
-	sum.Ingest = stats
+	// The manifest says which source files are in already. With nothing
+	// left to read, ingest is a glance; otherwise it runs beside the
+	// dispatcher, which starts on the first committed batch.
+	in := &ingester{spec: spec, st: st, log: o.Logger}
+	plan, err := in.plan()
 	if err != nil {
 		return sum, err
 	}
-	fmt.Fprintf(o.Out, "ingest: %s\n", stats)
-	r.event(ctx, store.Event{Kind: "ingest", Subject: "job", Evidence: stats.String()})
-
-	// A finished job re-run only exports again: no server is started, so
-	// nothing is left behind in its status but the job's own DONE.
-	var runErr error
-	if left, err := r.remaining(ctx); err != nil {
+	toRead, err := in.unread(ctx, plan)
+	if err != nil {
 		return sum, err
-	} else if left > 0 {
-		runErr = r.generate(ctx)
 	}
+	var runErr error
+	if toRead == 0 {
+		if err := r.ingest(ctx, in, plan); err != nil {
+			return sum, err
+		}
+		// A finished job re-run only exports again: no server is started,
+		// so nothing is left behind in its status but the job's own DONE.
+		if left, err := r.remaining(ctx); err != nil {
+			return sum, err
+		} else if left > 0 {
+			runErr = r.generate(ctx, nil)
+		}
+	} else {
+		runErr = r.generate(ctx, func(ctx context.Context) error { return r.ingest(ctx, in, plan) })
+	}
+	sum.Ingest = r.ingestSum
 
 	var failed *FailedError
 	bg := context.WithoutCancel(ctx)
@@ -185,15 +207,26 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, runErr
 	}
 	if !o.NoExport {
-		// Keep the heartbeat fresh during a long export, so status does not
-		// call a busy runner dead; DONE is declared only once the files exist.
-		r.setState(bg, monitor.Running, []string{"all samples finished; exporting"})
+		// Keep the heartbeat fresh while waiting for the other workers and
+		// during a long export, so status does not call a busy worker dead;
+		// DONE is declared only once the files exist.
 		stop := r.beatEvery(bg, spec.Monitor.HeartbeatEvery)
-		sum.Export, err = export.ExportWith(ctx, st, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata})
+		var wrote bool
+		sum.Export, wrote, err = r.finish(ctx)
 		stop()
 		if err != nil {
+			if ctx.Err() != nil {
+				r.beat(bg, true, "interrupted")
+				return sum, ErrInterrupted
+			}
 			r.beat(bg, true, "export failed: "+err.Error())
 			return sum, fmt.Errorf("export: %w", err)
+		}
+		if !wrote {
+			r.mu.Lock()
+			mark := r.exported
+			r.mu.Unlock()
+			r.note(fmt.Sprintf("export: already written by another worker for the same %s", mark))
 		}
 	}
 	r.setState(bg, monitor.Done, nil)
@@ -202,19 +235,36 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	return sum, nil
 }
 
-// remaining counts the samples not finished yet (pending or leased).
+// remaining counts the job's samples not finished yet (pending or leased),
+// in every lane.
 func (r *runState) remaining(ctx context.Context) (int, error) {
 	counts, err := r.o.Store.Counts(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("count samples: %w", err)
 	}
+	r.storeOK(ctx)
 	_, total := monitor.Cells(counts)
 	return total.Pending + total.InFlight, nil
 }
 
+// ingest brings the sources in (beside the dispatcher when generate runs
+// it), then closes ingestDone and reports.
+func (r *runState) ingest(ctx context.Context, in *ingester, plan []sourcePlan) error {
+	stats, err := in.run(ctx, plan)
+	r.ingestSum = stats
+	if err != nil {
+		return err
+	}
+	close(r.ingestDone)
+	r.note("ingest: " + stats.String())
+	r.event(ctx, store.Event{Kind: "ingest", Subject: "job", Evidence: stats.String()})
+	return nil
+}
+
 // generate starts the endpoints and the dispatcher and runs until every
-// sample is finished, the fleet fails or ctx ends.
-func (r *runState) generate(ctx context.Context) error {
+// sample of this worker's lanes is finished, the fleet fails or ctx ends.
+// ingest, when not nil, runs beside them.
+func (r *runState) generate(ctx context.Context, ingest func(context.Context) error) error {
 	spec, st, o := r.o.Spec, r.o.Store, r.o
 	logDir := spec.StateDir()
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
@@ -258,7 +308,8 @@ func (r *runState) generate(ctx context.Context) error {
 		lanes = append(lanes, dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc})
 	}
 	disp, err := dispatch.New(dispatch.Config{
-		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Endpoints: endpoints, Params: params,
+		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Serve: o.Lanes, Endpoints: endpoints, Params: params,
+		IngestDone:  r.ingestDone,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observe,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
@@ -281,7 +332,7 @@ func (r *runState) generate(ctx context.Context) error {
 	for _, url := range r.fleet.URLs() {
 		disp.Pause(url, "starting")
 	}
-	return r.runLoops(ctx)
+	return r.runLoops(ctx, ingest)
 }
 
 // beatEvery writes heartbeats until the returned stop is called.
@@ -309,21 +360,30 @@ func tickUntil(ctx context.Context, every time.Duration, fn func()) {
 	}
 }
 
-// runLoops runs the fleet, the dispatcher, the heartbeat and the view until
-// the dispatcher finishes, the fleet fails or ctx ends.
-func (r *runState) runLoops(ctx context.Context) error {
+// runLoops runs the fleet, the dispatcher, the heartbeat, the view and
+// ingest (when not nil) until the dispatcher finishes, the fleet or ingest
+// fails or ctx ends.
+func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) error) error {
 	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFleet()
 	fleetDone := make(chan error, 1)
 	go func() { fleetDone <- r.fleet.Run(fleetCtx) }()
 
 	g, gctx := errgroup.WithContext(ctx)
-	dispCtx, stopDisp := context.WithCancel(ctx)
+	dispCtx, stopDisp := context.WithCancel(gctx)
 	defer stopDisp()
 	g.Go(func() error {
 		defer stopDisp()
 		return r.disp.Run(dispCtx)
 	})
+	if ingest != nil {
+		g.Go(func() error {
+			if err := ingest(dispCtx); err != nil && dispCtx.Err() == nil {
+				return err
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		select {
 		case err := <-fleetDone:
@@ -368,53 +428,41 @@ func newOwner(host string) string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// takeOver refuses to run beside a live runner and releases a dead one's leases.
-func (r *runState) takeOver(ctx context.Context) error {
-	hb, ok, err := r.o.Store.LastHeartbeat(ctx)
-	if err != nil {
-		return fmt.Errorf("read heartbeat: %w", err)
-	}
-	if ok {
-		var beat monitor.Beat
-		_ = json.Unmarshal(hb.Counters, &beat)
-		fresh := time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
-		// On this host the process table decides, whatever the heartbeat's
-		// age: a runner that is alive but slow (draining, stopped) still owns
-		// its leases. Elsewhere only a fresh heartbeat proves life.
-		alive := fresh
-		if hb.Host == r.host {
-			alive = runnerAlive(hb.PID)
-		}
-		if alive && !beat.Exited && hb.PID != os.Getpid() {
-			if hb.Host == r.host {
-				return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
-					r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
-			}
-			return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait until its heartbeat is %s old",
-				r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
-		}
-		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
-		if err != nil {
-			return fmt.Errorf("release leases of previous runner: %w", err)
-		}
-		if n > 0 {
-			r.event(ctx, store.Event{Kind: "takeover", Subject: "job",
-				Evidence: fmt.Sprintf("released %d samples leased by previous runner pid %d (no attempts spent)", n, hb.PID)})
-		}
-	}
-	if _, err := r.o.Store.ExpireLeases(ctx, time.Now()); err != nil {
-		return fmt.Errorf("expire leases: %w", err)
-	}
-	return nil
-}
-
 func (r *runState) event(ctx context.Context, e store.Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
+	e.Worker = r.owner
 	if err := r.o.Store.AddEvent(ctx, e); err != nil {
-		r.o.Logger.Warn("record event", "kind", e.Kind, "err", err)
+		r.storeFailed(ctx, err)
+		return
 	}
+	r.storeOK(ctx)
+}
+
+// storeFailed notes that the store did not answer this runner; the first
+// failure of an outage is logged.
+func (r *runState) storeFailed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // our own shutdown, not the store's
+	}
+	if r.health.failed(err, time.Now()) {
+		r.o.Logger.Warn("store down; retrying", "store", r.o.Store.Info().Location, "err", err)
+		notify(r.changed)
+	}
+}
+
+// storeOK notes that the store answered; the end of an outage is recorded
+// as an event, now that events can be written again.
+func (r *runState) storeOK(ctx context.Context) {
+	ended, downFor, cause := r.health.ok(time.Now())
+	if !ended {
+		return
+	}
+	r.o.Logger.Warn("store back", "down_for", downFor.Round(time.Millisecond))
+	r.event(ctx, store.Event{Kind: "store_state", Subject: "store", State: "UP",
+		Evidence: fmt.Sprintf("back after %s down: %s", downFor.Round(time.Second), cause)})
+	notify(r.changed)
 }
 
 // setState records a job state change as an event and fires alerts.
@@ -548,24 +596,33 @@ func joinEvidence(ev []string) string {
 	return out
 }
 
-// live gathers the runner's current evidence.
-func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts, error) {
+// live gathers the runner's current evidence. When the store does not
+// answer it uses the last counts read and says the store is down.
+func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts) {
 	counts, err := r.o.Store.Counts(ctx)
 	if err != nil {
-		return monitor.Live{}, nil, err
+		r.storeFailed(ctx, err)
+		counts, _ = r.health.last()
+	} else {
+		r.health.keep(counts)
+		r.storeOK(ctx)
 	}
 	out, total := monitor.Cells(counts)
 	snap := r.disp.Snapshot()
 	now := time.Now()
 	l := monitor.Live{Now: now, StartedAt: r.started, Remaining: total.Pending + total.InFlight, StallAfter: r.o.Spec.Monitor.StallAfter,
 		Endpoints: r.endpoints(ctx, snap, now)}
+	l.StoreDown, l.StoreDownSince = r.health.state()
+	if snap.Store.Down && (l.StoreDown == "" || snap.Store.Since.Before(l.StoreDownSince)) {
+		l.StoreDown, l.StoreDownSince = snap.Store.LastError, snap.Store.Since
+	}
 	for _, e := range snap.Endpoints {
 		l.InFlight += e.InFlight
 		if e.LastTokenAt.After(l.LastTokenAt) {
 			l.LastTokenAt = e.LastTokenAt
 		}
 	}
-	return l, out, nil
+	return l, out
 }
 
 // endpoints is each endpoint as the fleet sees it, with the dispatcher's
@@ -678,17 +735,18 @@ const watchEvery = 250 * time.Millisecond
 // that went down within a fraction of a second, not at the next tick.
 func (r *runState) heartbeatLoop(ctx context.Context) {
 	step := func() {
-		l, _, err := r.live(ctx)
-		if err != nil {
-			r.beat(ctx, false, "")
-			return
-		}
+		l, _ := r.live(ctx)
 		s, ev := monitor.Evaluate(l)
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}
 		r.writeBeat(ctx, false, "", &l)
 		r.recordHistory(ctx, l.Now)
+		if r.shared && l.StoreDown == "" {
+			if err := r.rescueDead(ctx, false); err != nil {
+				r.storeFailed(ctx, err)
+			}
+		}
 	}
 	beat := time.NewTicker(r.o.Spec.Monitor.HeartbeatEvery)
 	defer beat.Stop()
@@ -721,9 +779,8 @@ func (r *runState) observe(a dispatch.Attempt) {
 func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 	var l *monitor.Live
 	if r.disp != nil && r.fleet != nil {
-		if live, _, err := r.live(ctx); err == nil {
-			l = &live
-		}
+		live, _ := r.live(ctx)
+		l = &live
 	}
 	r.writeBeat(ctx, exited, reason, l)
 	if l != nil {
@@ -734,17 +791,23 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 // writeBeat writes the heartbeat with live evidence already gathered (nil: none).
 func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l *monitor.Live) {
 	r.mu.Lock()
-	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason}
+	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason, Lanes: r.o.Lanes, Exported: r.exported}
 	r.mu.Unlock()
 	if l != nil {
 		b.Endpoints, b.InFlight, b.LastTokenAt = l.Endpoints, l.InFlight, l.LastTokenAt
 		b.Tokens = r.tokens()
 	}
+	if r.disp != nil {
+		b.Done = r.disp.Snapshot().Counters.Done
+		b.Rate = r.rate.add(time.Now(), b.Done)
+	}
 	counters, _ := json.Marshal(b)
 	hb := store.Heartbeat{Owner: r.owner, PID: os.Getpid(), Host: r.host, Time: time.Now(), Started: r.started, Counters: counters}
-	if err := r.o.Store.PutHeartbeat(ctx, hb); err != nil && ctx.Err() == nil {
-		r.o.Logger.Warn("write heartbeat", "err", err)
+	if err := r.o.Store.PutHeartbeat(ctx, hb); err != nil {
+		r.storeFailed(ctx, err)
+		return
 	}
+	r.storeOK(ctx)
 }
 
 // progressLoop draws the view every ProgressEvery and at once when a state
@@ -775,10 +838,7 @@ func (r *runState) draw(ctx context.Context, skip string) string {
 	ctx = context.WithoutCancel(ctx)
 	f := ui.Frame{Job: r.o.Spec.Name}
 	if r.disp != nil && r.fleet != nil {
-		l, cells, err := r.live(ctx)
-		if err != nil {
-			return skip
-		}
+		l, cells := r.live(ctx)
 		snap := r.disp.Snapshot()
 		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
 		for _, ls := range snap.Lanes {

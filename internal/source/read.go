@@ -49,9 +49,35 @@ func Read(ctx context.Context, src job.Source, baseDir string, emit func(Sample)
 
 // Read is the package-level Read with these options.
 func (o Options) Read(ctx context.Context, src job.Source, baseDir string, emit func(Sample) error, bad func(BadRow) error) (Stats, error) {
-	if o.MaxLineBytes <= 0 {
-		o.MaxLineBytes = DefaultMaxLineBytes
+	if err := checkMapping(src); err != nil {
+		return Stats{}, err
 	}
+	files, err := Files(src, baseDir)
+	if err != nil {
+		return Stats{}, err
+	}
+	var total Stats
+	for _, f := range files {
+		limit := 0
+		if src.Limit > 0 {
+			limit = src.Limit - total.Good
+		}
+		st, err := o.ReadFile(ctx, src, f, limit, emit, bad)
+		total.Files += st.Files
+		total.Rows += st.Rows
+		total.Good += st.Good
+		total.Bad += st.Bad
+		if err != nil {
+			return total, err
+		}
+		if src.Limit > 0 && total.Good >= src.Limit {
+			return total, nil
+		}
+	}
+	return total, nil
+}
+
+func checkMapping(src job.Source) error {
 	n := 0
 	for _, f := range []string{src.Conversations, src.Messages, src.Prompt} {
 		if f != "" {
@@ -59,12 +85,23 @@ func (o Options) Read(ctx context.Context, src job.Source, baseDir string, emit 
 		}
 	}
 	if n != 1 {
-		return Stats{}, fmt.Errorf("source %s: map exactly one of conversations, messages or prompt (got %d)", src.Partition, n)
+		return fmt.Errorf("source %s: map exactly one of conversations, messages or prompt (got %d)", src.Partition, n)
 	}
-	files, err := Files(src, baseDir)
-	if err != nil {
+	return nil
+}
+
+// ReadFile streams one file of src (one of Files(src, ...)), calling emit per
+// good row and bad per malformed row, and stops after limit good rows
+// (0 = all). It lets a caller skip files it already ingested and record
+// each file's outcome.
+func (o Options) ReadFile(ctx context.Context, src job.Source, path string, limit int, emit func(Sample) error, bad func(BadRow) error) (Stats, error) {
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if err := checkMapping(src); err != nil {
 		return Stats{}, err
 	}
+	src.Limit = limit
 	r := &reader{
 		ctx:  ctx,
 		src:  src,
@@ -73,22 +110,20 @@ func (o Options) Read(ctx context.Context, src job.Source, baseDir string, emit 
 		emit: emit,
 		bad:  bad,
 	}
-	for _, f := range files {
-		format, err := fileFormat(src.Format, f)
-		if err == nil {
-			r.stats.Files++
-			if format == "parquet" {
-				err = r.parquetFile(f)
-			} else {
-				err = r.jsonlFile(f)
-			}
+	format, err := fileFormat(src.Format, path)
+	if err == nil {
+		r.stats.Files++
+		if format == "parquet" {
+			err = r.parquetFile(path)
+		} else {
+			err = r.jsonlFile(path)
 		}
-		if errors.Is(err, errLimit) {
-			return r.stats, nil
-		}
-		if err != nil {
-			return r.stats, fmt.Errorf("source %s: %w", src.Partition, err)
-		}
+	}
+	if errors.Is(err, errLimit) {
+		return r.stats, nil
+	}
+	if err != nil {
+		return r.stats, fmt.Errorf("source %s: %w", src.Partition, err)
 	}
 	return r.stats, nil
 }

@@ -29,6 +29,10 @@ const (
 // longer holds (it expired and the sample was claimed again, or it finished).
 var ErrNotLeased = errors.New("sample not leased by this owner")
 
+// ErrNoStore is returned by backends asked to open, without creating, a job
+// store that does not exist (the job was never run).
+var ErrNoStore = errors.New("no store for this job yet")
+
 // ErrWrongTurn is returned when a result names a turn other than the one
 // the sample is at: a turn is recorded once, in order.
 var ErrWrongTurn = errors.New("result is not for the sample's current turn")
@@ -186,9 +190,11 @@ type Event struct {
 	Subject  string // e.g. an endpoint URL or "job"
 	State    string // the new state, when Kind is a state change
 	Evidence string // human-readable evidence (exit code, log lines, seconds since last token)
+	Worker   string // the owner id of the worker that recorded it ("" = not a worker)
 }
 
-// Heartbeat is the runner's proof of life, rewritten every few seconds.
+// Heartbeat is one worker's proof of life, rewritten every few seconds. A
+// store keeps the latest heartbeat of every worker (by Owner).
 type Heartbeat struct {
 	Owner    string // the runner's lease owner id
 	PID      int
@@ -196,6 +202,30 @@ type Heartbeat struct {
 	Time     time.Time
 	Started  time.Time
 	Counters []byte // JSON snapshot the runner chooses (tokens, states, endpoints)
+}
+
+// SourceFile is the ingest manifest entry of one source file in one
+// partition: what the file looked like when it was read, and whether every
+// row of it reached the store. A re-run skips a file whose entry is
+// Complete and whose size, modification time and fingerprint still match.
+type SourceFile struct {
+	Partition   string
+	Path        string
+	Size        int64
+	ModTime     time.Time
+	Fingerprint string // content fingerprint (and the mapping it was read with)
+	Rows        int    // good rows handed to Ingest
+	Bad         int    // rows recorded as ingest errors
+	Complete    bool
+}
+
+// Info describes a store for messages and for the runner's rules.
+type Info struct {
+	Backend  string // "sqlite" or "postgres"
+	Location string // file path, or the DSN with any password removed, and the job's schema
+	// Shared stores let several workers run one job at once; the runner
+	// otherwise refuses to start beside a live one.
+	Shared bool
 }
 
 // Throughput is the completion work finished in a window.
@@ -315,13 +345,41 @@ type Store interface {
 	// reasons, newest first; rows carry no Result and State is the current one.
 	LastErrors(ctx context.Context, limit int) ([]Row, error)
 
+	// PutHeartbeat replaces hb.Owner's heartbeat.
 	PutHeartbeat(ctx context.Context, hb Heartbeat) error
-	// LastHeartbeat returns the latest heartbeat, ok=false if none was written.
+	// LastHeartbeat returns the newest heartbeat (by Time) of any worker,
+	// ok=false if none was written.
 	LastHeartbeat(ctx context.Context) (hb Heartbeat, ok bool, err error)
 	// AddEvent appends e; a zero Time is stamped with the store's clock.
 	AddEvent(ctx context.Context, e Event) error
 	// Events returns the newest events first.
 	Events(ctx context.Context, limit int) ([]Event, error)
+
+	// Many workers: every worker's heartbeat, and named locks between them.
+
+	// Heartbeats returns the latest heartbeat of every worker that ever
+	// wrote one, newest first.
+	Heartbeats(ctx context.Context) ([]Heartbeat, error)
+	// TryLock takes the named lock if no one holds it, without waiting, and
+	// returns the function that releases it; ok is false while another
+	// holder (in this process or another one sharing the store) has it. A
+	// holder that dies releases its locks. Locks are not reentrant.
+	TryLock(ctx context.Context, name string) (unlock func() error, ok bool, err error)
+
+	// Ingest manifest: which source files are already fully ingested.
+
+	// SourceFile returns the manifest entry of path in partition.
+	SourceFile(ctx context.Context, partition, path string) (f SourceFile, ok bool, err error)
+	// PutSourceFile records f, replacing the entry of its partition and path.
+	PutSourceFile(ctx context.Context, f SourceFile) error
+
+	// Reconcile after an ambiguous write: a claim whose reply was lost (the
+	// connection dropped mid-statement) may have leased samples the caller
+	// never received.
+
+	// ReleaseOwnerExcept returns every sample leased by owner except those
+	// in keep to pending without spending attempts, and reports how many.
+	ReleaseOwnerExcept(ctx context.Context, owner string, keep []string) (int, error)
 
 	// Dashboard history and sample browser (regen watch, the web dashboard).
 	// PutMinutes inserts or replaces rows keyed by (Time, Worker, Endpoint).
@@ -339,6 +397,8 @@ type Store interface {
 	// prompts are).
 	Samples(ctx context.Context, q SampleQuery) ([]Row, error)
 
+	// Info describes the backend.
+	Info() Info
 	Close() error
 }
 

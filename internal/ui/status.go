@@ -18,8 +18,14 @@ func StatusText(job string, r monitor.Report) string {
 	if hb := r.Heartbeat; hb != nil {
 		fmt.Fprintf(&b, "runner: pid %d on %s, last heartbeat %s ago, started %s\n",
 			hb.PID, hb.Host, hb.Age.Round(time.Second), hb.Started.Format(time.RFC3339))
-	} else {
+	} else if r.Store == nil {
 		b.WriteString("runner: never started\n")
+	}
+	if r.Store != nil {
+		fmt.Fprintf(&b, "store: %s: %s\n", r.Store.State, r.Store.Cause)
+	}
+	if len(r.Workers) > 1 {
+		writeWorkers(&b, r.Workers)
 	}
 	fmt.Fprintf(&b, "\n%-20s %-10s %8s %8s %8s %9s %8s %6s\n", "partition", "lane", "total", "done", "pending", "in flight", "rejected", "dead")
 	for _, c := range r.Cells {
@@ -55,7 +61,7 @@ func StatusText(job string, r monitor.Report) string {
 	case r.ETANote != "":
 		fmt.Fprintf(&b, "eta: %s\n", r.ETANote)
 	}
-	if len(r.Endpoints) > 0 {
+	if len(r.Endpoints) > 0 && len(r.Workers) <= 1 { // several workers list theirs above
 		if r.RunnerExited {
 			b.WriteString("\nendpoints when the runner exited:\n")
 		} else {
@@ -102,4 +108,47 @@ func StatusText(job string, r monitor.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// olderWorkersShown bounds the finished or dead workers listed after the
+// live ones; a long job restarted many times has many.
+const olderWorkersShown = 5
+
+// writeWorkers lists every live worker and the most recent others.
+func writeWorkers(b *strings.Builder, ws []monitor.WorkerStatus) {
+	live := 0
+	for _, w := range ws {
+		if w.Live {
+			live++
+		}
+	}
+	fmt.Fprintf(b, "workers: %d live of %d\n", live, len(ws))
+	older := 0
+	for _, w := range ws {
+		if !w.Live {
+			older++
+			if older > olderWorkersShown {
+				continue
+			}
+		}
+		fmt.Fprintf(b, "  %-16s pid %-7d %-10s heartbeat %5s ago, done %d, %.1f samples/s, in flight %d",
+			w.Host, w.PID, w.State, w.HeartbeatAge.Round(time.Second), w.Done, w.Rate, w.InFlight)
+		if len(w.Lanes) > 0 {
+			fmt.Fprintf(b, ", lanes %s", strings.Join(w.Lanes, ","))
+		}
+		b.WriteString("\n")
+		for _, e := range w.Endpoints {
+			fmt.Fprintf(b, "      %s %s", e.URL, e.State)
+			if e.Cause != "" {
+				fmt.Fprintf(b, " (%s)", e.Cause)
+			}
+			b.WriteString("\n")
+		}
+		for _, ev := range w.Evidence {
+			fmt.Fprintf(b, "      %s\n", ev)
+		}
+	}
+	if older > olderWorkersShown {
+		fmt.Fprintf(b, "  ... and %d older workers (finished, stopped or dead)\n", older-olderWorkersShown)
+	}
 }

@@ -78,7 +78,8 @@ func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) 
 		endpoint, rejection, rule sql.NullString
 		endReason                 sql.NullString
 	)
-	q, err := s.stmt(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts, s.origin,
+	q, err := s.stmt(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
+			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos,
 			coalesce(s.last_error, ''), coalesce(s.finished_at, 0), s.turn,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
 			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
@@ -148,7 +149,8 @@ func samplesQuery(q store.SampleQuery) (string, []any, error) {
 		args = append(args, q.Partition)
 	}
 	args = append(args, limit)
-	return `SELECT s.id, s.partition, s.lane, s.state, s.attempts, s.origin,
+	return `SELECT s.id, s.partition, s.lane, s.state, s.attempts,
+			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos,
 			coalesce(s.last_error, ''), coalesce(s.finished_at, 0),
 			r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint, r.duration_ns, r.ttft_ns, r.reason,
 			r.rule, r.turn, r.reasoning_tokens, r.end_reason

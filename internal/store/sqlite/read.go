@@ -226,11 +226,11 @@ func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) 
 	return out, nil
 }
 
-// PutHeartbeat replaces the single heartbeat row.
+// PutHeartbeat replaces hb.Owner's heartbeat.
 func (s *Store) PutHeartbeat(ctx context.Context, hb store.Heartbeat) error {
-	_, err := s.exec(ctx, nil, `INSERT INTO heartbeat (id, owner, pid, host, time, started, counters)
-		VALUES (1, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, host = excluded.host,
+	_, err := s.exec(ctx, nil, `INSERT INTO heartbeats (owner, pid, host, time, started, counters)
+		VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (owner) DO UPDATE SET pid = excluded.pid, host = excluded.host,
 			time = excluded.time, started = excluded.started, counters = excluded.counters`,
 		hb.Owner, hb.PID, hb.Host, ns(hb.Time), ns(hb.Started), blob(hb.Counters))
 	if err != nil {
@@ -239,20 +239,52 @@ func (s *Store) PutHeartbeat(ctx context.Context, hb store.Heartbeat) error {
 	return nil
 }
 
-// LastHeartbeat returns the heartbeat row, ok=false when none was written.
-func (s *Store) LastHeartbeat(ctx context.Context) (store.Heartbeat, bool, error) {
+const heartbeatCols = `owner, pid, host, time, started, counters`
+
+func scanHeartbeat(sc interface{ Scan(...any) error }) (store.Heartbeat, error) {
 	var hb store.Heartbeat
 	var t, started int64
-	err := s.db.QueryRowContext(ctx, `SELECT owner, pid, host, time, started, counters FROM heartbeat WHERE id = 1`).
-		Scan(&hb.Owner, &hb.PID, &hb.Host, &t, &started, &hb.Counters)
+	err := sc.Scan(&hb.Owner, &hb.PID, &hb.Host, &t, &started, &hb.Counters)
+	hb.Time, hb.Started, hb.Counters = fromNS(t), fromNS(started), unblob(hb.Counters)
+	return hb, err
+}
+
+// LastHeartbeat returns the newest heartbeat of any worker, ok=false when
+// none was written.
+func (s *Store) LastHeartbeat(ctx context.Context) (store.Heartbeat, bool, error) {
+	st, err := s.stmt(ctx, `SELECT `+heartbeatCols+` FROM heartbeats ORDER BY time DESC LIMIT 1`)
+	if err != nil {
+		return store.Heartbeat{}, false, fmt.Errorf("read heartbeat: %w", err)
+	}
+	hb, err := scanHeartbeat(st.QueryRowContext(ctx))
 	if err == sql.ErrNoRows {
 		return store.Heartbeat{}, false, nil
 	}
 	if err != nil {
 		return store.Heartbeat{}, false, fmt.Errorf("read heartbeat: %w", err)
 	}
-	hb.Time, hb.Started, hb.Counters = fromNS(t), fromNS(started), unblob(hb.Counters)
 	return hb, true, nil
+}
+
+// Heartbeats returns every worker's latest heartbeat, newest first.
+func (s *Store) Heartbeats(ctx context.Context) ([]store.Heartbeat, error) {
+	rows, err := s.query(ctx, `SELECT `+heartbeatCols+` FROM heartbeats ORDER BY time DESC, owner`)
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Heartbeat
+	for rows.Next() {
+		hb, err := scanHeartbeat(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read heartbeats: %w", err)
+		}
+		out = append(out, hb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
+	}
+	return out, nil
 }
 
 // AddEvent appends an event; a zero Time is stamped with the store clock.
@@ -260,8 +292,8 @@ func (s *Store) AddEvent(ctx context.Context, e store.Event) error {
 	if e.Time.IsZero() {
 		e.Time = s.now()
 	}
-	_, err := s.exec(ctx, nil, `INSERT INTO events (time, kind, subject, state, evidence) VALUES (?, ?, ?, ?, ?)`,
-		ns(e.Time), e.Kind, e.Subject, e.State, e.Evidence)
+	_, err := s.exec(ctx, nil, `INSERT INTO events (time, kind, subject, state, evidence, worker) VALUES (?, ?, ?, ?, ?, ?)`,
+		ns(e.Time), e.Kind, e.Subject, e.State, e.Evidence, e.Worker)
 	if err != nil {
 		return fmt.Errorf("add event %s %s: %w", e.Kind, e.Subject, err)
 	}
@@ -271,7 +303,7 @@ func (s *Store) AddEvent(ctx context.Context, e store.Event) error {
 // Events returns the newest events first (by insertion), at most limit
 // (all when limit <= 0).
 func (s *Store) Events(ctx context.Context, limit int) ([]store.Event, error) {
-	rows, err := s.query(ctx, `SELECT time, kind, subject, state, evidence FROM events
+	rows, err := s.query(ctx, `SELECT time, kind, subject, state, evidence, worker FROM events
 		ORDER BY id DESC LIMIT ?`, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
@@ -281,7 +313,7 @@ func (s *Store) Events(ctx context.Context, limit int) ([]store.Event, error) {
 	for rows.Next() {
 		var e store.Event
 		var t int64
-		if err := rows.Scan(&t, &e.Kind, &e.Subject, &e.State, &e.Evidence); err != nil {
+		if err := rows.Scan(&t, &e.Kind, &e.Subject, &e.State, &e.Evidence, &e.Worker); err != nil {
 			return nil, fmt.Errorf("read events: %w", err)
 		}
 		e.Time = fromNS(t)
@@ -291,6 +323,39 @@ func (s *Store) Events(ctx context.Context, limit int) ([]store.Event, error) {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
 	return out, nil
+}
+
+// SourceFile returns the manifest entry of path in partition.
+func (s *Store) SourceFile(ctx context.Context, partition, path string) (store.SourceFile, bool, error) {
+	f := store.SourceFile{Partition: partition, Path: path}
+	var mod int64
+	st, err := s.stmt(ctx, `SELECT size, mod_time, fingerprint, rows, bad, complete FROM source_files
+		WHERE partition = ? AND path = ?`)
+	if err == nil {
+		err = st.QueryRowContext(ctx, partition, path).Scan(&f.Size, &mod, &f.Fingerprint, &f.Rows, &f.Bad, &f.Complete)
+	}
+	if err == sql.ErrNoRows {
+		return store.SourceFile{}, false, nil
+	}
+	if err != nil {
+		return store.SourceFile{}, false, fmt.Errorf("read manifest entry of %s: %w", path, err)
+	}
+	f.ModTime = fromNS(mod)
+	return f, true, nil
+}
+
+// PutSourceFile records f, replacing the entry of its partition and path.
+func (s *Store) PutSourceFile(ctx context.Context, f store.SourceFile) error {
+	_, err := s.exec(ctx, nil, `INSERT INTO source_files (partition, path, size, mod_time, fingerprint, rows, bad, complete, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (partition, path) DO UPDATE SET size = excluded.size, mod_time = excluded.mod_time,
+			fingerprint = excluded.fingerprint, rows = excluded.rows, bad = excluded.bad,
+			complete = excluded.complete, updated_at = excluded.updated_at`,
+		f.Partition, f.Path, f.Size, ns(f.ModTime), f.Fingerprint, f.Rows, f.Bad, f.Complete, ns(s.now()))
+	if err != nil {
+		return fmt.Errorf("record manifest entry of %s: %w", f.Path, err)
+	}
+	return nil
 }
 
 // RejectCounts returns the rejected samples per partition, lane and rule.

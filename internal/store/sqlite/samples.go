@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/regen-dev/regen/internal/store"
@@ -16,9 +19,12 @@ import (
 // preparing one needs the single connection, which the transaction holds.
 const (
 	insertSampleSQL = `INSERT INTO samples
-			(id, partition, lane, body, prompt_tokens, origin, state, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)
+			(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')
 			ON CONFLICT (id) DO NOTHING`
+	// Ingest counts what it inserted once per batch (no per-row trigger).
+	countPendingSQL = `INSERT INTO counts (partition, lane, state, n) VALUES (?, ?, 'pending', ?)
+			ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + excluded.n`
 	insertIngestErrorSQL = `INSERT INTO ingest_errors
 			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (origin) DO NOTHING`
@@ -45,13 +51,25 @@ const (
 	releaseSQL  = `UPDATE samples
 			SET state = 'pending', lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	retrySQL = `UPDATE samples
+			SET state = 'pending', attempts = attempts + 1, not_before = ?,
+				last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	deadSQL = `UPDATE samples
+			SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
+				finished_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	escalateSQL = `UPDATE samples
+			SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 )
 
 // txQueries lists them for Open.
-var txQueries = []string{insertSampleSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
-	insertTurnSQL, nextTurnSQL, heldTurnSQL}
+var txQueries = []string{insertSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
+	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deadSQL, escalateSQL}
 
-// Ingest inserts the samples whose ID is new, all in one transaction.
+// Ingest inserts the samples whose ID is new, and counts them, all in one
+// transaction.
 func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, error) {
 	if len(samples) == 0 {
 		return 0, nil
@@ -61,16 +79,22 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 			return 0, fmt.Errorf("ingest: sample %d (%s) has an empty id", i, smp.Origin)
 		}
 	}
-	now := ns(s.now())
+	files, err := s.originFiles(ctx, samples)
+	if err != nil {
+		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
+	}
+	type cell struct{ partition, lane string }
 	inserted := 0
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, insertSampleSQL)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		for _, smp := range samples {
-			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, smp.Origin, now)
+		added := map[cell]int{}
+		for i, smp := range samples {
+			_, pos := splitOrigin(smp.Origin)
+			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, files[i], pos)
 			if err != nil {
 				return fmt.Errorf("sample %s: %w", smp.ID, err)
 			}
@@ -79,6 +103,15 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 				return err
 			}
 			inserted += int(n)
+			added[cell{smp.Partition, smp.Lane}] += int(n)
+		}
+		for c, n := range added {
+			if n == 0 {
+				continue
+			}
+			if _, err := s.exec(ctx, tx, countPendingSQL, c.partition, c.lane, n); err != nil {
+				return fmt.Errorf("count %s/%s: %w", c.partition, c.lane, err)
+			}
 		}
 		return nil
 	})
@@ -86,6 +119,62 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
 	}
 	return inserted, nil
+}
+
+// splitOrigin cuts "file:line" (or "file:row N") after its last ':', so the
+// file part is stored once per file.
+func splitOrigin(origin string) (prefix, pos string) {
+	i := strings.LastIndexByte(origin, ':')
+	return origin[:i+1], origin[i+1:]
+}
+
+// originFiles returns the origins-table id of each sample's file part,
+// adding new ones in a transaction of their own: ids enter the cache only
+// once committed, so no sample ever points at a row a rollback removed.
+func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]int64, error) {
+	ids := make([]int64, len(samples))
+	var missing []string
+	s.mu.Lock()
+	for i, smp := range samples {
+		prefix, _ := splitOrigin(smp.Origin)
+		id, ok := s.origins[prefix]
+		if !ok {
+			missing = append(missing, prefix)
+		}
+		ids[i] = id
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return ids, nil
+	}
+	found := map[string]int64{}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, p := range missing {
+			if _, ok := found[p]; ok {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO origins (prefix) VALUES (?) ON CONFLICT (prefix) DO NOTHING`, p); err != nil {
+				return err
+			}
+			var id int64
+			if err := tx.QueryRowContext(ctx, `SELECT id FROM origins WHERE prefix = ?`, p).Scan(&id); err != nil {
+				return err
+			}
+			found[p] = id
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record origin files: %w", err)
+	}
+	s.mu.Lock()
+	maps.Copy(s.origins, found)
+	for i, smp := range samples {
+		prefix, _ := splitOrigin(smp.Origin)
+		ids[i] = s.origins[prefix]
+	}
+	s.mu.Unlock()
+	return ids, nil
 }
 
 // AddIngestErrors records bad rows, ignoring origins already recorded.
@@ -330,22 +419,6 @@ func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Durat
 	return nil
 }
 
-// finish stores r and moves the held sample to state, in one transaction.
-func (s *Store) finish(ctx context.Context, id, owner string, state store.State, r store.Result, rule, reason string) error {
-	now := ns(s.now())
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, insertResultSQL,
-			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), reason, now, r.ReasoningTokens, rule, r.EndReason,
-			id, owner, r.Turn)
-		if err := s.heldAt(ctx, tx, res, err, id, owner); err != nil {
-			return err
-		}
-		_, err = s.exec(ctx, tx, finishSQL, string(state), now, id)
-		return err
-	})
-}
-
 // heldAt turns an INSERT guarded by lease and turn that matched nothing
 // into ErrNotLeased, or ErrWrongTurn when the lease is held.
 func (s *Store) heldAt(ctx context.Context, tx *sql.Tx, res sql.Result, err error, id, owner string) error {
@@ -383,46 +456,6 @@ func held(res sql.Result, err error) error {
 	return nil
 }
 
-// Complete stores r and marks the sample done, spending its attempt.
-func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) error {
-	if err := s.finish(ctx, id, owner, store.Done, r, "", ""); err != nil {
-		return fmt.Errorf("complete %s: %w", id, err)
-	}
-	return nil
-}
-
-// Reject stores r with its rule and evidence and marks the sample
-// rejected, spending its attempt.
-func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, rule, evidence string) error {
-	if rule == "" {
-		return fmt.Errorf("reject %s: no rule", id)
-	}
-	if err := s.finish(ctx, id, owner, store.Rejected, r, rule, evidence); err != nil {
-		return fmt.Errorf("reject %s: %w", id, err)
-	}
-	return nil
-}
-
-// CompleteTurn stores the answer to the held sample's current turn and
-// returns it to pending at the next turn, in one transaction.
-func (s *Store) CompleteTurn(ctx context.Context, id, owner string, r store.Result, nextLane string) error {
-	now := ns(s.now())
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, insertTurnSQL,
-			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), now, id, owner, r.Turn)
-		if err := s.heldAt(ctx, tx, res, err, id, owner); err != nil {
-			return err
-		}
-		_, err = s.exec(ctx, tx, nextTurnSQL, nextLane, nextLane, id)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("complete turn %d of %s: %w", r.Turn, id, err)
-	}
-	return nil
-}
-
 // RequeueRejected returns rejected samples (of rule, "" = all) to pending
 // at the rejected turn with attempts reset, dropping the rejected answers.
 func (s *Store) RequeueRejected(ctx context.Context, rule string) (int, error) {
@@ -449,19 +482,6 @@ func (s *Store) RequeueRejected(ctx context.Context, rule string) (int, error) {
 		return 0, fmt.Errorf("requeue rejected (rule %q): %w", rule, err)
 	}
 	return n, nil
-}
-
-// Retry returns the held sample to pending, spending one attempt.
-func (s *Store) Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error {
-	res, err := s.exec(ctx, nil, `UPDATE samples
-		SET state = 'pending', attempts = attempts + 1, not_before = ?,
-			last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
-		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
-		ns(notBefore), lastErr, ns(s.now()), id, owner)
-	if err := held(res, err); err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
-	}
-	return nil
 }
 
 // Release returns the listed samples that owner still holds to pending
@@ -505,18 +525,27 @@ func (s *Store) ReleaseOwner(ctx context.Context, owner string) (int, error) {
 	return int(n), nil
 }
 
-// DeadLetter marks the held sample dead with reason, spending its attempt.
-func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error {
-	now := ns(s.now())
-	res, err := s.exec(ctx, nil, `UPDATE samples
-		SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
-			finished_at = ?, lease_owner = NULL, lease_until = NULL
-		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
-		reason, now, now, id, owner)
-	if err := held(res, err); err != nil {
-		return fmt.Errorf("dead-letter %s: %w", id, err)
+// ReleaseOwnerExcept returns owner's leased samples not in keep to pending
+// without spending attempts.
+func (s *Store) ReleaseOwnerExcept(ctx context.Context, owner string, keep []string) (int, error) {
+	if keep == nil {
+		keep = []string{}
 	}
-	return nil
+	ids, err := json.Marshal(keep)
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	res, err := s.exec(ctx, nil, `UPDATE samples
+		SET state = 'pending', lease_owner = NULL, lease_until = NULL
+		WHERE state = 'leased' AND lease_owner = ? AND id NOT IN (SELECT value FROM json_each(?))`, owner, string(ids))
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("release samples of %s: %w", owner, err)
+	}
+	return int(n), nil
 }
 
 // RequeueDead returns matching dead samples to pending with attempts reset.
@@ -533,18 +562,6 @@ func (s *Store) RequeueDead(ctx context.Context, reasonContains string) (int, er
 		return 0, fmt.Errorf("requeue dead: %w", err)
 	}
 	return int(n), nil
-}
-
-// Escalate moves the held sample to pending in lane without spending an attempt.
-func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
-	res, err := s.exec(ctx, nil, `UPDATE samples
-		SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
-		WHERE id = ? AND state = 'leased' AND lease_owner = ?`,
-		lane, id, owner)
-	if err := held(res, err); err != nil {
-		return fmt.Errorf("escalate %s to %s: %w", id, lane, err)
-	}
-	return nil
 }
 
 // ExpireLeases returns samples whose lease ended before now to pending

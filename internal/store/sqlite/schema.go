@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 3
+const schemaVersion = 5
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -265,7 +265,70 @@ WHEN EXISTS (SELECT 1 FROM samples WHERE id = new.id AND origin <> new.origin) B
 	SELECT new.origin, new.id, new.partition, origin, body = new.body, new.created_at FROM samples WHERE id = new.id;
 END;
 `,
-	// 2 -> 3: dashboard history and the sample browser's listings.
+	// 2 -> 3: one heartbeat per worker, events tagged by worker, and the
+	// ingest manifest.
+	`
+CREATE TABLE heartbeats (
+	owner    TEXT    PRIMARY KEY,
+	pid      INTEGER NOT NULL,
+	host     TEXT    NOT NULL,
+	time     INTEGER NOT NULL,
+	started  INTEGER NOT NULL,
+	counters BLOB    NOT NULL
+);
+CREATE INDEX heartbeats_time ON heartbeats (time);
+INSERT INTO heartbeats (owner, pid, host, time, started, counters)
+	SELECT owner, pid, host, time, started, counters FROM heartbeat;
+DROP TABLE heartbeat;
+
+ALTER TABLE events ADD COLUMN worker TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE source_files (
+	partition   TEXT    NOT NULL,
+	path        TEXT    NOT NULL,
+	size        INTEGER NOT NULL,
+	mod_time    INTEGER NOT NULL,
+	fingerprint TEXT    NOT NULL,
+	rows        INTEGER NOT NULL,
+	bad         INTEGER NOT NULL,
+	complete    INTEGER NOT NULL,
+	updated_at  INTEGER NOT NULL,
+	PRIMARY KEY (partition, path)
+) WITHOUT ROWID;
+`,
+	// 3 -> 4: a smaller row. A sample's origin ("file:line") keeps its file
+	// in a table of its own (a job has few files and up to 10^7 rows);
+	// created_at, never read, goes; and Ingest keeps the counts once per
+	// batch instead of a trigger per row. The duplicate-id trigger reads
+	// origins from the new columns.
+	`
+CREATE TABLE origins (
+	id     INTEGER PRIMARY KEY,
+	prefix TEXT NOT NULL UNIQUE -- the origin up to and including its last ':'
+);
+ALTER TABLE samples ADD COLUMN origin_file INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE samples ADD COLUMN origin_pos TEXT NOT NULL DEFAULT '';
+-- rtrim(o, replace(o, ':', '')) is o up to its last ':' (SQLite has no
+-- last-index function).
+INSERT OR IGNORE INTO origins (prefix) SELECT DISTINCT rtrim(origin, replace(origin, ':', '')) FROM samples;
+UPDATE samples SET
+	origin_file = (SELECT id FROM origins WHERE prefix = rtrim(samples.origin, replace(samples.origin, ':', ''))),
+	origin_pos = substr(origin, length(rtrim(origin, replace(origin, ':', ''))) + 1);
+DROP TRIGGER samples_duplicate;
+ALTER TABLE samples DROP COLUMN origin;
+ALTER TABLE samples DROP COLUMN created_at;
+DROP TRIGGER samples_count_insert;
+
+CREATE TRIGGER samples_duplicate BEFORE INSERT ON samples
+WHEN EXISTS (SELECT 1 FROM samples WHERE id = new.id AND (origin_file <> new.origin_file OR origin_pos <> new.origin_pos)) BEGIN
+	INSERT OR IGNORE INTO ingest_duplicates (origin, id, partition, first_origin, same_content, created_at)
+	SELECT (SELECT prefix FROM origins WHERE id = new.origin_file) || new.origin_pos, new.id, new.partition,
+		(SELECT prefix FROM origins WHERE id = s.origin_file) || s.origin_pos, s.body = new.body,
+		CAST(unixepoch('subsec') * 1000000000 AS INTEGER)
+	FROM samples s WHERE s.id = new.id;
+END;
+`,
+	// 4 -> 5: dashboard history and the sample browser's listings.
 	`
 -- One row per minute, worker and endpoint ('' = the worker's totals); the
 -- runner rewrites the current minute's row as it goes.

@@ -48,6 +48,15 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishedPagesInIDOrder", testFinishedPaging},
 		{"FinishedStopsOnError", testFinishedStops},
 		{"ConcurrentClaimers", testConcurrentClaimers},
+		// Many workers and big jobs.
+		{"HeartbeatsPerWorker", testHeartbeatsPerWorker},
+		{"EventsTaggedByWorker", testEventsTaggedByWorker},
+		{"TryLock", testTryLock},
+		{"SourceFiles", testSourceFiles},
+		{"Info", testInfo},
+		{"ConcurrentCompletions", testConcurrentCompletions},
+		{"ReleaseOwnerExcept", testReleaseOwnerExcept},
+		// Dashboard history and sample browser.
 		{"Minutes", testMinutes},
 		{"SampleLookup", testSampleLookup},
 		{"SamplesListing", testSamplesListing},

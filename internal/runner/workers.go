@@ -1,0 +1,229 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/regen-dev/regen/internal/export"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// A store that is not shared (SQLite) has one runner at a time: a second
+// one refuses to start beside a live one. A shared store (PostgreSQL) has
+// any number of workers at once; each returns the leases of workers it
+// finds dead, and at the end exactly one of them exports while the others
+// wait for that export and finish too.
+
+// takeOver prepares this worker's start: on a single-runner store it
+// refuses to run beside a live runner and releases a dead one's leases; on
+// a shared store it releases the leases of every dead worker.
+func (r *runState) takeOver(ctx context.Context) error {
+	if r.shared {
+		if err := r.rescueDead(ctx, true); err != nil {
+			return err
+		}
+	} else {
+		hb, ok, err := r.o.Store.LastHeartbeat(ctx)
+		if err != nil {
+			return fmt.Errorf("read heartbeat: %w", err)
+		}
+		if ok {
+			if err := r.takeOverFrom(ctx, hb); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := r.o.Store.ExpireLeases(ctx, time.Now()); err != nil {
+		return fmt.Errorf("expire leases: %w", err)
+	}
+	return nil
+}
+
+func (r *runState) takeOverFrom(ctx context.Context, hb store.Heartbeat) error {
+	var beat monitor.Beat
+	_ = json.Unmarshal(hb.Counters, &beat)
+	fresh := time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
+	// On this host the process table decides, whatever the heartbeat's
+	// age: a runner that is alive but slow (draining, stopped) still owns
+	// its leases. Elsewhere only a fresh heartbeat proves life.
+	alive := fresh
+	if hb.Host == r.host {
+		alive = runnerAlive(hb.PID)
+	}
+	if alive && !beat.Exited && hb.PID != os.Getpid() {
+		if hb.Host == r.host {
+			return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
+				r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
+		}
+		return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait until its heartbeat is %s old",
+			r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
+	}
+	n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
+	if err != nil {
+		return fmt.Errorf("release leases of previous runner: %w", err)
+	}
+	if n > 0 {
+		r.event(ctx, store.Event{Kind: "takeover", Subject: "job",
+			Evidence: fmt.Sprintf("released %d samples leased by previous runner pid %d (no attempts spent)", n, hb.PID)})
+	}
+	return nil
+}
+
+// rescueDead returns the leases of workers that are gone to pending, at
+// once rather than when their leases expire. A worker is gone when it
+// exited, when it ran on this host and its process is gone, or when its
+// heartbeat is older than dead_after. The last rule trusts the heartbeat
+// only while this worker has itself been reaching the store for at least
+// dead_after: after an outage everyone's heartbeat is stale.
+func (r *runState) rescueDead(ctx context.Context, starting bool) error {
+	now := time.Now()
+	deadAfter := r.o.Spec.Monitor.DeadAfter
+	trustAge := starting || r.health.healthyFor(now) >= deadAfter
+	hbs, err := r.o.Store.Heartbeats(ctx)
+	if err != nil {
+		return fmt.Errorf("read heartbeats: %w", err)
+	}
+	for _, hb := range hbs {
+		if hb.Owner == r.owner {
+			continue
+		}
+		if t, ok := r.rescued[hb.Owner]; ok && t.Equal(hb.Time) {
+			continue // released already, and it has not beaten since
+		}
+		var beat monitor.Beat
+		_ = json.Unmarshal(hb.Counters, &beat)
+		gone := beat.Exited ||
+			(hb.Host == r.host && !runnerAlive(hb.PID)) ||
+			(hb.Host != r.host && trustAge && now.Sub(hb.Time) > deadAfter)
+		if !gone {
+			continue
+		}
+		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
+		if err != nil {
+			return fmt.Errorf("release leases of worker %s: %w", hb.Owner, err)
+		}
+		r.rescued[hb.Owner] = hb.Time
+		if n > 0 {
+			r.event(ctx, store.Event{Kind: "takeover", Subject: "job",
+				Evidence: fmt.Sprintf("released %d samples leased by worker pid %d on %s, gone since its heartbeat %s ago (no attempts spent)",
+					n, hb.PID, hb.Host, now.Sub(hb.Time).Round(time.Second))})
+			if r.disp != nil {
+				r.disp.Wake()
+			}
+		}
+	}
+	return nil
+}
+
+// exportLock is the named lock the exporting worker holds.
+const exportLock = "export"
+
+// finishPoll is how often a finished worker looks at the others.
+const finishPoll = time.Second
+
+// finish ends a worker whose dispatcher found its lanes finished: it waits
+// until every lane of the job is finished (other workers may serve other
+// lanes), then exports under the export lock, unless another worker already
+// exported the same finished samples while this one ran. A holder that
+// dies releases the lock and the next worker exports instead. It returns
+// whether this worker wrote the files.
+func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
+	for {
+		remaining, err := r.remaining(ctx)
+		if err != nil {
+			r.storeFailed(ctx, err)
+		} else if remaining > 0 {
+			r.setState(ctx, monitor.Running, []string{fmt.Sprintf("this worker's lanes are finished; waiting for other workers: %d samples remaining", remaining)})
+		} else {
+			unlock, ok, err := r.o.Store.TryLock(ctx, exportLock)
+			switch {
+			case err != nil:
+				r.storeFailed(ctx, err)
+			case ok:
+				sum, wrote, err := r.exportLocked(ctx)
+				if uerr := unlock(); uerr != nil {
+					r.o.Logger.Warn("release export lock", "err", uerr)
+				}
+				return sum, wrote, err
+			default:
+				r.setState(ctx, monitor.Running, []string{"all samples finished; another worker is exporting"})
+			}
+		}
+		if err := sleepCtx(ctx, finishPoll); err != nil {
+			return export.Summary{}, false, err
+		}
+	}
+}
+
+// exportLocked exports, holding the export lock, unless another worker of
+// this run already exported the same finished samples.
+func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, error) {
+	mark, err := r.exportMark(ctx)
+	if err != nil {
+		return export.Summary{}, false, err
+	}
+	if r.shared {
+		current, err := r.exportedAs(ctx, mark)
+		if err != nil {
+			return export.Summary{}, false, err
+		}
+		if current {
+			r.setExported(mark)
+			return export.Summary{}, false, nil
+		}
+	}
+	r.setState(ctx, monitor.Running, []string{"all samples finished; exporting"})
+	spec := r.o.Spec
+	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata})
+	if err != nil {
+		return sum, false, err
+	}
+	// Say so before the lock goes: a worker taking it next must see that
+	// this export is current.
+	r.setExported(mark)
+	r.beat(ctx, false, "")
+	return sum, true, nil
+}
+
+// setExported records the export mark the heartbeat carries from now on.
+func (r *runState) setExported(mark string) {
+	r.mu.Lock()
+	r.exported = mark
+	r.mu.Unlock()
+}
+
+// exportMark identifies the finished samples an export holds: the same
+// counts mean the same export (a requeue changes them).
+func (r *runState) exportMark(ctx context.Context) (string, error) {
+	counts, err := r.o.Store.Counts(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read counts: %w", err)
+	}
+	bad, err := r.o.Store.IngestErrorCount(ctx)
+	if err != nil {
+		return "", fmt.Errorf("count ingest errors: %w", err)
+	}
+	_, t := monitor.Cells(counts)
+	return fmt.Sprintf("%d done, %d rejected, %d dead, %d bad rows", t.Done, t.Rejected, t.Dead, bad), nil
+}
+
+// exportedAs reports whether another worker wrote (or found) an export of
+// mark while this one was running. An export by an earlier run does not
+// count: a re-run writes the files again, in case they were moved away.
+func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
+	hbs, err := r.o.Store.Heartbeats(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read heartbeats: %w", err)
+	}
+	for _, hb := range hbs {
+		var b monitor.Beat
+		if hb.Owner != r.owner && !hb.Time.Before(r.started) && json.Unmarshal(hb.Counters, &b) == nil && b.Exported == mark {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,465 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
+	"github.com/regen-dev/regen/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var (
+	dbOnce  sync.Once
+	dbDSN   string
+	schemas atomic.Int64
+)
+
+// testDB is one database shared by the package's tests; each store gets a
+// schema of its own, which is what isolates two jobs in production too.
+func testDB(t testing.TB) string {
+	t.Helper()
+	srv := pgtest.Get(t)
+	dbOnce.Do(func() { dbDSN = srv.Database(t) })
+	return dbDSN
+}
+
+func newSchema() string { return fmt.Sprintf("regen_test_%d", schemas.Add(1)) }
+
+func openTest(t testing.TB, o Options) *Store {
+	t.Helper()
+	if o.Schema == "" {
+		o.Schema = newSchema()
+	}
+	s, err := Open(context.Background(), testDB(t), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, Options{}) })
+}
+
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	ctx := context.Background()
+	schema := newSchema()
+	old := openTest(t, Options{Schema: schema, targetVersion: 1})
+	storetestIngest(t, old, "a", "b")
+	if _, err := old.Pool().Exec(ctx, `SELECT 1 FROM source_files`); err == nil {
+		t.Fatal("a version-1 schema already has the manifest table")
+	}
+	old.Close()
+
+	s := openTest(t, Options{Schema: schema})
+	defer s.Close()
+	var v int
+	if err := s.Pool().QueryRow(ctx, `SELECT version FROM regen_schema`).Scan(&v); err != nil || v != schemaVersion {
+		t.Fatalf("version after upgrade = %d, %v; want %d", v, err, schemaVersion)
+	}
+	if err := s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "/x", Complete: true}); err != nil {
+		t.Fatalf("manifest after upgrade: %v", err)
+	}
+	// The sample browser lists the old samples with their origins, and the
+	// dashboard's history table exists.
+	rows, err := s.Samples(ctx, store.SampleQuery{Partition: "p"})
+	if err != nil || len(rows) != 2 || rows[0].ID != "a" || rows[0].Origin != "p.jsonl:a" || rows[1].Origin != "p.jsonl:b" {
+		t.Fatalf("Samples after upgrade = %+v, %v; want a and b with their origins", rows, err)
+	}
+	minute := []store.Minute{{Time: time.Unix(600, 0), Worker: "w", Tokens: 5, KVUsage: -1, Queued: -1, Running: -1}}
+	if err := s.PutMinutes(ctx, minute); err != nil {
+		t.Fatalf("PutMinutes after upgrade: %v", err)
+	}
+	if got, err := s.Minutes(ctx, time.Unix(600, 0)); err != nil || !cmp.Equal(got, minute) {
+		t.Fatalf("Minutes after upgrade = %+v, %v; want %+v", got, err, minute)
+	}
+	c, err := s.Claim(ctx, "short", 10, "w", time.Minute)
+	if err != nil || len(c) != 2 {
+		t.Fatalf("claim after upgrade = %v, %v; want the 2 samples ingested before it", c, err)
+	}
+}
+
+func storetestIngest(t *testing.T, s store.Store, ids ...string) {
+	t.Helper()
+	var in []store.NewSample
+	for _, id := range ids {
+		in = append(in, store.NewSample{ID: id, Partition: "p", Lane: "short", Body: []byte(`{}`), Origin: "p.jsonl:" + id})
+	}
+	if _, err := s.Ingest(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	schema := newSchema()
+	s := openTest(t, Options{Schema: schema})
+	if _, err := s.Pool().Exec(ctx, `UPDATE regen_schema SET version = $1`, schemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err := Open(ctx, testDB(t), Options{Schema: schema})
+	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), "upgrade regen") {
+		t.Fatalf("Open of a newer schema: %v, want ErrNewerSchema telling to upgrade regen", err)
+	}
+}
+
+func TestOpenNoCreate(t *testing.T) {
+	ctx := context.Background()
+	schema := newSchema()
+	if _, err := Open(ctx, testDB(t), Options{Schema: schema, NoCreate: true}); !errors.Is(err, store.ErrNoStore) {
+		t.Fatalf("Open(NoCreate) of a missing schema: %v, want ErrNoStore", err)
+	}
+	var n int
+	conn := openTest(t, Options{}).Pool()
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("Open(NoCreate) left schema %s behind (%d, %v)", schema, n, err)
+	}
+	openTest(t, Options{Schema: schema}).Close()
+	s, err := Open(ctx, testDB(t), Options{Schema: schema, NoCreate: true})
+	if err != nil {
+		t.Fatalf("Open(NoCreate) of an existing schema: %v", err)
+	}
+	s.Close()
+}
+
+// TestJobsIsolatedBySchema runs two jobs in one database.
+func TestJobsIsolatedBySchema(t *testing.T) {
+	ctx := context.Background()
+	a, b := openTest(t, Options{}), openTest(t, Options{})
+	defer a.Close()
+	defer b.Close()
+	storetestIngest(t, a, "x", "y")
+	storetestIngest(t, b, "x")
+	if err := a.PutHeartbeat(ctx, store.Heartbeat{Owner: "wa", Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := a.Counts(ctx)
+	cb, _ := b.Counts(ctx)
+	if len(ca) != 1 || ca[0].N != 2 || len(cb) != 1 || cb[0].N != 1 {
+		t.Errorf("counts a=%v b=%v, want 2 and 1", ca, cb)
+	}
+	if hbs, _ := b.Heartbeats(ctx); len(hbs) != 0 {
+		t.Errorf("job b sees job a's heartbeats: %v", hbs)
+	}
+	// The same lock name in two jobs is two locks.
+	ua, ok, err := a.TryLock(ctx, "export")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer ua()
+	ub, ok, err := b.TryLock(ctx, "export")
+	if err != nil || !ok {
+		t.Fatalf("job b's export lock blocked by job a's: %v %v", ok, err)
+	}
+	ub()
+}
+
+// TestLockAcrossWorkersAndHolderDeath: two stores on one job are two
+// workers; a lock held by one blocks the other until the holder's
+// connection dies.
+func TestLockAcrossWorkersAndHolderDeath(t *testing.T) {
+	ctx := context.Background()
+	schema := newSchema()
+	w1, w2 := openTest(t, Options{Schema: schema}), openTest(t, Options{Schema: schema})
+	defer w1.Close()
+	defer w2.Close()
+	unlock, ok, err := w1.TryLock(ctx, "export")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer unlock()
+	if _, ok, err := w2.TryLock(ctx, "export"); err != nil || ok {
+		t.Fatalf("second worker took a held lock: ok=%v err=%v", ok, err)
+	}
+	// The holder dies: its session ends without an unlock.
+	var killed int
+	err = w2.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid()`).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminate the lock holder's session: %d, %v", killed, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		u2, ok, err := w2.TryLock(ctx, "export")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			u2()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lock of a dead holder not released after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://regen:s3cret@db:5432/jobs?sslmode=disable", "postgres://regen:xxxxx@db:5432/jobs?sslmode=disable"},
+		{"postgres://regen@db/jobs", "postgres://regen@db/jobs"},
+		{"postgresql://db/jobs?password=s3cret&user=u", "postgresql://db/jobs?password=xxxxx&user=u"},
+		{"host=db user=u password=s3cret dbname=j", "host=db user=u password=xxxxx dbname=j"},
+		{"host=db password='s3 cret' dbname=j", "host=db password=xxxxx dbname=j"},
+	} {
+		if got := Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestPasswordFromEnvAndPassfile connects as a role that needs its
+// password (scram over TCP): from PGPASSWORD, from a PGPASSFILE, and with a
+// wrong one in the DSN, whose error must not show it.
+func TestPasswordFromEnvAndPassfile(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Get(t)
+	dsn := testDB(t)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	const pw = "Pw-for-regen-7f3a"
+	role := fmt.Sprintf("regen_pw_%d", schemas.Add(1))
+	if err := srv.Exec(ctx, db, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD '%s'; GRANT CREATE ON DATABASE %s TO %s`, role, pw, db, role)); err != nil {
+		t.Fatal(err)
+	}
+	noPW := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", role, srv.Port, db)
+
+	t.Setenv("PGPASSWORD", pw)
+	s, err := Open(ctx, noPW, Options{Schema: newSchema()})
+	if err != nil {
+		t.Fatalf("Open with PGPASSWORD: %v", err)
+	}
+	s.Close()
+
+	t.Setenv("PGPASSWORD", "")
+	passfile := filepath.Join(t.TempDir(), "pgpass")
+	line := fmt.Sprintf("127.0.0.1:%d:%s:%s:%s\n", srv.Port, db, role, pw)
+	if err := os.WriteFile(passfile, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PGPASSFILE", passfile)
+	s, err = Open(ctx, noPW, Options{Schema: newSchema()})
+	if err != nil {
+		t.Fatalf("Open with PGPASSFILE: %v", err)
+	}
+	if strings.Contains(s.Info().Location, pw) {
+		t.Errorf("Info().Location shows the password: %s", s.Info().Location)
+	}
+	s.Close()
+
+	t.Setenv("PGPASSFILE", filepath.Join(t.TempDir(), "none"))
+	const wrong = "Wrong-pw-91c2"
+	withPW := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable", role, wrong, srv.Port, db)
+	_, err = Open(ctx, withPW, Options{Schema: newSchema()})
+	if err == nil {
+		t.Fatal("Open with a wrong password succeeded")
+	}
+	if strings.Contains(err.Error(), wrong) {
+		t.Errorf("error shows the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "xxxxx") && !strings.Contains(err.Error(), "password authentication failed") {
+		t.Errorf("error does not say what failed: %v", err)
+	}
+}
+
+// TestOriginsStoredOncePerFile: a sample's origin keeps its file part in a
+// table of its own, one row per file even when two workers ingest the same
+// files at once, and the full origin can be put back together.
+func TestOriginsStoredOncePerFile(t *testing.T) {
+	ctx := context.Background()
+	schema := newSchema()
+	w1, w2 := openTest(t, Options{Schema: schema}), openTest(t, Options{Schema: schema})
+	defer w1.Close()
+	defer w2.Close()
+	want := map[string]string{}
+	var wg sync.WaitGroup
+	for w, st := range []*Store{w1, w2} {
+		var in []store.NewSample
+		for i := range 50 {
+			id := fmt.Sprintf("s%d-%d", w, i)
+			origin := fmt.Sprintf("/data/part:%d/a.jsonl:%d", i%2, i+1)
+			if i%5 == 0 {
+				origin = fmt.Sprintf("/data/b.parquet:row %d", i)
+			}
+			want[id] = origin
+			in = append(in, store.NewSample{ID: id, Partition: "p", Lane: "short", Body: []byte(`{}`), Origin: origin})
+		}
+		wg.Go(func() {
+			if _, err := st.Ingest(ctx, in); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var files int
+	if err := w1.Pool().QueryRow(ctx, `SELECT count(*) FROM origins`).Scan(&files); err != nil || files != 3 {
+		t.Errorf("origins rows = %d, %v; want 3 (two JSONL files and a Parquet file)", files, err)
+	}
+	rows, err := w1.Pool().Query(ctx, `SELECT s.id, o.prefix || s.origin_pos FROM samples s JOIN origins o ON o.id = s.origin_file`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var id, origin string
+		if err := rows.Scan(&id, &origin); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = origin
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("origins put back together (-want +got):\n%s", diff)
+	}
+}
+
+// TestBadRequestFailsAlone: a transition the database refuses (here a
+// check constraint added for the test) fails on its own, the others of its
+// group commit succeed, and the store goes on working.
+func TestBadRequestFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	defer s.Close()
+	if _, err := s.Pool().Exec(ctx, `ALTER TABLE results ADD CONSTRAINT short_reason CHECK (length(reason) < 20)`); err != nil {
+		t.Fatal(err)
+	}
+	storetestIngest(t, s, "a", "b", "c", "d")
+	if _, err := s.Claim(ctx, "short", 4, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i, id := range []string{"a", "b", "c", "d"} {
+		reason := "short"
+		if id == "c" {
+			reason = strings.Repeat("far too long ", 5)
+		}
+		wg.Go(func() { errs[i] = s.Reject(ctx, id, "w", store.Result{FinishReason: "stop"}, "rule", reason) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (i == 2) != (err != nil) || errors.Is(err, store.ErrNotLeased) {
+			t.Errorf("Reject %d: %v (only c must fail, and not as a lost lease)", i, err)
+		}
+	}
+	// The refused one still holds its lease and can be finished otherwise.
+	if err := s.Complete(ctx, "c", "w", store.Result{FinishReason: "stop"}); err != nil {
+		t.Fatalf("Complete after the refused Reject: %v", err)
+	}
+	c, err := s.Counts(ctx)
+	if err != nil || len(c) != 2 || c[0].State != store.Done || c[0].N != 1 || c[1].State != store.Rejected || c[1].N != 3 {
+		t.Errorf("Counts = %v, %v; want 1 done, 3 rejected", c, err)
+	}
+}
+
+// TestCountsMatchARecount drives every transition, concurrently, and then
+// checks the counts each statement kept against a count of the samples.
+func TestCountsMatchARecount(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	defer s.Close()
+	var in []store.NewSample
+	for i := range 600 {
+		in = append(in, store.NewSample{ID: fmt.Sprintf("s%04d", i), Partition: []string{"p", "q"}[i%2], Lane: "short", Body: []byte(`{}`), Origin: "x:1"})
+	}
+	if _, err := s.Ingest(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		owner := fmt.Sprintf("w%d", w)
+		wg.Go(func() {
+			for round := 0; ; round++ {
+				cs, err := s.Claim(ctx, "short", 20, owner, time.Hour)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(cs) == 0 {
+					return
+				}
+				var release []string
+				for i, c := range cs {
+					var err error
+					switch (i + round + w) % 6 {
+					case 0:
+						err = s.Complete(ctx, c.ID, owner, store.Result{FinishReason: "stop"})
+					case 1:
+						err = s.Reject(ctx, c.ID, owner, store.Result{FinishReason: "stop"}, "rule", "bad")
+					case 2:
+						err = s.DeadLetter(ctx, c.ID, owner, "400")
+					case 3:
+						err = s.Escalate(ctx, c.ID, owner, "long")
+					case 4:
+						err = s.Retry(ctx, c.ID, owner, time.Now().Add(time.Hour), "503")
+					case 5:
+						release = append(release, c.ID)
+					}
+					if err != nil {
+						t.Error(err)
+					}
+				}
+				if len(release) > 0 {
+					if err := s.Release(ctx, release[:len(release)/2], owner); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Whatever is still leased expires; some dead come back.
+	if _, err := s.ExpireLeases(ctx, time.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RequeueDead(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "long", 50, "w9", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReleaseOwnerExcept(ctx, "w9", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Pool().Query(ctx, `SELECT partition, lane, state, count(*) FROM samples GROUP BY 1, 2, 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for rows.Next() {
+		var p, l string
+		var st int16
+		var n int64
+		if err := rows.Scan(&p, &l, &st, &n); err != nil {
+			t.Fatal(err)
+		}
+		want[p+"/"+l+"/"+string(stateName(st))] = int(n)
+	}
+	have := map[string]int{}
+	for _, c := range got {
+		have[c.Partition+"/"+c.Lane+"/"+string(c.State)] = c.N
+	}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("Counts against a recount (-recount +Counts):\n%s", diff)
+	}
+	if len(want) < 6 {
+		t.Errorf("only %d cells: the workload did not reach every state and lane: %v", len(want), want)
+	}
+}

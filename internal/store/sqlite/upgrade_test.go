@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// TestUpgradeFromFirstSchema builds a file exactly as the first schema
+// version left it (a sample, a result, the single heartbeat row, an event),
+// opens it with this binary and checks that everything is still there and
+// the new capabilities work on it.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	for _, q := range []string{
+		migrations[0],
+		`PRAGMA user_version = 1`,
+		`INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin, state, attempts, created_at, finished_at)
+			VALUES ('a', 'p', 'short', x'7b7d', 3, 'p.jsonl:1', 'done', 1, 1, 2)`,
+		`INSERT INTO results (sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, finished_at)
+			VALUES ('a', x'7b7d', 'stop', 3, 4, 'http://e', 5, 6, 2)`,
+		`INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin, state, created_at)
+			VALUES ('b', 'p', 'short', x'7b7d', 3, 'p.jsonl:2', 'pending', 1)`,
+		`INSERT INTO heartbeat (id, owner, pid, host, time, started, counters) VALUES (1, 'old-runner', 42, 'gpu01', ` +
+			itoa(started.Add(time.Minute).UnixNano()) + `, ` + itoa(started.UnixNano()) + `, x'7b7d')`,
+		`INSERT INTO events (time, kind, subject, state, evidence) VALUES (7, 'job_state', 'job', 'RUNNING', 'old')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("build old store: %v\n%s", err, q)
+		}
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open of a first-version store: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var v int
+	if err := s.DB().QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != schemaVersion {
+		t.Fatalf("user_version after upgrade = %d, %v; want %d", v, err, schemaVersion)
+	}
+	hb, ok, err := s.LastHeartbeat(ctx)
+	if err != nil || !ok {
+		t.Fatalf("LastHeartbeat after upgrade: ok=%v err=%v", ok, err)
+	}
+	want := store.Heartbeat{Owner: "old-runner", PID: 42, Host: "gpu01", Time: started.Add(time.Minute), Started: started, Counters: []byte(`{}`)}
+	if diff := cmp.Diff(want, hb); diff != "" {
+		t.Errorf("heartbeat kept through the upgrade (-want +got):\n%s", diff)
+	}
+	events, err := s.Events(ctx, 0)
+	if err != nil || len(events) != 1 || events[0].Evidence != "old" || events[0].Worker != "" {
+		t.Errorf("events after upgrade = %+v, %v; want the old one, untagged", events, err)
+	}
+	var rows []store.Row
+	if err := s.Finished(ctx, func(r store.Row) error { rows = append(rows, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].ID != "a" || rows[0].Result.CompletionTokens != 4 {
+		t.Errorf("finished after upgrade = %+v, want a with its result", rows)
+	}
+	// The new tables work on the upgraded file.
+	must(t, s.PutHeartbeat(ctx, store.Heartbeat{Owner: "new", Time: started.Add(time.Hour)}))
+	if hbs, err := s.Heartbeats(ctx); err != nil || len(hbs) != 2 || hbs[0].Owner != "new" {
+		t.Errorf("Heartbeats after upgrade = %+v, %v; want new then old-runner", hbs, err)
+	}
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "p.jsonl", Complete: true}))
+	// Origins survive the move of their file part into a table of its own,
+	// for old samples and new ones alike.
+	if _, err := s.Ingest(ctx, []store.NewSample{{ID: "c", Partition: "p", Lane: "short", Body: []byte(`{}`), Origin: "/data/x:y.parquet:row 7"}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"a": "p.jsonl:1", "b": "p.jsonl:2", "c": "/data/x:y.parquet:row 7"} {
+		var got string
+		if err := s.DB().QueryRow(`SELECT o.prefix || s.origin_pos FROM samples s JOIN origins o ON o.id = s.origin_file WHERE s.id = ?`, id).Scan(&got); err != nil || got != want {
+			t.Errorf("origin of %s = %q, %v; want %q", id, got, err, want)
+		}
+	}
+	// The sample browser reads old samples with their origins and results,
+	// and the dashboard's history table exists.
+	listed, err := s.Samples(ctx, store.SampleQuery{Partition: "p"})
+	if err != nil || len(listed) != 3 || listed[0].ID != "a" || listed[0].Origin != "p.jsonl:1" ||
+		listed[0].Result.CompletionTokens != 4 || listed[1].Origin != "p.jsonl:2" {
+		t.Errorf("Samples after upgrade = %+v, %v; want a (with its result), b and c with their origins", listed, err)
+	}
+	if r, ok, err := s.Sample(ctx, "a"); err != nil || !ok || string(r.Result.Response) != "{}" || r.Origin != "p.jsonl:1" {
+		t.Errorf("Sample(a) after upgrade = %+v, %v, %v; want its result and origin", r, ok, err)
+	}
+	minute := []store.Minute{{Time: started, Worker: "new", Tokens: 5, KVUsage: -1, Queued: -1, Running: -1}}
+	must(t, s.PutMinutes(ctx, minute))
+	if got, err := s.Minutes(ctx, started); err != nil || !cmp.Equal(got, minute) {
+		t.Errorf("Minutes after upgrade = %+v, %v; want %+v", got, err, minute)
+	}
+	wantCounts := []store.Count{{Partition: "p", Lane: "short", State: store.Done, N: 1}, {Partition: "p", Lane: "short", State: store.Pending, N: 2}}
+	if c, err := s.Counts(ctx); err != nil || !cmp.Equal(c, wantCounts) {
+		t.Errorf("Counts after upgrade and a new ingest = %v, %v; want %v", c, err, wantCounts)
+	}
+	c := claimAll(t, s, "short")
+	if len(c) != 2 || c[0].ID != "b" || c[1].ID != "c" {
+		t.Errorf("claim after upgrade = %+v, want b and c", c)
+	}
+}
+
+func itoa(v int64) string { return fmt.Sprint(v) }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func claimAll(t *testing.T, s *Store, lane string) []store.Claimed {
+	t.Helper()
+	c, err := s.Claim(context.Background(), lane, 100, "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
