@@ -201,6 +201,27 @@ func TestE2EDashboard(t *testing.T) {
 	t.Logf("coloured chart pixels while running: %v", pixels)
 	p.screenshot("overview-running")
 
+	// One runner: no workers table. Several (a PostgreSQL store): the page
+	// lists them, drawn from a status document with three workers.
+	if hidden := run(p, "workers box", chromedp.Evaluate[bool](`document.getElementById("workers-box").hidden`)); !hidden {
+		t.Error("workers table shown for a job of one runner")
+	}
+	workerRows := run(p, "workers rows", chromedp.Evaluate[[][]string](`(() => {
+		const x = new XMLHttpRequest(); x.open("GET", "/api/status", false); x.send();
+		const doc = JSON.parse(x.responseText);
+		const w = (host, pid, state, live) => ({host, pid, state, live, heartbeat_age_seconds: 2, done: 7, samples_per_sec: 1.5, in_flight: 3, lanes: [],
+			endpoints: [{url: "http://127.0.0.1:1", state: live ? "READY" : "DOWN", cause: live ? "" : "exit code 137"}], evidence: []});
+		doc.workers = [w("gpu-a", 11, "RUNNING", true), w("gpu-b", 22, "RUNNING", true), w("gpu-c", 33, "DEAD", false)];
+		applyStatus(doc);
+		if (document.getElementById("workers-box").hidden) return null;
+		return [[document.getElementById("workers-title").textContent],
+			...[...document.querySelectorAll("#workers tbody tr")].map(r => [...r.cells].map(c => c.textContent))];
+	})()`))
+	if len(workerRows) != 4 || workerRows[0][0] != "Workers: 2 live of 3" || workerRows[3][0] != "gpu-c" || workerRows[3][2] != "DEAD" ||
+		!strings.Contains(workerRows[3][8], "DOWN (exit code 137)") {
+		t.Errorf("workers table from a three-worker status = %q, want a title and three rows, gpu-c DEAD with its endpoint DOWN", workerRows)
+	}
+
 	// /metrics beside the run: the runner's own request metrics, parseable.
 	var metrics string
 	httpGet(t, base+"/metrics", &metrics)

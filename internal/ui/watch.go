@@ -94,12 +94,14 @@ func RenderWatch(s WatchSnapshot, pane Pane, width, height int) string {
 	lines = append(lines, strings.Join(tabs, "")+styleMuted.Render("   tab: next pane  q: quit"), "")
 	switch pane {
 	case PaneEndpoints:
+		lines = append(lines, workerLines(r, true)...)
 		lines = append(lines, endpointLines(s, width, true)...)
 	case PaneEvents:
 		lines = append(lines, eventLines(r, width)...)
 	default:
 		lines = append(lines, progressLines(s, width)...)
 		lines = append(lines, "")
+		lines = append(lines, workerLines(r, false)...)
 		lines = append(lines, endpointLines(s, width, false)...)
 		if len(r.Events) > 0 {
 			lines = append(lines, "", styleBold.Render("last events"))
@@ -237,6 +239,60 @@ func endpointLines(s WatchSnapshot, width int, detail bool) []string {
 		}
 	}
 	return out
+}
+
+// workerLines lists the workers sharing the job (a PostgreSQL store), live
+// ones first, then the most recent others; nothing for a job of one runner.
+// With detail each worker's endpoints follow it.
+func workerLines(r monitor.Report, detail bool) []string {
+	if len(r.Workers) < 2 {
+		return nil
+	}
+	live := 0
+	for _, w := range r.Workers {
+		if w.Live {
+			live++
+		}
+	}
+	out := []string{styleBold.Render(fmt.Sprintf("workers: %d live of %d", live, len(r.Workers)))}
+	older := 0
+	add := func(w monitor.WorkerStatus) {
+		line := fmt.Sprintf("  %s pid %d %s  heartbeat %s ago  done %d  %.2f samples/s  in flight %d",
+			w.Host, w.PID, stateStyle(w.State).Render(string(w.State)), w.HeartbeatAge.Round(time.Second), w.Done, w.Rate, w.InFlight)
+		if len(w.Lanes) > 0 {
+			line += "  lanes " + strings.Join(w.Lanes, ",")
+		}
+		out = append(out, line)
+		if !detail {
+			return
+		}
+		for _, e := range w.Endpoints {
+			l := "    " + e.URL + " " + stateStyle(e.State).Render(string(e.State))
+			if e.Cause != "" {
+				l += " (" + e.Cause + ")"
+			}
+			out = append(out, l)
+		}
+		for _, ev := range w.Evidence {
+			out = append(out, "    "+ev)
+		}
+	}
+	for _, w := range r.Workers {
+		if w.Live {
+			add(w)
+		}
+	}
+	for _, w := range r.Workers {
+		if !w.Live {
+			if older++; older <= olderWorkersShown {
+				add(w)
+			}
+		}
+	}
+	if older > olderWorkersShown {
+		out = append(out, styleMuted.Render(fmt.Sprintf("  ... and %d older workers (finished, stopped or dead)", older-olderWorkersShown)))
+	}
+	return append(out, "")
 }
 
 func eventText(e monitor.Event) string {

@@ -96,6 +96,17 @@ func TestRenderWatchGolden(t *testing.T) {
 	down.Report.ETA, down.Report.ETANote = 0, "none while DOWN: nothing is progressing"
 	stale := watchFixture()
 	stale.Err = errors.New("database is locked")
+	// Two live workers on a PostgreSQL store and one that died.
+	workers := watchFixture()
+	workers.Report.Workers = []monitor.WorkerStatus{
+		{Host: "gpu-a", PID: 101, State: monitor.Running, Live: true, HeartbeatAge: 2 * time.Second, Done: 150, Rate: 2.5, InFlight: 20,
+			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30000", State: monitor.Ready}}},
+		{Host: "gpu-b", PID: 202, State: monitor.Running, Live: true, HeartbeatAge: time.Second, Done: 102, Rate: 1.75, InFlight: 18, Lanes: []string{"long"},
+			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30001", State: monitor.Ready}}},
+		{Host: "gpu-c", PID: 303, State: monitor.Dead, HeartbeatAge: 95 * time.Second, Done: 12,
+			Evidence: []string{"heartbeat 1m35s old (dead after 30s); its leases went back to pending"},
+			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30002", State: monitor.Down, Cause: "exit code 137"}}},
+	}
 	empty := WatchSnapshot{Job: "fresh", Now: watchFixture().Now, Report: monitor.Report{State: monitor.Dead,
 		Evidence: []string{"no runner has ever written a heartbeat for this job"}}}
 	for _, tc := range []struct {
@@ -111,6 +122,8 @@ func TestRenderWatchGolden(t *testing.T) {
 		{"watch_narrow", watchFixture(), PaneProgress, 60, 12},
 		{"watch_stale", stale, PaneProgress, 120, 8},
 		{"watch_empty", empty, PaneProgress, 100, 20},
+		{"watch_workers", workers, PaneProgress, 120, 50},
+		{"watch_workers_endpoints", workers, PaneEndpoints, 120, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := RenderWatch(tc.s, tc.pane, tc.w, tc.h)

@@ -123,6 +123,15 @@ function applyStatus(doc) {
     return row([e.url, s, fmtTime(e.since), e.in_flight, g(l && l.kv_usage, true), g(l && l.queued), g(l && l.running), e.restarts || 0,
       [e.cause, ...(e.evidence || [])].filter(Boolean).join("; ")]);
   }));
+  // Workers sharing the job (a PostgreSQL store); hidden for one runner.
+  const ws = doc.workers || [];
+  $("workers-box").hidden = ws.length < 2;
+  $("workers-title").textContent = `Workers: ${ws.filter((w) => w.live).length} live of ${ws.length}`;
+  fill($("workers").tBodies[0], ws.map((w) => row([w.host, w.pid, el("span", w.state, "state " + w.state),
+    fmtSecs(Math.max(0, w.heartbeat_age_seconds)) + " ago", w.done, fmtNum(w.samples_per_sec, 2), w.in_flight,
+    (w.lanes || []).length ? w.lanes.join(", ") : "all",
+    (w.endpoints || []).map((e) => `${e.url} ${e.state}` + (e.cause ? ` (${e.cause})` : "")).join("; "),
+    (w.evidence || []).join("; ")])));
   fill($("last-events"), (doc.events || []).map((e) => el("li", eventLine(e))));
   fill($("last-errors"), (doc.last_errors || []).map((e) => {
     const li = el("li");
