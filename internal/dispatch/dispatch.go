@@ -86,6 +86,10 @@ type Config struct {
 	// default 1s.
 	BreakerCooldown time.Duration
 
+	// Observe, when set, is told of every finished request (for regen's
+	// own metrics); it must not block.
+	Observe func(Attempt)
+
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -691,6 +695,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 		return
 	}
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	start := d.now()
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
 		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
@@ -703,6 +708,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 		d.guard.accepted()
 	}
 	cl.cancel(nil)
+	d.observe(l.cfg.Name, e.url, start, res, err, cause)
 	d.settle(storeCtx, cl, l, c, t, res, err, cause)
 }
 

@@ -71,6 +71,15 @@ func (e EndpointStatus) MarshalJSON() ([]byte, error) {
 	}{p, nullTime(e.Since), nullTime(e.LastTokenAt)})
 }
 
+// MarshalJSON writes an endpoint's load with null for a time not known.
+func (l EndpointLoad) MarshalJSON() ([]byte, error) {
+	type plain EndpointLoad
+	return json.Marshal(struct {
+		plain
+		Time *time.Time `json:"time"`
+	}{plain(l), nullTime(l.Time)})
+}
+
 // MarshalJSON writes the beat with null for a last token not yet seen.
 func (b Beat) MarshalJSON() ([]byte, error) {
 	type plain Beat

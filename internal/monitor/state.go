@@ -56,6 +56,18 @@ type EndpointStatus struct {
 	InFlight    int       `json:"in_flight"`
 	LastTokenAt time.Time `json:"last_token_at"`
 	Tokens      int64     `json:"tokens"`
+	// Load is the server's own view from its metrics; nil when it exports
+	// none or the last scrape failed.
+	Load *EndpointLoad `json:"load"`
+}
+
+// EndpointLoad is what an endpoint's /metrics said at its last scrape;
+// a value the engine does not export is -1.
+type EndpointLoad struct {
+	Time    time.Time `json:"time"`
+	KVUsage float64   `json:"kv_usage"` // KV cache usage, 0..1
+	Queued  float64   `json:"queued"`   // requests waiting in the server's queue
+	Running float64   `json:"running"`  // requests the server is running
 }
 
 // Live is what the runner knows at one moment; Evaluate turns it into a state.

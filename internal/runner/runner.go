@@ -42,6 +42,8 @@ type Options struct {
 	// Lanes limits the lanes this worker claims from (nil = all). Workers
 	// sharing a store may split the lanes between them.
 	Lanes []string
+	// Metrics, when set, is fed every request (regen's own /metrics).
+	Metrics *monitor.Metrics
 }
 
 // Summary is what a finished run reports.
@@ -72,6 +74,8 @@ type runState struct {
 	shared  bool // several workers may run the job at once
 	disp    *dispatch.Dispatcher
 	fleet   fleet
+	load    *loadWatch // the endpoints' own metrics, for the views
+	hist    *history   // per-minute rows for the views
 	alerter *monitor.Alerter
 	health  storeHealth
 	rate    rateWindow
@@ -142,6 +146,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
+	r.hist = &history{worker: r.owner}
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
@@ -270,6 +275,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	if err != nil {
 		return err
 	}
+	r.load = newLoadWatch(spec, r.fleet.URLs())
 
 	endpoints := make([]dispatch.Endpoint, 0)
 	for _, url := range r.fleet.URLs() {
@@ -305,7 +311,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Serve: o.Lanes, Endpoints: endpoints, Params: params,
 		IngestDone:  r.ingestDone,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
-		DrainTimeout: o.DrainTimeout, Logger: o.Logger,
+		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observe,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
 		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
 	})
@@ -395,9 +401,10 @@ func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) er
 	// is alive and must not look DEAD. They stop once everything has returned.
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(gctx))
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
 	go func() { defer loops.Done(); r.heartbeatLoop(loopCtx) }()
 	go func() { defer loops.Done(); r.progressLoop(loopCtx) }()
+	go func() { defer loops.Done(); r.load.run(loopCtx) }()
 
 	err := g.Wait()
 	stopLoops()
@@ -631,9 +638,12 @@ func (r *runState) endpoints(ctx context.Context, snap dispatch.Snapshot, now ti
 			eps[i].InFlight = e.InFlight
 			eps[i].LastTokenAt = e.LastTokenAt
 			eps[i].Tokens = e.TokensTotal
+			eps[i].Load = r.load.of(e.URL)
 			// Healthy by its probe but refusing our requests (wrong model name,
 			// bad key, dying engine): the breaker is the truth, with its reason.
-			if e.Breaker == "open" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {
+			// Half-open is no better until its probe request succeeds: a
+			// killed server must not read READY while that request hangs.
+			if e.Breaker != "closed" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {
 				eps[i].State = monitor.Down
 				eps[i].Cause = "requests fail: " + e.LastServerDown
 				eps[i].Evidence = nil
@@ -677,15 +687,18 @@ func (r *runState) settle(ctx context.Context, raw, cur monitor.EndpointStatus, 
 		// The fleet's own transition, with its time, recorded by onEndpointState.
 		delete(r.overruled, cur.URL)
 	default:
+		// The verdict's clock runs from when its state began: a killed
+		// server's requests fail first mid-stream, then at connect, and
+		// that new wording is the same outage, not a new one to wait out.
 		began, pending := r.overruled[cur.URL]
-		if !pending || began.State != cur.State || began.Cause != cur.Cause {
+		if !pending || began.State != cur.State {
 			began = monitor.EndpointStatus{State: cur.State, Cause: cur.Cause, Since: now}
 			r.overruled[cur.URL] = began
 		}
 		if now.Sub(began.Since) < breakerSettle {
 			// Not yet: keep showing the previous state.
 			r.mu.Unlock()
-			prev.InFlight, prev.LastTokenAt, prev.Tokens = cur.InFlight, cur.LastTokenAt, cur.Tokens
+			prev.InFlight, prev.LastTokenAt, prev.Tokens, prev.Load = cur.InFlight, cur.LastTokenAt, cur.Tokens, cur.Load
 			return prev
 		}
 		delete(r.overruled, cur.URL)
@@ -728,6 +741,7 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 			r.setState(ctx, s, ev)
 		}
 		r.writeBeat(ctx, false, "", &l)
+		r.recordHistory(ctx, l.Now)
 		if r.shared && l.StoreDown == "" {
 			if err := r.rescueDead(ctx, false); err != nil {
 				r.storeFailed(ctx, err)
@@ -754,6 +768,13 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 	}
 }
 
+// observe feeds one finished request to regen's own metrics.
+func (r *runState) observe(a dispatch.Attempt) {
+	if r.o.Metrics != nil {
+		r.o.Metrics.ObserveRequest(a.Lane, a.Endpoint, a.Outcome, a.Duration, a.TTFT, a.CompletionTokens)
+	}
+}
+
 // beat writes the heartbeat with the runner's current view.
 func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 	var l *monitor.Live
@@ -762,6 +783,9 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 		l = &live
 	}
 	r.writeBeat(ctx, exited, reason, l)
+	if l != nil {
+		r.recordHistory(ctx, l.Now)
+	}
 }
 
 // writeBeat writes the heartbeat with live evidence already gathered (nil: none).
