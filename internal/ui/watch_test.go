@@ -104,7 +104,7 @@ func TestRenderWatchGolden(t *testing.T) {
 		{Host: "gpu-b", PID: 202, State: monitor.Running, Live: true, HeartbeatAge: time.Second, Done: 102, Rate: 1.75, InFlight: 18, Lanes: []string{"long"},
 			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30001", State: monitor.Ready}}},
 		{Host: "gpu-c", PID: 303, State: monitor.Dead, HeartbeatAge: 95 * time.Second, Done: 12,
-			Evidence: []string{"heartbeat 1m35s old (dead after 30s); its leases went back to pending"},
+			Evidence:  []string{"heartbeat 1m35s old (dead after 30s); its leases went back to pending"},
 			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30002", State: monitor.Down, Cause: "exit code 137"}}},
 	}
 	empty := WatchSnapshot{Job: "fresh", Now: watchFixture().Now, Report: monitor.Report{State: monitor.Dead,
