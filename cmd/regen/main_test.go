@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopBrowser()
 	pgtest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/backend"
@@ -31,6 +32,7 @@ type runOptions struct {
 	noExport bool
 	verbose  bool
 	lanes    []string
+	web      webOptions
 }
 
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
@@ -39,6 +41,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
 	fs.StringSliceVar(&o.lanes, "lanes", nil, "claim only these lanes (comma-separated; default all): workers sharing a PostgreSQL store may split the lanes")
+	o.web.AddFlags(fs)
 }
 
 func newRunCommand() *cobra.Command {
@@ -72,13 +75,19 @@ exports at the end while the others wait for it.`,
 // reached yet (a database still starting, restarting, or a network cut):
 // a worker started before its database should wait, not fail.
 func openStoreWaiting(ctx context.Context, spec *job.Spec) (store.Store, error) {
+	return openWaiting(ctx, spec, func() (store.Store, error) { return openStore(ctx, spec) })
+}
+
+// openWaiting calls open until it returns a store or an error other than
+// an unreachable store.
+func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, error)) (store.Store, error) {
 	gap := 500 * time.Millisecond
 	for {
-		st, err := openStore(ctx, spec)
+		st, err := open()
 		if err == nil || !backend.Unreachable(err) {
 			return st, err
 		}
-		fmt.Fprintf(os.Stderr, "regen: store unreachable, retrying in %s: %v\n", gap, err)
+		fmt.Fprintf(os.Stderr, "regen: store of job %s unreachable, retrying in %s: %v\n", spec.Name, gap, err)
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (interrupted while waiting for the store)", err)
@@ -97,6 +106,9 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
 			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
 		}
+	}
+	if err := o.web.resolve(); err != nil {
+		return err
 	}
 	st, err := openStoreWaiting(ctx, spec)
 	if err != nil {
@@ -134,9 +146,18 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
 	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, st.Info().Location, relPath(spec.LogPath()))
+	var metrics *monitor.Metrics
+	if o.web.addr != "" {
+		stop, m, err := runDashboard(ctx, spec, o.web, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		metrics = m
+	}
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes,
+		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics,
 	})
 	if err != nil {
 		var failed *runner.FailedError
@@ -158,6 +179,23 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, relPath(f.Path))
 	}
 	return nil
+}
+
+// runDashboard serves the dashboard beside a run. It reads through a store
+// handle of its own, so a slow page never holds the connection the runner
+// writes results through.
+func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.Logger) (stop func(), m *monitor.Metrics, err error) {
+	st, err := openStore(ctx, spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dashboard: %w", err)
+	}
+	m = monitor.NewMetrics(reportFunc(spec, st))
+	stopWeb, err := startDashboard(spec, st, o, m, os.Stdout, log)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return func() { stopWeb(); st.Close() }, m, nil
 }
 
 // relPath is p relative to the working directory when that is shorter to read.

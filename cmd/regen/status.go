@@ -75,12 +75,21 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 	defer st.Close()
 	host, _ := os.Hostname()
 	if o.waitHealthy > 0 {
-		assess := func() (monitor.Report, error) {
-			return monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter, Host: host})
-		}
-		return waitHealthy(ctx, out, st, spec, o.waitHealthy, assess)
+		report := reportFunc(spec, st)
+		return waitHealthy(ctx, out, st, spec, o.waitHealthy, func() (monitor.Report, error) { return report(ctx) })
 	}
 	return writeStatusFor(ctx, out, spec, st, time.Now(), host, o.json, o.host)
+}
+
+// assess is the job's status report as of now: what `regen status` prints
+// and the dashboard and `regen watch` show. A store that stops answering
+// makes the report DOWN with the store as the subject.
+func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, host string) (monitor.Report, error) {
+	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
+	if backend.Unreachable(err) {
+		return monitor.StoreDown(spec.Name, now, err), nil
+	}
+	return r, err
 }
 
 // writeStatus prints the report as of now, as text or JSON, and returns the
@@ -90,13 +99,9 @@ func writeStatus(ctx context.Context, out io.Writer, spec *job.Spec, st store.St
 }
 
 // writeStatusFor is writeStatus judging only the workers on onlyHost when
-// it is set. A store that stops answering makes the report DOWN with the
-// store as the subject.
+// it is set.
 func writeStatusFor(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, now time.Time, host string, asJSON bool, onlyHost string) error {
-	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
-	if backend.Unreachable(err) {
-		r, err = monitor.StoreDown(spec.Name, now, err), nil
-	}
+	r, err := assess(ctx, spec, st, now, host)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/web"
 )
 
 // statusFixture is a job store written with a controlled clock, so its
@@ -162,6 +165,26 @@ func TestStatusGoldenDown(t *testing.T) {
 	}
 	golden(t, "status/down.txt", text)
 	golden(t, "status/down.json", js)
+	if api := dashboardStatus(t, f, statusT0.Add(31*time.Second)); api != js {
+		t.Errorf("the dashboard's /api/status differs from status --json:\n%s\nwant:\n%s", api, js)
+	}
+}
+
+// dashboardStatus is the body of the dashboard's /api/status as of now.
+func dashboardStatus(t *testing.T, f *statusFixture, now time.Time) string {
+	t.Helper()
+	srv, err := web.New(web.Options{Store: f.st, Report: func(ctx context.Context) (monitor.Report, error) {
+		return assess(ctx, f.spec, f.st, now, "status-host")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/api/status", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /api/status: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
 }
 
 // TestStatusGoldenDone: a finished job whose runner exited long ago shows
@@ -198,8 +221,22 @@ func TestStatusJSONDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"status/down.json", "status/done.json"} {
+	// Besides the golden documents, one with every optional part filled:
+	// an endpoint's load is there only while the runner scrapes it.
+	full, err := json.Marshal(monitor.Report{Heartbeat: &monitor.HeartbeatInfo{}, Average: &monitor.Rate{},
+		Cells:      []monitor.CellCounts{{Partition: "p", Lane: "l"}},
+		Endpoints:  []monitor.EndpointStatus{{URL: "http://x", Load: &monitor.Load{At: statusT0, KVUsage: ptr(0.5), Queued: ptr(1.0), Running: ptr(2.0)}}},
+		Events:     []monitor.Event{{Kind: "ingest"}},
+		LastErrors: []monitor.ErrorLine{{ID: "p/1"}},
+		Rejects:    []monitor.RuleCount{{Rule: "empty", N: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"status/down.json", "status/done.json", "full"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if name == "full" {
+			b, err = full, nil
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,3 +263,5 @@ func TestStatusJSONDocumented(t *testing.T) {
 		walk(doc)
 	}
 }
+
+func ptr(v float64) *float64 { return &v }

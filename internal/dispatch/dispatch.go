@@ -94,6 +94,10 @@ type Config struct {
 	// LimitParams tune the adaptive limits; nil = limit.DefaultParams.
 	LimitParams *limit.Params
 
+	// Observe, when set, is told of every finished request (for regen's
+	// own metrics); it must not block.
+	Observe func(Attempt)
+
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -687,6 +691,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 		return
 	}
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	start := d.now()
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
 		cl.streaming.Store(true)
 		d.guard.accepted()
@@ -700,6 +705,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 		d.guard.accepted()
 	}
 	cl.cancel(nil)
+	d.observe(l.cfg.Name, e.url, start, res, err, cause)
 	d.settle(storeCtx, cl, l, c, t, res, err, cause)
 }
 

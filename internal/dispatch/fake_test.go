@@ -23,6 +23,7 @@ type fakeStore struct {
 	events  []store.Event
 	locks   map[string]bool
 	files   map[[2]string]store.SourceFile
+	minutes map[minuteKey]store.Minute
 
 	// hook, when set, runs before every transition; a non-nil error fails it.
 	hook func(op, id string) error
@@ -686,6 +687,77 @@ func (s *fakeStore) Events(_ context.Context, limit int) ([]store.Event, error) 
 	out := slices.Clone(s.events)
 	slices.Reverse(out)
 	return out[:upTo(limit, len(out))], nil
+}
+
+type minuteKey struct {
+	t                int64
+	worker, endpoint string
+}
+
+func (s *fakeStore) PutMinutes(_ context.Context, ms []store.Minute) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.minutes == nil {
+		s.minutes = map[minuteKey]store.Minute{}
+	}
+	for _, m := range ms {
+		s.minutes[minuteKey{m.Time.UnixNano(), m.Worker, m.Endpoint}] = m
+	}
+	return nil
+}
+
+func (s *fakeStore) Minutes(_ context.Context, since time.Time) ([]store.Minute, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Minute
+	for _, m := range s.minutes {
+		if !m.Time.Before(since) {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Minute) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Endpoint, b.Endpoint))
+	})
+	return out, nil
+}
+
+func (s *fakeStore) browseRow(x *fakeSample) store.Row {
+	r := store.Row{ID: x.ID, Partition: x.Partition, Lane: x.Lane, State: x.state, Body: x.Body,
+		Attempts: x.attempts, Result: x.result, Reason: x.lastErr, FinishedAt: x.finishedAt, Origin: x.Origin,
+		Prior: slices.Clone(x.prior)}
+	if x.state == store.Rejected {
+		r.Reason, r.Rule = x.reason, x.rule
+	}
+	return r
+}
+
+func (s *fakeStore) Sample(_ context.Context, id string) (store.Row, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, ok := s.samples[id]
+	if !ok {
+		return store.Row{}, false, nil
+	}
+	return s.browseRow(x), true, nil
+}
+
+func (s *fakeStore) Samples(_ context.Context, q store.SampleQuery) ([]store.Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Row
+	for _, x := range s.samples {
+		if x.ID > q.After && (q.Partition == "" || x.Partition == q.Partition) && (q.State == "" || x.state == q.State) {
+			r := s.browseRow(x)
+			r.Body, r.Result.Response, r.Prior = nil, nil, nil
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Row) int { return cmp.Compare(a.ID, b.ID) })
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return out[:min(limit, len(out))], nil
 }
 
 func (s *fakeStore) Close() error { return nil }

@@ -127,6 +127,11 @@ type Event struct {
 	Worker   string    `json:"worker"` // owner id of the worker that recorded it, "" if none
 }
 
+// EventOf is the report's form of a stored event.
+func EventOf(e store.Event) Event {
+	return Event{Time: e.Time, Kind: e.Kind, Subject: e.Subject, State: e.State, Evidence: e.Evidence, Worker: e.Worker}
+}
+
 // Report is one screen of truth about a job, built from the store alone.
 // Its JSON form is `regen status --json`, documented in docs/status-json.md:
 // a field added here must be added there too.
@@ -264,7 +269,7 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		return r, fmt.Errorf("read events: %w", err)
 	}
 	for _, e := range events {
-		r.Events = append(r.Events, Event{Time: e.Time, Kind: e.Kind, Subject: e.Subject, State: e.State, Evidence: e.Evidence, Worker: e.Worker})
+		r.Events = append(r.Events, EventOf(e))
 	}
 	rows, err := st.LastErrors(ctx, 5)
 	if err != nil {

@@ -53,9 +53,23 @@ func (r *runState) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
 	}
 }
 
+// loadFreshFor is how many probe intervals a server's load stays current:
+// a server that stopped answering its probes (down, restarting) shows no
+// load rather than the last one as if it were now.
+const loadFreshFor = 3
+
+// freshLoad is e's last probe of its server's load, nil when there is none
+// younger than loadFreshFor probe intervals at now.
+func freshLoad(e dispatch.EndpointStats, now time.Time, probeEvery time.Duration) *dispatch.ServerLoad {
+	if e.Load == nil || now.Sub(e.Load.At) > loadFreshFor*probeEvery {
+		return nil
+	}
+	return e.Load
+}
+
 // limitsOf copies the dispatcher's limits, KV pool and load of one endpoint
-// into its status.
-func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus) {
+// into its status; the load only while fresh.
+func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Time, probeEvery time.Duration) {
 	st.Limit, st.LimitReason, st.Lanes = 0, "", nil
 	var moved time.Time
 	var fixed []string
@@ -78,7 +92,7 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus) {
 	}
 	st.KVTokens, st.KVTokensSource = int64(e.KVTokens), e.KVTokensSource
 	st.Load = nil
-	if ld := e.Load; ld != nil {
+	if ld := freshLoad(e, now, probeEvery); ld != nil {
 		known := func(v float64) *float64 {
 			if v < 0 {
 				return nil

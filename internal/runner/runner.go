@@ -43,6 +43,8 @@ type Options struct {
 	// Lanes limits the lanes this worker claims from (nil = all). Workers
 	// sharing a store may split the lanes between them.
 	Lanes []string
+	// Metrics, when set, is fed every request (regen's own /metrics).
+	Metrics *monitor.Metrics
 }
 
 // Summary is what a finished run reports.
@@ -73,6 +75,7 @@ type runState struct {
 	shared  bool // several workers may run the job at once
 	disp    *dispatch.Dispatcher
 	fleet   fleet
+	hist    *history   // per-minute rows for the views
 	alerter *monitor.Alerter
 	health  storeHealth
 	rate    rateWindow
@@ -143,6 +146,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
+	r.hist = &history{worker: r.owner}
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
@@ -313,7 +317,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Serve: o.Lanes, Endpoints: endpoints, Params: params,
 		IngestDone:  r.ingestDone,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
-		DrainTimeout: o.DrainTimeout, Logger: o.Logger,
+		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
 		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
 	})
@@ -631,6 +635,14 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 	return l, out
 }
 
+// probeEvery is how often the servers are probed (their load read).
+func (r *runState) probeEvery() time.Duration {
+	if d := r.o.Spec.Monitor.ProbeEvery; d > 0 {
+		return d
+	}
+	return job.DefaultProbeEvery
+}
+
 // endpoints is each endpoint as the fleet sees it, with the dispatcher's
 // counters and the breaker's verdict, and Since the time of its last
 // transition.
@@ -644,10 +656,12 @@ func (r *runState) endpoints(ctx context.Context, snap dispatch.Snapshot, now ti
 			eps[i].InFlight = e.InFlight
 			eps[i].LastTokenAt = e.LastTokenAt
 			eps[i].Tokens = e.TokensTotal
-			limitsOf(e, &eps[i])
+			limitsOf(e, &eps[i], now, r.probeEvery())
 			// Healthy by its probe but refusing our requests (wrong model name,
 			// bad key, dying engine): the breaker is the truth, with its reason.
-			if e.Breaker == "open" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {
+			// Half-open is no better until its probe request succeeds: a
+			// killed server must not read READY while that request hangs.
+			if e.Breaker != "closed" && (raw.State == monitor.Ready || raw.State == monitor.Degraded) {
 				eps[i].State = monitor.Down
 				eps[i].Cause = "requests fail: " + e.LastServerDown
 				eps[i].Evidence = nil
@@ -691,15 +705,18 @@ func (r *runState) settle(ctx context.Context, raw, cur monitor.EndpointStatus, 
 		// The fleet's own transition, with its time, recorded by onEndpointState.
 		delete(r.overruled, cur.URL)
 	default:
+		// The verdict's clock runs from when its state began: a killed
+		// server's requests fail first mid-stream, then at connect, and
+		// that new wording is the same outage, not a new one to wait out.
 		began, pending := r.overruled[cur.URL]
-		if !pending || began.State != cur.State || began.Cause != cur.Cause {
+		if !pending || began.State != cur.State {
 			began = monitor.EndpointStatus{State: cur.State, Cause: cur.Cause, Since: now}
 			r.overruled[cur.URL] = began
 		}
 		if now.Sub(began.Since) < breakerSettle {
 			// Not yet: keep showing the previous state.
 			r.mu.Unlock()
-			prev.InFlight, prev.LastTokenAt, prev.Tokens = cur.InFlight, cur.LastTokenAt, cur.Tokens
+			prev.InFlight, prev.LastTokenAt, prev.Tokens, prev.Load = cur.InFlight, cur.LastTokenAt, cur.Tokens, cur.Load
 			return prev
 		}
 		delete(r.overruled, cur.URL)
@@ -742,6 +759,7 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 			r.setState(ctx, s, ev)
 		}
 		r.writeBeat(ctx, false, "", &l)
+		r.recordHistory(ctx, l.Now)
 		if r.shared && l.StoreDown == "" {
 			if err := r.rescueDead(ctx, false); err != nil {
 				r.storeFailed(ctx, err)
@@ -768,6 +786,13 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 	}
 }
 
+// observeRequest feeds one finished request to regen's own metrics.
+func (r *runState) observeRequest(a dispatch.Attempt) {
+	if r.o.Metrics != nil {
+		r.o.Metrics.ObserveRequest(a.Lane, a.Endpoint, a.Outcome, a.Duration, a.TTFT, a.CompletionTokens)
+	}
+}
+
 // beat writes the heartbeat with the runner's current view.
 func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 	var l *monitor.Live
@@ -776,6 +801,9 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 		l = &live
 	}
 	r.writeBeat(ctx, exited, reason, l)
+	if l != nil {
+		r.recordHistory(ctx, l.Now)
+	}
 }
 
 // writeBeat writes the heartbeat with live evidence already gathered (nil: none).

@@ -108,6 +108,7 @@ type Row struct {
 	Rule       string // the quality rule that rejected it ("" unless Rejected)
 	Prior      []Result
 	FinishedAt time.Time
+	Origin     string // file:line the sample came from (filled by Sample and Samples)
 }
 
 // RejectCount is the number of rejected samples of one cell per rule.
@@ -380,7 +381,52 @@ type Store interface {
 	// in keep to pending without spending attempts, and reports how many.
 	ReleaseOwnerExcept(ctx context.Context, owner string, keep []string) (int, error)
 
+	// Dashboard history and sample browser (regen watch, the web dashboard).
+	// PutMinutes inserts or replaces rows keyed by (Time, Worker, Endpoint).
+	PutMinutes(ctx context.Context, ms []Minute) error
+	// Minutes returns the rows whose Time is at or after since, oldest
+	// first (then by Worker and Endpoint).
+	Minutes(ctx context.Context, since time.Time) ([]Minute, error)
+	// Sample returns one sample in any state, with its body, its last
+	// answer (Result) and the answers to its earlier turns (Prior, also
+	// while it is in progress); Reason and Rule are the reject's evidence
+	// and rule, else Reason is the last error; ok=false if unknown.
+	Sample(ctx context.Context, id string) (row Row, ok bool, err error)
+	// Samples lists the samples matching q in ID order, without Body,
+	// Result.Response and Prior (a listing must stay small whatever the
+	// prompts are).
+	Samples(ctx context.Context, q SampleQuery) ([]Row, error)
+
 	// Info describes the backend.
 	Info() Info
 	Close() error
+}
+
+// Minute is one minute of one worker's activity, written by the runner so
+// the dashboard shows the past hours after a reload or a restart. Endpoint
+// "" holds the worker's totals; counters are what happened within the
+// minute, gauges the last reading in it.
+type Minute struct {
+	Time     time.Time // start of the minute
+	Worker   string    // the runner's lease owner id
+	Endpoint string
+	Samples  int   // samples finished (done, rejected or dead)
+	Tokens   int64 // tokens streamed
+	Requests int64 // requests finished, whatever their outcome
+	Errors   int64 // requests that failed
+	InFlight int   // requests on the wire at the last reading
+	// Server gauges from the endpoint's metrics; -1 when not scraped.
+	KVUsage float64 // KV cache usage, 0..1
+	Queued  float64 // requests waiting in the server's queue
+	Running float64 // requests the server is running
+	Limit   int     // concurrency limit regen applied to the endpoint (0 = none known)
+}
+
+// SampleQuery selects samples for Samples. Empty fields match everything;
+// After is a keyset cursor (the last ID of the previous page).
+type SampleQuery struct {
+	Partition string
+	State     State
+	After     string
+	Limit     int // at most this many rows; <= 0 means 100
 }

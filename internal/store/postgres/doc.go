@@ -50,6 +50,14 @@
 // in regen_schema; a schema written by a newer regen is refused with a
 // message saying so.
 //
+// History and browsing. Each worker upserts its own per-minute rows
+// (minutes, keyed by minute, worker and endpoint) once per heartbeat, so
+// workers never write the same row and the views sum them. The sample
+// browser pages by id: dead letters and rejects through partial indexes on
+// their rare states, done samples through samples_finished, everything else
+// along the id index (an index on partition would cost every claim and
+// completion an index entry, since each writes a new row version).
+//
 // Locks. TryLock is pg_try_advisory_lock on a connection of its own, held
 // until unlock; a worker that dies drops its connection and so its locks.
 //

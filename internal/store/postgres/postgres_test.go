@@ -73,6 +73,19 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	if err := s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "/x", Complete: true}); err != nil {
 		t.Fatalf("manifest after upgrade: %v", err)
 	}
+	// The sample browser lists the old samples with their origins, and the
+	// dashboard's history table exists.
+	rows, err := s.Samples(ctx, store.SampleQuery{Partition: "p"})
+	if err != nil || len(rows) != 2 || rows[0].ID != "a" || rows[0].Origin != "p.jsonl:a" || rows[1].Origin != "p.jsonl:b" {
+		t.Fatalf("Samples after upgrade = %+v, %v; want a and b with their origins", rows, err)
+	}
+	minute := []store.Minute{{Time: time.Unix(600, 0), Worker: "w", Tokens: 5, KVUsage: -1, Queued: -1, Running: -1}}
+	if err := s.PutMinutes(ctx, minute); err != nil {
+		t.Fatalf("PutMinutes after upgrade: %v", err)
+	}
+	if got, err := s.Minutes(ctx, time.Unix(600, 0)); err != nil || !cmp.Equal(got, minute) {
+		t.Fatalf("Minutes after upgrade = %+v, %v; want %+v", got, err, minute)
+	}
 	c, err := s.Claim(ctx, "short", 10, "w", time.Minute)
 	if err != nil || len(c) != 2 {
 		t.Fatalf("claim after upgrade = %v, %v; want the 2 samples ingested before it", c, err)

@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // States are stored as small integers; stateNames maps them back.
 const (
@@ -218,6 +218,32 @@ CREATE TABLE source_files (
 	updated_at  bigint NOT NULL,
 	PRIMARY KEY (partition, path)
 );
+`,
+	// 2 -> 3: dashboard history and the sample browser's listings.
+	`
+-- One row per minute, worker and endpoint ('' = the worker's totals): each
+-- worker rewrites only its own rows, and the views sum over workers.
+CREATE TABLE minutes (
+	time      bigint NOT NULL, -- unix ns of the minute's start
+	worker    text COLLATE "C" NOT NULL,
+	endpoint  text COLLATE "C" NOT NULL,
+	samples   bigint NOT NULL,
+	tokens    bigint NOT NULL,
+	requests  bigint NOT NULL,
+	errors    bigint NOT NULL,
+	in_flight integer NOT NULL,
+	kv_usage  double precision NOT NULL,
+	queued    double precision NOT NULL,
+	running   double precision NOT NULL,
+	lim       integer NOT NULL,
+	PRIMARY KEY (time, worker, endpoint)
+);
+
+-- A page of dead letters or rejects in id order among millions of done
+-- samples reads only the failed ones. Partial indexes on rare states cost
+-- the hot transitions (claim, complete) nothing.
+CREATE INDEX samples_dead_id ON samples (id) WHERE state = 4;
+CREATE INDEX samples_rejected_id ON samples (id) WHERE state = 3;
 `,
 }
 

@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -328,6 +328,33 @@ WHEN EXISTS (SELECT 1 FROM samples WHERE id = new.id AND (origin_file <> new.ori
 	FROM samples s WHERE s.id = new.id;
 END;
 `,
+	// 4 -> 5: dashboard history and the sample browser's listings.
+	`
+-- One row per minute, worker and endpoint ('' = the worker's totals); the
+-- runner rewrites the current minute's row as it goes.
+CREATE TABLE minutes (
+	time      INTEGER NOT NULL, -- unix ns of the minute's start
+	worker    TEXT    NOT NULL,
+	endpoint  TEXT    NOT NULL,
+	samples   INTEGER NOT NULL,
+	tokens    INTEGER NOT NULL,
+	requests  INTEGER NOT NULL,
+	errors    INTEGER NOT NULL,
+	in_flight INTEGER NOT NULL,
+	kv_usage  REAL    NOT NULL,
+	queued    REAL    NOT NULL,
+	running   REAL    NOT NULL,
+	lim       INTEGER NOT NULL,
+	PRIMARY KEY (time, worker, endpoint)
+) WITHOUT ROWID;
+
+-- Samples pages through a partition in id order, and through the rare
+-- failed states without scanning the done ones. Neither column set changes
+-- on the hot transitions (claim, complete), so they cost only at ingest.
+CREATE INDEX samples_partition ON samples (partition, id);
+CREATE INDEX samples_dead ON samples (id) WHERE state = 'dead';
+CREATE INDEX samples_rejected ON samples (id) WHERE state = 'rejected';
+`,
 }
 
 // migrate brings the file to schemaVersion in one transaction, so a crash
@@ -348,6 +375,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("begin migration: %w", err)
 	}
 	defer tx.Rollback()
+	// Read the version again under the write lock: another process (regen
+	// status beside a starting run) may have migrated the file meanwhile.
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("schema version %d is newer than this binary's %d", v, schemaVersion)
+	}
 	for i := v; i < schemaVersion; i++ {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
 			return fmt.Errorf("migrate schema %d to %d: %w", i, i+1, err)

@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlitedriver "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/groupcommit"
@@ -86,7 +87,18 @@ func OpenWith(path string, o Options) (*Store, error) {
 
 	ctx := context.Background()
 	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	// The first connection to a new file switches it to WAL, which SQLite
+	// refuses at once (no busy wait) while another process is doing the
+	// same: regen status beside a run creating its store. Retry until the
+	// busy timeout; the connection that failed is not kept.
+	for deadline := time.Now().Add(o.BusyTimeout); ; {
+		err = db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+		if err == nil || !busy(err) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
@@ -244,4 +256,10 @@ func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt
 		return nil, errors.New("statement used in a transaction is not in txQueries")
 	}
 	return tx.StmtContext(ctx, st), nil
+}
+
+// busy reports whether err is SQLite's "database is locked".
+func busy(err error) bool {
+	var se *sqlitedriver.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }

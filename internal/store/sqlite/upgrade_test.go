@@ -89,6 +89,21 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 			t.Errorf("origin of %s = %q, %v; want %q", id, got, err, want)
 		}
 	}
+	// The sample browser reads old samples with their origins and results,
+	// and the dashboard's history table exists.
+	listed, err := s.Samples(ctx, store.SampleQuery{Partition: "p"})
+	if err != nil || len(listed) != 3 || listed[0].ID != "a" || listed[0].Origin != "p.jsonl:1" ||
+		listed[0].Result.CompletionTokens != 4 || listed[1].Origin != "p.jsonl:2" {
+		t.Errorf("Samples after upgrade = %+v, %v; want a (with its result), b and c with their origins", listed, err)
+	}
+	if r, ok, err := s.Sample(ctx, "a"); err != nil || !ok || string(r.Result.Response) != "{}" || r.Origin != "p.jsonl:1" {
+		t.Errorf("Sample(a) after upgrade = %+v, %v, %v; want its result and origin", r, ok, err)
+	}
+	minute := []store.Minute{{Time: started, Worker: "new", Tokens: 5, KVUsage: -1, Queued: -1, Running: -1}}
+	must(t, s.PutMinutes(ctx, minute))
+	if got, err := s.Minutes(ctx, started); err != nil || !cmp.Equal(got, minute) {
+		t.Errorf("Minutes after upgrade = %+v, %v; want %+v", got, err, minute)
+	}
 	wantCounts := []store.Count{{Partition: "p", Lane: "short", State: store.Done, N: 1}, {Partition: "p", Lane: "short", State: store.Pending, N: 2}}
 	if c, err := s.Counts(ctx); err != nil || !cmp.Equal(c, wantCounts) {
 		t.Errorf("Counts after upgrade and a new ingest = %v, %v; want %v", c, err, wantCounts)

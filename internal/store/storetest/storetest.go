@@ -56,6 +56,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Info", testInfo},
 		{"ConcurrentCompletions", testConcurrentCompletions},
 		{"ReleaseOwnerExcept", testReleaseOwnerExcept},
+		// Dashboard history and sample browser.
+		{"Minutes", testMinutes},
+		{"SampleLookup", testSampleLookup},
+		{"SamplesListing", testSamplesListing},
+		{"SampleTurns", testSampleTurns},
 	}
 	tests = append(tests, trainingTests...)
 	for _, tc := range tests {

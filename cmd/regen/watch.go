@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/ui"
+)
+
+func init() { addCommand(newWatchCommand) }
+
+type watchOptions struct {
+	web   webOptions
+	every time.Duration
+}
+
+func (o *watchOptions) AddFlags(fs *pflag.FlagSet) {
+	o.web.AddFlags(fs)
+	fs.DurationVar(&o.every, "every", 0, "refresh period (default 500ms on a terminal, 10s otherwise)")
+}
+
+func newWatchCommand() *cobra.Command {
+	var o watchOptions
+	cmd := &cobra.Command{
+		Use:   "watch job.yaml",
+		Short: "Watch a job live: a full-screen terminal view, and optionally the web dashboard",
+		Long: `watch reads the job's store alone, so it works from another shell or
+another host while the runner runs, and after it died. On a terminal it
+shows the job state with its evidence, progress bars per partition and lane,
+tokens/s and requests/s over the last hour, each endpoint's state, in-flight
+requests, KV cache usage and queue, the last events and the ETA. Keys: tab
+switches panes, q quits. Without a terminal it prints what regen status
+prints, every --every.
+
+With --web it also serves the dashboard and regen's metrics (/metrics) on
+that address. A non-loopback address needs --token (or REGEN_WEB_TOKEN).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runWatch(cmd.Context(), os.Stdin, cmd.OutOrStdout(), args[0], o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// historyWindow is how far back the terminal view's sparklines reach.
+const historyWindow = time.Hour
+
+func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o watchOptions) error {
+	spec, err := job.Load(path)
+	if err != nil {
+		return err
+	}
+	if err := o.web.resolve(); err != nil {
+		return err
+	}
+	st, err := openWaiting(ctx, spec, func() (store.Store, error) { return openExisting(ctx, spec, "it was never run") })
+	if errors.Is(err, store.ErrNoStore) {
+		return &exitError{code: 2, err: err}
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("job", spec.Name)
+	if o.web.addr != "" {
+		stop, err := startDashboard(spec, st, o.web, nil, os.Stderr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	report := reportFunc(spec, st)
+	f, isFile := out.(*os.File)
+	if isFile && term.IsTerminal(int(f.Fd())) && term.IsTerminal(int(in.Fd())) {
+		every := o.every
+		if every <= 0 {
+			every = 500 * time.Millisecond
+		}
+		return ui.RunWatch(ctx, in, out, every, func(ctx context.Context) (ui.WatchSnapshot, error) {
+			r, err := report(ctx)
+			if err != nil {
+				return ui.WatchSnapshot{}, err
+			}
+			now := time.Now()
+			h, err := monitor.ReadHistory(ctx, st, now, historyWindow)
+			if err != nil {
+				return ui.WatchSnapshot{}, err
+			}
+			return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h}, nil
+		})
+	}
+	every := o.every
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		r, err := report(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			fmt.Fprintf(out, "%s regen watch: cannot read the store: %v\n\n", time.Now().Format("15:04:05"), err)
+		default:
+			fmt.Fprintf(out, "%s\n%s\n", time.Now().Format(time.RFC3339), ui.StatusText(spec.Name, r))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package dispatch
+
+import (
+	"errors"
+	"time"
+
+	"github.com/regen-dev/regen/internal/llm"
+)
+
+// Attempt is one finished request, as Config.Observe sees it.
+type Attempt struct {
+	Lane     string
+	Endpoint string
+	// Outcome is "ok", "cancelled" (paused or drained: released, no attempt
+	// spent) or the error's class ("retryable", "server-down",
+	// "bad-request", "malformed").
+	Outcome          string
+	Duration         time.Duration // from send to the last byte or the error
+	TTFT             time.Duration // 0 when no token arrived
+	CompletionTokens int
+}
+
+// Outcomes of an Attempt besides the error classes.
+const (
+	OutcomeOK        = "ok"
+	OutcomeCancelled = "cancelled"
+)
+
+func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, err, cause error) {
+	if d.cfg.Observe == nil {
+		return
+	}
+	a := Attempt{Lane: lane, Endpoint: url, Outcome: OutcomeOK, Duration: d.now().Sub(start), TTFT: res.TTFT,
+		CompletionTokens: res.Usage.CompletionTokens}
+	switch {
+	case err == nil:
+	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain):
+		a.Outcome = OutcomeCancelled
+	default:
+		a.Outcome = llm.ClassOf(err).String()
+	}
+	d.cfg.Observe(a)
+}

@@ -1,0 +1,53 @@
+package runner
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// TestHistoryRowsPerMinute: each minute's rows hold what happened within
+// it; the current minute is rewritten as it grows.
+func TestHistoryRowsPerMinute(t *testing.T) {
+	h := &history{worker: "w"}
+	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	snap := func(done, tokens, requests int64, errs map[string]int64, inFlight int) dispatch.Snapshot {
+		// Rejects finish samples too; answers that led to a next turn do not.
+		return dispatch.Snapshot{Counters: dispatch.Counters{Done: done, DeadLettered: 1, Rejected: done / 2, Turns: 3 * done},
+			Endpoints: []dispatch.EndpointStats{{URL: "http://a", TokensTotal: tokens, Requests: requests, Errors: errs, InFlight: inFlight}}}
+	}
+	load := func(string) (float64, float64, float64) { return 0.5, 2, 8 }
+	row := func(min int, endpoint string, samples int, tokens, requests, errs int64, inFlight int) store.Minute {
+		m := store.Minute{Time: t0.Add(time.Duration(min) * time.Minute), Worker: "w", Endpoint: endpoint, Samples: samples,
+			Tokens: tokens, Requests: requests, Errors: errs, InFlight: inFlight, KVUsage: 0.5, Queued: 2, Running: 8}
+		if endpoint == "" {
+			m.KVUsage, m.Queued, m.Running = -1, -1, -1
+		}
+		return m
+	}
+	steps := []struct {
+		at   time.Duration
+		snap dispatch.Snapshot
+		want []store.Minute
+	}{
+		// The run starts with counters already at zero: the first minute starts there.
+		{10 * time.Second, snap(0, 0, 0, nil, 3), []store.Minute{row(0, "", 0, 0, 0, 0, 3), row(0, "http://a", 0, 0, 0, 0, 3)}},
+		{40 * time.Second, snap(4, 100, 5, map[string]int64{"retryable": 1}, 2),
+			[]store.Minute{row(0, "", 6, 100, 5, 1, 2), row(0, "http://a", 0, 100, 5, 1, 2)}},
+		// A new minute counts from the last write.
+		{70 * time.Second, snap(6, 130, 8, map[string]int64{"retryable": 1, "server-down": 2}, 1),
+			[]store.Minute{row(1, "", 3, 30, 3, 2, 1), row(1, "http://a", 0, 30, 3, 2, 1)}},
+		{110 * time.Second, snap(9, 200, 12, map[string]int64{"retryable": 1, "server-down": 2}, 0),
+			[]store.Minute{row(1, "", 7, 100, 7, 2, 0), row(1, "http://a", 0, 100, 7, 2, 0)}},
+	}
+	for _, s := range steps {
+		got := h.rows(t0.Add(s.at), s.snap, load)
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("rows at +%s (-want +got):\n%s", s.at, diff)
+		}
+	}
+}

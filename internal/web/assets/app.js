@@ -1,0 +1,334 @@
+// The regen dashboard: read-only views over the job's store. Every value
+// from the server is set with textContent, never parsed as HTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    if (c instanceof Node) td.appendChild(c); else td.textContent = c === undefined || c === null ? "" : String(c);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+  if (!r.ok) throw new Error((await r.text()) || r.statusText);
+  return r.json();
+}
+
+// The status document (schema v1, docs/status-json.md) gives every
+// duration in *_seconds too; a duration that does not exist is null.
+function fmtSecs(secs) {
+  if (secs === null || secs === undefined || secs < 0) return "-";
+  let s = Math.round(secs);
+  if (s < 1) return "<1s";
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
+}
+
+// An unknown time is null in every document regen serves.
+function fmtTime(t) {
+  return t ? new Date(t).toLocaleTimeString() : "";
+}
+
+function eventLine(e) {
+  return `${fmtTime(e.time)} ${e.kind} ${e.subject} ${e.state}${e.evidence ? ": " + e.evidence : ""}`;
+}
+
+function fmtNum(x, digits) {
+  return Number(x || 0).toFixed(digits);
+}
+
+function sampleLink(id) {
+  const a = el("a", id);
+  a.href = "#samples/" + id.split("/").map(encodeURIComponent).join("/");
+  return a;
+}
+
+// ---- status (live) ----
+
+let partitions = [];
+
+function applyStatus(doc) {
+  if (doc.error) { $("updated").textContent = "store read failed: " + doc.error; return; }
+  $("job").textContent = doc.job;
+  document.title = "regen " + doc.job + " " + doc.state;
+  const st = $("state");
+  st.textContent = doc.state;
+  st.className = "state " + doc.state;
+  $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  fill($("evidence"), (doc.evidence || []).map((e) => el("li", e)));
+  $("evidence").className = "evidence " + doc.state;
+  const hb = doc.heartbeat;
+  $("runner").textContent = hb
+    ? `runner pid ${hb.pid} on ${hb.host}, last heartbeat ${fmtSecs(Math.max(0, hb.age_seconds))} ago` +
+      (hb.started ? `, started ${new Date(hb.started).toLocaleString()}` : "") + (doc.runner_exited ? " (exited)" : "")
+    : "runner: never started";
+  const t = doc.total || {};
+  for (const k of ["total", "done", "pending", "in_flight", "rejected", "dead"]) $("total-" + k).textContent = t[k] || 0;
+  $("ingest-errors").textContent = doc.ingest_errors || 0;
+  $("rate-tokens").textContent = fmtNum(doc.rate_1m && doc.rate_1m.tokens_per_sec, 1);
+  $("rate-samples").textContent = fmtNum(doc.rate_1m && doc.rate_1m.samples_per_sec, 2);
+  // Rejected samples per quality rule, most first.
+  $("rejects").textContent = (doc.rejects || []).length
+    ? "rejected by rule: " + doc.rejects.map((r) => `${r.rule} ${r.n}`).join(", ")
+    : "";
+  // No ETA while nothing can progress: the report says why instead.
+  const eta = $("eta");
+  eta.textContent = doc.eta_seconds !== null ? fmtSecs(doc.eta_seconds) : doc.eta_note || "-";
+  eta.classList.toggle("note", doc.eta_seconds === null);
+
+  const cells = doc.cells || [];
+  fill($("cells").tBodies[0], cells.map((c) => {
+    const bar = el("span", null, "bar");
+    const fillBar = el("span");
+    const pct = c.total ? (100 * (c.done + c.rejected + c.dead)) / c.total : 0;
+    fillBar.style.width = pct.toFixed(1) + "%";
+    bar.appendChild(fillBar);
+    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, c.in_flight, c.rejected, c.dead]);
+    r.dataset.cell = c.partition + "/" + c.lane;
+    return r;
+  }));
+  const parts = [...new Set(cells.map((c) => c.partition))];
+  if (parts.join() !== partitions.join()) {
+    partitions = parts;
+    for (const sel of document.querySelectorAll("select.partitions")) {
+      const keep = sel.value;
+      sel.replaceChildren(el("option", sel.options[0].textContent), ...parts.map((p) => el("option", p)));
+      sel.options[0].value = "";
+      sel.value = keep;
+    }
+  }
+
+  fill($("endpoints").tBodies[0], (doc.endpoints || []).map((e) => {
+    const l = e.load;
+    // A figure the engine does not report is null, and so is a stale load.
+    const g = (v, pct) => (v === null || v === undefined ? "-" : pct ? (100 * v).toFixed(1) + "%" : fmtNum(v, 0));
+    const s = el("span", e.state, "state " + e.state);
+    const pool = e.kv_tokens ? `${fmtNum(e.kv_tokens, 0)} (${e.kv_tokens_source})` : "-";
+    return row([e.url, s, fmtTime(e.since), e.in_flight, e.limit || "-", g(l && l.kv_usage, true), g(l && l.queued), g(l && l.running),
+      pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
+  }));
+  // Workers sharing the job (a PostgreSQL store); hidden for one runner.
+  const ws = doc.workers || [];
+  $("workers-box").hidden = ws.length < 2;
+  $("workers-title").textContent = `Workers: ${ws.filter((w) => w.live).length} live of ${ws.length}`;
+  fill($("workers").tBodies[0], ws.map((w) => row([w.host, w.pid, el("span", w.state, "state " + w.state),
+    fmtSecs(Math.max(0, w.heartbeat_age_seconds)) + " ago", w.done, fmtNum(w.samples_per_sec, 2), w.in_flight,
+    (w.lanes || []).length ? w.lanes.join(", ") : "all",
+    (w.endpoints || []).map((e) => `${e.url} ${e.state}` + (e.cause ? ` (${e.cause})` : "")).join("; "),
+    (w.evidence || []).join("; ")])));
+  fill($("last-events"), (doc.events || []).map((e) => el("li", eventLine(e))));
+  fill($("last-errors"), (doc.last_errors || []).map((e) => {
+    const li = el("li");
+    li.append(sampleLink(e.id), ` [${e.state}] ${e.reason}`);
+    return li;
+  }));
+  document.body.dataset.statusAt = String(Date.now());
+}
+
+function startStream() {
+  const es = new EventSource("/api/stream");
+  es.addEventListener("status", (ev) => applyStatus(JSON.parse(ev.data)));
+  es.onerror = () => { $("updated").textContent = "connection lost; retrying"; };
+}
+
+// ---- charts ----
+
+const charts = {};
+
+function chart(id, opts, data) {
+  const box = $(id);
+  const width = Math.max(300, box.clientWidth - 12);
+  if (charts[id] && charts[id].series.length === opts.series.length) {
+    charts[id].setData(data);
+    return;
+  }
+  if (charts[id]) charts[id].destroy();
+  opts.width = width;
+  opts.height = 220;
+  charts[id] = new uPlot(opts, data, box);
+}
+
+const palette = ["#2f7bd9", "#e0742b", "#1f8a4c", "#9b4dca", "#c9302c", "#5b6477"];
+
+async function loadHistory() {
+  const h = await getJSON("/api/history?window=" + $("window").value);
+  chart("chart-throughput", {
+    series: [{}, { label: "tokens/s", stroke: palette[0], width: 2, scale: "tok" },
+      { label: "requests/s", stroke: palette[1], width: 2, scale: "req" },
+      { label: "samples/s", stroke: palette[2], width: 2, scale: "req" }],
+    axes: [{}, { scale: "tok", label: "tokens/s" }, { scale: "req", side: 1, label: "per s", grid: { show: false } }],
+  }, [h.times, h.tokens_per_sec, h.requests_per_sec, h.samples_per_sec]);
+  const series = [{}];
+  const data = [h.times];
+  (h.endpoints || []).forEach((e, i) => {
+    series.push({ label: "KV usage % " + e.url, stroke: palette[i % palette.length], width: 2, scale: "%" });
+    data.push(e.kv_usage.map((v) => (v === null ? null : 100 * v)));
+    series.push({ label: "queued " + e.url, stroke: palette[i % palette.length], dash: [6, 4], width: 1, scale: "n" });
+    data.push(e.queued);
+    series.push({ label: "in flight " + e.url, stroke: palette[(i + 3) % palette.length], width: 1, scale: "n" });
+    data.push(e.in_flight);
+  });
+  if (series.length === 1) {
+    series.push({ label: "no endpoint history yet", stroke: palette[5], scale: "%" });
+    data.push(h.times.map(() => null));
+  }
+  chart("chart-load", {
+    series,
+    scales: { "%": { range: [0, 100] } },
+    axes: [{}, { scale: "%", label: "KV usage %" }, { scale: "n", side: 1, label: "requests", grid: { show: false } }],
+  }, data);
+  document.body.dataset.historyAt = String(Date.now());
+}
+
+// ---- events ----
+
+async function loadEvents() {
+  const evs = await getJSON("/api/events?limit=500");
+  const kind = $("event-kind").value;
+  const kinds = [...new Set(evs.map((e) => e.kind))].sort();
+  $("event-kind").replaceChildren(el("option", "all kinds"), ...kinds.map((k) => el("option", k)));
+  $("event-kind").options[0].value = "";
+  $("event-kind").value = kind;
+  fill($("events").tBodies[0], evs.filter((e) => !kind || e.kind === kind)
+    .map((e) => row([e.time ? new Date(e.time).toLocaleString() : "", e.kind, e.subject, e.state, e.evidence])));
+}
+
+// ---- paged sample listings ----
+
+function pager(name, query, render) {
+  const stack = [""];
+  async function show() {
+    const q = new URLSearchParams(query());
+    q.set("after", stack[stack.length - 1]);
+    q.set("limit", "50");
+    const page = await getJSON("/api/samples?" + q);
+    fill($(name).tBodies[0], page.rows.map(render));
+    $(name + "-next").disabled = !page.next;
+    $(name + "-next").dataset.next = page.next || "";
+    $(name + "-first").disabled = stack.length === 1;
+  }
+  $(name + "-next").onclick = () => { stack.push($(name + "-next").dataset.next); show(); };
+  $(name + "-first").onclick = () => { stack.length = 1; show(); };
+  return { show, reset: () => { stack.length = 1; return show(); } };
+}
+
+const failed = pager("failed", () => ({ state: $("failed-state").value, partition: $("failed-partition").value }),
+  (r) => row([sampleLink(r.id), r.partition, r.lane, r.attempts, r.rule || "", r.reason, r.origin]));
+
+const sampleList = pager("samples", () => ({ state: $("samples-state").value, partition: $("samples-partition").value }),
+  (r) => {
+    const tr = row([sampleLink(r.id), r.partition, r.lane, r.state, r.attempts, r.completion_tokens || "", r.endpoint || "", fmtTime(r.finished_at)]);
+    return tr;
+  });
+
+async function loadBadRows() {
+  const b = await getJSON("/api/ingest-errors");
+  $("bad-count").textContent = b.count;
+  fill($("bad-rows").tBodies[0], b.first.map((e) => row([e.partition, e.origin, e.field, e.reason])));
+}
+
+// ---- one sample ----
+
+function text(v) {
+  if (v === undefined || v === null || v === "") return "";
+  return typeof v === "string" ? v : JSON.stringify(v, null, 2);
+}
+
+async function showSample(id) {
+  $("sample-error").textContent = "";
+  $("lookup-id").value = id;
+  let s;
+  try {
+    s = await getJSON("/api/samples/" + id.split("/").map(encodeURIComponent).join("/"));
+  } catch (e) {
+    $("sample").hidden = true;
+    $("sample-error").textContent = e.message;
+    return;
+  }
+  $("sample").hidden = false;
+  $("sample-id").textContent = s.id;
+  const resp = s.response || {};
+  const prior = s.prior || [];
+  const req = s.request || {};
+  const planned = 1 + (req.turns || []).length;
+  // A sample is at the turn after its earlier answers (its last answer's).
+  const meta = [["state", s.state], ["partition", s.partition], ["lane", s.lane], ["attempts", s.attempts], ["origin", s.origin],
+    ["turn", planned > 1 ? `${prior.length + 1} of ${planned}` : ""],
+    ["rule", s.rule], ["reason", s.reason], ["finish reason", s.finish_reason], ["ended early", s.end_reason],
+    ["endpoint", s.endpoint || resp.endpoint], ["reasoning tokens", s.reasoning_tokens],
+    ["duration", s.duration_ms ? s.duration_ms + " ms" : ""], ["time to first token", s.ttft_ms ? s.ttft_ms + " ms" : ""],
+    ["finished", s.finished_at ? new Date(s.finished_at).toLocaleString() : ""]];
+  fill($("sample-meta"), meta.filter((m) => m[1] !== undefined && m[1] !== "").map((m) => row(m)));
+  const msg = (role, m) => {
+    const d = el("div", null, "msg");
+    d.append(el("span", role, "role"), text(m.content), m.tool_calls ? "\n" + text(m.tool_calls) : "");
+    return d;
+  };
+  const msgs = (req.messages || []).map((m) => msg(m.role, m));
+  // Each earlier turn: the model's own stored answer, then the dataset's
+  // input of the next turn, as the next request was built.
+  prior.forEach((p, i) => {
+    const a = p.response || {};
+    msgs.push(msg(`assistant, turn ${p.turn + 1} (regenerated)`, a));
+    for (const m of ((req.turns || [])[i] || {}).input || []) msgs.push(msg(m.role, m));
+  });
+  if (req.tools) { const d = el("div", null, "msg"); d.append(el("span", "tools", "role"), text(req.tools)); msgs.push(d); }
+  $("sample-prompt").replaceChildren(...msgs);
+  $("sample-reasoning").textContent = text(resp.reasoning_content) || "(none)";
+  $("sample-response").textContent = text(resp.content) || "(none)";
+  $("sample-tools").textContent = text(resp.tool_calls) || "(none)";
+  $("sample-usage").textContent = text(resp.usage) || "(none)";
+  document.body.dataset.sampleShown = s.id;
+}
+
+// ---- routing ----
+
+function route() {
+  const hash = location.hash.slice(1) || "overview";
+  const [page, ...rest] = hash.split("/");
+  for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
+  for (const a of document.querySelectorAll("nav a[data-page]")) a.classList.toggle("active", a.dataset.page === page);
+  if (page === "overview") loadHistory().catch(showError);
+  if (page === "events") loadEvents().catch(showError);
+  if (page === "failed") { failed.reset().catch(showError); loadBadRows().catch(showError); }
+  if (page === "samples") {
+    sampleList.reset().catch(showError);
+    if (rest.length) showSample(rest.map(decodeURIComponent).join("/"));
+  }
+}
+
+function showError(e) { $("updated").textContent = "error: " + e.message; }
+
+$("lookup").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const id = $("lookup-id").value.trim();
+  if (id) location.hash = "samples/" + id.split("/").map(encodeURIComponent).join("/");
+});
+$("window").onchange = () => loadHistory().catch(showError);
+$("event-kind").onchange = () => loadEvents().catch(showError);
+$("failed-state").onchange = $("failed-partition").onchange = () => failed.reset().catch(showError);
+$("samples-state").onchange = $("samples-partition").onchange = () => sampleList.reset().catch(showError);
+window.addEventListener("hashchange", route);
+window.addEventListener("resize", () => { for (const k in charts) charts[k].setSize({ width: Math.max(300, $(k).clientWidth - 12), height: 220 }); });
+
+startStream();
+route();
+setInterval(() => { if (!$("page-overview").hidden) loadHistory().catch(showError); }, 15000);
