@@ -75,7 +75,7 @@ type runState struct {
 	shared  bool // several workers may run the job at once
 	disp    *dispatch.Dispatcher
 	fleet   fleet
-	hist    *history   // per-minute rows for the views
+	hist    *history // per-minute rows for the views
 	alerter *monitor.Alerter
 	health  storeHealth
 	rate    rateWindow
