@@ -194,11 +194,10 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 		return nil
 	}
 	ld := &e.load
-	high, stayed := 0, 1.0
+	high := 0
 	for _, kv := range ld.kvRecent {
 		if kv >= crashKV {
 			high++
-			stayed = min(stayed, kv)
 		}
 	}
 	if high < 2 {
@@ -214,7 +213,7 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 				Action: limit.Hold, Reason: fmt.Sprintf("crash under pressure (%s); the lane's limit is fixed (concurrency: auto would lower it)", why)}})
 			continue
 		}
-		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, max(el.peak, el.inflight), stayed, why)})
+		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, max(el.peak, el.inflight), why)})
 	}
 	return out
 }

@@ -79,10 +79,8 @@
 //
 // Crashed records a CUDA out-of-memory crash that followed high KV usage:
 // the ceiling drops to 0.75 of what the lane had in flight (or its limit,
-// if lower) and, from then on, KV usage 0.03 below the level it stayed at
-// before the crash (0.94 after a crash at 0.97; never below 0.8) backs off
-// at once, so the server's usage is not left pinned where it crashed. A
-// second such crash lowers the ceiling again. Rescale follows a server
+// if lower) and, from then on, KV usage at or above 0.9 backs off at once.
+// A second such crash lowers the ceiling again. Rescale follows a server
 // restarted with another KV pool. Bounds (min, max, initial) come from the
 // job file.
 package limit

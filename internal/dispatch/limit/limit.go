@@ -103,12 +103,10 @@ type Params struct {
 	Plateau     float64
 	PlateauHold int
 	// After a crash under pressure: the ceiling is CrashCeiling times the
-	// lane's limit (or use, when lower) at the crash; KV usage CrashKVMargin
-	// below the level it stayed at before the crash (never below
-	// CrashKVFloor) then backs off at once.
-	CrashCeiling  float64
-	CrashKVMargin float64
-	CrashKVFloor  float64
+	// lane's limit (or use, when lower) at the crash; KV usage above
+	// CrashKV then backs off at once.
+	CrashCeiling float64
+	CrashKV      float64
 }
 
 // slowStartGain multiplies the limit per probe in slow start.
@@ -124,7 +122,7 @@ var DefaultParams = Params{
 	BackOff:   0.8, Cooldown: 2,
 	Growth: 0.05, EmptyGrowth: 0.25, FastGrowth: 0.5, RoomKV: 0.7,
 	Plateau: 0.2, PlateauHold: 12,
-	CrashCeiling: 0.75, CrashKVMargin: 0.03, CrashKVFloor: 0.8,
+	CrashCeiling: 0.75, CrashKV: 0.9,
 }
 
 // Controller is the adaptive limit of one lane on one endpoint. It is a
@@ -369,11 +367,10 @@ func (c *Controller) backOff(why string) (Action, string) {
 
 // Crashed records that the endpoint crashed under pressure (an out-of-memory
 // crash after KV usage stayed high): the ceiling drops to CrashCeiling times
-// the lane's limit or its recent use, whichever is lower, and from now on KV
-// usage a margin below kvStayed, the level it stayed at before the crash,
-// backs off at once. inFlight is the lane's peak in the last interval before
-// the crash; why is the evidence.
-func (c *Controller) Crashed(now time.Time, inFlight int, kvStayed float64, why string) Decision {
+// the lane's limit or its recent use, whichever is lower, and KV usage above
+// CrashKV backs off at once from now on. inFlight is the lane's peak in the
+// last interval before the crash; why is the evidence.
+func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 	from := c.Limit()
 	base := c.limit
 	if inFlight > 0 {
@@ -382,7 +379,7 @@ func (c *Controller) Crashed(now time.Time, inFlight int, kvStayed float64, why 
 	c.crashes++
 	c.ceil = math.Max(math.Floor(c.p.CrashCeiling*base), float64(c.b.Min))
 	c.limit = c.clamp(c.limit)
-	c.kvHigh = math.Min(c.kvHigh, math.Max(kvStayed-c.p.CrashKVMargin, c.p.CrashKVFloor))
+	c.kvHigh = math.Min(c.kvHigh, c.p.CrashKV)
 	c.pinN = 1
 	c.slowStart = false
 	c.cooldown = c.p.Cooldown

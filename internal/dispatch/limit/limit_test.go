@@ -240,9 +240,9 @@ func TestCrashedLowersTheCeiling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := steady(t)
 		time.Sleep(step)
-		d := c.Crashed(time.Now(), 80, 0.97, "cuda_oom with KV usage 0.97, 0.99")
+		d := c.Crashed(time.Now(), 80, "cuda_oom with KV usage 0.97, 0.99")
 		if d.Action != Ceiling || d.From != 100 || d.To != 60 || c.Ceiling() != 60 ||
-			!strings.Contains(d.Reason, "crash 1 under pressure (cuda_oom with KV usage 0.97, 0.99): ceiling 60, back off above KV usage 0.94") {
+			!strings.Contains(d.Reason, "crash 1 under pressure (cuda_oom with KV usage 0.97, 0.99): ceiling 60, back off above KV usage 0.90") {
 			t.Fatalf("crash with 80 in flight at limit 100: %v (ceiling %d), want ceiling 60 = 0.75 x 80", d, c.Ceiling())
 		}
 		limits := run(c, toyServer{slots: 500}, 20) // all the room in the world
@@ -252,18 +252,13 @@ func TestCrashedLowersTheCeiling(t *testing.T) {
 			}
 		}
 		time.Sleep(step)
-		d = c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued, s.KVUsage = c.Limit(), c.Limit(), 0, 0.93 }))
-		if d.Action == BackOff {
-			t.Errorf("KV 0.93 after a crash at 0.97: %v, want no back-off (below 0.94)", d)
-		}
-		time.Sleep(step)
-		d = c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued, s.KVUsage = c.Limit(), c.Limit(), 0, 0.95 }))
-		if d.Action != BackOff || !strings.Contains(d.Reason, "KV usage at or above 0.94 for 1 samples") {
-			t.Errorf("KV 0.95 after the crash: %v, want an immediate back-off", d)
+		d = c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued, s.KVUsage = c.Limit(), c.Limit(), 0, 0.91 }))
+		if d.Action != BackOff || !strings.Contains(d.Reason, "KV usage at or above 0.90 for 1 samples") {
+			t.Errorf("KV 0.91 after the crash: %v, want an immediate back-off", d)
 		}
 		// A second crash lowers it again.
 		time.Sleep(step)
-		if d := c.Crashed(time.Now(), 40, 0.5, "cuda_oom"); c.Ceiling() != int(0.75*float64(min(40, d.From))) || !strings.Contains(d.Reason, "back off above KV usage 0.80") {
+		if d := c.Crashed(time.Now(), 40, "cuda_oom"); c.Ceiling() != int(0.75*float64(min(40, d.From))) {
 			t.Errorf("second crash: %v, ceiling %d", d, c.Ceiling())
 		}
 	})
