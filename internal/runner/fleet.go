@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/probe"
@@ -122,6 +124,32 @@ func (b *statusBoard) SetObserver(f func(string, probe.Snapshot)) {
 	b.mu.Lock()
 	b.observer = f
 	b.mu.Unlock()
+}
+
+// scrapeLoop reads the metrics of the server at url every period until ctx
+// ends and hands each good read to the observer. It runs apart from the
+// health probes: SGLang's /health (and the simulator's) runs a one-token
+// generation that waits in the server's queue, a second or more under load,
+// and the adaptive limits need the load exactly then.
+func (b *statusBoard) scrapeLoop(ctx context.Context, client *http.Client, url string, d engine.Dialect, every time.Duration) {
+	if d.MetricsPath == "" {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		at := time.Now()
+		m, err := probe.Metrics(ctx, client, url, d)
+		if ctx.Err() != nil {
+			return
+		}
+		b.observe(probe.Snapshot{URL: url, Time: at, Metrics: m, MetricsErr: err})
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // observe passes a probe with metrics to the observer.

@@ -53,15 +53,18 @@ func (r *runState) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
 	}
 }
 
-// loadFreshFor is how many probe intervals a server's load stays current:
-// a server that stopped answering its probes (down, restarting) shows no
-// load rather than the last one as if it were now.
-const loadFreshFor = 3
+// A server's load stays current for loadFreshFor probe intervals, and at
+// least loadFreshMin: a server that stopped answering (down, restarting)
+// shows no load rather than its last one as if it were now.
+const (
+	loadFreshFor = 3
+	loadFreshMin = 10 * time.Second
+)
 
-// freshLoad is e's last probe of its server's load, nil when there is none
-// younger than loadFreshFor probe intervals at now.
+// freshLoad is e's last read of its server's load, nil when there is none
+// still current at now.
 func freshLoad(e dispatch.EndpointStats, now time.Time, probeEvery time.Duration) *dispatch.ServerLoad {
-	if e.Load == nil || now.Sub(e.Load.At) > loadFreshFor*probeEvery {
+	if e.Load == nil || now.Sub(e.Load.At) > max(loadFreshFor*probeEvery, loadFreshMin) {
 		return nil
 	}
 	return e.Load

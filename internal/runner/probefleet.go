@@ -53,11 +53,8 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 func (f *probeFleet) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, url := range f.URLs() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.watch(ctx, url)
-		}()
+		wg.Go(func() { f.watch(ctx, url) })
+		wg.Go(func() { f.scrapeLoop(ctx, f.client, url, f.engines[url], f.every) })
 	}
 	wg.Wait()
 	return nil
@@ -78,8 +75,6 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 		if ctx.Err() != nil {
 			return
 		}
-		snap.URL = url // as the job names it, not as the probe normalised it
-		f.observe(snap)
 		inFlight, last := f.progressOf(url)
 		switch {
 		case !snap.Healthy():

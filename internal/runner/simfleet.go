@@ -14,7 +14,6 @@ import (
 	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/probe"
 	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/supervise"
 )
@@ -150,26 +149,13 @@ func (f *simFleet) crashed(code int, when string) failure {
 	return failure{state: monitor.Down, cause: exit}
 }
 
-// probeLoop probes the simulator every f.every, as the supervisor probes a
-// launched server, and hands the metrics to the observer.
+// probeLoop reads the simulator's metrics every f.every, as the runner
+// reads a launched server's, for the observer.
 func (f *simFleet) probeLoop(ctx context.Context) {
 	d, _ := engine.Lookup(engine.Sim)
 	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer client.CloseIdleConnections()
-	t := time.NewTicker(f.every)
-	defer t.Stop()
-	for {
-		snap := probe.Probe(ctx, client, f.url, d)
-		if ctx.Err() != nil {
-			return
-		}
-		f.observe(snap)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	f.scrapeLoop(ctx, client, f.url, d, f.every)
 }
 
 // down reports the failure and waits out the backoff, or fails the fleet.

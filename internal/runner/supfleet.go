@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"time"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/probe"
 	"github.com/regen-dev/regen/internal/supervise"
 )
 
@@ -19,13 +20,20 @@ type supervisedFleet struct {
 	*statusBoard
 	sup *supervise.Supervisor
 	log *slog.Logger
+	// What the metrics of the server are read with, and how often.
+	dialect engine.Dialect
+	every   time.Duration
 	// events carries the supervisor's state changes to Run's goroutine, which
 	// owns the context used for store writes and alerts.
 	ctx context.Context
 }
 
 func newSupervisedFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (*supervisedFleet, error) {
-	f := &supervisedFleet{log: log}
+	f := &supervisedFleet{log: log, every: spec.Monitor.ProbeEvery}
+	if f.every <= 0 {
+		f.every = job.DefaultProbeEvery
+	}
+	f.dialect, _ = engine.Lookup(spec.Server.Engine)
 	sup, err := supervise.New(supervise.Config{
 		Server:  *spec.Server,
 		Model:   spec.Model,
@@ -34,10 +42,6 @@ func newSupervisedFleet(spec *job.Spec, logDir string, log *slog.Logger, onState
 		OnState: f.onState,
 		Progress: func() (int, time.Time) {
 			return f.progressOf(f.sup.URL())
-		},
-		OnProbe: func(snap probe.Snapshot) {
-			snap.URL = f.sup.URL()
-			f.observe(snap)
 		},
 		ProbeEvery: spec.Monitor.ProbeEvery,
 	})
@@ -60,7 +64,17 @@ func (f *supervisedFleet) onState(st supervise.Status) {
 
 func (f *supervisedFleet) Run(ctx context.Context) error {
 	f.ctx = context.WithoutCancel(ctx)
+	scrapeCtx, stopScrapes := context.WithCancel(ctx)
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		client := &http.Client{}
+		defer client.CloseIdleConnections()
+		f.scrapeLoop(scrapeCtx, client, f.sup.URL(), f.dialect, f.every)
+	}()
 	err := f.sup.Run(ctx)
+	stopScrapes()
+	<-scraped
 	var failed *supervise.FailedError
 	if errors.As(err, &failed) {
 		// The restart count goes first: it says why regen gave up.
