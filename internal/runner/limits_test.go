@@ -18,7 +18,7 @@ import (
 func TestAutoCrashLowersCeiling(t *testing.T) {
 	const n = 60
 	sim := fastSim(map[string]any{"speed": 20, "kv_tokens": 20000, "output_mean": 2000, "output_sigma": 0.3,
-		"crash_kv_above": 0.9, "crash_kv_for": "4s", "crash_error": "oom"})
+		"crash_kv_above": 0.9, "crash_kv_for": "8s", "crash_error": "oom"})
 	spec := newJob(t, "auto.yaml.tmpl", n, jobParams{Concurrency: 16, Hang: "5s", RestartMax: 10, Sim: sim})
 	st := openStore(t, spec)
 	sum, err := startRun(t, spec, st, false).wait(t, 120*time.Second)
