@@ -79,7 +79,8 @@
 //
 // Crashed records a CUDA out-of-memory crash that followed high KV usage:
 // the ceiling drops to 0.75 of what the lane had in flight (or its limit,
-// if lower) and, from then on, KV usage at or above 0.9 backs off at once.
+// if lower; never below the lane's starting limit, at most 4: a lane with
+// fewer in flight did not fill the server) and, from then on, KV usage at or above 0.9 backs off at once.
 // A second such crash lowers the ceiling again. Rescale follows a server
 // restarted with another KV pool. Bounds (min, max, initial) come from the
 // job file.

@@ -377,7 +377,7 @@ func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 		base = math.Min(base, float64(inFlight))
 	}
 	c.crashes++
-	c.ceil = math.Max(math.Floor(c.p.CrashCeiling*base), float64(c.b.Min))
+	c.ceil = math.Max(math.Floor(c.p.CrashCeiling*base), c.crashFloor())
 	c.limit = c.clamp(c.limit)
 	c.kvHigh = math.Min(c.kvHigh, c.p.CrashKV)
 	c.pinN = 1
@@ -386,6 +386,18 @@ func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 	return c.record(Decision{Time: now, From: from, To: c.Limit(), Action: Ceiling,
 		Reason: fmt.Sprintf("crash %d under pressure (%s): ceiling %d, back off above KV usage %.2f", c.crashes, why, c.Ceiling(), c.kvHigh)})
 }
+
+// crashFloor is the lowest ceiling a crash sets: the lane's starting limit
+// (at most crashFloorMax) or its minimum, if higher. A lane with fewer
+// requests in flight than that when the server crashed (a long lane of a
+// few escalations beside a busy short one) did not fill the server, and a
+// ceiling of one or two would run its work one request at a time.
+func (c *Controller) crashFloor() float64 {
+	return math.Max(float64(c.b.Min), math.Min(float64(c.b.Initial), crashFloorMax))
+}
+
+// crashFloorMax caps crashFloor for a lane started high.
+const crashFloorMax = 4
 
 // Rescale follows a change of the endpoint's KV pool (a server restarted
 // with another size): the limit and ceiling scale with it.

@@ -264,6 +264,29 @@ func TestCrashedLowersTheCeiling(t *testing.T) {
 	})
 }
 
+// A lane with one request in flight when the server crashed (a long lane
+// of a few escalations beside a full short lane) keeps room for its
+// starting limit: a ceiling of 1 would run its work one at a time.
+func TestCrashedKeepsTheStartingLimit(t *testing.T) {
+	for _, tc := range []struct {
+		b        Bounds
+		inFlight int
+		want     int
+	}{
+		{Bounds{Min: 1, Initial: 4}, 1, 4},
+		{Bounds{Min: 1, Initial: 100}, 1, 4}, // at most 4
+		{Bounds{Min: 1, Initial: 2}, 1, 2},
+		{Bounds{Min: 6, Initial: 4}, 1, 6}, // the lane's min, if higher
+		{Bounds{Min: 1, Initial: 4}, 40, 30},
+	} {
+		c := New(tc.b, DefaultParams, time.Unix(0, 0))
+		c.limit = 50
+		if c.Crashed(time.Unix(5, 0), tc.inFlight, "cuda_oom"); c.Ceiling() != tc.want {
+			t.Errorf("%+v, %d in flight at the crash: ceiling %d, want %d", tc.b, tc.inFlight, c.Ceiling(), tc.want)
+		}
+	}
+}
+
 func TestRescale(t *testing.T) {
 	c := New(Bounds{Min: 1, Initial: 120}, DefaultParams, time.Unix(0, 0))
 	d := c.Rescale(time.Unix(5, 0), 231120, 115560)
