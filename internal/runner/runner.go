@@ -349,7 +349,11 @@ func (r *runState) beatEvery(ctx context.Context, every time.Duration) (stop fun
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tickUntil(ctx, every, func() { r.beat(ctx, false, "") })
+		// stop ends the loop, never a write in progress: a statement
+		// cancelled on the client may still commit on a PostgreSQL server,
+		// after the final heartbeat, and make a finished worker look dead.
+		write := context.WithoutCancel(ctx)
+		tickUntil(ctx, every, func() { r.beat(write, false, "") })
 	}()
 	return func() { cancel(); <-done }
 }
@@ -752,13 +756,16 @@ const watchEvery = 250 * time.Millisecond
 // when a state changes, so `regen status` and the view learn of a server
 // that went down within a fraction of a second, not at the next tick.
 func (r *runState) heartbeatLoop(ctx context.Context) {
+	// Ending the loop must not cancel a heartbeat being written (see
+	// beatEvery): the final one comes after it.
+	write := context.WithoutCancel(ctx)
 	step := func() {
 		l, _ := r.live(ctx)
 		s, ev := monitor.Evaluate(l)
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}
-		r.writeBeat(ctx, false, "", &l)
+		r.writeBeat(write, false, "", &l)
 		r.recordHistory(ctx, l.Now)
 		if r.shared && l.StoreDown == "" {
 			if err := r.rescueDead(ctx, false); err != nil {
