@@ -15,13 +15,17 @@ import (
 // at the probes is a crash under pressure, so the lane's ceiling drops
 // below the load that crashed, the event says so, the job still finishes
 // every sample exactly once, and status shows the limit and why it moved.
+// The lane starts at 48, far above the 9 requests that fill the pool, so
+// the first crash comes before the controller can prevent it; speed 10
+// leaves a runner slowed by the race detector time to probe the pressure
+// before each crash, and the restart budget room for a few crashes.
 func TestAutoCrashLowersCeiling(t *testing.T) {
 	const n = 60
-	sim := fastSim(map[string]any{"speed": 20, "kv_tokens": 20000, "output_mean": 2000, "output_sigma": 0.3,
+	sim := fastSim(map[string]any{"speed": 10, "kv_tokens": 20000, "output_mean": 2000, "output_sigma": 0.3,
 		"crash_kv_above": 0.9, "crash_kv_for": "8s", "crash_error": "oom"})
-	spec := newJob(t, "auto.yaml.tmpl", n, jobParams{Concurrency: 16, Hang: "5s", RestartMax: 10, Sim: sim})
+	spec := newJob(t, "auto.yaml.tmpl", n, jobParams{Concurrency: 48, Hang: "5s", RestartMax: 20, Sim: sim})
 	st := openStore(t, spec)
-	sum, err := startRun(t, spec, st, false).wait(t, 120*time.Second)
+	sum, err := startRun(t, spec, st, false).wait(t, 180*time.Second)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
