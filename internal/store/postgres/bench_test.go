@@ -69,7 +69,7 @@ func BenchmarkIngest(b *testing.B) {
 			}
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage"}, []string{"id", "partition", "lane", "body", "prompt_tokens", "origin_file", "origin_pos"},
 				pgx.CopyFromSlice(len(batch), func(i int) ([]any, error) {
-					_, pos := splitOrigin(batch[i].Origin)
+					_, pos := store.SplitOrigin(batch[i].Origin)
 					return []any{batch[i].ID, batch[i].Partition, batch[i].Lane, batch[i].Body, int32(batch[i].PromptTokens), files[i], pos}, nil
 				})); err != nil {
 				b.Fatal(err)

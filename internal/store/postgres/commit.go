@@ -3,36 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regen-dev/regen/internal/store"
 )
-
-// opKind is a lease transition the group committer runs.
-type opKind uint8
-
-const (
-	opFinish   opKind = iota // done or rejected, with the result of the current turn
-	opTurn                   // the current turn's answer stored, pending at the next turn
-	opRetry                  // pending again after notBefore, one attempt spent
-	opDead                   // dead with a reason, one attempt spent
-	opEscalate               // pending in another lane, no attempt spent
-)
-
-// transition is one queued request; text is the reject evidence, the next
-// turn's lane, the retry's last error, the dead-letter reason or the target
-// lane; rule is a reject's quality rule.
-type transition struct {
-	kind      opKind
-	id, owner string
-	state     int16 // opFinish: stateDone or stateRejected
-	result    store.Result
-	text      string
-	rule      string
-	notBefore time.Time
-}
 
 // finishSQL finishes a whole batch in one statement: the UPDATE, guarded by
 // lease and turn, returns the samples still held at the result's turn; only
@@ -105,7 +80,7 @@ var (
 // commitBatch commits a batch in one transaction. A server-side error about
 // one request's data fails the whole transaction, so then every request is
 // retried in a transaction of its own and only the bad one fails.
-func (s *Store) commitBatch(ctx context.Context, batch []transition) []error {
+func (s *Store) commitBatch(ctx context.Context, batch []store.Transition) []error {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	errs := make([]error, len(batch))
@@ -132,7 +107,7 @@ func (s *Store) commitBatch(ctx context.Context, batch []transition) []error {
 // for each request whose lease is gone. A non-nil return means nothing was
 // committed. The whole transaction, BEGIN to COMMIT, is one pipelined round
 // trip.
-func (s *Store) commitTx(ctx context.Context, batch []transition, errs []error) error {
+func (s *Store) commitTx(ctx context.Context, batch []store.Transition, errs []error) error {
 	clear(errs) // outcomes of an earlier, failed attempt do not carry over
 	now := ns(s.now())
 	b := &pgx.Batch{}
@@ -173,7 +148,7 @@ func (s *Store) commitTx(ctx context.Context, batch []transition, errs []error) 
 }
 
 // readCommit reads the results of commitTx's batch in order.
-func readCommit(res pgx.BatchResults, batch []transition, rounds []queuedRound, errs []error) error {
+func readCommit(res pgx.BatchResults, batch []store.Transition, rounds []queuedRound, errs []error) error {
 	for range 2 { // BEGIN, SET LOCAL
 		if _, err := res.Exec(); err != nil {
 			return err
@@ -196,14 +171,14 @@ func readCommit(res pgx.BatchResults, batch []transition, rounds []queuedRound, 
 
 // splitUnique keeps the first request of each sample id in round and
 // defers the rest.
-func splitUnique(batch []transition, idx []int) (round, later []int) {
+func splitUnique(batch []store.Transition, idx []int) (round, later []int) {
 	seen := make(map[string]bool, len(idx))
 	for _, i := range idx {
-		if seen[batch[i].id] {
+		if seen[batch[i].ID] {
 			later = append(later, i)
 			continue
 		}
-		seen[batch[i].id] = true
+		seen[batch[i].ID] = true
 		round = append(round, i)
 	}
 	return round, later
@@ -216,26 +191,26 @@ type queuedRound struct {
 	finish []int // requests in the finish statement (queued after single)
 }
 
-func queueRound(b *pgx.Batch, batch []transition, round []int, now int64) queuedRound {
+func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) queuedRound {
 	var q queuedRound
 	for _, i := range round {
 		t := batch[i]
-		switch t.kind {
-		case opFinish:
+		switch t.Op {
+		case store.OpFinish:
 			q.finish = append(q.finish, i)
-		case opTurn:
-			r := t.result
-			b.Queue(turnSQL, t.id, t.owner, int32(r.Turn), nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens),
-				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.text)
+		case store.OpTurn:
+			r := t.Result
+			b.Queue(turnSQL, t.ID, t.Owner, int32(r.Turn), nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens),
+				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.Text)
 			q.single = append(q.single, i)
-		case opRetry:
-			b.Queue(retrySQL, ns(t.notBefore), text(t.text), now, t.id, t.owner)
+		case store.OpRetry:
+			b.Queue(retrySQL, ns(t.NotBefore), text(t.Text), now, t.ID, t.Owner)
 			q.single = append(q.single, i)
-		case opDead:
-			b.Queue(deadSQL, text(t.text), now, t.id, t.owner)
+		case store.OpDead:
+			b.Queue(deadSQL, text(t.Text), now, t.ID, t.Owner)
 			q.single = append(q.single, i)
-		case opEscalate:
-			b.Queue(escalateSQL, t.text, t.id, t.owner)
+		case store.OpEscalate:
+			b.Queue(escalateSQL, t.Text, t.ID, t.Owner)
 			q.single = append(q.single, i)
 		}
 	}
@@ -250,11 +225,11 @@ func queueRound(b *pgx.Batch, batch []transition, round []int, now int64) queued
 		)
 		for k, i := range q.finish {
 			t := batch[i]
-			r := t.result
-			ids[k], owners[k], states[k] = t.id, t.owner, t.state
+			r := t.Result
+			ids[k], owners[k], states[k] = t.ID, t.Owner, stateCode(t.State)
 			responses[k], finishes[k], pts[k], cts[k] = nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens), int32(r.CompletionTokens)
-			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.text)
-			rules[k], turns[k], rts[k], endReasons[k] = text(t.rule), int32(r.Turn), int32(r.ReasoningTokens), text(r.EndReason)
+			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.Text)
+			rules[k], turns[k], rts[k], endReasons[k] = text(t.Rule), int32(r.Turn), int32(r.ReasoningTokens), text(r.EndReason)
 		}
 		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, rules, turns, rts, endReasons, now)
 	}
@@ -262,9 +237,9 @@ func queueRound(b *pgx.Batch, batch []transition, round []int, now int64) queued
 }
 
 // read takes the round's results off res, marking lost leases in errs.
-func (q queuedRound) read(res pgx.BatchResults, batch []transition, errs []error) error {
+func (q queuedRound) read(res pgx.BatchResults, batch []store.Transition, errs []error) error {
 	for _, i := range q.single {
-		if batch[i].kind == opTurn {
+		if batch[i].Op == store.OpTurn {
 			rows, err := res.Query()
 			if err != nil {
 				return err
@@ -304,7 +279,7 @@ func (q queuedRound) read(res pgx.BatchResults, batch []transition, errs []error
 		byID[o.id] = o.outcome
 	}
 	for _, i := range q.finish {
-		o, ok := byID[batch[i].id]
+		o, ok := byID[batch[i].ID]
 		if !ok {
 			errs[i] = store.ErrNotLeased
 			continue

@@ -45,12 +45,12 @@ type Options struct {
 
 // Store is the PostgreSQL implementation of store.Store.
 type Store struct {
-	pool     *pgxpool.Pool
-	connCfg  *pgx.ConnConfig // for lock connections
-	schema   string
-	location string
-	now      func() time.Time
-	commits  *groupcommit.Queue[transition]
+	pool              *pgxpool.Pool
+	connCfg           *pgx.ConnConfig // for lock connections
+	schema            string
+	location          string
+	now               func() time.Time
+	store.Transitions // Complete, Reject, ... queued for commitBatch
 
 	mu      sync.Mutex
 	origins map[string]int32 // origin file prefix -> origins.id, committed rows only
@@ -112,13 +112,13 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, connCfg: cfg.ConnConfig, schema: o.Schema, location: loc + " schema " + o.Schema, now: o.Now,
 		origins: map[string]int32{}}
-	s.commits = groupcommit.New(o.CommitBatch, s.commitBatch)
+	s.Commits = groupcommit.New(o.CommitBatch, s.commitBatch)
 	return s, nil
 }
 
 // Close commits what is queued and closes the pool.
 func (s *Store) Close() error {
-	s.commits.Close()
+	s.Commits.Close()
 	s.pool.Close()
 	return nil
 }

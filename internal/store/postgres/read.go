@@ -13,7 +13,19 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
+// States are stored as small integers, their index here (the SQL writes
+// them as literals: 0 pending, 1 leased, 2 done, 3 rejected, 4 dead).
 var stateNames = [...]store.State{store.Pending, store.Leased, store.Done, store.Rejected, store.Dead}
+
+// stateCode is the stored integer of a state.
+func stateCode(st store.State) int16 {
+	for i, n := range stateNames {
+		if n == st {
+			return int16(i)
+		}
+	}
+	panic(fmt.Sprintf("postgres: unknown sample state %q", st))
+}
 
 func stateName(v int16) store.State {
 	if v >= 0 && int(v) < len(stateNames) {
@@ -77,22 +89,17 @@ func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Through
 // Finished calls fn for every done, rejected or dead sample in byte-wise ID
 // order, a page at a time, holding no connection while fn runs.
 func (s *Store) Finished(ctx context.Context, fn func(store.Row) error) error {
-	after := "" // ingest refuses empty ids, so every id sorts after ""
-	for {
+	// ingest refuses empty ids, so every id sorts after "", the first key
+	return store.EachPage(pageSize, func(after string) ([]store.Row, string, error) {
 		page, err := s.finishedPage(ctx, after)
 		if err != nil {
-			return fmt.Errorf("read finished samples after %q: %w", after, err)
+			return nil, "", fmt.Errorf("read finished samples after %q: %w", after, err)
 		}
-		for _, r := range page {
-			if err := fn(r); err != nil {
-				return err
-			}
+		if len(page) == 0 {
+			return nil, "", nil
 		}
-		if len(page) < pageSize {
-			return nil
-		}
-		after = page[len(page)-1].ID
-	}
+		return page, page[len(page)-1].ID, nil
+	}, fn)
 }
 
 func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, error) {

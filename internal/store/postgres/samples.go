@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,7 +60,7 @@ type ingestArrays struct {
 }
 
 func (a *ingestArrays) add(smp store.NewSample, file int32) {
-	_, pos := splitOrigin(text(smp.Origin))
+	_, pos := store.SplitOrigin(text(smp.Origin))
 	a.ids, a.parts, a.lanes = append(a.ids, smp.ID), append(a.parts, smp.Partition), append(a.lanes, smp.Lane)
 	a.pos, a.origins = append(a.pos, pos), append(a.origins, text(smp.Origin))
 	a.bodies, a.tokens, a.files = append(a.bodies, nonNil(smp.Body)), append(a.tokens, int32(smp.PromptTokens)), append(a.files, file)
@@ -113,13 +112,6 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 	return int(tag.RowsAffected()), nil
 }
 
-// splitOrigin cuts "file:line" (or "file:row N") after its last ':', so the
-// file part is stored once per file.
-func splitOrigin(origin string) (prefix, pos string) {
-	i := strings.LastIndexByte(origin, ':')
-	return origin[:i+1], origin[i+1:]
-}
-
 // originFiles returns the origins-table id of each sample's file part. New
 // file parts are inserted (by whichever worker comes first) and read back
 // in statements of their own, so ids enter the cache only once committed.
@@ -128,7 +120,7 @@ func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]i
 	var missing []string
 	s.mu.Lock()
 	for i, smp := range samples {
-		prefix, _ := splitOrigin(text(smp.Origin))
+		prefix, _ := store.SplitOrigin(text(smp.Origin))
 		id, ok := s.origins[prefix]
 		if !ok && !slices.Contains(missing, prefix) {
 			missing = append(missing, prefix)
@@ -164,7 +156,7 @@ func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]i
 		s.origins[o.prefix] = o.id
 	}
 	for i, smp := range samples {
-		prefix, _ := splitOrigin(text(smp.Origin))
+		prefix, _ := store.SplitOrigin(text(smp.Origin))
 		id, ok := s.origins[prefix]
 		if !ok {
 			return nil, fmt.Errorf("origin file %q has no id after recording it", prefix)
@@ -240,12 +232,11 @@ const pageSize = 1000
 // EachIngestError calls fn for every bad row in the order first recorded
 // (source order), a page at a time by the primary key.
 func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) error) error {
-	var after int64
-	for {
+	return store.EachPage(pageSize, func(after int64) ([]store.IngestError, int64, error) {
 		rows, err := s.pool.Query(ctx, `SELECT seq, partition, origin, field, reason FROM ingest_errors
 			WHERE seq > $1 ORDER BY seq LIMIT $2`, after, pageSize)
 		if err != nil {
-			return fmt.Errorf("read ingest errors after #%d: %w", after, err)
+			return nil, 0, fmt.Errorf("read ingest errors after #%d: %w", after, err)
 		}
 		var last int64
 		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.IngestError, error) {
@@ -254,18 +245,10 @@ func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) 
 			return e, err
 		})
 		if err != nil {
-			return fmt.Errorf("read ingest errors after #%d: %w", after, err)
+			return nil, 0, fmt.Errorf("read ingest errors after #%d: %w", after, err)
 		}
-		for _, e := range page {
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-		if len(page) < pageSize {
-			return nil
-		}
-		after = last
-	}
+		return page, last, nil
+	}, fn)
 }
 
 // claimSQL leases the oldest n due samples of a lane. Both CTEs lock what
@@ -378,36 +361,6 @@ func (s *Store) ExtendLeases(ctx context.Context, owner string, lease time.Durat
 	return nil
 }
 
-// Complete stores r and marks the sample done, spending its attempt.
-func (s *Store) Complete(ctx context.Context, id, owner string, r store.Result) error {
-	if err := s.commits.Do(ctx, transition{kind: opFinish, id: id, owner: owner, state: stateDone, result: r}); err != nil {
-		return fmt.Errorf("complete %s: %w", id, err)
-	}
-	return nil
-}
-
-// Reject stores r with its rule and evidence and marks the sample
-// rejected, spending its attempt.
-func (s *Store) Reject(ctx context.Context, id, owner string, r store.Result, rule, evidence string) error {
-	if rule == "" {
-		return fmt.Errorf("reject %s: no rule", id)
-	}
-	if err := s.commits.Do(ctx, transition{kind: opFinish, id: id, owner: owner, state: stateRejected, result: r, rule: rule, text: evidence}); err != nil {
-		return fmt.Errorf("reject %s: %w", id, err)
-	}
-	return nil
-}
-
-// CompleteTurn stores the answer to the held sample's current turn and
-// returns it to pending at the next turn (in nextLane, "" = the same lane),
-// in one transaction.
-func (s *Store) CompleteTurn(ctx context.Context, id, owner string, r store.Result, nextLane string) error {
-	if err := s.commits.Do(ctx, transition{kind: opTurn, id: id, owner: owner, result: r, text: nextLane}); err != nil {
-		return fmt.Errorf("complete turn %d of %s: %w", r.Turn, id, err)
-	}
-	return nil
-}
-
 // RequeueRejected returns rejected samples (of rule, "" = all) to pending
 // at the rejected turn with attempts reset, dropping the rejected answers
 // and their statistics, in one statement.
@@ -426,30 +379,6 @@ func (s *Store) RequeueRejected(ctx context.Context, rule string) (int, error) {
 		return 0, fmt.Errorf("requeue rejected (rule %q): %w", rule, err)
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// Retry returns the held sample to pending, spending one attempt.
-func (s *Store) Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error {
-	if err := s.commits.Do(ctx, transition{kind: opRetry, id: id, owner: owner, notBefore: notBefore, text: lastErr}); err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
-	}
-	return nil
-}
-
-// DeadLetter marks the held sample dead with reason, spending its attempt.
-func (s *Store) DeadLetter(ctx context.Context, id, owner, reason string) error {
-	if err := s.commits.Do(ctx, transition{kind: opDead, id: id, owner: owner, text: reason}); err != nil {
-		return fmt.Errorf("dead-letter %s: %w", id, err)
-	}
-	return nil
-}
-
-// Escalate moves the held sample to pending in lane without spending an attempt.
-func (s *Store) Escalate(ctx context.Context, id, owner, lane string) error {
-	if err := s.commits.Do(ctx, transition{kind: opEscalate, id: id, owner: owner, text: lane}); err != nil {
-		return fmt.Errorf("escalate %s to %s: %w", id, lane, err)
-	}
-	return nil
 }
 
 // Release returns the listed samples owner still holds to pending without

@@ -13,15 +13,6 @@ import (
 // newer binary is refused rather than guessed at.
 const schemaVersion = 3
 
-// States are stored as small integers; stateNames maps them back.
-const (
-	statePending  = 0
-	stateLeased   = 1
-	stateDone     = 2
-	stateRejected = 3
-	stateDead     = 4
-)
-
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
 var migrations = []string{

@@ -70,22 +70,17 @@ func (s *Store) ThroughputSince(ctx context.Context, t time.Time) (store.Through
 // reads a page at a time and holds no connection while fn runs, so fn may
 // call the store.
 func (s *Store) Finished(ctx context.Context, fn func(store.Row) error) error {
-	after := "" // ingest refuses empty ids, so every id sorts after ""
-	for {
+	// ingest refuses empty ids, so every id sorts after "", the first key
+	return store.EachPage(finishedPage, func(after string) ([]store.Row, string, error) {
 		page, err := s.finishedPage(ctx, after)
 		if err != nil {
-			return fmt.Errorf("read finished samples after %q: %w", after, err)
+			return nil, "", fmt.Errorf("read finished samples after %q: %w", after, err)
 		}
-		for _, r := range page {
-			if err := fn(r); err != nil {
-				return err
-			}
+		if len(page) == 0 {
+			return nil, "", nil
 		}
-		if len(page) < finishedPage {
-			return nil
-		}
-		after = page[len(page)-1].ID
-	}
+		return page, page[len(page)-1].ID, nil
+	}, fn)
 }
 
 func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, error) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/regen-dev/regen/internal/store"
@@ -93,7 +92,7 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 		defer st.Close()
 		added := map[cell]int{}
 		for i, smp := range samples {
-			_, pos := splitOrigin(smp.Origin)
+			_, pos := store.SplitOrigin(smp.Origin)
 			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, files[i], pos)
 			if err != nil {
 				return fmt.Errorf("sample %s: %w", smp.ID, err)
@@ -121,13 +120,6 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 	return inserted, nil
 }
 
-// splitOrigin cuts "file:line" (or "file:row N") after its last ':', so the
-// file part is stored once per file.
-func splitOrigin(origin string) (prefix, pos string) {
-	i := strings.LastIndexByte(origin, ':')
-	return origin[:i+1], origin[i+1:]
-}
-
 // originFiles returns the origins-table id of each sample's file part,
 // adding new ones in a transaction of their own: ids enter the cache only
 // once committed, so no sample ever points at a row a rollback removed.
@@ -136,7 +128,7 @@ func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]i
 	var missing []string
 	s.mu.Lock()
 	for i, smp := range samples {
-		prefix, _ := splitOrigin(smp.Origin)
+		prefix, _ := store.SplitOrigin(smp.Origin)
 		id, ok := s.origins[prefix]
 		if !ok {
 			missing = append(missing, prefix)
@@ -170,7 +162,7 @@ func (s *Store) originFiles(ctx context.Context, samples []store.NewSample) ([]i
 	s.mu.Lock()
 	maps.Copy(s.origins, found)
 	for i, smp := range samples {
-		prefix, _ := splitOrigin(smp.Origin)
+		prefix, _ := store.SplitOrigin(smp.Origin)
 		ids[i] = s.origins[prefix]
 	}
 	s.mu.Unlock()
@@ -251,22 +243,13 @@ func (s *Store) IngestErrorCount(ctx context.Context) (int, error) {
 // EachIngestError calls fn for every bad row in the order first recorded,
 // a page at a time, holding no connection while fn runs.
 func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) error) error {
-	var after int64
-	for {
+	return store.EachPage(ingestErrorPage, func(after int64) ([]store.IngestError, int64, error) {
 		page, last, err := s.ingestErrorPage(ctx, after)
 		if err != nil {
-			return fmt.Errorf("read ingest errors after #%d: %w", after, err)
+			return nil, 0, fmt.Errorf("read ingest errors after #%d: %w", after, err)
 		}
-		for _, e := range page {
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-		if len(page) < ingestErrorPage {
-			return nil
-		}
-		after = last
-	}
+		return page, last, nil
+	}, fn)
 }
 
 // ingestErrorPage returns the page after seq and the seq of its last row.

@@ -33,11 +33,11 @@ type Options struct {
 
 // Store is the SQLite implementation of store.Store.
 type Store struct {
-	db      *sql.DB
-	now     func() time.Time
-	path    string
-	lockDir string
-	commits *groupcommit.Queue[transition]
+	db                *sql.DB
+	now               func() time.Time
+	path              string
+	lockDir           string
+	store.Transitions // Complete, Reject, ... queued for commitBatch
 
 	mu      sync.Mutex
 	stmts   map[string]*sql.Stmt // prepared once: parsing is a sixth of a commit's CPU
@@ -111,7 +111,7 @@ func OpenWith(path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s := &Store{db: db, now: o.Now, path: path, lockDir: path + ".locks", stmts: map[string]*sql.Stmt{}, origins: map[string]int64{}}
-	s.commits = groupcommit.New(o.CommitBatch, s.commitBatch)
+	s.Commits = groupcommit.New(o.CommitBatch, s.commitBatch)
 	for _, q := range txQueries {
 		if _, err := s.stmt(ctx, q); err != nil {
 			s.Close()
@@ -129,7 +129,7 @@ func (s *Store) Info() store.Info {
 // Close commits what is queued, checkpoints the log into the main file and
 // closes it.
 func (s *Store) Close() error {
-	s.commits.Close()
+	s.Commits.Close()
 	s.mu.Lock()
 	for q, st := range s.stmts {
 		st.Close()
