@@ -77,7 +77,7 @@ func (r *runState) recordHistory(ctx context.Context, now time.Time) {
 	snap := r.disp.Snapshot()
 	loads := map[string]*dispatch.ServerLoad{}
 	for _, e := range snap.Endpoints {
-		loads[e.URL] = freshLoad(e, now, r.probeEvery())
+		loads[e.URL] = freshLoad(e, now, probeEvery(r.o.Spec))
 	}
 	rows := r.hist.rows(now, snap, func(url string) (float64, float64, float64) {
 		if l := loads[url]; l != nil {

@@ -63,8 +63,8 @@ const (
 
 // freshLoad is e's last read of its server's load, nil when there is none
 // still current at now.
-func freshLoad(e dispatch.EndpointStats, now time.Time, probeEvery time.Duration) *dispatch.ServerLoad {
-	if e.Load == nil || now.Sub(e.Load.At) > max(loadFreshFor*probeEvery, loadFreshMin) {
+func freshLoad(e dispatch.EndpointStats, now time.Time, every time.Duration) *dispatch.ServerLoad {
+	if e.Load == nil || now.Sub(e.Load.At) > max(loadFreshFor*every, loadFreshMin) {
 		return nil
 	}
 	return e.Load
@@ -72,7 +72,7 @@ func freshLoad(e dispatch.EndpointStats, now time.Time, probeEvery time.Duration
 
 // limitsOf copies the dispatcher's limits, KV pool and load of one endpoint
 // into its status; the load only while fresh.
-func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Time, probeEvery time.Duration) {
+func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Time, every time.Duration) {
 	st.Limit, st.LimitReason, st.Lanes = 0, "", nil
 	var moved time.Time
 	var fixed []string
@@ -95,7 +95,7 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 	}
 	st.KVTokens, st.KVTokensSource = int64(e.KVTokens), e.KVTokensSource
 	st.Load = nil
-	if ld := freshLoad(e, now, probeEvery); ld != nil {
+	if ld := freshLoad(e, now, every); ld != nil {
 		known := func(v float64) *float64 {
 			if v < 0 {
 				return nil

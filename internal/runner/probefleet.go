@@ -42,10 +42,7 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 	if hang <= 0 {
 		hang = job.DefaultHangAfter
 	}
-	every := spec.Monitor.ProbeEvery
-	if every <= 0 {
-		every = job.DefaultProbeEvery
-	}
+	every := probeEvery(spec)
 	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(every, hang/3),
 		hang: hang, client: &http.Client{}}
 }

@@ -639,9 +639,10 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 	return l, out
 }
 
-// probeEvery is how often the servers are probed (their load read).
-func (r *runState) probeEvery() time.Duration {
-	if d := r.o.Spec.Monitor.ProbeEvery; d > 0 {
+// probeEvery is how often the servers are probed (their load read): the
+// job's monitor.probe_every, or its default for a spec built without one.
+func probeEvery(spec *job.Spec) time.Duration {
+	if d := spec.Monitor.ProbeEvery; d > 0 {
 		return d
 	}
 	return job.DefaultProbeEvery
@@ -660,7 +661,7 @@ func (r *runState) endpoints(ctx context.Context, snap dispatch.Snapshot, now ti
 			eps[i].InFlight = e.InFlight
 			eps[i].LastTokenAt = e.LastTokenAt
 			eps[i].Tokens = e.TokensTotal
-			limitsOf(e, &eps[i], now, r.probeEvery())
+			limitsOf(e, &eps[i], now, probeEvery(r.o.Spec))
 			// Healthy by its probe but refusing our requests (wrong model name,
 			// bad key, dying engine): the breaker is the truth, with its reason.
 			// Half-open is no better until its probe request succeeds: a

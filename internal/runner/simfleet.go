@@ -55,10 +55,7 @@ func newSimFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateF
 		return nil, err
 	}
 	url := "http://" + addr
-	every := spec.Monitor.ProbeEvery
-	if every <= 0 {
-		every = job.DefaultProbeEvery
-	}
+	every := probeEvery(spec)
 	fw := &fatalWatch{}
 	return &simFleet{statusBoard: newStatusBoard([]string{url}, onState), cfg: cfg, addr: addr, url: url,
 		logOut: io.MultiWriter(logFile, fw), logFile: logFile, log: log, restart: supervise.RestartPolicy{Restart: spec.Server.Restart, MaxBackoff: supervise.DefaultMaxBackoff},

@@ -29,10 +29,7 @@ type supervisedFleet struct {
 }
 
 func newSupervisedFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (*supervisedFleet, error) {
-	f := &supervisedFleet{log: log, every: spec.Monitor.ProbeEvery}
-	if f.every <= 0 {
-		f.every = job.DefaultProbeEvery
-	}
+	f := &supervisedFleet{log: log, every: probeEvery(spec)}
 	f.dialect, _ = engine.Lookup(spec.Server.Engine)
 	sup, err := supervise.New(supervise.Config{
 		Server:  *spec.Server,
