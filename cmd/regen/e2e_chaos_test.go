@@ -289,21 +289,7 @@ func TestE2EChaosKill(t *testing.T) {
 	}
 
 	rows, results := storeRows(t, dbPath)
-	if len(rows) != total || results != total {
-		t.Errorf("store: %d samples and %d results, want %d of each", len(rows), results, total)
-	}
-	spent := 0
-	for _, r := range rows {
-		if r.State != "done" || r.Attempts != 1 {
-			spent++
-			if spent <= 10 {
-				t.Errorf("store sample %s: state %s attempts %d, want done with 1 attempt", r.ID, r.State, r.Attempts)
-			}
-		}
-	}
-	if spent > 0 {
-		t.Errorf("store: %d samples not done in exactly one attempt", spent)
-	}
+	checkRowsOnce(t, rows, results, total)
 }
 
 // hasFileContaining reports whether dir holds a file whose name contains s.

@@ -586,6 +586,28 @@ func storeCounts(ctx context.Context, db *sql.DB) (map[string]int, error) {
 	return out, rows.Err()
 }
 
+// checkRowsOnce checks a store's rows: total samples and total results,
+// every sample done with one attempt (kills, restarts and outages spend
+// none); the first ten exceptions are named.
+func checkRowsOnce(t *testing.T, rows []storeRow, results, total int) {
+	t.Helper()
+	if len(rows) != total || results != total {
+		t.Errorf("store: %d samples and %d results, want %d of each", len(rows), results, total)
+	}
+	bad := 0
+	for _, r := range rows {
+		if r.State != "done" || r.Attempts != 1 {
+			bad++
+			if bad <= 10 {
+				t.Errorf("store sample %s: state %s attempts %d, want done with 1 attempt", r.ID, r.State, r.Attempts)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("store: %d samples not done in exactly one attempt", bad)
+	}
+}
+
 // storeRows reads every sample's state and attempts, and the number of
 // stored results.
 func storeRows(t *testing.T, path string) (rows []storeRow, results int) {

@@ -103,26 +103,12 @@ func pgRows(t *testing.T, dsn, job string) (rows []storeRow, results int) {
 	return rows, results
 }
 
-// checkAllOnce checks the store: every sample done exactly once, with one
-// attempt (kills, restarts and outages spend none).
+// checkAllOnce checks the job's PostgreSQL store: every sample done exactly
+// once, with one attempt (kills, restarts and outages spend none).
 func checkAllOnce(t *testing.T, dsn, job string, total int) {
 	t.Helper()
 	rows, results := pgRows(t, dsn, job)
-	if len(rows) != total || results != total {
-		t.Errorf("store: %d samples and %d results, want %d of each", len(rows), results, total)
-	}
-	bad := 0
-	for _, r := range rows {
-		if r.State != "done" || r.Attempts != 1 {
-			bad++
-			if bad <= 10 {
-				t.Errorf("store sample %s: state %s attempts %d, want done with 1 attempt", r.ID, r.State, r.Attempts)
-			}
-		}
-	}
-	if bad > 0 {
-		t.Errorf("store: %d samples not done in exactly one attempt", bad)
-	}
+	checkRowsOnce(t, rows, results, total)
 }
 
 // TestE2EPostgresWorkers runs one job with three `regen run` workers on one
