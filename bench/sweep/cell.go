@@ -190,7 +190,12 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 		kv[u] = w.Servers[i].KVTokens
 	}
 	per := map[string]int64{}
+	var rows []store.Row
 	err = st.Finished(ctx, func(row store.Row) error {
+		if e.verbose {
+			row.Body, row.Result.Response, row.Prior = nil, nil, nil
+			rows = append(rows, row)
+		}
 		r.Samples++
 		r.Tokens += int64(row.Result.CompletionTokens)
 		per[row.Result.Endpoint] += int64(row.Result.CompletionTokens)
@@ -198,6 +203,9 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 	})
 	if err != nil {
 		return result{}, err
+	}
+	if e.verbose {
+		logTail(e.logWriter, rows, urls, t0, e.speed)
 	}
 	for _, u := range urls {
 		r.PerEndpoint = append(r.PerEndpoint, endpointShare{URL: u, KV: kv[u], Tokens: per[u]})
@@ -282,4 +290,21 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// logTail lists the job's last answers to finish, in simulated seconds
+// since the start (wall time times the speed): what the job's tail was.
+func logTail(w io.Writer, rows []store.Row, urls []string, t0 time.Time, speed float64) {
+	sort.Slice(rows, func(i, j int) bool { return rows[i].FinishedAt.Before(rows[j].FinishedAt) })
+	simAt := func(t time.Time) float64 { return t.Sub(t0).Seconds() * speed }
+	ep := map[string]int{}
+	for i, u := range urls {
+		ep[u] = i
+	}
+	fmt.Fprintln(w, "tail: the last answers (simulated s: start, end; lane, endpoint, tokens, attempts)")
+	for _, row := range rows[max(len(rows)-15, 0):] {
+		end := simAt(row.FinishedAt)
+		fmt.Fprintf(w, "  %s %6.0f %6.0f  %-5s ep%d %6d  %d\n", row.ID, end-row.Result.Duration.Seconds()*speed, end,
+			row.Lane, ep[row.Result.Endpoint], row.Result.CompletionTokens, row.Attempts)
+	}
 }

@@ -37,7 +37,7 @@ func main() {
 	crashFor := flag.Duration("crash-kv-for", 0, "override how long (simulated) KV usage must stay above it")
 	truncate := flag.Float64("truncate", -1, "override every workload's share of requests that run to max_tokens (simulator truncate_fraction)")
 	streamInterval := flag.Int("stream-interval", 16, "simulator tokens per stream hand-over (SGLang's --stream-interval)")
-	verbose := flag.Bool("v", false, "log the runner's info lines to stderr")
+	verbose := flag.Bool("v", false, "log the runner's info lines and every limit decision to stderr, and list each job's last answers (its tail)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole sweep to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
