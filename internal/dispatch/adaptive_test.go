@@ -306,3 +306,137 @@ func TestMoveQueuedAtTheEnd(t *testing.T) {
 		t.Errorf("moved again without a new probe: %v", causes)
 	}
 }
+
+// KV usage pinned at 0.97 or above for two probes sheds load: every
+// request of an auto lane still waiting at the server, then running ones,
+// the least generated first, until their footprint brings usage to 0.9.
+// They are released without spending an attempt; a fixed lane's requests
+// are left alone; the auto lane's limit drops to what it has left.
+func TestShedUnderPinnedKV(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 40}, MaxTokens: 1000}, {Name: "long", Concurrency: 8, MaxTokens: 10000}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	e := d.epByURL["http://a"]
+	short, long := d.lanes[0], d.lanes[1]
+
+	causes := map[string]error{}
+	var mu sync.Mutex
+	add := func(name string, l *lane, streaming bool, generated int64) {
+		cl := &call{ep: e, lane: l, start: now, est: 2000, prompt: 1000,
+			cancel: func(cause error) { mu.Lock(); causes[name] = cause; mu.Unlock() }}
+		cl.streaming.Store(streaming)
+		cl.generated.Store(generated)
+		e.calls[cl] = struct{}{}
+		d.acquireLocked(cl, now)
+	}
+	add("waiting1", short, false, 0)
+	add("waiting2", short, false, 0)
+	add("run100", short, true, 100)
+	add("run500", short, true, 500)
+	add("run6000", short, true, 6000)
+	add("run9000", short, true, 9000)
+	add("fixed", long, false, 0)
+
+	m := engine.Metrics{MaxTotalTokens: 100000, TokenUsage: 0.98, Running: 4, Queued: 3, Present: allMetrics}
+	d.Observe("http://a", m, now)
+	now = now.Add(5 * time.Second)
+	d.Observe("http://a", engine.Metrics{MaxTotalTokens: 100000, TokenUsage: 0.5, Present: allMetrics}, now)
+	now = now.Add(5 * time.Second)
+	d.Observe("http://a", m, now)
+	if len(causes) != 0 {
+		t.Fatalf("KV 0.98 once after 0.5: shed %v, want nothing yet", causes)
+	}
+	now = now.Add(5 * time.Second)
+	var shed *LimitDecision
+	for _, dec := range d.Observe("http://a", m, now) {
+		if dec.Action == limit.Shed {
+			shed = &dec
+		}
+	}
+	// 8,000 tokens to free (0.98 - 0.9 of 100,000): 1,100 + 1,500 + 7,000.
+	for name, want := range map[string]bool{"waiting1": true, "waiting2": true, "run100": true, "run500": true, "run6000": true, "run9000": false, "fixed": false} {
+		if got := errors.Is(causes[name], errShed); got != want {
+			t.Errorf("%s: shed %v, want %v", name, got, want)
+		}
+	}
+	if shed == nil || shed.Lane != "short" || shed.To != 1 ||
+		!strings.Contains(shed.Reason, "KV usage 0.98, 0.98 at the last two probes: 3 running requests cancelled (about 9600 tokens of KV) and 2 waiting") {
+		t.Errorf("decision %+v, want the short lane cut to the 1 it has left, with the evidence", shed)
+	}
+	if got := d.Snapshot().Counters.Shed; got != 5 {
+		t.Errorf("shed counter %d, want 5", got)
+	}
+	// Not at the next probe, whose reading may predate the cancellations,
+	// and never the same request twice.
+	clear(causes)
+	now = now.Add(5 * time.Second)
+	d.Observe("http://a", m, now)
+	if len(causes) != 0 {
+		t.Errorf("KV 0.98 at the probe right after the shed: %v, want nothing shed", causes)
+	}
+	now = now.Add(5 * time.Second)
+	d.Observe("http://a", m, now)
+	if len(causes) != 1 || !errors.Is(causes["run9000"], errShed) {
+		t.Errorf("KV 0.98 at the next two probes: shed %v, want only run9000, the one left", causes)
+	}
+	// A shed request goes back to pending without an attempt.
+	if v := d.decide(short, store.Claimed{}, nil, llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "cancelled"}, errShed); v.out != outRelease {
+		t.Errorf("a shed request's verdict %v, want a release", v.out)
+	}
+}
+
+// After a crash under pressure the auto lanes share one ceiling, and KV
+// usage of 0.95 sheds at the first probe.
+func TestCrashCeilingIsTheEndpoints(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 1000}, {Name: "long", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 10000}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	e := d.epByURL["http://a"]
+	short, long := d.lanes[0], d.lanes[1]
+	var calls []*call
+	for i := range 40 {
+		l := short
+		if i >= 36 {
+			l = long
+		}
+		cl := &call{ep: e, lane: l, start: now, est: 2000, prompt: 1000, cancel: func(error) {}}
+		cl.streaming.Store(true)
+		e.calls[cl] = struct{}{}
+		d.acquireLocked(cl, now)
+		calls = append(calls, cl)
+	}
+	observeKV(d, "http://a", 0.94, 3, &now)
+	got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now)
+	if len(got) != 2 || got[0].Decision.Action != limit.Ceiling || e.ceiling != 30 {
+		t.Fatalf("crash with 40 in flight (36 short, 4 long): %v, endpoint ceiling %d; want 30 (0.75 x 40) for both lanes", got, e.ceiling)
+	}
+	// The server restarted empty: the lanes may fill 30 between them.
+	for _, cl := range calls {
+		d.mu.Lock()
+		d.releaseLocked(cl, 0, 0, false)
+		d.mu.Unlock()
+	}
+	d.mu.Lock()
+	for range 28 {
+		cl := &call{ep: e, lane: short, start: now, est: 2000, cancel: func(error) {}}
+		e.calls[cl] = struct{}{}
+		d.acquireLocked(cl, now)
+	}
+	roomLong := e.roomLocked(long, now)
+	d.mu.Unlock()
+	if roomLong != 2 {
+		t.Errorf("long lane (limit %d) with 28 short requests in flight: room %d, want the 2 the ceiling of 30 leaves", e.lanes[1].ctl.Limit(), roomLong)
+	}
+	shedAt := now.Add(5 * time.Second)
+	var shed bool
+	for _, dec := range d.Observe("http://a", engine.Metrics{MaxTotalTokens: 100000, TokenUsage: 0.95, Present: allMetrics}, shedAt) {
+		shed = shed || dec.Action == limit.Shed
+	}
+	if !shed {
+		t.Errorf("KV 0.95 once after the crash: no shed")
+	}
+}

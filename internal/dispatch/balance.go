@@ -32,14 +32,19 @@ func (d *Dispatcher) estimateLocked(l *lane, c store.Claimed) float64 {
 }
 
 // roomLocked is how many more requests of lane l endpoint e takes now: its
-// breaker's allowance, and for an auto lane what its limit leaves.
+// breaker's allowance, and for an auto lane what its limit and the
+// endpoint's crash ceiling leave.
 func (e *endpoint) roomLocked(l *lane, now time.Time) int {
 	n := e.capacity(now)
 	if n == 0 || l.auto == nil {
 		return n
 	}
 	el := e.lanes[l.idx]
-	return min(n, max(el.ctl.Limit()-el.inflight, 0))
+	n = min(n, max(el.ctl.Limit()-el.inflight, 0))
+	if e.ceiling > 0 {
+		n = min(n, max(e.ceiling-e.inflight, 0))
+	}
+	return n
 }
 
 // laneRoomLocked is lane l's room: free slots (the lane's limiter for a

@@ -119,6 +119,7 @@ var (
 	errPaused = errors.New("endpoint paused")
 	errDrain  = errors.New("dispatcher draining")
 	errMoved  = errors.New("moved to an endpoint with room")
+	errShed   = errors.New("shed to relieve KV pressure on a server that crashed under it")
 )
 
 // Dispatcher claims samples from the store and sends them to endpoints.
@@ -650,7 +651,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 			continue
 		}
 		reqCtx, cancel := context.WithCancelCause(workCtx)
-		cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est}
+		cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est, prompt: float64(max(c.PromptTokens, 0))}
 		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 		d.inflight++
@@ -694,6 +695,7 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 	start := d.now()
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
 		cl.streaming.Store(true)
+		cl.generated.Add(int64(tokens))
 		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))

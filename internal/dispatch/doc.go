@@ -10,7 +10,8 @@
 // a request both exist, about as many as there are free slots, so no lease
 // is held for work that is not running. NoteCrash lowers an endpoint's
 // adaptive ceilings after a CUDA out-of-memory crash that followed high KV
-// usage. Balancing is by tokens: each request goes to the endpoint with room
+// usage, and the auto lanes' sum is held to it; Observe sheds load from an
+// endpoint whose KV usage stays pinned at the top (adaptive.go). Balancing is by tokens: each request goes to the endpoint with room
 // for its lane whose KV pool would be least full after it, counting every
 // request in flight at its estimated footprint (prompt estimate plus the
 // lane's mean completion so far), so servers whose pools differ by two get

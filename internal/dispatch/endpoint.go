@@ -31,7 +31,10 @@ type endpoint struct {
 	probing   bool // the half-open probe is in flight
 
 	lanes []epLane // per lane, indexed like Dispatcher.lanes
-	load  load
+	// ceiling caps the requests in flight over all lanes once a crash
+	// under pressure set one for the auto lanes (0 = none).
+	ceiling int
+	load    load
 
 	lastToken atomic.Int64 // unix nanoseconds of the last onDelta
 	tokens    atomic.Int64
@@ -45,9 +48,12 @@ type call struct {
 	lane   *lane
 	start  time.Time
 	est    float64 // its estimated KV footprint in tokens
+	prompt float64 // its prompt estimate in tokens
 	// streaming is set at the first streamed chunk: before it the request
 	// is waiting in the server's queue (or in its prefill).
 	streaming atomic.Bool
+	generated atomic.Int64 // tokens streamed so far
+	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
 }
 
 func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }

@@ -50,7 +50,7 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 			return verdict{out: outNextTurn}
 		}
 		return verdict{out: outComplete, endReason: why}
-	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain) || errors.Is(cause, errMoved):
+	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain) || errors.Is(cause, errMoved) || errors.Is(cause, errShed):
 		return verdict{out: outRelease}
 	}
 	class := llm.ClassOf(reqErr)

@@ -123,4 +123,7 @@ type Counters struct {
 	// Moved counts requests cancelled while queued at one server, before a
 	// token, to go to one with room once the store had no more of their lane.
 	Moved int64 `json:"moved"`
+	// Shed counts requests cancelled to relieve KV pressure on a server
+	// that crashed under it, released without spending an attempt.
+	Shed int64 `json:"shed"`
 }

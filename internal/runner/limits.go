@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/probe"
@@ -37,6 +38,11 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 		r.o.Logger.Log(context.Background(), slog.LevelDebug-4, "probe", "endpoint", url, "in_flight", infl, "running", m.Running, "queued", m.Queued, "kv", m.TokenUsage, "retracted", m.RetractionsTotal)
 	}
 	for _, d := range r.disp.Observe(url, snap.Metrics, snap.Time) {
+		if d.Action == limit.Shed {
+			r.o.Logger.Warn("load shed", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "reason", d.Reason)
+			r.event(context.Background(), store.Event{Kind: "endpoint_limit", Subject: url, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
+			continue
+		}
 		if d.To != d.From {
 			r.o.Logger.Debug("limit", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "action", d.Action, "reason", d.Reason)
 		}

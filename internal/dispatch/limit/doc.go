@@ -77,10 +77,20 @@
 //
 // # A server that crashes under pressure
 //
+// A limit is a slow lever on KV usage: a request's KV grows until it
+// finishes, so a cut shows minutes later. KV usage pinned at 0.97 or above
+// for two probes therefore makes the dispatcher shed load at once (cancel
+// the requests still waiting at the server and the running ones with the
+// least generated, released without spending an attempt); Shed then drops
+// the limit to what the lane has left.
+//
 // Crashed records a CUDA out-of-memory crash that followed high KV usage:
-// the ceiling drops to 0.75 of what the lane had in flight (or its limit,
-// if lower; never below the lane's starting limit, at most 4: a lane with
-// fewer in flight did not fill the server) and, from then on, KV usage at or above 0.9 backs off at once.
+// the ceiling drops to 0.75 of what the endpoint had in flight over all
+// lanes (the dispatcher holds the auto lanes' sum to it; a lane's own
+// share would starve a long lane cut to a few requests; never below the
+// lane's starting limit, at most 4) and, from then on, KV usage at or above
+// 0.9 backs off at once, raises stop at 0.8 (by a quarter below 0.6: the
+// troughs of the saw), and the dispatcher sheds at 0.95.
 // A second such crash lowers the ceiling again. Rescale follows a server
 // restarted with another KV pool. Bounds (min, max, initial) come from the
 // job file.

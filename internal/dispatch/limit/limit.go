@@ -61,6 +61,7 @@ const (
 	Hold    Action = "hold"     // nothing says more would help, nothing says less
 	BackOff Action = "back off" // pressure
 	Ceiling Action = "ceiling"  // a crash under pressure lowered the ceiling
+	Shed    Action = "shed"     // requests cancelled to bring KV usage down before it crashes the server
 )
 
 func (d Decision) String() string {
@@ -107,6 +108,10 @@ type Params struct {
 	// CrashKV then backs off at once.
 	CrashCeiling float64
 	CrashKV      float64
+	// CrashRoomKV: after such a crash the limit is raised only while KV
+	// usage is below it (a request's KV grows for minutes after the raise
+	// that admitted it).
+	CrashRoomKV float64
 }
 
 // slowStartGain multiplies the limit per probe in slow start.
@@ -122,7 +127,7 @@ var DefaultParams = Params{
 	BackOff:   0.8, Cooldown: 2,
 	Growth: 0.05, EmptyGrowth: 0.25, FastGrowth: 0.5, RoomKV: 0.7,
 	Plateau: 0.2, PlateauHold: 12,
-	CrashCeiling: 0.75, CrashKV: 0.9,
+	CrashCeiling: 0.75, CrashKV: 0.9, CrashRoomKV: 0.8,
 }
 
 // Controller is the adaptive limit of one lane on one endpoint. It is a
@@ -183,7 +188,7 @@ func (c *Controller) Moved() Decision { return c.moved }
 
 func (c *Controller) record(d Decision) Decision {
 	c.last = d
-	if d.To != d.From || d.Action == Ceiling {
+	if d.To != d.From || d.Action == Ceiling || d.Action == Shed {
 		c.moved = d
 	}
 	return d
@@ -313,6 +318,8 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 		return Hold, "queue in the band"
 	case !used:
 		return Hold, "limit not in use"
+	case c.crashes > 0 && s.KVUsage >= p.CrashRoomKV:
+		return Hold, fmt.Sprintf("KV usage at or above %.2f on a server that crashed under pressure", p.CrashRoomKV)
 	}
 	// A limit cut below what runs without a queue was cut too deep.
 	c.limit = math.Max(c.limit, c.clamp(float64(s.InFlight)))
@@ -327,6 +334,11 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	case s.Queued == 0 && c.kvHigh >= p.KVHigh:
 		c.limit = c.clamp(c.limit * (1 + p.EmptyGrowth))
 		return Raise, "empty queue"
+	case c.crashes > 0 && s.Queued == 0 && s.KVUsage >= 0 && s.KVUsage < p.CrashRoomKV-crashRoomMargin:
+		// After a crash: a trough of the saw, far below the level it
+		// crashed at; climbing out a request at a time wastes it.
+		c.limit = c.clamp(c.limit * (1 + p.EmptyGrowth))
+		return Raise, "empty queue, KV room"
 	default:
 		c.limit = c.clamp(c.limit + math.Max(1, p.Growth*c.limit))
 		return Raise, "room at the server"
@@ -367,14 +379,19 @@ func (c *Controller) backOff(why string) (Action, string) {
 
 // Crashed records that the endpoint crashed under pressure (an out-of-memory
 // crash after KV usage stayed high): the ceiling drops to CrashCeiling times
-// the lane's limit or its recent use, whichever is lower, and KV usage above
-// CrashKV backs off at once from now on. inFlight is the lane's peak in the
-// last interval before the crash; why is the evidence.
+// the load that crashed it, and KV usage above CrashKV backs off at once
+// from now on. inFlight is the endpoint's peak over all lanes in the last
+// interval before the crash (0 = unknown: the lane's limit stands in): the
+// server crashed under all of it, so every lane may use up to the ceiling
+// and the dispatcher holds their sum to it. A lane's own share would starve
+// the lane that had few requests in flight when the crash came (a long
+// lane the controller had just cut), and it is the sum that fills the pool.
+// why is the evidence.
 func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 	from := c.Limit()
 	base := c.limit
 	if inFlight > 0 {
-		base = math.Min(base, float64(inFlight))
+		base = float64(inFlight)
 	}
 	c.crashes++
 	c.ceil = math.Max(math.Floor(c.p.CrashCeiling*base), c.crashFloor())
@@ -387,6 +404,19 @@ func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 		Reason: fmt.Sprintf("crash %d under pressure (%s): ceiling %d, back off above KV usage %.2f", c.crashes, why, c.Ceiling(), c.kvHigh)})
 }
 
+// Shed records that the dispatcher cancelled requests of this lane on its
+// endpoint to bring KV usage down (pinned at the top, or near the level a
+// crash came at): the limit drops to what the lane has left in flight, so
+// the slots freed are not filled again at once, and the usual cooldown
+// follows. why is the evidence.
+func (c *Controller) Shed(now time.Time, left int, why string) Decision {
+	from := c.Limit()
+	c.limit = c.clamp(math.Min(c.limit, float64(left)))
+	c.slowStart = false
+	c.cooldown = c.p.Cooldown
+	return c.record(Decision{Time: now, From: from, To: c.Limit(), Action: Shed, Reason: why})
+}
+
 // crashFloor is the lowest ceiling a crash sets: the lane's starting limit
 // (at most crashFloorMax) or its minimum, if higher. A lane with fewer
 // requests in flight than that when the server crashed (a long lane of a
@@ -395,6 +425,10 @@ func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 func (c *Controller) crashFloor() float64 {
 	return math.Max(float64(c.b.Min), math.Min(float64(c.b.Initial), crashFloorMax))
 }
+
+// crashRoomMargin: after a crash, KV usage this far below CrashRoomKV
+// raises the limit by EmptyGrowth rather than by Growth.
+const crashRoomMargin = 0.2
 
 // crashFloorMax caps crashFloor for a lane started high.
 const crashFloorMax = 4

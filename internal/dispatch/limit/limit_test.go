@@ -323,3 +323,62 @@ func TestPlateauHolds(t *testing.T) {
 		}
 	})
 }
+
+// The ceiling after a crash is a share of what the whole endpoint had in
+// flight: a lane the controller had cut to a few requests (a long lane
+// beside a full short one) keeps room to use, and the dispatcher holds the
+// lanes' sum to the ceiling.
+func TestCrashedCeilingFromTheEndpointLoad(t *testing.T) {
+	c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Unix(0, 0))
+	c.limit = 6
+	d := c.Crashed(time.Unix(5, 0), 87, "cuda_oom")
+	if c.Ceiling() != 65 || d.To != 6 {
+		t.Errorf("lane at 6 of an endpoint with 87 in flight: %v, ceiling %d; want ceiling 65 (0.75 x 87), limit kept at 6", d, c.Ceiling())
+	}
+}
+
+// After a crash the limit rises only while KV usage is below 0.8, and out
+// of a deep trough (below 0.6, the queue empty) by a quarter at a time.
+func TestAfterACrashRaisesOnlyWithRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 1, Initial: 20}, DefaultParams, time.Now())
+		c.Crashed(time.Now(), 200, "cuda_oom")
+		probe := func(kv float64) Decision {
+			time.Sleep(step)
+			return c.Update(sample(func(s *Sample) {
+				s.InFlight, s.Peak, s.Queued, s.Running, s.KVUsage = c.Limit(), c.Limit(), 0, float64(c.Limit()), kv
+			}))
+		}
+		for range DefaultParams.Cooldown {
+			probe(0.5)
+		}
+		if d := probe(0.82); d.Action != Hold || !strings.Contains(d.Reason, "KV usage at or above 0.80 on a server that crashed under pressure") {
+			t.Errorf("KV 0.82 after a crash: %v, want a hold", d)
+		}
+		if d := probe(0.7); d.Action != Raise || d.To != 21 {
+			t.Errorf("KV 0.70 after a crash: %v, want a raise of one (5%% of 20)", d)
+		}
+		if d := probe(0.4); d.Action != Raise || d.To != 26 || !strings.Contains(d.Reason, "empty queue, KV room") {
+			t.Errorf("KV 0.40 after a crash: %v, want a raise by a quarter, to 26", d)
+		}
+	})
+}
+
+// Shed drops the limit to what the lane has left, never below its min,
+// and the cooldown follows.
+func TestShed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 2, Initial: 40}, DefaultParams, time.Now())
+		d := c.Shed(time.Now(), 25, "KV usage 0.97, 0.98 at the last two probes: 15 requests cancelled")
+		if d.Action != Shed || d.From != 40 || d.To != 25 || c.Moved() != d {
+			t.Errorf("shed with 25 left: %v, want 40 -> 25, recorded as the last move", d)
+		}
+		if d := c.Shed(time.Now(), 0, "again"); d.To != 2 {
+			t.Errorf("shed with none left: %v, want the min 2", d)
+		}
+		time.Sleep(step)
+		if d := c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued, s.Running, s.KVUsage = 2, 2, 0, 2, 0.3 })); d.Action != Hold || !strings.Contains(d.Reason, "cooling down") {
+			t.Errorf("first probe after a shed: %v, want the cooldown", d)
+		}
+	})
+}
