@@ -12,8 +12,9 @@ type Attempt struct {
 	Lane     string
 	Endpoint string
 	// Outcome is "ok", "cancelled" (paused or drained: released, no attempt
-	// spent) or the error's class ("retryable", "server-down",
-	// "bad-request", "malformed").
+	// spent), "moved" (cancelled while queued, to go to a server with room),
+	// "shed" (cancelled to bring KV usage down) or the error's class
+	// ("retryable", "server-down", "bad-request", "malformed").
 	Outcome          string
 	Duration         time.Duration // from send to the last byte or the error
 	TTFT             time.Duration // 0 when no token arrived
@@ -24,6 +25,8 @@ type Attempt struct {
 const (
 	OutcomeOK        = "ok"
 	OutcomeCancelled = "cancelled"
+	OutcomeMoved     = "moved"
+	OutcomeShed      = "shed"
 )
 
 func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, err, cause error) {
@@ -36,6 +39,10 @@ func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, 
 	case err == nil:
 	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain):
 		a.Outcome = OutcomeCancelled
+	case errors.Is(cause, errMoved):
+		a.Outcome = OutcomeMoved
+	case errors.Is(cause, errShed):
+		a.Outcome = OutcomeShed
 	default:
 		a.Outcome = llm.ClassOf(err).String()
 	}
