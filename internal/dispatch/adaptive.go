@@ -179,11 +179,12 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 // usage down for minutes: the requests running keep growing until they
 // finish, and the server admits the ones waiting in its queue as soon as
 // anything fits. So when KV usage stays at or above pinnedKV for two
-// probes in a row, or reaches shedKV on a server that already crashed
-// under pressure, the dispatcher cancels there every request of an auto
-// lane still waiting (nothing lost: no token yet) and running ones until
-// their footprint (prompt and tokens generated) brings usage back to
-// shedTarget, the ones with the least generated first, as their work is
+// probes in a row, or rises shedAbove over the back-off level a crash
+// under pressure set (0.9, lower if it crashed lower), the dispatcher
+// cancels there every request of an auto lane still waiting (nothing
+// lost: no token yet) and running ones until their footprint (prompt and
+// tokens generated) brings usage back to shedTarget (the back-off level
+// after a crash), the ones with the least generated first, as their work is
 // the cheapest to lose. All go back to pending without spending an
 // attempt, and each auto lane's limit drops to what it has left. A crash
 // loses every request in flight and the minutes of a restart. Measured
@@ -192,8 +193,8 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 // crash, the goodput of auto moved by 1-2%.
 const (
 	pinnedKV   = 0.97
-	shedKV     = 0.95
 	shedTarget = 0.9
+	shedAbove  = 0.05
 )
 
 // shedLocked sheds load from e as the comment above says; it returns the
@@ -203,11 +204,13 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 		return nil
 	}
 	var trigger string
+	target := shedTarget
 	switch {
 	case e.load.sinceShed < 2:
 		return nil
-	case e.ceiling > 0 && kv >= shedKV:
+	case e.ceiling > 0 && kv >= e.crashKV+shedAbove:
 		trigger = fmt.Sprintf("KV usage %.2f on a server that crashed under pressure", kv)
+		target = e.crashKV
 	case e.load.kvRecent[0] >= pinnedKV && e.load.kvRecent[1] >= pinnedKV:
 		trigger = fmt.Sprintf("KV usage %.2f, %.2f at the last two probes", e.load.kvRecent[1], e.load.kvRecent[0])
 	default:
@@ -237,7 +240,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 		}
 		return b.start.Compare(a.start)
 	})
-	need := (kv - shedTarget) * e.load.capacity
+	need := (kv - target) * e.load.capacity
 	freed := 0.0
 	n := 0
 	for _, cl := range running {
@@ -303,18 +306,27 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 		return nil
 	}
 	ld := &e.load
-	high := 0
+	high, known := 0, 0
+	level := 1.0 // the KV usage it crashed at: the lowest of the last probes
 	for _, kv := range ld.kvRecent {
 		if kv >= crashKV {
 			high++
 		}
+		if kv >= 0 {
+			known++
+			level = min(level, kv)
+		}
 	}
-	if high < 2 {
+	again := e.ceiling > 0 && known > 0 // it crashed under pressure before
+	if high < 2 && !again {
 		return nil
 	}
 	why := fmt.Sprintf("%s with KV usage %s over the last probes", cause, kvList(ld.kvRecent[:]))
+	if high < 2 {
+		why += ", on a server that crashed under pressure before"
+	}
 	crashed := max(ld.peak, e.inflight)
-	ceiling := 0
+	ceiling, backOffKV := 0, 0.0
 	var out []LimitDecision
 	for i := range e.lanes {
 		el := &e.lanes[i]
@@ -324,12 +336,13 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 				Action: limit.Hold, Reason: fmt.Sprintf("crash under pressure (%s); the lane's limit is fixed (concurrency: auto would lower it)", why)}})
 			continue
 		}
-		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, crashed, why)})
+		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, crashed, level, why)})
 		ceiling = max(ceiling, el.ctl.Ceiling())
+		backOffKV = max(backOffKV, el.ctl.CrashKV())
 	}
 	// The auto lanes share the ceiling: their sum may not pass it.
 	if ceiling > 0 {
-		e.ceiling = ceiling
+		e.ceiling, e.crashKV = ceiling, backOffKV
 	}
 	return out
 }

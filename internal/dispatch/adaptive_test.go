@@ -439,4 +439,13 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 	if !shed {
 		t.Errorf("KV 0.95 once after the crash: no shed")
 	}
+	// Out of memory again at KV usage 0.85: below the 0.9 that makes a
+	// first crash one under pressure, but this server has crashed under
+	// pressure before. Its level is learnt: back off at 0.80.
+	now = shedAt
+	observeKV(d, "http://a", 0.85, 3, &now)
+	again := d.NoteCrash("http://a", engine.CauseCUDAOOM, now)
+	if len(again) != 2 || !strings.Contains(again[0].Reason, "on a server that crashed under pressure before") || math.Abs(e.crashKV-0.8) > 1e-9 {
+		t.Errorf("second crash at KV 0.85: %v, back-off level %.2f; want a ceiling decision and 0.80", again, e.crashKV)
+	}
 }

@@ -32,8 +32,10 @@ type endpoint struct {
 
 	lanes []epLane // per lane, indexed like Dispatcher.lanes
 	// ceiling caps the requests in flight over all lanes once a crash
-	// under pressure set one for the auto lanes (0 = none).
+	// under pressure set one for the auto lanes (0 = none); crashKV is the
+	// KV usage its auto lanes back off at since.
 	ceiling int
+	crashKV float64
 	load    load
 
 	lastToken atomic.Int64 // unix nanoseconds of the last onDelta

@@ -89,9 +89,12 @@
 // lanes (the dispatcher holds the auto lanes' sum to it; a lane's own
 // share would starve a long lane cut to a few requests; never below the
 // lane's starting limit, at most 4) and, from then on, KV usage at or above
-// 0.9 backs off at once, raises stop at 0.8 (by a quarter below 0.6: the
-// troughs of the saw), and the dispatcher sheds at 0.95.
-// A second such crash lowers the ceiling again. Rescale follows a server
+// a back-off level backs off at once: 0.9, or 0.05 below the KV usage the
+// server crashed at if that is lower (never below 0.5). Raises stop 0.1
+// below that level (and go by a quarter 0.3 below it: the troughs of the
+// saw), and the dispatcher sheds 0.05 above it. Another out-of-memory
+// crash of that server lowers the ceiling and the level again, whatever
+// the KV usage it came at. Rescale follows a server
 // restarted with another KV pool. Bounds (min, max, initial) come from the
 // job file.
 package limit

@@ -104,14 +104,16 @@ type Params struct {
 	Plateau     float64
 	PlateauHold int
 	// After a crash under pressure: the ceiling is CrashCeiling times the
-	// lane's limit (or use, when lower) at the crash; KV usage above
-	// CrashKV then backs off at once.
+	// endpoint's load at the crash; KV usage above CrashKV, or CrashMargin
+	// below the level the server crashed at if that is lower, then backs
+	// off at once.
 	CrashCeiling float64
 	CrashKV      float64
-	// CrashRoomKV: after such a crash the limit is raised only while KV
-	// usage is below it (a request's KV grows for minutes after the raise
-	// that admitted it).
-	CrashRoomKV float64
+	CrashMargin  float64
+	// CrashRoom: after such a crash the limit is raised only while KV
+	// usage is this far below the back-off level (a request's KV grows
+	// for minutes after the raise that admitted it).
+	CrashRoom float64
 }
 
 // slowStartGain multiplies the limit per probe in slow start.
@@ -127,7 +129,7 @@ var DefaultParams = Params{
 	BackOff:   0.8, Cooldown: 2,
 	Growth: 0.05, EmptyGrowth: 0.25, FastGrowth: 0.5, RoomKV: 0.7,
 	Plateau: 0.2, PlateauHold: 12,
-	CrashCeiling: 0.75, CrashKV: 0.9, CrashRoomKV: 0.8,
+	CrashCeiling: 0.75, CrashKV: 0.9, CrashMargin: 0.05, CrashRoom: 0.1,
 }
 
 // Controller is the adaptive limit of one lane on one endpoint. It is a
@@ -171,6 +173,15 @@ func New(b Bounds, p Params, now time.Time) *Controller {
 
 // Limit is the current limit.
 func (c *Controller) Limit() int { return int(math.Floor(c.limit)) }
+
+// CrashKV is the KV usage a crash under pressure made the back-off level,
+// 0 before one.
+func (c *Controller) CrashKV() float64 {
+	if c.crashes == 0 {
+		return 0
+	}
+	return c.kvHigh
+}
 
 // Ceiling is the cap set by crashes, 0 when there is none.
 func (c *Controller) Ceiling() int {
@@ -318,8 +329,8 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 		return Hold, "queue in the band"
 	case !used:
 		return Hold, "limit not in use"
-	case c.crashes > 0 && s.KVUsage >= p.CrashRoomKV:
-		return Hold, fmt.Sprintf("KV usage at or above %.2f on a server that crashed under pressure", p.CrashRoomKV)
+	case c.crashes > 0 && s.KVUsage >= c.kvHigh-p.CrashRoom:
+		return Hold, fmt.Sprintf("KV usage at or above %.2f on a server that crashed under pressure", c.kvHigh-p.CrashRoom)
 	}
 	// A limit cut below what runs without a queue was cut too deep.
 	c.limit = math.Max(c.limit, c.clamp(float64(s.InFlight)))
@@ -334,7 +345,7 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	case s.Queued == 0 && c.kvHigh >= p.KVHigh:
 		c.limit = c.clamp(c.limit * (1 + p.EmptyGrowth))
 		return Raise, "empty queue"
-	case c.crashes > 0 && s.Queued == 0 && s.KVUsage >= 0 && s.KVUsage < p.CrashRoomKV-crashRoomMargin:
+	case c.crashes > 0 && s.Queued == 0 && s.KVUsage >= 0 && s.KVUsage < c.kvHigh-p.CrashRoom-crashRoomMargin:
 		// After a crash: a trough of the saw, far below the level it
 		// crashed at; climbing out a request at a time wastes it.
 		c.limit = c.clamp(c.limit * (1 + p.EmptyGrowth))
@@ -379,15 +390,16 @@ func (c *Controller) backOff(why string) (Action, string) {
 
 // Crashed records that the endpoint crashed under pressure (an out-of-memory
 // crash after KV usage stayed high): the ceiling drops to CrashCeiling times
-// the load that crashed it, and KV usage above CrashKV backs off at once
-// from now on. inFlight is the endpoint's peak over all lanes in the last
+// the load that crashed it, and KV usage above CrashKV (or CrashMargin
+// below kv, the level the server crashed at, 0 = unknown) backs off at
+// once from now on. inFlight is the endpoint's peak over all lanes in the last
 // interval before the crash (0 = unknown: the lane's limit stands in): the
 // server crashed under all of it, so every lane may use up to the ceiling
 // and the dispatcher holds their sum to it. A lane's own share would starve
 // the lane that had few requests in flight when the crash came (a long
 // lane the controller had just cut), and it is the sum that fills the pool.
 // why is the evidence.
-func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
+func (c *Controller) Crashed(now time.Time, inFlight int, kv float64, why string) Decision {
 	from := c.Limit()
 	base := c.limit
 	if inFlight > 0 {
@@ -397,6 +409,9 @@ func (c *Controller) Crashed(now time.Time, inFlight int, why string) Decision {
 	c.ceil = math.Max(math.Floor(c.p.CrashCeiling*base), c.crashFloor())
 	c.limit = c.clamp(c.limit)
 	c.kvHigh = math.Min(c.kvHigh, c.p.CrashKV)
+	if kv > 0 {
+		c.kvHigh = math.Max(math.Min(c.kvHigh, kv-c.p.CrashMargin), crashKVFloor)
+	}
 	c.pinN = 1
 	c.slowStart = false
 	c.cooldown = c.p.Cooldown
@@ -426,8 +441,12 @@ func (c *Controller) crashFloor() float64 {
 	return math.Max(float64(c.b.Min), math.Min(float64(c.b.Initial), crashFloorMax))
 }
 
-// crashRoomMargin: after a crash, KV usage this far below CrashRoomKV
-// raises the limit by EmptyGrowth rather than by Growth.
+// crashKVFloor is the lowest back-off level a crash sets: below it a
+// server is not crashing for its KV usage.
+const crashKVFloor = 0.5
+
+// crashRoomMargin: after a crash, KV usage this far below where raises
+// stop raises the limit by EmptyGrowth rather than by Growth.
 const crashRoomMargin = 0.2
 
 // crashFloorMax caps crashFloor for a lane started high.

@@ -240,7 +240,7 @@ func TestCrashedLowersTheCeiling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := steady(t)
 		time.Sleep(step)
-		d := c.Crashed(time.Now(), 80, "cuda_oom with KV usage 0.97, 0.99")
+		d := c.Crashed(time.Now(), 80, 0, "cuda_oom with KV usage 0.97, 0.99")
 		if d.Action != Ceiling || d.From != 100 || d.To != 60 || c.Ceiling() != 60 ||
 			!strings.Contains(d.Reason, "crash 1 under pressure (cuda_oom with KV usage 0.97, 0.99): ceiling 60, back off above KV usage 0.90") {
 			t.Fatalf("crash with 80 in flight at limit 100: %v (ceiling %d), want ceiling 60 = 0.75 x 80", d, c.Ceiling())
@@ -258,7 +258,7 @@ func TestCrashedLowersTheCeiling(t *testing.T) {
 		}
 		// A second crash lowers it again.
 		time.Sleep(step)
-		if d := c.Crashed(time.Now(), 40, "cuda_oom"); c.Ceiling() != int(0.75*float64(min(40, d.From))) {
+		if d := c.Crashed(time.Now(), 40, 0, "cuda_oom"); c.Ceiling() != int(0.75*float64(min(40, d.From))) {
 			t.Errorf("second crash: %v, ceiling %d", d, c.Ceiling())
 		}
 	})
@@ -281,7 +281,7 @@ func TestCrashedKeepsTheStartingLimit(t *testing.T) {
 	} {
 		c := New(tc.b, DefaultParams, time.Unix(0, 0))
 		c.limit = 50
-		if c.Crashed(time.Unix(5, 0), tc.inFlight, "cuda_oom"); c.Ceiling() != tc.want {
+		if c.Crashed(time.Unix(5, 0), tc.inFlight, 0, "cuda_oom"); c.Ceiling() != tc.want {
 			t.Errorf("%+v, %d in flight at the crash: ceiling %d, want %d", tc.b, tc.inFlight, c.Ceiling(), tc.want)
 		}
 	}
@@ -331,7 +331,7 @@ func TestPlateauHolds(t *testing.T) {
 func TestCrashedCeilingFromTheEndpointLoad(t *testing.T) {
 	c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Unix(0, 0))
 	c.limit = 6
-	d := c.Crashed(time.Unix(5, 0), 87, "cuda_oom")
+	d := c.Crashed(time.Unix(5, 0), 87, 0, "cuda_oom")
 	if c.Ceiling() != 65 || d.To != 6 {
 		t.Errorf("lane at 6 of an endpoint with 87 in flight: %v, ceiling %d; want ceiling 65 (0.75 x 87), limit kept at 6", d, c.Ceiling())
 	}
@@ -342,7 +342,7 @@ func TestCrashedCeilingFromTheEndpointLoad(t *testing.T) {
 func TestAfterACrashRaisesOnlyWithRoom(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Bounds{Min: 1, Initial: 20}, DefaultParams, time.Now())
-		c.Crashed(time.Now(), 200, "cuda_oom")
+		c.Crashed(time.Now(), 200, 0, "cuda_oom")
 		probe := func(kv float64) Decision {
 			time.Sleep(step)
 			return c.Update(sample(func(s *Sample) {
@@ -379,6 +379,41 @@ func TestShed(t *testing.T) {
 		time.Sleep(step)
 		if d := c.Update(sample(func(s *Sample) { s.InFlight, s.Peak, s.Queued, s.Running, s.KVUsage = 2, 2, 0, 2, 0.3 })); d.Action != Hold || !strings.Contains(d.Reason, "cooling down") {
 			t.Errorf("first probe after a shed: %v, want the cooldown", d)
+		}
+	})
+}
+
+// A server that crashed at a KV usage below 0.9 teaches the controller its
+// level: back off 0.05 below it, raise only 0.1 below that.
+func TestCrashedLearnsTheLevel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 1, Initial: 20}, DefaultParams, time.Now())
+		d := c.Crashed(time.Now(), 40, 0.85, "cuda_oom")
+		if c.CrashKV() < 0.799 || c.CrashKV() > 0.801 || !strings.Contains(d.Reason, "back off above KV usage 0.80") {
+			t.Fatalf("crash at KV 0.85: %v (back-off level %.2f), want 0.80", d, c.CrashKV())
+		}
+		for range DefaultParams.Cooldown {
+			time.Sleep(step)
+			c.Update(sample(func(s *Sample) {
+				s.InFlight, s.Peak, s.Queued, s.Running, s.KVUsage = c.Limit(), c.Limit(), 0, float64(c.Limit()), 0.5
+			}))
+		}
+		time.Sleep(step)
+		if d := c.Update(sample(func(s *Sample) {
+			s.InFlight, s.Peak, s.Queued, s.Running, s.KVUsage = c.Limit(), c.Limit(), 0, float64(c.Limit()), 0.72
+		})); d.Action != Hold || !strings.Contains(d.Reason, "at or above 0.70") {
+			t.Errorf("KV 0.72: %v, want a hold (raises stop at 0.70)", d)
+		}
+		time.Sleep(step)
+		if d := c.Update(sample(func(s *Sample) {
+			s.InFlight, s.Peak, s.Queued, s.Running, s.KVUsage = c.Limit(), c.Limit(), 0, float64(c.Limit()), 0.81
+		})); d.Action != BackOff {
+			t.Errorf("KV 0.81: %v, want a back-off", d)
+		}
+		low := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
+		low.Crashed(time.Now(), 10, 0.3, "cuda_oom")
+		if low.CrashKV() != 0.5 {
+			t.Errorf("crash at KV 0.3: back-off level %.2f, want the floor 0.5", low.CrashKV())
 		}
 	})
 }
