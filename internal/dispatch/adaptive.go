@@ -285,19 +285,26 @@ func (e *endpoint) hasAutoLocked() bool {
 }
 
 // crashKV is the KV usage that, held over the last probes before a crash
-// with an out-of-memory signature, makes it a crash under pressure.
-const crashKV = 0.9
+// with an out-of-memory signature, makes it a crash under pressure; on a
+// server that crashed under pressure before, crashNear below the level
+// its auto lanes back off at is enough.
+const (
+	crashKV   = 0.9
+	crashNear = 0.1
+)
 
 // NoteCrash tells the dispatcher that the server at url went down with
 // cause (an engine.Cause* from its log). A CUDA out-of-memory crash after
-// KV usage stayed at or above 0.9 over the last probes is a crash under
-// pressure: every auto lane's controller on that endpoint lowers its
+// KV usage stayed at or above 0.9 over the last probes (after a first
+// such crash, within 0.1 of the level the lanes back off at) is a crash
+// under pressure: every auto lane's controller on that endpoint lowers its
 // ceiling (limit.Controller.Crashed) before the server comes back, to a
-// share of what the endpoint had in flight over all lanes, and the auto
-// lanes' sum is held to it. The
-// decisions are returned for events and logs; a crash that does not
-// qualify returns nil, and so does one on an endpoint with no auto lane
-// (whose fixed limits the user owns) except for one decision saying so.
+// share of what the endpoint had in flight over all lanes, the auto lanes'
+// sum is held to it, and their back-off level follows the KV usage it
+// crashed at. The decisions are returned for events and logs; a crash
+// that does not qualify returns nil, and so does one on an endpoint with
+// no auto lane (whose fixed limits the user owns) except for one decision
+// saying so.
 func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -306,19 +313,25 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 		return nil
 	}
 	ld := &e.load
-	high, known := 0, 0
+	// A server that crashed under pressure before counts again near the
+	// level it was held to; one that crashed while nearly empty (right
+	// after a restart) did not crash for its KV usage.
+	near := crashKV
+	if e.ceiling > 0 {
+		near = min(near, e.crashKV-crashNear)
+	}
+	high, nearN := 0, 0
 	level := 1.0 // the KV usage it crashed at: the lowest of the last probes
 	for _, kv := range ld.kvRecent {
 		if kv >= crashKV {
 			high++
 		}
-		if kv >= 0 {
-			known++
+		if kv >= near {
+			nearN++
 			level = min(level, kv)
 		}
 	}
-	again := e.ceiling > 0 && known > 0 // it crashed under pressure before
-	if high < 2 && !again {
+	if nearN < 2 {
 		return nil
 	}
 	why := fmt.Sprintf("%s with KV usage %s over the last probes", cause, kvList(ld.kvRecent[:]))

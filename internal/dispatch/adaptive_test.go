@@ -443,6 +443,10 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 	// first crash one under pressure, but this server has crashed under
 	// pressure before. Its level is learnt: back off at 0.80.
 	now = shedAt
+	observeKV(d, "http://a", 0.2, 3, &now)
+	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now); got != nil {
+		t.Errorf("out of memory at KV usage 0.2 (right after a restart): %v, want no ceiling", got)
+	}
 	observeKV(d, "http://a", 0.85, 3, &now)
 	again := d.NoteCrash("http://a", engine.CauseCUDAOOM, now)
 	if len(again) != 2 || !strings.Contains(again[0].Reason, "on a server that crashed under pressure before") || math.Abs(e.crashKV-0.8) > 1e-9 {

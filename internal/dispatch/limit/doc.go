@@ -93,8 +93,8 @@
 // server crashed at if that is lower (never below 0.5). Raises stop 0.1
 // below that level (and go by a quarter 0.3 below it: the troughs of the
 // saw), and the dispatcher sheds 0.05 above it. Another out-of-memory
-// crash of that server lowers the ceiling and the level again, whatever
-// the KV usage it came at. Rescale follows a server
+// crash of that server at a KV usage within 0.1 of the level lowers the
+// ceiling and the level again. Rescale follows a server
 // restarted with another KV pool. Bounds (min, max, initial) come from the
 // job file.
 package limit
