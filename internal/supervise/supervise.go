@@ -689,16 +689,22 @@ func (s *Supervisor) judgeDegraded(inc *incarnation, w *watch) {
 	}
 }
 
+// exitLogWait bounds the wait for the log's last lines after the leader
+// exited.
+const exitLogWait = 500 * time.Millisecond
+
 // fail reports DOWN or STALLED, kills the group, waits for the log to drain
 // and for GPU memory to be released, and returns the outcome with the most
 // specific cause known by then.
 func (s *Supervisor) fail(inc *incarnation, w *watch, state State, cause string, evidence []string, leaderExited bool) outcome {
 	if leaderExited {
 		// The last lines (the traceback naming the cause) may still be in
-		// the pipe; give the reader a moment before reporting.
+		// the pipe; give the reader until it ends (at once, normally) or a
+		// bound, for a child that keeps the pipe open. 100 ms missed the
+		// traceback on a loaded 2-core CI machine.
 		select {
 		case <-inc.logDone:
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(exitLogWait):
 		}
 	}
 	cause, evidence = s.explain(inc, w, state, cause, evidence)
