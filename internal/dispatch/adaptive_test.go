@@ -187,6 +187,16 @@ func TestPickByTokens(t *testing.T) {
 	}
 }
 
+// oneEndpoint is a dispatcher with the given lanes on one endpoint,
+// http://a, whose requests the tests place by hand.
+func oneEndpoint(t *testing.T, lanes ...LaneConfig) *Dispatcher {
+	t.Helper()
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = lanes
+	return mustNew(t, cfg)
+}
+
 // observeKV feeds n probes with KV usage kv, 5 s apart.
 func observeKV(d *Dispatcher, url string, kv float64, n int, at *time.Time) {
 	for range n {
@@ -196,10 +206,7 @@ func observeKV(d *Dispatcher, url string, kv float64, n int, at *time.Time) {
 }
 
 func TestNoteCrash(t *testing.T) {
-	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
-	cfg := baseConfig(newFakeStore(), eps)
-	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 64}, MaxTokens: 100}, {Name: "long", Concurrency: 16, MaxTokens: 1000}}
-	d := mustNew(t, cfg)
+	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 64}, MaxTokens: 100}, LaneConfig{Name: "long", Concurrency: 16, MaxTokens: 1000})
 	at := time.Unix(1000, 0)
 
 	observeKV(d, "http://a", 0.5, 3, &at)
@@ -230,10 +237,7 @@ func TestNoteCrash(t *testing.T) {
 // A paused endpoint's probes make no decisions, and its first interval after
 // resuming starts afresh; a restarted server's counters start again.
 func TestObservePausedAndRestarted(t *testing.T) {
-	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
-	cfg := baseConfig(newFakeStore(), eps)
-	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 8}, MaxTokens: 100}}
-	d := mustNew(t, cfg)
+	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 8}, MaxTokens: 100})
 	at := time.Unix(1000, 0)
 	m := engine.Metrics{Running: 2, Queued: 0, RetractionsTotal: 40, Present: engine.FieldRunning | engine.FieldQueued | engine.FieldRetractionsTotal}
 	d.Observe("http://a", m, at)
@@ -313,10 +317,7 @@ func TestMoveQueuedAtTheEnd(t *testing.T) {
 // They are released without spending an attempt; a fixed lane's requests
 // are left alone; the auto lane's limit drops to what it has left.
 func TestShedUnderPinnedKV(t *testing.T) {
-	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
-	cfg := baseConfig(newFakeStore(), eps)
-	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 40}, MaxTokens: 1000}, {Name: "long", Concurrency: 8, MaxTokens: 10000}}
-	d := mustNew(t, cfg)
+	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 40}, MaxTokens: 1000}, LaneConfig{Name: "long", Concurrency: 8, MaxTokens: 10000})
 	now := time.Unix(1000, 0)
 	e := d.epByURL["http://a"]
 	short, long := d.lanes[0], d.lanes[1]
@@ -390,10 +391,7 @@ func TestShedUnderPinnedKV(t *testing.T) {
 // After a crash under pressure the auto lanes share one ceiling, and KV
 // usage of 0.95 sheds at the first probe.
 func TestCrashCeilingIsTheEndpoints(t *testing.T) {
-	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
-	cfg := baseConfig(newFakeStore(), eps)
-	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 1000}, {Name: "long", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 10000}}
-	d := mustNew(t, cfg)
+	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 1000}, LaneConfig{Name: "long", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 10000})
 	now := time.Unix(1000, 0)
 	e := d.epByURL["http://a"]
 	short, long := d.lanes[0], d.lanes[1]
