@@ -39,8 +39,7 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 	}
 	for _, d := range r.disp.Observe(url, snap.Metrics, snap.Time) {
 		if d.Action == limit.Shed {
-			r.o.Logger.Warn("load shed", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "reason", d.Reason)
-			r.event(context.Background(), store.Event{Kind: "endpoint_limit", Subject: url, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
+			r.limitEvent(context.Background(), "load shed", d)
 			continue
 		}
 		if d.To != d.From {
@@ -54,9 +53,15 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 // the alert history say why the limit fell.
 func (r *runState) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
 	for _, d := range r.disp.NoteCrash(st.URL, st.Cause, st.Since) {
-		r.o.Logger.Warn("crash under pressure", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "decision", d.Action, "reason", d.Reason)
-		r.event(ctx, store.Event{Kind: "endpoint_limit", Subject: st.URL, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
+		r.limitEvent(ctx, "crash under pressure", d)
 	}
+}
+
+// limitEvent logs a limit decision the operator must see (a crash's
+// ceiling, a shed) as a warning and records it as an endpoint_limit event.
+func (r *runState) limitEvent(ctx context.Context, msg string, d dispatch.LimitDecision) {
+	r.o.Logger.Warn(msg, "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "decision", d.Action, "reason", d.Reason)
+	r.event(ctx, store.Event{Kind: "endpoint_limit", Subject: d.Endpoint, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
 }
 
 // A server's load stays current for loadFreshFor probe intervals, and at
