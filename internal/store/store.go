@@ -243,7 +243,7 @@ type Throughput struct {
 //
 // Attempts: Complete, CompleteTurn, Reject, Retry and DeadLetter each spend
 // one attempt (so a sample done at the first try has Attempts 1); Release,
-// ReleaseOwner, Escalate and ExpireLeases never spend one. Attempts count
+// ReleaseOwner, Escalate, Relane and ExpireLeases never spend one. Attempts count
 // per turn: CompleteTurn records the turn's attempts with its answer and
 // starts the next turn at zero. A limit <= 0 in IngestErrors, LastErrors,
 // Events and IngestDuplicates means no limit.
@@ -297,6 +297,11 @@ type Store interface {
 	// Escalate moves a leased sample to pending in another lane without
 	// spending an attempt (truncated in a smaller lane).
 	Escalate(ctx context.Context, id, owner, lane string) error
+	// Relane moves a leased sample to another lane and keeps the lease,
+	// spending nothing: its holder already has the answer of the lane it
+	// escalates to (a backup that ran beside the truncated request) and
+	// stores it next. A sample left there by a crash is redone in that lane.
+	Relane(ctx context.Context, id, owner, lane string) error
 	// ExpireLeases returns samples whose lease ended before now to pending
 	// and reports how many.
 	ExpireLeases(ctx context.Context, now time.Time) (int, error)

@@ -17,6 +17,7 @@ const (
 	OpRetry              // pending again after NotBefore, one attempt spent
 	OpDead               // dead with a reason, one attempt spent
 	OpEscalate           // pending in another lane, no attempt spent
+	OpRelane             // still leased, in another lane
 )
 
 // Transition is one queued lease transition. Text is the reject evidence,
@@ -89,6 +90,14 @@ func (t Transitions) DeadLetter(ctx context.Context, id, owner, reason string) e
 func (t Transitions) Escalate(ctx context.Context, id, owner, lane string) error {
 	if err := t.Commits.Do(ctx, Transition{Op: OpEscalate, ID: id, Owner: owner, Text: lane}); err != nil {
 		return fmt.Errorf("escalate %s to %s: %w", id, lane, err)
+	}
+	return nil
+}
+
+// Relane moves the held sample to lane and keeps it leased.
+func (t Transitions) Relane(ctx context.Context, id, owner, lane string) error {
+	if err := t.Commits.Do(ctx, Transition{Op: OpRelane, ID: id, Owner: owner, Text: lane}); err != nil {
+		return fmt.Errorf("move %s to lane %s: %w", id, lane, err)
 	}
 	return nil
 }

@@ -75,6 +75,10 @@ var (
 		FROM (SELECT id, lane AS old_lane FROM samples WHERE id = $2) o
 		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3
 		RETURNING s.partition, o.old_lane AS lane_from, 1::int2 AS state_from, s.lane, s.state`, "1")
+	relaneSQL = movedSQL(`UPDATE samples s SET lane = $1
+		FROM (SELECT id, lane AS old_lane FROM samples WHERE id = $2) o
+		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3
+		RETURNING s.partition, o.old_lane AS lane_from, 1::int2 AS state_from, s.lane, s.state`, "1")
 )
 
 // commitBatch commits a batch in one transaction. A server-side error about
@@ -211,6 +215,9 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			q.single = append(q.single, i)
 		case store.OpEscalate:
 			b.Queue(escalateSQL, t.Text, t.ID, t.Owner)
+			q.single = append(q.single, i)
+		case store.OpRelane:
+			b.Queue(relaneSQL, t.Text, t.ID, t.Owner)
 			q.single = append(q.single, i)
 		}
 	}

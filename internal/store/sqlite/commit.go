@@ -79,6 +79,8 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, t store.Transition, now i
 		return held(s.exec(ctx, tx, deadSQL, t.Text, now, now, t.ID, t.Owner))
 	case store.OpEscalate:
 		return held(s.exec(ctx, tx, escalateSQL, t.Text, t.ID, t.Owner))
+	case store.OpRelane:
+		return held(s.exec(ctx, tx, relaneSQL, t.Text, t.ID, t.Owner))
 	}
 	return fmt.Errorf("unknown store.Transition %d", t.Op)
 }

@@ -61,11 +61,12 @@ const (
 	escalateSQL = `UPDATE samples
 			SET state = 'pending', lane = ?, lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	relaneSQL = `UPDATE samples SET lane = ? WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 )
 
 // txQueries lists them for Open.
 var txQueries = []string{insertSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
-	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deadSQL, escalateSQL}
+	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deadSQL, escalateSQL, relaneSQL}
 
 // Ingest inserts the samples whose ID is new, and counts them, all in one
 // transaction.

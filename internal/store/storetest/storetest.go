@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReleaseKeepsAttempts", testRelease},
 		{"ReleaseOwnerKeepsAttempts", testReleaseOwner},
 		{"EscalateKeepsAttempts", testEscalate},
+		{"RelaneKeepsTheLease", testRelane},
 		{"DeadLetter", testDeadLetter},
 		{"RequeueDead", testRequeueDead},
 		{"ExpireLeasesExpiredOnly", testExpireLeases},
@@ -694,6 +695,38 @@ func testEscalate(t *testing.T, s store.Store) {
 	}
 	if got[0].Lane != "long" || got[0].Attempts != 1 {
 		t.Errorf("escalated a: lane %q attempts %d, want long and 1", got[0].Lane, got[0].Attempts)
+	}
+}
+
+func testRelane(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ingest(t, s, samples("p", "short", "a", "b"))
+	claimOne(t, s, "short", "w", "a")
+	wantNotLeased(t, "Relane by w2", s.Relane(ctx, "a", "w2", "long"))
+	wantNotLeased(t, "Relane of pending b", s.Relane(ctx, "b", "w", "long"))
+	if err := s.Relane(ctx, "a", "w", "long"); err != nil {
+		t.Fatalf("Relane: %v", err)
+	}
+	wantStates(t, s, map[string]int{"p/long/leased": 1, "p/short/pending": 1})
+	if got := claim(t, s, "long", 10, "w2"); len(got) != 0 {
+		t.Errorf("Claim(long) = %v, want nothing: a is still leased to w", ids(got))
+	}
+	// The holder stores the answer it has for the new lane; the statistics
+	// count it there.
+	if err := s.Complete(ctx, "a", "w", result("a")); err != nil {
+		t.Fatalf("Complete after Relane: %v", err)
+	}
+	rows := finished(t, s)
+	if len(rows) != 1 || rows[0].Lane != "long" || rows[0].Attempts != 1 {
+		t.Fatalf("Finished = %+v, want a done in long after 1 attempt", rows)
+	}
+	wantStates(t, s, map[string]int{"p/long/done": 1, "p/short/pending": 1})
+	cells, err := s.StatCells(ctx)
+	if err != nil {
+		t.Fatalf("StatCells: %v", err)
+	}
+	if len(cells) != 1 || cells[0].Lane != "long" || cells[0].Requests != 1 {
+		t.Errorf("StatCells = %+v, want one answer counted in lane long", cells)
 	}
 }
 
