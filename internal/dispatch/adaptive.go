@@ -235,6 +235,12 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 		}
 	}
 	slices.SortFunc(running, func(a, b *call) int {
+		if a.backup != b.backup { // a backup is speculative work: it goes first
+			if a.backup {
+				return -1
+			}
+			return 1
+		}
 		if c := cmp.Compare(a.generated.Load(), b.generated.Load()); c != 0 {
 			return c
 		}
@@ -248,7 +254,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 			break
 		}
 		shed(cl)
-		freed += cl.prompt + float64(cl.generated.Load())
+		freed += cl.prompt + cl.tokensLocked()
 		n++
 	}
 	if n+waiting == 0 {

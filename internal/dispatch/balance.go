@@ -22,13 +22,19 @@ const defaultOutputGuess = 1024
 
 // estimateLocked is the token footprint expected of c in lane l.
 func (d *Dispatcher) estimateLocked(l *lane, c store.Claimed) float64 {
-	out := float64(defaultOutputGuess)
+	return float64(max(c.PromptTokens, 0)) + d.meanOutputLocked(l)
+}
+
+// meanOutputLocked is the completion length expected of a request of l:
+// the mean seen so far, or a guess before any answer.
+func (d *Dispatcher) meanOutputLocked(l *lane) float64 {
 	if l.outN > 0 {
-		out = l.outSum / float64(l.outN)
-	} else if l.cfg.MaxTokens > 0 {
-		out = min(out, float64(l.cfg.MaxTokens))
+		return l.outSum / float64(l.outN)
 	}
-	return float64(max(c.PromptTokens, 0)) + out
+	if l.cfg.MaxTokens > 0 {
+		return min(defaultOutputGuess, float64(l.cfg.MaxTokens))
+	}
+	return defaultOutputGuess
 }
 
 // roomLocked is how many more requests of lane l endpoint e takes now: its
@@ -134,6 +140,7 @@ func (d *Dispatcher) releaseLocked(cl *call, ttft time.Duration, completion int,
 	if overloaded {
 		e.load.errs++
 	}
+	e.learnChunkLocked(completion, cl.generated.Load())
 	if completion > 0 {
 		l.outSum += float64(completion)
 		l.outN++

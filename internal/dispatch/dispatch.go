@@ -40,6 +40,10 @@ type LaneConfig struct {
 	Auto       *limit.Bounds
 	MaxTokens  int // 0 = the server's default
 	EscalateTo string
+	// BackupAt is the share of MaxTokens a request must have generated to
+	// get a backup in the EscalateTo lane once the store has no more work
+	// for either lane (hedge.go); 0 = never.
+	BackupAt float64
 }
 
 // Config configures a Dispatcher. Zero durations and counts take the defaults
@@ -660,7 +664,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		d.workers.Add(1)
 		go func() {
 			defer d.workers.Done()
-			d.work(reqCtx, storeCtx, cl, l, c)
+			d.work(workCtx, reqCtx, storeCtx, cl, l, c)
 		}()
 	}
 	if len(unstarted) > 0 {
@@ -683,7 +687,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 }
 
 // work sends one sample's current turn and records the outcome.
-func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
+func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
 	e := cl.ep
 	t, err := d.prepareTurn(c)
 	if err != nil {
@@ -692,13 +696,20 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 		return
 	}
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
 	start := d.now()
 	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
 		cl.streaming.Store(true)
-		cl.generated.Add(int64(tokens))
+		n := cl.generated.Add(int64(tokens))
 		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))
+		if hedgeAt > 0 && n >= hedgeAt {
+			hedgeAt += hedgeStep
+			if d.tryHedge(workCtx, cl, l, t) {
+				hedgeAt = 0
+			}
+		}
 	})
 	var cause error
 	if err != nil {
@@ -708,6 +719,18 @@ func (d *Dispatcher) work(reqCtx, storeCtx context.Context, cl *call, l *lane, c
 	}
 	cl.cancel(nil)
 	d.observe(l.cfg.Name, e.url, start, res, err, cause)
+	d.mu.Lock()
+	h := cl.hedge
+	d.mu.Unlock()
+	if h != nil {
+		if err == nil && res.FinishReason == "length" {
+			d.settleFromHedge(storeCtx, cl, l, c, t, res, h)
+			return
+		}
+		// The first answer decides the sample: the backup is not needed.
+		h.cl.cancel(errHedgeDropped)
+		<-h.done
+	}
 	d.settle(storeCtx, cl, l, c, t, res, err, cause)
 }
 

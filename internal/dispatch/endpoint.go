@@ -38,6 +38,11 @@ type endpoint struct {
 	crashKV float64
 	load    load
 
+	// perChunk is the completion tokens per streamed chunk of its answers
+	// (a server's --stream-interval puts several in one), 0 until one
+	// answered; chunks times it estimates a running request's tokens.
+	perChunk float64
+
 	lastToken atomic.Int64 // unix nanoseconds of the last onDelta
 	tokens    atomic.Int64
 }
@@ -54,8 +59,40 @@ type call struct {
 	// streaming is set at the first streamed chunk: before it the request
 	// is waiting in the server's queue (or in its prefill).
 	streaming atomic.Bool
-	generated atomic.Int64 // tokens streamed so far
+	generated atomic.Int64 // chunks streamed so far (tokensLocked estimates its tokens)
 	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
+	backup    bool         // a backup in an escalation lane (hedge.go)
+	// hedge is the backup started for it (hedge.go), guarded by
+	// Dispatcher.mu; it is never unset.
+	hedge *hedge
+}
+
+// tokensLocked estimates the tokens c generated so far; Dispatcher.mu
+// must be held.
+func (c *call) tokensLocked() float64 {
+	return float64(c.generated.Load()) * c.ep.tokensPerChunkLocked()
+}
+
+// tokensPerChunkLocked is e.perChunk, 1 while unknown.
+func (e *endpoint) tokensPerChunkLocked() float64 {
+	if e.perChunk <= 0 {
+		return 1
+	}
+	return e.perChunk
+}
+
+// learnChunkLocked updates e.perChunk from an answer of completion tokens
+// streamed in chunks.
+func (e *endpoint) learnChunkLocked(completion int, chunks int64) {
+	if completion <= 0 || chunks <= 0 {
+		return
+	}
+	r := float64(completion) / float64(chunks)
+	if e.perChunk <= 0 {
+		e.perChunk = r
+		return
+	}
+	e.perChunk += (r - e.perChunk) / 8
 }
 
 func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }

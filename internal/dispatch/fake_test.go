@@ -511,6 +511,17 @@ func (s *fakeStore) Escalate(_ context.Context, id, owner, lane string) error {
 	return nil
 }
 
+func (s *fakeStore) Relane(_ context.Context, id, owner, lane string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.leased("relane", id, owner)
+	if err != nil {
+		return err
+	}
+	x.Lane = lane
+	return nil
+}
+
 func (s *fakeStore) ExpireLeases(_ context.Context, now time.Time) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

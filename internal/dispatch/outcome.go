@@ -50,7 +50,7 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 			return verdict{out: outNextTurn}
 		}
 		return verdict{out: outComplete, endReason: why}
-	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain) || errors.Is(cause, errMoved) || errors.Is(cause, errShed):
+	case releaseCause(cause):
 		return verdict{out: outRelease}
 	}
 	class := llm.ClassOf(reqErr)
@@ -79,6 +79,25 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	d.settleEndpoint(cl, v, res, reqErr, now)
 
 	target, what, op := d.storeOp(cl.ep.url, l, c, t, v, res, reqErr, now)
+	err := d.finishSettle(storeCtx, c, what, op, func() { d.count(v, res, l, target) })
+	if l.auto == nil {
+		l.lim.Release()
+	}
+	if err == nil && v.out == outDead && v.class == llm.BadRequest && t != nil && d.guard.badRequest(c.ID, reqErr.Error()) {
+		d.tripGuard(storeCtx, reqErr.Error())
+	}
+	d.signal()
+}
+
+// releaseCause reports whether the dispatcher cancelled a request to give
+// its sample back without spending an attempt.
+func releaseCause(cause error) bool {
+	return errors.Is(cause, errPaused) || errors.Is(cause, errDrain) || errors.Is(cause, errMoved) || errors.Is(cause, errShed)
+}
+
+// finishSettle writes a sample's outcome with op and takes the sample off
+// the books; counted runs under d.mu when the write succeeded.
+func (d *Dispatcher) finishSettle(storeCtx context.Context, c store.Claimed, what string, op func(context.Context) error, counted func()) error {
 	err := d.storeDo(storeCtx, nil, op)
 	switch {
 	case errors.Is(err, store.ErrNotLeased), errors.Is(err, store.ErrWrongTurn):
@@ -91,21 +110,15 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		// nothing stored twice.
 		d.log.Warn("outcome not stored", "sample", c.ID, "op", what, "err", err)
 	}
-	if err == nil && v.out == outDead && v.class == llm.BadRequest && t != nil && d.guard.badRequest(c.ID, reqErr.Error()) {
-		d.tripGuard(storeCtx, reqErr.Error())
-	}
-
-	if l.auto == nil {
-		l.lim.Release()
-	}
 	d.mu.Lock()
 	d.inflight--
 	delete(d.held, c.ID)
 	if err == nil {
-		d.count(v, res, l, target)
+		counted()
 	}
 	d.mu.Unlock()
 	d.signal()
+	return err
 }
 
 // settleEndpoint updates the endpoint's error counts and breaker.

@@ -126,4 +126,10 @@ type Counters struct {
 	// Shed counts requests cancelled to relieve KV pressure on a server
 	// that crashed under it, released without spending an attempt.
 	Shed int64 `json:"shed"`
+	// Backups counts backups started in an escalation lane for requests
+	// near their max_tokens at the end of the work (hedge.go); BackupsUsed
+	// those whose answer was stored because the first request was
+	// truncated. The others were cancelled.
+	Backups     int64 `json:"backups"`
+	BackupsUsed int64 `json:"backups_used"`
 }

@@ -76,6 +76,10 @@ type Lane struct {
 	// matching wins, and a lane with neither rule is the default.
 	Partitions      []string `yaml:"partitions"`
 	MaxPromptTokens int      `yaml:"max_prompt_tokens"`
+	// BackupAt is the share of MaxTokens after which a request of a lane
+	// that escalates gets a backup in the next lane, once no work of
+	// either lane waits in the store (0 = never); default DefaultBackupAt.
+	BackupAt float64 `yaml:"backup_at"`
 
 	problems []concurrencyProblem // found while resolving, reported by Validate
 }

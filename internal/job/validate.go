@@ -133,6 +133,9 @@ func (v *validator) lanes() {
 		if l.MaxPromptTokens < 0 {
 			v.addf(p+".max_prompt_tokens", "must be >= 0")
 		}
+		if b := l.BackupAt; b < 0 || b >= 1 {
+			v.addf(p+".backup_at", "must be >= 0 and < 1 (a share of max_tokens; 0 = no backups)")
+		}
 		for j, part := range l.Partitions {
 			if !slices.ContainsFunc(s.Sources, func(src Source) bool { return src.Partition == part }) {
 				v.addf(fmt.Sprintf("%s.partitions[%d]", p, j), "no source has partition %q", part)

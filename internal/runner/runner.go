@@ -307,7 +307,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	lanes := make([]dispatch.LaneConfig, 0, len(spec.Lanes))
 	for _, l := range spec.Lanes {
 		esc, _ := spec.EscalationLane(l.Name)
-		lc := dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc}
+		lc := dispatch.LaneConfig{Name: l.Name, Concurrency: l.Concurrency, MaxTokens: l.MaxTokens, EscalateTo: esc, BackupAt: l.BackupAt}
 		if a := l.Auto; a != nil {
 			lc.Auto = &limit.Bounds{Min: a.Min, Max: a.Max, Initial: a.Initial}
 		}

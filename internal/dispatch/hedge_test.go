@@ -1,0 +1,181 @@
+package dispatch
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// backupRun is one sample in lane short (max_tokens 100, escalating to
+// long, backups at half) whose short request streams 60 chunks, waits for
+// the backup to start and then ends as shortEnd says; long answers with
+// long. It returns the dispatcher after Run and what the fake servers saw.
+type backupRun struct {
+	shortEnd func() (llm.Result, error)
+	long     func(ctx context.Context, n int) (llm.Result, error)
+	samples  int // in lane short; 1 when 0
+	shortCap int // the short lane's concurrency; 2 when 0
+
+	st     *fakeStore
+	tr     *tracker
+	mu     sync.Mutex
+	events []string // "short end", "long start n", in order
+}
+
+func (r *backupRun) log(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, s)
+}
+
+func (r *backupRun) run(t *testing.T) *Dispatcher {
+	t.Helper()
+	r.st, r.tr = newFakeStore(), newTracker()
+	r.st.add("short", "s", max(r.samples, 1))
+	longStarted := make(chan struct{})
+	var once sync.Once
+	fn := func(ctx context.Context, c call1) (llm.Result, error) {
+		if c.req.MaxTokens == 1000 {
+			r.log("long start " + string(rune('0'+c.n)))
+			once.Do(func() { close(longStarted) })
+			return r.long(ctx, c.n)
+		}
+		for range 60 {
+			time.Sleep(10 * time.Millisecond)
+			c.onDelta(1)
+		}
+		select { // a backup starts at 50 chunks, or never (no room for one)
+		case <-longStarted:
+		case <-time.After(time.Second):
+		}
+		time.Sleep(100 * time.Millisecond)
+		r.log("short end")
+		return r.shortEnd()
+	}
+	eps, _ := fleet(r.tr, fn, "http://a")
+	cfg := baseConfig(r.st, eps)
+	cfg.Lanes = []LaneConfig{
+		{Name: "short", Concurrency: max(r.shortCap, 2), MaxTokens: 100, EscalateTo: "long", BackupAt: 0.5},
+		{Name: "long", Concurrency: 2, MaxTokens: 1000},
+	}
+	if r.shortCap > 0 {
+		cfg.Lanes[0].Concurrency = r.shortCap
+	}
+	d := mustNew(t, cfg)
+	if err := d.Run(t.Context()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return d
+}
+
+func answer(content, finish string, tokens int) llm.Result {
+	return llm.Result{Content: content, FinishReason: finish, Usage: llm.Usage{PromptTokens: 10, CompletionTokens: tokens}}
+}
+
+func TestBackupAnswerStoredWhenTruncated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &backupRun{
+			shortEnd: func() (llm.Result, error) { return answer("cut", "length", 100), nil },
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				time.Sleep(500 * time.Millisecond) // outlives the short request
+				return answer("the long answer", "stop", 400), nil
+			},
+		}
+		d := r.run(t)
+		if want := []string{"long start 2", "short end"}; strings.Join(r.events, ", ") != strings.Join(want, ", ") {
+			t.Errorf("requests: %q, want %q (the backup beside the first request, no third)", r.events, want)
+		}
+		s := r.st.get("s-00000")
+		if s.state != store.Done || s.Lane != "long" || s.attempts != 1 || !strings.Contains(string(s.result.Response), "the long answer") {
+			t.Errorf("sample: %s in lane %q, %d attempts, answer %s; want done in long with the backup's answer after 1 attempt",
+				s.state, s.Lane, s.attempts, s.result.Response)
+		}
+		c := d.Snapshot().Counters
+		if c.Backups != 1 || c.BackupsUsed != 1 || c.Escalated != 1 || c.Done != 1 || c.Released != 0 {
+			t.Errorf("counters %+v: want 1 backup, used, 1 escalation, 1 done, nothing released", c)
+		}
+	})
+}
+
+func TestBackupCancelledWhenTheFirstAnswerFits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var cancelled error
+		r := &backupRun{
+			shortEnd: func() (llm.Result, error) { return answer("short and whole", "stop", 60), nil },
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				<-ctx.Done()
+				cancelled = context.Cause(ctx)
+				return llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "stream cancelled", Err: ctx.Err()}
+			},
+		}
+		d := r.run(t)
+		if cancelled != errHedgeDropped {
+			t.Errorf("backup ended by %v, want cancelled as not needed", cancelled)
+		}
+		s := r.st.get("s-00000")
+		if s.state != store.Done || s.Lane != "short" || !strings.Contains(string(s.result.Response), "short and whole") {
+			t.Errorf("sample: %s in lane %q, answer %s; want done in short with the first answer", s.state, s.Lane, s.result.Response)
+		}
+		c := d.Snapshot().Counters
+		if c.Backups != 1 || c.BackupsUsed != 0 || c.Escalated != 0 || c.Done != 1 || c.ServerDown != 0 {
+			t.Errorf("counters %+v: want 1 backup, unused, no escalation, 1 done, no server-down error", c)
+		}
+		// Its slot was given back: the endpoint has nothing in flight.
+		if n := d.Snapshot().Endpoints[0].InFlight; n != 0 {
+			t.Errorf("endpoint in flight after Run: %d", n)
+		}
+	})
+}
+
+func TestFailedBackupEscalatesAsBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &backupRun{
+			shortEnd: func() (llm.Result, error) { return answer("cut", "length", 100), nil },
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				if n == 2 { // the backup
+					return llm.Result{}, &llm.Error{Class: llm.Retryable, Msg: "503 busy"}
+				}
+				return answer("escalated through the store", "stop", 300), nil
+			},
+		}
+		d := r.run(t)
+		if want := "long start 2, short end, long start 3"; strings.Join(r.events, ", ") != want {
+			t.Errorf("requests: %q, want %s", r.events, want)
+		}
+		s := r.st.get("s-00000")
+		if s.state != store.Done || s.Lane != "long" || s.attempts != 1 || !strings.Contains(string(s.result.Response), "escalated through the store") {
+			t.Errorf("sample: %s in lane %q, %d attempts, answer %s; want done in long after 1 attempt (a failed backup spends none)",
+				s.state, s.Lane, s.attempts, s.result.Response)
+		}
+		c := d.Snapshot().Counters
+		if c.Backups != 1 || c.BackupsUsed != 0 || c.Escalated != 1 || c.Retried != 0 {
+			t.Errorf("counters %+v: want 1 backup, unused, 1 escalation, no retry", c)
+		}
+	})
+}
+
+// While the store still has work of the lane, a request near its
+// max_tokens gets no backup: the servers' room is the waiting work's.
+func TestNoBackupWhileWorkWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &backupRun{
+			samples:  2,
+			shortCap: 1,
+			shortEnd: func() (llm.Result, error) { return answer("cut", "length", 100), nil },
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				return answer("long", "stop", 300), nil
+			},
+		}
+		d := r.run(t)
+		c := d.Snapshot().Counters
+		if c.Backups != 0 || c.Escalated != 2 || c.Done != 2 {
+			t.Errorf("counters %+v: want no backup, 2 escalations, 2 done", c)
+		}
+	})
+}
