@@ -27,7 +27,14 @@
 // pending after Delay, or dead-letter it once MaxAttempts are spent; a bad
 // request is dead-lettered after one try with the server's message; a result
 // truncated by max_tokens escalates to the lane's EscalateTo lane when it has
-// one and is otherwise stored and counted as truncated.
+// one and is otherwise stored and counted as truncated. In the job's tail
+// (no work of the lane or of its EscalateTo lane waits in the store), a
+// request past LaneConfig.BackupAt of its max_tokens gets a backup: the
+// same turn sent at once in the EscalateTo lane, under the same lease. The
+// first request's answer decides as it would alone: it is stored if it
+// fits (the backup is cancelled), and if it is truncated the backup's
+// answer is stored as the escalated attempt (Store.Relane, then the usual
+// commit). A failed backup changes nothing (hedge.go).
 //
 // Every claim is one request: the claimed sample's current turn, built by
 // package conversation from the sample's plan and the answers the store

@@ -80,6 +80,8 @@ func (d *Dispatcher) tryHedge(workCtx context.Context, primary *call, l *lane, t
 	d.acquireLocked(h.cl, now)
 	primary.hedge = h
 	d.counters.Backups++
+	d.log.Info("backup started", "lane", target.cfg.Name, "endpoint", e.url, "beside_lane", l.cfg.Name,
+		"beside_tokens", int(primary.tokensLocked()), "max_tokens", l.cfg.MaxTokens)
 	d.workers.Add(1)
 	go func() {
 		defer d.workers.Done()

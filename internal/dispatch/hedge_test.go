@@ -179,3 +179,32 @@ func TestNoBackupWhileWorkWaits(t *testing.T) {
 		}
 	})
 }
+
+// A server that streams several tokens per chunk (--stream-interval) is
+// learnt from its answers: chunks count as that many tokens, for the
+// backup threshold and for what a shed frees.
+func TestTokensPerChunk(t *testing.T) {
+	e := &endpoint{}
+	cl := &call{ep: e}
+	cl.generated.Store(5)
+	if got := cl.tokensLocked(); got != 5 {
+		t.Errorf("before any answer: %v tokens, want a token per chunk (5)", got)
+	}
+	e.learnChunkLocked(160, 10)
+	if got := cl.tokensLocked(); got != 80 {
+		t.Errorf("after an answer of 160 tokens in 10 chunks: %v tokens, want 80", got)
+	}
+	e.learnChunkLocked(80, 10) // 8 per chunk: an eighth of the way from 16
+	if e.perChunk != 15 {
+		t.Errorf("tokens per chunk %v, want 15", e.perChunk)
+	}
+	d := &Dispatcher{}
+	l := &lane{cfg: LaneConfig{Name: "short", MaxTokens: 1500, EscalateTo: "long", BackupAt: 0.5}}
+	if at, step := d.hedgeChunks(l, e); at != 50 || step != 34 {
+		t.Errorf("backup threshold %d chunks, then every %d; want 50 (750 tokens) and 34 (512 tokens)", at, step)
+	}
+	l.cfg.BackupAt = 0
+	if at, _ := d.hedgeChunks(l, e); at != 0 {
+		t.Errorf("backup_at 0: threshold %d, want none", at)
+	}
+}

@@ -13,7 +13,8 @@ type Attempt struct {
 	Endpoint string
 	// Outcome is "ok", "cancelled" (paused or drained: released, no attempt
 	// spent), "moved" (cancelled while queued, to go to a server with room),
-	// "shed" (cancelled to bring KV usage down) or the error's class
+	// "shed" (cancelled to bring KV usage down), "unneeded" (a backup
+	// cancelled because the first request's answer fit) or the error's class
 	// ("retryable", "server-down", "bad-request", "malformed").
 	Outcome          string
 	Duration         time.Duration // from send to the last byte or the error
@@ -27,6 +28,7 @@ const (
 	OutcomeCancelled = "cancelled"
 	OutcomeMoved     = "moved"
 	OutcomeShed      = "shed"
+	OutcomeUnneeded  = "unneeded"
 )
 
 func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, err, cause error) {
@@ -43,6 +45,8 @@ func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, 
 		a.Outcome = OutcomeMoved
 	case errors.Is(cause, errShed):
 		a.Outcome = OutcomeShed
+	case errors.Is(cause, errHedgeDropped):
+		a.Outcome = OutcomeUnneeded
 	default:
 		a.Outcome = llm.ClassOf(err).String()
 	}

@@ -49,8 +49,8 @@ func TestObserveEveryAttempt(t *testing.T) {
 	})
 }
 
-// A request cancelled to move it or to shed load is reported as such, not
-// as the server-down error its cancellation looks like.
+// A request cancelled to move it, to shed load or as an unneeded backup is
+// reported as such, not as the server-down error its cancellation looks like.
 func TestObserveMovedAndShed(t *testing.T) {
 	eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
 	cfg := baseConfig(newFakeStore(), eps)
@@ -58,10 +58,10 @@ func TestObserveMovedAndShed(t *testing.T) {
 	cfg.Observe = func(a Attempt) { got = append(got, a.Outcome) }
 	d := mustNew(t, cfg)
 	cancelled := &llm.Error{Class: llm.ServerDown, Msg: "context canceled"}
-	for _, cause := range []error{errMoved, errShed, errPaused, nil} {
+	for _, cause := range []error{errMoved, errShed, errPaused, errHedgeDropped, nil} {
 		d.observe("short", "http://a", d.now(), llm.Result{}, cancelled, cause)
 	}
-	if diff := cmp.Diff([]string{OutcomeMoved, OutcomeShed, OutcomeCancelled, "server-down"}, got); diff != "" {
+	if diff := cmp.Diff([]string{OutcomeMoved, OutcomeShed, OutcomeCancelled, OutcomeUnneeded, "server-down"}, got); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 }

@@ -23,12 +23,14 @@ type Metrics struct {
 
 // Request outcomes that are not errors (see ObserveRequest): cancelled
 // (paused or drained), moved (to a server with room) and shed (to bring a
-// server's KV usage down) went back to pending without spending an attempt.
+// server's KV usage down) went back to pending without spending an attempt;
+// unneeded is a backup cancelled because the first request's answer fit.
 const (
 	OutcomeOK        = "ok"
 	OutcomeCancelled = "cancelled"
 	OutcomeMoved     = "moved"
 	OutcomeShed      = "shed"
+	OutcomeUnneeded  = "unneeded"
 )
 
 // NewMetrics builds the registry. report is called on every scrape with a
@@ -37,7 +39,7 @@ func NewMetrics(report func(ctx context.Context) (Report, error)) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "regen_requests_total",
-		Help: "Requests finished by this runner, by lane, endpoint and outcome (ok; cancelled, moved or shed, released without spending an attempt; or the error class).",
+		Help: "Requests finished by this runner, by lane, endpoint and outcome (ok; cancelled, moved or shed, released without spending an attempt; unneeded, a backup the first answer made unnecessary; or the error class).",
 	}, []string{"lane", "endpoint", "outcome"})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "regen_errors_total",
@@ -68,7 +70,8 @@ func NewMetrics(report func(ctx context.Context) (Report, error)) *Metrics {
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObserveRequest records one finished request. outcome is OutcomeOK,
-// OutcomeCancelled, OutcomeMoved, OutcomeShed or an error class name; ttft
+// OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeUnneeded or an error
+// class name; ttft
 // <= 0 means no token came.
 func (m *Metrics) ObserveRequest(lane, endpoint, outcome string, dur, ttft time.Duration, completionTokens int) {
 	m.requests.WithLabelValues(lane, endpoint, outcome).Inc()
@@ -76,7 +79,7 @@ func (m *Metrics) ObserveRequest(lane, endpoint, outcome string, dur, ttft time.
 	case OutcomeOK:
 		m.duration.WithLabelValues(lane, endpoint).Observe(dur.Seconds())
 		m.tokens.WithLabelValues(lane, endpoint).Add(float64(completionTokens))
-	case OutcomeCancelled, OutcomeMoved, OutcomeShed:
+	case OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeUnneeded:
 	default:
 		m.errors.WithLabelValues(endpoint, outcome).Inc()
 	}

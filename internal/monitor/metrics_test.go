@@ -8,10 +8,11 @@ import (
 )
 
 // Requests sent back to pending without spending an attempt (cancelled,
-// moved, shed) are counted by outcome and never as errors.
+// moved, shed), and backups cancelled as unneeded, are counted by outcome
+// and never as errors.
 func TestReleasedRequestsAreNotErrors(t *testing.T) {
 	m := NewMetrics(nil)
-	for _, o := range []string{OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeShed, "server-down"} {
+	for _, o := range []string{OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeShed, OutcomeUnneeded, "server-down"} {
 		m.ObserveRequest("short", "http://a", o, time.Second, 0, 0)
 	}
 	families, err := m.Registry().Gather()
@@ -29,8 +30,8 @@ func TestReleasedRequestsAreNotErrors(t *testing.T) {
 			}
 		}
 	}
-	if requests["shed"] != 2 || requests["moved"] != 1 || requests["cancelled"] != 1 || requests["server-down"] != 1 {
-		t.Errorf("regen_requests_total by outcome %v, want shed 2, moved 1, cancelled 1, server-down 1", requests)
+	if requests["shed"] != 2 || requests["moved"] != 1 || requests["cancelled"] != 1 || requests["unneeded"] != 1 || requests["server-down"] != 1 {
+		t.Errorf("regen_requests_total by outcome %v, want shed 2, moved 1, cancelled 1, unneeded 1, server-down 1", requests)
 	}
 	if len(errs) != 1 || errs["server-down"] != 1 {
 		t.Errorf("regen_errors_total by class %v, want only the server-down one", errs)
