@@ -18,7 +18,9 @@ import (
 // the data is the same as without backups: the first request's answer if it
 // ends within its max_tokens (the backup is then cancelled), the backup's
 // answer, as the escalated attempt, if it is truncated. A backup that fails
-// changes nothing: the sample escalates through the store as usual.
+// changes nothing: the sample escalates through the store as usual. It is
+// the hedged request of "The Tail at Scale" (Dean and Barroso), sent only
+// where the wait it saves is certain to be long and the room it takes idle.
 
 // errHedgeDropped cancels a backup whose first request ended without
 // being truncated.
@@ -140,16 +142,13 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 	if l.auto == nil {
 		l.lim.Release()
 	}
-	d.mu.Lock()
-	d.count(escalated, res, l, target)
-	d.mu.Unlock()
 
 	<-h.done
 	now := d.now()
 	if h.err != nil {
 		d.log.Debug("backup failed; escalating", "sample", c.ID, "err", h.err)
 		_, what, op := d.storeOp(cl.ep.url, l, c, t, escalated, res, nil, now)
-		d.finishSettle(storeCtx, c, what, op, func() {})
+		d.finishSettle(storeCtx, c, what, op, func() { d.count(escalated, res, l, target) })
 		return
 	}
 	v := d.decide(target, c, t, h.res, nil, nil)
@@ -165,7 +164,12 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 		return op(ctx)
 	}
 	d.finishSettle(storeCtx, c, what, relaned, func() {
+		// Escalated, but nothing went back to the store: the lanes' "no
+		// more work" stands.
+		d.counters.Escalated++
 		d.counters.BackupsUsed++
+		l.durations.add(res.Duration)
 		d.count(v, h.res, target, next)
+		d.log.Info("backup answer stored", "sample", c.ID, "lane", target.cfg.Name, "endpoint", h.cl.ep.url)
 	})
 }
