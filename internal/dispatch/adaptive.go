@@ -217,10 +217,14 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 		return nil
 	}
 	perLane := make([]int, len(e.lanes))
+	backups := 0 // cancelled backups hold no sample: nothing is released
 	shed := func(cl *call) {
 		cl.shed = true
 		cl.cancel(errShed)
 		perLane[cl.lane.idx]++
+		if cl.backup {
+			backups++
+		}
 	}
 	var running []*call
 	waiting := 0
@@ -260,9 +264,12 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 	if n+waiting == 0 {
 		return nil
 	}
-	d.counters.Shed += int64(n + waiting)
+	d.counters.Shed += int64(n + waiting - backups)
 	e.load.sinceShed = 0
 	why := fmt.Sprintf("%s: %d running requests cancelled (about %.0f tokens of KV) and %d waiting, released without spending an attempt", trigger, n, freed, waiting)
+	if backups > 0 {
+		why += fmt.Sprintf(" (%d of them backups, whose first requests go on)", backups)
+	}
 	var out []LimitDecision
 	for i := range e.lanes {
 		el := &e.lanes[i]

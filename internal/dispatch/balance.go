@@ -219,7 +219,9 @@ func (e *endpoint) waitingCallsLocked(l *lane) []*call {
 			out = append(out, cl)
 		}
 	}
+	// A backup is counted among the server's queue but is not moved: its
+	// sample has a request running already.
 	slices.SortFunc(out, func(a, b *call) int { return b.start.Compare(a.start) })
 	out = out[:min(q, len(out))]
-	return slices.DeleteFunc(out, func(cl *call) bool { return cl.lane != l })
+	return slices.DeleteFunc(out, func(cl *call) bool { return cl.lane != l || cl.backup })
 }

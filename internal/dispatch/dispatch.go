@@ -152,6 +152,7 @@ type Dispatcher struct {
 
 	mu        sync.Mutex
 	running   bool
+	stopping  bool // Run's loop ended: draining or done
 	startedAt time.Time
 	inflight  int // samples claimed and not yet settled in the store
 	rr        int // round-robin cursor for balancing ties
@@ -364,6 +365,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 
 	err := d.loop(loopCtx, workCtx, storeCtx)
+	d.mu.Lock()
+	d.stopping = true // no new backups: what runs now only finishes
+	d.mu.Unlock()
 	if err != nil {
 		d.drain(cancelWork)
 	}
@@ -550,13 +554,18 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 			return started, false, err
 		}
 		n := min(free, capacity, maxClaim)
-		if b, ok := d.guard.budget(); ok {
-			d.mu.Lock()
+		// The guard's count and the requests in flight are read together
+		// under d.mu: a settle records a refusal before it retires the
+		// sample (under d.mu), so no pair read here counts the sample in
+		// neither.
+		d.mu.Lock()
+		b, guarded := d.guard.budget()
+		if guarded {
 			n = min(n, b-d.inflight)
-			d.mu.Unlock()
-			if n <= 0 {
-				continue
-			}
+		}
+		d.mu.Unlock()
+		if guarded && n <= 0 {
+			continue
 		}
 		var claimed []store.Claimed
 		err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {

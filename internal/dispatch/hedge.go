@@ -54,14 +54,15 @@ func (d *Dispatcher) hedgeChunks(l *lane, e *endpoint) (at, step int64) {
 }
 
 // tryHedge starts a backup of primary when the store has no more work for
-// its lane or the escalation lane, and the escalation lane has room on
-// some endpoint. It reports whether it did.
+// its lane or the escalation lane (every sample ingested, the lanes' last
+// claims came back short), Run is not stopping, and the escalation lane has
+// room on some endpoint. It reports whether it did.
 func (d *Dispatcher) tryHedge(workCtx context.Context, primary *call, l *lane, t *turn) bool {
 	target := d.laneByName[l.cfg.EscalateTo]
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !l.short || !target.short || primary.hedge != nil {
+	if d.stopping || !d.ingestDone() || !l.short || !target.short || primary.hedge != nil {
 		return false
 	}
 	if target.auto == nil && !target.lim.TryAcquire() {
@@ -148,28 +149,52 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 	if h.err != nil {
 		d.log.Debug("backup failed; escalating", "sample", c.ID, "err", h.err)
 		_, what, op := d.storeOp(cl.ep.url, l, c, t, escalated, res, nil, now)
-		d.finishSettle(storeCtx, c, what, op, func() { d.count(escalated, res, l, target) })
+		err := d.storeOutcome(storeCtx, c, what, op)
+		d.retire(c, err, func() { d.count(escalated, res, l, target) })
 		return
 	}
 	v := d.decide(target, c, t, h.res, nil, nil)
 	next, what, op := d.storeOp(h.cl.ep.url, target, c, t, v, h.res, nil, now)
-	st, owner := d.cfg.Store, d.cfg.Owner
-	relaned := func(ctx context.Context) error {
+	used := v.out != outEscalate
+	if used {
+		st, owner, commit := d.cfg.Store, d.cfg.Owner, op
 		// Two transactions, safely: a sample left leased in the escalation
 		// lane by a crash between them is redone there, as an escalated
 		// sample would be.
-		if err := st.Relane(ctx, c.ID, owner, target.cfg.Name); err != nil {
-			return err
+		op = func(ctx context.Context) error {
+			if err := st.Relane(ctx, c.ID, owner, target.cfg.Name); err != nil {
+				return err
+			}
+			return commit(ctx)
 		}
-		return op(ctx)
 	}
-	d.finishSettle(storeCtx, c, what, relaned, func() {
-		// Escalated, but nothing went back to the store: the lanes' "no
-		// more work" stands.
+	// else the backup was truncated too and escalates further, from the
+	// first lane straight to the one after the backup's: nothing of it is
+	// stored.
+	err := d.storeOutcome(storeCtx, c, what, op)
+	d.retire(c, err, func() {
+		// The first escalation put nothing back in the store: the lanes'
+		// "no more work" stands.
 		d.counters.Escalated++
-		d.counters.BackupsUsed++
 		l.durations.add(res.Duration)
 		d.count(v, h.res, target, next)
-		d.log.Info("backup answer stored", "sample", c.ID, "lane", target.cfg.Name, "endpoint", h.cl.ep.url)
+		if used {
+			d.counters.BackupsUsed++
+			d.log.Info("backup answer stored", "sample", c.ID, "lane", target.cfg.Name, "endpoint", h.cl.ep.url)
+		}
 	})
+}
+
+// ingestDone reports whether every sample of the job is in the store: until
+// then a short claim means "not yet", not "no more".
+func (d *Dispatcher) ingestDone() bool {
+	if d.cfg.IngestDone == nil {
+		return true
+	}
+	select {
+	case <-d.cfg.IngestDone:
+		return true
+	default:
+		return false
+	}
 }

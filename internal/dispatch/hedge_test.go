@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,6 +72,16 @@ func (r *backupRun) run(t *testing.T) *Dispatcher {
 	if err := d.Run(t.Context()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	// Every slot of both lanes, and of the endpoint, was given back.
+	snap := d.Snapshot()
+	for _, l := range snap.Lanes {
+		if l.InFlight != 0 {
+			t.Errorf("lane %s: %d in flight after Run, want 0", l.Name, l.InFlight)
+		}
+	}
+	if n := snap.Endpoints[0].InFlight; n != 0 {
+		t.Errorf("endpoint: %d in flight after Run, want 0", n)
+	}
 	return d
 }
 
@@ -125,10 +136,6 @@ func TestBackupCancelledWhenTheFirstAnswerFits(t *testing.T) {
 		c := d.Snapshot().Counters
 		if c.Backups != 1 || c.BackupsUsed != 0 || c.Escalated != 0 || c.Done != 1 || c.ServerDown != 0 {
 			t.Errorf("counters %+v: want 1 backup, unused, no escalation, 1 done, no server-down error", c)
-		}
-		// Its slot was given back: the endpoint has nothing in flight.
-		if n := d.Snapshot().Endpoints[0].InFlight; n != 0 {
-			t.Errorf("endpoint in flight after Run: %d", n)
 		}
 	})
 }
@@ -207,4 +214,133 @@ func TestTokensPerChunk(t *testing.T) {
 	if at, _ := d.hedgeChunks(l, e); at != 0 {
 		t.Errorf("backup_at 0: threshold %d, want none", at)
 	}
+}
+
+// The backup's own answer is truncated too and its lane escalates further:
+// the sample goes from the first lane straight to the third, and nothing of
+// the backup is stored.
+func TestTruncatedBackupEscalatesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, tr := newFakeStore(), newTracker()
+		st.add("short", "s", 1)
+		var mu sync.Mutex
+		var sent []int
+		eps, _ := fleet(tr, func(ctx context.Context, c call1) (llm.Result, error) {
+			mu.Lock()
+			sent = append(sent, c.req.MaxTokens)
+			mu.Unlock()
+			switch c.req.MaxTokens {
+			case 100:
+				for range 60 {
+					time.Sleep(10 * time.Millisecond)
+					c.onDelta(1)
+				}
+				time.Sleep(time.Second)
+				return answer("cut", "length", 100), nil
+			case 1000:
+				return answer("cut again", "length", 1000), nil
+			}
+			return answer("whole", "stop", 3000), nil
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Lanes = []LaneConfig{
+			{Name: "short", Concurrency: 2, MaxTokens: 100, EscalateTo: "long", BackupAt: 0.5},
+			{Name: "long", Concurrency: 2, MaxTokens: 1000, EscalateTo: "xlong"},
+			{Name: "xlong", Concurrency: 2, MaxTokens: 5000},
+		}
+		d := mustNew(t, cfg)
+		if err := d.Run(t.Context()); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if want := []int{100, 1000, 5000}; !slices.Equal(sent, want) {
+			t.Errorf("max_tokens of the requests sent: %v, want %v", sent, want)
+		}
+		s := st.get("s-00000")
+		if s.state != store.Done || s.Lane != "xlong" || s.attempts != 1 || !strings.Contains(string(s.result.Response), "whole") {
+			t.Errorf("sample: %s in lane %q, %d attempts, answer %s; want done in xlong after 1 attempt", s.state, s.Lane, s.attempts, s.result.Response)
+		}
+		c := d.Snapshot().Counters
+		if c.Backups != 1 || c.BackupsUsed != 0 || c.Escalated != 2 || c.Done != 1 {
+			t.Errorf("counters %+v: want 1 backup, unused, 2 escalations, 1 done", c)
+		}
+	})
+}
+
+// A backup starts only when every sample is in the store, the claims of
+// both the lane and its escalation lane came back short, and Run is not
+// stopping.
+func TestBackupOnlyWhenBothLanesAreDry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eps, _ := fleet(newTracker(), ok(time.Second), "http://a")
+		cfg := baseConfig(newFakeStore(), eps)
+		cfg.Lanes = []LaneConfig{
+			{Name: "short", Concurrency: 2, MaxTokens: 100, EscalateTo: "long", BackupAt: 0.5},
+			{Name: "long", Concurrency: 2, MaxTokens: 1000},
+		}
+		ingested := make(chan struct{})
+		cfg.IngestDone = ingested
+		d := mustNew(t, cfg)
+		short, long := d.laneByName["short"], d.laneByName["long"]
+		primary := &call{ep: d.eps[0], lane: short}
+		tu := &turn{body: []byte(`{"messages":[{"role":"user","content":"x"}]}`)}
+		try := func(what string, shortDry, longDry, stopping, want bool) {
+			t.Helper()
+			d.mu.Lock()
+			short.short, long.short, d.stopping = shortDry, longDry, stopping
+			d.mu.Unlock()
+			if got := d.tryHedge(t.Context(), primary, short, tu); got != want {
+				t.Errorf("%s: backup started %v, want %v", what, got, want)
+			}
+		}
+		try("samples still arriving", true, true, false, false)
+		close(ingested)
+		try("work of the lane waits", false, true, false, false)
+		try("work of the escalation lane waits", true, false, false, false)
+		try("Run stopping", true, true, true, false)
+		try("both lanes dry", true, true, false, true)
+		try("a second backup", true, true, false, false)
+		d.workers.Wait()
+		if c := d.Snapshot().Counters; c.Backups != 1 {
+			t.Errorf("backups %d, want 1", c.Backups)
+		}
+	})
+}
+
+// When Run's context ends, a request passing its threshold during the
+// drain starts no backup: the drain only lets what runs finish.
+func TestNoBackupWhileDraining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, tr := newFakeStore(), newTracker()
+		st.add("short", "s", 1)
+		eps, _ := fleet(tr, func(ctx context.Context, c call1) (llm.Result, error) {
+			if c.req.MaxTokens == 1000 {
+				return answer("long", "stop", 300), nil
+			}
+			for range 60 {
+				time.Sleep(10 * time.Millisecond)
+				c.onDelta(1)
+			}
+			return answer("cut", "length", 100), nil
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Lanes = []LaneConfig{
+			{Name: "short", Concurrency: 2, MaxTokens: 100, EscalateTo: "long", BackupAt: 0.5},
+			{Name: "long", Concurrency: 2, MaxTokens: 1000},
+		}
+		cfg.DrainTimeout = time.Minute
+		d := mustNew(t, cfg)
+		ctx, cancel := context.WithCancel(t.Context())
+		wait := runAsync(ctx, d)
+		time.Sleep(200 * time.Millisecond) // 20 chunks: below the threshold of 50
+		cancel()
+		if err := wait(); err == nil {
+			t.Fatalf("Run after cancel: nil error")
+		}
+		if c := d.Snapshot().Counters; c.Backups != 0 || c.Escalated != 1 {
+			t.Errorf("counters %+v: want no backup and the sample escalated through the store", c)
+		}
+		if s := st.get("s-00000"); s.state != store.Pending || s.Lane != "long" {
+			t.Errorf("sample %s in lane %q, want pending in long", s.state, s.Lane)
+		}
+	})
 }

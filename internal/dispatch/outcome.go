@@ -79,14 +79,16 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	d.settleEndpoint(cl, v, res, reqErr, now)
 
 	target, what, op := d.storeOp(cl.ep.url, l, c, t, v, res, reqErr, now)
-	err := d.finishSettle(storeCtx, c, what, op, func() { d.count(v, res, l, target) })
-	if l.auto == nil {
-		l.lim.Release()
-	}
+	err := d.storeOutcome(storeCtx, c, what, op)
+	// The guard learns of a refusal before the sample leaves the books: its
+	// budget counts requests in flight, and the claim loop wakes at once.
 	if err == nil && v.out == outDead && v.class == llm.BadRequest && t != nil && d.guard.badRequest(c.ID, reqErr.Error()) {
 		d.tripGuard(storeCtx, reqErr.Error())
 	}
-	d.signal()
+	if l.auto == nil {
+		l.lim.Release()
+	}
+	d.retire(c, err, func() { d.count(v, res, l, target) })
 }
 
 // releaseCause reports whether the dispatcher cancelled a request to give
@@ -95,9 +97,9 @@ func releaseCause(cause error) bool {
 	return errors.Is(cause, errPaused) || errors.Is(cause, errDrain) || errors.Is(cause, errMoved) || errors.Is(cause, errShed)
 }
 
-// finishSettle writes a sample's outcome with op and takes the sample off
-// the books; counted runs under d.mu when the write succeeded.
-func (d *Dispatcher) finishSettle(storeCtx context.Context, c store.Claimed, what string, op func(context.Context) error, counted func()) error {
+// storeOutcome writes a sample's outcome with op, logging a write that did
+// not take.
+func (d *Dispatcher) storeOutcome(storeCtx context.Context, c store.Claimed, what string, op func(context.Context) error) error {
 	err := d.storeDo(storeCtx, nil, op)
 	switch {
 	case errors.Is(err, store.ErrNotLeased), errors.Is(err, store.ErrWrongTurn):
@@ -110,6 +112,12 @@ func (d *Dispatcher) finishSettle(storeCtx context.Context, c store.Claimed, wha
 		// nothing stored twice.
 		d.log.Warn("outcome not stored", "sample", c.ID, "op", what, "err", err)
 	}
+	return err
+}
+
+// retire takes a settled sample off the books; counted runs under d.mu
+// when its outcome was stored (err nil).
+func (d *Dispatcher) retire(c store.Claimed, err error, counted func()) {
 	d.mu.Lock()
 	d.inflight--
 	delete(d.held, c.ID)
@@ -118,7 +126,6 @@ func (d *Dispatcher) finishSettle(storeCtx context.Context, c store.Claimed, wha
 	}
 	d.mu.Unlock()
 	d.signal()
-	return err
 }
 
 // settleEndpoint updates the endpoint's error counts and breaker.
