@@ -152,7 +152,6 @@ func TestPickByTokens(t *testing.T) {
 		d.mu.Lock()
 		e, _ := d.pickLocked(now, d.lanes[0], 2000)
 		cl := &call{ep: e, lane: d.lanes[0], est: 2000}
-		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 		d.mu.Unlock()
 		picks[e.url]++
@@ -284,7 +283,6 @@ func TestMoveQueuedAtTheEnd(t *testing.T) {
 		if i < 2 {
 			cl.streaming.Store(true) // generating: never moved
 		}
-		busy.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 	}
 	d.mu.Lock()
@@ -329,7 +327,6 @@ func TestShedUnderPinnedKV(t *testing.T) {
 			cancel: func(cause error) { mu.Lock(); causes[name] = cause; mu.Unlock() }}
 		cl.streaming.Store(streaming)
 		cl.generated.Store(generated)
-		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 	}
 	add("waiting1", short, false, 0)
@@ -403,7 +400,6 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 		}
 		cl := &call{ep: e, lane: l, start: now, est: 2000, prompt: 1000, cancel: func(error) {}}
 		cl.streaming.Store(true)
-		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 		calls = append(calls, cl)
 	}
@@ -421,7 +417,6 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 	d.mu.Lock()
 	for range 28 {
 		cl := &call{ep: e, lane: short, start: now, est: 2000, cancel: func(error) {}}
-		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 	}
 	roomLong := e.roomLocked(long, now)

@@ -108,9 +108,11 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64) (e *endpoin
 	return best, false
 }
 
-// acquireLocked counts a started request on its endpoint and lane.
+// acquireLocked registers a started request with its endpoint and counts
+// it there and in its lane; releaseLocked undoes it.
 func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 	e := cl.ep
+	e.calls[cl] = struct{}{}
 	if e.inflight == 0 {
 		e.busySince = now
 	}

@@ -665,7 +665,6 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		}
 		reqCtx, cancel := context.WithCancelCause(workCtx)
 		cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est, prompt: float64(max(c.PromptTokens, 0))}
-		e.calls[cl] = struct{}{}
 		d.acquireLocked(cl, now)
 		d.inflight++
 		d.mu.Unlock()
@@ -704,30 +703,15 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
-	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
 	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
-	start := d.now()
-	res, err := e.client.Chat(reqCtx, req, func(tokens int) {
-		cl.streaming.Store(true)
-		n := cl.generated.Add(int64(tokens))
-		d.guard.accepted()
-		e.lastToken.Store(d.now().UnixNano())
-		e.tokens.Add(int64(tokens))
-		if hedgeAt > 0 && n >= hedgeAt {
+	res, err, cause := d.send(reqCtx, cl, t, func(chunks int64) {
+		if hedgeAt > 0 && chunks >= hedgeAt {
 			hedgeAt += hedgeStep
 			if d.tryHedge(workCtx, cl, l, t) {
 				hedgeAt = 0
 			}
 		}
 	})
-	var cause error
-	if err != nil {
-		cause = context.Cause(reqCtx)
-	} else {
-		d.guard.accepted()
-	}
-	cl.cancel(nil)
-	d.observe(l.cfg.Name, e.url, start, res, err, cause)
 	d.mu.Lock()
 	h := cl.hedge
 	d.mu.Unlock()
@@ -741,6 +725,34 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		<-h.done
 	}
 	d.settle(storeCtx, cl, l, c, t, res, err, cause)
+}
+
+// send streams t's request for call cl in its lane, marks every chunk on
+// the call and its endpoint (onChunk, when not nil, then sees the chunks so
+// far), and reports the finished request to Observe. cause is why ctx
+// ended, when the request failed.
+func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(chunks int64)) (res llm.Result, err, cause error) {
+	e, l := cl.ep, cl.lane
+	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	start := d.now()
+	res, err = e.client.Chat(ctx, req, func(tokens int) {
+		cl.streaming.Store(true)
+		n := cl.generated.Add(int64(tokens))
+		d.guard.accepted()
+		e.lastToken.Store(d.now().UnixNano())
+		e.tokens.Add(int64(tokens))
+		if onChunk != nil {
+			onChunk(n)
+		}
+	})
+	if err != nil {
+		cause = context.Cause(ctx)
+	} else {
+		d.guard.accepted()
+	}
+	cl.cancel(nil)
+	d.observe(l.cfg.Name, e.url, start, res, err, cause)
+	return res, err, cause
 }
 
 // storeDo runs op until it succeeds or reports ErrNotLeased or
@@ -819,16 +831,26 @@ func (d *Dispatcher) storeRecovered() {
 	}
 }
 
+// ingestDone reports whether every sample of the job is in the store: until
+// then a short claim means "not yet", not "no more".
+func (d *Dispatcher) ingestDone() bool {
+	if d.cfg.IngestDone == nil {
+		return true
+	}
+	select {
+	case <-d.cfg.IngestDone:
+		return true
+	default:
+		return false
+	}
+}
+
 // finished reports whether no sample of a configured lane is pending or
 // leased. Pending samples in a lane this dispatcher does not serve would
 // never finish, so they are an error.
 func (d *Dispatcher) finished(loopCtx, storeCtx context.Context) (bool, error) {
-	if d.cfg.IngestDone != nil {
-		select {
-		case <-d.cfg.IngestDone:
-		default:
-			return false, nil // samples are still arriving
-		}
+	if !d.ingestDone() {
+		return false, nil // samples are still arriving
 	}
 	var counts []store.Count
 	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {

@@ -79,7 +79,6 @@ func (d *Dispatcher) tryHedge(workCtx context.Context, primary *call, l *lane, t
 	ctx, cancel := context.WithCancelCause(workCtx)
 	h := &hedge{done: make(chan struct{})}
 	h.cl = &call{ep: e, probe: probe, cancel: cancel, lane: target, start: now, est: est, prompt: primary.prompt, backup: true}
-	e.calls[h.cl] = struct{}{}
 	d.acquireLocked(h.cl, now)
 	primary.hedge = h
 	d.counters.Backups++
@@ -95,21 +94,8 @@ func (d *Dispatcher) tryHedge(workCtx context.Context, primary *call, l *lane, t
 
 // runHedge sends the backup request and frees its slot when it ends.
 func (d *Dispatcher) runHedge(ctx context.Context, h *hedge, t *turn) {
-	cl, e, target := h.cl, h.cl.ep, h.cl.lane
-	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: target.cfg.MaxTokens, Params: d.cfg.Params}
-	start := d.now()
-	res, err := e.client.Chat(ctx, req, func(tokens int) {
-		cl.streaming.Store(true)
-		cl.generated.Add(int64(tokens))
-		e.lastToken.Store(d.now().UnixNano())
-		e.tokens.Add(int64(tokens))
-	})
-	var cause error
-	if err != nil {
-		cause = context.Cause(ctx)
-	}
-	cl.cancel(nil)
-	d.observe(target.cfg.Name, e.url, start, res, err, cause)
+	cl, target := h.cl, h.cl.lane
+	res, err, cause := d.send(ctx, cl, t, nil)
 	// The endpoint learns what any request teaches it (an answer closes its
 	// breaker, a server-down error opens it); the sample's fate is the
 	// first request's to decide.
@@ -183,18 +169,4 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 			d.log.Info("backup answer stored", "sample", c.ID, "lane", target.cfg.Name, "endpoint", h.cl.ep.url)
 		}
 	})
-}
-
-// ingestDone reports whether every sample of the job is in the store: until
-// then a short claim means "not yet", not "no more".
-func (d *Dispatcher) ingestDone() bool {
-	if d.cfg.IngestDone == nil {
-		return true
-	}
-	select {
-	case <-d.cfg.IngestDone:
-		return true
-	default:
-		return false
-	}
 }
