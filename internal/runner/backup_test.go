@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -62,14 +60,7 @@ server:
 output: {formats: [sharegpt]}
 quality: {truncated: false}
 `, backupAt)
-		path := filepath.Join(dir, "job.yaml")
-		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		spec, err := job.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		spec := loadJobYAML(t, dir, yaml)
 		st := openStore(t, spec)
 		var logs lockedBuffer
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -79,7 +70,7 @@ quality: {truncated: false}
 			t.Fatalf("run with backup_at %s: %v\n%s", backupAt, err, logs.String())
 		}
 		got := map[string]string{}
-		err = st.Finished(ctx, func(r store.Row) error {
+		err := st.Finished(ctx, func(r store.Row) error {
 			var res llm.Result
 			if err := json.Unmarshal(r.Result.Response, &res); err != nil {
 				return err

@@ -20,19 +20,11 @@ func twoFileJob(t *testing.T) *job.Spec {
 	dir := t.TempDir()
 	writeRows(t, filepath.Join(dir, "data", "a.jsonl"), "a", 0, 30)
 	writeRows(t, filepath.Join(dir, "data", "b.jsonl"), "b", 0, 20)
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(`name: manifest
+	return loadJobYAML(t, dir, `name: manifest
 model: m
 endpoints: [{url: "http://127.0.0.1:9"}]
 sources: [{partition: p, path: data, prompt: prompt, id: id}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := job.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return spec
+`)
 }
 
 func writeRows(t *testing.T, path, prefix string, from, to int) {

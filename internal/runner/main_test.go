@@ -109,13 +109,19 @@ func newJob(t *testing.T, tmpl string, n int, p jobParams) *job.Spec {
 	if err := tp.Execute(&b, p); err != nil {
 		t.Fatal(err)
 	}
+	return loadJobYAML(t, dir, b.String())
+}
+
+// loadJobYAML writes src as dir/job.yaml and loads it.
+func loadJobYAML(t *testing.T, dir, src string) *job.Spec {
+	t.Helper()
 	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := job.Load(path)
 	if err != nil {
-		t.Fatalf("load job:\n%s\n%v", b.String(), err)
+		t.Fatalf("load job:\n%s\n%v", src, err)
 	}
 	return spec
 }

@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
@@ -41,17 +39,11 @@ sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
 lanes: [{name: default, concurrency: 8, max_tokens: 64}]
 monitor: {heartbeat_every: 100ms, dead_after: 5s, stall_after: 60s}
 `, srv.URL)
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(jobYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := job.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := loadJobYAML(t, dir, jobYAML)
 	st := openStore(t, spec)
 	r := startRun(t, spec, st, true)
 	var rep monitor.Report
+	var err error
 	waitFor(t, r, 30*time.Second, "the job to be DOWN", func() bool {
 		rep, err = monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter})
 		return err == nil && rep.State == monitor.Down

@@ -4,14 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/regen-dev/regen/internal/job"
 )
 
 // A server we did not launch that hangs while its /health stays 200 is
@@ -35,20 +32,13 @@ func TestProbedEndpointHangBacksOff(t *testing.T) {
 	defer close(release)
 	dir := t.TempDir()
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 20)
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(`name: hang
+	spec := loadJobYAML(t, dir, fmt.Sprintf(`name: hang
 model: m
 endpoints: [{url: %q}]
 sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
 lanes: [{name: default, concurrency: 4, max_tokens: 64}]
 monitor: {heartbeat_every: 100ms, hang_after: 400ms}
-`, srv.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := job.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, srv.URL))
 	st := openStore(t, spec)
 	r := startRun(t, spec, st, true)
 	nextTry := regexp.MustCompile(`next try in ([0-9.]+m?s)`)

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -96,8 +95,7 @@ func externalJob(t *testing.T, url, engine, model string, n int, monitorYAML str
 	t.Helper()
 	dir := t.TempDir()
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), n)
-	path := filepath.Join(dir, "job.yaml")
-	src := fmt.Sprintf(`name: ext
+	return loadJobYAML(t, dir, fmt.Sprintf(`name: ext
 model: %s
 endpoints: [{url: %q, engine: %s}]
 sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
@@ -105,15 +103,7 @@ lanes: [{name: default, concurrency: 4, max_tokens: 64}]
 retry: {base_delay: 100ms, max_delay: 1s}
 monitor: %s
 quality: {truncated: false}  # an answer cut at 64 tokens still counts as done here
-`, model, url, engine, monitorYAML)
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := job.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return spec
+`, model, url, engine, monitorYAML))
 }
 
 func slowSim() sim.Config {
