@@ -71,8 +71,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObserveRequest records one finished request. outcome is OutcomeOK,
 // OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeUnneeded or an error
-// class name; ttft
-// <= 0 means no token came.
+// class name; ttft <= 0 means no token came.
 func (m *Metrics) ObserveRequest(lane, endpoint, outcome string, dur, ttft time.Duration, completionTokens int) {
 	m.requests.WithLabelValues(lane, endpoint, outcome).Inc()
 	switch outcome {
