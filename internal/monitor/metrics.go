@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/regen-dev/regen/internal/dispatch"
 )
 
 // Metrics is regen's own Prometheus registry (never the global one). Two
@@ -20,18 +22,6 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	ttft     *prometheus.HistogramVec
 }
-
-// Request outcomes that are not errors (see ObserveRequest): cancelled
-// (paused or drained), moved (to a server with room) and shed (to bring a
-// server's KV usage down) went back to pending without spending an attempt;
-// unneeded is a backup cancelled because the first request's answer fit.
-const (
-	OutcomeOK        = "ok"
-	OutcomeCancelled = "cancelled"
-	OutcomeMoved     = "moved"
-	OutcomeShed      = "shed"
-	OutcomeUnneeded  = "unneeded"
-)
 
 // NewMetrics builds the registry. report is called on every scrape with a
 // bounded context; nil serves request metrics only.
@@ -69,16 +59,17 @@ func NewMetrics(report func(ctx context.Context) (Report, error)) *Metrics {
 // Registry is what /metrics serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// ObserveRequest records one finished request. outcome is OutcomeOK,
-// OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeUnneeded or an error
-// class name; ttft <= 0 means no token came.
+// ObserveRequest records one finished request. outcome is a
+// dispatch.Attempt's: ok, one of the cancellations that spend no attempt
+// (cancelled, moved, shed, unneeded) or an error class name; ttft <= 0
+// means no token came.
 func (m *Metrics) ObserveRequest(lane, endpoint, outcome string, dur, ttft time.Duration, completionTokens int) {
 	m.requests.WithLabelValues(lane, endpoint, outcome).Inc()
 	switch outcome {
-	case OutcomeOK:
+	case dispatch.OutcomeOK:
 		m.duration.WithLabelValues(lane, endpoint).Observe(dur.Seconds())
 		m.tokens.WithLabelValues(lane, endpoint).Add(float64(completionTokens))
-	case OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeUnneeded:
+	case dispatch.OutcomeCancelled, dispatch.OutcomeMoved, dispatch.OutcomeShed, dispatch.OutcomeUnneeded:
 	default:
 		m.errors.WithLabelValues(endpoint, outcome).Inc()
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/regen-dev/regen/internal/dispatch"
 )
 
 // Requests sent back to pending without spending an attempt (cancelled,
@@ -12,7 +14,7 @@ import (
 // and never as errors.
 func TestReleasedRequestsAreNotErrors(t *testing.T) {
 	m := NewMetrics(nil)
-	for _, o := range []string{OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeShed, OutcomeUnneeded, "server-down"} {
+	for _, o := range []string{dispatch.OutcomeCancelled, dispatch.OutcomeMoved, dispatch.OutcomeShed, dispatch.OutcomeShed, dispatch.OutcomeUnneeded, "server-down"} {
 		m.ObserveRequest("short", "http://a", o, time.Second, 0, 0)
 	}
 	families, err := m.Registry().Gather()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
@@ -29,7 +30,7 @@ func TestGrafanaDashboardNames(t *testing.T) {
 	}
 	_, report := fixture(t)
 	m := monitor.NewMetrics(report)
-	m.ObserveRequest("short", "http://127.0.0.1:1", monitor.OutcomeOK, time.Second, 100*time.Millisecond, 10)
+	m.ObserveRequest("short", "http://127.0.0.1:1", dispatch.OutcomeOK, time.Second, 100*time.Millisecond, 10)
 	m.ObserveRequest("short", "http://127.0.0.1:1", "retryable", time.Second, 0, 0)
 	fams, err := m.Registry().Gather()
 	if err != nil {

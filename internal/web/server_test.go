@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
@@ -218,7 +219,7 @@ func TestReadOnlyAndLoopbackHost(t *testing.T) {
 func TestMetricsParse(t *testing.T) {
 	st, report := fixture(t)
 	m := monitor.NewMetrics(report)
-	m.ObserveRequest("short", "http://127.0.0.1:1", monitor.OutcomeOK, 2*time.Second, 150*time.Millisecond, 40)
+	m.ObserveRequest("short", "http://127.0.0.1:1", dispatch.OutcomeOK, 2*time.Second, 150*time.Millisecond, 40)
 	m.ObserveRequest("short", "http://127.0.0.1:1", "server-down", 10*time.Millisecond, 0, 0)
 	s, err := New(Options{Store: st, Report: report, Metrics: m})
 	if err != nil {
