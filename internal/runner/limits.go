@@ -35,7 +35,7 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 				infl = e.InFlight
 			}
 		}
-		r.o.Logger.Log(context.Background(), slog.LevelDebug-4, "probe", "endpoint", url, "in_flight", infl, "running", m.Running, "queued", m.Queued, "kv", m.TokenUsage, "retracted", m.RetractionsTotal)
+		r.o.Logger.Log(context.Background(), slog.LevelDebug-4, "probe", "endpoint", url, "in_flight", infl, "running", m.Running, "queued", m.Queued, "kv", m.TokenUsage, "retracted", m.RetractionsTotal, "generated", m.GenerationTokensTotal)
 	}
 	for _, d := range r.disp.Observe(url, snap.Metrics, snap.Time) {
 		if d.Action == limit.Shed {
