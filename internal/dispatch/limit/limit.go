@@ -226,10 +226,57 @@ func (c *Controller) Update(s Sample) Decision {
 }
 
 func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
-	p := c.p
 	running := math.Max(s.Running, 0)
-	qLow := math.Max(p.QueueLowMin, p.QueueLow*running)
-	qHigh := math.Max(p.QueueHighMin, p.QueueHigh*running)
+	qLow := math.Max(c.p.QueueLowMin, c.p.QueueLow*running)
+	qHigh := math.Max(c.p.QueueHighMin, c.p.QueueHigh*running)
+	spike := c.track(s, qLow, qHigh, ev)
+	// A cut takes effect as requests finish; until the lane is back
+	// within its limit another cut would only count the same pressure twice.
+	settled := s.InFlight <= c.Limit()
+
+	if why := c.pressure(s, running, spike); why != "" {
+		if !settled {
+			return Hold, why + ", waiting for the last cut to take effect"
+		}
+		return c.backOff(why)
+	}
+	if s.Queued > qHigh {
+		c.slowStart = false
+		if !settled {
+			return Hold, "queue above the band, waiting for the last cut to take effect"
+		}
+		return c.cutToBand(s, qLow, qHigh)
+	}
+	if c.cooldown > 0 {
+		c.cooldown--
+		return Hold, "cooling down after a back-off"
+	}
+	if c.plateau > 0 {
+		c.plateau--
+		return Hold, "goodput stopped rising with the limit"
+	}
+	roomy := s.Queued >= 0 && s.Queued <= qLow
+	if s.Queued < 0 {
+		// No queue gauge: a calm time to first token is the room signal.
+		roomy = s.TTFT > 0 && !spike
+	}
+	used := float64(max(s.Peak, s.InFlight)) >= math.Max(c.limit-math.Max(1, 0.1*c.limit), 1)
+	switch {
+	case !roomy:
+		c.slowStart = false
+		return Hold, "queue in the band"
+	case !used:
+		return Hold, "limit not in use"
+	case c.crashes > 0 && s.KVUsage >= c.kvHigh-c.p.CrashRoom:
+		return Hold, fmt.Sprintf("KV usage at or above %.2f on a server that crashed under pressure", c.kvHigh-c.p.CrashRoom)
+	}
+	return c.raise(s)
+}
+
+// track writes the sample's evidence and folds it into the running state
+// (TTFT averages, goodput, how long KV usage has been pinned); it reports
+// whether time to first token spiked.
+func (c *Controller) track(s Sample, qLow, qHigh float64, ev *evidence) (spike bool) {
 	if s.Queued >= 0 {
 		ev.add("queue %.0f (band %.0f-%.0f)", s.Queued, qLow, qHigh)
 	}
@@ -247,11 +294,10 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	// TTFT: short- against long-run average, judged before this sample
 	// joins them, and only once both have history.
 	ttft := s.TTFT.Seconds()
-	spike := false
 	if ttft > 0 {
 		c.ttftN++
 		c.ttftShort = ewma(c.ttftShort, ttft, 0.5)
-		spike = c.ttftN > 3 && c.ttftShort > p.TTFTSpike*c.ttftLong
+		spike = c.ttftN > 3 && c.ttftShort > c.p.TTFTSpike*c.ttftLong
 		if spike {
 			ev.add("ttft %.2fs, long-run %.2fs", c.ttftShort, c.ttftLong)
 		}
@@ -266,72 +312,46 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	} else {
 		c.pinned = 0
 	}
-	// A cut takes effect as requests finish; until the lane is back
-	// within its limit another cut would only count the same pressure twice.
-	settled := s.InFlight <= c.Limit()
+	return spike
+}
 
-	// Pressure: multiplicative decrease, as AIMD does on loss.
-	burst := s.Retractions >= math.Max(p.RetractBurstMin, p.RetractBurst*running)
-	var why string
+// pressure is why the sample calls for a multiplicative decrease, as AIMD
+// does on loss, or "" when nothing does.
+func (c *Controller) pressure(s Sample, running float64, spike bool) string {
 	switch {
 	case s.Errors > 0:
-		why = "errors from the server"
-	case burst:
-		why = "retraction burst"
+		return "errors from the server"
+	case s.Retractions >= math.Max(c.p.RetractBurstMin, c.p.RetractBurst*running):
+		return "retraction burst"
 	case c.pinned >= c.pinN:
-		why = fmt.Sprintf("KV usage at or above %.2f for %d samples", c.kvHigh, c.pinned)
+		return fmt.Sprintf("KV usage at or above %.2f for %d samples", c.kvHigh, c.pinned)
 	case spike && s.Queued < 0:
 		// With a queue gauge the queue itself says more than its wait.
-		why = "time to first token rising"
+		return "time to first token rising"
 	}
-	if why != "" {
-		if !settled {
-			return Hold, why + ", waiting for the last cut to take effect"
-		}
-		return c.backOff(why)
-	}
+	return ""
+}
 
-	// The server's own queue, measured rather than inferred as Vegas does
-	// from RTTs: too long, take the excess (this lane's share of it) off
-	// what is in flight now.
+// cutToBand takes the server's queue excess over the band's middle (this
+// lane's share of it) off what is in flight now: the queue measured
+// rather than inferred from RTTs as Vegas does.
+func (c *Controller) cutToBand(s Sample, qLow, qHigh float64) (Action, string) {
 	share := 1.0
 	if s.EndpointInFlight > 0 {
 		share = float64(s.InFlight) / float64(s.EndpointInFlight)
 	}
-	if s.Queued > qHigh {
-		c.slowStart = false
-		if !settled {
-			return Hold, "queue above the band, waiting for the last cut to take effect"
-		}
-		target := (qLow + qHigh) / 2
-		want := float64(s.InFlight) - math.Max(share*(s.Queued-target), 1)
-		c.limit = c.clamp(math.Max(math.Min(c.limit, want), c.limit*0.7))
-		c.cooldown = max(c.cooldown, 1)
-		return BackOff, "queue above the band"
-	}
-	if c.cooldown > 0 {
-		c.cooldown--
-		return Hold, "cooling down after a back-off"
-	}
-	if c.plateau > 0 {
-		c.plateau--
-		return Hold, "goodput stopped rising with the limit"
-	}
-	roomy := s.Queued >= 0 && s.Queued <= qLow
-	if s.Queued < 0 {
-		// No queue gauge: a calm time to first token is the room signal.
-		roomy = ttft > 0 && !spike
-	}
-	used := float64(max(s.Peak, s.InFlight)) >= math.Max(c.limit-math.Max(1, 0.1*c.limit), 1)
-	switch {
-	case !roomy:
-		c.slowStart = false
-		return Hold, "queue in the band"
-	case !used:
-		return Hold, "limit not in use"
-	case c.crashes > 0 && s.KVUsage >= c.kvHigh-p.CrashRoom:
-		return Hold, fmt.Sprintf("KV usage at or above %.2f on a server that crashed under pressure", c.kvHigh-p.CrashRoom)
-	}
+	target := (qLow + qHigh) / 2
+	want := float64(s.InFlight) - math.Max(share*(s.Queued-target), 1)
+	c.limit = c.clamp(math.Max(math.Min(c.limit, want), c.limit*0.7))
+	c.cooldown = max(c.cooldown, 1)
+	return BackOff, "queue above the band"
+}
+
+// raise grows a limit the lane fills on a server with room: tripled in
+// slow start, by a quarter or a half while the queue is empty, else by
+// Growth.
+func (c *Controller) raise(s Sample) (Action, string) {
+	p := c.p
 	// A limit cut below what runs without a queue was cut too deep.
 	c.limit = math.Max(c.limit, c.clamp(float64(s.InFlight)))
 	c.raisedFrom, c.raisedGood = c.limit, c.goodAvg
