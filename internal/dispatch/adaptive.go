@@ -49,6 +49,9 @@ type load struct {
 	haveGen       bool
 }
 
+// forgetKV marks every recent KV usage unknown.
+func (ld *load) forgetKV() { ld.kvRecent = [3]float64{-1, -1, -1} }
+
 // Capacity sources, for Snapshot.
 const (
 	CapacityServer = "server" // the server's metrics or /get_server_info
@@ -95,6 +98,14 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 			for i, el := range e.lanes {
 				if el.ctl != nil {
 					out = append(out, LimitDecision{url, d.lanes[i].cfg.Name, el.ctl.Rescale(at, old, m.MaxTotalTokens)})
+				}
+			}
+			if e.ceiling > 0 { // the auto lanes' shared ceiling follows theirs
+				e.ceiling = 0
+				for _, el := range e.lanes {
+					if el.ctl != nil {
+						e.ceiling = max(e.ceiling, el.ctl.Ceiling())
+					}
 				}
 			}
 		}
@@ -230,7 +241,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 	waiting := 0
 	for cl := range e.calls {
 		switch {
-		case cl.shed || cl.lane.auto == nil: // a fixed lane's load is the user's
+		case cl.shed || cl.moved || cl.lane.auto == nil: // moved: already on its way; a fixed lane's load is the user's
 		case !cl.streaming.Load():
 			shed(cl)
 			waiting++
@@ -322,10 +333,18 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e, ok := d.epByURL[url]
-	if !ok || cause != engine.CauseCUDAOOM {
+	if !ok {
 		return nil
 	}
 	ld := &e.load
+	// Whatever the cause, the readings are the crashed server's: the one
+	// that comes back starts without them, so an out-of-memory crash soon
+	// after a restart is judged on what the new server showed.
+	recent := ld.kvRecent
+	ld.forgetKV()
+	if cause != engine.CauseCUDAOOM {
+		return nil
+	}
 	// A server that crashed under pressure before counts again near the
 	// level it was held to; one that crashed while nearly empty (right
 	// after a restart) did not crash for its KV usage.
@@ -335,7 +354,7 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 	}
 	high, nearN := 0, 0
 	level := 1.0 // the KV usage it crashed at: the lowest of the last probes
-	for _, kv := range ld.kvRecent {
+	for _, kv := range recent {
 		if kv >= crashKV {
 			high++
 		}
@@ -347,7 +366,7 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 	if nearN < 2 {
 		return nil
 	}
-	why := fmt.Sprintf("%s with KV usage %s over the last probes", cause, kvList(ld.kvRecent[:]))
+	why := fmt.Sprintf("%s with KV usage %s over the last probes", cause, kvList(recent[:]))
 	if high < 2 {
 		why += ", on a server that crashed under pressure before"
 	}

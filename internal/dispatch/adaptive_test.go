@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -216,6 +217,7 @@ func TestNoteCrash(t *testing.T) {
 	if got := d.NoteCrash("http://a", engine.CauseNCCL, at); got != nil {
 		t.Errorf("NCCL crash with KV high: %v, want no ceiling (not out of memory)", got)
 	}
+	observeKV(d, "http://a", 0.97, 3, &at) // the restarted server fills up again
 	got := d.NoteCrash("http://a", engine.CauseCUDAOOM, at)
 	if len(got) != 2 {
 		t.Fatalf("OOM with KV high: %v, want a decision per lane", got)
@@ -249,6 +251,21 @@ func TestObservePausedAndRestarted(t *testing.T) {
 	at = at.Add(5 * time.Second)
 	if got := d.Observe("http://a", m, at); len(got) != 0 {
 		t.Errorf("first probe after resuming: %v, want none (a fresh interval)", got)
+	}
+	// Down with no probe answered while paused, after an error the server
+	// answered just before: the restarted server's first probe starts a
+	// fresh interval, and the old error is not held against it.
+	d.mu.Lock()
+	e := d.epByURL["http://a"]
+	cl := &call{ep: e, lane: d.lanes[0], start: at, cancel: func(error) {}}
+	d.acquireLocked(cl, at)
+	d.releaseLocked(cl, 0, 0, true)
+	d.mu.Unlock()
+	d.Pause("http://a", "down")
+	d.Resume("http://a")
+	at = at.Add(10 * time.Minute)
+	if got := d.Observe("http://a", m, at); len(got) != 0 {
+		t.Errorf("first probe after a pause no probe answered: %v, want none (a fresh interval)", got)
 	}
 	// The restarted server's counter is at 7: seven retractions, not -33.
 	m.RetractionsTotal = 7
@@ -444,5 +461,129 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 	again := d.NoteCrash("http://a", engine.CauseCUDAOOM, now)
 	if len(again) != 2 || !strings.Contains(again[0].Reason, "on a server that crashed under pressure before") || math.Abs(e.crashKV-0.8) > 1e-9 {
 		t.Errorf("second crash at KV 0.85: %v, back-off level %.2f; want a ceiling decision and 0.80", again, e.crashKV)
+	}
+}
+
+// A crash's KV readings belong to the server that crashed: an out-of-memory
+// crash of the restarted server, one probe after it came back nearly
+// empty, is not one under pressure, and lowers no ceiling again.
+func TestOOMAfterARestartIsJudgedOnTheNewServer(t *testing.T) {
+	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4, Max: 100}, MaxTokens: 1000})
+	now := time.Unix(1000, 0)
+	e := d.epByURL["http://a"]
+	var calls []*call
+	d.mu.Lock()
+	for range 40 {
+		cl := &call{ep: e, lane: d.lanes[0], start: now, est: 2000, cancel: func(error) {}}
+		d.acquireLocked(cl, now)
+		calls = append(calls, cl)
+	}
+	d.mu.Unlock()
+	observeKV(d, "http://a", 0.95, 3, &now)
+	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now); got == nil || e.ceiling != 30 {
+		t.Fatalf("crash at KV 0.95 with 40 in flight: %v, endpoint ceiling %d; want 30", got, e.ceiling)
+	}
+	d.Pause("http://a", "down")
+	d.mu.Lock()
+	for _, cl := range calls {
+		d.releaseLocked(cl, 0, 0, false)
+	}
+	d.mu.Unlock()
+	d.Resume("http://a")
+	observeKV(d, "http://a", 0.05, 1, &now)
+	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now); got != nil || e.ceiling != 30 {
+		t.Errorf("out of memory one probe after the restart, at KV 0.05: %v, endpoint ceiling %d; want no decision and 30", got, e.ceiling)
+	}
+}
+
+// A server restarted with another KV pool rescales its auto lanes'
+// ceilings, and the ceiling their sum is held to follows: two lanes on a
+// pool halved after a crash may not fill more than the new ceiling
+// between them, and on a pool doubled they may fill the doubled one.
+func TestRescaleMovesTheSharedCeiling(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pool float64
+		want int
+	}{{"halved", 50000, 15}, {"doubled", 200000, 60}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 1000},
+				LaneConfig{Name: "long", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 10000})
+			now := time.Unix(1000, 0)
+			e := d.epByURL["http://a"]
+			var calls []*call
+			d.mu.Lock()
+			for i := range 40 {
+				cl := &call{ep: e, lane: d.lanes[i%2], start: now, est: 2000, cancel: func(error) {}}
+				d.acquireLocked(cl, now)
+				calls = append(calls, cl)
+			}
+			d.mu.Unlock()
+			for range 3 {
+				now = now.Add(5 * time.Second)
+				d.Observe("http://a", engine.Metrics{MaxTotalTokens: 100000, TokenUsage: 0.95, Running: 40, Present: allMetrics}, now)
+			}
+			if d.NoteCrash("http://a", engine.CauseCUDAOOM, now); e.ceiling != 30 {
+				t.Fatalf("crash with 40 in flight: endpoint ceiling %d, want 30", e.ceiling)
+			}
+			d.Pause("http://a", "down")
+			d.mu.Lock()
+			for _, cl := range calls {
+				d.releaseLocked(cl, 0, 0, false)
+			}
+			d.mu.Unlock()
+			d.Resume("http://a")
+			now = now.Add(5 * time.Second)
+			d.Observe("http://a", engine.Metrics{MaxTotalTokens: tc.pool, TokenUsage: 0.1, Present: allMetrics}, now)
+			d.mu.Lock()
+			admitted := 0
+			for _, l := range d.lanes {
+				for admitted < 1000 && e.roomLocked(l, now) > 0 {
+					d.acquireLocked(&call{ep: e, lane: l, start: now, est: 1, cancel: func(error) {}}, now)
+					admitted++
+				}
+			}
+			d.mu.Unlock()
+			lanes := [2]int{e.lanes[0].ctl.Ceiling(), e.lanes[1].ctl.Ceiling()}
+			if lanes != [2]int{tc.want, tc.want} || e.ceiling != tc.want || admitted != tc.want {
+				t.Errorf("pool %v: lane ceilings %v, endpoint ceiling %d, %d admitted over both lanes; want %d each", tc.pool, lanes, e.ceiling, admitted, tc.want)
+			}
+		})
+	}
+}
+
+// Requests already moved wait in the server's queue until they are
+// released: a second idle server does not move them again, nor others in
+// their place, and each is counted once.
+func TestMoveQueuedOnce(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://busy", "http://idle1", "http://idle2")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 100, MaxTokens: 1000}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	l := d.lanes[0]
+	l.outSum, l.outN = 1000, 1
+	d.Observe("http://busy", engine.Metrics{MaxTotalTokens: 100000, Queued: 3, TokenUsage: 0.95, Present: allMetrics}, now)
+	d.Observe("http://idle1", engine.Metrics{MaxTotalTokens: 100000, Queued: 0, TokenUsage: 0.5, Present: allMetrics}, now)
+	d.Observe("http://idle2", engine.Metrics{MaxTotalTokens: 100000, Queued: 0, TokenUsage: 0.5, Present: allMetrics}, now)
+	busy := d.epByURL["http://busy"]
+	cancels := map[int]int{}
+	d.mu.Lock()
+	for i := range 6 {
+		cl := &call{ep: busy, lane: l, start: now.Add(time.Duration(i) * time.Second), est: 2000,
+			cancel: func(cause error) {
+				if errors.Is(cause, errMoved) {
+					cancels[i]++
+				}
+			}}
+		d.acquireLocked(cl, now)
+	}
+	d.moveQueuedLocked(l, now)
+	d.mu.Unlock()
+	if want := map[int]int{3: 1, 4: 1, 5: 1}; !maps.Equal(cancels, want) {
+		t.Errorf("moves per request %v, want %v (the three newest, once each)", cancels, want)
+	}
+	if got := d.Snapshot().Counters.Moved; got != 3 {
+		t.Errorf("moved counter %d, want 3", got)
 	}
 }

@@ -174,6 +174,7 @@ func (d *Dispatcher) moveQueuedLocked(l *lane, now time.Time) {
 				if room == 0 {
 					break
 				}
+				cl.moved = true
 				cl.cancel(errMoved)
 				room--
 				moved++
@@ -222,8 +223,11 @@ func (e *endpoint) waitingCallsLocked(l *lane) []*call {
 		}
 	}
 	// A backup is counted among the server's queue but is not moved: its
-	// sample has a request running already.
+	// sample has a request running already. Requests already cancelled
+	// (moved or shed) still fill the queue until they are released, so
+	// they are dropped only after the cut, or the count of the last probe
+	// would move others in their place.
 	slices.SortFunc(out, func(a, b *call) int { return b.start.Compare(a.start) })
 	out = out[:min(q, len(out))]
-	return slices.DeleteFunc(out, func(cl *call) bool { return cl.lane != l || cl.backup })
+	return slices.DeleteFunc(out, func(cl *call) bool { return cl.lane != l || cl.backup || cl.moved || cl.shed })
 }

@@ -271,6 +271,7 @@ func New(cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatch config: endpoint %q listed twice", ec.URL)
 		}
 		e := &endpoint{url: ec.URL, client: ec.Client, calls: map[*call]struct{}{}, errors: map[llm.Class]int64{}, lanes: make([]epLane, len(d.lanes))}
+		e.load.forgetKV()
 		params := limit.DefaultParams
 		if cfg.LimitParams != nil {
 			params = *cfg.LimitParams
@@ -933,6 +934,10 @@ func (d *Dispatcher) Pause(url, reason string) {
 	}
 	e.paused = true
 	e.pauseReason = reason
+	// Its next interval starts when it is back: a down server's probes
+	// fail, and what its requests saw before (errors, TTFT) is not the
+	// restarted server's.
+	e.load.obsAt, e.load.errs, e.load.ttftSum, e.load.ttftN = time.Time{}, 0, 0, 0
 	for c := range e.calls {
 		c.cancel(errPaused)
 	}

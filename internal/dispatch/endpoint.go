@@ -61,6 +61,7 @@ type call struct {
 	streaming atomic.Bool
 	generated atomic.Int64 // chunks streamed so far (tokensLocked estimates its tokens)
 	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
+	moved     bool         // cancelled to go to a server with room (guarded by Dispatcher.mu)
 	backup    bool         // a backup in an escalation lane (hedge.go)
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
