@@ -87,9 +87,17 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 	st.Limit, st.LimitReason, st.Lanes = 0, "", nil
 	var moved time.Time
 	var fixed []string
+	// After a crash under pressure the auto lanes share one ceiling: their
+	// sum is held to it, whatever each lane's own limit says.
+	autoSum, ceiling := 0, 0
 	for _, l := range e.Lanes {
 		ll := monitor.LaneLimit{Lane: l.Lane, InFlight: l.InFlight, Limit: l.Limit, Auto: l.Auto, Ceiling: l.Ceiling}
-		st.Limit += l.Limit
+		if l.Auto {
+			autoSum += l.Limit
+			ceiling = max(ceiling, l.Ceiling)
+		} else {
+			st.Limit += l.Limit
+		}
 		if l.Moved != nil {
 			ll.Reason = l.Moved.String()
 			if !l.Moved.Time.Before(moved) {
@@ -101,6 +109,10 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 		}
 		st.Lanes = append(st.Lanes, ll)
 	}
+	if ceiling > 0 {
+		autoSum = min(autoSum, ceiling)
+	}
+	st.Limit += autoSum
 	if st.LimitReason == "" && len(fixed) > 0 {
 		st.LimitReason = "fixed by the job file (" + strings.Join(fixed, ", ") + "; shared by all endpoints)"
 	}
