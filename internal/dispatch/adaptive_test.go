@@ -197,6 +197,33 @@ func oneEndpoint(t *testing.T, lanes ...LaneConfig) *Dispatcher {
 	return mustNew(t, cfg)
 }
 
+// holdCalls places n requests on e by hand, as if sent and not answered
+// yet: the i-th in lane laneOf(i), estimated at 2,000 tokens; each call's
+// fields may be set by prep before it is counted.
+func holdCalls(d *Dispatcher, e *endpoint, now time.Time, n int, laneOf func(i int) *lane, prep func(*call)) []*call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	calls := make([]*call, n)
+	for i := range calls {
+		cl := &call{ep: e, lane: laneOf(i), start: now, est: 2000, cancel: func(error) {}}
+		if prep != nil {
+			prep(cl)
+		}
+		d.acquireLocked(cl, now)
+		calls[i] = cl
+	}
+	return calls
+}
+
+// releaseCalls ends calls without an answer, as a pause does.
+func releaseCalls(d *Dispatcher, calls []*call) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, cl := range calls {
+		d.releaseLocked(cl, 0, 0, false)
+	}
+}
+
 // observeKV feeds n probes with KV usage kv, 5 s apart.
 func observeKV(d *Dispatcher, url string, kv float64, n int, at *time.Time) {
 	for range n {
@@ -409,28 +436,19 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 	now := time.Unix(1000, 0)
 	e := d.epByURL["http://a"]
 	short, long := d.lanes[0], d.lanes[1]
-	var calls []*call
-	for i := range 40 {
-		l := short
+	calls := holdCalls(d, e, now, 40, func(i int) *lane {
 		if i >= 36 {
-			l = long
+			return long
 		}
-		cl := &call{ep: e, lane: l, start: now, est: 2000, prompt: 1000, cancel: func(error) {}}
-		cl.streaming.Store(true)
-		d.acquireLocked(cl, now)
-		calls = append(calls, cl)
-	}
+		return short
+	}, func(cl *call) { cl.prompt = 1000; cl.streaming.Store(true) })
 	observeKV(d, "http://a", 0.94, 3, &now)
 	got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now)
 	if len(got) != 2 || got[0].Decision.Action != limit.Ceiling || e.ceiling != 30 {
 		t.Fatalf("crash with 40 in flight (36 short, 4 long): %v, endpoint ceiling %d; want 30 (0.75 x 40) for both lanes", got, e.ceiling)
 	}
 	// The server restarted empty: the lanes may fill 30 between them.
-	for _, cl := range calls {
-		d.mu.Lock()
-		d.releaseLocked(cl, 0, 0, false)
-		d.mu.Unlock()
-	}
+	releaseCalls(d, calls)
 	d.mu.Lock()
 	for range 28 {
 		cl := &call{ep: e, lane: short, start: now, est: 2000, cancel: func(error) {}}
@@ -471,24 +489,13 @@ func TestOOMAfterARestartIsJudgedOnTheNewServer(t *testing.T) {
 	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4, Max: 100}, MaxTokens: 1000})
 	now := time.Unix(1000, 0)
 	e := d.epByURL["http://a"]
-	var calls []*call
-	d.mu.Lock()
-	for range 40 {
-		cl := &call{ep: e, lane: d.lanes[0], start: now, est: 2000, cancel: func(error) {}}
-		d.acquireLocked(cl, now)
-		calls = append(calls, cl)
-	}
-	d.mu.Unlock()
+	calls := holdCalls(d, e, now, 40, func(int) *lane { return d.lanes[0] }, nil)
 	observeKV(d, "http://a", 0.95, 3, &now)
 	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now); got == nil || e.ceiling != 30 {
 		t.Fatalf("crash at KV 0.95 with 40 in flight: %v, endpoint ceiling %d; want 30", got, e.ceiling)
 	}
 	d.Pause("http://a", "down")
-	d.mu.Lock()
-	for _, cl := range calls {
-		d.releaseLocked(cl, 0, 0, false)
-	}
-	d.mu.Unlock()
+	releaseCalls(d, calls)
 	d.Resume("http://a")
 	observeKV(d, "http://a", 0.05, 1, &now)
 	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now); got != nil || e.ceiling != 30 {
@@ -511,14 +518,7 @@ func TestRescaleMovesTheSharedCeiling(t *testing.T) {
 				LaneConfig{Name: "long", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 10000})
 			now := time.Unix(1000, 0)
 			e := d.epByURL["http://a"]
-			var calls []*call
-			d.mu.Lock()
-			for i := range 40 {
-				cl := &call{ep: e, lane: d.lanes[i%2], start: now, est: 2000, cancel: func(error) {}}
-				d.acquireLocked(cl, now)
-				calls = append(calls, cl)
-			}
-			d.mu.Unlock()
+			calls := holdCalls(d, e, now, 40, func(i int) *lane { return d.lanes[i%2] }, nil)
 			for range 3 {
 				now = now.Add(5 * time.Second)
 				d.Observe("http://a", engine.Metrics{MaxTotalTokens: 100000, TokenUsage: 0.95, Running: 40, Present: allMetrics}, now)
@@ -527,11 +527,7 @@ func TestRescaleMovesTheSharedCeiling(t *testing.T) {
 				t.Fatalf("crash with 40 in flight: endpoint ceiling %d, want 30", e.ceiling)
 			}
 			d.Pause("http://a", "down")
-			d.mu.Lock()
-			for _, cl := range calls {
-				d.releaseLocked(cl, 0, 0, false)
-			}
-			d.mu.Unlock()
+			releaseCalls(d, calls)
 			d.Resume("http://a")
 			now = now.Add(5 * time.Second)
 			d.Observe("http://a", engine.Metrics{MaxTotalTokens: tc.pool, TokenUsage: 0.1, Present: allMetrics}, now)
