@@ -66,6 +66,10 @@ const (
 	// Malformed: the server answered with something that is not a valid
 	// completion (broken SSE/JSON); retry, spending an attempt.
 	Malformed
+	// Backpressure: the endpoint is alive but asks for less load (429, or 503
+	// with Retry-After); wait RetryAfter, lower that endpoint's load, and
+	// requeue without spending an attempt.
+	Backpressure
 )
 
 func (c Class) String() string {
@@ -78,6 +82,8 @@ func (c Class) String() string {
 		return "bad-request"
 	case Malformed:
 		return "malformed"
+	case Backpressure:
+		return "backpressure"
 	}
 	return fmt.Sprintf("class(%d)", int(c))
 }
@@ -88,6 +94,8 @@ type Error struct {
 	Status int    // HTTP status, 0 when none
 	Msg    string // short description, with the server's message when it sent one
 	Err    error  // underlying error, may be nil
+	// RetryAfter is the server's Retry-After, 0 when it sent none.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
