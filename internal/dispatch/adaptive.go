@@ -45,6 +45,7 @@ type load struct {
 	// observation.
 	retracted     float64
 	haveRetracted bool
+	retractedAt   time.Time // the last probe that saw the counter rise
 	genTotal      float64
 	haveGen       bool
 }
@@ -129,6 +130,9 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 			}
 		}
 		ld.retracted, ld.haveRetracted = m.RetractionsTotal, true
+		if retracted > 0 {
+			ld.retractedAt = at
+		}
 	}
 
 	interval := at.Sub(ld.obsAt)
@@ -139,6 +143,9 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 	if m.Present.Has(engine.FieldGenerationTokensTotal) {
 		if ld.haveGen && m.GenerationTokensTotal >= ld.genTotal {
 			goodput = (m.GenerationTokensTotal - ld.genTotal) / interval.Seconds()
+		}
+		if ld.haveGen && m.GenerationTokensTotal > ld.genTotal && at.After(e.servedAt) {
+			e.servedAt = at // the server generates: evidence for fault.go
 		}
 		ld.genTotal, ld.haveGen = m.GenerationTokensTotal, true
 	}

@@ -42,6 +42,9 @@ func (d *Dispatcher) meanOutputLocked(l *lane) float64 {
 // endpoint's crash ceiling leave.
 func (e *endpoint) roomLocked(l *lane, now time.Time) int {
 	n := e.capacity(now)
+	if n > 0 && l.auto == nil && e.fixedCap > 0 {
+		return min(n, max(e.fixedCap-e.fixedInflightLocked(), 0))
+	}
 	if n == 0 || l.auto == nil {
 		return n
 	}
@@ -64,9 +67,24 @@ func (d *Dispatcher) laneRoomLocked(l *lane, now time.Time) (free, accept int) {
 		}
 	}
 	if l.auto == nil {
-		free = l.lim.Free()
+		room := 0
+		for _, e := range d.eps {
+			room += e.roomLocked(l, now)
+		}
+		free = min(l.lim.Free(), room)
 	}
 	return free, accept
+}
+
+// fixedInflightLocked counts e's requests of fixed lanes.
+func (e *endpoint) fixedInflightLocked() int {
+	n := 0
+	for _, el := range e.lanes {
+		if el.ctl == nil {
+			n += el.inflight
+		}
+	}
+	return n
 }
 
 // pickLocked chooses the endpoint for a request of lane l with footprint est:
@@ -113,6 +131,7 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64) (e *endpoin
 func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 	e := cl.ep
 	e.calls[cl] = struct{}{}
+	cl.tokens0 = e.tokens.Load()
 	if e.inflight == 0 {
 		e.busySince = now
 	}

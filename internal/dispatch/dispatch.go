@@ -149,6 +149,8 @@ type Dispatcher struct {
 	storeBack chan struct{}
 
 	guard *poisonGuard
+	// logs rate-limits log lines that can repeat fast.
+	logs *logRate
 
 	mu        sync.Mutex
 	running   bool
@@ -169,6 +171,10 @@ type Dispatcher struct {
 	// reconciled is its value at the last reconcile.
 	// reply lost, leasing samples nobody here knows about.
 	unsure, reconciled int64
+	// suspects are samples whose last request failed with a server-down
+	// error, to tell a fault that follows one sample from an outage
+	// (fault.go); bounded by maxSuspects.
+	suspects map[string]suspect
 }
 
 // lane is a LaneConfig with its limiter and polling state (guarded by
@@ -231,6 +237,8 @@ func New(cfg Config) (*Dispatcher, error) {
 		storeBack:  make(chan struct{}, 1),
 		held:       map[string]struct{}{},
 		guard:      newPoisonGuard(cfg.PoisonAfter),
+		logs:       newLogRate(10 * time.Second),
+		suspects:   map[string]suspect{},
 	}
 	for _, lc := range cfg.Lanes {
 		if lc.Name == "" {
@@ -520,6 +528,9 @@ func (d *Dispatcher) nextWake(now time.Time, idle bool, nextCheck time.Time) tim
 		if !e.paused && !e.breakerClosed() && now.Before(e.openUntil) {
 			next = earliest(next, e.openUntil)
 		}
+		if !e.paused && now.Before(e.holdUntil) {
+			next = earliest(next, e.holdUntil)
+		}
 	}
 	return max(next.Sub(now), time.Millisecond)
 }
@@ -568,14 +579,9 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		if guarded && n <= 0 {
 			continue
 		}
-		var claimed []store.Claimed
-		err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
-			var err error
-			claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n, d.cfg.Owner, d.cfg.Lease)
-			return err
-		})
+		claimed, err := d.claim(loopCtx, storeCtx, l, n, guarded)
 		if err != nil {
-			return started, false, fmt.Errorf("claim lane %s: %w", l.cfg.Name, err)
+			return started, false, err
 		}
 		d.mu.Lock()
 		for _, c := range claimed {
@@ -602,6 +608,53 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		}
 	}
 	return started, again, nil
+}
+
+// claim leases up to n samples of lane l. While the poison guard is armed
+// (guarded), the samples it counted went back to pending unspent and would
+// come first again: it asks for that many more and gives them back, and
+// when nothing else is left to try it trips the guard with what it has.
+func (d *Dispatcher) claim(loopCtx, storeCtx context.Context, l *lane, n int, guarded bool) ([]store.Claimed, error) {
+	extra := 0
+	if guarded {
+		extra = d.guard.streak()
+	}
+	var claimed []store.Claimed
+	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
+		var err error
+		claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n+extra, d.cfg.Owner, d.cfg.Lease)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim lane %s: %w", l.cfg.Name, err)
+	}
+	if extra == 0 {
+		return claimed, nil
+	}
+	var fresh []store.Claimed
+	var again []string
+	for _, c := range claimed {
+		if d.guard.refused(c.ID) {
+			again = append(again, c.ID)
+		} else if len(fresh) < n {
+			fresh = append(fresh, c)
+		} else {
+			again = append(again, c.ID)
+		}
+	}
+	if len(again) > 0 {
+		err := d.storeDo(storeCtx, nil, func(ctx context.Context) error { return d.cfg.Store.Release(ctx, again, d.cfg.Owner) })
+		if err != nil && !errors.Is(err, store.ErrNotLeased) {
+			d.log.Warn("refused samples not released", "samples", len(again), "err", err)
+		}
+	}
+	d.mu.Lock()
+	idle := d.inflight == 0
+	d.mu.Unlock()
+	if len(fresh) == 0 && len(again) > 0 && idle && d.ingestDone() {
+		d.guard.exhausted(d)
+	}
+	return fresh, nil
 }
 
 // reconcile runs before the next claim after any store call failed: a
@@ -933,6 +986,7 @@ func (d *Dispatcher) Pause(url, reason string) {
 		d.log.Info("endpoint paused", "endpoint", url, "reason", reason, "in_flight", e.inflight)
 	}
 	e.paused = true
+	e.pausedAt = d.now()
 	e.pauseReason = reason
 	// Its next interval starts when it is back: a down server's probes
 	// fail, and what its requests saw before (errors, TTFT) is not the

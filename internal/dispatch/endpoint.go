@@ -24,6 +24,18 @@ type endpoint struct {
 	errors      map[llm.Class]int64
 	lastDown    string // the last server-down error, evidence for an open breaker
 
+	// Whose fault a server-down error is (fault.go): the last two samples
+	// that failed so, the last pause and the last answer.
+	downs    [2]downMark
+	pausedAt time.Time
+	servedAt time.Time
+	// Backpressure (fault.go): no new request before holdUntil; pressN
+	// counts backpressure holds in a row; fixedCap caps the fixed lanes'
+	// requests in flight here (0 = none).
+	holdUntil time.Time
+	pressN    int
+	fixedCap  int
+
 	// Breaker: closed when openUntil is zero; open until openUntil; after
 	// that half-open, letting one probe request through.
 	openUntil time.Time
@@ -54,6 +66,7 @@ type call struct {
 	cancel context.CancelCauseFunc
 	lane   *lane
 	start  time.Time
+	tokens0 int64   // the endpoint's token count when it started
 	est    float64 // its estimated KV footprint in tokens
 	prompt float64 // its prompt estimate in tokens
 	// streaming is set at the first streamed chunk: before it the request
@@ -100,7 +113,7 @@ func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }
 
 // available reports whether a new request may be sent to e now.
 func (e *endpoint) available(now time.Time) bool {
-	if e.paused {
+	if e.paused || now.Before(e.holdUntil) {
 		return false
 	}
 	return e.breakerClosed() || (!now.Before(e.openUntil) && !e.probing)

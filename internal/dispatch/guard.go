@@ -19,9 +19,11 @@ type poisonGuard struct {
 	after int         // 0 = off
 	open  atomic.Bool // a request was accepted: the guard is off for good
 
-	mu      sync.Mutex
-	msg     string
-	samples map[string]bool
+	mu       sync.Mutex
+	msg      string
+	samples  map[string]bool
+	endpoint string // where the last refusal came from, and its status
+	status   int
 }
 
 func newPoisonGuard(after int) *poisonGuard {
@@ -30,6 +32,42 @@ func newPoisonGuard(after int) *poisonGuard {
 		g.open.Store(true)
 	}
 	return g
+}
+
+// armed reports whether no request was accepted yet (and the guard is on).
+func (g *poisonGuard) armed() bool { return !g.open.Load() }
+
+// refusedLocked reports whether sample id is in the current streak: it was
+// refused and went back to pending unspent, so claiming it again would
+// only count it twice.
+func (g *poisonGuard) refused(id string) bool {
+	if g.open.Load() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.samples[id]
+}
+
+// streak is the number of distinct samples in the current streak.
+func (g *poisonGuard) streak() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.samples)
+}
+
+// exhausted stops d when every sample left to try was refused in the
+// current streak: a job smaller than the guard's count would otherwise
+// claim and give back the same samples for ever.
+func (g *poisonGuard) exhausted(d *Dispatcher) {
+	g.mu.Lock()
+	msg, n, url, status := g.msg, len(g.samples), g.endpoint, g.status
+	g.mu.Unlock()
+	if n == 0 || g.open.Load() {
+		return
+	}
+	d.fatal(&PoisonError{Samples: n, Message: msg, Params: mentionedParams(msg, d.cfg.Params), Requeued: n, RequeueOK: true,
+		Status: status, Endpoint: url})
 }
 
 // accepted records that the server accepted a request.
@@ -50,14 +88,16 @@ func (g *poisonGuard) budget() (int, bool) {
 	return g.after - len(g.samples), true
 }
 
-// badRequest records a sample refused with msg before any acceptance and
+// badRequest records a sample refused with msg (a bad request, or a
+// refusal of the request itself: isRefusal) before any acceptance and
 // reports whether this completes a streak that trips the guard.
-func (g *poisonGuard) badRequest(id, msg string) bool {
+func (g *poisonGuard) badRequest(id, msg, url string, status int) bool {
 	if g.open.Load() {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.endpoint, g.status = url, status
 	if msg != g.msg {
 		g.msg = msg
 		clear(g.samples)
@@ -70,6 +110,8 @@ func (g *poisonGuard) badRequest(id, msg string) bool {
 type PoisonError struct {
 	Samples   int      // distinct samples refused in a row
 	Message   string   // the server's error, as the client reported it
+	Endpoint  string   // the endpoint that refused the last one
+	Status    int      // its HTTP status, 0 when none
 	Params    []string // request fields the job sets that the message names
 	Requeued  int      // samples returned to pending
 	RequeueOK bool     // whether returning them worked
@@ -79,9 +121,16 @@ func (e *PoisonError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dispatch stopped: the server refused %d different samples in a row with the same error before accepting any request, "+
 		"so the job's settings are at fault, not the samples: %s", e.Samples, e.Message)
-	if len(e.Params) > 0 {
+	switch {
+	case len(e.Params) > 0:
 		fmt.Fprintf(&b, "; the error names %s, which the job sends (generation settings)", quoteAll(e.Params))
-	} else {
+	case e.Status == 401 || e.Status == 403:
+		b.WriteString("; the server refuses the job's credentials: check the endpoint's api_key_env and the key it names")
+	case e.Status == 404:
+		b.WriteString("; the server does not know the model or the path: check model: and the endpoint's url")
+	case e.Status >= 500:
+		b.WriteString("; the server fails every request the same way: check its log")
+	default:
 		b.WriteString("; check the model name, generation settings and the server's flags")
 	}
 	if e.RequeueOK {

@@ -107,7 +107,7 @@ func (d *Dispatcher) runHedge(ctx context.Context, h *hedge, t *turn) {
 	default:
 		v = verdict{out: outRetry, class: llm.ClassOf(err)}
 	}
-	d.settleEndpoint(cl, v, res, err, d.now())
+	d.settleEndpoint(cl, "", v, res, err, d.now()) // a backup holds no sample of its own
 	if target.auto == nil {
 		target.lim.Release()
 	}
@@ -125,7 +125,7 @@ func (d *Dispatcher) runHedge(ctx context.Context, h *hedge, t *turn) {
 func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, h *hedge) {
 	target := h.cl.lane
 	escalated := verdict{out: outEscalate}
-	d.settleEndpoint(cl, escalated, res, nil, d.now())
+	d.settleEndpoint(cl, c.ID, escalated, res, nil, d.now())
 	if l.auto == nil {
 		l.lim.Release()
 	}

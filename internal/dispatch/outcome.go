@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -33,6 +34,14 @@ type verdict struct {
 	check     quality.Verdict
 	endReason string // outComplete before the plan's last turn: why
 	unsent    bool   // no request could be built, so the endpoint saw nothing
+	// A server-down error on a server that works (fault.go): alive keeps
+	// the breaker closed; fault, when set, makes it the sample's with this
+	// evidence.
+	alive bool
+	fault string
+	// refused: the poison guard counts the error; the sample goes back
+	// without spending an attempt.
+	refused bool
 }
 
 // decide maps a request's answer or error to an outcome; it is pure apart
@@ -55,7 +64,7 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 	}
 	class := llm.ClassOf(reqErr)
 	switch class {
-	case llm.ServerDown:
+	case llm.ServerDown, llm.Backpressure:
 		return verdict{out: outRelease, class: class}
 	case llm.BadRequest:
 		return verdict{out: outDead, class: class}
@@ -74,21 +83,49 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	if t == nil {
 		v = verdict{out: outDead, class: llm.BadRequest, unsent: true}
 	} else {
-		v = d.decide(l, c, t, res, reqErr, cause)
+		v = d.refine(cl, c, d.decide(l, c, t, res, reqErr, cause), reqErr, now)
 	}
-	d.settleEndpoint(cl, v, res, reqErr, now)
+	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 
 	target, what, op := d.storeOp(cl.ep.url, l, c, t, v, res, reqErr, now)
 	err := d.storeOutcome(storeCtx, c, what, op)
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
-	if err == nil && v.out == outDead && v.class == llm.BadRequest && t != nil && d.guard.badRequest(c.ID, reqErr.Error()) {
-		d.tripGuard(storeCtx, reqErr.Error())
+	refused := v.refused || (v.out == outDead && v.class == llm.BadRequest && t != nil)
+	if err == nil && refused && d.guard.badRequest(c.ID, reqErr.Error(), cl.ep.url, statusOf(reqErr)) {
+		d.tripGuard(storeCtx, cl.ep.url, reqErr, v.refused)
 	}
 	if l.auto == nil {
 		l.lim.Release()
 	}
 	d.retire(c, err, func() { d.count(v, res, l, target) })
+}
+
+// refine applies what one request cannot tell alone: while the poison
+// guard is armed, a refusal goes back unspent for the guard to count; a
+// server-down error is judged an outage or the sample's fault (fault.go).
+func (d *Dispatcher) refine(cl *call, c store.Claimed, v verdict, reqErr error, now time.Time) verdict {
+	if v.class == 0 && v.out == outRelease {
+		return v // cancelled by the dispatcher: nothing learned
+	}
+	if reqErr != nil && v.class != llm.BadRequest && d.guard.armed() && isRefusal(reqErr) {
+		v.out, v.refused = outRelease, true
+		return v
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v.class != llm.ServerDown {
+		delete(d.suspects, c.ID)
+		return v
+	}
+	v = d.judgeDownLocked(cl, c.ID, v, now)
+	if v.fault != "" {
+		v.out = outRetry
+		if c.Attempts+1 >= d.cfg.MaxAttempts {
+			v.out = outDead
+		}
+	}
+	return v
 }
 
 // releaseCause reports whether the dispatcher cancelled a request to give
@@ -130,17 +167,36 @@ func (d *Dispatcher) retire(c store.Claimed, err error, counted func()) {
 
 // settleEndpoint updates the endpoint's error counts and breaker.
 // Breaker transitions are logged; single failures only go to counters.
-func (d *Dispatcher) settleEndpoint(cl *call, v verdict, res llm.Result, reqErr error, now time.Time) {
+func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Result, reqErr error, now time.Time) {
 	e := cl.ep
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	fixedBefore := e.fixedInflightLocked()
 	d.releaseLocked(cl, res.TTFT, res.Usage.CompletionTokens, v.class == llm.Retryable)
 	switch {
 	case v.unsent:
 		if cl.probe {
 			e.probing = false // nothing was sent: let another probe through
 		}
+	case v.refused:
+		e.errors[v.class]++
+		e.lastDown = reqErr.Error()
+		if cl.probe {
+			e.probing = false
+		}
+	case v.class == llm.Backpressure:
+		e.errors[v.class]++
+		d.backpressureLocked(cl, fixedBefore, reqErr, now)
+	case v.class == llm.ServerDown && v.alive:
+		// One request's failure on a server that works: not an outage.
+		e.errors[v.class]++
+		if e.closeBreaker() {
+			d.log.Info("breaker closed", "endpoint", e.url)
+		}
+		d.logs.log(d.log, slog.LevelWarn, "fault:"+e.url, "request failed on a working server; endpoint stays open", now,
+			"endpoint", e.url, "sample", id, "err", reqErr, "sample_fault", v.fault != "")
 	case v.class == llm.ServerDown:
+		e.noteDownLocked(id, now)
 		e.errors[v.class]++
 		e.lastDown = reqErr.Error()
 		d.counters.ServerDown++
@@ -154,6 +210,11 @@ func (d *Dispatcher) settleEndpoint(cl *call, v verdict, res llm.Result, reqErr 
 	default:
 		if v.class != 0 {
 			e.errors[v.class]++
+			d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
+				"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+		} else {
+			e.servedAt, e.pressN = now, 0
+			e.fixedCap = recoverCap(e.fixedCap, d.fixedLimitSum())
 		}
 		if e.closeBreaker() { // the server answered
 			d.log.Info("breaker closed", "endpoint", e.url)
@@ -186,7 +247,11 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	case outRelease:
 		return l, "release", func(ctx context.Context) error { return st.Release(ctx, []string{c.ID}, owner) }
 	case outRetry:
-		delay := Delay(c.Attempts+1, d.cfg.BaseDelay, d.cfg.MaxDelay, rand.Float64())
+		u := rand.Float64()
+		if v.fault != "" {
+			u = 0.5 + u/2 // at least half the ceiling: it must not hold the head of the queue
+		}
+		delay := Delay(c.Attempts+1, d.cfg.BaseDelay, d.cfg.MaxDelay, u)
 		return l, "retry", func(ctx context.Context) error {
 			return st.Retry(ctx, c.ID, owner, now.Add(delay), reqErr.Error())
 		}
@@ -194,6 +259,9 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	reason := reqErr.Error()
 	if v.class != llm.BadRequest {
 		reason = fmt.Sprintf("%d attempts, last: %s", c.Attempts+1, reason)
+	}
+	if v.fault != "" {
+		reason += " (the fault follows this sample: " + v.fault + ")"
 	}
 	if c.Turn > 0 {
 		reason = fmt.Sprintf("turn %d: %s", c.Turn, reason)
@@ -236,9 +304,16 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 }
 
 // tripGuard stops Run: the configuration is poisoned. The samples the
-// streak dead-lettered go back to pending, so nothing is lost to it.
-func (d *Dispatcher) tripGuard(storeCtx context.Context, msg string) {
-	pe := &PoisonError{Samples: d.guard.after, Message: msg, Params: mentionedParams(msg, d.cfg.Params)}
+// streak dead-lettered go back to pending, so nothing is lost to it; those
+// it refused without dead-lettering (released) are pending already.
+func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr error, released bool) {
+	msg := reqErr.Error()
+	pe := &PoisonError{Samples: d.guard.streak(), Message: msg, Endpoint: url, Status: statusOf(reqErr), Params: mentionedParams(msg, d.cfg.Params)}
+	if released {
+		pe.Requeued, pe.RequeueOK = pe.Samples, true
+		d.fatal(pe)
+		return
+	}
 	err := d.storeDo(storeCtx, nil, func(ctx context.Context) error {
 		var err error
 		pe.Requeued, err = d.cfg.Store.RequeueDead(ctx, msg)

@@ -452,6 +452,18 @@ func (c *Controller) Shed(now time.Time, left int, why string) Decision {
 	return c.record(Decision{Time: now, From: from, To: c.Limit(), Action: Shed, Reason: why})
 }
 
+// Backpressure records that the server asked for less load (HTTP 429, or
+// 503 with Retry-After) with inFlight of this lane's requests in flight:
+// the limit backs off from what was in flight (never above the limit),
+// and the usual cooldown follows. why is the evidence.
+func (c *Controller) Backpressure(now time.Time, inFlight int, why string) Decision {
+	from := c.Limit()
+	c.limit = c.clamp(math.Min(c.limit, float64(max(inFlight, 1))) * c.p.BackOff)
+	c.slowStart = false
+	c.cooldown = c.p.Cooldown
+	return c.record(Decision{Time: now, From: from, To: c.Limit(), Action: BackOff, Reason: why})
+}
+
 // crashFloor is the lowest ceiling a crash sets: the lane's starting limit
 // (at most crashFloorMax) or its minimum, if higher. A lane with fewer
 // requests in flight than that when the server crashed (a long lane of a

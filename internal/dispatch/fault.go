@@ -1,0 +1,267 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/regen-dev/regen/internal/llm"
+)
+
+// Whose fault is a server-down error? A crash cuts every stream of a
+// server at once and its health and token counters stop; a server that
+// cuts (or never finishes) one prompt's stream every time keeps serving the
+// others. The first kind must not spend attempts (an outage), the second
+// must, or that one sample holds the head of the queue for ever, released
+// and claimed again at every half-open probe.
+
+// cutEvidence is what the dispatcher knows about a server-down failure of
+// one request when it settles.
+type cutEvidence struct {
+	// repeat: the same sample failed with a server-down error before
+	// (since this dispatcher started), and still has not succeeded.
+	repeat bool
+	// ownChunks: chunks this request streamed before it failed.
+	ownChunks int64
+	// othersTokens: tokens other requests on the endpoint streamed while
+	// this one ran.
+	othersTokens int64
+	// servedSince: since this sample's previous failure the endpoint
+	// answered another request or its generation counter moved.
+	servedSince bool
+	// isolated: no other sample failed with a server-down error on the
+	// endpoint, and it was not paused, since this sample's (previous)
+	// request started.
+	isolated bool
+	// retracted: the server's retraction counter rose while this request
+	// ran, so a silent stream may be one the server put back in its queue.
+	retracted bool
+}
+
+// cutVerdict is what to do about it.
+type cutVerdict int
+
+const (
+	cutOutage    cutVerdict = iota // release, no attempt, open the breaker
+	cutRelease                     // release, no attempt, the endpoint stays open
+	cutSampleErr                   // the sample's fault: spend an attempt, retry with backoff or dead-letter
+)
+
+// judgeCut decides: a failure that other requests did not share while the
+// server kept working is not an outage. The first one is free (a dying
+// server can cut one stream before the rest), a repeat spends an attempt;
+// a silent stream while the server retracted requests is the server's
+// doing and never spends one.
+func judgeCut(ev cutEvidence) cutVerdict {
+	if !ev.isolated {
+		return cutOutage
+	}
+	if !ev.repeat {
+		if ev.othersTokens > 0 {
+			return cutRelease
+		}
+		return cutOutage
+	}
+	if ev.ownChunks == 0 && ev.othersTokens == 0 && !ev.servedSince {
+		return cutOutage // nothing says the server works
+	}
+	if ev.retracted {
+		return cutRelease
+	}
+	return cutSampleErr
+}
+
+func (ev cutEvidence) String() string {
+	return fmt.Sprintf("failed again while the server worked: %d chunks streamed by this request, %d tokens by others meanwhile", ev.ownChunks, ev.othersTokens)
+}
+
+// suspect remembers a sample's last server-down failure.
+type suspect struct {
+	ep    *endpoint
+	start time.Time // when its failed request started
+	at    time.Time // when it failed
+}
+
+// maxSuspects bounds the memory of failed samples; a mass outage fills it
+// with samples that mostly succeed next time and leave it.
+const maxSuspects = 4096
+
+// downMark is one server-down failure of a sample on an endpoint.
+type downMark struct {
+	id string
+	at time.Time
+}
+
+// noteDownLocked records a server-down failure of sample id on e.
+func (e *endpoint) noteDownLocked(id string, at time.Time) {
+	if e.downs[0].id != id || id == "" {
+		e.downs[1] = e.downs[0]
+	}
+	e.downs[0] = downMark{id: id, at: at}
+}
+
+// otherDownSinceLocked reports whether a sample other than id failed with a
+// server-down error on e, or e was paused, at or after t.
+func (e *endpoint) otherDownSinceLocked(id string, t time.Time) bool {
+	if !e.pausedAt.IsZero() && !e.pausedAt.Before(t) {
+		return true
+	}
+	for _, m := range e.downs {
+		if !m.at.IsZero() && m.id != id && !m.at.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeDownLocked turns verdict v of a server-down failure of c's request
+// cl into an outage, a free release or the sample's fault; d.mu is held.
+func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Time) verdict {
+	e := cl.ep
+	s, repeat := d.suspects[id]
+	ev := cutEvidence{
+		repeat:       repeat,
+		ownChunks:    cl.generated.Load(),
+		othersTokens: max(e.tokens.Load()-cl.tokens0-cl.generated.Load(), 0),
+		isolated:     !e.otherDownSinceLocked(id, cl.start),
+		retracted:    !e.load.retractedAt.IsZero() && !e.load.retractedAt.Before(cl.start),
+	}
+	if repeat {
+		ev.servedSince = e.servedAt.After(s.at)
+		ev.isolated = ev.isolated && !s.ep.otherDownSinceLocked(id, s.start)
+	}
+	switch judgeCut(ev) {
+	case cutRelease:
+		v.alive = true
+	case cutSampleErr:
+		v.alive, v.fault = true, ev.String()
+		delete(d.suspects, id)
+		return v
+	}
+	if len(d.suspects) >= maxSuspects {
+		for k := range d.suspects { // drop one at random
+			delete(d.suspects, k)
+			break
+		}
+	}
+	d.suspects[id] = suspect{ep: e, start: cl.start, at: now}
+	return v
+}
+
+// isRefusal reports whether err is the server refusing the request itself
+// (a key, a model, a failing server answering every request the same):
+// while no request has been accepted, the poison guard counts these and
+// the sample goes back without spending an attempt.
+func isRefusal(err error) bool {
+	st := statusOf(err)
+	switch {
+	case st == 401, st == 403, st == 404:
+		return true
+	case st >= 500 && llm.ClassOf(err) == llm.Retryable:
+		return true
+	}
+	return false
+}
+
+func statusOf(err error) int {
+	var e *llm.Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+func retryAfterOf(err error) time.Duration {
+	var e *llm.Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}
+
+// Backpressure: a server that answers 429 (or 503 with Retry-After) is
+// alive and asks for less. It takes no new request until its Retry-After
+// has passed (without one, the breaker's doubling cooldown), the sample
+// goes back without spending an attempt, and its load is cut at the start
+// of each such hold: an auto lane's limit backs off, and a fixed lane's
+// share of that endpoint is capped at half what it had in flight, growing
+// back by one per answer (additive increase, multiplicative decrease).
+
+// pressureHold is how long an endpoint takes no new requests after its
+// n-th backpressure answer in a row (1-based) that asked for retryAfter.
+func pressureHold(n int, retryAfter, first, maxHold time.Duration) time.Duration {
+	h := retryAfter
+	if h <= 0 {
+		h = breakerCooldown(n, first)
+	}
+	return min(h, maxHold)
+}
+
+// pressureCap is the cap on an endpoint's fixed-lane requests after a
+// backpressure answer with inFlight of them in flight (cap 0 = none).
+func pressureCap(cur, inFlight int) int {
+	base := inFlight
+	if cur > 0 {
+		base = min(cur, inFlight)
+	}
+	return max(base/2, 1)
+}
+
+// recoverCap grows a cap by one per answer; it is lifted (0) once it
+// reaches limit, the most the fixed lanes could send anyway.
+func recoverCap(cap, limit int) int {
+	if cap <= 0 || cap+1 >= limit {
+		return 0
+	}
+	return cap + 1
+}
+
+// backpressureLocked holds e after a backpressure answer to cl (fixed: its
+// fixed-lane requests in flight before it ended) and, at the start of a
+// hold, cuts e's load and logs it; d.mu is held.
+func (d *Dispatcher) backpressureLocked(cl *call, fixed int, reqErr error, now time.Time) {
+	e := cl.ep
+	if cl.probe {
+		e.probing = false
+	}
+	if now.Before(e.holdUntil) {
+		return // an answer to a request sent before the hold: already counted
+	}
+	e.pressN++
+	ra := retryAfterOf(reqErr)
+	hold := pressureHold(e.pressN, ra, d.cfg.BreakerCooldown, d.cfg.MaxDelay)
+	e.holdUntil = now.Add(hold)
+	args := []any{"endpoint", e.url, "retry_after", ra, "hold", hold, "in_flight", e.inflight + 1, "err", reqErr}
+	if cl.lane.auto == nil {
+		e.fixedCap = pressureCap(e.fixedCap, fixed)
+		args = append(args, "fixed_lanes_cap", e.fixedCap)
+	}
+	why := fmt.Sprintf("backpressure: %s", reqErr)
+	for i := range e.lanes {
+		el := &e.lanes[i]
+		if el.ctl == nil {
+			continue
+		}
+		dec := el.ctl.Backpressure(now, el.inflight+btoi(cl.lane.idx == i), why)
+		args = append(args, "limit_"+d.lanes[i].cfg.Name, dec.To)
+	}
+	d.log.Warn("endpoint backpressure; holding new requests", args...)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fixedLimitSum is the sum of the fixed lanes' limits.
+func (d *Dispatcher) fixedLimitSum() int {
+	n := 0
+	for _, l := range d.lanes {
+		if l.auto == nil {
+			n += l.cfg.Concurrency
+		}
+	}
+	return n
+}
