@@ -61,14 +61,14 @@ type endpoint struct {
 
 // call is one request in flight.
 type call struct {
-	ep     *endpoint
-	probe  bool // sent through a half-open breaker
-	cancel context.CancelCauseFunc
-	lane   *lane
-	start  time.Time
+	ep      *endpoint
+	probe   bool // sent through a half-open breaker
+	cancel  context.CancelCauseFunc
+	lane    *lane
+	start   time.Time
 	tokens0 int64   // the endpoint's token count when it started
-	est    float64 // its estimated KV footprint in tokens
-	prompt float64 // its prompt estimate in tokens
+	est     float64 // its estimated KV footprint in tokens
+	prompt  float64 // its prompt estimate in tokens
 	// streaming is set at the first streamed chunk: before it the request
 	// is waiting in the server's queue (or in its prefill).
 	streaming atomic.Bool
