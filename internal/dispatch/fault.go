@@ -130,13 +130,14 @@ func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Ti
 		ev.servedSince = e.servedAt.After(s.at)
 		ev.isolated = ev.isolated && !s.ep.otherDownSinceLocked(id, s.start)
 	}
+	// Every failure is marked, whatever the verdict: the next sample to
+	// fail on e sees it was not alone.
+	e.noteDownLocked(id, now)
 	switch judgeCut(ev) {
 	case cutRelease:
 		v.alive = true
 	case cutSampleErr:
 		v.alive, v.fault = true, ev.String()
-		delete(d.suspects, id)
-		return v
 	}
 	if len(d.suspects) >= maxSuspects {
 		for k := range d.suspects { // drop one at random

@@ -190,13 +190,13 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 	case v.class == llm.ServerDown && v.alive:
 		// One request's failure on a server that works: not an outage.
 		e.errors[v.class]++
+		d.counters.ServerDown++
 		if e.closeBreaker() {
 			d.log.Info("breaker closed", "endpoint", e.url)
 		}
 		d.logs.log(d.log, slog.LevelWarn, "fault:"+e.url, "request failed on a working server; endpoint stays open", now,
 			"endpoint", e.url, "sample", id, "err", reqErr, "sample_fault", v.fault != "")
 	case v.class == llm.ServerDown:
-		e.noteDownLocked(id, now)
 		e.errors[v.class]++
 		e.lastDown = reqErr.Error()
 		d.counters.ServerDown++
