@@ -3,6 +3,7 @@ package dispatch
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"time"
@@ -50,6 +51,26 @@ type load struct {
 	haveGen       bool
 }
 
+// readRetractions returns the retractions since the last probe (-1 when
+// unknown) and keeps the counter.
+func (ld *load) readRetractions(m engine.Metrics, at time.Time) float64 {
+	if !m.Present.Has(engine.FieldRetractionsTotal) {
+		return -1
+	}
+	retracted := -1.0
+	if ld.haveRetracted {
+		retracted = m.RetractionsTotal - ld.retracted
+		if retracted < 0 { // the server restarted: its counter did too
+			retracted = m.RetractionsTotal
+		}
+	}
+	ld.retracted, ld.haveRetracted = m.RetractionsTotal, true
+	if retracted > 0 {
+		ld.retractedAt = at
+	}
+	return retracted
+}
+
 // forgetKV marks every recent KV usage unknown.
 func (ld *load) forgetKV() { ld.kvRecent = [3]float64{-1, -1, -1} }
 
@@ -92,26 +113,8 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 	if !ok {
 		return nil
 	}
-	var out []LimitDecision
 	ld := &e.load
-	if m.Present.Has(engine.FieldMaxTotalTokens) && m.MaxTotalTokens > 0 {
-		if old := ld.capacity; old > 0 && old != m.MaxTotalTokens && ld.capacitySource == CapacityServer {
-			for i, el := range e.lanes {
-				if el.ctl != nil {
-					out = append(out, LimitDecision{url, d.lanes[i].cfg.Name, el.ctl.Rescale(at, old, m.MaxTotalTokens)})
-				}
-			}
-			if e.ceiling > 0 { // the auto lanes' shared ceiling follows theirs
-				e.ceiling = 0
-				for _, el := range e.lanes {
-					if el.ctl != nil {
-						e.ceiling = max(e.ceiling, el.ctl.Ceiling())
-					}
-				}
-			}
-		}
-		ld.capacity, ld.capacitySource = m.MaxTotalTokens, CapacityServer
-	}
+	out := d.rescaleLocked(e, m, at)
 	kv := -1.0
 	if m.Present.Has(engine.FieldTokenUsage) {
 		kv = m.TokenUsage
@@ -121,20 +124,7 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 	ld.sinceShed++
 	ld.metrics, ld.metricsAt = m, at
 
-	retracted := -1.0
-	if m.Present.Has(engine.FieldRetractionsTotal) {
-		if ld.haveRetracted {
-			retracted = m.RetractionsTotal - ld.retracted
-			if retracted < 0 { // the server restarted: its counter did too
-				retracted = m.RetractionsTotal
-			}
-		}
-		ld.retracted, ld.haveRetracted = m.RetractionsTotal, true
-		if retracted > 0 {
-			ld.retractedAt = at
-		}
-	}
-
+	retracted := ld.readRetractions(m, at)
 	interval := at.Sub(ld.obsAt)
 	tokens := e.tokens.Load()
 	// Goodput from the server's own counter when it has one (exact, whatever
@@ -189,7 +179,49 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 	for i := range e.lanes {
 		e.lanes[i].peak = e.lanes[i].inflight
 	}
+	d.logDecisions(out, at)
 	return out
+}
+
+// rescaleLocked follows a server that reports another KV pool than before
+// (restarted with another size): its auto lanes' limits and shared
+// ceiling scale with it.
+func (d *Dispatcher) rescaleLocked(e *endpoint, m engine.Metrics, at time.Time) []LimitDecision {
+	ld := &e.load
+	if !m.Present.Has(engine.FieldMaxTotalTokens) || m.MaxTotalTokens <= 0 {
+		return nil
+	}
+	var out []LimitDecision
+	if old := ld.capacity; old > 0 && old != m.MaxTotalTokens && ld.capacitySource == CapacityServer {
+		for i, el := range e.lanes {
+			if el.ctl != nil {
+				out = append(out, LimitDecision{e.url, d.lanes[i].cfg.Name, el.ctl.Rescale(at, old, m.MaxTotalTokens)})
+			}
+		}
+		if e.ceiling > 0 { // the auto lanes' shared ceiling follows theirs
+			e.ceiling = 0
+			for _, el := range e.lanes {
+				if el.ctl != nil {
+					e.ceiling = max(e.ceiling, el.ctl.Ceiling())
+				}
+			}
+		}
+	}
+	ld.capacity, ld.capacitySource = m.MaxTotalTokens, CapacityServer
+	return out
+}
+
+// logDecisions writes the decisions that moved a limit to the run log, at
+// most one line per endpoint and lane every 10 s (probes can come every
+// second); the latest stays in Snapshot.
+func (d *Dispatcher) logDecisions(out []LimitDecision, now time.Time) {
+	for _, dec := range out {
+		if dec.To == dec.From && dec.Action != limit.Shed && dec.Action != limit.Ceiling {
+			continue
+		}
+		d.logs.log(d.log, slog.LevelInfo, "limit:"+dec.Endpoint+":"+dec.Lane, "limit", now,
+			"endpoint", dec.Endpoint, "lane", dec.Lane, "from", dec.From, "to", dec.To, "action", string(dec.Action), "reason", dec.Reason)
+	}
 }
 
 // Shedding. KV usage pinned at the top is what precedes an out-of-memory

@@ -199,6 +199,22 @@ type lane struct {
 	durations recentDurations
 }
 
+// applyDefaults fills the zero fields of cfg with their defaults.
+func applyDefaults(cfg *Config) {
+	setDefault(&cfg.MaxAttempts, 5)
+	setDefault(&cfg.BaseDelay, 2*time.Second)
+	setDefault(&cfg.MaxDelay, 5*time.Minute)
+	setDefault(&cfg.Lease, 2*time.Minute)
+	setDefault(&cfg.DrainTimeout, 30*time.Second)
+	setDefault(&cfg.BreakerCooldown, time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+}
+
 // New checks cfg, applies defaults and returns a Dispatcher ready to Run.
 func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Store == nil {
@@ -213,18 +229,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("dispatch config: no endpoints")
 	}
-	setDefault(&cfg.MaxAttempts, 5)
-	setDefault(&cfg.BaseDelay, 2*time.Second)
-	setDefault(&cfg.MaxDelay, 5*time.Minute)
-	setDefault(&cfg.Lease, 2*time.Minute)
-	setDefault(&cfg.DrainTimeout, 30*time.Second)
-	setDefault(&cfg.BreakerCooldown, time.Second)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	applyDefaults(&cfg)
 
 	d := &Dispatcher{
 		cfg:        cfg,

@@ -417,3 +417,25 @@ func TestCrashedLearnsTheLevel(t *testing.T) {
 		}
 	})
 }
+
+// A server asking for less (429) backs the limit off from what was in
+// flight, never above the limit, and never below the bounds.
+func TestBackpressure(t *testing.T) {
+	tests := []struct {
+		name     string
+		inFlight int
+		want     int
+	}{
+		{"limit filled", 100, 80},
+		{"fewer in flight than the limit", 50, 40},
+		{"more in flight than the limit (it was just cut)", 200, 80},
+		{"one in flight", 1, 1},
+	}
+	for _, tt := range tests {
+		c := steady(t)
+		d := c.Backpressure(time.Now(), tt.inFlight, "backpressure: HTTP 429")
+		if d.Action != BackOff || d.From != 100 || d.To != tt.want || c.Limit() != tt.want || d.Reason != "backpressure: HTTP 429" {
+			t.Errorf("%s: %v, want back off 100 -> %d with the reason", tt.name, d, tt.want)
+		}
+	}
+}
