@@ -159,7 +159,9 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
 		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics,
 	})
-	if err != nil {
+	// A job that finished with nothing done prints its summary, then fails.
+	var none *runner.NothingDoneError
+	if err != nil && !errors.As(err, &none) {
 		var failed *runner.FailedError
 		if errors.As(err, &failed) {
 			for _, e := range failed.Evidence {
@@ -178,7 +180,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	for _, f := range sum.Export.Files {
 		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, relPath(f.Path))
 	}
-	return nil
+	return err // nil, or the NothingDoneError: exit 1
 }
 
 // runDashboard serves the dashboard beside a run. It reads through a store

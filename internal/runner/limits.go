@@ -42,9 +42,7 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 			r.limitEvent(context.Background(), "load shed", d)
 			continue
 		}
-		if d.To != d.From {
-			r.o.Logger.Debug("limit", "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "action", d.Action, "reason", d.Reason)
-		}
+		// The dispatcher logs the decisions that move a limit itself.
 	}
 }
 

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -114,4 +117,47 @@ func (r *runState) checkModel(ctx context.Context, url string) (refusal string) 
 	r.event(ctx, store.Event{Kind: "model_check", Subject: url, Evidence: warning})
 	r.note("regen: " + url + " " + warning)
 	return ""
+}
+
+// explainRefusal adds to a poison-guard stop for HTTP 404 the models the
+// refusing server lists at /v1/models: the job's model name is the usual
+// cause, and the server's own list says what to write instead.
+func (r *runState) explainRefusal(ctx context.Context, err error) error {
+	var pe *dispatch.PoisonError
+	if !errors.As(err, &pe) || pe.Status != http.StatusNotFound || pe.Endpoint == "" {
+		return err
+	}
+	_, key := r.endpointEngine(pe.Endpoint)
+	served, merr := servedModels(ctx, pe.Endpoint, key)
+	if merr != nil || len(served) == 0 {
+		return fmt.Errorf("%w; %s lists no models at %s (%v)", err, pe.Endpoint, engine.ModelsPath, merr)
+	}
+	return fmt.Errorf("%w; %s serves %s, the job asks for %q (model: in %s)",
+		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, r.o.Spec.Model, r.o.Spec.Path)
+}
+
+// NothingDoneError is returned by a run that finished with every sample
+// dead-lettered or rejected: the training files hold no row, and that is
+// a failure to report, not a success.
+type NothingDoneError struct {
+	Total, Dead, Rejected int
+}
+
+func (e *NothingDoneError) Error() string {
+	return fmt.Sprintf("job finished with no sample done: %d of %d dead-lettered, %d rejected; the training files are empty (regen status lists the reasons)",
+		e.Dead, e.Total, e.Rejected)
+}
+
+// nothingDone returns a NothingDoneError when the job has samples and none
+// of them is done.
+func (r *runState) nothingDone(ctx context.Context) error {
+	counts, err := r.o.Store.Counts(ctx)
+	if err != nil {
+		return nil // the run finished; the counts only judge it
+	}
+	_, t := monitor.Cells(counts)
+	if t.Total == 0 || t.Done > 0 {
+		return nil
+	}
+	return &NothingDoneError{Total: t.Total, Dead: t.Dead, Rejected: t.Rejected}
 }

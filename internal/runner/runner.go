@@ -203,6 +203,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		r.beat(bg, true, "interrupted")
 		return sum, ErrInterrupted
 	default:
+		runErr = r.explainRefusal(bg, runErr)
 		r.beat(bg, true, runErr.Error())
 		return sum, runErr
 	}
@@ -232,7 +233,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.setState(bg, monitor.Done, nil)
 	r.beat(bg, true, monitor.ExitFinished)
 	r.draw(bg, "")
-	return sum, nil
+	return sum, r.nothingDone(bg)
 }
 
 // remaining counts the job's samples not finished yet (pending or leased),
