@@ -422,7 +422,7 @@ func TestGuardStopsOnRefusals(t *testing.T) {
 				if !errors.As(err, &pe) {
 					t.Fatalf("Run = %v, want a PoisonError", err)
 				}
-				if pe.Status != tt.status || pe.Endpoint != "http://a" || !strings.Contains(err.Error(), tt.err.Msg) || !pe.RequeueOK {
+				if pe.Status != tt.status || pe.Endpoint != "http://a" || !strings.Contains(err.Error(), fmt.Sprintf("HTTP %d: %s", tt.status, tt.err.Msg)) || !pe.RequeueOK {
 					t.Errorf("error %+v (%v): want status %d from http://a naming the server's message", pe, err, tt.status)
 				}
 				sent := tr.epCallsOf("http://a")

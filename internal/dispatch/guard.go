@@ -120,7 +120,7 @@ type PoisonError struct {
 func (e *PoisonError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dispatch stopped: the server refused %d different samples in a row with the same error before accepting any request, "+
-		"so the job's settings are at fault, not the samples: %s", e.Samples, e.Message)
+		"so the job's settings are at fault, not the samples: %s", e.Samples, e.shownMessage())
 	switch {
 	case len(e.Params) > 0:
 		fmt.Fprintf(&b, "; the error names %s, which the job sends (generation settings)", quoteAll(e.Params))
@@ -139,6 +139,19 @@ func (e *PoisonError) Error() string {
 		b.WriteString("; fix the job file, run `regen requeue` with --reason and this error's text, and run again")
 	}
 	return b.String()
+}
+
+// shownMessage is Message without the client's class word when the server
+// answered with a status: "HTTP 404: ..." rather than "server-down (HTTP
+// 404): ...", which would blame an outage.
+func (e *PoisonError) shownMessage() string {
+	if e.Status == 0 {
+		return e.Message
+	}
+	if _, rest, ok := strings.Cut(e.Message, " (HTTP "); ok {
+		return "HTTP " + strings.Replace(rest, ")", "", 1)
+	}
+	return e.Message
 }
 
 func quoteAll(ss []string) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -133,7 +134,7 @@ func (r *runState) explainRefusal(ctx context.Context, err error) error {
 		return fmt.Errorf("%w; %s lists no models at %s (%v)", err, pe.Endpoint, engine.ModelsPath, merr)
 	}
 	return fmt.Errorf("%w; %s serves %s, the job asks for %q (model: in %s)",
-		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, r.o.Spec.Model, r.o.Spec.Path)
+		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, r.o.Spec.Model, filepath.Base(r.o.Spec.Path))
 }
 
 // NothingDoneError is returned by a run that finished with every sample
