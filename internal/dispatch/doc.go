@@ -22,8 +22,21 @@
 // with room and an empty queue, without spending an attempt. Failure handling: a server-down error
 // releases the sample without spending an attempt and opens that endpoint's
 // circuit breaker (open for BreakerCooldown, doubled after every failed
-// half-open probe up to 30 s; any answer from the server closes it);
-// retryable and malformed answers spend an attempt and return the sample to
+// half-open probe up to 30 s; any answer from the server closes it),
+// unless the server evidently works (fault.go): no other sample failed
+// there and it was not paused since the request started, and other
+// requests streamed meanwhile; then the breaker stays closed, and a sample
+// that fails so again (a stream cut every time, a prompt that stalls the
+// server) spends an attempt, waits at least half its Delay and is
+// dead-lettered with the evidence once MaxAttempts are spent. For that
+// the dispatcher remembers, in memory and bounded, which samples failed
+// with a server-down error. Backpressure (HTTP 429, or 503 with
+// Retry-After) releases the sample without an attempt and holds the
+// endpoint for the server's Retry-After (the breaker's cooldown without
+// one); at the start of a hold an auto lane's limit backs off and the
+// fixed lanes' share of that endpoint is capped at half what it had in
+// flight, growing back by one per answer.
+// Retryable and malformed answers spend an attempt and return the sample to
 // pending after Delay, or dead-letter it once MaxAttempts are spent; a bad
 // request is dead-lettered after one try with the server's message; a result
 // truncated by max_tokens escalates to the lane's EscalateTo lane when it has
@@ -50,16 +63,23 @@
 //
 // Poison guard: until the server accepts a request (a streamed token or an
 // answer), at most PoisonAfter requests run at once, one fewer for every
-// sample refused with the same bad-request error; PoisonAfter distinct
-// samples refused with identical errors in a row stop Run with a
-// PoisonError naming the error and the request fields it mentions, and
-// the samples it refused go back to pending. A configuration the server
-// rejects (an unsupported parameter) so costs PoisonAfter requests, not the
-// dataset.
+// sample refused with the same error; PoisonAfter distinct samples refused
+// with identical errors in a row stop Run with a PoisonError naming the
+// error and the request fields it mentions, and the samples it refused go
+// back to pending. Refusals are bad requests (dead-lettered, requeued when
+// the guard trips) and, sent back unspent at once, HTTP 401, 403 and 404
+// (a key or a model the server does not know) and a 5xx from a live
+// server; when every sample left was refused so, the guard trips with
+// fewer. A configuration the server rejects (an unsupported parameter, a
+// wrong model name or key, a server failing everything) so costs
+// PoisonAfter requests, not the dataset. Once a request was accepted these
+// errors go their usual ways.
 //
 // Retry policy lives only here and its state (attempts, not_before) only in
-// the store: the dispatcher keeps no per-sample memory between claims, so a
-// restarted runner continues exactly where the store says.
+// the store: the dispatcher keeps no per-sample memory between claims but
+// the bounded memory of server-down failures above, which only decides
+// whether the next one spends an attempt, so a restarted runner continues
+// where the store says.
 //
 // The supervisor drives Pause and Resume: Pause cancels an endpoint's
 // in-flight requests and releases their samples without spending attempts,
@@ -76,6 +96,10 @@
 // meanwhile), Snapshot().Store says DOWN with the last error, and dispatch
 // resumes where it was when the store answers again, extending its leases
 // first. Nothing is lost: a result is counted only once its commit returned.
+//
+// Retries, free releases on a working server, backpressure holds and the
+// decisions that move an adaptive limit are logged, one line per event
+// kind and endpoint every 10 s at most, with the number held back.
 //
 // Several dispatchers, in several processes, may share one store: each
 // claims only the lanes in Config.Serve (all by default) and sends only to
