@@ -118,15 +118,7 @@ func (s *cutServer) handle(w http.ResponseWriter, r *http.Request) {
 	n := s.calls[id]
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "text/event-stream")
-	f := w.(http.Flusher)
-	chunk := func(delta, finish string) {
-		fin := "null"
-		if finish != "" {
-			fin = `"` + finish + `"`
-		}
-		fmt.Fprintf(w, "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":%s}]}\n\n", delta, fin)
-		f.Flush()
-	}
+	chunk := func(delta, finish string) { sseChunk(w, delta, finish) }
 	for i := range 4 {
 		select {
 		case <-r.Context().Done():
@@ -144,7 +136,7 @@ func (s *cutServer) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	chunk("", "stop")
 	fmt.Fprint(w, "data: {\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":4,\"total_tokens\":11}}\n\ndata: [DONE]\n\n")
-	f.Flush()
+	w.(http.Flusher).Flush()
 }
 
 // TestOneSampleCutEveryTime is issue 22's first fault: a server that cuts

@@ -53,15 +53,7 @@ func (s *sseServer) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	s.served.Add(1)
 	w.Header().Set("Content-Type", "text/event-stream")
-	f := w.(http.Flusher)
-	chunk := func(delta, finish string) {
-		fin := "null"
-		if finish != "" {
-			fin = `"` + finish + `"`
-		}
-		fmt.Fprintf(w, "data: {\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":%s}]}\n\n", delta, fin)
-		f.Flush()
-	}
+	chunk := func(delta, finish string) { sseChunk(w, delta, finish) }
 	for i := range s.chunks {
 		select {
 		case <-r.Context().Done():
@@ -73,7 +65,18 @@ func (s *sseServer) handle(w http.ResponseWriter, r *http.Request) {
 	chunk("", "stop")
 	fmt.Fprintf(w, "data: {\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", s.chunks, 7+s.chunks)
 	fmt.Fprint(w, "data: [DONE]\n\n")
-	f.Flush()
+	w.(http.Flusher).Flush()
+}
+
+// sseChunk writes and flushes one streamed chunk carrying delta, with
+// finish as its finish_reason ("" = none yet).
+func sseChunk(w http.ResponseWriter, delta, finish string) {
+	fin := "null"
+	if finish != "" {
+		fin = `"` + finish + `"`
+	}
+	fmt.Fprintf(w, "data: {\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":%s}]}\n\n", delta, fin)
+	w.(http.Flusher).Flush()
 }
 
 func sseEndpoints(t *testing.T, servers ...*sseServer) []Endpoint {
