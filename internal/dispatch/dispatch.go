@@ -1056,6 +1056,9 @@ func (d *Dispatcher) Snapshot() Snapshot {
 			Requests:         e.requests,
 			LastServerDown:   e.lastDown,
 		}
+		if now.Before(e.holdUntil) {
+			es.HeldUntil = e.holdUntil
+		}
 		if e.inflight > 0 {
 			es.BusySince = e.busySince
 		}

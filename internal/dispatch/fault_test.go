@@ -359,7 +359,12 @@ func TestBackpressureCutsTheLoad(t *testing.T) {
 		cfg.Lanes[0].Concurrency = 8
 		d := mustNew(t, cfg)
 		wait := runAsync(t.Context(), d)
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		if held := d.Snapshot().Endpoints[0].HeldUntil; !held.Equal(start.Add(2 * time.Second)) {
+			t.Errorf("held until %v after a 429 at 1 s asking for 1 s, want %v", held.Sub(start), 2*time.Second)
+		}
+		time.Sleep(time.Second)
 		synctest.Wait()
 		tr.mu.Lock()
 		cur := tr.cur[100]
@@ -462,4 +467,100 @@ func TestRefusalAfterAcceptanceIsAnOutage(t *testing.T) {
 			}
 		}
 	})
+}
+
+// retryAfterClient stands in for the llm client's backpressure class until
+// it produces it: a 429 the client reports as retryable comes back as
+// llm.Backpressure with the Retry-After the stand-in server sends.
+type retryAfterClient struct {
+	*llm.Client
+	retryAfter time.Duration
+}
+
+func (c retryAfterClient) Chat(ctx context.Context, req llm.Request, onDelta func(int)) (llm.Result, error) {
+	res, err := c.Client.Chat(ctx, req, onDelta)
+	var e *llm.Error
+	if errors.As(err, &e) && e.Status == http.StatusTooManyRequests {
+		return res, &llm.Error{Class: llm.Backpressure, Status: e.Status, Msg: e.Msg, RetryAfter: c.retryAfter}
+	}
+	return res, err
+}
+
+// TestBackpressureOverHTTP: a stand-in server answering 429 with
+// Retry-After: 1 for its first 3 s, then streaming: every sample is done
+// with one attempt, and the server sees no request sooner than
+// Retry-After after a 429 it sent.
+func TestBackpressureOverHTTP(t *testing.T) {
+	var mu sync.Mutex
+	var log []struct {
+		at  time.Time
+		got int
+	}
+	var until time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		mu.Lock()
+		if until.IsZero() {
+			until = now.Add(3 * time.Second)
+		}
+		refuse := now.Before(until)
+		status := http.StatusOK
+		if refuse {
+			status = http.StatusTooManyRequests
+		}
+		log = append(log, struct {
+			at  time.Time
+			got int
+		}{now, status})
+		mu.Unlock()
+		if refuse {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"message":"Too Many Requests"}}`, http.StatusTooManyRequests)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		sseChunk(w, "hi", "stop")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	st := newFakeStore()
+	st.add("short", "s", 30)
+	c := llm.New(llm.Config{BaseURL: srv.URL})
+	t.Cleanup(c.Close)
+	cfg := baseConfig(st, []Endpoint{{URL: srv.URL, Client: retryAfterClient{Client: c, retryAfter: time.Second}}})
+	d := mustNew(t, cfg)
+	if err := d.Run(t.Context()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if diff := cmp.Diff(map[store.State]int{store.Done: 30}, st.states()); diff != "" {
+		t.Errorf("final states (-want +got):\n%s", diff)
+	}
+	for i := range 30 {
+		if s := st.get(sampleID("s", i)); s.attempts != 1 {
+			t.Errorf("%s: %d attempts, want 1", s.ID, s.attempts)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Requests sent together (before the first 429 came back) arrive
+	// together: a burst is requests less than 200 ms apart, and after a
+	// burst with a 429 the next burst must wait Retry-After.
+	refused, minGap := 0, time.Hour
+	burst429 := false
+	for i, r := range log {
+		if i > 0 && r.at.Sub(log[i-1].at) >= 200*time.Millisecond {
+			if burst429 {
+				minGap = min(minGap, r.at.Sub(log[i-1].at))
+			}
+			burst429 = false
+		}
+		if r.got == http.StatusTooManyRequests {
+			refused++
+			burst429 = true
+		}
+	}
+	if refused == 0 || minGap < time.Second {
+		t.Errorf("%d answered 429; smallest gap between a burst with a 429 and the next request %v, want >= 1s", refused, minGap)
+	}
+	t.Logf("%d requests, %d answered 429 (Retry-After: 1); smallest gap after a burst with a 429: %v", len(log), refused, minGap)
 }

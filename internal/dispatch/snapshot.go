@@ -52,6 +52,9 @@ type EndpointStats struct {
 	Errors map[string]int64 `json:"errors,omitempty"`
 	// LastServerDown is the last server-down error from this endpoint.
 	LastServerDown string `json:"last_server_down,omitempty"`
+	// HeldUntil: the server asked for less load (429, or 503 with
+	// Retry-After) and gets no new request before this; zero when not held.
+	HeldUntil time.Time `json:"held_until,omitzero"`
 
 	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
 	// KVTokensSource where it came from: CapacityServer or CapacityJob.
