@@ -266,3 +266,12 @@ func (d *Dispatcher) fixedLimitSum() int {
 	}
 	return n
 }
+
+// urls lists the endpoints' URLs (fixed after New).
+func (d *Dispatcher) urls() []string {
+	out := make([]string, len(d.eps))
+	for i, e := range d.eps {
+		out[i] = e.url
+	}
+	return out
+}

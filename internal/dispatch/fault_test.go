@@ -564,3 +564,32 @@ func TestBackpressureOverHTTP(t *testing.T) {
 	}
 	t.Logf("%d requests, %d answered 429 (Retry-After: 1); smallest gap after a burst with a 429: %v", len(log), refused, minGap)
 }
+
+// TestOneRefusingEndpointAmongWorkingOnes: a server that refuses the
+// model while another serves it is that server's outage: the job is not
+// stopped, the refusing endpoint's breaker takes it out, nothing is spent.
+func TestOneRefusingEndpointAmongWorkingOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.add("short", "s", 40)
+		tr := newTracker()
+		eps, fakes := fleet(tr, ok(2*time.Second), "http://good", "http://wrong")
+		fakes["http://wrong"].setScript(func(ctx context.Context, c call1) (llm.Result, error) {
+			return llm.Result{}, &llm.Error{Class: llm.ServerDown, Status: 404, Msg: "no such model"}
+		})
+		cfg := baseConfig(st, eps)
+		cfg.PoisonAfter = 3
+		d := mustNew(t, cfg)
+		if err := d.Run(t.Context()); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for i := range 40 {
+			if s := st.get(sampleID("s", i)); s.state != store.Done || s.attempts != 1 || s.result.Endpoint != "http://good" {
+				t.Errorf("%s: %s, %d attempts on %s; want done once on http://good", s.ID, s.state, s.attempts, s.result.Endpoint)
+			}
+		}
+		if n := tr.epCallsOf("http://wrong"); n > 10 {
+			t.Errorf("%d requests to the refusing endpoint, want its breaker to hold them to a few probes", n)
+		}
+	})
+}

@@ -24,10 +24,13 @@ type poisonGuard struct {
 	samples  map[string]bool
 	endpoint string // where the last refusal came from, and its status
 	status   int
+	// refusers are the endpoints that refused a request itself (isRefusal)
+	// while the guard was armed.
+	refusers map[string]bool
 }
 
 func newPoisonGuard(after int) *poisonGuard {
-	g := &poisonGuard{after: after, samples: map[string]bool{}}
+	g := &poisonGuard{after: after, samples: map[string]bool{}, refusers: map[string]bool{}}
 	if after <= 0 {
 		g.open.Store(true)
 	}
@@ -47,6 +50,21 @@ func (g *poisonGuard) refused(id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.samples[id]
+}
+
+// refusedBy records that the endpoint at url refused a request itself and
+// reports whether every endpoint of urls has: one misconfigured server
+// among working ones is that server's outage, not the job's.
+func (g *poisonGuard) refusedBy(url string, urls []string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refusers[url] = true
+	for _, u := range urls {
+		if !g.refusers[u] {
+			return false
+		}
+	}
+	return true
 }
 
 // streak is the number of distinct samples in the current streak.

@@ -108,7 +108,7 @@ func (d *Dispatcher) refine(cl *call, c store.Claimed, v verdict, reqErr error, 
 	if v.class == 0 && v.out == outRelease {
 		return v // cancelled by the dispatcher: nothing learned
 	}
-	if reqErr != nil && v.class != llm.BadRequest && d.guard.armed() && isRefusal(reqErr) {
+	if reqErr != nil && v.class != llm.BadRequest && d.guard.armed() && isRefusal(reqErr) && d.guard.refusedBy(cl.ep.url, d.urls()) {
 		v.out, v.refused = outRelease, true
 		return v
 	}
