@@ -15,7 +15,7 @@ type Attempt struct {
 	// spent), "moved" (cancelled while queued, to go to a server with room),
 	// "shed" (cancelled to bring KV usage down), "unneeded" (a backup
 	// cancelled because the first request's answer fit) or the error's class
-	// ("retryable", "server-down", "bad-request", "malformed").
+	// ("retryable", "server-down", "bad-request", "malformed", "backpressure").
 	Outcome          string
 	Duration         time.Duration // from send to the last byte or the error
 	TTFT             time.Duration // 0 when no token arrived
