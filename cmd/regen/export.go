@@ -74,7 +74,11 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	defer st.Close()
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata})
+	desc, err := export.DescribeJob(spec, versionString())
+	if err != nil {
+		return err
+	}
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc})
 	if err != nil {
 		return err
 	}
@@ -92,5 +96,8 @@ func writeExportSummary(w io.Writer, sum export.Summary) {
 			p = rel
 		}
 		fmt.Fprintf(w, "  %-20s %7d  %s\n", f.Format, f.Rows, p)
+	}
+	for _, warn := range sum.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
 	}
 }

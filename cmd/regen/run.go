@@ -158,6 +158,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
 		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics,
+		Version: versionString(),
 	})
 	if err != nil {
 		var failed *runner.FailedError
