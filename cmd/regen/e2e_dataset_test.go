@@ -174,4 +174,15 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 	if diff := cmp.Diff([]map[string]any{{"c": "Question 7?"}}, res[4]); diff != "" {
 		t.Errorf("sharegpt conversations as DuckDB reads them (-want +got):\n%s", diff)
 	}
+
+	// A README.md the user wrote survives the next export, which says so.
+	mine := []byte("# ds\n\nMy own card.\n")
+	if err := os.WriteFile(filepath.Join(out, "README.md"), mine, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ex := regen(t, dir, "export", "job.yaml")
+	if got, _ := os.ReadFile(filepath.Join(out, "README.md")); ex.code != 0 || !bytes.Equal(got, mine) ||
+		!strings.Contains(ex.stdout, "warning: ") || !strings.Contains(ex.stdout, "README.md was not written by regen") {
+		t.Errorf("export over a user's README.md: exit %d, README now %q; want it kept and a warning:\n%s", ex.code, got, ex)
+	}
 }

@@ -17,6 +17,12 @@ const (
 	FormatParquet     = "parquet"
 )
 
+// Formats of the files that describe an export (File.Format); their Rows is 0.
+const (
+	FormatCard     = "card"
+	FormatManifest = "manifest"
+)
+
 // Formats lists every format, in the order Export writes them.
 var Formats = []string{FormatShareGPT, FormatOpenAIBatch, FormatParquet}
 

@@ -354,7 +354,7 @@ func describe(ctx context.Context, st store.Store, dir, name string, d Describe,
 	case err != nil:
 		return nil, err
 	default:
-		o, err := wholeFile(readme, "card", 0, card(m))
+		o, err := wholeFile(readme, FormatCard, 0, card(m))
 		if err != nil {
 			return nil, err
 		}
@@ -365,7 +365,7 @@ func describe(ctx context.Context, st store.Store, dir, name string, d Describe,
 	if err != nil {
 		return written, fmt.Errorf("manifest: %w", err)
 	}
-	o, err := wholeFile(filepath.Join(dir, name+".manifest.json"), "manifest", 0, append(b, '\n'))
+	o, err := wholeFile(filepath.Join(dir, name+".manifest.json"), FormatManifest, 0, append(b, '\n'))
 	if err != nil {
 		return written, err
 	}

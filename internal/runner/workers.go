@@ -188,7 +188,6 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	}
 	for _, w := range sum.Warnings {
 		r.o.Logger.Warn("export", "warning", w)
-		r.note("export: " + w)
 	}
 	// Say so before the lock goes: a worker taking it next must see that
 	// this export is current.
