@@ -74,7 +74,11 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	defer st.Close()
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata})
+	desc, err := export.DescribeJob(spec, versionString())
+	if err != nil {
+		return err
+	}
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc})
 	if err != nil {
 		return err
 	}
@@ -91,6 +95,18 @@ func writeExportSummary(w io.Writer, sum export.Summary) {
 		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {
 			p = rel
 		}
-		fmt.Fprintf(w, "  %-20s %7d  %s\n", f.Format, f.Rows, p)
+		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), p)
 	}
+	for _, warn := range sum.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
+}
+
+// rowsText is a file's row count for the summary; the card and the
+// manifest have none.
+func rowsText(f export.File) string {
+	if f.Format == export.FormatCard || f.Format == export.FormatManifest {
+		return ""
+	}
+	return fmt.Sprintf("%d rows", f.Rows)
 }

@@ -158,6 +158,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
 		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics,
+		Version: versionString(),
 	})
 	// A job that finished with nothing done prints its summary, then fails.
 	var none *runner.NothingDoneError
@@ -178,7 +179,10 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s done: %d samples (%d done, %d rejected, %d dead), %d bad source rows\n",
 		spec.Name, t.Total, t.Done, t.Rejected, t.Dead, sum.Final.IngestErrors)
 	for _, f := range sum.Export.Files {
-		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, relPath(f.Path))
+		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), relPath(f.Path))
+	}
+	for _, w := range sum.Export.Warnings {
+		fmt.Println("warning:", w)
 	}
 	return err // nil, or the NothingDoneError: exit 1
 }

@@ -36,6 +36,9 @@ type Body struct {
 	Messages []Message       `json:"messages"`
 	Tools    json.RawMessage `json:"tools,omitempty"`
 	Turns    []Turn          `json:"turns,omitempty"`
+	// Seed is the sampling seed sent with every turn's request: one of the
+	// samples_per_prompt answers to one prompt (absent = none sent).
+	Seed *int64 `json:"seed,omitempty"`
 }
 
 // Plan is a decoded body.
@@ -110,6 +113,7 @@ func (p *Plan) InputBytes(k int) int {
 type request struct {
 	Messages []Message       `json:"messages"`
 	Tools    json.RawMessage `json:"tools,omitempty"`
+	Seed     *int64          `json:"seed,omitempty"`
 }
 
 // Request returns the request body for turn k, given the answers to turns
@@ -129,7 +133,7 @@ func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, e
 	if err != nil {
 		return nil, fmt.Errorf("request for turn %d: %w", k, err)
 	}
-	return encode(request{Messages: msgs, Tools: p.Tools})
+	return encode(request{Messages: msgs, Tools: p.Tools, Seed: p.Seed})
 }
 
 // Conversation returns the whole conversation for the answers given (the

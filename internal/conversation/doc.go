@@ -5,8 +5,10 @@
 //
 // A body is a JSON object:
 //
-//	{"messages": [...], "tools": [...], "turns": [{"calls": [...], "input": [...]}, ...]}
+//	{"messages": [...], "tools": [...], "turns": [{"calls": [...], "input": [...]}, ...], "seed": N}
 //
+// seed, present on the samples of a source with samples_per_prompt > 1, is
+// sent as the request's seed for every turn.
 // messages is the input of turn 0: everything before the first answer the
 // job regenerates (system prompt, first user message, and any leading
 // context). Each entry of turns is one later turn: input holds the messages

@@ -2,8 +2,11 @@ package export
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +20,8 @@ type atomicFile struct {
 	final string
 	f     *os.File
 	w     *bufio.Writer
+	sum   hash.Hash // SHA-256 of every byte written, for the manifest
+	size  int64
 }
 
 func createAtomic(final string) (*atomicFile, error) {
@@ -27,10 +32,17 @@ func createAtomic(final string) (*atomicFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
-	return &atomicFile{final: final, f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+	return &atomicFile{final: final, f: f, w: bufio.NewWriterSize(f, 256<<10), sum: sha256.New()}, nil
 }
 
-func (a *atomicFile) Write(p []byte) (int, error) { return a.w.Write(p) }
+func (a *atomicFile) Write(p []byte) (int, error) {
+	a.sum.Write(p) // never fails
+	a.size += int64(len(p))
+	return a.w.Write(p)
+}
+
+// sha256 is the hex SHA-256 of what was written.
+func (a *atomicFile) sha256() string { return hex.EncodeToString(a.sum.Sum(nil)) }
 
 // sync makes the temporary file durable; after it, rename is the only step left.
 func (a *atomicFile) sync() error {

@@ -17,6 +17,12 @@ const (
 	FormatParquet     = "parquet"
 )
 
+// Formats of the files that describe an export (File.Format); their Rows is 0.
+const (
+	FormatCard     = "card"
+	FormatManifest = "manifest"
+)
+
 // Formats lists every format, in the order Export writes them.
 var Formats = []string{FormatShareGPT, FormatOpenAIBatch, FormatParquet}
 
@@ -36,6 +42,9 @@ type Summary struct {
 	Rejected  int
 	Dead      int // dead samples
 	BadRows   int // source rows that never became samples (ingest errors)
+	// Warnings are what the export left undone on purpose (a README.md
+	// regen did not write is kept, and no card written).
+	Warnings []string
 }
 
 // Metadata levels of Options.
@@ -50,6 +59,9 @@ type Options struct {
 	// usage, endpoint URLs, attempts) out of the training records;
 	// MetadataFull adds them.
 	Metadata string
+	// Describe fills the manifest's and the card's job, configuration and
+	// regen version (DescribeJob); zero leaves them to the store's facts.
+	Describe Describe
 }
 
 // Export is ExportWith zero Options.
@@ -82,6 +94,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 		sinks []sink
 		pq    *parquetSink
 		dead  *deadSink
+		seen  = serverTally{}
 	)
 	all := func() []*output {
 		var outs []*output
@@ -144,6 +157,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 		}
 		switch row.State {
 		case store.Done:
+			seen.addRecord(rec)
 			sum.Done++
 			if rec.truncated() {
 				sum.Truncated++
@@ -152,6 +166,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 				sum.Ended++
 			}
 		case store.Rejected:
+			seen.addRecord(rec)
 			sum.Rejected++
 		case store.Dead:
 			sum.Dead++
@@ -192,6 +207,16 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 			return Summary{}, fmt.Errorf("export: %w", err)
 		}
 	}
+	// The card and the manifest describe the files above, so they are
+	// renamed last: a manifest on disk names files already in place.
+	described, err := describe(ctx, st, dir, name, o.Describe, &sum, seen, outs)
+	for _, d := range described {
+		sinks = append(sinks, fileSink{d})
+	}
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	outs = all()
 	// From here each rename replaces one file atomically.
 	for i, o := range outs {
 		if err := o.af.rename(); err != nil {

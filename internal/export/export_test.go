@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -56,6 +57,56 @@ func (f *fakeStore) EachIngestError(ctx context.Context, fn func(store.IngestErr
 		}
 		if f.failBad {
 			return errFake
+		}
+	}
+	return nil
+}
+
+// Counts, RejectCounts and EachTokenCount are computed from rows, as a
+// store's counters would be, for the manifest.
+func (f *fakeStore) Counts(ctx context.Context) ([]store.Count, error) {
+	n := map[store.Count]int{}
+	for _, r := range f.rows {
+		n[store.Count{Partition: r.Partition, Lane: r.Lane, State: r.State}]++
+	}
+	var out []store.Count
+	for c, k := range n {
+		c.N = k
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (f *fakeStore) RejectCounts(ctx context.Context) ([]store.RejectCount, error) {
+	n := map[store.RejectCount]int{}
+	for _, r := range f.rows {
+		if r.State == store.Rejected {
+			n[store.RejectCount{Partition: r.Partition, Lane: r.Lane, Rule: r.Rule}]++
+		}
+	}
+	var out []store.RejectCount
+	for c, k := range n {
+		c.N = k
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (f *fakeStore) EachTokenCount(ctx context.Context, fn func(store.TokenCount) error) error {
+	n := map[store.TokenCount]int{}
+	for _, r := range f.rows {
+		if r.State == store.Dead {
+			continue
+		}
+		for _, a := range append(slices.Clone(r.Prior), r.Result) {
+			n[store.TokenCount{Partition: r.Partition, Lane: r.Lane, Kind: store.PromptKind, Tokens: a.PromptTokens}]++
+			n[store.TokenCount{Partition: r.Partition, Lane: r.Lane, Kind: store.CompletionKind, Tokens: a.CompletionTokens}]++
+		}
+	}
+	for c, k := range n {
+		c.N = k
+		if err := fn(c); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -166,6 +217,8 @@ func TestExportGolden(t *testing.T) {
 			{Format: "parquet", Path: filepath.Join(dir, "demo.parquet"), Rows: 3},
 			{Format: "rejected", Path: filepath.Join(dir, "demo.rejected.jsonl"), Rows: 1},
 			{Format: "dead", Path: filepath.Join(dir, "demo.dead.jsonl"), Rows: 2},
+			{Format: "card", Path: filepath.Join(dir, "README.md")},
+			{Format: "manifest", Path: filepath.Join(dir, "demo.manifest.json")},
 		},
 		Done: 3, Truncated: 1, Rejected: 1, Dead: 1, BadRows: 1,
 	}
@@ -383,7 +436,7 @@ func TestExportDeadAlways(t *testing.T) {
 	for _, f := range sum.Files {
 		got = append(got, filepath.Base(f.Path))
 	}
-	if diff := cmp.Diff([]string{"j.sharegpt.jsonl", "j.rejected.jsonl", "j.dead.jsonl"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"j.sharegpt.jsonl", "j.rejected.jsonl", "j.dead.jsonl", "README.md", "j.manifest.json"}, got); diff != "" {
 		t.Errorf("files mismatch (-want +got):\n%s", diff)
 	}
 }

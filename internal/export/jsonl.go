@@ -57,6 +57,9 @@ type runDetails struct {
 	Attempts     int           `json:"attempts"`
 	EndReason    string        `json:"end_reason,omitempty"`
 	Turns        []turnDetails `json:"turns,omitempty"`
+	// Seed is the sampling seed every request of the sample sent (one of
+	// samples_per_prompt answers to one prompt).
+	Seed *int64 `json:"seed,omitempty"`
 }
 
 // turnDetails is one answer of a multi-turn conversation.
@@ -84,7 +87,7 @@ func sharegptMessages(conv []conversation.Message) []sharegptMessage {
 
 func details(r *record) *runDetails {
 	d := &runDetails{Lane: r.row.Lane, FinishReason: r.res.FinishReason, Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint,
-		Attempts: r.row.Attempts, EndReason: r.row.Result.EndReason}
+		Attempts: r.row.Attempts, EndReason: r.row.Result.EndReason, Seed: r.plan.Seed}
 	if len(r.row.Prior) == 0 {
 		return d
 	}

@@ -28,6 +28,7 @@ type ParquetRow struct {
 	PromptTokens     int64            `parquet:"prompt_tokens"`
 	CompletionTokens int64            `parquet:"completion_tokens"`
 	Endpoint         *string          `parquet:"endpoint,optional"`
+	Seed             *int64           `parquet:"seed,optional"` // with full metadata, when one was sent
 }
 
 // ParquetMessage is one input turn. Content is the text, or the JSON of a
@@ -77,6 +78,7 @@ func (s *parquetSink) write(r *record) error {
 	}
 	if s.full {
 		row.Endpoint = optional(r.row.Result.Endpoint)
+		row.Seed = r.plan.Seed
 	}
 	s.buf[0] = row
 	if _, err := s.w.Write(s.buf); err != nil {

@@ -73,6 +73,7 @@ func (s *Spec) applyDefaults() {
 	}
 	for i := range s.Sources {
 		s.Sources[i].Path = s.resolve(s.Sources[i].Path)
+		setInt(s, &s.Sources[i].SamplesPerPrompt, fmt.Sprintf("sources[%d].samples_per_prompt", i), 1)
 	}
 
 	setInt(s, &s.Retry.MaxAttempts, "retry.max_attempts", DefaultMaxAttempts)

@@ -49,10 +49,10 @@ func TestLoadFull(t *testing.T) {
 		Name:  "full job",
 		Model: "m1",
 		Sources: []Source{
-			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big", Regenerate: "last"},
-			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief", Regenerate: "all"},
+			{Partition: "a", Path: filepath.Join(dir, "data/a.jsonl"), Messages: "messages", Tools: "tools", ID: "id", Limit: 10, Lane: "big", Regenerate: "last", SamplesPerPrompt: 4},
+			{Partition: "b", Path: "/abs/b/*.parquet", Format: "parquet", Prompt: "text", System: "be brief", Regenerate: "all", SamplesPerPrompt: 1},
 			{Partition: "c", Path: filepath.Join(dir, "data/glaive.jsonl"), Preset: "glaive", ID: "id", Regenerate: "all",
-				Conversations: "conversations", Tools: "tools", SystemField: "system", StripSystemPrefix: "SYSTEM:"},
+				Conversations: "conversations", Tools: "tools", SystemField: "system", StripSystemPrefix: "SYSTEM:", SamplesPerPrompt: 1},
 		},
 		Lanes: []Lane{
 			{Name: "small", Concurrency: 8, MaxTokens: 1024, MaxPromptTokens: 2000, BackupAt: 0.6},
@@ -105,7 +105,7 @@ func TestLoadDefaults(t *testing.T) {
 			file: "minimal.yaml",
 			want: &Spec{
 				Name:       "min/job",
-				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q", Regenerate: "all"}},
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q", Regenerate: "all", SamplesPerPrompt: 1}},
 				Lanes:      []Lane{{Name: "default", Concurrency: 64, MaxTokens: 4096, BackupAt: DefaultBackupAt}},
 				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
 				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang"}},
@@ -122,7 +122,7 @@ func TestLoadDefaults(t *testing.T) {
 			file: "sim_server.yaml",
 			want: &Spec{
 				Name:       "s",
-				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations", Regenerate: "all"}},
+				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Conversations: "conversations", Regenerate: "all", SamplesPerPrompt: 1}},
 				Lanes:      []Lane{{Name: "only", Concurrency: 64, MaxTokens: 4096, BackupAt: DefaultBackupAt}},
 				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
 				Server: &Server{
@@ -174,6 +174,10 @@ func TestLoadErrors(t *testing.T) {
 		file string
 		want []string
 	}{
+		{"samples_invalid.yaml", []string{
+			`testdata/samples_invalid.yaml:6: sources[0].samples_per_prompt: must be >= 1`,
+			`testdata/samples_invalid.yaml:10: sources[1].samples_per_prompt: 3 answers per prompt need a seed per sample; remove generation.extra.seed`,
+		}},
 		{"invalid.yaml", []string{
 			`testdata/invalid.yaml:1: name: required`,
 			`testdata/invalid.yaml:3: sources[0]: set exactly one of conversations, messages or prompt (got 2)`,

@@ -56,6 +56,10 @@ type Source struct {
 	// StripSystemPrefix is a literal prefix removed from system prompts
 	// (a dataset artefact such as glaive's "SYSTEM: ").
 	StripSystemPrefix string `yaml:"strip_system_prefix"`
+	// SamplesPerPrompt is how many answers each prompt gets (default 1).
+	// With k > 1 a row becomes k samples, "<id>#0" .. "<id>#<k-1>", each
+	// sending its own seed (derived from its id) to the server.
+	SamplesPerPrompt int `yaml:"samples_per_prompt"`
 }
 
 // Lane is a class of requests with its own concurrency and max_tokens.

@@ -93,6 +93,13 @@ func (v *validator) sources() {
 		if src.Limit < 0 {
 			v.addf(p+".limit", "must be >= 0")
 		}
+		switch {
+		case src.SamplesPerPrompt < 1:
+			v.addf(p+".samples_per_prompt", "must be >= 1")
+		case src.SamplesPerPrompt > 1 && s.Generation.Extra["seed"] != nil:
+			// The job's seed would override every sample's own: k identical answers.
+			v.addf(p+".samples_per_prompt", "%d answers per prompt need a seed per sample; remove generation.extra.seed", src.SamplesPerPrompt)
+		}
 		if src.Lane != "" {
 			if _, ok := s.Lane(src.Lane); !ok {
 				v.addf(p+".lane", "no lane named %q", src.Lane)

@@ -24,11 +24,18 @@ type IngestStats struct {
 	// Duplicates are rows skipped because another row already took their
 	// id, over every ingest of the job so far.
 	Duplicates int
+	// Copies are the samples beyond one per row that samples_per_prompt
+	// made from the rows that are samples (not from duplicates).
+	Copies int
+	// Merged is the samples_per_prompt of the sources without an id
+	// mapping whose identical prompts were merged (0 when none were): their
+	// duplicates are the k samples of one prompt, which the summary says.
+	Merged int
 }
 
-// Samples is the number of good rows that are samples: new or already
-// stored (rows skipped for a taken id are not).
-func (s IngestStats) Samples() int { return s.Read - s.Bad - s.Duplicates }
+// Samples is the number of samples the good rows stand for: new or
+// already stored (rows skipped for a taken id are not).
+func (s IngestStats) Samples() int { return s.Read - s.Bad - s.Duplicates + s.Copies }
 
 // String is the ingest summary the run prints and records.
 func (s IngestStats) String() string {
@@ -36,6 +43,9 @@ func (s IngestStats) String() string {
 		s.Read, s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
 	if s.Duplicates > 0 {
 		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
+		if s.Merged > 1 {
+			out += fmt.Sprintf("; identical prompts without an id mapping became %d samples of one prompt, not %d per row", s.Merged, s.Merged)
+		}
 	}
 	if s.Skipped > 0 {
 		out += fmt.Sprintf("; %d of %d files unchanged since their last ingest, not read again", s.Skipped, s.Files)
@@ -128,7 +138,55 @@ func (in *ingester) run(ctx context.Context, plan []sourcePlan) (IngestStats, er
 		return in.stats, fmt.Errorf("ingest: %w", err)
 	}
 	in.stats.Duplicates = d.Total
+	if err := in.duplicateCopies(ctx, d); err != nil {
+		return in.stats, err
+	}
 	return in.stats, nil
+}
+
+// perPrompt is the samples_per_prompt of partition (1 when unknown).
+func (in *ingester) perPrompt(partition string) int {
+	for _, src := range in.spec.Sources {
+		if src.Partition == partition {
+			return max(src.SamplesPerPrompt, 1)
+		}
+	}
+	return 1
+}
+
+// duplicateCopies takes the copies of duplicate rows out of Copies (they
+// made no sample) and notes the sources whose identical prompts merged.
+// Only a job with samples_per_prompt reads the duplicates one by one.
+func (in *ingester) duplicateCopies(ctx context.Context, d store.Duplicates) error {
+	multi := false
+	for _, src := range in.spec.Sources {
+		multi = multi || src.SamplesPerPrompt > 1
+	}
+	if d.Total == 0 || !multi {
+		return nil
+	}
+	all, err := in.st.IngestDuplicates(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	for _, x := range all.Examples {
+		k := in.perPrompt(x.Partition)
+		in.stats.Copies -= k - 1
+		if x.SameContent && k > 1 && in.idLess(x.Partition) {
+			in.stats.Merged = max(in.stats.Merged, k)
+		}
+	}
+	return nil
+}
+
+// idLess reports whether partition's ids are content hashes.
+func (in *ingester) idLess(partition string) bool {
+	for _, src := range in.spec.Sources {
+		if src.Partition == partition {
+			return src.ID == ""
+		}
+	}
+	return false
 }
 
 // source ingests one source's files. Files another worker holds are
@@ -256,6 +314,7 @@ func (in *ingester) complete(ctx context.Context, src job.Source, path string, i
 func (in *ingester) skipped(m store.SourceFile, byOther bool) {
 	in.stats.Read += m.Rows + m.Bad
 	in.stats.Bad += m.Bad
+	in.stats.Copies += m.Rows * (in.perPrompt(m.Partition) - 1)
 	if byOther {
 		in.stats.ByOthers++
 	} else {
@@ -289,7 +348,11 @@ func (in *ingester) read(ctx context.Context, src job.Source, path string, limit
 		return nil
 	}
 	emit := func(s source.Sample) error {
-		in.stats.Read++
+		if s.Copy == 0 {
+			in.stats.Read++ // a row, however many samples it makes
+		} else {
+			in.stats.Copies++
+		}
 		batch = append(batch, store.NewSample{
 			ID: s.ID, Partition: s.Partition, Body: s.Body, PromptTokens: s.PromptTokens, Origin: s.Origin,
 			Lane: spec.LaneFor(s.Partition, s.PromptTokens),

@@ -45,6 +45,8 @@ type Options struct {
 	Lanes []string
 	// Metrics, when set, is fed every request (regen's own /metrics).
 	Metrics *monitor.Metrics
+	// Version is regen's version, for the export's manifest and card.
+	Version string
 }
 
 // Summary is what a finished run reports.

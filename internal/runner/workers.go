@@ -178,9 +178,16 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	}
 	r.setState(ctx, monitor.Running, []string{"all samples finished; exporting"})
 	spec := r.o.Spec
-	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata})
+	desc, err := export.DescribeJob(spec, r.o.Version)
+	if err != nil {
+		return export.Summary{}, false, err
+	}
+	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc})
 	if err != nil {
 		return sum, false, err
+	}
+	for _, w := range sum.Warnings {
+		r.o.Logger.Warn("export", "warning", w)
 	}
 	// Say so before the lock goes: a worker taking it next must see that
 	// this export is current.

@@ -221,3 +221,27 @@ func TestApply(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedVariesAnswer: the seed parameter gives another answer to the same
+// prompt, the same seed the same answer, and the prompt stays cached.
+func TestSeedVariesAnswer(t *testing.T) {
+	_, url, _ := startServer(t, testConfig())
+	ask := func(extra string) streamResult {
+		return streamChat(http.DefaultClient, url, chatBody("same prompt", 40, extra))
+	}
+	none, s1, s2, s1again := ask(""), ask(`,"seed":1`), ask(`,"seed":2`), ask(`,"seed":1`)
+	for _, r := range []streamResult{none, s1, s2, s1again} {
+		if r.content == "" {
+			t.Fatalf("empty answer: %+v", r)
+		}
+	}
+	if s1.content == s2.content || s1.content == none.content {
+		t.Errorf("seeds 1, 2 and none gave the same content; want three answers:\n%q\n%q\n%q", none.content, s1.content, s2.content)
+	}
+	if s1.content != s1again.content {
+		t.Errorf("seed 1 twice gave different content:\n%q\n%q", s1.content, s1again.content)
+	}
+	if s2.usage.PromptTokensDetails.CachedTokens == 0 {
+		t.Errorf("the prompt asked again with another seed had no cached tokens; want a prefix-cache hit")
+	}
+}

@@ -39,5 +39,6 @@
 // generation parameter does), a TCP reset or a malformed chunk. A crash closes the listener
 // and every connection and delivers the exit code on Crashed; the package
 // never exits the process itself. Output lengths, content and faults are
-// deterministic for a given Seed and request content.
+// deterministic for a given Seed and request content (including the
+// request's own seed parameter, which varies the answer to one prompt).
 package sim

@@ -29,6 +29,8 @@ type genRequest struct {
 	} `json:"stream_options"`
 	Tools              json.RawMessage `json:"tools"`
 	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
+	// Seed varies the answer to the same prompt, as a sampling seed does.
+	Seed *int64 `json:"seed"`
 }
 
 // reqFaults is what per-request faults do to one request.
@@ -230,6 +232,11 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 			c.ContextLen, tokens+maxNew, tokens, maxNew)
 	}
 	seed := h.h
+	if in.Seed != nil {
+		// The answer, not the prompt's prefix hashes: the cache still
+		// shares the prompt between samples of one prompt.
+		seed = splitmix64(seed ^ uint64(*in.Seed)*0x9e3779b97f4a7c15)
+	}
 	req := &request{
 		id:       fmt.Sprintf("%016x%016x", seed, s.nextID.Add(1)),
 		kind:     kind,

@@ -52,6 +52,10 @@ func Fingerprint(src job.Source, path string) (FileInfo, error) {
 		Limit                                                                                    int
 	}{src.Partition, src.Format, src.Conversations, src.Messages, src.Prompt, src.System, src.SystemField, src.Tools, src.ID, src.Lane, src.Limit})
 	h.Write(m)
+	if src.SamplesPerPrompt > 1 {
+		// Written only then, so stores of jobs without it keep their entries.
+		fmt.Fprintf(h, "samples_per_prompt=%d", src.SamplesPerPrompt)
+	}
 	size := st.Size()
 	_ = binary.Write(h, binary.LittleEndian, size)
 	buf := make([]byte, fpEdge)

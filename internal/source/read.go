@@ -229,8 +229,10 @@ func (r *reader) row(v map[string]any, origin string) error {
 		return r.badRow(origin, rerr.field, rerr.reason)
 	}
 	r.stats.Good++
-	if err := r.emit(s); err != nil {
-		return fmt.Errorf("%s: %w", origin, err)
+	for j := range max(r.src.SamplesPerPrompt, 1) {
+		if err := r.emit(copyOf(s, j, r.src.SamplesPerPrompt)); err != nil {
+			return fmt.Errorf("%s: %w", origin, err)
+		}
 	}
 	if r.src.Limit > 0 && r.stats.Good >= r.src.Limit {
 		return errLimit

@@ -10,6 +10,9 @@ type Sample struct {
 	// PromptTokens is an estimate (characters / 4 over message contents and tools).
 	PromptTokens int
 	Origin       string // path:line for JSONL, path:row N for Parquet
+	// Copy is j of the samples_per_prompt samples made from one row (0 for
+	// the first, and for every sample of a source with one per prompt).
+	Copy int
 }
 
 // BadRow is a row that cannot become a sample.

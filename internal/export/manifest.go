@@ -1,0 +1,395 @@
+package export
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// ManifestSchema names the manifest's layout (docs/manifest.md); a change
+// that removes or retypes a field gets a new version.
+const ManifestSchema = "regen.manifest/v1"
+
+// Manifest describes one export: what made it and what it holds. It is
+// written as <name>.manifest.json beside the files it lists.
+type Manifest struct {
+	Schema       string    `json:"schema"`
+	RegenVersion string    `json:"regen_version"`
+	ExportedAt   time.Time `json:"exported_at"`
+	Job          JobInfo   `json:"job"`
+	// Fingerprint and Generation identify the job's configuration once the
+	// store records them; omitted while unknown.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Generation  int    `json:"generation,omitempty"`
+	// Configuration is the job's settings that shape the answers (model,
+	// sources, lanes, generation, quality), as the job file has them.
+	Configuration json.RawMessage `json:"configuration,omitempty"`
+	Servers       []Server        `json:"servers"`
+	Totals        Totals          `json:"totals"`
+	Cells         []Cell          `json:"cells"`
+	Rejects       []RejectCell    `json:"rejects"`
+	// Generations counts done samples per configuration generation, when
+	// the store records generations.
+	Generations []GenerationCount `json:"generations,omitempty"`
+	Tokens      TokenStats        `json:"tokens"`
+	Files       []ManifestFile    `json:"files"`
+}
+
+// JobInfo names the job an export came from.
+type JobInfo struct {
+	Name   string `json:"name"`
+	File   string `json:"file,omitempty"` // the job file, relative to the output directory
+	Model  string `json:"model"`
+	Engine string `json:"engine,omitempty"` // of the server regen launches, or of the endpoints
+}
+
+// Server is one endpoint that answered samples of this export, from the
+// stored answers. Engine and EngineVersion are what the server reported,
+// when the store keeps it.
+type Server struct {
+	Endpoint      string   `json:"endpoint"`
+	Answers       int      `json:"answers"` // stored answers (turns) of exported samples
+	Models        []string `json:"models"`  // model ids the server answered with
+	Engine        string   `json:"engine,omitempty"`
+	EngineVersion string   `json:"engine_version,omitempty"`
+}
+
+// Totals are the sample counts of the export.
+type Totals struct {
+	Done      int `json:"done"`
+	Truncated int `json:"truncated"`
+	Ended     int `json:"ended_early"`
+	Rejected  int `json:"rejected"`
+	Dead      int `json:"dead"`
+	BadRows   int `json:"bad_rows"`
+	Pending   int `json:"pending"` // not finished when the export ran (pending or leased)
+}
+
+// Cell counts one (partition, lane)'s samples by state.
+type Cell struct {
+	Partition string `json:"partition"`
+	Lane      string `json:"lane"`
+	Done      int    `json:"done"`
+	Rejected  int    `json:"rejected"`
+	Dead      int    `json:"dead"`
+	Pending   int    `json:"pending"`
+}
+
+// RejectCell is the rejected samples of one cell by one rule.
+type RejectCell struct {
+	Partition string `json:"partition"`
+	Lane      string `json:"lane"`
+	Rule      string `json:"rule"`
+	N         int    `json:"n"`
+}
+
+// GenerationCount is the done samples of one configuration generation.
+type GenerationCount struct {
+	Generation int `json:"generation"`
+	Done       int `json:"done"`
+}
+
+// TokenStats are the distributions of prompt and completion tokens over
+// every stored answer (each turn of a conversation is one answer).
+type TokenStats struct {
+	Prompt     Percentiles `json:"prompt"`
+	Completion Percentiles `json:"completion"`
+}
+
+// Percentiles summarise one token distribution (nearest rank).
+type Percentiles struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean"`
+	Min  int     `json:"min"`
+	P50  int     `json:"p50"`
+	P90  int     `json:"p90"`
+	P99  int     `json:"p99"`
+	Max  int     `json:"max"`
+}
+
+// ManifestFile is one file of the export.
+type ManifestFile struct {
+	Format string `json:"format"`
+	Path   string `json:"path"` // relative to the manifest
+	Rows   int    `json:"rows"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Describe is what Options.Describe gives the manifest and the card
+// beyond what the store holds.
+type Describe struct {
+	RegenVersion  string
+	Job           JobInfo
+	Configuration json.RawMessage
+	Fingerprint   string
+	Generation    int
+	// Now is the export time the manifest and the card state (zero = the
+	// clock's; tests fix it).
+	Now time.Time
+}
+
+// DescribeJob fills a Describe from a job spec: its name, model, engine,
+// file (relative to the output directory) and the settings that shape the
+// answers, with paths relative to the job file.
+func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
+	d := Describe{RegenVersion: regenVersion, Job: JobInfo{Name: spec.Name, Model: spec.Model}}
+	if spec.Path != "" {
+		if rel, err := filepath.Rel(spec.Output.Dir, spec.Path); err == nil {
+			d.Job.File = filepath.ToSlash(rel)
+		}
+	}
+	switch {
+	case spec.Server != nil:
+		d.Job.Engine = spec.Server.Engine
+	case len(spec.Endpoints) > 0:
+		d.Job.Engine = spec.Endpoints[0].Engine
+	}
+	sources := slices.Clone(spec.Sources)
+	for i := range sources {
+		if rel, err := filepath.Rel(spec.Dir, sources[i].Path); err == nil && spec.Dir != "" {
+			sources[i].Path = filepath.ToSlash(rel)
+		}
+	}
+	type lane struct {
+		Name            string   `yaml:"name"`
+		MaxTokens       int      `yaml:"max_tokens"`
+		Partitions      []string `yaml:"partitions"`
+		MaxPromptTokens int      `yaml:"max_prompt_tokens"`
+	}
+	lanes := make([]lane, len(spec.Lanes))
+	for i, l := range spec.Lanes {
+		lanes[i] = lane{l.Name, l.MaxTokens, l.Partitions, l.MaxPromptTokens}
+	}
+	// Through YAML: the job's own field names (snake_case), not Go's.
+	y, err := yaml.Marshal(struct {
+		Model      string         `yaml:"model"`
+		Sources    []job.Source   `yaml:"sources"`
+		Lanes      []lane         `yaml:"lanes"`
+		Generation job.Generation `yaml:"generation"`
+		Quality    job.Quality    `yaml:"quality"`
+	}{spec.Model, sources, lanes, spec.Generation, spec.Quality})
+	if err != nil {
+		return d, fmt.Errorf("describe job: %w", err)
+	}
+	var v any
+	if err := yaml.Unmarshal(y, &v); err != nil {
+		return d, fmt.Errorf("describe job: %w", err)
+	}
+	if d.Configuration, err = json.Marshal(v); err != nil {
+		return d, fmt.Errorf("describe job: %w", err)
+	}
+	return d, nil
+}
+
+// serverTally collects the endpoints and served models of stored answers.
+type serverTally map[string]*Server
+
+func (t serverTally) add(endpoint, model string) {
+	if endpoint == "" {
+		return
+	}
+	s := t[endpoint]
+	if s == nil {
+		s = &Server{Endpoint: endpoint, Models: []string{}}
+		t[endpoint] = s
+	}
+	s.Answers++
+	if model != "" && !slices.Contains(s.Models, model) {
+		s.Models = append(s.Models, model)
+	}
+}
+
+// addRecord counts every stored answer of a done or rejected record.
+func (t serverTally) addRecord(r *record) {
+	if r.plan == nil {
+		return
+	}
+	for i, p := range r.row.Prior {
+		t.add(p.Endpoint, r.answers[i].Model)
+	}
+	t.add(r.row.Result.Endpoint, r.res.Model)
+}
+
+func (t serverTally) list() []Server {
+	out := make([]Server, 0, len(t))
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		s := *t[k]
+		slices.Sort(s.Models)
+		out = append(out, s)
+	}
+	return out
+}
+
+// storeFacts reads what the manifest takes from the store's counters.
+func storeFacts(ctx context.Context, st store.Store, m *Manifest) error {
+	counts, err := st.Counts(ctx)
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	cells := map[[2]string]*Cell{}
+	for _, c := range counts {
+		k := [2]string{c.Partition, c.Lane}
+		cell := cells[k]
+		if cell == nil {
+			cell = &Cell{Partition: c.Partition, Lane: c.Lane}
+			cells[k] = cell
+		}
+		switch c.State {
+		case store.Done:
+			cell.Done += c.N
+		case store.Rejected:
+			cell.Rejected += c.N
+		case store.Dead:
+			cell.Dead += c.N
+		default:
+			cell.Pending += c.N
+			m.Totals.Pending += c.N
+		}
+	}
+	m.Cells = []Cell{}
+	for _, k := range slices.SortedFunc(maps.Keys(cells), func(a, b [2]string) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	}) {
+		m.Cells = append(m.Cells, *cells[k])
+	}
+	rejects, err := st.RejectCounts(ctx)
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	m.Rejects = []RejectCell{}
+	for _, r := range rejects {
+		m.Rejects = append(m.Rejects, RejectCell{r.Partition, r.Lane, r.Rule, r.N})
+	}
+	slices.SortFunc(m.Rejects, func(a, b RejectCell) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Lane, b.Lane), cmp.Compare(a.Rule, b.Rule))
+	})
+	hist := map[string]map[int]int{store.PromptKind: {}, store.CompletionKind: {}}
+	err = st.EachTokenCount(ctx, func(tc store.TokenCount) error {
+		if h := hist[tc.Kind]; h != nil {
+			h[tc.Tokens] += tc.N
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	m.Tokens = TokenStats{Prompt: percentiles(hist[store.PromptKind]), Completion: percentiles(hist[store.CompletionKind])}
+	return nil
+}
+
+// percentiles summarises a histogram of token counts (nearest rank).
+func percentiles(h map[int]int) Percentiles {
+	var p Percentiles
+	keys := slices.Sorted(maps.Keys(h))
+	sum := 0.0
+	for _, k := range keys {
+		p.N += h[k]
+		sum += float64(k) * float64(h[k])
+	}
+	if p.N == 0 {
+		return p
+	}
+	p.Mean = sum / float64(p.N)
+	p.Min, p.Max = keys[0], keys[len(keys)-1]
+	rank := func(q float64) int {
+		want := max(int(math.Ceil(q*float64(p.N))), 1)
+		seen := 0
+		for _, k := range keys {
+			seen += h[k]
+			if seen >= want {
+				return k
+			}
+		}
+		return p.Max
+	}
+	p.P50, p.P90, p.P99 = rank(0.50), rank(0.90), rank(0.99)
+	return p
+}
+
+// fileSink holds a file written whole (the card, the manifest) among the
+// sinks, so it is renamed and cleaned up with the others.
+type fileSink struct{ out *output }
+
+func (fileSink) write(*record) error { return nil }
+func (f fileSink) files() []*output  { return []*output{f.out} }
+
+// describe writes the card and the manifest of the synced files outs to
+// temporary files and returns them, synced, for the caller to rename after
+// outs. A README.md regen did not write is kept: no card, a warning.
+func describe(ctx context.Context, st store.Store, dir, name string, d Describe, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+	now := d.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
+		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
+		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
+	if m.Job.Name == "" {
+		m.Job.Name = name
+	}
+	if err := storeFacts(ctx, st, m); err != nil {
+		return nil, err
+	}
+	for _, o := range outs {
+		m.Files = append(m.Files, manifestFile(o))
+	}
+	var written []*output
+	readme := filepath.Join(dir, "README.md")
+	switch err := checkCard(readme); {
+	case errors.Is(err, ErrForeignCard):
+		sum.Warnings = append(sum.Warnings, err.Error())
+	case err != nil:
+		return nil, err
+	default:
+		o, err := wholeFile(readme, FormatCard, 0, card(m))
+		if err != nil {
+			return nil, err
+		}
+		written = append(written, o)
+		m.Files = append(m.Files, manifestFile(o))
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return written, fmt.Errorf("manifest: %w", err)
+	}
+	o, err := wholeFile(filepath.Join(dir, name+".manifest.json"), FormatManifest, 0, append(b, '\n'))
+	if err != nil {
+		return written, err
+	}
+	return append(written, o), nil
+}
+
+func manifestFile(o *output) ManifestFile {
+	return ManifestFile{Format: o.format, Path: filepath.Base(o.af.final), Rows: o.rows, Bytes: o.af.size, SHA256: o.af.sha256()}
+}
+
+// wholeFile writes b to a synced temporary file for final.
+func wholeFile(final, format string, rows int, b []byte) (*output, error) {
+	af, err := createAtomic(final)
+	if err != nil {
+		return nil, err
+	}
+	o := &output{format: format, af: af, rows: rows}
+	if _, err := af.Write(b); err != nil {
+		af.abort()
+		return nil, fmt.Errorf("write %s: %w", final, err)
+	}
+	if err := af.sync(); err != nil {
+		af.abort()
+		return nil, err
+	}
+	return o, nil
+}
