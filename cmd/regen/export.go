@@ -74,7 +74,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	defer st.Close()
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf})
 	if err != nil {
 		return err
 	}
@@ -86,6 +86,10 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 func writeExportSummary(w io.Writer, sum export.Summary) {
 	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows\n",
 		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows)
+	if n := sum.TokenIDs + sum.TokenIDsUnavailable; n > 0 {
+		fmt.Fprintf(w, "token ids: %d of %d done conversations with input_ids and loss_mask, %d with token_ids: unavailable (the reason is in each record)\n",
+			sum.TokenIDs, n, sum.TokenIDsUnavailable)
+	}
 	for _, f := range sum.Files {
 		p := f.Path
 		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {

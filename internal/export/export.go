@@ -36,6 +36,10 @@ type Summary struct {
 	Rejected  int
 	Dead      int // dead samples
 	BadRows   int // source rows that never became samples (ingest errors)
+	// With Options.TokenIDs: done samples exported with input_ids and
+	// loss_mask, and those whose record says token_ids: unavailable.
+	TokenIDs            int
+	TokenIDsUnavailable int
 }
 
 // Metadata levels of Options.
@@ -50,6 +54,12 @@ type Options struct {
 	// usage, endpoint URLs, attempts) out of the training records;
 	// MetadataFull adds them.
 	Metadata string
+	// TokenIDs adds input_ids and loss_mask (or token_ids: "unavailable:
+	// why") to every ShareGPT line and Parquet row.
+	TokenIDs bool
+	// EngineOf names the engine of an endpoint URL, for the reason a
+	// record has no token ids; nil names the URL.
+	EngineOf func(endpoint string) string
 }
 
 // Export is ExportWith zero Options.
@@ -107,7 +117,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := open(newShareGPT(path(".sharegpt.jsonl"), full)); err != nil {
+		if err := open(newShareGPT(path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
 			return sum, err
 		}
 	}
@@ -118,7 +128,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 	}
 	if want[FormatParquet] {
 		var err error
-		pq, err = newParquet(path(".parquet"), full)
+		pq, err = newParquet(path(".parquet"), full, o.TokenIDs)
 		if err := open(pq, err); err != nil {
 			return sum, err
 		}
@@ -142,9 +152,13 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 		if err != nil {
 			return err
 		}
+		rec.engineName = o.EngineOf
 		switch row.State {
 		case store.Done:
 			sum.Done++
+			if o.TokenIDs {
+				countTokens(&sum, rec)
+			}
 			if rec.truncated() {
 				sum.Truncated++
 			}

@@ -51,7 +51,7 @@ type Config struct {
 	// TokenIDFields are request fields, each sent as true, that ask the
 	// server for the prompt and completion token ids in its own dialect
 	// (vLLM's return_token_ids, SGLang's return_input_ids_in_sglext and
-	// return_output_ids_in_sglext: docs/engines.md §7). Empty asks for none,
+	// return_output_ids_in_sglext: docs/engines.md §10). Empty asks for none,
 	// so a server that rejects unknown fields never sees them.
 	TokenIDFields []string
 }

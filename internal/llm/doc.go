@@ -33,7 +33,7 @@
 // # Token ids
 //
 // With Config.TokenIDFields set, each named field is sent as true (the
-// engine's own way of asking for token ids; docs/engines.md §7) and the
+// engine's own way of asking for token ids; docs/engines.md §10) and the
 // ids are read from either shape an engine streams them in: vLLM's
 // top-level prompt_token_ids in the first chunk plus token_ids on every
 // choice chunk (appended in order, including chunks with no text), or

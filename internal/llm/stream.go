@@ -83,10 +83,10 @@ type streamChunk struct {
 	Usage   *chunkUsage     `json:"usage"`
 	Error   json.RawMessage `json:"error"`
 	// PromptTokenIDs is vLLM's answer to return_token_ids, in the first
-	// chunk only (docs/engines.md §7.1).
+	// chunk only (docs/engines.md §10.1).
 	PromptTokenIDs []int32 `json:"prompt_token_ids"`
 	// SGLExt is SGLang's response-level extension: the token ids, once, in
-	// a chunk with no choices before [DONE] (docs/engines.md §7.2).
+	// a chunk with no choices before [DONE] (docs/engines.md §10.2).
 	SGLExt *sglExt `json:"sglext"`
 }
 

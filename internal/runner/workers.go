@@ -178,7 +178,7 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	}
 	r.setState(ctx, monitor.Running, []string{"all samples finished; exporting"})
 	spec := r.o.Spec
-	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata})
+	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf})
 	if err != nil {
 		return sum, false, err
 	}

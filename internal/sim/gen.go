@@ -30,7 +30,7 @@ type genRequest struct {
 	} `json:"stream_options"`
 	Tools              json.RawMessage `json:"tools"`
 	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
-	// Token ids, asked the way vLLM or SGLang asks (docs/engines.md §7).
+	// Token ids, asked the way vLLM or SGLang asks (docs/engines.md §10).
 	ReturnTokenIDs  bool `json:"return_token_ids"`
 	ReturnInputIDs  bool `json:"return_input_ids_in_sglext"`
 	ReturnOutputIDs bool `json:"return_output_ids_in_sglext"`

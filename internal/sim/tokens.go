@@ -28,7 +28,7 @@ const (
 	pieceBytes = 4
 )
 
-// Ways a request asks for token ids (docs/engines.md §7).
+// Ways a request asks for token ids (docs/engines.md §10).
 const (
 	idsNone   = iota
 	idsVLLM   // return_token_ids: prompt_token_ids in the first chunk, token_ids per chunk
