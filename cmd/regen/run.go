@@ -178,6 +178,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	for _, f := range sum.Export.Files {
 		fmt.Printf("output: %-20s %7d rows  %s\n", f.Format, f.Rows, relPath(f.Path))
 	}
+	writeTokenSummary(os.Stdout, sum.Export)
 	return nil
 }
 
