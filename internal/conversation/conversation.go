@@ -36,6 +36,9 @@ type Body struct {
 	Messages []Message       `json:"messages"`
 	Tools    json.RawMessage `json:"tools,omitempty"`
 	Turns    []Turn          `json:"turns,omitempty"`
+	// Original holds the dataset's own answer to each turn (its run of
+	// assistant messages), kept for review beside the model's; never sent.
+	Original [][]Message `json:"original,omitempty"`
 }
 
 // Plan is a decoded body.
@@ -122,7 +125,7 @@ func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, e
 	if len(prior) != k {
 		return nil, fmt.Errorf("request for turn %d: got %d earlier answers, want %d", k, len(prior), k)
 	}
-	if k == 0 && len(p.Turns) == 0 && p.raw != nil {
+	if k == 0 && len(p.Turns) == 0 && p.Original == nil && p.raw != nil {
 		return p.raw, nil
 	}
 	msgs, err := p.build(prior, keepReasoning, true)
