@@ -48,7 +48,7 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 
 	var best [2]e2eRun
 	for r := range rounds {
-		g, err := e2eDispatch(ctx, c, filepath.Join(o.dir, fmt.Sprintf("e2e-%d.db", r)), samples, conc)
+		g, err := e2eDispatch(ctx, c, filepath.Join(o.dir, fmt.Sprintf("e2e-%d.db", r)), samples, conc, o.tokenIDs)
 		if err != nil {
 			return outcome{}, err
 		}
@@ -91,7 +91,7 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 
 // e2eDispatch ingests samples into a new store at path and runs a
 // dispatcher over them against a fresh simulator.
-func e2eDispatch(ctx context.Context, c sim.Config, path string, samples, conc int) (e2eRun, error) {
+func e2eDispatch(ctx context.Context, c sim.Config, path string, samples, conc int, tokenIDs bool) (e2eRun, error) {
 	st, err := sqlite.Open(path)
 	if err != nil {
 		return e2eRun{}, err
@@ -109,7 +109,11 @@ func e2eDispatch(ctx context.Context, c sim.Config, path string, samples, conc i
 		return e2eRun{}, fmt.Errorf("start sim: %w", err)
 	}
 	defer s.Close()
-	client := llm.New(llm.Config{BaseURL: url, MaxConns: conc})
+	cfg := llm.Config{BaseURL: url, MaxConns: conc}
+	if tokenIDs {
+		cfg.TokenIDFields = []string{"return_input_ids_in_sglext", "return_output_ids_in_sglext"}
+	}
+	client := llm.New(cfg)
 	defer client.Close()
 	d, err := dispatch.New(dispatch.Config{
 		Store:     st,

@@ -41,6 +41,9 @@ type opts struct {
 	quick   bool
 	dir     string // scratch directory, removed at exit
 	bigRows int    // bigjob: rows of the job (0 = 10^6, 2x10^5 with -quick)
+	// tokenIDs: the e2e dispatcher asks for token ids (output.token_ids)
+	// and stores them with every answer.
+	tokenIDs bool
 }
 
 type benchCase struct {
@@ -62,14 +65,15 @@ func main() {
 	quick := flag.Bool("quick", false, "smaller workloads (about 20 s instead of about 90 s)")
 	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob (default all)")
 	bigRows := flag.Int("bigjob-rows", 0, "rows of the bigjob case (default 1000000, 200000 with -quick); 10000000 for the 10^7 memory figure")
+	tokenIDs := flag.Bool("token-ids", false, "e2e: ask the simulator for token ids and store them with every answer (output.token_ids)")
 	flag.Parse()
-	if err := run(*quick, *only, *bigRows); err != nil {
+	if err := run(*quick, *only, *bigRows, *tokenIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quick bool, only string, bigRows int) error {
+func run(quick bool, only string, bigRows int, tokenIDs bool) error {
 	selected, err := selectCases(only)
 	if err != nil {
 		return err
@@ -84,7 +88,7 @@ func run(quick bool, only string, bigRows int) error {
 	defer pgStop()
 
 	printMachine(quick)
-	o := opts{quick: quick, dir: dir, bigRows: bigRows}
+	o := opts{quick: quick, dir: dir, bigRows: bigRows, tokenIDs: tokenIDs}
 	start := time.Now()
 	var rows []row
 	var details []string

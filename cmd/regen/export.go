@@ -78,7 +78,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if err != nil {
 		return err
 	}
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf})
 	if err != nil {
 		return err
 	}
@@ -86,10 +86,20 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	return nil
 }
 
+// writeTokenSummary says how many conversations have token ids, when the
+// job exports them.
+func writeTokenSummary(w io.Writer, sum export.Summary) {
+	if n := sum.TokenIDs + sum.TokenIDsUnavailable; n > 0 {
+		fmt.Fprintf(w, "token ids: %d of %d done conversations with input_ids and loss_mask, %d with token_ids: unavailable (the reason is in each record)\n",
+			sum.TokenIDs, n, sum.TokenIDsUnavailable)
+	}
+}
+
 // writeExportSummary prints the counts and one line per written file.
 func writeExportSummary(w io.Writer, sum export.Summary) {
 	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows\n",
 		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows)
+	writeTokenSummary(w, sum)
 	for _, f := range sum.Files {
 		p := f.Path
 		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {

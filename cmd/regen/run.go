@@ -184,6 +184,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	for _, w := range sum.Export.Warnings {
 		fmt.Println("warning:", w)
 	}
+	writeTokenSummary(os.Stdout, sum.Export)
 	return err // nil, or the NothingDoneError: exit 1
 }
 

@@ -39,6 +39,9 @@ type Body struct {
 	// Seed is the sampling seed sent with every turn's request: one of the
 	// samples_per_prompt answers to one prompt (absent = none sent).
 	Seed *int64 `json:"seed,omitempty"`
+	// Original holds the dataset's own answer to each turn (its run of
+	// assistant messages), kept for review beside the model's; never sent.
+	Original [][]Message `json:"original,omitempty"`
 }
 
 // Plan is a decoded body.
@@ -126,7 +129,7 @@ func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, e
 	if len(prior) != k {
 		return nil, fmt.Errorf("request for turn %d: got %d earlier answers, want %d", k, len(prior), k)
 	}
-	if k == 0 && len(p.Turns) == 0 && p.raw != nil {
+	if k == 0 && len(p.Turns) == 0 && p.Original == nil && p.raw != nil {
 		return p.raw, nil
 	}
 	msgs, err := p.build(prior, keepReasoning, true)

@@ -59,6 +59,10 @@ type Dialect struct {
 	RejectsUnknownModel bool
 	// Metrics maps the engine's metric names to the common Metrics fields.
 	Metrics MetricNames
+	// TokenIDFields are the chat-completion request fields, each set to
+	// true, that make the engine return the prompt and completion token ids
+	// on a streamed answer; nil when it cannot (docs/engines.md §10).
+	TokenIDFields []string
 }
 
 // MetricNames lists, per common field, the engine metric names that feed it;
@@ -89,6 +93,7 @@ var dialects = map[string]Dialect{
 		MetricsPath:    "/metrics",
 		ServerInfoPath: "/get_server_info",
 		Metrics:        sglangMetrics,
+		TokenIDFields:  sglangTokenIDs,
 	},
 	Sim: {
 		Name:           Sim,
@@ -100,6 +105,7 @@ var dialects = map[string]Dialect{
 		MetricsPath:    "/metrics",
 		ServerInfoPath: "/get_server_info",
 		Metrics:        sglangMetrics,
+		TokenIDFields:  sglangTokenIDs,
 	},
 	VLLM: {
 		Name:                VLLM,
@@ -109,6 +115,7 @@ var dialects = map[string]Dialect{
 		HealthPath:          "/health",
 		ProbeTimeout:        DefaultProbeTimeout,
 		MetricsPath:         "/metrics",
+		TokenIDFields:       []string{"return_token_ids"},
 		Metrics: MetricNames{
 			Running:               []string{"vllm:num_requests_running"},
 			Queued:                []string{"vllm:num_requests_waiting"},
@@ -139,6 +146,10 @@ var dialects = map[string]Dialect{
 	},
 }
 
+// sglangTokenIDs ask for SGLang's response-level sglext ids; its older
+// return_token_ids is refused on streamed chat completions.
+var sglangTokenIDs = []string{"return_input_ids_in_sglext", "return_output_ids_in_sglext"}
+
 var sglangMetrics = MetricNames{
 	Running:               []string{"sglang:num_running_reqs"},
 	Queued:                []string{"sglang:num_queue_reqs"},
@@ -164,6 +175,7 @@ func Lookup(name string) (Dialect, error) {
 	}
 	d.Command = slices.Clone(d.Command)
 	d.Flags = slices.Clone(d.Flags)
+	d.TokenIDFields = slices.Clone(d.TokenIDFields)
 	return d, nil
 }
 

@@ -45,6 +45,10 @@ type Summary struct {
 	// Warnings are what the export left undone on purpose (a README.md
 	// regen did not write is kept, and no card written).
 	Warnings []string
+	// With Options.TokenIDs: done samples exported with input_ids and
+	// loss_mask, and those whose record says token_ids: unavailable.
+	TokenIDs            int
+	TokenIDsUnavailable int
 }
 
 // Metadata levels of Options.
@@ -62,6 +66,12 @@ type Options struct {
 	// Describe fills the manifest's and the card's job, configuration and
 	// regen version (DescribeJob); zero leaves them to the store's facts.
 	Describe Describe
+	// TokenIDs adds input_ids and loss_mask (or token_ids: "unavailable:
+	// why") to every ShareGPT line and Parquet row.
+	TokenIDs bool
+	// EngineOf names the engine of an endpoint URL, for the reason a
+	// record has no token ids; nil names the URL.
+	EngineOf func(endpoint string) string
 }
 
 // Export is ExportWith zero Options.
@@ -120,7 +130,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := open(newShareGPT(path(".sharegpt.jsonl"), full)); err != nil {
+		if err := open(newShareGPT(path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
 			return sum, err
 		}
 	}
@@ -131,7 +141,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 	}
 	if want[FormatParquet] {
 		var err error
-		pq, err = newParquet(path(".parquet"), full)
+		pq, err = newParquet(path(".parquet"), full, o.TokenIDs)
 		if err := open(pq, err); err != nil {
 			return sum, err
 		}
@@ -155,10 +165,14 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 		if err != nil {
 			return err
 		}
+		rec.engineName = o.EngineOf
 		switch row.State {
 		case store.Done:
 			seen.addRecord(rec)
 			sum.Done++
+			if o.TokenIDs {
+				countTokens(&sum, rec)
+			}
 			if rec.truncated() {
 				sum.Truncated++
 			}

@@ -35,6 +35,7 @@ type sharegptLine struct {
 	Partition     string            `json:"partition"`
 	Truncated     bool              `json:"truncated,omitempty"`
 	*runDetails
+	*tokenFields
 }
 
 // sharegptMessage is one message of an exported conversation. Content is a
@@ -101,17 +102,17 @@ func details(r *record) *runDetails {
 }
 
 type sharegptSink struct {
-	out  *output
-	enc  lineEncoder
-	full bool
+	out          *output
+	enc          lineEncoder
+	full, tokens bool
 }
 
-func newShareGPT(path string, full bool) (*sharegptSink, error) {
+func newShareGPT(path string, full, tokens bool) (*sharegptSink, error) {
 	af, err := createAtomic(path)
 	if err != nil {
 		return nil, err
 	}
-	return &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full}, nil
+	return &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full, tokens: tokens}, nil
 }
 
 func (s *sharegptSink) files() []*output { return []*output{s.out} }
@@ -130,6 +131,9 @@ func (s *sharegptSink) write(r *record) error {
 	}
 	if s.full {
 		line.runDetails = details(r)
+	}
+	if s.tokens {
+		line.tokenFields = r.tokenFields()
 	}
 	if err := s.enc.write(line); err != nil {
 		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)

@@ -43,27 +43,71 @@ type ParquetMessage struct {
 	ReasoningContent *string `parquet:"reasoning_content,optional"`
 }
 
+// ParquetTokenRow is a ParquetRow with the conversation's token ids, the
+// schema of the export when output.token_ids is on: InputIDs and LossMask
+// as the ShareGPT line has them (empty lists when unavailable), TokenIDs
+// the reason when they are unavailable.
+type ParquetTokenRow struct {
+	ParquetRow
+	InputIDs []int32 `parquet:"input_ids,list"`
+	LossMask []int8  `parquet:"loss_mask,list"`
+	TokenIDs *string `parquet:"token_ids,optional"`
+}
+
 // rowGroupRows bounds the rows held in memory before a row group is flushed.
 const rowGroupRows = 1024
 
 type parquetSink struct {
 	out  *output
-	w    *parquet.GenericWriter[ParquetRow]
-	buf  []ParquetRow
+	rows rowWriter
 	full bool
 }
 
-func newParquet(path string, full bool) (*parquetSink, error) {
+// rowWriter writes one row type: ParquetRow, or ParquetTokenRow with token ids.
+type rowWriter interface {
+	write(r *record, row ParquetRow) error
+	Flush() error
+	Close() error
+}
+
+type plainRows struct {
+	*parquet.GenericWriter[ParquetRow]
+	buf []ParquetRow
+}
+
+func (w *plainRows) write(_ *record, row ParquetRow) error {
+	w.buf[0] = row
+	_, err := w.Write(w.buf)
+	return err
+}
+
+type tokenRows struct {
+	*parquet.GenericWriter[ParquetTokenRow]
+	buf []ParquetTokenRow
+}
+
+func (w *tokenRows) write(r *record, row ParquetRow) error {
+	t := r.tokens()
+	w.buf[0] = ParquetTokenRow{ParquetRow: row, InputIDs: t.InputIDs, LossMask: t.LossMask, TokenIDs: optional(t.Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+func newParquet(path string, full, tokens bool) (*parquetSink, error) {
 	af, err := createAtomic(path)
 	if err != nil {
 		return nil, err
 	}
-	w := parquet.NewGenericWriter[ParquetRow](af,
+	opts := []parquet.WriterOption{
 		parquet.Compression(&zstd.Codec{}),
 		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("regen", "", ""),
-	)
-	return &parquetSink{out: &output{format: FormatParquet, af: af}, w: w, buf: make([]ParquetRow, 1), full: full}, nil
+	}
+	var rows rowWriter = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
+	if tokens {
+		rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
+	}
+	return &parquetSink{out: &output{format: FormatParquet, af: af}, rows: rows, full: full}, nil
 }
 
 func (s *parquetSink) files() []*output { return []*output{s.out} }
@@ -80,13 +124,12 @@ func (s *parquetSink) write(r *record) error {
 		row.Endpoint = optional(r.row.Result.Endpoint)
 		row.Seed = r.plan.Seed
 	}
-	s.buf[0] = row
-	if _, err := s.w.Write(s.buf); err != nil {
+	if err := s.rows.write(r, row); err != nil {
 		return fmt.Errorf("parquet sample %s: %w", r.row.ID, err)
 	}
 	s.out.rows++
 	if s.out.rows%rowGroupRows == 0 {
-		if err := s.w.Flush(); err != nil {
+		if err := s.rows.Flush(); err != nil {
 			return fmt.Errorf("parquet flush: %w", err)
 		}
 	}
@@ -95,7 +138,7 @@ func (s *parquetSink) write(r *record) error {
 
 // close writes the footer; the atomic file is synced by the caller.
 func (s *parquetSink) close() error {
-	if err := s.w.Close(); err != nil {
+	if err := s.rows.Close(); err != nil {
 		return fmt.Errorf("parquet close: %w", err)
 	}
 	return nil

@@ -21,11 +21,13 @@ type assistant struct {
 
 // record is a finished row decoded once and shared by every writer.
 type record struct {
-	row     store.Row
-	plan    *conversation.Plan     // done and rejected rows
-	answers []llm.Result           // every stored answer, in turn order
-	res     llm.Result             // the last answer
-	conv    []conversation.Message // the inputs and answers, ending with the last answer
+	row        store.Row
+	plan       *conversation.Plan     // done and rejected rows
+	answers    []llm.Result           // every stored answer, in turn order
+	res        llm.Result             // the last answer
+	conv       []conversation.Message // the inputs and answers, ending with the last answer
+	engineName func(string) string    // Options.EngineOf
+	toks       *tokenSeq              // built by tokens() on first use
 }
 
 func (r *record) truncated() bool { return r.res.FinishReason == "length" }

@@ -1,6 +1,9 @@
 package job
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Lane returns the lane called name.
 func (s *Spec) Lane(name string) (Lane, bool) {
@@ -62,3 +65,18 @@ func (s *Spec) EscalationLane(lane string) (string, bool) {
 
 // BaseName is the job name made safe for file names (store and exports).
 func (s *Spec) BaseName() string { return sanitizeName(s.Name) }
+
+// EngineOf names the engine answering at url: an endpoint's engine, or
+// the launched server's for any other URL (the server's address is known
+// only once it runs). "" means sglang.
+func (s *Spec) EngineOf(url string) string {
+	for _, e := range s.Endpoints {
+		if e.URL == url {
+			return cmp.Or(e.Engine, "sglang")
+		}
+	}
+	if s.Server != nil {
+		return cmp.Or(s.Server.Engine, "sglang")
+	}
+	return ""
+}

@@ -150,6 +150,10 @@ type Output struct {
 	// Metadata is what run details training records carry: minimal (none)
 	// or full (lanes, finish reasons, usage, endpoints, attempts).
 	Metadata string `yaml:"metadata"`
+	// TokenIDs asks each server for the prompt and completion token ids
+	// (engines that can give them on streamed chat completions: vLLM and
+	// SGLang) and exports input_ids and loss_mask per conversation.
+	TokenIDs bool `yaml:"token_ids"`
 }
 
 // Retry is the per-sample retry policy for retryable errors.

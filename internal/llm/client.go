@@ -48,6 +48,12 @@ type Config struct {
 	// its first token, which can take minutes, so 0 (the default) leaves
 	// that wait bounded by RequestTimeout only.
 	FirstByteTimeout time.Duration
+	// TokenIDFields are request fields, each sent as true, that ask the
+	// server for the prompt and completion token ids in its own dialect
+	// (vLLM's return_token_ids, SGLang's return_input_ids_in_sglext and
+	// return_output_ids_in_sglext: docs/engines.md §10). Empty asks for none,
+	// so a server that rejects unknown fields never sees them.
+	TokenIDFields []string
 }
 
 // Client talks to one OpenAI-compatible endpoint. It is safe for
@@ -280,7 +286,7 @@ func (c *Client) Chat(ctx context.Context, req Request, onDelta func(tokens int)
 	if c.urlErr != nil {
 		return Result{}, &Error{Class: ServerDown, Msg: what, Err: c.urlErr}
 	}
-	body, err := buildBody(req)
+	body, err := buildBody(req, c.cfg.TokenIDFields)
 	if err != nil {
 		return Result{}, err
 	}
@@ -364,9 +370,10 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 }
 
 // buildBody merges Body's keys, then Params (which win), then the keys the
-// client owns. Keys come out sorted and HTML characters unescaped, so the
-// bytes are deterministic and prompts are sent as written.
-func buildBody(req Request) ([]byte, error) {
+// client owns (tokenIDs among them). Keys come out sorted and HTML
+// characters unescaped, so the bytes are deterministic and prompts are
+// sent as written.
+func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 	obj := make(map[string]json.RawMessage, 8+len(req.Params))
 	if len(bytes.TrimSpace(req.Body)) > 0 {
 		if err := json.Unmarshal(req.Body, &obj); err != nil {
@@ -385,6 +392,9 @@ func buildBody(req Request) ([]byte, error) {
 	}
 	if req.MaxTokens > 0 {
 		obj["max_tokens"] = json.RawMessage(fmt.Sprint(req.MaxTokens))
+	}
+	for _, f := range tokenIDs {
+		obj[f] = json.RawMessage("true")
 	}
 	obj["stream"] = json.RawMessage("true")
 	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)

@@ -30,6 +30,17 @@
 // TTFT is the time to the first such chunk; Duration is the whole call.
 // After [DONE] the rest of the body is drained so the connection is reused.
 //
+// # Token ids
+//
+// With Config.TokenIDFields set, each named field is sent as true (the
+// engine's own way of asking for token ids; docs/engines.md §10) and the
+// ids are read from either shape an engine streams them in: vLLM's
+// top-level prompt_token_ids in the first chunk plus token_ids on every
+// choice chunk (appended in order, including chunks with no text), or
+// SGLang's response-level sglext chunk (input_ids, and output_ids with one
+// list per choice). They land in Result.PromptTokenIDs and
+// CompletionTokenIDs exactly as sent; the client never makes ids from text.
+//
 // # Timeouts
 //
 // RequestTimeout (default 30m) bounds the whole call. IdleTimeout (default

@@ -82,6 +82,17 @@ type streamChunk struct {
 	Choices []chunkChoice   `json:"choices"`
 	Usage   *chunkUsage     `json:"usage"`
 	Error   json.RawMessage `json:"error"`
+	// PromptTokenIDs is vLLM's answer to return_token_ids, in the first
+	// chunk only (docs/engines.md §10.1).
+	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	// SGLExt is SGLang's response-level extension: the token ids, once, in
+	// a chunk with no choices before [DONE] (docs/engines.md §10.2).
+	SGLExt *sglExt `json:"sglext"`
+}
+
+type sglExt struct {
+	InputIDs  []int32   `json:"input_ids"`
+	OutputIDs [][]int32 `json:"output_ids"` // one list per choice
 }
 
 type chunkChoice struct {
@@ -94,6 +105,8 @@ type chunkChoice struct {
 		ToolCalls []chunkToolCall `json:"tool_calls"`
 	} `json:"delta"`
 	FinishReason string `json:"finish_reason"`
+	// TokenIDs are the ids sampled for this chunk (vLLM's return_token_ids).
+	TokenIDs []int32 `json:"token_ids"`
 }
 
 type chunkToolCall struct {
@@ -126,6 +139,8 @@ func (c *streamChunk) reset() {
 	c.Choices = c.Choices[:0]
 	c.Usage = nil
 	c.Error = nil
+	c.PromptTokenIDs = nil
+	c.SGLExt = nil
 }
 
 type toolAcc struct {
@@ -140,6 +155,8 @@ type assembler struct {
 	finish             string
 	usage              Usage
 	ttft               time.Duration
+	// promptIDs and completionIDs are the token ids the server returned.
+	promptIDs, completionIDs []int32
 }
 
 // add applies one chunk and reports whether it carried a delta.
@@ -158,12 +175,24 @@ func (a *assembler) add(c *streamChunk) bool {
 			a.usage.ReasoningTokens = d.ReasoningTokens
 		}
 	}
+	if len(c.PromptTokenIDs) > 0 {
+		a.promptIDs = c.PromptTokenIDs // reset gives every chunk a fresh slice
+	}
+	if x := c.SGLExt; x != nil {
+		if len(x.InputIDs) > 0 {
+			a.promptIDs = x.InputIDs
+		}
+		if len(x.OutputIDs) > 0 {
+			a.completionIDs = x.OutputIDs[0]
+		}
+	}
 	delta := false
 	for i := range c.Choices {
 		ch := &c.Choices[i]
 		if ch.Index != 0 {
 			continue
 		}
+		a.completionIDs = append(a.completionIDs, ch.TokenIDs...)
 		d := &ch.Delta
 		if d.Content != "" {
 			a.content.WriteString(d.Content)
@@ -220,6 +249,9 @@ func (a *assembler) result(model string) Result {
 		Usage:            a.usage,
 		Model:            model,
 		TTFT:             a.ttft,
+
+		PromptTokenIDs:     a.promptIDs,
+		CompletionTokenIDs: a.completionIDs,
 	}
 	for _, t := range a.tools {
 		var tc ToolCall

@@ -50,6 +50,11 @@ type Result struct {
 	Model            string        `json:"model,omitempty"`
 	TTFT             time.Duration `json:"ttft_ns"`
 	Duration         time.Duration `json:"duration_ns"`
+	// PromptTokenIDs and CompletionTokenIDs are the token ids the server
+	// saw and sampled, when it was asked for them (Config.TokenIDFields)
+	// and returned them; regen never makes them from text.
+	PromptTokenIDs     []int32 `json:"prompt_token_ids,omitempty"`
+	CompletionTokenIDs []int32 `json:"completion_token_ids,omitempty"`
 }
 
 // Class says what the caller should do about an error.

@@ -78,6 +78,19 @@ func (r *runState) endpointEngine(url string) (engine.Dialect, string) {
 	return d, key
 }
 
+// tokenIDFields are the request fields that ask url's engine for token ids
+// when the job exports them; an engine that cannot give them is told once.
+func (r *runState) tokenIDFields(url string) []string {
+	if !r.o.Spec.Output.TokenIDs {
+		return nil
+	}
+	d, _ := r.endpointEngine(url)
+	if d.TokenIDFields == nil {
+		r.note(fmt.Sprintf("regen: %s (%s) cannot return token ids on streamed chat completions; its records export token_ids: unavailable", url, d.Name))
+	}
+	return d.TokenIDFields
+}
+
 // checkModel asks a server that just became ready which models it serves.
 // When the job's model is not among them it returns the refusal for a
 // server that would answer 404 to every request (vLLM); for one that

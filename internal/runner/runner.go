@@ -297,6 +297,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: maxConns,
 			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
+			TokenIDFields: r.tokenIDFields(url),
 		})})
 	}
 	params, err := spec.Generation.Params()

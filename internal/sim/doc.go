@@ -32,6 +32,15 @@
 // writer given to New in SGLang's (or vLLM's) formats, because they are the
 // contract regen's log watcher parses.
 //
+// A chat request that asks for token ids the vLLM way (return_token_ids:
+// prompt_token_ids in the first chunk, token_ids on every chunk) or the
+// SGLang way (return_input_ids_in_sglext, return_output_ids_in_sglext: one
+// sglext chunk before [DONE]) gets them from a small deterministic
+// tokenizer (tokens.go): an append-only chat template in which each
+// generated word is one id, so an answer sent back in the history is the
+// same ids at the same place; its prompt_tokens is then the rendered ids'
+// count. Requests that do not ask keep the byte estimate.
+//
 // Faults (Fault, from Config shortcuts, Config.Faults or a YAML scenario)
 // crash the server with an exit code and the engine's crash text, hang or
 // kill generation while HTTP stays up, slow steps down, or answer requests

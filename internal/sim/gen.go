@@ -16,9 +16,10 @@ import (
 type genRequest struct {
 	Model    string `json:"model"`
 	Messages []struct {
-		Role      string          `json:"role"`
-		Content   json.RawMessage `json:"content"`
-		ToolCalls json.RawMessage `json:"tool_calls"`
+		Role             string          `json:"role"`
+		Content          json.RawMessage `json:"content"`
+		ReasoningContent json.RawMessage `json:"reasoning_content"`
+		ToolCalls        json.RawMessage `json:"tool_calls"`
 	} `json:"messages"`
 	Prompt              json.RawMessage `json:"prompt"`
 	MaxTokens           *int            `json:"max_tokens"`
@@ -31,6 +32,23 @@ type genRequest struct {
 	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
 	// Seed varies the answer to the same prompt, as a sampling seed does.
 	Seed *int64 `json:"seed"`
+	// Token ids, asked the way vLLM or SGLang asks (docs/engines.md §10).
+	ReturnTokenIDs  bool `json:"return_token_ids"`
+	ReturnInputIDs  bool `json:"return_input_ids_in_sglext"`
+	ReturnOutputIDs bool `json:"return_output_ids_in_sglext"`
+}
+
+// idMode is how a chat request asked for token ids.
+func (in *genRequest) idMode(kind reqKind) int {
+	switch {
+	case kind != kindChat:
+		return idsNone
+	case in.ReturnTokenIDs:
+		return idsVLLM
+	case in.ReturnInputIDs || in.ReturnOutputIDs:
+		return idsSGLang
+	}
+	return idsNone
 }
 
 // reqFaults is what per-request faults do to one request.
@@ -145,6 +163,11 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 	tokens := 0
 	var toolName []byte
 	thinking := c.Reasoning == "always"
+	// With token ids asked, the prompt's length is its rendered ids'.
+	var ids []int32
+	if in.idMode(kind) != idsNone {
+		ids = make([]int32, 0, 256)
+	}
 	if kind == kindChat {
 		if len(in.Messages) == 0 {
 			return nil, false, nil, "messages: at least one message is required"
@@ -162,6 +185,10 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 				toolName, _ = json.Marshal(tl[0].Function.Name)
 				h.add(in.Tools)
 				tokens += estimateTokens(len(in.Tools), c.BytesPerToken)
+				if ids != nil {
+					ids = toolsIDs(ids, in.Tools)
+					tokens = len(ids)
+				}
 				prefixes = append(prefixes, prefixSeg{h.h, tokens})
 			}
 		}
@@ -170,6 +197,10 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 			h.add(m.Content)
 			h.add(m.ToolCalls)
 			tokens += estimateTokens(len(m.Content)+len(m.ToolCalls), c.BytesPerToken) + 4
+			if ids != nil {
+				ids = messageIDs(ids, m.Role, m.Content, m.ReasoningContent, m.ToolCalls)
+				tokens = len(ids)
+			}
 			prefixes = append(prefixes, prefixSeg{h.h, tokens})
 		}
 		if c.Reasoning == "auto" {
@@ -208,6 +239,10 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 		}
 		thinking = false
 	}
+	if ids != nil {
+		ids = generationPrompt(ids)
+		tokens = len(ids)
+	}
 	tokens = max(tokens, 1)
 	pool := c.kvTokens()
 	if tokens >= c.ContextLen {
@@ -238,15 +273,19 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 		seed = splitmix64(seed ^ uint64(*in.Seed)*0x9e3779b97f4a7c15)
 	}
 	req := &request{
-		id:       fmt.Sprintf("%016x%016x", seed, s.nextID.Add(1)),
-		kind:     kind,
-		prompt:   tokens,
-		prefixes: prefixes,
-		maxNew:   maxNew,
-		plan:     planOutput(c, seed, maxNew, thinking, toolName != nil),
-		seed:     seed,
-		arrived:  time.Now(),
-		notify:   make(chan struct{}, 1),
+		id:        fmt.Sprintf("%016x%016x", seed, s.nextID.Add(1)),
+		kind:      kind,
+		prompt:    tokens,
+		prefixes:  prefixes,
+		maxNew:    maxNew,
+		plan:      planOutput(c, seed, maxNew, thinking, toolName != nil),
+		seed:      seed,
+		arrived:   time.Now(),
+		notify:    make(chan struct{}, 1),
+		idMode:    in.idMode(kind),
+		promptIDs: ids,
+		sendIn:    in.ReturnTokenIDs || in.ReturnInputIDs,
+		sendOut:   in.ReturnTokenIDs || in.ReturnOutputIDs,
 	}
 	return req, thinking, toolName, ""
 }
@@ -260,6 +299,7 @@ type encoder struct {
 	plan     outputPlan
 	toolName []byte
 	callID   string
+	req      *request // for the token ids it asked for
 }
 
 func (s *Server) newEncoder(r *request, kind reqKind, thinking bool, toolName []byte) *encoder {
@@ -271,14 +311,53 @@ func (s *Server) newEncoder(r *request, kind reqKind, thinking bool, toolName []
 	b := []byte(`data: {"id":"` + r.id + `","object":"` + obj + `","created":` + strconv.FormatInt(time.Now().Unix(), 10) + `,"model":`)
 	b = append(b, model...)
 	b = append(b, ',')
-	return &encoder{base: b, chat: kind == kindChat, seed: r.seed, plan: r.plan, toolName: toolName, callID: fmt.Sprintf("call_%016x", r.seed)}
+	return &encoder{base: b, chat: kind == kindChat, seed: r.seed, plan: r.plan, toolName: toolName, callID: fmt.Sprintf("call_%016x", r.seed), req: r}
 }
 
 const chunkTail = `,"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}` + "\n\n"
 
 func (e *encoder) first(b []byte) []byte {
 	b = append(b, e.base...)
+	if e.req.idMode == idsVLLM && e.req.sendIn {
+		b = append(b, `"prompt_token_ids":`...)
+		b = appendIDs(b, e.req.promptIDs)
+		b = append(b, ',')
+	}
 	return append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":null,"tool_calls":null}`+chunkTail...)
+}
+
+// tail ends a chat chunk carrying tokens from..to-1, with their ids when
+// the request asked for them the vLLM way.
+func (e *encoder) tail(b []byte, from, to int) []byte {
+	if e.req.idMode != idsVLLM || !e.req.sendOut {
+		return append(b, chunkTail...)
+	}
+	b = append(b, `,"logprobs":null,"finish_reason":null,"matched_stop":null,"token_ids":`...)
+	b = outputIDs(b, e.seed, from, to)
+	return append(b, `}],"usage":null}`+"\n\n"...)
+}
+
+// sglext appends SGLang's response-level chunk with the token ids of an
+// answer of n tokens, when the request asked for them that way.
+func (e *encoder) sglext(b []byte, n int) []byte {
+	if e.req.idMode != idsSGLang {
+		return b
+	}
+	b = append(b, e.base...)
+	b = append(b, `"choices":[],"usage":null,"sglext":{`...)
+	if e.req.sendIn {
+		b = append(b, `"input_ids":`...)
+		b = appendIDs(b, e.req.promptIDs)
+		if e.req.sendOut {
+			b = append(b, ',')
+		}
+	}
+	if e.req.sendOut {
+		b = append(b, `"output_ids":[`...)
+		b = outputIDs(b, e.seed, 0, n)
+		b = append(b, ']')
+	}
+	return append(b, "}}\n\n"...)
 }
 
 // part is token i's kind: 0 content, 1 reasoning, 2 tool-call arguments.
@@ -349,7 +428,7 @@ func (e *encoder) tokens(b []byte, from, to int) []byte {
 		b = text(b)
 		b = append(b, `","reasoning_content":null,"tool_calls":null}`...)
 	}
-	return append(b, chunkTail...)
+	return e.tail(b, from, to)
 }
 
 // runEnd is where a chunk starting at token from may end (exclusive), at
@@ -391,7 +470,7 @@ func (e *encoder) token(b []byte, i int) []byte {
 		b = append(b, tokenText(e.seed, i)...)
 		b = append(b, `","reasoning_content":null,"tool_calls":null}`...)
 	}
-	return append(b, chunkTail...)
+	return e.tail(b, i, i+1)
 }
 
 // eosID is Kimi-K2.5's end-of-turn token, reported as matched_stop.
@@ -504,10 +583,38 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, en
 			buf = append(buf, u...)
 			buf = append(buf, "}\n\n"...)
 		}
+		buf = enc.sglext(buf, n)
 		buf = append(buf, "data: [DONE]\n\n"...)
 		w.Write(buf)
 		rc.Flush()
 		return
+	}
+}
+
+// addIDs puts the token ids a whole (not streamed) chat answer of n tokens
+// was asked for where vLLM or SGLang put them.
+func addIDs(out, choice map[string]any, req *request, n int) {
+	var gen []int32
+	for i := range n {
+		gen = append(gen, tokenID(req.seed, i))
+	}
+	switch req.idMode {
+	case idsVLLM:
+		if req.sendIn {
+			out["prompt_token_ids"] = req.promptIDs
+		}
+		if req.sendOut {
+			choice["token_ids"] = gen
+		}
+	case idsSGLang:
+		ext := map[string]any{}
+		if req.sendIn {
+			ext["input_ids"] = req.promptIDs
+		}
+		if req.sendOut {
+			ext["output_ids"] = [][]int32{gen}
+		}
+		out["sglext"] = ext
 	}
 }
 
@@ -585,6 +692,7 @@ func (s *Server) whole(w http.ResponseWriter, r *http.Request, req *request, enc
 	}
 	out := map[string]any{"id": req.id, "object": obj, "created": created, "model": s.cfg.modelName(),
 		"choices": []any{choice}, "usage": enc.usage(req, n)}
+	addIDs(out, choice, req, n)
 	if fl.malformedAt >= 0 {
 		b, _ := json.Marshal(out)
 		w.Header().Set("Content-Type", "application/json")

@@ -34,6 +34,12 @@ type request struct {
 	seed     uint64
 	arrived  time.Time
 
+	// handler-owned: how the client asked for token ids (idsNone, idsVLLM,
+	// idsSGLang), which ones, and the prompt's ids
+	idMode          int
+	sendIn, sendOut bool
+	promptIDs       []int32
+
 	// scheduler-owned
 	gen       int // generated tokens whose KV is held (lost on retraction)
 	emitted   int // tokens generated for the client (counted once, even after a retraction)

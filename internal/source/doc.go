@@ -51,10 +51,14 @@
 // Body is canonical JSON {"messages":[...],"tools":[...],"turns":[...]}
 // (tools and turns only when present) with a fixed key order and no HTML
 // escaping, so the same content always gives the same bytes; a body
-// without turns is the one regen has always written. ID is Partition + "/"
+// without turns is the one regen has always written. When the row has
+// answers of its own, "original" comes last: the dataset's answer to each
+// regenerated turn (its run of assistant messages, tool calls structured),
+// kept for review beside the model's and never sent. ID is Partition + "/"
 // + the mapped id value (string or number), or, without an id mapping,
 // Partition + "/" + the first 32 hex digits of sha256(Partition + "\x00" +
-// Body): stable and independent of row order. PromptTokens is only an
+// Body without "original"): stable and independent of row order, and the
+// same as before regen kept the dataset's answers. PromptTokens is only an
 // estimate for lane assignment, of the first turn's prompt: (bytes of
 // message contents and tool calls + bytes of the tools JSON) / 4, plus 4 per
 // message.

@@ -169,7 +169,7 @@ func newMapper(src job.Source) *mapper {
 
 // sample maps one row. The returned Sample's Body is a fresh slice the caller may keep.
 func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
-	msgs, turns, rerr := m.messages(row)
+	msgs, turns, originals, rerr := m.messages(row)
 	if rerr != nil {
 		return Sample{}, rerr
 	}
@@ -217,6 +217,19 @@ func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
 		h.Write([]byte{0})
 		h.Write(body)
 		id = hex.EncodeToString(h.Sum(nil))[:32]
+	}
+	// The dataset's answers come after the id is made, so ids stay those of
+	// the bodies stored before regen kept them.
+	if len(originals) > 0 {
+		m.buf.Reset()
+		m.buf.Write(body[:len(body)-1])
+		m.buf.WriteString(`,"original":`)
+		if err := m.enc.Encode(originals); err != nil {
+			return Sample{}, &rowError{reason: "encode the dataset's answers: " + err.Error()}
+		}
+		m.buf.Truncate(m.buf.Len() - 1)
+		m.buf.WriteByte('}')
+		body = bytes.Clone(m.buf.Bytes())
 	}
 	return Sample{
 		ID:           m.src.Partition + "/" + id,
@@ -280,7 +293,7 @@ func idValue(row map[string]any, field string) (string, *rowError) {
 // messages maps the row's turns and splits them by the source's
 // regeneration mode into turn 0's input and the later turns (none for a
 // single turn). The system prompt is prepended when the row has none.
-func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError) {
+func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, [][]message, *rowError) {
 	var (
 		msgs  []message
 		field string
@@ -297,18 +310,18 @@ func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError)
 		field = m.src.Prompt
 		v, ok := row[field]
 		if !ok || v == nil {
-			return nil, nil, fieldErr(field, "missing")
+			return nil, nil, nil, fieldErr(field, "missing")
 		}
 		s, ok := asString(v)
 		if !ok {
-			return nil, nil, wrongType(field, "string", v)
+			return nil, nil, nil, wrongType(field, "string", v)
 		}
 		msgs = []message{{Role: "user", Content: s, at: turnPath{field: field, i: -1}}}
 	default:
-		return nil, nil, &rowError{reason: "source maps none of conversations, messages or prompt"}
+		return nil, nil, nil, &rowError{reason: "source maps none of conversations, messages or prompt"}
 	}
 	if rerr != nil {
-		return nil, nil, rerr
+		return nil, nil, nil, rerr
 	}
 
 	sys := m.src.System
@@ -316,7 +329,7 @@ func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError)
 		if v := row[m.src.SystemField]; v != nil {
 			s, ok := asString(v)
 			if !ok {
-				return nil, nil, wrongType(m.src.SystemField, "string", v)
+				return nil, nil, nil, wrongType(m.src.SystemField, "string", v)
 			}
 			sys = s
 		}
@@ -332,6 +345,7 @@ func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError)
 	}
 
 	var inputs []turnInput
+	var originals [][]message
 	if m.src.Regenerate == job.RegenerateLast {
 		// Only the final answer is regenerated: the prompt is everything up
 		// to the last non-assistant turn, history as the dataset wrote it.
@@ -340,17 +354,20 @@ func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError)
 			end--
 		}
 		inputs = []turnInput{{msgs: msgs[:end]}}
+		if end < len(msgs) {
+			originals = [][]message{msgs[end:]}
+		}
 	} else {
-		inputs = splitTurns(msgs)
+		inputs, originals = splitTurns(msgs)
 	}
 	first := inputs[0].msgs
 	if len(first) == 0 || !asksForAnswer(first[len(first)-1].Role) {
-		return nil, nil, fieldErr(field, "empty conversation")
+		return nil, nil, nil, fieldErr(field, "empty conversation")
 	}
 	for _, in := range inputs {
 		for _, msg := range in.msgs {
 			if isEmpty(msg) {
-				return nil, nil, fieldErr(msg.at.String(), "empty content")
+				return nil, nil, nil, fieldErr(msg.at.String(), "empty content")
 			}
 		}
 	}
@@ -359,13 +376,13 @@ func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, *rowError)
 		t := turnJSON{Input: in.msgs}
 		if in.msgs[0].Role == "tool" {
 			if len(in.calls) == 0 {
-				return nil, nil, fieldErr(in.msgs[0].at.String(), "tool result after an answer that called no tool")
+				return nil, nil, nil, fieldErr(in.msgs[0].at.String(), "tool result after an answer that called no tool")
 			}
 			t.Calls = in.calls
 		}
 		turns = append(turns, t)
 	}
-	return first, turns, nil
+	return first, turns, originals, nil
 }
 
 // asksForAnswer reports whether a message with role can end a prompt.
@@ -384,9 +401,11 @@ type turnInput struct {
 // run of assistant messages after the first user message. It returns the
 // input of every turn: the messages before the first answer, then those
 // between answers, then, when the conversation ends with a user or tool
-// message, the messages after the last answer.
-func splitTurns(msgs []message) []turnInput {
+// message, the messages after the last answer; and the dataset's own
+// answers (each run of assistant messages), for review beside the model's.
+func splitTurns(msgs []message) ([]turnInput, [][]message) {
 	var inputs []turnInput
+	var answers [][]message
 	var cur turnInput
 	userSeen := false
 	for i := 0; i < len(msgs); {
@@ -399,14 +418,16 @@ func splitTurns(msgs []message) []turnInput {
 		}
 		inputs = append(inputs, cur)
 		cur = turnInput{}
+		start := i
 		for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
 			cur.calls = append(cur.calls, msgs[i].calls...)
 		}
+		answers = append(answers, msgs[start:i])
 	}
 	if len(cur.msgs) > 0 || len(inputs) == 0 {
 		inputs = append(inputs, cur)
 	}
-	return inputs
+	return inputs, answers
 }
 
 // stripSystemPrefix removes the source's literal system-prompt prefix and

@@ -80,7 +80,7 @@ func TestMapping(t *testing.T) {
 			if rerr != nil {
 				return
 			}
-			if string(s.Body) != tt.wantBody || s.ID != tt.wantID {
+			if requestPart(s.Body) != tt.wantBody || s.ID != tt.wantID {
 				t.Errorf("got id %s body %s\nwant id %s body %s", s.ID, s.Body, tt.wantID, tt.wantBody)
 			}
 			if !json.Valid(s.Body) {

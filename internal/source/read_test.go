@@ -35,7 +35,7 @@ func readAll(t *testing.T, o Options, src job.Source, baseDir string) ([]got, []
 		if s.Partition != src.Partition {
 			t.Errorf("sample %s partition = %q, want %q", s.ID, s.Partition, src.Partition)
 		}
-		samples = append(samples, got{s.ID, s.Origin, s.PromptTokens, string(s.Body)})
+		samples = append(samples, got{s.ID, s.Origin, s.PromptTokens, requestPart(s.Body)})
 		return nil
 	}, func(b BadRow) error {
 		bads = append(bads, b)

@@ -1,7 +1,11 @@
 package source
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -74,7 +78,7 @@ func TestTurnPlans(t *testing.T) {
 			if rerr != nil {
 				return
 			}
-			if string(s.Body) != tt.wantBody {
+			if requestPart(s.Body) != tt.wantBody {
 				t.Errorf("body\n got %s\nwant %s", s.Body, tt.wantBody)
 			}
 			if _, err := conversation.Decode(s.Body); err != nil {
@@ -125,5 +129,78 @@ func TestPlanRoundTrip(t *testing.T) {
 	want := []string{"user:", "assistant:", "tool:srv-7", "assistant:", "user:"}
 	if diff := cmp.Diff(want, roles); diff != "" {
 		t.Errorf("turn 2 request roles (-want +got):\n%s", diff)
+	}
+}
+
+// requestPart is a body without the dataset's answers, which sample()
+// appends last ("original", checked by TestOriginals).
+func requestPart(body []byte) string {
+	if head, _, ok := bytes.Cut(body, []byte(`,"original":`)); ok {
+		return string(head) + "}"
+	}
+	return string(body)
+}
+
+// TestOriginals: the dataset's own answer to each regenerated turn is kept
+// in the body (one list of assistant messages per turn, tool calls
+// structured), the sample id is the one the body without them gives, and
+// the request sent never carries them.
+func TestOriginals(t *testing.T) {
+	every := job.Source{Partition: "G", Conversations: "c"}
+	last := every
+	last.Regenerate = job.RegenerateLast
+	glaive := job.Source{Partition: "G", Conversations: "c", Tools: "tools"}
+	tests := []struct {
+		name string
+		src  job.Source
+		row  string
+		want string // the "original" value; "" for none
+	}{
+		{"three turns", every,
+			`{"c":[{"from":"human","value":"a"},{"from":"gpt","value":"A"},{"from":"human","value":"b"},{"from":"gpt","value":"B"},{"from":"human","value":"c"},{"from":"gpt","value":"C"}]}`,
+			`[[{"role":"assistant","content":"A"}],[{"role":"assistant","content":"B"}],[{"role":"assistant","content":"C"}]]`},
+		{"a call, its result, the answer", glaive,
+			`{"tools":"[{\"name\":\"f\"}]","c":[{"from":"human","value":"q"},{"from":"gpt","value":"Let me check."},` +
+				`{"from":"function_call","value":"{\"name\":\"f\",\"arguments\":{}}"},{"from":"observation","value":"rf"},{"from":"gpt","value":"done"}]}`,
+			`[[{"role":"assistant","content":"Let me check.","tool_calls":[{"id":"call_2","type":"function","function":{"name":"f","arguments":"{}"}}]}],[{"role":"assistant","content":"done"}]]`},
+		{"last turn only", last,
+			`{"c":[{"from":"human","value":"a"},{"from":"gpt","value":"A"},{"from":"human","value":"b"},{"from":"gpt","value":"B"}]}`,
+			`[[{"role":"assistant","content":"B"}]]`},
+		{"no answer in the row", every, `{"c":[{"from":"human","value":"a"}]}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, rerr := newMapper(tt.src).sample(decodeRow(t, tt.row), "o")
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			var body struct {
+				Original json.RawMessage `json:"original"`
+			}
+			if err := json.Unmarshal(s.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+			if string(body.Original) != tt.want {
+				t.Errorf("original\n got %s\nwant %s", body.Original, tt.want)
+			}
+			h := sha256.New()
+			io.WriteString(h, tt.src.Partition)
+			h.Write([]byte{0})
+			io.WriteString(h, requestPart(s.Body))
+			if want := tt.src.Partition + "/" + hex.EncodeToString(h.Sum(nil))[:32]; s.ID != want {
+				t.Errorf("id %s, want %s (the hash of the body without the dataset's answers)", s.ID, want)
+			}
+			p, err := conversation.Decode(s.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := p.Request(0, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(req, []byte("original")) || !bytes.Contains(req, []byte(`"messages"`)) {
+				t.Errorf("turn 0's request carries the dataset's answers or no messages: %s", req)
+			}
+		})
 	}
 }
