@@ -161,4 +161,6 @@ func safe(s string) string {
 	return b.String()
 }
 
-func isControl(r rune) bool { return r != '\n' && r != '\t' && (unicode.IsControl(r) || r == '\u2028' || r == '\u2029') }
+func isControl(r rune) bool {
+	return r != '\n' && r != '\t' && (unicode.IsControl(r) || r == '\u2028' || r == '\u2029')
+}
