@@ -21,6 +21,7 @@ func TestMissingArgument(t *testing.T) {
 		{[]string{"export"}, "regen export: missing job file (usage: regen export JOB.yaml)\n"},
 		{[]string{"stats"}, "regen stats: missing job file (usage: regen stats JOB.yaml [--json])\n"},
 		{[]string{"requeue"}, "regen requeue: missing job file (usage: regen requeue JOB.yaml [--reason TEXT | --rejected [--rule R]])\n"},
+		{[]string{"show", "a.yaml"}, "regen show: want a job file and a sample id, got 1 arguments (usage: regen show JOB.yaml ID [--json])\n"},
 		{[]string{"status", "a.yaml", "b.yaml"}, "regen status: one job file at a time, got 2 arguments: a.yaml b.yaml (usage: regen status JOB.yaml)\n"},
 	} {
 		res := regen(t, t.TempDir(), tc.args...)

@@ -6,6 +6,13 @@
 // style) are embedded with go:embed; nothing is fetched from elsewhere and
 // nothing needs building to run.
 //
+// The sample page shows a sample turn by turn (package review, the same
+// view `regen show` prints): each turn's input, the dataset's answer beside
+// the regenerated one, how each answer was made, and why the conversation
+// ended early, was rejected or died. The samples listing filters by state
+// and partition in the store's query, and by rule, lane and ended early
+// over at most maxScan rows per request, with a cursor to go on.
+//
 // It never changes the job: only GET and HEAD are served. It binds
 // loopback unless a token is given; with a token every request must carry
 // it (Authorization: Bearer, or the cookie set by visiting ?token= once),

@@ -1,10 +1,12 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
 
+	"github.com/regen-dev/regen/internal/review"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -27,6 +29,10 @@ type sampleRow struct {
 	Request  json.RawMessage `json:"request,omitempty"`
 	Response json.RawMessage `json:"response,omitempty"`
 	Prior    []turnAnswer    `json:"prior,omitempty"`
+	// Review is the sample turn by turn (package review), as `regen show
+	// --json` prints it; ReviewError says why it could not be put together.
+	Review      *review.Sample `json:"review,omitempty"`
+	ReviewError string         `json:"review_error,omitempty"`
 }
 
 // answer is the numbers of one stored answer.
@@ -90,7 +96,58 @@ func (s *Server) sample(w http.ResponseWriter, r *http.Request) {
 	for _, p := range row.Prior {
 		out.Prior = append(out.Prior, turnAnswer{answer: answerOf(p), Lane: p.Lane, Attempts: p.Attempts, Response: rawJSON(p.Response)})
 	}
+	if rv, err := review.Of(row); err != nil {
+		out.ReviewError = err.Error()
+	} else {
+		out.Review = &rv
+	}
 	writeJSON(w, out)
+}
+
+// maxScan bounds the rows one filtered listing reads; a page that ran out
+// of it has fewer rows than asked and a next cursor to go on from.
+const maxScan = 20 * maxPage
+
+// rowFilter is what the samples listing filters on beyond the store's
+// query (state and partition).
+type rowFilter struct {
+	rule, lane string
+	ended      bool // done conversations that ended before their last planned turn
+}
+
+func (f rowFilter) none() bool { return f == rowFilter{} }
+
+func (f rowFilter) match(r store.Row) bool {
+	return (f.rule == "" || r.Rule == f.rule) && (f.lane == "" || r.Lane == f.lane) &&
+		(!f.ended || (r.State == store.Done && r.Result.EndReason != ""))
+}
+
+// filtered reads pages from the store after q.After until limit+1 rows
+// match or maxScan rows were read. next is where to go on: "" at the end.
+func (s *Server) filtered(ctx context.Context, q store.SampleQuery, f rowFilter, limit int) (rows []store.Row, next string, err error) {
+	scanned := 0
+	for scanned < maxScan {
+		q.Limit = maxPage
+		page, err := s.o.Store.Samples(ctx, q)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, r := range page {
+			scanned++
+			q.After = r.ID
+			if !f.match(r) {
+				continue
+			}
+			rows = append(rows, r)
+			if len(rows) > limit {
+				return rows[:limit], rows[limit-1].ID, nil
+			}
+		}
+		if len(page) < maxPage {
+			return rows, "", nil
+		}
+	}
+	return rows, q.After, nil
 }
 
 func (s *Server) samples(w http.ResponseWriter, r *http.Request) {
@@ -107,22 +164,35 @@ func (s *Server) samples(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	// One more than asked tells whether a next page exists.
-	query.Limit = limit + 1
-	rows, err := s.o.Store.Samples(r.Context(), query)
-	if err != nil {
-		s.fail(w, "samples", err)
+	f := rowFilter{rule: q.Get("rule"), lane: q.Get("lane")}
+	switch q.Get("ended") {
+	case "", "0", "false":
+	case "1", "true":
+		f.ended = true
+	default:
+		http.Error(w, "ended must be true or false", http.StatusBadRequest)
 		return
 	}
 	page := struct {
 		Rows []sampleRow `json:"rows"`
 		Next string      `json:"next,omitempty"` // pass as after= for the next page
 	}{Rows: []sampleRow{}}
-	for i, row := range rows {
-		if i == limit {
-			page.Next = rows[limit-1].ID
-			break
+	var rows []store.Row
+	if f.none() {
+		// One more than asked tells whether a next page exists.
+		query.Limit = limit + 1
+		rows, err = s.o.Store.Samples(r.Context(), query)
+		if len(rows) > limit {
+			rows, page.Next = rows[:limit], rows[limit-1].ID
 		}
+	} else {
+		rows, page.Next, err = s.filtered(r.Context(), query, f, limit)
+	}
+	if err != nil {
+		s.fail(w, "samples", err)
+		return
+	}
+	for _, row := range rows {
 		page.Rows = append(page.Rows, rowOf(row))
 	}
 	writeJSON(w, page)

@@ -63,7 +63,19 @@ function sampleLink(id) {
 
 // ---- status (live) ----
 
-let partitions = [];
+// The values each class of filter select offers, kept while they do not change.
+const filterValues = {};
+
+function setOptions(cls, values) {
+  if ((filterValues[cls] || []).join() === values.join()) return;
+  filterValues[cls] = values;
+  for (const sel of document.querySelectorAll("select." + cls)) {
+    const keep = sel.value;
+    sel.replaceChildren(el("option", sel.options[0].textContent), ...values.map((v) => el("option", v)));
+    sel.options[0].value = "";
+    sel.value = keep;
+  }
+}
 
 function applyStatus(doc) {
   if (doc.error) { $("updated").textContent = "store read failed: " + doc.error; return; }
@@ -105,16 +117,9 @@ function applyStatus(doc) {
     r.dataset.cell = c.partition + "/" + c.lane;
     return r;
   }));
-  const parts = [...new Set(cells.map((c) => c.partition))];
-  if (parts.join() !== partitions.join()) {
-    partitions = parts;
-    for (const sel of document.querySelectorAll("select.partitions")) {
-      const keep = sel.value;
-      sel.replaceChildren(el("option", sel.options[0].textContent), ...parts.map((p) => el("option", p)));
-      sel.options[0].value = "";
-      sel.value = keep;
-    }
-  }
+  setOptions("partitions", [...new Set(cells.map((c) => c.partition))]);
+  setOptions("lanes", [...new Set(cells.map((c) => c.lane))].sort());
+  setOptions("rules", (doc.rejects || []).map((r) => r.rule).sort());
 
   fill($("endpoints").tBodies[0], (doc.endpoints || []).map((e) => {
     const l = e.load;
@@ -233,11 +238,14 @@ function pager(name, query, render) {
 const failed = pager("failed", () => ({ state: $("failed-state").value, partition: $("failed-partition").value }),
   (r) => row([sampleLink(r.id), r.partition, r.lane, r.attempts, r.rule || "", r.reason, r.origin]));
 
-const sampleList = pager("samples", () => ({ state: $("samples-state").value, partition: $("samples-partition").value }),
-  (r) => {
-    const tr = row([sampleLink(r.id), r.partition, r.lane, r.state, r.attempts, r.completion_tokens || "", r.endpoint || "", fmtTime(r.finished_at)]);
-    return tr;
-  });
+const sampleList = pager("samples", () => {
+  const q = { state: $("samples-state").value, partition: $("samples-partition").value, lane: $("samples-lane").value, rule: $("samples-rule").value };
+  if ($("samples-ended").checked) q.ended = "true";
+  return q;
+}, (r) => {
+  const why = r.rule ? `${r.rule}: ${r.reason}` : r.end_reason ? "ended early: " + r.end_reason : r.reason || "";
+  return row([sampleLink(r.id), r.partition, r.lane, r.state, r.attempts, r.completion_tokens || "", r.endpoint || "", fmtTime(r.finished_at), why]);
+});
 
 async function loadBadRows() {
   const b = await getJSON("/api/ingest-errors");
@@ -265,38 +273,83 @@ async function showSample(id) {
   }
   $("sample").hidden = false;
   $("sample-id").textContent = s.id;
-  const resp = s.response || {};
-  const prior = s.prior || [];
-  const req = s.request || {};
-  const planned = 1 + (req.turns || []).length;
-  // A sample is at the turn after its earlier answers (its last answer's).
-  const meta = [["state", s.state], ["partition", s.partition], ["lane", s.lane], ["attempts", s.attempts], ["origin", s.origin],
-    ["turn", planned > 1 ? `${prior.length + 1} of ${planned}` : ""],
-    ["rule", s.rule], ["reason", s.reason], ["finish reason", s.finish_reason], ["ended early", s.end_reason],
-    ["endpoint", s.endpoint || resp.endpoint], ["reasoning tokens", s.reasoning_tokens],
-    ["duration", s.duration_ms ? s.duration_ms + " ms" : ""], ["time to first token", s.ttft_ms ? s.ttft_ms + " ms" : ""],
-    ["finished", s.finished_at ? new Date(s.finished_at).toLocaleString() : ""]];
+  const rv = s.review;
+  if (!rv) {
+    $("sample-error").textContent = "this sample cannot be shown turn by turn: " + (s.review_error || "no review");
+    $("sample-turns").replaceChildren();
+    $("sample-fate").hidden = true;
+    return;
+  }
+  const answered = rv.turns.filter((t) => t.answer).length;
+  const meta = [["state", rv.state], ["partition", rv.partition], ["lane", rv.lane], ["attempts", rv.attempts], ["origin", rv.origin],
+    ["turns", `${answered} answered of ${rv.planned_turns} planned`],
+    ["finished", rv.finished_at ? new Date(rv.finished_at).toLocaleString() : ""]];
+  if (!rv.originals_kept) meta.push(["dataset's answers", "not kept (ingested before regen kept them, or the row has none)"]);
   fill($("sample-meta"), meta.filter((m) => m[1] !== undefined && m[1] !== "").map((m) => row(m)));
-  const msg = (role, m) => {
-    const d = el("div", null, "msg");
-    d.append(el("span", role, "role"), text(m.content), m.tool_calls ? "\n" + text(m.tool_calls) : "");
-    return d;
-  };
-  const msgs = (req.messages || []).map((m) => msg(m.role, m));
-  // Each earlier turn: the model's own stored answer, then the dataset's
-  // input of the next turn, as the next request was built.
-  prior.forEach((p, i) => {
-    const a = p.response || {};
-    msgs.push(msg(`assistant, turn ${p.turn + 1} (regenerated)`, a));
-    for (const m of ((req.turns || [])[i] || {}).input || []) msgs.push(msg(m.role, m));
-  });
-  if (req.tools) { const d = el("div", null, "msg"); d.append(el("span", "tools", "role"), text(req.tools)); msgs.push(d); }
-  $("sample-prompt").replaceChildren(...msgs);
-  $("sample-reasoning").textContent = text(resp.reasoning_content) || "(none)";
-  $("sample-response").textContent = text(resp.content) || "(none)";
-  $("sample-tools").textContent = text(resp.tool_calls) || "(none)";
-  $("sample-usage").textContent = text(resp.usage) || "(none)";
+  // Why the conversation stopped where it did.
+  const fate = $("sample-fate");
+  fate.hidden = false;
+  if (rv.rule) { fate.textContent = `Rejected by rule ${rv.rule}: ${rv.evidence}`; fate.className = "fate rejected"; }
+  else if (rv.ended_early) { fate.textContent = "Ended early: " + rv.ended_early; fate.className = "fate ended"; }
+  else if (rv.state === "dead") { fate.textContent = "Dead letter: " + rv.error; fate.className = "fate dead"; }
+  else if (rv.error) { fate.textContent = "Last error: " + rv.error; fate.className = "fate"; }
+  else fate.hidden = true;
+  $("sample-tools-box").hidden = !rv.tools;
+  $("sample-tools").textContent = text(rv.tools);
+  $("sample-turns").replaceChildren(...rv.turns.map((t) => turnBox(t, rv.planned_turns)));
   document.body.dataset.sampleShown = s.id;
+}
+
+// message renders one chat message: its role (and the call it answers),
+// reasoning, text and tool calls, all as text.
+function message(m) {
+  const d = el("div", null, "msg");
+  d.dataset.role = m.role;
+  d.append(el("span", m.role + (m.tool_call_id ? " → " + m.tool_call_id : ""), "role"));
+  if (m.reasoning_content) d.append(el("div", m.reasoning_content, "reasoning"));
+  d.append(text(m.content));
+  if (Array.isArray(m.tool_calls)) {
+    for (const c of m.tool_calls) {
+      const f = c.function || {};
+      d.append(el("div", `tool call: ${f.name}(${typeof f.arguments === "string" ? f.arguments : text(f.arguments)})` + (c.id ? " " + c.id : ""), "call"));
+    }
+  } else if (m.tool_calls) d.append(el("div", "tool calls: " + text(m.tool_calls), "call"));
+  return d;
+}
+
+// turnBox is one turn: the dataset's input, then the dataset's answer
+// beside the regenerated one.
+function turnBox(t, planned) {
+  const box = el("section", null, "turn" + (t.answer ? "" : " not-reached"));
+  box.dataset.turn = t.turn;
+  box.append(el("h3", `Turn ${t.turn + 1} of ${planned}`));
+  const input = el("div", null, "messages input");
+  input.append(...(t.input || []).map(message));
+  const orig = el("div", null, "side original");
+  orig.append(el("h4", "Dataset's answer"));
+  const om = el("div", null, "messages");
+  om.append(...(t.original || []).map(message));
+  if (!t.original) om.append(el("p", "(not kept)", "muted"));
+  orig.append(om);
+  const regen = el("div", null, "side regenerated");
+  const a = t.answer;
+  if (!a) {
+    regen.append(el("h4", "Regenerated"), el("p", "(not reached)", "muted"));
+  } else {
+    if (a.rejected) regen.classList.add("rejected");
+    regen.append(el("h4", a.rejected ? "Regenerated (rejected)" : "Regenerated"));
+    const u = a.usage || {};
+    regen.append(el("div", `lane ${a.lane} · attempts ${a.attempts} · finish ${a.finish_reason} · ` +
+      `${u.prompt_tokens || 0} prompt + ${u.completion_tokens || 0} completion tokens` + (u.reasoning_tokens ? ` (${u.reasoning_tokens} reasoning)` : "") +
+      ` · ${a.duration_ms} ms, first token ${a.ttft_ms} ms` + (a.endpoint ? " · " + a.endpoint : ""), "answer-meta"));
+    const m = el("div", null, "messages");
+    m.append(message({ role: "assistant", content: a.content, reasoning_content: a.reasoning_content, tool_calls: a.tool_calls }));
+    regen.append(m);
+  }
+  const cmp = el("div", null, "compare");
+  cmp.append(orig, regen);
+  box.append(input, cmp);
+  return box;
 }
 
 // ---- routing ----
@@ -325,7 +378,7 @@ $("lookup").addEventListener("submit", (ev) => {
 $("window").onchange = () => loadHistory().catch(showError);
 $("event-kind").onchange = () => loadEvents().catch(showError);
 $("failed-state").onchange = $("failed-partition").onchange = () => failed.reset().catch(showError);
-$("samples-state").onchange = $("samples-partition").onchange = () => sampleList.reset().catch(showError);
+for (const f of ["samples-state", "samples-partition", "samples-lane", "samples-rule", "samples-ended"]) $(f).onchange = () => sampleList.reset().catch(showError);
 window.addEventListener("hashchange", route);
 window.addEventListener("resize", () => { for (const k in charts) charts[k].setSize({ width: Math.max(300, $(k).clientWidth - 12), height: 220 }); });
 
