@@ -265,16 +265,7 @@ func TestParquetListShape(t *testing.T) {
 	if _, err := Export(context.Background(), fixture(t), dir, []string{FormatParquet}, "j"); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "j.parquet"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openParquet(t, filepath.Join(dir, "j.parquet"))
 	schema := pf.Schema().String()
 	for _, want := range []string{"group messages (LIST)", "repeated group list", "group element", "optional binary content (STRING)"} {
 		if !strings.Contains(schema, want) {

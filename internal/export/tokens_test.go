@@ -185,15 +185,24 @@ func TestExportTokenIDs(t *testing.T) {
 
 func parquetSchema(t *testing.T, path string) string {
 	t.Helper()
+	return openParquet(t, path).Schema().String()
+}
+
+// openParquet opens a Parquet file for its schema and metadata.
+func openParquet(t *testing.T, path string) *parquet.File {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	st, _ := f.Stat()
+	t.Cleanup(func() { f.Close() })
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
 	pf, err := parquet.OpenFile(f, st.Size())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pf.Schema().String()
+	return pf
 }
