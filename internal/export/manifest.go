@@ -75,6 +75,16 @@ type Totals struct {
 	Dead      int `json:"dead"`
 	BadRows   int `json:"bad_rows"`
 	Pending   int `json:"pending"` // not finished when the export ran (pending or leased)
+	// TokenIDs counts done conversations with and without input_ids, when
+	// the export carries token ids (output.token_ids).
+	TokenIDs *TokenIDCounts `json:"token_ids,omitempty"`
+}
+
+// TokenIDCounts: done conversations exported with input_ids and loss_mask,
+// and those whose record says token_ids: "unavailable: <why>".
+type TokenIDCounts struct {
+	With        int `json:"with"`
+	Unavailable int `json:"unavailable"`
 }
 
 // Cell counts one (partition, lane)'s samples by state.
@@ -337,6 +347,9 @@ func describe(ctx context.Context, st store.Store, dir, name string, d Describe,
 	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
+	if sum.TokenIDs+sum.TokenIDsUnavailable > 0 { // output.token_ids, with done records
+		m.Totals.TokenIDs = &TokenIDCounts{With: sum.TokenIDs, Unavailable: sum.TokenIDsUnavailable}
+	}
 	if m.Job.Name == "" {
 		m.Job.Name = name
 	}

@@ -124,6 +124,14 @@ func TestExportTokenIDs(t *testing.T) {
 	if sum.TokenIDs != 2 || sum.TokenIDsUnavailable != 1 {
 		t.Errorf("summary token ids %d, unavailable %d; want 2 and 1", sum.TokenIDs, sum.TokenIDsUnavailable)
 	}
+	var man Manifest
+	b, err := os.ReadFile(filepath.Join(dir, "j.manifest.json"))
+	if err != nil || json.Unmarshal(b, &man) != nil {
+		t.Fatalf("manifest: %v\n%s", err, b)
+	}
+	if diff := cmp.Diff(&TokenIDCounts{With: 2, Unavailable: 1}, man.Totals.TokenIDs); diff != "" {
+		t.Errorf("manifest totals.token_ids (-want +got):\n%s", diff)
+	}
 	type view struct {
 		InputIDs []int32 `json:"input_ids"`
 		LossMask []int8  `json:"loss_mask"`
@@ -165,6 +173,9 @@ func TestExportTokenIDs(t *testing.T) {
 	off := t.TempDir()
 	if _, err := ExportWith(context.Background(), fs, off, []string{FormatShareGPT, FormatParquet}, "j", Options{}); err != nil {
 		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(off, "j.manifest.json")); strings.Contains(string(b), "token_ids") {
+		t.Errorf("manifest counts token ids with token_ids off")
 	}
 	for _, m := range readLines(t, filepath.Join(off, "j.sharegpt.jsonl")) {
 		for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
