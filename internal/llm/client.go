@@ -269,8 +269,9 @@ func (c *Client) do(k *call, req *http.Request, what string) (*http.Response, er
 			return nil, k.fail(what, rerr)
 		}
 		// A body cut short still names the status, which is what counts.
-		msg, _ := parseErrorBody(b)
-		return nil, &Error{Class: classifyStatus(resp.StatusCode, msg), Status: resp.StatusCode, Msg: msg}
+		e := parseErrorBody(b)
+		wait, ok := retryAfter(resp.Header, time.Now())
+		return nil, &Error{Class: classifyStatus(resp.StatusCode, ok, e), Status: resp.StatusCode, Msg: e.Msg, RetryAfter: wait}
 	}
 	return resp, nil
 }
@@ -326,8 +327,8 @@ func jsonInsteadOfStream(k *call, body io.Reader) error {
 		Error json.RawMessage `json:"error"`
 	}
 	if json.Unmarshal(b, &probe) == nil && len(probe.Error) > 0 && string(probe.Error) != "null" {
-		msg, code := parseErrorBody(b)
-		return &Error{Class: classifyEventCode(code, msg), Status: code, Msg: msg}
+		e := parseErrorBody(b)
+		return &Error{Class: classifyEvent(e), Status: e.Code, Msg: e.Msg}
 	}
 	return &Error{Class: Malformed, Msg: "chat: got a JSON body instead of an event stream: " + clip(b, 200)}
 }

@@ -218,13 +218,27 @@ func TestChatStreamEnds(t *testing.T) {
 		{
 			name:      "mid-stream error event, 429",
 			handler:   events(`data: {"error":{"message":"too many requests","code":429}}` + "\n\n"),
-			wantClass: Retryable,
+			wantClass: Backpressure,
 		},
 		{
+			name:      "mid-stream error event, 500 whose message says exceeds",
+			handler:   events(plain[1], `data: {"error":{"message":"KV cache usage exceeds the pool, retry later","code":500}}`+"\n\n", plain[8]),
+			wantClass: Retryable,
+			wantMsg:   "KV cache usage exceeds the pool",
+		},
+		{
+			// Words alone never dead-letter: without a code or a type the
+			// error is worth another attempt.
 			name:      "mid-stream error event without code, context length",
 			handler:   events(`data: {"error":{"message":"The input (40000 tokens) is longer than the model's context length (32768 tokens)."}}` + "\n\n"),
-			wantClass: BadRequest,
+			wantClass: Retryable,
 			wantMsg:   "context length",
+		},
+		{
+			name:      "mid-stream error event without code, llama-server's context type",
+			handler:   events(`data: {"error":{"message":"request (4476 tokens) exceeds the available context size (4096 tokens)","type":"exceed_context_size_error"}}` + "\n\n"),
+			wantClass: BadRequest,
+			wantMsg:   "available context size",
 		},
 		{
 			name: "200 with a JSON error body",
@@ -293,7 +307,7 @@ func TestChatStatus(t *testing.T) {
 			BadRequest, `[{"loc":["body","messages"],"msg":"Field required","type":"missing"}]`},
 		{409, `{"error":{"message":"prompt exceeds the slot size","code":409}}`, BadRequest, "prompt exceeds the slot size"},
 		{409, `{"error":{"message":"conflict","code":409}}`, Retryable, "conflict"},
-		{429, `{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`, Retryable, "Rate limit reached"},
+		{429, `{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`, Backpressure, "Rate limit reached"},
 		{401, `{"error":"invalid api key"}`, ServerDown, "invalid api key"},
 		{500, `{"object":"error","message":"EngineCore encountered an issue. See stack trace for the root cause.","type":"InternalServerError","code":500}`,
 			ServerDown, "EngineCore encountered an issue. See stack trace for the root cause."},
@@ -328,96 +342,124 @@ func TestChatStatus(t *testing.T) {
 
 func TestClassifyStatus(t *testing.T) {
 	tests := []struct {
-		status int
-		msg    string
-		want   Class
+		status     int
+		retryAfter bool
+		e          apiError
+		want       Class
 	}{
-		{400, "", BadRequest},
-		{404, "model not found", ServerDown},
-		{413, "", BadRequest},
-		{422, "", BadRequest},
-		{418, "input is too long", BadRequest},
-		{409, "context length exceeded", BadRequest},
-		{409, "", Retryable},
-		{408, "", Retryable},
-		{429, "maximum context length", Retryable},
-		{401, "", ServerDown},
-		{403, "", ServerDown},
-		{500, "", Retryable},
-		{500, "engine is dead", ServerDown},
-		{500, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", ServerDown},
-		{500, "Engine loop is not running. Inspect the stacktrace to find the original error", ServerDown},
-		{500, "Background loop has errored already.", ServerDown},
-		{500, "[TP0] Scheduler hit an exception: Traceback (most recent call last):", ServerDown},
-		{500, "Received sigquit from a child process. It usually means the child failed.", ServerDown},
-		{502, "EngineDeadError", ServerDown},
-		{507, "EngineDeadError", ServerDown},
-		{500, "CUDA error: an illegal memory access", Retryable},
-		{500, "maximum context length", Retryable},
-		{400, "EngineDeadError", BadRequest},
-		{429, "engine is dead", Retryable},
-		{501, "", Retryable},
-		{502, "", ServerDown},
-		{503, "", ServerDown},
-		{504, "", ServerDown},
+		{400, false, apiError{}, BadRequest},
+		{404, false, apiError{Msg: "model not found"}, ServerDown},
+		{413, false, apiError{}, BadRequest},
+		{422, false, apiError{}, BadRequest},
+		// A 4xx the status alone does not settle: the type, then the words.
+		{418, false, apiError{Msg: "input is too long"}, BadRequest},
+		{409, false, apiError{Msg: "context length exceeded"}, BadRequest},
+		{409, false, apiError{Msg: "slot busy", Type: "invalid_request_error"}, BadRequest},
+		{409, false, apiError{Msg: "no", CodeText: "context_length_exceeded"}, BadRequest},
+		{409, false, apiError{}, Retryable},
+		{408, false, apiError{}, Retryable},
+		// 429 is backpressure with or without Retry-After, whatever it says.
+		{429, false, apiError{}, Backpressure},
+		{429, true, apiError{Msg: "maximum context length"}, Backpressure},
+		{429, false, apiError{Msg: "engine is dead"}, Backpressure},
+		// 503 is backpressure only when the server says when to come back.
+		{503, true, apiError{Msg: "Loading model", Type: "unavailable_error"}, Backpressure},
+		{503, false, apiError{Msg: "Loading model", Type: "unavailable_error"}, ServerDown},
+		{502, true, apiError{}, ServerDown},
+		{401, false, apiError{}, ServerDown},
+		{403, true, apiError{}, ServerDown},
+		{500, false, apiError{}, Retryable},
+		{500, false, apiError{Msg: "engine is dead"}, ServerDown},
+		{500, false, apiError{Msg: "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."}, ServerDown},
+		{500, false, apiError{Msg: "Engine loop is not running. Inspect the stacktrace to find the original error"}, ServerDown},
+		{500, false, apiError{Msg: "Background loop has errored already."}, ServerDown},
+		{500, false, apiError{Msg: "[TP0] Scheduler hit an exception: Traceback (most recent call last):"}, ServerDown},
+		{500, false, apiError{Msg: "Received sigquit from a child process. It usually means the child failed."}, ServerDown},
+		{502, false, apiError{Msg: "EngineDeadError"}, ServerDown},
+		{507, false, apiError{Msg: "EngineDeadError"}, ServerDown},
+		{500, false, apiError{Msg: "CUDA error: an illegal memory access"}, Retryable},
+		// Words and types never make a server error the request's fault.
+		{500, false, apiError{Msg: "maximum context length"}, Retryable},
+		{500, false, apiError{Msg: "KV cache usage exceeds the pool, retry later", Code: 500}, Retryable},
+		{500, false, apiError{Msg: "prompt too long", Type: "invalid_request_error"}, Retryable},
+		{400, false, apiError{Msg: "EngineDeadError"}, BadRequest},
+		{501, false, apiError{}, Retryable},
+		{502, false, apiError{}, ServerDown},
+		{503, false, apiError{}, ServerDown},
+		{504, false, apiError{}, ServerDown},
 	}
 	for _, tt := range tests {
-		if got := classifyStatus(tt.status, tt.msg); got != tt.want {
-			t.Errorf("classifyStatus(%d, %q) = %v, want %v", tt.status, tt.msg, got, tt.want)
+		if got := classifyStatus(tt.status, tt.retryAfter, tt.e); got != tt.want {
+			t.Errorf("classifyStatus(%d, %v, %+v) = %v, want %v", tt.status, tt.retryAfter, tt.e, got, tt.want)
 		}
 	}
 }
 
-func TestClassifyEventCode(t *testing.T) {
+func TestClassifyEvent(t *testing.T) {
 	tests := []struct {
-		code int
-		msg  string
+		e    apiError
 		want Class
 	}{
-		{400, "bad", BadRequest},
-		{422, "", BadRequest},
-		{429, "", Retryable},
-		{500, "", Retryable},
-		{503, "", Retryable},
-		{0, "", Retryable},
-		{0, "prompt is too long", BadRequest},
-		{500, "EngineCore encountered an issue. See stack trace (above) for the root cause.", ServerDown},
-		{500, "vllm.v1.engine.exceptions.EngineDeadError", ServerDown},
-		{0, "Engine loop is not running", ServerDown},
-		{503, "engine is dead", ServerDown},
-		{500, "Scheduler hit an exception", ServerDown},
-		{500, "SIGQUIT received. signum=None, frame=None. It usually means one child failed.", ServerDown},
-		{500, "CUDA error: an illegal memory access", Retryable},
-		{400, "EngineDeadError", BadRequest},
-		{429, "engine is dead", Retryable},
+		{apiError{Code: 400, Msg: "bad"}, BadRequest},
+		{apiError{Code: 422}, BadRequest},
+		{apiError{Code: 429}, Backpressure},
+		{apiError{Code: 429, Msg: "engine is dead"}, Backpressure},
+		{apiError{Code: 408}, Retryable},
+		{apiError{Code: 500}, Retryable},
+		{apiError{Code: 503}, Retryable},
+		{apiError{}, Retryable},
+		// Issue 22: "exceeds" in a server error's message made it a bad
+		// request and dead-lettered 15 samples in 0.3 s.
+		{apiError{Code: 500, Msg: "KV cache usage exceeds the pool, retry later"}, Retryable},
+		{apiError{Code: 500, Msg: "maximum context length"}, Retryable},
+		{apiError{Code: 500, Msg: "too long", Type: "server_error"}, Retryable},
+		// Without a code, the structured type decides, never the words.
+		{apiError{Msg: "prompt is too long"}, Retryable},
+		{apiError{Msg: "KV cache usage exceeds the pool"}, Retryable},
+		{apiError{Msg: "request (4476 tokens) exceeds the available context size (4096 tokens)", Type: "exceed_context_size_error"}, BadRequest},
+		{apiError{Msg: "x", Type: "BadRequestError"}, BadRequest},
+		{apiError{Msg: "x", Type: "invalid_request_error", CodeText: "context_length_exceeded"}, BadRequest},
+		{apiError{Msg: "Rate limit reached", Type: "requests", CodeText: "rate_limit_exceeded"}, Backpressure},
+		{apiError{Msg: "x", Type: "server_error"}, Retryable},
+		{apiError{Msg: "x", Type: "something_new"}, Retryable},
+		{apiError{Code: 500, Msg: "EngineCore encountered an issue. See stack trace (above) for the root cause."}, ServerDown},
+		{apiError{Code: 500, Msg: "vllm.v1.engine.exceptions.EngineDeadError"}, ServerDown},
+		{apiError{Msg: "Engine loop is not running"}, ServerDown},
+		{apiError{Msg: "Engine loop is not running", Type: "invalid_request_error"}, ServerDown},
+		{apiError{Code: 503, Msg: "engine is dead"}, ServerDown},
+		{apiError{Code: 500, Msg: "Scheduler hit an exception"}, ServerDown},
+		{apiError{Code: 500, Msg: "SIGQUIT received. signum=None, frame=None. It usually means one child failed."}, ServerDown},
+		{apiError{Code: 500, Msg: "CUDA error: an illegal memory access"}, Retryable},
+		{apiError{Code: 400, Msg: "EngineDeadError"}, BadRequest},
 	}
 	for _, tt := range tests {
-		if got := classifyEventCode(tt.code, tt.msg); got != tt.want {
-			t.Errorf("classifyEventCode(%d, %q) = %v, want %v", tt.code, tt.msg, got, tt.want)
+		if got := classifyEvent(tt.e); got != tt.want {
+			t.Errorf("classifyEvent(%+v) = %v, want %v", tt.e, got, tt.want)
 		}
 	}
 }
 
 func TestParseErrorBody(t *testing.T) {
 	tests := []struct {
-		body     string
-		wantMsg  string
-		wantCode int
+		body string
+		want apiError
 	}{
-		{`{"error":{"message":"m","code":400}}`, "m", 400},
-		{`{"error":{"message":"m","code":"400"}}`, "m", 400},
-		{`{"error":{"message":"too big","code":"context_length_exceeded"}}`, "context_length_exceeded: too big", 0},
-		{`{"error":{"type":"server_error"}}`, "server_error", 0},
-		{`{"error":"plain"}`, "plain", 0},
-		{`{"object":"error","message":"m2","code":422}`, "m2", 422},
-		{`{"detail":"Not Found"}`, "Not Found", 0},
-		{"  not json \n", "not json", 0},
-		{`{"other":1}`, `{"other":1}`, 0},
+		{`{"error":{"message":"m","code":400}}`, apiError{Msg: "m", Code: 400}},
+		{`{"error":{"message":"m","code":"400"}}`, apiError{Msg: "m", Code: 400}},
+		{`{"error":{"message":"too big","code":"context_length_exceeded"}}`, apiError{Msg: "context_length_exceeded: too big", CodeText: "context_length_exceeded"}},
+		{`{"error":{"type":"server_error"}}`, apiError{Msg: "server_error", Type: "server_error"}},
+		{`{"error":{"code":400,"message":"request (4476 tokens) exceeds the available context size (4096 tokens)","type":"exceed_context_size_error","n_prompt_tokens":4476,"n_ctx":4096}}`,
+			apiError{Msg: "request (4476 tokens) exceeds the available context size (4096 tokens)", Code: 400, Type: "exceed_context_size_error"}},
+		{`{"error":{"message":"KV cache usage exceeds the pool, retry later","code":500}}`, apiError{Msg: "KV cache usage exceeds the pool, retry later", Code: 500}},
+		{`{"error":"plain"}`, apiError{Msg: "plain"}},
+		{`{"object":"error","message":"m2","type":"BadRequestError","code":422}`, apiError{Msg: "m2", Code: 422, Type: "BadRequestError"}},
+		{`{"detail":"Not Found"}`, apiError{Msg: "Not Found"}},
+		{"  not json \n", apiError{Msg: "not json"}},
+		{`{"other":1}`, apiError{Msg: `{"other":1}`}},
 	}
 	for _, tt := range tests {
-		msg, code := parseErrorBody([]byte(tt.body))
-		if msg != tt.wantMsg || code != tt.wantCode {
-			t.Errorf("parseErrorBody(%s) = %q, %d, want %q, %d", tt.body, msg, code, tt.wantMsg, tt.wantCode)
+		if diff := cmp.Diff(tt.want, parseErrorBody([]byte(tt.body))); diff != "" {
+			t.Errorf("parseErrorBody(%s) mismatch (-want +got):\n%s", tt.body, diff)
 		}
 	}
 }

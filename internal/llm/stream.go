@@ -331,8 +331,8 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 			return Result{}, &Error{Class: Malformed, Msg: "chat stream: bad chunk: " + clip(data, 200), Err: err}
 		}
 		if len(ch.Error) > 0 && string(ch.Error) != "null" {
-			msg, code := parseErrorBody(data)
-			return Result{}, &Error{Class: classifyEventCode(code, msg), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", code, msg)}
+			e := parseErrorBody(data)
+			return Result{}, &Error{Class: classifyEvent(e), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", e.Code, e.Msg), InStream: true}
 		}
 		if a.add(&ch) {
 			k.deltas++

@@ -61,7 +61,8 @@ type Result struct {
 type Class int
 
 const (
-	// Retryable: try again later, spending an attempt (429, odd 5xx bodies, mid-stream server error).
+	// Retryable: try again later, spending an attempt (500 and other 5xx
+	// from a live engine, a mid-stream server error, a stream past its budget).
 	Retryable Class = iota + 1
 	// ServerDown: the endpoint is unreachable, dying or hung; pause it and requeue
 	// without spending an attempt (connection refused/reset, 502/503/504, timeouts, idle stream).
@@ -101,6 +102,10 @@ type Error struct {
 	Err    error  // underlying error, may be nil
 	// RetryAfter is the server's Retry-After, 0 when it sent none.
 	RetryAfter time.Duration
+	// InStream: the server sent the error as a data event inside a 200
+	// stream (llama-server, vLLM and SGLang do for errors met while
+	// generating), not as an HTTP status.
+	InStream bool
 }
 
 func (e *Error) Error() string {
