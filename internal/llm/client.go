@@ -308,7 +308,7 @@ func (c *Client) Chat(ctx context.Context, req Request, onDelta func(tokens int)
 	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
 		return Result{}, jsonInsteadOfStream(k, resp.Body)
 	}
-	res, err := readStream(k, resp.Body, start, onDelta)
+	res, err := readStream(k, resp.Body, start, newBudget(req.MaxTokens), onDelta)
 	if err != nil {
 		return Result{}, err
 	}

@@ -157,6 +157,8 @@ type assembler struct {
 	ttft               time.Duration
 	// promptIDs and completionIDs are the token ids the server returned.
 	promptIDs, completionIDs []int32
+	// size is the bytes of answer kept so far, for the stream's budget.
+	size int64
 }
 
 // add applies one chunk and reports whether it carried a delta.
@@ -177,6 +179,7 @@ func (a *assembler) add(c *streamChunk) bool {
 	}
 	if len(c.PromptTokenIDs) > 0 {
 		a.promptIDs = c.PromptTokenIDs // reset gives every chunk a fresh slice
+		a.size += 4 * int64(len(c.PromptTokenIDs))
 	}
 	if x := c.SGLExt; x != nil {
 		if len(x.InputIDs) > 0 {
@@ -185,6 +188,7 @@ func (a *assembler) add(c *streamChunk) bool {
 		if len(x.OutputIDs) > 0 {
 			a.completionIDs = x.OutputIDs[0]
 		}
+		a.size += 4 * int64(len(x.InputIDs)+len(a.completionIDs))
 	}
 	delta := false
 	for i := range c.Choices {
@@ -194,6 +198,7 @@ func (a *assembler) add(c *streamChunk) bool {
 		}
 		a.completionIDs = append(a.completionIDs, ch.TokenIDs...)
 		d := &ch.Delta
+		a.size += 4*int64(len(ch.TokenIDs)) + int64(len(d.Content)+len(d.ReasoningContent)+len(d.Reasoning))
 		if d.Content != "" {
 			a.content.WriteString(d.Content)
 			delta = true
@@ -229,6 +234,7 @@ func (a *assembler) addTool(pos int, t *chunkToolCall) {
 		a.tools = append(a.tools, &toolAcc{})
 	}
 	acc := a.tools[idx]
+	a.size += int64(len(t.ID) + len(t.Type) + len(t.Function.Name) + len(t.Function.Arguments))
 	if t.ID != "" {
 		acc.id = t.ID
 	}
@@ -269,8 +275,8 @@ func (a *assembler) result(model string) Result {
 
 var dataPrefix = []byte("data:")
 
-// readStream parses the SSE body of a chat completion.
-func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Result, error) {
+// readStream parses the SSE body of a chat completion, within budget.
+func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func(int)) (Result, error) {
 	lr := readerPool.Get().(*lineReader)
 	lr.br.Reset(body)
 	defer func() {
@@ -334,7 +340,11 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 			e := parseErrorBody(data)
 			return Result{}, &Error{Class: classifyEvent(e), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", e.Code, e.Msg), InStream: true}
 		}
-		if a.add(&ch) {
+		delta := a.add(&ch)
+		if err := b.check(k.deltas+btoi(delta), a.size); err != nil {
+			return Result{}, err
+		}
+		if delta {
 			k.deltas++
 			k.lastDelta = time.Now()
 			if a.ttft == 0 {
@@ -356,4 +366,11 @@ func readStream(k *call, body io.Reader, start time.Time, onDelta func(int)) (Re
 		return Result{}, &Error{Class: Retryable, Msg: "chat stream: server aborted the request (finish_reason abort)"}
 	}
 	return a.result(string(ch.Model)), nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
