@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -65,6 +66,10 @@ type Client struct {
 	urlErr   error
 	tr       *http.Transport
 	hc       *http.Client
+	// fresh never reuses a connection: the one replay of a request whose
+	// reused connection the server closed before answering goes there.
+	fresh   *http.Client
+	replays atomic.Int64
 }
 
 // New returns a Client with its own connection pool. An unusable BaseURL
@@ -99,6 +104,9 @@ func New(cfg Config) *Client {
 	// No Client.Timeout: it would cut long streams; the watchdog in Chat
 	// bounds silence instead.
 	c.hc = &http.Client{Transport: c.tr}
+	fresh := c.tr.Clone()
+	fresh.DisableKeepAlives = true
+	c.fresh = &http.Client{Transport: fresh}
 	return c
 }
 
@@ -118,7 +126,17 @@ func normalizeBase(raw string) (string, error) {
 }
 
 // Close drops idle connections. In-flight calls are not affected.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.tr.CloseIdleConnections()
+	c.fresh.CloseIdleConnections()
+}
+
+// Replays is how many times a request went out again on another
+// connection because the server had closed the reused one it was sent on
+// before answering (a keep-alive race: llama-server closes every
+// connection after a streamed answer while its headers say Keep-Alive).
+// Replays never surface as errors; the count is for the caller's log.
+func (c *Client) Replays() int64 { return c.replays.Load() }
 
 // Sentinel causes for the request context, so a cancelled read can be told
 // apart from the caller giving up.
@@ -247,13 +265,76 @@ func (k *call) fail(what string, err error) error {
 	return &Error{Class: ServerDown, Msg: what, Err: err}
 }
 
+// connTrace records, for one request, whether the connection it last went
+// out on was a reused one and whether any byte of an answer came back.
+type connTrace struct {
+	conns    atomic.Int32
+	reused   atomic.Bool
+	answered atomic.Bool
+}
+
+func (t *connTrace) hooks() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			t.conns.Add(1)
+			t.reused.Store(info.Reused)
+		},
+		GotFirstResponseByte: func() { t.answered.Store(true) },
+	}
+}
+
+// send does req on a pooled connection. A server may close an idle
+// keep-alive connection just as a request goes out on it; the request then
+// fails before any byte of an answer, which says nothing about the server.
+// Two layers make sure such a request is sent again instead of surfacing
+// as an outage:
+//
+//   - The transport replays a request that failed on a reused connection
+//     when it can rewind the body (GetBody, which NewRequestWithContext
+//     sets for a bytes.Reader) and either nothing was written or the
+//     request is replayable, which for a POST means an Idempotency-Key
+//     header; a key with no value counts and is not sent (net/http,
+//     transport.go: the Transport doc comment, persistConn.shouldRetryRequest;
+//     request.go: Request.isReplayable). Replaying a chat request is safe:
+//     the server closed the connection without answering it.
+//   - Anything the transport does not replay (a write half done when the
+//     connection broke, "transport connection broken") is sent once more
+//     here on a fresh connection, when the last connection used was a
+//     reused one and no answer byte came back. A failure on a fresh
+//     connection is the server's and is returned.
+func (c *Client) send(k *call, req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost {
+		req.Header["Idempotency-Key"] = nil
+	}
+	var tr connTrace
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), tr.hooks()))
+	resp, err := c.hc.Do(req)
+	if n := tr.conns.Load(); n > 1 {
+		c.replays.Add(int64(n - 1))
+	}
+	if err == nil || !tr.reused.Load() || tr.answered.Load() || k.ctx.Err() != nil {
+		return resp, err
+	}
+	again := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, berr := req.GetBody()
+		if berr != nil {
+			return nil, err
+		}
+		again.Body = body
+	}
+	c.replays.Add(1)
+	k.wd.t.Reset(k.wd.idle) // a new wait for headers
+	return c.fresh.Do(again)
+}
+
 // do sends req and returns a 200 response with its body watched, or a
 // classified error (the body of an error response is read and closed).
 func (c *Client) do(k *call, req *http.Request, what string) (*http.Response, error) {
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(k, req)
 	if err != nil {
 		return nil, k.fail(what, err)
 	}
