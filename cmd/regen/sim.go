@@ -60,6 +60,9 @@ Faults come from the flags below or from --scenario, a YAML list such as:
   - {kind: slow, at: 10s, factor: 4, for: 20s}
   - {kind: zombie, after_requests: 100}
   - {kind: crash, kv_above: 0.95, kv_for: 30s}
+  - {kind: cut, prompt: "row 17", tokens: 3}     # every time, others answered
+  - {kind: throttle, at: 10s, for: 25s, retry_after: 2}   # 429 + Retry-After
+  - {kind: throttle, probability: 0.2, status: 503}       # for ever, 1 in 5
 
 Unknown SGLang arguments are accepted and ignored, so a launch script can
 pass SGLang's command line; --max-running-requests, --served-model-name,

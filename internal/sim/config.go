@@ -61,30 +61,37 @@ type Config struct {
 	Seed            int64
 
 	// Fault shortcuts from flags; each non-zero group becomes one Fault.
-	CrashAfterRequests int
-	CrashAfterTokens   int
-	CrashAt            time.Duration
-	CrashKVAbove       float64
-	CrashKVFor         time.Duration
-	CrashExitCode      int
-	CrashError         string // exception | oom | nccl | abrupt
-	HangAt             time.Duration
-	HangAfterRequests  int
-	HangFor            time.Duration
-	ZombieAt           time.Duration
-	ZombieAfterRequest int
-	SlowFactor         float64
-	SlowAt             time.Duration
-	SlowFor            time.Duration
-	ErrorCount         int
-	ErrorStatus        int
-	ErrorMessage       string
-	ErrorAfterRequests int
-	ResetCount         int
-	ResetAfterTokens   int
-	MalformedCount     int
-	MalformedAfterTok  int
-	Scenario           string // YAML file with a list of faults
+	CrashAfterRequests  int
+	CrashAfterTokens    int
+	CrashAt             time.Duration
+	CrashKVAbove        float64
+	CrashKVFor          time.Duration
+	CrashExitCode       int
+	CrashError          string // exception | oom | nccl | abrupt
+	HangAt              time.Duration
+	HangAfterRequests   int
+	HangFor             time.Duration
+	ZombieAt            time.Duration
+	ZombieAfterRequest  int
+	SlowFactor          float64
+	SlowAt              time.Duration
+	SlowFor             time.Duration
+	ErrorCount          int
+	ErrorStatus         int
+	ErrorMessage        string
+	ErrorAfterRequests  int
+	ResetCount          int
+	ResetAfterTokens    int
+	MalformedCount      int
+	MalformedAfterTok   int
+	CutPrompt           string // cut the stream of every request whose last user message holds this
+	CutAfterTokens      int
+	ThrottleAt          time.Duration
+	ThrottleFor         time.Duration
+	ThrottleStatus      int
+	ThrottleRetryAfter  time.Duration
+	ThrottleProbability float64
+	Scenario            string // YAML file with a list of faults
 
 	Faults []Fault // programmatic faults, added to the ones above
 
@@ -137,6 +144,9 @@ func DefaultConfig() Config {
 		ErrorStatus:              503,
 		ResetAfterTokens:         5,
 		MalformedAfterTok:        5,
+		CutAfterTokens:           3,
+		ThrottleStatus:           429,
+		ThrottleRetryAfter:       time.Second,
 	}
 }
 
@@ -206,6 +216,13 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.ResetAfterTokens, "reset-after-tokens", c.ResetAfterTokens, "tokens streamed before the reset")
 	fs.IntVar(&c.MalformedCount, "malformed-count", c.MalformedCount, "fault: this many requests get one malformed SSE chunk")
 	fs.IntVar(&c.MalformedAfterTok, "malformed-after-tokens", c.MalformedAfterTok, "tokens streamed before the malformed chunk")
+	fs.StringVar(&c.CutPrompt, "cut-prompt", c.CutPrompt, "fault: cut the stream of every request whose last user message contains this text (no finish_reason, no [DONE]); others are answered")
+	fs.IntVar(&c.CutAfterTokens, "cut-after-tokens", c.CutAfterTokens, "tokens streamed before the cut")
+	durationVar(fs, &c.ThrottleAt, "throttle-after", "when the throttle fault starts, after ready")
+	durationVar(fs, &c.ThrottleFor, "throttle-for", "fault: refuse generation requests with --throttle-status and a Retry-After for this long (simulated time)")
+	fs.IntVar(&c.ThrottleStatus, "throttle-status", c.ThrottleStatus, "status of the throttle's refusals: 429 or 503")
+	durationVar(fs, &c.ThrottleRetryAfter, "throttle-retry-after", "Retry-After of the throttle's refusals, in seconds as the client sees them (not scaled by --speed)")
+	fs.Float64Var(&c.ThrottleProbability, "throttle-probability", c.ThrottleProbability, "share of requests the throttle refuses (0 = all of them; set alone, the throttle lasts for ever)")
 	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "YAML file with a list of timed faults")
 }
 

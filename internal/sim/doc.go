@@ -45,7 +45,14 @@
 // crash the server with an exit code and the engine's crash text, hang or
 // kill generation while HTTP stays up, slow steps down, or answer requests
 // with an error status (5xx, or 4xx with a message, as a server refusing a
-// generation parameter does), a TCP reset or a malformed chunk. A crash closes the listener
+// generation parameter does), a TCP reset or a malformed chunk; a cut fault
+// cuts the stream of every request whose last user message holds a given
+// text (no finish_reason, no [DONE]) while answering every other prompt,
+// and a throttle answers 429 (or 503) with a Retry-After for a window of
+// time or a share of requests (that window is measured on the wall clock
+// scaled by Speed, since the scheduler's clock stands still while a
+// throttled server idles; the Retry-After is sent as configured, not
+// scaled). A crash closes the listener
 // and every connection and delivers the exit code on Crashed; the package
 // never exits the process itself. Output lengths, content and faults are
 // deterministic for a given Seed and request content (including the

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -20,6 +21,8 @@ const (
 	FaultError     = "error"     // Count requests get Status (4xx or 5xx) with Message
 	FaultReset     = "reset"     // Count requests get a TCP reset after Tokens tokens
 	FaultMalformed = "malformed" // Count requests get one malformed SSE chunk after Tokens tokens
+	FaultCut       = "cut"       // requests whose last user message holds Prompt: Tokens tokens, then the connection is cut
+	FaultThrottle  = "throttle"  // requests get Status (429 or 503) with a Retry-After, from At for For, with Probability
 )
 
 // Fault is one injected failure. Its trigger is the first that is set of
@@ -38,8 +41,14 @@ type Fault struct {
 	Factor        float64 // slow
 	Status        int     // error; default 503
 	Message       string  // error; default the status text
-	Count         int     // error, reset, malformed: requests affected; default 1
-	Tokens        int     // reset, malformed: tokens streamed first
+	Count         int     // error, reset, malformed: requests affected; default 1 (cut: 0 = every one)
+	Tokens        int     // reset, malformed, cut: tokens streamed first (cut: default 3)
+	Prompt        string  // cut: text the request's last user message contains
+	// RetryAfter is a throttle's Retry-After header, in whole seconds as
+	// the client sees them: not scaled by Speed. Default 1 s.
+	RetryAfter time.Duration
+	// Probability is the share of a throttle's requests refused; default 1.
+	Probability float64
 }
 
 func (f Fault) perRequest() bool {
@@ -76,8 +85,19 @@ func (f *Fault) normalize() error {
 			return fmt.Errorf("error fault: status %d is not 4xx or 5xx", f.Status)
 		}
 	case FaultReset, FaultMalformed:
+	case FaultCut:
+		if f.Prompt == "" {
+			return fmt.Errorf("cut fault: prompt is empty (the text whose requests are cut)")
+		}
+		if f.Tokens == 0 {
+			f.Tokens = 3
+		}
+	case FaultThrottle:
+		if err := f.normalizeThrottle(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("fault kind %q: want crash, hang, zombie, slow, error, reset or malformed", f.Kind)
+		return fmt.Errorf("fault kind %q: want crash, hang, zombie, slow, error, reset, malformed, cut or throttle", f.Kind)
 	}
 	if f.perRequest() && f.Count == 0 {
 		f.Count = 1
@@ -113,6 +133,12 @@ func ParseFault(m map[string]any) (Fault, error) {
 			f.Error = s
 		case "message":
 			f.Message = s
+		case "prompt":
+			f.Prompt = s
+		case "retry_after":
+			f.RetryAfter, err = parseDuration(s)
+		case "probability":
+			f.Probability, err = atof(s)
 		case "at":
 			f.At, err = parseDuration(s)
 		case "kv_for":
@@ -215,6 +241,17 @@ func (c *Config) faults() ([]Fault, error) {
 			return nil, err
 		}
 	}
+	if c.CutPrompt != "" {
+		if err := add(Fault{Kind: FaultCut, Prompt: c.CutPrompt, Tokens: c.CutAfterTokens}); err != nil {
+			return nil, err
+		}
+	}
+	if c.ThrottleFor > 0 || c.ThrottleProbability > 0 {
+		if err := add(Fault{Kind: FaultThrottle, At: c.ThrottleAt, For: c.ThrottleFor, Status: c.ThrottleStatus,
+			RetryAfter: c.ThrottleRetryAfter, Probability: c.ThrottleProbability}); err != nil {
+			return nil, err
+		}
+	}
 	if c.Scenario != "" {
 		fs, err := LoadScenario(c.Scenario)
 		if err != nil {
@@ -238,6 +275,28 @@ type faultState struct {
 	remaining atomic.Int64 // per-request faults: requests still to affect
 	kvSince   time.Duration
 	kvHigh    bool
+}
+
+func (f *Fault) normalizeThrottle() error {
+	if f.Status == 0 {
+		f.Status = http.StatusTooManyRequests
+	}
+	if f.Status != http.StatusTooManyRequests && f.Status != http.StatusServiceUnavailable {
+		return fmt.Errorf("throttle fault: status %d, want 429 or 503", f.Status)
+	}
+	if f.RetryAfter == 0 {
+		f.RetryAfter = time.Second
+	}
+	if f.Probability == 0 {
+		f.Probability = 1
+	}
+	if f.AfterRequests > 0 || f.AfterTokens > 0 || f.KVAbove > 0 {
+		return fmt.Errorf("throttle fault: it starts at `at` (and lasts `for`), not on a count or KV usage")
+	}
+	if !(f.Probability > 0 && f.Probability <= 1) {
+		return fmt.Errorf("throttle fault: probability %v outside (0, 1]", f.Probability)
+	}
+	return nil
 }
 
 func atoi(s string) (int, error) {

@@ -288,6 +288,8 @@ func TestLoadScenario(t *testing.T) {
 		{Kind: FaultSlow, At: 10 * time.Second, Factor: 4, For: 20 * time.Second},
 		{Kind: FaultZombie, AfterTokens: 1000},
 		{Kind: FaultCrash, KVAbove: 0.95, KVFor: 30 * time.Second, Error: "abrupt", ExitCode: 137},
+		{Kind: FaultCut, Prompt: "row 17", Tokens: 5},
+		{Kind: FaultThrottle, At: 10 * time.Second, For: 25 * time.Second, Status: 429, RetryAfter: 2 * time.Second, Probability: 0.5},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("scenario (-want +got):\n%s", diff)

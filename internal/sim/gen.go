@@ -57,11 +57,12 @@ type reqFaults struct {
 	message     string
 	resetAt     int // tokens before a TCP reset; -1 none
 	malformedAt int // tokens before a malformed chunk; -1 none
+	cutAt       int // tokens before the connection is cut; -1 none
 }
 
 // requestFaults assigns per-request faults to the n-th request.
 func (s *Server) requestFaults(n int64) reqFaults {
-	out := reqFaults{resetAt: -1, malformedAt: -1}
+	out := reqFaults{resetAt: -1, malformedAt: -1, cutAt: -1}
 	for _, f := range s.reqFaults {
 		if f.AfterRequests > 0 {
 			if n <= int64(f.AfterRequests) {
@@ -118,7 +119,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) 
 		return
 	}
 	n := s.reqCount.Add(1)
+	if s.throttle(w, n) {
+		return
+	}
 	fl := s.requestFaults(n)
+	fl.cutAt = s.cutAt(&in)
 	if fl.status != 0 {
 		msg := fl.message
 		switch {
@@ -436,7 +441,7 @@ func (e *encoder) tokens(b []byte, from, to int) []byte {
 // fault's token, and after max tokens.
 func (e *encoder) runEnd(from, n, max int, fl reqFaults) int {
 	end := from + 1
-	for end < n && end-from < max && e.part(end) == e.part(from) && end != e.plan.toolStart && end != fl.resetAt && end != fl.malformedAt {
+	for end < n && end-from < max && e.part(end) == e.part(from) && end != e.plan.toolStart && end != fl.resetAt && end != fl.malformedAt && end != fl.cutAt {
 		end++
 	}
 	return end
@@ -554,7 +559,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, en
 			panic(http.ErrAbortHandler)
 		}
 		for sent < n {
-			if sent == fl.resetAt {
+			if sent == fl.resetAt || sent == fl.cutAt {
 				break
 			}
 			if sent == fl.malformedAt {
@@ -571,6 +576,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, en
 			req.cancel.Store(true)
 			resetConn(w)
 			return
+		}
+		if fl.cutAt >= 0 && (sent == fl.cutAt || done) {
+			// The body ends without its chunked terminator: the client reads
+			// a stream cut with no finish_reason and no [DONE].
+			w.Write(buf)
+			rc.Flush()
+			req.cancel.Store(true)
+			panic(http.ErrAbortHandler)
 		}
 		if !done {
 			continue
@@ -652,6 +665,9 @@ func (s *Server) whole(w http.ResponseWriter, r *http.Request, req *request, enc
 	if fl.resetAt >= 0 {
 		resetConn(w)
 		return
+	}
+	if fl.cutAt >= 0 {
+		panic(http.ErrAbortHandler)
 	}
 	n := int(req.avail.Load())
 	var content, reasoning, args strings.Builder

@@ -37,6 +37,9 @@ type Server struct {
 
 	faults    []*faultState
 	reqFaults []*faultState
+	cuts      []*faultState // cut faults, by prompt (reqfault.go)
+	throttles []*faultState // throttle faults, by time (reqfault.go)
+	readyAt   atomic.Int64  // wall clock (unix ns) the server became ready; 0 before
 	reqCount  atomic.Int64
 	nextID    atomic.Uint64
 	created   int64
@@ -87,6 +90,14 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 	for _, f := range fl {
 		fs := &faultState{Fault: f}
 		fs.remaining.Store(int64(f.Count))
+		switch f.Kind {
+		case FaultCut:
+			s.cuts = append(s.cuts, fs)
+			continue
+		case FaultThrottle:
+			s.throttles = append(s.throttles, fs)
+			continue
+		}
 		if f.perRequest() {
 			if f.At == 0 && f.AfterTokens == 0 && f.KVAbove == 0 && f.AfterRequests == 0 {
 				fs.fired.Store(true)
@@ -122,6 +133,7 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Crashed() <-chan int { return s.crashed }
 
 func (s *Server) markReady() {
+	s.readyAt.Store(time.Now().UnixNano())
 	s.readyOne.Do(func() { close(s.ready) })
 }
 
@@ -141,6 +153,7 @@ func (s *Server) Start(ctx context.Context, addr string) (string, error) {
 	}
 	s.state.Store(stateStarting)
 	s.readySim.Store(-1)
+	s.readyAt.Store(0)
 	s.ready = make(chan struct{})
 	s.readyOne = sync.Once{}
 	s.logLoading()
