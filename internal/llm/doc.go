@@ -2,8 +2,9 @@
 // vLLM, llama-server, the simulator). It owns one thing: turning a Request
 // into one streamed POST /v1/chat/completions and the stream into a Result,
 // or into an *Error whose Class tells the dispatcher what to do. It never
-// retries, sleeps, logs or keeps state between calls; retry policy,
-// circuit breaking and attempt accounting live in the dispatcher.
+// sleeps, logs or keeps state between calls, and retries only what never
+// reached the server (below); retry policy, circuit breaking and attempt
+// accounting live in the dispatcher.
 //
 // # Requests
 //
@@ -29,6 +30,27 @@
 // synchronously, for each chunk that carries a delta, as progress evidence.
 // TTFT is the time to the first such chunk; Duration is the whole call.
 // After [DONE] the rest of the body is drained so the connection is reused.
+//
+// # Budget
+//
+// A server that ignores max_tokens could stream for ever and grow the
+// runner without bound. A stream is cut once it sends more chunks with a
+// delta than max_tokens plus half again (at least 256 more), or keeps more
+// than 1 MiB + 64 bytes per max_tokens token of answer (text, reasoning,
+// tool calls, 4 bytes per token id; 32 MiB without max_tokens). The error
+// is Retryable and names the budget: the answer's fault, an attempt spent.
+//
+// # Keep-alive races
+//
+// A server may close an idle keep-alive connection just as a request goes
+// out on it (llama-server closes every connection after a streamed answer
+// while its headers say Keep-Alive). Such a request fails before any byte
+// of an answer and says nothing about the server, so it is sent again at
+// once: each POST carries an Idempotency-Key with no value (not sent on the
+// wire) so net/http's transport replays it, and what the transport does not
+// replay is sent once more on a fresh connection when it failed on a reused
+// one with no answer byte. A failure on a fresh connection is returned.
+// Client.Replays counts these replays for the caller's log.
 //
 // # Token ids
 //
@@ -57,29 +79,48 @@
 //
 // # Error classes
 //
+// The HTTP status decides first, then the error object's structured type
+// ("type", or a non-numeric "code": llama-server's
+// exceed_context_size_error, vLLM's BadRequestError, OpenAI's
+// context_length_exceeded); words in the message only refine a 4xx (does it
+// name the context length?) and mark a dead engine behind a 5xx or a
+// code-less event. A message never makes a server error a bad request: an
+// in-band {"message":"KV cache usage exceeds the pool","code":500} is
+// Retryable.
+//
 //   - ServerDown: any transport failure (connection refused or reset, EOF
 //     before headers, a body cut before finish_reason), any of the timeouts
-//     above (except a request timeout while tokens flow), HTTP 502/503/504,
-//     401/403 and 404 (a key, model name or path the server does not know is
-//     the endpoint's problem, so pause it rather than dead-letter every
-//     sample: a wrong model name on vLLM answers 404 to all), an unusable
-//     BaseURL, and an HTTP 5xx or a mid-stream error event (code 5xx or
-//     none) whose message says the engine is dead (vLLM's EngineDeadError,
-//     "EngineCore encountered ...", "Engine loop is not running", SGLang's
-//     "Scheduler hit an exception" or SIGQUIT texts): a dead engine's front
-//     end answers 500 for seconds before it exits, and that outage must not
-//     spend an attempt on every sample in flight or claimed meanwhile.
-//   - Retryable: HTTP 429, 408, 500 and other 5xx (the engine answered), a
-//     4xx not listed below, a mid-stream {"error":...} event whose code is
-//     not 4xx, finish_reason "abort", and RequestTimeout reached while
+//     above (except a request timeout while tokens flow), HTTP 502/503/504
+//     (503 only without Retry-After), 401/403 and 404 (a key, model name or
+//     path the server does not know is the endpoint's problem, so pause it
+//     rather than dead-letter every sample: a wrong model name on vLLM
+//     answers 404 to all), an unusable BaseURL, and an HTTP 5xx or a
+//     mid-stream error event (code 5xx or none) whose message says the
+//     engine is dead (vLLM's EngineDeadError, "EngineCore encountered ...",
+//     "Engine loop is not running", SGLang's "Scheduler hit an exception" or
+//     SIGQUIT texts): a dead engine's front end answers 500 for seconds
+//     before it exits, and that outage must not spend an attempt on every
+//     sample in flight or claimed meanwhile.
+//   - Backpressure: HTTP 429, 503 with a Retry-After, a mid-stream error
+//     event with code 429, or a code-less one typed as a rate limit. The
+//     server is alive and asks for less; Error.RetryAfter holds its
+//     Retry-After (delta-seconds or an HTTP-date, RFC 9110 §10.2.3, taken
+//     relative to the response's Date; 0 when absent or unreadable).
+//   - Retryable: HTTP 408, 500 and other 5xx (the engine answered), a 4xx
+//     not listed under BadRequest, a mid-stream {"error":...} event with a
+//     5xx code, or with no code and no request-error type, finish_reason
+//     "abort", a stream past its budget, and RequestTimeout reached while
 //     tokens were still arriving.
-//   - BadRequest: HTTP 400, 413, 422, any 4xx whose
-//     message mentions the context length, a mid-stream error event with a
-//     4xx code (except 408/429), and a Request whose Body or Params are not
-//     valid JSON (checked before sending).
+//   - BadRequest: HTTP 400, 413, 422, any other 4xx (but 401/403/404/408/
+//     429) whose type is a request error or whose message names the context
+//     length, a mid-stream error event with a 4xx code (but 408/429) or,
+//     without a code, a request-error type, and a Request whose Body or
+//     Params are not valid JSON (checked before sending).
 //   - Malformed: a data line that is not one JSON value, [DONE] without a
 //     finish_reason, a 200 JSON body that is not an error, or a line over
 //     16 MiB.
+//
+// Error.InStream marks an error sent as an event inside a 200 stream.
 //
 // A stream that ends (cleanly or not) after finish_reason but without
 // [DONE] is accepted. Error bodies are read up to 4 KiB and the server's
