@@ -275,6 +275,44 @@ func (a *assembler) result(model string) Result {
 
 var dataPrefix = []byte("data:")
 
+// decodeChunk decodes one data line into ch with the stream's decoder, or
+// returns why it cannot be used: not one JSON value, or the server's error
+// event.
+func decodeChunk(dec *json.Decoder, src *bytes.Reader, ch *streamChunk, data []byte) error {
+	ch.reset()
+	src.Reset(data)
+	off := dec.InputOffset()
+	err := dec.Decode(ch)
+	if err == nil && dec.InputOffset()-off != int64(len(data)) {
+		err = errors.New("trailing data after the JSON value")
+	}
+	if err != nil {
+		return &Error{Class: Malformed, Msg: "chat stream: bad chunk: " + clip(data, 200), Err: err}
+	}
+	if len(ch.Error) > 0 && string(ch.Error) != "null" {
+		e := parseErrorBody(data)
+		return &Error{Class: classifyEvent(e), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", e.Code, e.Msg), InStream: true}
+	}
+	return nil
+}
+
+// streamEnd turns a failed read of the stream into the error Chat
+// returns, or nil when the choice was already finished.
+func streamEnd(k *call, err error, finished bool) error {
+	switch {
+	case k.parent.Err() != nil:
+		return k.fail("chat stream", err)
+	case errors.Is(err, errLineTooLong):
+		return &Error{Class: Malformed, Msg: "chat stream", Err: err}
+	case finished:
+		return nil
+	case err == io.EOF && k.ctx.Err() == nil:
+		// A server dying cuts streams: not the sample's fault.
+		return &Error{Class: ServerDown, Msg: "chat stream: stream cut before finish_reason"}
+	}
+	return k.fail("chat stream", err)
+}
+
 // readStream parses the SSE body of a chat completion, within budget.
 func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func(int)) (Result, error) {
 	lr := readerPool.Get().(*lineReader)
@@ -298,21 +336,10 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 	for !done {
 		line, err := lr.next()
 		if err != nil {
-			if k.parent.Err() != nil {
-				return Result{}, k.fail("chat stream", err)
+			if err := streamEnd(k, err, a.finish != ""); err != nil {
+				return Result{}, err
 			}
-			if errors.Is(err, errLineTooLong) {
-				return Result{}, &Error{Class: Malformed, Msg: "chat stream", Err: err}
-			}
-			if a.finish != "" {
-				// The choice is complete; only [DONE] (and maybe usage) is missing.
-				break
-			}
-			if err == io.EOF && k.ctx.Err() == nil {
-				// A server dying cuts streams: not the sample's fault.
-				return Result{}, &Error{Class: ServerDown, Msg: "chat stream: stream cut before finish_reason"}
-			}
-			return Result{}, k.fail("chat stream", err)
+			break // the choice is complete; only [DONE] (and maybe usage) is missing
 		}
 		if len(line) == 0 || line[0] == ':' {
 			continue
@@ -326,19 +353,8 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 			done = true
 			break
 		}
-		ch.reset()
-		src.Reset(data)
-		off := dec.InputOffset()
-		err = dec.Decode(&ch)
-		if err == nil && dec.InputOffset()-off != int64(len(data)) {
-			err = errors.New("trailing data after the JSON value")
-		}
-		if err != nil {
-			return Result{}, &Error{Class: Malformed, Msg: "chat stream: bad chunk: " + clip(data, 200), Err: err}
-		}
-		if len(ch.Error) > 0 && string(ch.Error) != "null" {
-			e := parseErrorBody(data)
-			return Result{}, &Error{Class: classifyEvent(e), Msg: fmt.Sprintf("chat stream: server error (code %d): %s", e.Code, e.Msg), InStream: true}
+		if err := decodeChunk(dec, &src, &ch, data); err != nil {
+			return Result{}, err
 		}
 		delta := a.add(&ch)
 		if err := b.check(k.deltas+btoi(delta), a.size); err != nil {

@@ -571,19 +571,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, en
 			buf = enc.tokens(buf, sent, end)
 			sent = end
 		}
-		if fl.resetAt >= 0 && (sent == fl.resetAt || done) {
-			w.Write(buf)
-			req.cancel.Store(true)
-			resetConn(w)
+		if endByFault(w, buf, req, fl, sent, done) {
 			return
-		}
-		if fl.cutAt >= 0 && (sent == fl.cutAt || done) {
-			// The body ends without its chunked terminator: the client reads
-			// a stream cut with no finish_reason and no [DONE].
-			w.Write(buf)
-			rc.Flush()
-			req.cancel.Store(true)
-			panic(http.ErrAbortHandler)
 		}
 		if !done {
 			continue
@@ -602,6 +591,26 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *request, en
 		rc.Flush()
 		return
 	}
+}
+
+// endByFault ends a stream that a reset or cut fault ends now, after
+// writing buf, and reports whether it did.
+func endByFault(w http.ResponseWriter, buf []byte, req *request, fl reqFaults, sent int, done bool) bool {
+	switch {
+	case fl.resetAt >= 0 && (sent == fl.resetAt || done):
+		w.Write(buf)
+		req.cancel.Store(true)
+		resetConn(w)
+		return true
+	case fl.cutAt >= 0 && (sent == fl.cutAt || done):
+		// The body ends without its chunked terminator: the client reads a
+		// stream cut with no finish_reason and no [DONE].
+		w.Write(buf)
+		http.NewResponseController(w).Flush()
+		req.cancel.Store(true)
+		panic(http.ErrAbortHandler)
+	}
+	return false
 }
 
 // addIDs puts the token ids a whole (not streamed) chat answer of n tokens
