@@ -139,7 +139,7 @@ func TestJobFileSizeCap(t *testing.T) {
 		for len(b) < n {
 			b = append(b, "# padding: a comment line, never a setting\n"...)
 		}
-		return b[:n-1:n-1]
+		return b[: n-1 : n-1]
 	}
 	tests := []struct {
 		name   string
