@@ -84,6 +84,9 @@ type runState struct {
 	// rescued remembers the heartbeat time at which a dead worker's leases
 	// were released (owned by the heartbeat loop after start).
 	rescued  map[string]time.Time
+	// disown releases the runner lock of a single-runner store (nil until
+	// taken; see own).
+	disown func() error
 	exported string // export mark once this worker wrote or found the export (guarded by mu)
 	// ingestDone is closed when every source file is in the store.
 	ingestDone chan struct{}
@@ -153,8 +156,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	defer r.stopAlerts()
 
 	if err := r.untilStore(ctx, r.takeOver); err != nil {
+		r.release()
 		return sum, err
 	}
+	defer r.release()
 	r.beat(ctx, false, "")
 
 	// The manifest says which source files are in already. With nothing
