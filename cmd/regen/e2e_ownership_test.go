@@ -31,15 +31,17 @@ output: {formats: [sharegpt]}
 // the most requests it had in flight at once.
 type answerServer struct {
 	url      string
+	answer   string // "" answers with an empty message
 	mu       sync.Mutex
 	held     chan struct{} // closed: answer at once
+	free     int           // requests still answered at once while held
 	inFlight atomic.Int64
 	peak     atomic.Int64
 }
 
-func startAnswerServer(t *testing.T) *answerServer {
+func startAnswerServer(t *testing.T, answer string) *answerServer {
 	t.Helper()
-	a := &answerServer{held: make(chan struct{})}
+	a := &answerServer{held: make(chan struct{}), answer: answer}
 	close(a.held)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -53,14 +55,20 @@ func startAnswerServer(t *testing.T) *answerServer {
 			}
 			a.mu.Lock()
 			held := a.held
+			if a.free > 0 {
+				a.free--
+				held = nil
+			}
 			a.mu.Unlock()
-			select {
-			case <-held:
-			case <-r.Context().Done():
-				return
+			if held != nil {
+				select {
+				case <-held:
+				case <-r.Context().Done():
+					return
+				}
 			}
 			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"The answer is four.\"},\"finish_reason\":null}]}\n\n")
+			fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":null}]}\n\n", a.answer)
 			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":5,\"total_tokens\":14}}\n\n")
 			fmt.Fprint(w, "data: [DONE]\n\n")
 		default:
@@ -73,15 +81,20 @@ func startAnswerServer(t *testing.T) *answerServer {
 }
 
 // hold makes requests wait until release.
-func (a *answerServer) hold() {
+func (a *answerServer) hold() { a.holdAfter(0) }
+
+// holdAfter answers the next n requests at once and holds the rest.
+func (a *answerServer) holdAfter(n int) {
 	a.mu.Lock()
 	a.held = make(chan struct{})
+	a.free = n
 	a.mu.Unlock()
 }
 
 func (a *answerServer) release() {
 	a.mu.Lock()
 	close(a.held)
+	a.free = 0
 	a.mu.Unlock()
 }
 
@@ -192,7 +205,7 @@ func startPair(t *testing.T, srv *answerServer, dir string, beats int) (both boo
 // requests until one of the two is refused (or both ran), and never sees
 // more requests at once than the lane allows.
 func TestE2ESimultaneousStart(t *testing.T) {
-	srv := startAnswerServer(t)
+	srv := startAnswerServer(t, "The answer is four.")
 	const lane, rows, tries = 4, 4, 200
 	template := t.TempDir()
 	killedRunStore(t, srv, template, lane, rows)

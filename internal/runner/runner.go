@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -83,10 +84,12 @@ type runState struct {
 	rate    rateWindow
 	// rescued remembers the heartbeat time at which a dead worker's leases
 	// were released (owned by the heartbeat loop after start).
-	rescued  map[string]time.Time
+	rescued map[string]time.Time
 	// disown releases the runner lock of a single-runner store (nil until
 	// taken; see own).
 	disown func() error
+	// draining is set at the first interrupt, while in-flight requests finish.
+	draining atomic.Bool
 	exported string // export mark once this worker wrote or found the export (guarded by mu)
 	// ingestDone is closed when every source file is in the store.
 	ingestDone chan struct{}
@@ -200,6 +203,12 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 			sum.Final = final
 		}
 	}()
+	// A drain can finish the job: with every sample finished, an interrupt
+	// ends it DONE and exported like any other finish.
+	exportCtx := ctx
+	if ctx.Err() != nil && !errors.As(runErr, &failed) && r.allFinished(bg) {
+		runErr, exportCtx = nil, bg
+	}
 	switch {
 	case runErr == nil:
 	case errors.As(runErr, &failed):
@@ -220,10 +229,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		// DONE is declared only once the files exist.
 		stop := r.beatEvery(bg, spec.Monitor.HeartbeatEvery)
 		var wrote bool
-		sum.Export, wrote, err = r.finish(ctx)
+		sum.Export, wrote, err = r.finish(exportCtx)
 		stop()
 		if err != nil {
-			if ctx.Err() != nil {
+			if exportCtx.Err() != nil {
 				r.beat(bg, true, "interrupted")
 				return sum, ErrInterrupted
 			}
@@ -241,6 +250,18 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.beat(bg, true, monitor.ExitFinished)
 	r.draw(bg, "")
 	return sum, r.nothingDone(bg)
+}
+
+// allFinished reports whether every source is in the store and no sample
+// of the job is left to do.
+func (r *runState) allFinished(ctx context.Context) bool {
+	select {
+	case <-r.ingestDone:
+	default:
+		return false
+	}
+	left, err := r.remaining(ctx)
+	return err == nil && left == 0
 }
 
 // remaining counts the job's samples not finished yet (pending or leased),
@@ -390,6 +411,8 @@ func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) er
 	fleetDone := make(chan error, 1)
 	go func() { fleetDone <- r.fleet.Run(fleetCtx) }()
 
+	stopDrainNote := context.AfterFunc(ctx, func() { r.draining.Store(true); notify(r.changed) })
+	defer stopDrainNote()
 	g, gctx := errgroup.WithContext(ctx)
 	dispCtx, stopDisp := context.WithCancel(gctx)
 	defer stopDisp()
@@ -772,6 +795,9 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 	step := func() {
 		l, _ := r.live(ctx)
 		s, ev := monitor.Evaluate(l)
+		if r.draining.Load() && s == monitor.Running {
+			ev = append(ev, fmt.Sprintf("interrupted: draining %d requests in flight, then stopping (or DONE if they were the last)", l.InFlight))
+		}
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}
