@@ -171,16 +171,16 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	in := &ingester{spec: spec, st: st, log: o.Logger}
 	plan, err := in.plan()
 	if err != nil {
-		return sum, err
+		return sum, r.stop(ctx, err)
 	}
 	toRead, err := in.unread(ctx, plan)
 	if err != nil {
-		return sum, err
+		return sum, r.stop(ctx, err)
 	}
 	var runErr error
 	if toRead == 0 {
 		if err := r.ingest(ctx, in, plan); err != nil {
-			return sum, err
+			return sum, r.stop(ctx, err)
 		}
 		// A finished job re-run only exports again: no server is started,
 		// so nothing is left behind in its status but the job's own DONE.
@@ -219,9 +219,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		r.beat(bg, true, "interrupted")
 		return sum, ErrInterrupted
 	default:
-		runErr = r.explainRefusal(bg, runErr)
-		r.beat(bg, true, runErr.Error())
-		return sum, runErr
+		return sum, r.stop(bg, r.explainRefusal(bg, runErr))
 	}
 	if !o.NoExport {
 		// Keep the heartbeat fresh while waiting for the other workers and
@@ -250,6 +248,23 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.beat(bg, true, monitor.ExitFinished)
 	r.draw(bg, "")
 	return sum, r.nothingDone(bg)
+}
+
+// stop ends the run on err with its last heartbeat. A source it cannot
+// read makes the job FAILED with what to fix: a re-run would fail the same
+// way.
+func (r *runState) stop(ctx context.Context, err error) error {
+	ctx = context.WithoutCancel(ctx)
+	if errors.Is(err, context.Canceled) {
+		r.beat(ctx, true, "interrupted")
+		return ErrInterrupted
+	}
+	var se *SourceError
+	if errors.As(err, &se) {
+		r.setState(ctx, monitor.Failed, []string{se.Fix()})
+	}
+	r.beat(ctx, true, err.Error())
+	return err
 }
 
 // allFinished reports whether every source is in the store and no sample

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+const corruptJob = `name: own
+model: m
+endpoints: [{url: "%s", engine: sglang}]
+sources:
+  - {partition: P, path: prompts.jsonl, prompt: question, id: id}
+  - {partition: C, path: %s, prompt: question, id: id}
+lanes:
+  - {name: short, concurrency: 4, max_tokens: 64}
+output: {formats: [sharegpt]}
+`
+
+// TestE2ECorruptSource: a source that cannot be read (a truncated gzip, a
+// 0-byte Parquet file) stops the run with the file named; status says
+// FAILED and what to fix, not "re-run to resume", since a re-run fails the
+// same way. Once the file is fixed, a re-run finishes the job, the
+// samples stored before kept.
+func TestE2ECorruptSource(t *testing.T) {
+	srv := startAnswerServer(t, "The answer is four.")
+	tests := []struct {
+		name, file string
+		bad        func(t *testing.T, path string)
+		want       string // in the run's error
+	}{
+		{"truncated gzip", "more.jsonl.gz", func(t *testing.T, path string) {
+			var b bytes.Buffer
+			zw := gzip.NewWriter(&b)
+			for i := range 2000 {
+				fmt.Fprintf(zw, `{"id": "c%04d", "question": "c%04d: what is %d plus one?"}`+"\n", i, i, i)
+			}
+			zw.Close()
+			if err := os.WriteFile(path, b.Bytes()[:b.Len()/2], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "corrupt data: unexpected EOF"},
+		{"0-byte parquet", "more.parquet", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "empty file (0 bytes)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{"job.yaml": fmt.Sprintf(corruptJob, srv.url, tt.file)})
+			writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 10)
+			bad := filepath.Join(dir, tt.file)
+			tt.bad(t, bad)
+			for try := range 2 {
+				res := regen(t, dir, "run", "job.yaml")
+				if res.code != 1 || !strings.Contains(res.stderr, bad) || !strings.Contains(res.stderr, tt.want) {
+					t.Fatalf("run %d on a bad source: want exit 1 naming %s and %q\n%s", try+1, bad, tt.want, res)
+				}
+				rep, sres := status(t, dir, "job.yaml")
+				evidence := strings.Join(rep.Evidence, "; ")
+				if rep.State != monitor.Failed || sres.code != 2 {
+					t.Errorf("status after run %d: %s exit %d, want FAILED exit 2\n%s", try+1, rep.State, sres.code, sres)
+				}
+				fix := "source " + tt.file + " cannot be read: fix or replace it"
+				if !strings.Contains(evidence, fix) || strings.Contains(evidence, "re-run to resume") {
+					t.Errorf("status evidence %q: want %q and no 're-run to resume'", evidence, fix)
+				}
+			}
+			// The fix: the source is a readable file.
+			if err := os.Remove(bad); err != nil {
+				t.Fatal(err)
+			}
+			fixed := strings.TrimSuffix(strings.TrimSuffix(tt.file, ".gz"), ".parquet")
+			if !strings.HasSuffix(fixed, ".jsonl") {
+				fixed += ".jsonl"
+			}
+			writePrompts(t, filepath.Join(dir, fixed), 5)
+			writeFiles(t, dir, map[string]string{"job.yaml": fmt.Sprintf(corruptJob, srv.url, fixed)})
+			if res := regen(t, dir, "run", "job.yaml"); res.code != 0 || !strings.Contains(res.stdout, "15 done") {
+				t.Errorf("run after the fix: want exit 0 and 15 done\n%s", res)
+			}
+		})
+	}
+}
