@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/monitor"
 )
@@ -88,5 +91,44 @@ func TestE2ECorruptSource(t *testing.T) {
 				t.Errorf("run after the fix: want exit 0 and 15 done\n%s", res)
 			}
 		})
+	}
+}
+
+// TestE2EDispatchDeadLetterOrigin: a prompt the server refuses with 400 (a
+// 2 MB prompt) is dead-lettered at dispatch, and its dead letter names the
+// row it came from, as a row dead-lettered at ingest does.
+func TestE2EDispatchDeadLetterOrigin(t *testing.T) {
+	srv := startAnswerServer(t, "The answer is four.")
+	srv.tooLong = 1 << 20
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"job.yaml": fmt.Sprintf(ownJob, srv.url, 4),
+		"prompts.jsonl": `{"id": "q0", "question": "What is 2 plus 2?"}` + "\n" +
+			`{"id": "q1", "question": "` + strings.Repeat("long ", 400_000) + `"}` + "\n" +
+			`{"id": "q2", "question": 7}` + "\n",
+	})
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 {
+		t.Fatalf("run:\n%s", res)
+	}
+	var got []deadRow
+	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "own.dead.jsonl")) {
+		var d deadRow
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason == "" {
+			t.Errorf("dead letter %+v has no reason", d)
+		}
+		d.Reason = ""
+		got = append(got, d)
+	}
+	src := filepath.Join(dir, "prompts.jsonl")
+	want := []deadRow{
+		{ID: "P/q1", Partition: "P", Origin: src + ":2"},        // refused at dispatch
+		{Partition: "P", Origin: src + ":3", Field: "question"}, // refused at ingest
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("dead letters (-want +got):\n%s", diff)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,6 +33,7 @@ output: {formats: [sharegpt]}
 type answerServer struct {
 	url      string
 	answer   string // "" answers with an empty message
+	tooLong  int    // a request body over this many bytes is refused with 400 (0: none)
 	mu       sync.Mutex
 	held     chan struct{} // closed: answer at once
 	free     int           // requests still answered at once while held
@@ -49,6 +51,12 @@ func startAnswerServer(t *testing.T, answer string) *answerServer {
 		case "/v1/models":
 			fmt.Fprint(w, `{"object":"list","data":[{"id":"m"}]}`)
 		case "/v1/chat/completions":
+			if body, _ := io.ReadAll(r.Body); a.tooLong > 0 && len(body) > a.tooLong {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintf(w, `{"error":{"message":"the prompt is too long: %d bytes","type":"BadRequestError","code":400}}`, len(body))
+				return
+			}
 			n := a.inFlight.Add(1)
 			defer a.inFlight.Add(-1)
 			for p := a.peak.Load(); n > p && !a.peak.CompareAndSwap(p, n); p = a.peak.Load() {
