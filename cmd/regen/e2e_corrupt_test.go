@@ -15,17 +15,6 @@ import (
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
-const corruptJob = `name: own
-model: m
-endpoints: [{url: "%s", engine: sglang}]
-sources:
-  - {partition: P, path: prompts.jsonl, prompt: question, id: id}
-  - {partition: C, path: %s, prompt: question, id: id}
-lanes:
-  - {name: short, concurrency: 4, max_tokens: 64}
-output: {formats: [sharegpt]}
-`
-
 // TestE2ECorruptSource: a source that cannot be read (a truncated gzip, a
 // 0-byte Parquet file) stops the run with the file named; status says
 // FAILED and what to fix, not "re-run to resume", since a re-run fails the
@@ -58,7 +47,7 @@ func TestE2ECorruptSource(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeFiles(t, dir, map[string]string{"job.yaml": fmt.Sprintf(corruptJob, srv.url, tt.file)})
+			writeFiles(t, dir, map[string]string{"job.yaml": ownJob(srv.url, 4, moreSource(tt.file))})
 			writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 10)
 			bad := filepath.Join(dir, tt.file)
 			tt.bad(t, bad)
@@ -86,7 +75,7 @@ func TestE2ECorruptSource(t *testing.T) {
 				fixed += ".jsonl"
 			}
 			writePrompts(t, filepath.Join(dir, fixed), 5)
-			writeFiles(t, dir, map[string]string{"job.yaml": fmt.Sprintf(corruptJob, srv.url, fixed)})
+			writeFiles(t, dir, map[string]string{"job.yaml": ownJob(srv.url, 4, moreSource(fixed))})
 			if res := regen(t, dir, "run", "job.yaml"); res.code != 0 || !strings.Contains(res.stdout, "15 done") {
 				t.Errorf("run after the fix: want exit 0 and 15 done\n%s", res)
 			}
@@ -102,7 +91,7 @@ func TestE2EDispatchDeadLetterOrigin(t *testing.T) {
 	srv.tooLong = 1 << 20
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
-		"job.yaml": fmt.Sprintf(ownJob, srv.url, 4),
+		"job.yaml": ownJob(srv.url, 4),
 		"prompts.jsonl": `{"id": "q0", "question": "What is 2 plus 2?"}` + "\n" +
 			`{"id": "q1", "question": "` + strings.Repeat("long ", 400_000) + `"}` + "\n" +
 			`{"id": "q2", "question": 7}` + "\n",
@@ -131,4 +120,9 @@ func TestE2EDispatchDeadLetterOrigin(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("dead letters (-want +got):\n%s", diff)
 	}
+}
+
+// moreSource is partition C of file, for ownJob.
+func moreSource(file string) string {
+	return "  - {partition: C, path: " + file + ", prompt: question, id: id}\n"
 }

@@ -35,7 +35,7 @@ func TestE2EDrainFinishesJob(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := startAnswerServer(t, tt.answer)
 			dir := t.TempDir()
-			writeFiles(t, dir, map[string]string{"job.yaml": fmt.Sprintf(ownJob, srv.url, lane)})
+			writeFiles(t, dir, map[string]string{"job.yaml": ownJob(srv.url, lane)})
 			writePrompts(t, filepath.Join(dir, "prompts.jsonl"), rows)
 			srv.holdAfter(rows - lane)
 			p := startRegen(t, dir, "run", "--drain-timeout", "1m", "job.yaml")
