@@ -49,7 +49,7 @@ job is running: it writes what is finished so far.`,
 }
 
 func runExport(ctx context.Context, out io.Writer, path string, o exportOptions) error {
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 // launch flags, the model, the lanes and, when the job has run, the lengths
 // it observed — without overriding any flag the user gave.
 func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([]string, error) {
-	spec, err := job.Load(o.fromJob)
+	spec, err := job.LoadContext(ctx, o.fromJob)
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func runRequeue(ctx context.Context, out io.Writer, path string, o requeueOption
 	case o.rule != "" && !slices.Contains(quality.RuleNames, o.rule):
 		return fmt.Errorf("--rule %q: unknown rule (want %s)", o.rule, strings.Join(quality.RuleNames, ", "))
 	}
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
 	}

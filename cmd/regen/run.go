@@ -98,7 +98,7 @@ func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, 
 }
 
 func runRun(ctx context.Context, path string, o runOptions) error {
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ it answers at once whatever the job's size, and works while the job runs.`,
 }
 
 func runStats(ctx context.Context, out io.Writer, path string, o statsOptions) error {
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
 	}

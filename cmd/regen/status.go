@@ -57,7 +57,7 @@ a per-node liveness probe.`,
 }
 
 func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions) error {
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ Exits 1 when there is any problem.`,
 }
 
 func runValidate(ctx context.Context, out, errOut io.Writer, path string, o validateOptions) error {
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		var errs []error
 		if j, ok := err.(interface{ Unwrap() []error }); ok {

@@ -59,7 +59,7 @@ that address. A non-loopback address needs --token (or REGEN_WEB_TOKEN).`,
 const historyWindow = time.Hour
 
 func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o watchOptions) error {
-	spec, err := job.Load(path)
+	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,8 @@
 //
 // Dead letters (dead samples and rows that could not be ingested) are always
 // written to <name>.dead.jsonl: dead samples in id order, then bad source
-// rows in source order (file, then line), each with its file:line origin.
+// rows in source order (file, then line), each with its file:line origin
+// (a dead sample's is the row it was made from).
 // Both are streamed from the store, never loaded whole: every row of a
 // source may be bad.
 //

@@ -279,8 +279,8 @@ func (s *batchSink) write(r *record) error {
 	return nil
 }
 
-// deadLine is one dead letter: a dead sample (id set) or a source row that
-// never became a sample (origin set).
+// deadLine is one dead letter: a dead sample (id set, with the row it came
+// from as origin) or a source row that never became a sample (origin set).
 type deadLine struct {
 	ID        string `json:"id,omitempty"`
 	SourceID  string `json:"source_id,omitempty"`
@@ -311,7 +311,8 @@ func (s *deadSink) write(r *record) error {
 	if r.row.State != store.Dead {
 		return nil
 	}
-	return s.put(deadLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Reason: r.row.Reason, Attempts: r.row.Attempts})
+	return s.put(deadLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Origin: r.row.Origin,
+		Reason: r.row.Reason, Attempts: r.row.Attempts})
 }
 
 func (s *deadSink) ingestError(e store.IngestError) error {

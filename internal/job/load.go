@@ -3,7 +3,6 @@ package job
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 )
 
 // FieldError is one problem in a job file. Its text is
@@ -48,9 +49,9 @@ func (e *FieldError) Error() string {
 // returns a nil Spec and an error listing every problem (errors.Join of
 // *FieldError), each naming the file, line and field.
 func Load(path string) (*Spec, error) {
-	src, err := os.ReadFile(path)
+	src, err := readCapped(path)
 	if err != nil {
-		return nil, fmt.Errorf("read job file: %w", err)
+		return nil, err
 	}
 	return Parse(path, src)
 }
@@ -58,8 +59,21 @@ func Load(path string) (*Spec, error) {
 // Parse is Load for a job file already in memory; path names it in errors
 // and anchors its relative paths.
 func Parse(path string, src []byte) (*Spec, error) {
-	loc := newLocator(src)
-	if errs := checkShape(path, src); len(errs) > 0 {
+	if err := checkSize(path, len(src)); err != nil {
+		return nil, err
+	}
+	// A file that does not parse has no tree: the decoder reports the
+	// syntax error with its position.
+	var body ast.Node
+	if f, err := parser.ParseBytes(src, 0); err == nil && len(f.Docs) > 0 && f.Docs[0] != nil {
+		body = f.Docs[0].Body
+	}
+	// Aliases are counted before anything expands them.
+	if err := checkAliases(path, body); err != nil {
+		return nil, err
+	}
+	loc := newLocator(body)
+	if errs := checkShape(path, body); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	var s Spec

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 )
 
@@ -28,15 +27,11 @@ type valueAt struct {
 	path string
 }
 
-// newLocator parses src into an AST and indexes it; a file that does not
-// parse yields an empty locator (the decoder reports the syntax error).
-func newLocator(src []byte) *locator {
+// newLocator indexes the job file's syntax tree; a file that did not parse
+// (nil body) yields an empty locator.
+func newLocator(body ast.Node) *locator {
 	l := &locator{byPath: map[string]pos{}, byPos: map[pos]string{}, values: map[string]valueAt{}}
-	f, err := parser.ParseBytes(src, 0)
-	if err != nil || len(f.Docs) == 0 || f.Docs[0] == nil {
-		return l
-	}
-	l.walk("", f.Docs[0].Body)
+	l.walk("", body)
 	return l
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 )
 
 // checkShape walks the job file's syntax tree against Spec and returns
@@ -17,13 +16,12 @@ import (
 //
 // Numbers are numbers: `concurrency: "4"` is refused like
 // `concurrency: "four"`. A string field takes any scalar as its text.
-func checkShape(file string, src []byte) []error {
-	f, err := parser.ParseBytes(src, 0)
-	if err != nil || len(f.Docs) == 0 || f.Docs[0] == nil || f.Docs[0].Body == nil {
+func checkShape(file string, body ast.Node) []error {
+	if body == nil {
 		return nil // the decoder reports syntax errors with their position
 	}
 	c := &shapeChecker{file: file}
-	c.value("", f.Docs[0].Body, reflect.TypeOf(Spec{}))
+	c.value("", body, reflect.TypeOf(Spec{}))
 	return c.errs
 }
 

@@ -8,5 +8,8 @@
 // It owns the wiring between concepts, not their logic: retries live in
 // dispatch, process handling in supervise, states in monitor. A runner that
 // is killed at any point loses nothing: a re-run releases the dead runner's
-// leases without spending attempts and resumes.
+// leases without spending attempts and resumes. On a store that is not
+// shared (SQLite) the runner holds the store's "runner" lock (a flock the
+// kernel drops when the process dies) for its whole life: no heartbeat
+// read can make taking over atomic, a lock can.
 package runner

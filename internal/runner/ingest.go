@@ -2,8 +2,11 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
@@ -94,12 +97,48 @@ type sourcePlan struct {
 	files []string
 }
 
+// SourceError stops a run on a source it cannot read (missing, truncated,
+// corrupt): a re-run fails the same way until the file is fixed, so the
+// run ends FAILED with what to fix, not STOPPED with "re-run to resume".
+type SourceError struct {
+	Path string // relative to the job file when inside its directory
+	Err  error
+}
+
+func (e *SourceError) Error() string { return e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// Fix says what to do before a re-run can go on.
+func (e *SourceError) Fix() string {
+	return fmt.Sprintf("source %s cannot be read: fix or replace it (or take it out of the job), then re-run; the samples already stored are kept", e.Path)
+}
+
+// sourceError wraps err, an error reading the source file path, unless the
+// store (a write from the row callbacks) or an interrupt caused it.
+func (in *ingester) sourceError(ctx context.Context, path string, err error) error {
+	var se storeError
+	if err == nil || ctx.Err() != nil || errors.As(err, &se) {
+		return err
+	}
+	if rel, rerr := filepath.Rel(in.spec.Dir, path); rerr == nil && !strings.HasPrefix(rel, "..") {
+		path = rel
+	}
+	return &SourceError{Path: path, Err: err}
+}
+
+// storeError marks a store failure met while reading a source, so it is
+// not taken for the source's.
+type storeError struct{ err error }
+
+func (e storeError) Error() string { return e.err.Error() }
+func (e storeError) Unwrap() error { return e.err }
+
 func (in *ingester) plan() ([]sourcePlan, error) {
 	var out []sourcePlan
 	for _, src := range in.spec.Sources {
 		files, err := source.Files(src, in.spec.Dir)
 		if err != nil {
-			return nil, fmt.Errorf("ingest partition %s: %w", src.Partition, err)
+			return nil, in.sourceError(context.Background(), src.Path, fmt.Errorf("ingest partition %s: %w", src.Partition, err))
 		}
 		out = append(out, sourcePlan{src: src, files: files})
 		in.stats.Files += len(files)
@@ -115,7 +154,7 @@ func (in *ingester) unread(ctx context.Context, plan []sourcePlan) (int, error) 
 		for _, path := range p.files {
 			info, err := source.Fingerprint(p.src, path)
 			if err != nil {
-				return 0, fmt.Errorf("fingerprint %s: %w", path, err)
+				return 0, in.sourceError(ctx, path, fmt.Errorf("fingerprint %s: %w", path, err))
 			}
 			if _, ok, err := in.complete(ctx, p.src, path, info); err != nil {
 				return 0, err
@@ -255,7 +294,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func (in *ingester) file(ctx context.Context, src job.Source, path string, used int, revisit bool) (rows int, done bool, err error) {
 	info, err := source.Fingerprint(src, path)
 	if err != nil {
-		return 0, false, fmt.Errorf("fingerprint %s: %w", path, err)
+		return 0, false, in.sourceError(ctx, path, fmt.Errorf("fingerprint %s: %w", path, err))
 	}
 	if m, ok, err := in.complete(ctx, src, path, info); err != nil || ok {
 		if ok {
@@ -331,7 +370,7 @@ func (in *ingester) read(ctx context.Context, src job.Source, path string, limit
 		if len(batch) > 0 {
 			n, err := in.st.Ingest(ctx, batch)
 			if err != nil {
-				return err
+				return storeError{err}
 			}
 			in.stats.Inserted += n
 			batch = batch[:0]
@@ -341,7 +380,7 @@ func (in *ingester) read(ctx context.Context, src job.Source, path string, limit
 		}
 		if len(bad) > 0 {
 			if err := in.st.AddIngestErrors(ctx, bad); err != nil {
-				return err
+				return storeError{err}
 			}
 			bad = bad[:0]
 		}
@@ -373,7 +412,7 @@ func (in *ingester) read(ctx context.Context, src job.Source, path string, limit
 	}
 	st, err := source.Options{}.ReadFile(ctx, src, path, limit, emit, onBad)
 	if err != nil {
-		return st, err
+		return st, in.sourceError(ctx, path, err)
 	}
 	return st, flush()
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -83,7 +84,12 @@ type runState struct {
 	rate    rateWindow
 	// rescued remembers the heartbeat time at which a dead worker's leases
 	// were released (owned by the heartbeat loop after start).
-	rescued  map[string]time.Time
+	rescued map[string]time.Time
+	// disown releases the runner lock of a single-runner store (nil until
+	// taken; see own).
+	disown func() error
+	// draining is set at the first interrupt, while in-flight requests finish.
+	draining atomic.Bool
 	exported string // export mark once this worker wrote or found the export (guarded by mu)
 	// ingestDone is closed when every source file is in the store.
 	ingestDone chan struct{}
@@ -153,8 +159,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	defer r.stopAlerts()
 
 	if err := r.untilStore(ctx, r.takeOver); err != nil {
+		r.release()
 		return sum, err
 	}
+	defer r.release()
 	r.beat(ctx, false, "")
 
 	// The manifest says which source files are in already. With nothing
@@ -163,16 +171,16 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	in := &ingester{spec: spec, st: st, log: o.Logger}
 	plan, err := in.plan()
 	if err != nil {
-		return sum, err
+		return sum, r.stop(ctx, err)
 	}
 	toRead, err := in.unread(ctx, plan)
 	if err != nil {
-		return sum, err
+		return sum, r.stop(ctx, err)
 	}
 	var runErr error
 	if toRead == 0 {
 		if err := r.ingest(ctx, in, plan); err != nil {
-			return sum, err
+			return sum, r.stop(ctx, err)
 		}
 		// A finished job re-run only exports again: no server is started,
 		// so nothing is left behind in its status but the job's own DONE.
@@ -195,6 +203,12 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 			sum.Final = final
 		}
 	}()
+	// A drain can finish the job: with every sample finished, an interrupt
+	// ends it DONE and exported like any other finish.
+	exportCtx := ctx
+	if ctx.Err() != nil && !errors.As(runErr, &failed) && r.allFinished(bg) {
+		runErr, exportCtx = nil, bg
+	}
 	switch {
 	case runErr == nil:
 	case errors.As(runErr, &failed):
@@ -205,9 +219,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		r.beat(bg, true, "interrupted")
 		return sum, ErrInterrupted
 	default:
-		runErr = r.explainRefusal(bg, runErr)
-		r.beat(bg, true, runErr.Error())
-		return sum, runErr
+		return sum, r.stop(bg, r.explainRefusal(bg, runErr))
 	}
 	if !o.NoExport {
 		// Keep the heartbeat fresh while waiting for the other workers and
@@ -215,10 +227,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		// DONE is declared only once the files exist.
 		stop := r.beatEvery(bg, spec.Monitor.HeartbeatEvery)
 		var wrote bool
-		sum.Export, wrote, err = r.finish(ctx)
+		sum.Export, wrote, err = r.finish(exportCtx)
 		stop()
 		if err != nil {
-			if ctx.Err() != nil {
+			if exportCtx.Err() != nil {
 				r.beat(bg, true, "interrupted")
 				return sum, ErrInterrupted
 			}
@@ -236,6 +248,35 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.beat(bg, true, monitor.ExitFinished)
 	r.draw(bg, "")
 	return sum, r.nothingDone(bg)
+}
+
+// stop ends the run on err with its last heartbeat. A source it cannot
+// read makes the job FAILED with what to fix: a re-run would fail the same
+// way.
+func (r *runState) stop(ctx context.Context, err error) error {
+	ctx = context.WithoutCancel(ctx)
+	if errors.Is(err, context.Canceled) {
+		r.beat(ctx, true, "interrupted")
+		return ErrInterrupted
+	}
+	var se *SourceError
+	if errors.As(err, &se) {
+		r.setState(ctx, monitor.Failed, []string{se.Fix()})
+	}
+	r.beat(ctx, true, err.Error())
+	return err
+}
+
+// allFinished reports whether every source is in the store and no sample
+// of the job is left to do.
+func (r *runState) allFinished(ctx context.Context) bool {
+	select {
+	case <-r.ingestDone:
+	default:
+		return false
+	}
+	left, err := r.remaining(ctx)
+	return err == nil && left == 0
 }
 
 // remaining counts the job's samples not finished yet (pending or leased),
@@ -385,6 +426,8 @@ func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) er
 	fleetDone := make(chan error, 1)
 	go func() { fleetDone <- r.fleet.Run(fleetCtx) }()
 
+	stopDrainNote := context.AfterFunc(ctx, func() { r.draining.Store(true); notify(r.changed) })
+	defer stopDrainNote()
 	g, gctx := errgroup.WithContext(ctx)
 	dispCtx, stopDisp := context.WithCancel(gctx)
 	defer stopDisp()
@@ -767,6 +810,9 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 	step := func() {
 		l, _ := r.live(ctx)
 		s, ev := monitor.Evaluate(l)
+		if r.draining.Load() && s == monitor.Running {
+			ev = append(ev, fmt.Sprintf("interrupted: draining %d requests in flight, then stopping (or DONE if they were the last)", l.InFlight))
+		}
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}

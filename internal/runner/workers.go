@@ -27,6 +27,9 @@ func (r *runState) takeOver(ctx context.Context) error {
 			return err
 		}
 	} else {
+		if err := r.own(ctx); err != nil {
+			return err
+		}
 		hb, ok, err := r.o.Store.LastHeartbeat(ctx)
 		if err != nil {
 			return fmt.Errorf("read heartbeat: %w", err)
@@ -43,24 +46,65 @@ func (r *runState) takeOver(ctx context.Context) error {
 	return nil
 }
 
+// runnerLock is the lock a single-runner store's runner holds for its
+// life: checking that no runner is live and becoming the runner are one
+// step, which reading the last heartbeat and deciding is not (two runners
+// started together both read the dead runner's heartbeat and both ran).
+const runnerLock = "runner"
+
+// own takes the runner lock, or says who holds it. The kernel drops the
+// lock when its holder dies, however it dies.
+func (r *runState) own(ctx context.Context) error {
+	if r.disown != nil {
+		return nil // taken on an earlier try
+	}
+	unlock, ok, err := r.o.Store.TryLock(ctx, runnerLock)
+	if err != nil {
+		return fmt.Errorf("take job %s: %w", r.o.Spec.Name, err)
+	}
+	if ok {
+		r.disown = unlock
+		return nil
+	}
+	// The holder may not have written its first heartbeat yet.
+	if hb, ok, err := r.o.Store.LastHeartbeat(ctx); err == nil && ok && hb.Host == r.host && runnerAlive(hb.PID) {
+		return r.runBy(hb)
+	}
+	return fmt.Errorf("job %s is being run by another regen process (it holds the job's runner lock in %s.locks); stop that process first",
+		r.o.Spec.Name, r.o.Store.Info().Location)
+}
+
+// release gives up the runner lock once the run is over.
+func (r *runState) release() {
+	if r.disown == nil {
+		return
+	}
+	if err := r.disown(); err != nil {
+		r.o.Logger.Warn("release runner lock", "err", err)
+	}
+	r.disown = nil
+}
+
+// runBy is the refusal to run beside the live runner of heartbeat hb.
+func (r *runState) runBy(hb store.Heartbeat) error {
+	if hb.Host == r.host {
+		return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
+			r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
+	}
+	return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait until its heartbeat is %s old",
+		r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
+}
+
 func (r *runState) takeOverFrom(ctx context.Context, hb store.Heartbeat) error {
 	var beat monitor.Beat
 	_ = json.Unmarshal(hb.Counters, &beat)
-	fresh := time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
-	// On this host the process table decides, whatever the heartbeat's
-	// age: a runner that is alive but slow (draining, stopped) still owns
-	// its leases. Elsewhere only a fresh heartbeat proves life.
-	alive := fresh
-	if hb.Host == r.host {
-		alive = runnerAlive(hb.PID)
-	}
+	// On this host the runner lock decides: its holder is the live runner,
+	// and this runner holds it now (a pid in the heartbeat may have been
+	// reused). Elsewhere (a store on a shared disk) only a fresh heartbeat
+	// proves life.
+	alive := hb.Host != r.host && time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
 	if alive && !beat.Exited && hb.PID != os.Getpid() {
-		if hb.Host == r.host {
-			return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
-				r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
-		}
-		return fmt.Errorf("job %s is being run by pid %d on %s (heartbeat %s ago); stop it first or wait until its heartbeat is %s old",
-			r.o.Spec.Name, hb.PID, hb.Host, time.Since(hb.Time).Round(time.Second), r.o.Spec.Monitor.DeadAfter)
+		return r.runBy(hb)
 	}
 	n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
 	if err != nil {

@@ -429,7 +429,9 @@ func (r *reader) parquetFile(path string) error {
 		return err
 	}
 	if st.Size() == 0 {
-		return nil // an empty file has no rows, like an empty JSONL file
+		// Unlike an empty JSONL file, 0 bytes is not a Parquet file with no
+		// rows (that has a footer): it is a file cut short, like a truncated one.
+		return fmt.Errorf("open parquet %s: empty file (0 bytes): not a Parquet file, which ends with a footer even with no rows", path)
 	}
 	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {

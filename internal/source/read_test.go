@@ -438,14 +438,20 @@ func TestReadLimitAndStops(t *testing.T) {
 	}
 }
 
+// An empty JSONL file has no rows; an empty Parquet file is no Parquet
+// file (one with no rows still has its footer) and is refused by name, as
+// a truncated one is.
 func TestReadEmptyFile(t *testing.T) {
-	for _, name := range []string{"empty.jsonl", "empty.parquet"} {
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, name), nil, 0o644)
-		_, _, st, err := readAll(t, Options{}, job.Source{Partition: "E", Path: name, Prompt: "p"}, dir)
-		if want := (Stats{Files: 1}); err != nil || st != want {
-			t.Errorf("%s: stats %+v, err %v; want %+v, nil", name, st, err, want)
-		}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "empty.jsonl"), nil, 0o644)
+	_, _, st, err := readAll(t, Options{}, job.Source{Partition: "E", Path: "empty.jsonl", Prompt: "p"}, dir)
+	if want := (Stats{Files: 1}); err != nil || st != want {
+		t.Errorf("empty.jsonl: stats %+v, err %v; want %+v, nil", st, err, want)
+	}
+	os.WriteFile(filepath.Join(dir, "empty.parquet"), nil, 0o644)
+	_, _, _, err = readAll(t, Options{}, job.Source{Partition: "E", Path: "empty.parquet", Prompt: "p"}, dir)
+	if want := "open parquet " + filepath.Join(dir, "empty.parquet") + ": empty file (0 bytes)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("empty.parquet: err %v, want one containing %q", err, want)
 	}
 }
 

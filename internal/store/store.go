@@ -108,7 +108,7 @@ type Row struct {
 	Rule       string // the quality rule that rejected it ("" unless Rejected)
 	Prior      []Result
 	FinishedAt time.Time
-	Origin     string // file:line the sample came from (filled by Sample and Samples)
+	Origin     string // file:line the sample came from (filled by Sample, Samples and Finished)
 }
 
 // RejectCount is the number of rejected samples of one cell per rule.

@@ -106,7 +106,8 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	rows, err := s.pool.Query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason,
+			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
 		WHERE s.finished_at IS NOT NULL AND s.id > $1
 		ORDER BY s.id LIMIT $2`, after, pageSize)
@@ -128,7 +129,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 			reason, rule, end *string
 		)
 		if err := row.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &attempts, &lastErr, &finishedAt,
-			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &turn, &rt, &end); err != nil {
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &turn, &rt, &end, &r.Origin); err != nil {
 			return r, err
 		}
 		r.State, r.Attempts = stateName(st), int(attempts)

@@ -87,7 +87,8 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	rows, err := s.query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason,
+			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
 		WHERE s.finished_at IS NOT NULL AND s.id > ?
 		ORDER BY s.id LIMIT ?`, after, finishedPage)
@@ -110,7 +111,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 			endReason                sql.NullString
 		)
 		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &lastErr, &finishedAt,
-			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy, &rule, &turn, &reasoning, &endReason); err != nil {
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy, &rule, &turn, &reasoning, &endReason, &r.Origin); err != nil {
 			return nil, err
 		}
 		r.State = store.State(st)

@@ -487,7 +487,7 @@ func testCompleteStoresResult(t *testing.T, s store.Store) {
 	rows := finished(t, s)
 	want := []store.Row{{
 		ID: "a", Partition: "p", Lane: "short", State: store.Done,
-		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"),
+		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"), Origin: sample("p", "short", "a").Origin,
 	}}
 	if diff := cmp.Diff(want, rows, ignoreFinishedAt); diff != "" {
 		t.Fatalf("Finished (-want +got):\n%s", diff)
@@ -581,6 +581,7 @@ func testReject(t *testing.T, s store.Store) {
 	want := []store.Row{{
 		ID: "a", Partition: "p", Lane: "short", State: store.Rejected,
 		Body: sample("p", "short", "a").Body, Attempts: 1, Result: result("a"), Reason: "empty content", Rule: "empty",
+		Origin: sample("p", "short", "a").Origin,
 	}}
 	if diff := cmp.Diff(want, finished(t, s), ignoreFinishedAt); diff != "" {
 		t.Errorf("Finished (-want +got):\n%s", diff)
@@ -746,6 +747,9 @@ func testDeadLetter(t *testing.T, s store.Store) {
 	want := []store.Row{{
 		ID: "a", Partition: "p", Lane: "short", State: store.Dead,
 		Body: sample("p", "short", "a").Body, Attempts: 2, Reason: "400: context length exceeded",
+		// A dead letter made at dispatch names the row it came from, as
+		// one made at ingest does.
+		Origin: "p.jsonl:a",
 	}}
 	rows := finished(t, s)
 	if diff := cmp.Diff(want, rows, ignoreFinishedAt); diff != "" {

@@ -86,7 +86,7 @@ func testCompleteTurn(t *testing.T, s store.Store) {
 	must(t, s.Complete(ctx, "a", "w3", r2))
 	rows := finished(t, s)
 	want := []store.Row{{ID: "a", Partition: "p", Lane: "long", State: store.Done, Body: sample("p", "short", "a").Body,
-		Attempts: 1, Result: r2, Prior: []store.Result{stored0, stored1}}}
+		Attempts: 1, Result: r2, Prior: []store.Result{stored0, stored1}, Origin: sample("p", "short", "a").Origin}}
 	if diff := cmp.Diff(want, rows, ignoreFinishedAt); diff != "" {
 		t.Errorf("Finished (-want +got):\n%s", diff)
 	}
