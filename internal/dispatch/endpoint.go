@@ -14,6 +14,7 @@ import (
 type endpoint struct {
 	url    string
 	client Chatter
+	server Server // what the server reports itself to be (SetServer)
 
 	inflight    int
 	busySince   time.Time // when inflight last went from 0 to 1
