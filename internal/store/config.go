@@ -18,26 +18,27 @@ type Config struct {
 
 // Generation is one configuration a job's answers were generated with.
 // The first run of a job starts generation 1; `regen run --new-config`
-// starts the next one. The current generation is the last.
+// starts the next one. The current generation is the last. Status, stats
+// and the manifest show it in JSON as tagged.
 type Generation struct {
-	N           int
-	Fingerprint string
-	Config      []byte // the canonical configuration (JSON)
+	N           int             `json:"generation"`
+	Fingerprint string          `json:"fingerprint"`
+	Config      json.RawMessage `json:"config"` // the canonical configuration
 	// ServedModel is the model id the servers answered with, recorded once
 	// known; "" until then.
-	ServedModel string
-	Started     time.Time
+	ServedModel string    `json:"served_model,omitempty"`
+	Started     time.Time `json:"started"`
 	// Requeued is how many samples this generation's start sent back to a
 	// fresh start (pending at turn 0, no attempts spent, no retry time):
 	// every sample not there already.
-	Requeued int
+	Requeued int `json:"requeued"`
 	// Superseded is how many of this generation's answers were moved to
 	// the history when a later generation started.
-	Superseded int
+	Superseded int `json:"superseded"`
 	// Answers is how many stored answers the dataset holds now (every
 	// answer of the current generation, earlier turns included; 0 for
 	// older generations, whose answers are in the history).
-	Answers int
+	Answers int `json:"answers"`
 }
 
 // ErrConfigChanged is what Configure's *ConfigChangedError matches.
