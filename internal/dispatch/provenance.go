@@ -18,10 +18,8 @@ type Server struct {
 // SetServer records what the server at url reports itself to be, for the
 // answers it gives from now on (a restarted server may be another version).
 func (d *Dispatcher) SetServer(url string, s Server) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e, ok := d.epByURL[url]; ok {
-		e.server = s
+	if e, ok := d.epByURL[url]; ok { // fixed after New
+		e.server.Store(&s)
 	}
 }
 
@@ -52,11 +50,11 @@ type response struct {
 func (d *Dispatcher) storeResult(url string, l *lane, t *turn, res llm.Result, endReason string) store.Result {
 	p := store.Provenance{Generation: d.cfg.Generation, Model: res.Model, SystemFingerprint: res.SystemFingerprint,
 		Sampling: l.sampling, Seed: t.plan.Seed}
-	d.mu.Lock()
 	if e, ok := d.epByURL[url]; ok {
-		p.Engine, p.EngineVersion = e.server.Engine, e.server.Version
+		if s := e.server.Load(); s != nil {
+			p.Engine, p.EngineVersion = s.Engine, s.Version
+		}
 	}
-	d.mu.Unlock()
 	// Marshalling plain strings, ints, durations and valid JSON cannot fail.
 	b, _ := json.Marshal(response{Result: res, Endpoint: url, Provenance: p})
 	return store.Result{
