@@ -154,7 +154,8 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 		cols = append(cols, r["column_name"].(string))
 	}
 	wantCols := []string{"id", "source_id", "partition", "lane", "messages", "tools", "completion", "reasoning_content",
-		"tool_calls", "finish_reason", "prompt_tokens", "completion_tokens", "endpoint", "seed"}
+		"tool_calls", "finish_reason", "prompt_tokens", "completion_tokens", "endpoint", "seed",
+		"generation", "model", "engine", "engine_version", "system_fingerprint", "sampling"}
 	if diff := cmp.Diff(wantCols, cols); diff != "" {
 		t.Errorf("Parquet columns as DuckDB reads them (-want +got):\n%s", diff)
 	}

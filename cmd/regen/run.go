@@ -32,6 +32,7 @@ type runOptions struct {
 	noExport bool
 	verbose  bool
 	lanes    []string
+	newCfg   bool
 	web      webOptions
 }
 
@@ -40,6 +41,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.progress, "progress-every", 0, "progress refresh period (default 1s on a terminal, 10s otherwise)")
 	fs.BoolVar(&o.noExport, "no-export", false, "do not export when the job finishes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
+	fs.BoolVar(&o.newCfg, "new-config", false, "accept a job file that changes what answers would be (model, generation settings, max_tokens, mappings, quality rules): start a new configuration generation and generate every sample again")
 	fs.StringSliceVar(&o.lanes, "lanes", nil, "claim only these lanes (comma-separated; default all): workers sharing a PostgreSQL store may split the lanes")
 	o.web.AddFlags(fs)
 }
@@ -57,6 +59,12 @@ the results when every sample is finished.
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
 exits at once. Either way, run the same command again to resume.
+
+A re-run whose job file changes what answers would be (model, generation
+settings, max_tokens, source mappings, quality rules) is refused before any
+request, with the differences field by field; --new-config accepts the change:
+a new configuration generation starts and every sample is generated again
+(the earlier answers stay in the store's history, not in the export).
 
 With a PostgreSQL store (store.dsn or REGEN_STORE = postgres://...), the same
 command on several hosts runs one job together: each worker sends to its own
@@ -157,7 +165,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics,
+		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics, NewConfig: o.newCfg,
 		Version: versionString(),
 	})
 	// A job that finished with nothing done prints its summary, then fails.

@@ -65,6 +65,9 @@ type Config struct {
 	IngestDone <-chan struct{}
 	// Params are generation settings sent with every request.
 	Params map[string]json.RawMessage
+	// Generation is the job's configuration generation, recorded with
+	// every stored answer (store.Provenance).
+	Generation int
 
 	// Quality is the reject rules applied to every answer that is not
 	// escalated; the zero value rejects nothing. Reasoning says what the
@@ -184,6 +187,8 @@ type lane struct {
 	idx  int           // position in Dispatcher.lanes and endpoint.lanes
 	lim  *Limiter      // the fixed limit; unused for an auto lane
 	auto *limit.Bounds // nil for a fixed lane
+	// sampling is what its requests send (provenance.go).
+	sampling json.RawMessage
 	// Completion lengths seen, for the token estimate of a request.
 	outSum float64
 	outN   int
@@ -255,7 +260,8 @@ func New(cfg Config) (*Dispatcher, error) {
 		if lc.Auto == nil && lc.Concurrency < 1 {
 			return nil, fmt.Errorf("dispatch config: lane %q: concurrency %d, want >= 1", lc.Name, lc.Concurrency)
 		}
-		l := &lane{cfg: lc, idx: len(d.lanes), lim: NewLimiter(lc.Concurrency), auto: lc.Auto, backoff: minPoll}
+		l := &lane{cfg: lc, idx: len(d.lanes), lim: NewLimiter(lc.Concurrency), auto: lc.Auto, backoff: minPoll,
+			sampling: sampling(cfg.Params, lc.MaxTokens)}
 		d.lanes = append(d.lanes, l)
 		d.laneByName[lc.Name] = l
 	}

@@ -14,6 +14,7 @@ import (
 type endpoint struct {
 	url    string
 	client Chatter
+	server atomic.Pointer[Server] // what the server reports itself to be (SetServer); nil until known
 
 	inflight    int
 	busySince   time.Time // when inflight last went from 0 to 1

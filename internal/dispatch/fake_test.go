@@ -34,6 +34,7 @@ type fakeStore struct {
 	// answers logs every stored answer, for the statistics.
 	answers []fakeAnswer
 	dups    map[string]store.Duplicate // by origin
+	gens    []store.Generation
 }
 
 // fakeAnswer is one stored answer; gone once its reject was requeued.

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -228,10 +227,10 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	st, owner := d.cfg.Store, d.cfg.Owner
 	switch v.out {
 	case outComplete:
-		r := storeResult(url, res, t.index, v.endReason)
+		r := d.storeResult(url, l, t, res, v.endReason)
 		return l, "complete", func(ctx context.Context) error { return st.Complete(ctx, c.ID, owner, r) }
 	case outNextTurn:
-		r := storeResult(url, res, t.index, "")
+		r := d.storeResult(url, l, t, res, "")
 		next := d.nextLane(c, t, res)
 		target := l
 		if next != "" {
@@ -239,7 +238,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		}
 		return target, "complete turn", func(ctx context.Context) error { return st.CompleteTurn(ctx, c.ID, owner, r, next) }
 	case outReject:
-		r := storeResult(url, res, t.index, "")
+		r := d.storeResult(url, l, t, res, "")
 		return l, "reject", func(ctx context.Context) error { return st.Reject(ctx, c.ID, owner, r, v.check.Rule, v.check.Evidence) }
 	case outEscalate:
 		target := d.laneByName[l.cfg.EscalateTo]
@@ -321,27 +320,4 @@ func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr erro
 	})
 	pe.RequeueOK = err == nil
 	d.fatal(pe)
-}
-
-// response is the stored response record: the completion and where it ran.
-type response struct {
-	llm.Result
-	Endpoint string `json:"endpoint"`
-}
-
-func storeResult(url string, res llm.Result, turn int, endReason string) store.Result {
-	// Marshalling plain strings, ints and durations cannot fail.
-	b, _ := json.Marshal(response{Result: res, Endpoint: url})
-	return store.Result{
-		Response:         b,
-		FinishReason:     res.FinishReason,
-		PromptTokens:     res.Usage.PromptTokens,
-		CompletionTokens: res.Usage.CompletionTokens,
-		Endpoint:         url,
-		Duration:         res.Duration,
-		TTFT:             res.TTFT,
-		Turn:             turn,
-		ReasoningTokens:  res.Usage.ReasoningTokens,
-		EndReason:        endReason,
-	}
 }

@@ -825,3 +825,50 @@ func TestEverySampleEndsOnce(t *testing.T) {
 		}
 	})
 }
+
+// Every stored answer carries its provenance: the configuration
+// generation, the model and system_fingerprint the response named, the
+// server's engine and version, the sampling parameters sent (the lane's
+// max_tokens among them) and the seed.
+func TestStoredProvenance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		_, err := st.Ingest(t.Context(), []store.NewSample{
+			{ID: "seeded", Partition: "p", Lane: "short", Body: []byte(`{"messages":[{"role":"user","content":"seeded"}],"seed":42}`)},
+			{ID: "plain", Partition: "p", Lane: "short", Body: []byte(`{"messages":[{"role":"user","content":"plain"}]}`)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, _ := fleet(newTracker(), func(ctx context.Context, c call1) (llm.Result, error) {
+			return llm.Result{Content: "hi", FinishReason: "stop", Model: "served-m", SystemFingerprint: "fp_1",
+				Usage: llm.Usage{PromptTokens: 1, CompletionTokens: 1, TotalTokens: 2}}, nil
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Generation = 2
+		cfg.Params = map[string]json.RawMessage{"temperature": json.RawMessage(`0.7`), "top_p": json.RawMessage(`0.9`)}
+		d := mustNew(t, cfg)
+		d.SetServer("http://a", Server{Engine: "sglang", Version: "0.5.6"})
+		if err := d.Run(t.Context()); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		seed := int64(42)
+		for id, wantSeed := range map[string]*int64{"seeded": &seed, "plain": nil} {
+			r := st.get(id).result
+			var rec struct {
+				Provenance store.Provenance `json:"provenance"`
+			}
+			if err := json.Unmarshal(r.Response, &rec); err != nil {
+				t.Fatalf("%s: stored response is not JSON: %v", id, err)
+			}
+			want := store.Provenance{Generation: 2, Model: "served-m", SystemFingerprint: "fp_1", Engine: "sglang", EngineVersion: "0.5.6",
+				Sampling: json.RawMessage(`{"max_tokens":100,"temperature":0.7,"top_p":0.9}`), Seed: wantSeed}
+			if diff := cmp.Diff(want, rec.Provenance); diff != "" {
+				t.Errorf("%s: provenance (-want +got):\n%s", id, diff)
+			}
+			if r.Generation != 2 {
+				t.Errorf("%s: stored generation %d, want 2", id, r.Generation)
+			}
+		}
+	})
+}

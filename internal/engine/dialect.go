@@ -63,6 +63,11 @@ type Dialect struct {
 	// true, that make the engine return the prompt and completion token ids
 	// on a streamed answer; nil when it cannot (docs/engines.md §10).
 	TokenIDFields []string
+	// VersionPath answers JSON whose VersionField is the server's version
+	// (docs/engines.md §12): SGLang's /get_server_info version, vLLM's
+	// /version, llama-server's /props build_info.
+	VersionPath  string
+	VersionField string
 }
 
 // MetricNames lists, per common field, the engine metric names that feed it;
@@ -94,6 +99,8 @@ var dialects = map[string]Dialect{
 		ServerInfoPath: "/get_server_info",
 		Metrics:        sglangMetrics,
 		TokenIDFields:  sglangTokenIDs,
+		VersionPath:    "/get_server_info",
+		VersionField:   "version",
 	},
 	Sim: {
 		Name:           Sim,
@@ -106,6 +113,8 @@ var dialects = map[string]Dialect{
 		ServerInfoPath: "/get_server_info",
 		Metrics:        sglangMetrics,
 		TokenIDFields:  sglangTokenIDs,
+		VersionPath:    "/get_server_info",
+		VersionField:   "version",
 	},
 	VLLM: {
 		Name:                VLLM,
@@ -116,6 +125,8 @@ var dialects = map[string]Dialect{
 		ProbeTimeout:        DefaultProbeTimeout,
 		MetricsPath:         "/metrics",
 		TokenIDFields:       []string{"return_token_ids"},
+		VersionPath:         "/version",
+		VersionField:        "version",
 		Metrics: MetricNames{
 			Running:               []string{"vllm:num_requests_running"},
 			Queued:                []string{"vllm:num_requests_waiting"},
@@ -136,6 +147,8 @@ var dialects = map[string]Dialect{
 		ProbeTimeout: DefaultProbeTimeout,
 		MetricsPath:  "/metrics",
 		PropsPath:    "/props",
+		VersionPath:  "/props",
+		VersionField: "build_info",
 		Metrics: MetricNames{
 			Running:               []string{"llamacpp:requests_processing"},
 			Queued:                []string{"llamacpp:requests_deferred"},

@@ -49,6 +49,9 @@ type Summary struct {
 	// loss_mask, and those whose record says token_ids: unavailable.
 	TokenIDs            int
 	TokenIDsUnavailable int
+	// DoneByGeneration counts done samples by the configuration
+	// generation of their last answer.
+	DoneByGeneration map[int]int
 }
 
 // Metadata levels of Options.
@@ -170,6 +173,10 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 		case store.Done:
 			seen.addRecord(rec)
 			sum.Done++
+			if sum.DoneByGeneration == nil {
+				sum.DoneByGeneration = map[int]int{}
+			}
+			sum.DoneByGeneration[rec.last().Generation]++
 			if o.TokenIDs {
 				countTokens(&sum, rec)
 			}

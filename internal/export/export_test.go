@@ -36,7 +36,10 @@ type fakeStore struct {
 	bad       []store.IngestError
 	failAfter int  // Finished fails after this many rows; 0 = never
 	failBad   bool // EachIngestError fails after the first bad row
+	gens      []store.Generation
 }
+
+func (f *fakeStore) Generations(context.Context) ([]store.Generation, error) { return f.gens, nil }
 
 func (f *fakeStore) Finished(ctx context.Context, fn func(store.Row) error) error {
 	for i, r := range f.rows {
@@ -221,6 +224,7 @@ func TestExportGolden(t *testing.T) {
 			{Format: "manifest", Path: filepath.Join(dir, "demo.manifest.json")},
 		},
 		Done: 3, Truncated: 1, Rejected: 1, Dead: 1, BadRows: 1,
+		DoneByGeneration: map[int]int{0: 3}, // the fixture's answers name no generation
 	}
 	if diff := cmp.Diff(wantSum, sum); diff != "" {
 		t.Errorf("Summary mismatch (-want +got):\n%s", diff)

@@ -61,6 +61,9 @@ type runDetails struct {
 	// Seed is the sampling seed every request of the sample sent (one of
 	// samples_per_prompt answers to one prompt).
 	Seed *int64 `json:"seed,omitempty"`
+	// Provenance is where the last answer came from: configuration
+	// generation, model id, engine and version, sampling parameters.
+	Provenance *store.Provenance `json:"provenance,omitempty"`
 }
 
 // turnDetails is one answer of a multi-turn conversation.
@@ -71,6 +74,8 @@ type turnDetails struct {
 	Usage        llm.Usage `json:"usage"`
 	Endpoint     string    `json:"endpoint"`
 	Attempts     int       `json:"attempts"`
+	// Provenance is where this answer came from.
+	Provenance *store.Provenance `json:"provenance,omitempty"`
 }
 
 func sharegptMessages(conv []conversation.Message) []sharegptMessage {
@@ -89,15 +94,17 @@ func sharegptMessages(conv []conversation.Message) []sharegptMessage {
 func details(r *record) *runDetails {
 	d := &runDetails{Lane: r.row.Lane, FinishReason: r.res.FinishReason, Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint,
 		Attempts: r.row.Attempts, EndReason: r.row.Result.EndReason, Seed: r.plan.Seed}
+	last := r.last()
+	d.Provenance = &last
 	if len(r.row.Prior) == 0 {
 		return d
 	}
 	for i, p := range r.row.Prior {
 		d.Turns = append(d.Turns, turnDetails{Turn: p.Turn, Lane: p.Lane, FinishReason: r.answers[i].FinishReason,
-			Usage: r.answers[i].Usage, Endpoint: p.Endpoint, Attempts: p.Attempts})
+			Usage: r.answers[i].Usage, Endpoint: p.Endpoint, Attempts: p.Attempts, Provenance: &r.provs[i]})
 	}
 	d.Turns = append(d.Turns, turnDetails{Turn: r.row.Result.Turn, Lane: r.row.Lane, FinishReason: r.res.FinishReason,
-		Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint, Attempts: r.row.Attempts})
+		Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint, Attempts: r.row.Attempts, Provenance: &last})
 	return d
 }
 

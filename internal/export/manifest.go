@@ -105,10 +105,17 @@ type RejectCell struct {
 	N         int    `json:"n"`
 }
 
-// GenerationCount is the done samples of one configuration generation.
+// GenerationCount is one configuration generation: its done samples,
+// the answers a later generation superseded (kept in the store's
+// history, not exported), and what it was: its fingerprint, the canonical
+// configuration hashed into it and the model its servers answered with.
 type GenerationCount struct {
-	Generation int `json:"generation"`
-	Done       int `json:"done"`
+	Generation  int             `json:"generation"`
+	Done        int             `json:"done"`
+	Superseded  int             `json:"superseded"`
+	Fingerprint string          `json:"fingerprint"`
+	ServedModel string          `json:"served_model,omitempty"`
+	Config      json.RawMessage `json:"config"`
 }
 
 // TokenStats are the distributions of prompt and completion tokens over
@@ -207,7 +214,7 @@ func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
 // serverTally collects the endpoints and served models of stored answers.
 type serverTally map[string]*Server
 
-func (t serverTally) add(endpoint, model string) {
+func (t serverTally) add(endpoint, model string, p store.Provenance) {
 	if endpoint == "" {
 		return
 	}
@@ -220,6 +227,10 @@ func (t serverTally) add(endpoint, model string) {
 	if model != "" && !slices.Contains(s.Models, model) {
 		s.Models = append(s.Models, model)
 	}
+	// A restarted server may report another version: the latest answer's.
+	if p.Engine != "" {
+		s.Engine, s.EngineVersion = p.Engine, p.EngineVersion
+	}
 }
 
 // addRecord counts every stored answer of a done or rejected record.
@@ -228,9 +239,9 @@ func (t serverTally) addRecord(r *record) {
 		return
 	}
 	for i, p := range r.row.Prior {
-		t.add(p.Endpoint, r.answers[i].Model)
+		t.add(p.Endpoint, r.answers[i].Model, r.provs[i])
 	}
-	t.add(r.row.Result.Endpoint, r.res.Model)
+	t.add(r.row.Result.Endpoint, r.res.Model, r.last())
 }
 
 func (t serverTally) list() []Server {
@@ -300,6 +311,27 @@ func storeFacts(ctx context.Context, st store.Store, m *Manifest) error {
 	return nil
 }
 
+// generationFacts takes the configuration's fingerprint and generation
+// from the store, which checked the job against them, and counts done
+// samples and superseded answers per generation.
+func generationFacts(ctx context.Context, st store.Store, m *Manifest, done map[int]int) error {
+	gens, err := st.Generations(ctx)
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	cur, ok := store.Current(gens)
+	if !ok {
+		return nil
+	}
+	m.Fingerprint, m.Generation = cur.Fingerprint, cur.N
+	m.Generations = []GenerationCount{}
+	for _, g := range gens {
+		m.Generations = append(m.Generations, GenerationCount{Generation: g.N, Done: done[g.N], Superseded: g.Superseded,
+			Fingerprint: g.Fingerprint, ServedModel: g.ServedModel, Config: g.Config})
+	}
+	return nil
+}
+
 // percentiles summarises a histogram of token counts (nearest rank).
 func percentiles(h map[int]int) Percentiles {
 	var p Percentiles
@@ -354,6 +386,9 @@ func describe(ctx context.Context, st store.Store, dir, name string, d Describe,
 		m.Job.Name = name
 	}
 	if err := storeFacts(ctx, st, m); err != nil {
+		return nil, err
+	}
+	if err := generationFacts(ctx, st, m, sum.DoneByGeneration); err != nil {
 		return nil, err
 	}
 	for _, o := range outs {

@@ -29,6 +29,15 @@ type ParquetRow struct {
 	CompletionTokens int64            `parquet:"completion_tokens"`
 	Endpoint         *string          `parquet:"endpoint,optional"`
 	Seed             *int64           `parquet:"seed,optional"` // with full metadata, when one was sent
+	// The last answer's provenance, with full metadata: configuration
+	// generation, the model id it named, the server's engine, version and
+	// system_fingerprint when it said, the sampling parameters sent (JSON).
+	Generation        *int64  `parquet:"generation,optional"`
+	Model             *string `parquet:"model,optional"`
+	Engine            *string `parquet:"engine,optional"`
+	EngineVersion     *string `parquet:"engine_version,optional"`
+	SystemFingerprint *string `parquet:"system_fingerprint,optional"`
+	Sampling          *string `parquet:"sampling,optional"`
 }
 
 // ParquetMessage is one input turn. Content is the text, or the JSON of a
@@ -123,6 +132,11 @@ func (s *parquetSink) write(r *record) error {
 	if s.full {
 		row.Endpoint = optional(r.row.Result.Endpoint)
 		row.Seed = r.plan.Seed
+		p := r.last()
+		gen := int64(p.Generation)
+		row.Generation = &gen
+		row.Model, row.Engine, row.EngineVersion = optional(p.Model), optional(p.Engine), optional(p.EngineVersion)
+		row.SystemFingerprint, row.Sampling = optional(p.SystemFingerprint), optional(string(p.Sampling))
 	}
 	if err := s.rows.write(r, row); err != nil {
 		return fmt.Errorf("parquet sample %s: %w", r.row.ID, err)

@@ -24,6 +24,7 @@ type record struct {
 	row        store.Row
 	plan       *conversation.Plan     // done and rejected rows
 	answers    []llm.Result           // every stored answer, in turn order
+	provs      []store.Provenance     // where each answer came from, in turn order
 	res        llm.Result             // the last answer
 	conv       []conversation.Message // the inputs and answers, ending with the last answer
 	engineName func(string) string    // Options.EngineOf
@@ -60,22 +61,46 @@ func decodeRecord(row store.Row) (*record, error) {
 	}
 	rec.plan = p
 	for _, prior := range row.Prior {
-		var res llm.Result
-		if err := json.Unmarshal(prior.Response, &res); err != nil {
+		res, prov, err := decodeAnswer(prior)
+		if err != nil {
 			return nil, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", row.ID, prior.Turn, err)
 		}
-		rec.answers = append(rec.answers, fillFromColumns(res, prior))
+		rec.answers, rec.provs = append(rec.answers, res), append(rec.provs, prov)
 	}
-	if err := json.Unmarshal(row.Result.Response, &rec.res); err != nil {
+	res, prov, err := decodeAnswer(row.Result)
+	if err != nil {
 		return nil, fmt.Errorf("sample %s: decode stored result: %w", row.ID, err)
 	}
-	rec.res = fillFromColumns(rec.res, row.Result)
-	rec.answers = append(rec.answers, rec.res)
+	rec.res = res
+	rec.answers, rec.provs = append(rec.answers, res), append(rec.provs, prov)
 	if rec.conv, err = p.Conversation(rec.answers); err != nil {
 		return nil, fmt.Errorf("sample %s: %w", row.ID, err)
 	}
 	return rec, nil
 }
+
+// decodeAnswer reads a stored answer's response record: the completion
+// and its provenance (an answer stored before regen kept one has only the
+// generation of its column).
+func decodeAnswer(r store.Result) (llm.Result, store.Provenance, error) {
+	var rec struct {
+		llm.Result
+		Provenance store.Provenance `json:"provenance"`
+	}
+	if err := json.Unmarshal(r.Response, &rec); err != nil {
+		return llm.Result{}, store.Provenance{}, err
+	}
+	if rec.Provenance.Generation == 0 {
+		rec.Provenance.Generation = r.Generation
+	}
+	if rec.Provenance.Model == "" {
+		rec.Provenance.Model = rec.Model
+	}
+	return fillFromColumns(rec.Result, r), rec.Provenance, nil
+}
+
+// last is the last answer's provenance.
+func (r *record) last() store.Provenance { return r.provs[len(r.provs)-1] }
 
 // fillFromColumns takes what the response record is silent about from the
 // store's columns, which are authoritative.

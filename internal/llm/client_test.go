@@ -63,6 +63,15 @@ func TestChatStreams(t *testing.T) {
 				Model:            "Qwen/Qwen3-8B",
 			},
 			wantDeltas: 3,
+		}, {
+			// system_fingerprint is kept from the chunks that carry it
+			// (a null in a later chunk does not erase it).
+			fixture: "system_fingerprint.sse",
+			want: Result{
+				Content: "Hi", FinishReason: "stop", Model: "gpt-like", SystemFingerprint: "fp_44709d6fcb",
+				Usage: Usage{PromptTokens: 5, CompletionTokens: 1, TotalTokens: 6},
+			},
+			wantDeltas: 1,
 		},
 	}
 	for _, tt := range tests {

@@ -78,10 +78,13 @@ func (k *keptString) UnmarshalJSON(b []byte) error {
 // streamChunk is the part of a chat.completion.chunk the client reads; one
 // value is reused for every chunk of a stream.
 type streamChunk struct {
-	Model   keptString      `json:"model"`
-	Choices []chunkChoice   `json:"choices"`
-	Usage   *chunkUsage     `json:"usage"`
-	Error   json.RawMessage `json:"error"`
+	Model keptString `json:"model"`
+	// SystemFingerprint identifies the server's configuration, when it
+	// sends one (OpenAI's field; optional for compatible servers).
+	SystemFingerprint keptString      `json:"system_fingerprint"`
+	Choices           []chunkChoice   `json:"choices"`
+	Usage             *chunkUsage     `json:"usage"`
+	Error             json.RawMessage `json:"error"`
 	// PromptTokenIDs is vLLM's answer to return_token_ids, in the first
 	// chunk only (docs/engines.md §10.1).
 	PromptTokenIDs []int32 `json:"prompt_token_ids"`
@@ -247,14 +250,15 @@ func (a *assembler) addTool(pos int, t *chunkToolCall) {
 	acc.args.WriteString(t.Function.Arguments)
 }
 
-func (a *assembler) result(model string) Result {
+func (a *assembler) result(model, systemFingerprint string) Result {
 	r := Result{
-		Content:          a.content.String(),
-		ReasoningContent: a.reasoning.String(),
-		FinishReason:     a.finish,
-		Usage:            a.usage,
-		Model:            model,
-		TTFT:             a.ttft,
+		Content:           a.content.String(),
+		ReasoningContent:  a.reasoning.String(),
+		FinishReason:      a.finish,
+		Usage:             a.usage,
+		Model:             model,
+		SystemFingerprint: systemFingerprint,
+		TTFT:              a.ttft,
 
 		PromptTokenIDs:     a.promptIDs,
 		CompletionTokenIDs: a.completionIDs,
@@ -381,7 +385,7 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 	case "abort":
 		return Result{}, &Error{Class: Retryable, Msg: "chat stream: server aborted the request (finish_reason abort)"}
 	}
-	return a.result(string(ch.Model)), nil
+	return a.result(string(ch.Model), string(ch.SystemFingerprint)), nil
 }
 
 func btoi(b bool) int {

@@ -42,14 +42,17 @@ type ToolCall struct {
 
 // Result is a finished completion.
 type Result struct {
-	Content          string        `json:"content"`
-	ReasoningContent string        `json:"reasoning_content,omitempty"`
-	ToolCalls        []ToolCall    `json:"tool_calls,omitempty"`
-	FinishReason     string        `json:"finish_reason"`
-	Usage            Usage         `json:"usage"`
-	Model            string        `json:"model,omitempty"`
-	TTFT             time.Duration `json:"ttft_ns"`
-	Duration         time.Duration `json:"duration_ns"`
+	Content          string     `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	FinishReason     string     `json:"finish_reason"`
+	Usage            Usage      `json:"usage"`
+	Model            string     `json:"model,omitempty"`
+	// SystemFingerprint is the response's system_fingerprint, when the
+	// server sent one.
+	SystemFingerprint string        `json:"system_fingerprint,omitempty"`
+	TTFT              time.Duration `json:"ttft_ns"`
+	Duration          time.Duration `json:"duration_ns"`
 	// PromptTokenIDs and CompletionTokenIDs are the token ids the server
 	// saw and sampled, when it was asked for them (Config.TokenIDFields)
 	// and returned them; regen never makes them from text.

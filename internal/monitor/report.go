@@ -168,6 +168,9 @@ type Report struct {
 	Store *StoreStatus `json:"store"`
 	// Rejects counts the rejected samples per quality rule, most first.
 	Rejects []RuleCount `json:"rejects"`
+	// Generations are the job's configuration generations, oldest first;
+	// the last is the one the job runs with (empty before the first run).
+	Generations []store.Generation `json:"generations"`
 }
 
 // RuleCount is the number of samples one quality rule rejected.
@@ -284,6 +287,9 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	if r.Rejects, err = rejectsByRule(ctx, st); err != nil {
 		return r, err
+	}
+	if r.Generations, err = st.Generations(ctx); err != nil {
+		return r, fmt.Errorf("read generations: %w", err)
 	}
 	return r, nil
 }

@@ -265,3 +265,33 @@ func value(m *dto.Metric) float64 {
 	}
 	return 0
 }
+
+// Version reads the server's version from the dialect's VersionPath
+// (docs/engines.md §12); "" with no error when the dialect names none.
+func Version(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) (string, error) {
+	if d.VersionPath == "" {
+		return "", nil
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	url := strings.TrimRight(baseURL, "/") + d.VersionPath
+	body, err := get(ctx, client, url, 16<<20)
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	var fields map[string]json.RawMessage
+	if err := json.NewDecoder(body).Decode(&fields); err != nil {
+		return "", fmt.Errorf("version %s: %w", url, err)
+	}
+	raw, ok := fields[d.VersionField]
+	if !ok {
+		return "", fmt.Errorf("version %s: no %q field", url, d.VersionField)
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", fmt.Errorf("version %s: %s is not a string: %w", url, d.VersionField, err)
+	}
+	return v, nil
+}

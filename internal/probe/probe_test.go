@@ -172,3 +172,33 @@ func BenchmarkParseMetricsSGLang(b *testing.B) {
 		}
 	}
 }
+
+// Each engine's version comes from its own route and field, as the
+// engines answer them (docs/engines.md §12); an answer without the field
+// is an error, not an empty version.
+func TestVersion(t *testing.T) {
+	tests := []struct {
+		engine, path, body string
+		want               string
+		wantErr            bool
+	}{
+		{"sglang", "/get_server_info", `{"max_total_num_tokens": 231120, "version": "0.5.6.post2"}`, "0.5.6.post2", false},
+		{"sim", "/get_server_info", `{"version": "0.5.6-sim"}`, "0.5.6-sim", false},
+		{"vllm", "/version", `{"version": "0.11.0"}`, "0.11.0", false},
+		{"llamacpp", "/props", `{"default_generation_settings": {"n_ctx": 4096}, "build_info": "b6123-abcdef1"}`, "b6123-abcdef1", false},
+		{"vllm", "/version", `{"ver": "0.11.0"}`, "", true},
+		{"sglang", "/get_server_info", `{"version": 5}`, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.engine+" "+tt.body, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET "+tt.path, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(tt.body)) })
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			got, err := Version(context.Background(), srv.Client(), srv.URL+"/", dialect(t, tt.engine))
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("Version = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}

@@ -91,21 +91,28 @@ func (r *runState) tokenIDFields(url string) []string {
 	return d.TokenIDFields
 }
 
-// checkModel asks a server that just became ready which models it serves.
+// checkModel asks a server that just became ready what it is (its
+// version, for the provenance of its answers) and which models it serves:
+// the one it answers with is recorded for the configuration generation, or
+// refused when it differs from the one recorded (checkServed).
 // When the job's model is not among them it returns the refusal for a
 // server that would answer 404 to every request (vLLM); for one that
 // answers any name (SGLang, llama-server) it records a warning instead,
 // shown with the endpoint, and returns "". A server that does not list
 // its models is not second-guessed.
 func (r *runState) checkModel(ctx context.Context, url string) (refusal string) {
-	want := r.o.Spec.Model
-	if want == "" {
-		return ""
-	}
 	d, key := r.endpointEngine(url)
+	r.identify(ctx, url, d)
 	served, err := servedModels(ctx, url, key)
 	if err != nil || len(served) == 0 {
 		r.o.Logger.Info("model check skipped", "endpoint", url, "err", err)
+		return ""
+	}
+	if refusal := r.checkServed(ctx, url, served); refusal != "" {
+		return refusal
+	}
+	want := r.o.Spec.Model
+	if want == "" {
 		return ""
 	}
 	r.mu.Lock()

@@ -46,6 +46,10 @@ type Options struct {
 	Lanes []string
 	// Metrics, when set, is fed every request (regen's own /metrics).
 	Metrics *monitor.Metrics
+	// NewConfig accepts a job configuration other than the store's: it
+	// starts a new configuration generation and every sample is generated
+	// again (without it such a run is refused with a *ConfigError).
+	NewConfig bool
 	// Version is regen's version, for the export's manifest and card.
 	Version string
 }
@@ -75,7 +79,8 @@ type runState struct {
 	owner   string
 	host    string
 	started time.Time
-	shared  bool // several workers may run the job at once
+	shared  bool             // several workers may run the job at once
+	gen     store.Generation // the configuration generation this run generates
 	disp    *dispatch.Dispatcher
 	fleet   fleet
 	hist    *history // per-minute rows for the views
@@ -163,6 +168,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, err
 	}
 	defer r.release()
+	// Before anything is ingested, sent or announced by a heartbeat.
+	if err := r.configure(ctx); err != nil {
+		return sum, err
+	}
 	r.beat(ctx, false, "")
 
 	// The manifest says which source files are in already. With nothing
@@ -359,7 +368,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		lanes = append(lanes, lc)
 	}
 	disp, err := dispatch.New(dispatch.Config{
-		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Serve: o.Lanes, Endpoints: endpoints, Params: params,
+		Store: st, Owner: r.owner, Model: spec.Model, Lanes: lanes, Serve: o.Lanes, Endpoints: endpoints, Params: params, Generation: r.gen.N,
 		IngestDone:  r.ingestDone,
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,

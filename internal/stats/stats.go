@@ -32,6 +32,10 @@ type Report struct {
 	BucketSeconds int        `json:"bucket_seconds,omitempty"`
 	Duplicates    Duplicates `json:"duplicates"`
 	BadRows       int        `json:"bad_rows"` // source rows that never became samples
+	// Generations are the job's configuration generations, oldest first:
+	// the current one's answers are the ones counted here; older ones'
+	// were superseded (kept in the store's history).
+	Generations []store.Generation `json:"generations,omitempty"`
 }
 
 // Samples counts samples by state; a sample counts in the lane it is in now.
@@ -141,6 +145,9 @@ func Compute(ctx context.Context, st store.Store, jobName string, now time.Time)
 		t.CompletionTokens.Sum += s.CompletionTokens
 	}
 	if err := percentiles(ctx, st, cell, &r.Total); err != nil {
+		return r, err
+	}
+	if r.Generations, err = st.Generations(ctx); err != nil {
 		return r, err
 	}
 	for _, c := range cells {

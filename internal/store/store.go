@@ -93,6 +93,9 @@ type Result struct {
 	// and Row.Prior (a Row carries its own Lane and Attempts).
 	Lane     string
 	Attempts int
+	// Generation is the configuration generation the answer was generated
+	// with (see Configs); 0 when the writer named none.
+	Generation int
 }
 
 // Row is one finished sample, as export and status read it.
@@ -248,6 +251,9 @@ type Throughput struct {
 // starts the next turn at zero. A limit <= 0 in IngestErrors, LastErrors,
 // Events and IngestDuplicates means no limit.
 type Store interface {
+	// Configs records the job's configuration generations.
+	Configs
+
 	// Ingest inserts samples whose ID is not yet present and returns how many
 	// were new. Re-ingesting the same samples inserts nothing.
 	Ingest(ctx context.Context, samples []NewSample) (inserted int, err error)

@@ -20,7 +20,9 @@ func StatsText(r stats.Report) string {
 	if r.Duplicates.Total > 0 {
 		fmt.Fprintf(&b, " (%d with the same content)", r.Duplicates.SameContent)
 	}
-	b.WriteString("\n\n")
+	b.WriteString("\n")
+	writeGenerations(&b, r.Generations)
+	b.WriteString("\n")
 	const head = "%-18s %-8s %8s %8s %-26s %-26s %7s %7s %6s %9s\n"
 	fmt.Fprintf(&b, head, "partition", "lane", "samples", "answers", "prompt p50/p90/p99/max", "completion p50/p90/p99/max", "trunc", "reject", "ended", "reasoning")
 	row := func(p, l string, c stats.Cell) {

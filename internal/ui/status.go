@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
 )
 
 // StatusText renders a status report as one screen of text.
@@ -36,6 +37,7 @@ func StatusText(job string, r monitor.Report) string {
 	if r.IngestErrors > 0 {
 		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
 	}
+	writeGenerations(&b, r.Generations)
 	if len(r.Rejects) > 0 {
 		b.WriteString("rejected by rule:")
 		for i, rc := range r.Rejects {
@@ -198,5 +200,23 @@ func writeWorkers(b *strings.Builder, ws []monitor.WorkerStatus) {
 	}
 	if older > olderWorkersShown {
 		fmt.Fprintf(b, "  ... and %d older workers (finished, stopped or dead)\n", older-olderWorkersShown)
+	}
+}
+
+// writeGenerations says which configuration the answers come from, and
+// what earlier configurations left in the store's history.
+func writeGenerations(b *strings.Builder, gens []store.Generation) {
+	if len(gens) == 0 {
+		return
+	}
+	cur := gens[len(gens)-1]
+	fmt.Fprintf(b, "configuration: generation %d (fingerprint %.12s), %d answers", cur.N, cur.Fingerprint, cur.Answers)
+	if cur.ServedModel != "" {
+		fmt.Fprintf(b, " from %s", cur.ServedModel)
+	}
+	b.WriteString("\n")
+	for _, g := range gens[:len(gens)-1] {
+		fmt.Fprintf(b, "  generation %d (fingerprint %.12s): %d answers superseded, kept in the history, not exported\n",
+			g.N, g.Fingerprint, g.Superseded)
 	}
 }

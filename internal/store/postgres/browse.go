@@ -92,7 +92,7 @@ const browseCols = `s.id, s.partition, s.lane, s.state, s.attempts, s.turn,
 	coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos,
 	coalesce(s.last_error, ''), coalesce(s.finished_at, 0),
 	r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint, r.duration_ns, r.ttft_ns,
-	r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason`
+	r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason, r.generation`
 
 // scanBrowse reads browseCols (then extra trailing columns) into a row; the
 // turn the sample is at is returned beside it.
@@ -104,12 +104,13 @@ func scanBrowse(row pgx.Row, extra ...any) (store.Row, int, error) {
 		finishedAt        int64
 		finishReason      *string
 		pt, ct, rTurn, rt *int32
+		gen               *int32
 		dur, ttft         *int64
 		endpoint          *string
 		reason, rule, end *string
 	)
 	dest := append([]any{&r.ID, &r.Partition, &r.Lane, &st, &attempts, &turn, &r.Origin, &r.Reason, &finishedAt,
-		&finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &rTurn, &rt, &end}, extra...)
+		&finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &rTurn, &rt, &end, &gen}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return r, 0, err
 	}
@@ -117,7 +118,7 @@ func scanBrowse(row pgx.Row, extra ...any) (store.Row, int, error) {
 	if finishReason != nil {
 		r.Result = store.Result{FinishReason: *finishReason, PromptTokens: int(*pt), CompletionTokens: int(*ct),
 			Endpoint: *endpoint, Duration: time.Duration(*dur), TTFT: time.Duration(*ttft), Turn: int(*rTurn),
-			ReasoningTokens: int(*rt), EndReason: *end}
+			ReasoningTokens: int(*rt), EndReason: *end, Generation: int(*gen)}
 		if r.State == store.Rejected {
 			r.Reason, r.Rule = *reason, *rule
 		}

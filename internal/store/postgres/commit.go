@@ -17,18 +17,18 @@ import (
 // lease.
 var finishSQL = `WITH v AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::bytea[], $5::text[], $6::int4[], $7::int4[],
-			$8::text[], $9::int8[], $10::int8[], $11::text[], $12::text[], $13::int4[], $14::int4[], $15::text[])
+			$8::text[], $9::int8[], $10::int8[], $11::text[], $12::text[], $13::int4[], $14::int4[], $15::text[], $17::int4[])
 			AS v(id, owner, state, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns,
-				reason, rule, turn, reasoning_tokens, end_reason)
+				reason, rule, turn, reasoning_tokens, end_reason, generation)
 	), u AS (
 		UPDATE samples s SET state = v.state, attempts = s.attempts + 1, finished_at = $16, lease_owner = NULL, lease_until = NULL
 		FROM v WHERE s.id = v.id AND s.state = 1 AND s.lease_owner = v.owner AND s.turn = v.turn
 		RETURNING s.id, s.partition, s.lane AS lane_from, 1::int2 AS state_from, s.lane, s.state
 	), ` + countsCTE + `, a AS (
 		INSERT INTO results (sample_id, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens, endpoint,
-			duration_ns, ttft_ns, reason, rule, end_reason, turn, partition, lane, finished_at)
+			duration_ns, ttft_ns, reason, rule, end_reason, turn, partition, lane, finished_at, generation)
 		SELECT v.id, v.response, v.finish_reason, v.prompt_tokens, v.completion_tokens, v.reasoning_tokens, v.endpoint,
-			v.duration_ns, v.ttft_ns, v.reason, v.rule, v.end_reason, v.turn, u.partition, u.lane, $16
+			v.duration_ns, v.ttft_ns, v.reason, v.rule, v.end_reason, v.turn, u.partition, u.lane, $16, v.generation
 		FROM v JOIN u ON u.id = v.id
 		RETURNING sample_id, ` + answerCols + `
 	), ` + statsCTEs("a", 1, true) + `
@@ -48,8 +48,9 @@ var turnSQL = `WITH h AS (
 		WHERE id = $1 AND state = 1 AND lease_owner = $2 FOR UPDATE
 	), a AS (
 		INSERT INTO turns (sample_id, turn, partition, lane, response, finish_reason, prompt_tokens, completion_tokens,
-			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts, finished_at)
-		SELECT h.id, h.turn, h.partition, h.lane, $4, $5, $6, $7, $8, $9, $10, $11, h.attempts + 1, $12 FROM h WHERE h.turn = $3
+			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts, finished_at, generation)
+		SELECT h.id, h.turn, h.partition, h.lane, $4, $5, $6, $7, $8, $9, $10, $11, h.attempts + 1, $12, $14
+		FROM h WHERE h.turn = $3
 		RETURNING sample_id, partition, lane, finish_reason, ''::text AS rule, reasoning_tokens, ''::text AS end_reason,
 			prompt_tokens, completion_tokens, finished_at
 	), u AS (
@@ -205,7 +206,8 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 		case store.OpTurn:
 			r := t.Result
 			b.Queue(turnSQL, t.ID, t.Owner, int32(r.Turn), nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens),
-				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.Text)
+				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.Text,
+				int32(r.Generation))
 			q.single = append(q.single, i)
 		case store.OpRetry:
 			b.Queue(retrySQL, ns(t.NotBefore), text(t.Text), now, t.ID, t.Owner)
@@ -227,7 +229,7 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			rules, endReasons                         = make([]string, n), make([]string, n)
 			states                                    = make([]int16, n)
 			responses                                 = make([][]byte, n)
-			pts, cts, rts, turns                      = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+			pts, cts, rts, turns, gens                = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 			durs, ttfts                               = make([]int64, n), make([]int64, n)
 		)
 		for k, i := range q.finish {
@@ -237,8 +239,9 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			responses[k], finishes[k], pts[k], cts[k] = nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens), int32(r.CompletionTokens)
 			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.Text)
 			rules[k], turns[k], rts[k], endReasons[k] = text(t.Rule), int32(r.Turn), int32(r.ReasoningTokens), text(r.EndReason)
+			gens[k] = int32(r.Generation)
 		}
-		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, rules, turns, rts, endReasons, now)
+		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, rules, turns, rts, endReasons, now, gens)
 	}
 	return q
 }

@@ -90,6 +90,58 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	if err != nil || len(c) != 2 {
 		t.Fatalf("claim after upgrade = %v, %v; want the 2 samples ingested before it", c, err)
 	}
+	// A store from before configurations adopts the first run's.
+	g, err := s.Configure(ctx, store.Config{Fingerprint: "f1", Canonical: []byte(`{}`)}, store.ConfigureOptions{})
+	if err != nil || g.N != 1 {
+		t.Fatalf("Configure after upgrade = %+v, %v; want generation 1", g, err)
+	}
+}
+
+// Workers started at once with different job files on one shared store:
+// the first to configure sets the configuration, every other one is
+// refused with it, whatever the timing.
+func TestWorkersWithDifferentJobFiles(t *testing.T) {
+	ctx := context.Background()
+	for round := range 4 {
+		schema := newSchema()
+		cfgs := []store.Config{
+			{Fingerprint: "temp-0.7", Canonical: []byte(`{"generation":{"temperature":0.7}}`)},
+			{Fingerprint: "temp-1.3", Canonical: []byte(`{"generation":{"temperature":1.3}}`)},
+			{Fingerprint: "temp-0.7", Canonical: []byte(`{"generation":{"temperature":0.7}}`)},
+			{Fingerprint: "temp-1.3", Canonical: []byte(`{"generation":{"temperature":1.3}}`)},
+		}
+		workers := make([]*Store, len(cfgs))
+		for i := range workers {
+			workers[i] = openTest(t, Options{Schema: schema})
+			defer workers[i].Close()
+		}
+		errs := make([]error, len(cfgs))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, w := range workers {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = w.Configure(ctx, cfgs[i], store.ConfigureOptions{})
+			})
+		}
+		close(start)
+		wg.Wait()
+		gens, err := workers[0].Generations(ctx)
+		if err != nil || len(gens) != 1 {
+			t.Fatalf("round %d: Generations = %+v, %v; want exactly one", round, gens, err)
+		}
+		for i, err := range errs {
+			var changed *store.ConfigChangedError
+			switch {
+			case cfgs[i].Fingerprint == gens[0].Fingerprint && err != nil:
+				t.Errorf("round %d: worker %d with the stored configuration: %v", round, i, err)
+			case cfgs[i].Fingerprint != gens[0].Fingerprint && !errors.As(err, &changed):
+				t.Errorf("round %d: worker %d with another configuration: err = %v, want ConfigChangedError", round, i, err)
+			case changed != nil && changed.Current.Fingerprint != gens[0].Fingerprint:
+				t.Errorf("round %d: worker %d refused against %s, stored is %s", round, i, changed.Current.Fingerprint, gens[0].Fingerprint)
+			}
+		}
+	}
 }
 
 func storetestIngest(t *testing.T, s store.Store, ids ...string) {

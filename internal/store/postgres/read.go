@@ -106,7 +106,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	rows, err := s.pool.Query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason,
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason, r.generation,
 			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
 		WHERE s.finished_at IS NOT NULL AND s.id > $1
@@ -124,12 +124,13 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 			response          []byte
 			finishReason      *string
 			pt, ct, turn, rt  *int32
+			gen               *int32
 			dur, ttft         *int64
 			endpoint          *string
 			reason, rule, end *string
 		)
 		if err := row.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &attempts, &lastErr, &finishedAt,
-			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &turn, &rt, &end, &r.Origin); err != nil {
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &reason, &rule, &turn, &rt, &end, &gen, &r.Origin); err != nil {
 			return r, err
 		}
 		r.State, r.Attempts = stateName(st), int(attempts)
@@ -147,6 +148,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 				Turn:             int(*turn),
 				ReasoningTokens:  int(*rt),
 				EndReason:        *end,
+				Generation:       int(*gen),
 			}
 		}
 		switch r.State {

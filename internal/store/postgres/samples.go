@@ -320,18 +320,19 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 }
 
 const turnCols = `turn, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,
-	endpoint, duration_ns, ttft_ns, attempts`
+	endpoint, duration_ns, ttft_ns, attempts, generation`
 
 // scanTurn reads turnCols (after extra leading columns).
 func scanTurn(row pgx.CollectableRow, extra ...any) (store.Result, error) {
 	var r store.Result
-	var turn, pt, ct, rt, att int32
+	var turn, pt, ct, rt, att, gen int32
 	var dur, ttft int64
-	dest := append(extra, &turn, &r.Lane, &r.Response, &r.FinishReason, &pt, &ct, &rt, &r.Endpoint, &dur, &ttft, &att)
+	dest := append(extra, &turn, &r.Lane, &r.Response, &r.FinishReason, &pt, &ct, &rt, &r.Endpoint, &dur, &ttft, &att, &gen)
 	if err := row.Scan(dest...); err != nil {
 		return r, err
 	}
 	r.Turn, r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.Attempts = int(turn), int(pt), int(ct), int(rt), int(att)
+	r.Generation = int(gen)
 	r.Response, r.Duration, r.TTFT = unblob(r.Response), time.Duration(dur), time.Duration(ttft)
 	return r, nil
 }

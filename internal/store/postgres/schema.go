@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -235,6 +235,49 @@ CREATE TABLE minutes (
 -- the hot transitions (claim, complete) nothing.
 CREATE INDEX samples_dead_id ON samples (id) WHERE state = 4;
 CREATE INDEX samples_rejected_id ON samples (id) WHERE state = 3;
+`,
+	// 3 -> 4: configuration generations. Answers stored before are of
+	// generation 1, which the first run adopts with its configuration.
+	`
+CREATE TABLE generations (
+	generation   integer PRIMARY KEY,
+	fingerprint  text NOT NULL,
+	config       bytea NOT NULL, -- canonical JSON
+	served_model text NOT NULL DEFAULT '',
+	started_at   bigint NOT NULL,
+	requeued     bigint NOT NULL,
+	superseded   bigint NOT NULL DEFAULT 0
+);
+ALTER TABLE results ADD COLUMN generation integer NOT NULL DEFAULT 1;
+ALTER TABLE turns ADD COLUMN generation integer NOT NULL DEFAULT 1;
+
+-- The answers (and dead-letter reasons) a new generation took out of the
+-- dataset: nothing is deleted. superseded_by is the generation that
+-- requeued them; state is done, rejected, turn (an earlier turn's answer)
+-- or dead.
+CREATE TABLE answer_history (
+	sample_id         text COLLATE "C" NOT NULL,
+	superseded_by     integer NOT NULL,
+	turn              integer NOT NULL,
+	generation        integer NOT NULL,
+	state             text NOT NULL,
+	partition         text NOT NULL,
+	lane              text NOT NULL,
+	response          bytea NOT NULL,
+	finish_reason     text NOT NULL,
+	prompt_tokens     integer NOT NULL,
+	completion_tokens integer NOT NULL,
+	reasoning_tokens  integer NOT NULL,
+	endpoint          text NOT NULL,
+	duration_ns       bigint NOT NULL,
+	ttft_ns           bigint NOT NULL,
+	attempts          integer NOT NULL,
+	reason            text NOT NULL,
+	rule              text NOT NULL,
+	end_reason        text NOT NULL,
+	finished_at       bigint NOT NULL,
+	PRIMARY KEY (sample_id, superseded_by, turn)
+);
 `,
 }
 

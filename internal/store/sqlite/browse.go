@@ -74,7 +74,7 @@ func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) 
 		response                  []byte
 		finishReason              sql.NullString
 		pt, ct, dur, ttft         sql.NullInt64
-		resTurn, reasoning        sql.NullInt64
+		resTurn, reasoning, gen   sql.NullInt64
 		endpoint, rejection, rule sql.NullString
 		endReason                 sql.NullString
 	)
@@ -82,12 +82,12 @@ func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) 
 			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos,
 			coalesce(s.last_error, ''), coalesce(s.finished_at, 0), s.turn,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason, r.generation
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id WHERE s.id = ?`)
 	if err == nil {
 		err = q.QueryRowContext(ctx, id).Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &r.Origin,
 			&lastErr, &finishedAt, &turn, &response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection, &rule,
-			&resTurn, &reasoning, &endReason)
+			&resTurn, &reasoning, &endReason, &gen)
 	}
 	if err == sql.ErrNoRows {
 		return store.Row{}, false, nil
@@ -103,7 +103,8 @@ func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) 
 		r.Result = store.Result{Response: unblob(response), FinishReason: finishReason.String,
 			PromptTokens: int(pt.Int64), CompletionTokens: int(ct.Int64), Endpoint: endpoint.String,
 			Duration: time.Duration(dur.Int64), TTFT: time.Duration(ttft.Int64),
-			Turn: int(resTurn.Int64), ReasoningTokens: int(reasoning.Int64), EndReason: endReason.String}
+			Turn: int(resTurn.Int64), ReasoningTokens: int(reasoning.Int64), EndReason: endReason.String,
+			Generation: int(gen.Int64)}
 		if r.State == store.Rejected {
 			r.Reason, r.Rule = rejection.String, rule.String
 		}

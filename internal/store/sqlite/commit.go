@@ -56,7 +56,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, t store.Transition, now i
 		r := t.Result
 		res, err := s.exec(ctx, tx, insertResultSQL,
 			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), t.Text, now, r.ReasoningTokens, t.Rule, r.EndReason,
+			int64(r.Duration), int64(r.TTFT), t.Text, now, r.ReasoningTokens, t.Rule, r.EndReason, r.Generation,
 			t.ID, t.Owner, r.Turn)
 		if err := s.heldAt(ctx, tx, res, err, t.ID, t.Owner); err != nil {
 			return err
@@ -67,7 +67,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, t store.Transition, now i
 		r := t.Result
 		res, err := s.exec(ctx, tx, insertTurnSQL,
 			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), now, t.ID, t.Owner, r.Turn)
+			int64(r.Duration), int64(r.TTFT), now, r.Generation, t.ID, t.Owner, r.Turn)
 		if err := s.heldAt(ctx, tx, res, err, t.ID, t.Owner); err != nil {
 			return err
 		}

@@ -87,7 +87,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 	rows, err := s.query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
-			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason,
+			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason, r.generation,
 			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos
 		FROM samples s LEFT JOIN results r ON r.sample_id = s.id
 		WHERE s.finished_at IS NOT NULL AND s.id > ?
@@ -106,12 +106,12 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 			response                 []byte
 			finishReason             sql.NullString
 			pt, ct, dur, ttft        sql.NullInt64
-			turn, reasoning          sql.NullInt64
+			turn, reasoning, gen     sql.NullInt64
 			endpoint, rejectBy, rule sql.NullString
 			endReason                sql.NullString
 		)
 		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Body, &r.Attempts, &lastErr, &finishedAt,
-			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy, &rule, &turn, &reasoning, &endReason, &r.Origin); err != nil {
+			&response, &finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejectBy, &rule, &turn, &reasoning, &endReason, &gen, &r.Origin); err != nil {
 			return nil, err
 		}
 		r.State = store.State(st)
@@ -129,6 +129,7 @@ func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, er
 				Turn:             int(turn.Int64),
 				ReasoningTokens:  int(reasoning.Int64),
 				EndReason:        endReason.String,
+				Generation:       int(gen.Int64),
 			}
 			multi = multi || r.Result.Turn > 0
 		}
@@ -162,7 +163,7 @@ func (s *Store) attachPrior(ctx context.Context, page []store.Row) error {
 		}
 	}
 	rows, err := s.query(ctx, `SELECT sample_id, turn, lane, response, finish_reason, prompt_tokens, completion_tokens,
-			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts
+			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts, generation
 		FROM turns WHERE sample_id >= ? AND sample_id <= ? ORDER BY sample_id, turn`, page[0].ID, page[len(page)-1].ID)
 	if err != nil {
 		return fmt.Errorf("read earlier turns: %w", err)

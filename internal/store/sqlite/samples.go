@@ -31,16 +31,16 @@ const (
 	// result's turn; the sample row is updated after, in the same transaction.
 	insertResultSQL = `INSERT INTO results
 			(sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns, reason, finished_at,
-			 turn, partition, lane, reasoning_tokens, rule, end_reason)
-			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, turn, partition, lane, ?, ?, ?
+			 turn, partition, lane, reasoning_tokens, rule, end_reason, generation)
+			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, turn, partition, lane, ?, ?, ?, ?
 			FROM samples WHERE id = ? AND state = 'leased' AND lease_owner = ? AND turn = ?`
 	finishSQL = `UPDATE samples
 			SET state = ?, attempts = attempts + 1, finished_at = ?, lease_owner = NULL, lease_until = NULL
 			WHERE id = ?`
 	insertTurnSQL = `INSERT INTO turns
 			(sample_id, turn, partition, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,
-			 endpoint, duration_ns, ttft_ns, attempts, finished_at)
-			SELECT id, turn, partition, lane, ?, ?, ?, ?, ?, ?, ?, ?, attempts + 1, ?
+			 endpoint, duration_ns, ttft_ns, attempts, finished_at, generation)
+			SELECT id, turn, partition, lane, ?, ?, ?, ?, ?, ?, ?, ?, attempts + 1, ?, ?
 			FROM samples WHERE id = ? AND state = 'leased' AND lease_owner = ? AND turn = ?`
 	nextTurnSQL = `UPDATE samples
 			SET state = 'pending', turn = turn + 1, attempts = 0, not_before = 0,
@@ -353,7 +353,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 }
 
 const priorTurnsSQL = `SELECT turn, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,
-		endpoint, duration_ns, ttft_ns, attempts
+		endpoint, duration_ns, ttft_ns, attempts, generation
 	FROM turns WHERE sample_id = ? AND turn < ? ORDER BY turn`
 
 // priorTurns reads the stored answers to turns 0..upTo-1 of a sample.
@@ -385,7 +385,7 @@ func scanTurn(rows interface{ Scan(...any) error }, extra ...any) (store.Result,
 	var r store.Result
 	var dur, ttft int64
 	dest := append(extra, &r.Turn, &r.Lane, &r.Response, &r.FinishReason, &r.PromptTokens, &r.CompletionTokens, &r.ReasoningTokens,
-		&r.Endpoint, &dur, &ttft, &r.Attempts)
+		&r.Endpoint, &dur, &ttft, &r.Attempts, &r.Generation)
 	if err := rows.Scan(dest...); err != nil {
 		return r, err
 	}

@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 5
+const schemaVersion = 6
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -354,6 +354,60 @@ CREATE TABLE minutes (
 CREATE INDEX samples_partition ON samples (partition, id);
 CREATE INDEX samples_dead ON samples (id) WHERE state = 'dead';
 CREATE INDEX samples_rejected ON samples (id) WHERE state = 'rejected';
+`,
+	// 5 -> 6: configuration generations. Answers stored before are of
+	// generation 1, which the first run adopts with its configuration.
+	`
+CREATE TABLE generations (
+	generation   INTEGER PRIMARY KEY,
+	fingerprint  TEXT    NOT NULL,
+	config       BLOB    NOT NULL, -- canonical JSON
+	served_model TEXT    NOT NULL DEFAULT '',
+	started_at   INTEGER NOT NULL,
+	requeued     INTEGER NOT NULL,
+	superseded   INTEGER NOT NULL DEFAULT 0
+);
+ALTER TABLE results ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE turns ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
+
+-- The answers (and dead-letter reasons) a new generation took out of the
+-- dataset: nothing is deleted. superseded_by is the generation that
+-- requeued them; state is done, rejected, turn (an earlier turn's answer)
+-- or dead.
+CREATE TABLE answer_history (
+	sample_id         TEXT    NOT NULL,
+	superseded_by     INTEGER NOT NULL,
+	turn              INTEGER NOT NULL,
+	generation        INTEGER NOT NULL,
+	state             TEXT    NOT NULL,
+	partition         TEXT    NOT NULL,
+	lane              TEXT    NOT NULL,
+	response          BLOB    NOT NULL,
+	finish_reason     TEXT    NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL,
+	reasoning_tokens  INTEGER NOT NULL,
+	endpoint          TEXT    NOT NULL,
+	duration_ns       INTEGER NOT NULL,
+	ttft_ns           INTEGER NOT NULL,
+	attempts          INTEGER NOT NULL,
+	reason            TEXT    NOT NULL,
+	rule              TEXT    NOT NULL,
+	end_reason        TEXT    NOT NULL,
+	finished_at       INTEGER NOT NULL,
+	PRIMARY KEY (sample_id, superseded_by, turn)
+);
+
+-- An earlier turn's answer leaving the dataset no longer counts (results
+-- have had this since schema 2; turns were never deleted before).
+CREATE TRIGGER turns_stats_delete AFTER DELETE ON turns BEGIN
+	UPDATE stat_cells SET requests = requests - 1, truncated = truncated - (old.finish_reason = 'length'),
+		with_reasoning = with_reasoning - (old.reasoning_tokens > 0), prompt_tokens = prompt_tokens - old.prompt_tokens,
+		completion_tokens = completion_tokens - old.completion_tokens, reasoning_tokens = reasoning_tokens - old.reasoning_tokens
+	WHERE partition = old.partition AND lane = old.lane;
+	UPDATE stat_tokens SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND kind = 'prompt' AND tokens = old.prompt_tokens;
+	UPDATE stat_tokens SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND kind = 'completion' AND tokens = old.completion_tokens;
+END;
 `,
 }
 

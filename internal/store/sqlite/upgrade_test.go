@@ -112,6 +112,20 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	if len(c) != 2 || c[0].ID != "b" || c[1].ID != "c" {
 		t.Errorf("claim after upgrade = %+v, want b and c", c)
 	}
+
+	// The store kept no configuration: its answers are generation 1, and
+	// the first run adopts its job's configuration without refusing.
+	if rows[0].Result.Generation != 1 {
+		t.Errorf("generation of an answer stored before generations = %d, want 1", rows[0].Result.Generation)
+	}
+	cfg := store.Config{Fingerprint: "f1", Canonical: []byte(`{"model":"m"}`)}
+	g, err := s.Configure(ctx, cfg, store.ConfigureOptions{})
+	if err != nil || g.N != 1 || g.Fingerprint != "f1" {
+		t.Fatalf("Configure on an upgraded store = %+v, %v; want generation 1 adopted", g, err)
+	}
+	if gs, err := s.Generations(ctx); err != nil || len(gs) != 1 || gs[0].Answers != 1 {
+		t.Errorf("Generations on an upgraded store = %+v, %v; want generation 1 with its 1 answer", gs, err)
+	}
 }
 
 func itoa(v int64) string { return fmt.Sprint(v) }

@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SampleTurns", testSampleTurns},
 	}
 	tests = append(tests, trainingTests...)
+	tests = append(tests, configTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

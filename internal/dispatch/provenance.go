@@ -1,0 +1,73 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"maps"
+
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Server is what an endpoint's server reports itself to be; every answer
+// it gives carries it (store.Provenance).
+type Server struct {
+	Engine  string // the engine kind (sglang, vllm, llamacpp, sim)
+	Version string // as the server reports it; "" when it did not say
+}
+
+// SetServer records what the server at url reports itself to be, for the
+// answers it gives from now on (a restarted server may be another version).
+func (d *Dispatcher) SetServer(url string, s Server) {
+	if e, ok := d.epByURL[url]; ok { // fixed after New
+		e.server.Store(&s)
+	}
+}
+
+// sampling is the sampling parameters a lane's requests send: the job's
+// generation settings and the lane's max_tokens, as one JSON object (keys
+// sorted, so equal settings read the same).
+func sampling(params map[string]json.RawMessage, maxTokens int) json.RawMessage {
+	m := maps.Clone(params)
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	if maxTokens > 0 {
+		m["max_tokens"], _ = json.Marshal(maxTokens)
+	}
+	b, _ := json.Marshal(m) // raw messages that were valid JSON when sent
+	return b
+}
+
+// response is the stored response record: the completion, where it ran
+// and where it came from.
+type response struct {
+	llm.Result
+	Endpoint   string           `json:"endpoint"`
+	Provenance store.Provenance `json:"provenance"`
+}
+
+// storeResult is the stored answer to t from the server at url in lane l.
+func (d *Dispatcher) storeResult(url string, l *lane, t *turn, res llm.Result, endReason string) store.Result {
+	p := store.Provenance{Generation: d.cfg.Generation, Model: res.Model, SystemFingerprint: res.SystemFingerprint,
+		Sampling: l.sampling, Seed: t.plan.Seed}
+	if e, ok := d.epByURL[url]; ok {
+		if s := e.server.Load(); s != nil {
+			p.Engine, p.EngineVersion = s.Engine, s.Version
+		}
+	}
+	// Marshalling plain strings, ints, durations and valid JSON cannot fail.
+	b, _ := json.Marshal(response{Result: res, Endpoint: url, Provenance: p})
+	return store.Result{
+		Response:         b,
+		FinishReason:     res.FinishReason,
+		PromptTokens:     res.Usage.PromptTokens,
+		CompletionTokens: res.Usage.CompletionTokens,
+		Endpoint:         url,
+		Duration:         res.Duration,
+		TTFT:             res.TTFT,
+		Turn:             t.index,
+		ReasoningTokens:  res.Usage.ReasoningTokens,
+		EndReason:        endReason,
+		Generation:       d.cfg.Generation,
+	}
+}

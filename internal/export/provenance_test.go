@@ -1,0 +1,130 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// withProvenance is a stored response record as dispatch writes it.
+func withProvenance(t *testing.T, r llm.Result, p store.Provenance) []byte {
+	t.Helper()
+	b, err := json.Marshal(struct {
+		llm.Result
+		Provenance store.Provenance `json:"provenance"`
+	}{r, p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// With full metadata every record and every turn says where its answer
+// came from; the manifest carries the store's fingerprint, generations and
+// the servers' engine versions. Minimal metadata carries none of it.
+func TestExportProvenance(t *testing.T) {
+	seed := int64(7)
+	p0 := store.Provenance{Generation: 2, Model: "other-model", Engine: "sglang", EngineVersion: "0.5.6",
+		Sampling: json.RawMessage(`{"max_tokens":500,"temperature":1.3}`), Seed: &seed}
+	p1 := p0
+	p1.SystemFingerprint = "fp_9"
+	u := llm.Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15}
+	chat := `{"messages":[{"role":"user","content":"q"}],"turns":[{"input":[{"role":"user","content":"q2"}]}],"seed":7}`
+	multi := turnRow(t, "P1/multi", chat, "",
+		llm.Result{Content: "a0", FinishReason: "stop", Usage: u, Model: "other-model"},
+		llm.Result{Content: "a1", FinishReason: "stop", Usage: u, Model: "other-model"})
+	multi.Prior[0].Response = withProvenance(t, llm.Result{Content: "a0", FinishReason: "stop", Usage: u, Model: "other-model"}, p0)
+	multi.Result.Response = withProvenance(t, llm.Result{Content: "a1", FinishReason: "stop", Usage: u, Model: "other-model"}, p1)
+	// An answer stored before provenance: its generation is its column's.
+	old := doneRow(t, "P1/old", `{"messages":[{"role":"user","content":"hi"}]}`, llm.Result{Content: "hello", FinishReason: "stop", Usage: u, Model: "m0"})
+	old.Result.Generation = 1
+	st := &fakeStore{rows: []store.Row{multi, old}, gens: []store.Generation{
+		{N: 1, Fingerprint: "f1", Config: []byte(`{"model":"m0"}`), Superseded: 19},
+		{N: 2, Fingerprint: "f2", Config: []byte(`{"model":"other-model"}`), ServedModel: "other-model"},
+	}}
+
+	dir := t.TempDir()
+	sum, err := ExportWith(context.Background(), st, dir, []string{FormatShareGPT, FormatParquet}, "j", Options{Metadata: MetadataFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[int]int{1: 1, 2: 1}, sum.DoneByGeneration); diff != "" {
+		t.Errorf("DoneByGeneration (-want +got):\n%s", diff)
+	}
+	type line struct {
+		ID         string
+		Provenance *store.Provenance
+		Turns      []struct{ Provenance *store.Provenance }
+	}
+	lines := map[string]line{}
+	b, err := os.ReadFile(filepath.Join(dir, "j.sharegpt.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var l line
+		if err := json.Unmarshal(raw, &l); err != nil {
+			t.Fatal(err)
+		}
+		lines[l.ID] = l
+	}
+	if got := lines["P1/multi"]; got.Provenance == nil || !cmp.Equal(p1, *got.Provenance) ||
+		len(got.Turns) != 2 || !cmp.Equal(p0, *got.Turns[0].Provenance) || !cmp.Equal(p1, *got.Turns[1].Provenance) {
+		t.Errorf("multi-turn record's provenance = %+v, turns %+v; want %+v then %+v", got.Provenance, got.Turns, p0, p1)
+	}
+	if got := lines["P1/old"].Provenance; got == nil || !cmp.Equal(store.Provenance{Generation: 1, Model: "m0"}, *got) {
+		t.Errorf("old record's provenance = %+v, want generation 1 from its column and the response's model", got)
+	}
+
+	rows, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, "j.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) *string { return &s }
+	g2 := int64(2)
+	want := ParquetRow{Generation: &g2, Model: str("other-model"), Engine: str("sglang"), EngineVersion: str("0.5.6"),
+		SystemFingerprint: str("fp_9"), Sampling: str(`{"max_tokens":500,"temperature":1.3}`)}
+	got := rows[0]
+	got = ParquetRow{Generation: got.Generation, Model: got.Model, Engine: got.Engine, EngineVersion: got.EngineVersion,
+		SystemFingerprint: got.SystemFingerprint, Sampling: got.Sampling}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Parquet provenance columns of %s (-want +got):\n%s", rows[0].ID, diff)
+	}
+
+	m := readManifest(t, dir, "j")
+	var cfg bytes.Buffer
+	if len(m.Generations) == 2 {
+		json.Compact(&cfg, m.Generations[1].Config)
+	}
+	if m.Fingerprint != "f2" || m.Generation != 2 || len(m.Generations) != 2 ||
+		m.Generations[0].Superseded != 19 || m.Generations[0].Done != 1 || m.Generations[1].Done != 1 ||
+		m.Generations[1].ServedModel != "other-model" || cfg.String() != `{"model":"other-model"}` {
+		t.Errorf("manifest fingerprint %q generation %d generations %+v", m.Fingerprint, m.Generation, m.Generations)
+	}
+	var servers []string
+	for _, s := range m.Servers {
+		servers = append(servers, s.Endpoint+" "+s.Engine+" "+s.EngineVersion)
+	}
+	if diff := cmp.Diff([]string{"http://127.0.0.1:30000 sglang 0.5.6", "http://127.0.0.1:30001 sglang 0.5.6"}, servers); diff != "" {
+		t.Errorf("manifest servers (-want +got):\n%s", diff)
+	}
+
+	// Minimal metadata: no provenance in the training records.
+	min := exportLines(t, []store.Row{multi}, Options{})
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(min["P1/multi"], &keys); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := keys["provenance"]; ok {
+		t.Errorf("minimal metadata record carries provenance: %s", min["P1/multi"])
+	}
+}

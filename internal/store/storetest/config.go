@@ -1,0 +1,233 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Configuration generations: the fingerprint check, --new-config's
+// requeue, the generation of every stored answer.
+
+var configTests = []struct {
+	name string
+	fn   func(t *testing.T, s store.Store)
+}{
+	{"ConfigureAdoptsAndChecks", testConfigureAdopts},
+	{"ConfigureRefusesAChange", testConfigureRefuses},
+	{"NewGenerationRequeuesEverything", testNewGeneration},
+	{"ServedModelRecordedOnce", testServedModel},
+	{"AnswersKeepTheirGeneration", testAnswerGeneration},
+}
+
+var (
+	cfgA = store.Config{Fingerprint: "aaaa", Canonical: []byte(`{"generation":{"temperature":0.7},"model":"sim-model"}`)}
+	cfgB = store.Config{Fingerprint: "bbbb", Canonical: []byte(`{"generation":{"temperature":1.3},"model":"other-model"}`)}
+)
+
+var at = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func configure(t *testing.T, s store.Store, c store.Config, o store.ConfigureOptions) store.Generation {
+	t.Helper()
+	g, err := s.Configure(context.Background(), c, o)
+	if err != nil {
+		t.Fatalf("Configure(%s): %v", c.Fingerprint, err)
+	}
+	return g
+}
+
+func generations(t *testing.T, s store.Store) []store.Generation {
+	t.Helper()
+	gs, err := s.Generations(context.Background())
+	if err != nil {
+		t.Fatalf("Generations: %v", err)
+	}
+	return gs
+}
+
+func testConfigureAdopts(t *testing.T, s store.Store) {
+	if gs := generations(t, s); len(gs) != 0 {
+		t.Fatalf("Generations before Configure = %v, want none", gs)
+	}
+	want := store.Generation{N: 1, Fingerprint: cfgA.Fingerprint, Config: cfgA.Canonical, Started: at}
+	if got := configure(t, s, cfgA, store.ConfigureOptions{Now: at}); !cmp.Equal(want, got) {
+		t.Errorf("first Configure (-want +got):\n%s", cmp.Diff(want, got))
+	}
+	// The same configuration again, asked to start a new generation or
+	// not: the same generation, nothing requeued.
+	for _, newGen := range []bool{false, true} {
+		got := configure(t, s, cfgA, store.ConfigureOptions{NewGeneration: newGen, Now: at.Add(time.Hour)})
+		if !cmp.Equal(want, got) {
+			t.Errorf("Configure again (new generation %v) (-want +got):\n%s", newGen, cmp.Diff(want, got))
+		}
+	}
+	if diff := cmp.Diff([]store.Generation{want}, generations(t, s)); diff != "" {
+		t.Errorf("Generations (-want +got):\n%s", diff)
+	}
+}
+
+func testConfigureRefuses(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	first := configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	ingest(t, s, samples("p", "short", "a", "b"))
+	c := claimOne(t, s, "short", "w1", "a")
+	r := result("a")
+	r.Generation = first.N
+	must(t, s.Complete(ctx, c.ID, "w1", r))
+
+	_, err := s.Configure(ctx, cfgB, store.ConfigureOptions{})
+	var changed *store.ConfigChangedError
+	if !errors.As(err, &changed) || !errors.Is(err, store.ErrConfigChanged) {
+		t.Fatalf("Configure with another fingerprint: %v, want a ConfigChangedError", err)
+	}
+	if diff := cmp.Diff(first, changed.Current); diff != "" {
+		t.Errorf("ConfigChangedError.Current (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(cfgB, changed.Want); diff != "" {
+		t.Errorf("ConfigChangedError.Want (-want +got):\n%s", diff)
+	}
+	// Refused: nothing moved.
+	wantStates(t, s, map[string]int{"p/short/done": 1, "p/short/pending": 1})
+	first.Answers = 1
+	if diff := cmp.Diff([]store.Generation{first}, generations(t, s)); diff != "" {
+		t.Errorf("Generations after a refusal (-want +got):\n%s", diff)
+	}
+}
+
+// newGenFixture puts one sample in every state a new generation must
+// requeue: done, rejected, dead, in progress at its second turn, leased,
+// pending after a retry; and one pending untouched.
+func newGenFixture(t *testing.T, s store.Store, gen int) {
+	ctx := context.Background()
+	ingest(t, s, samples("p", "short", "done", "rej", "dead", "multi", "leased", "retried", "fresh"))
+	with := func(r store.Result) store.Result { r.Generation = gen; return r }
+	must(t, s.Complete(ctx, claimOne(t, s, "short", "w", "done").ID, "w", with(result("done"))))
+	must(t, s.Reject(ctx, claimOne(t, s, "short", "w", "rej").ID, "w", with(result("rej")), "empty", "no content"))
+	must(t, s.DeadLetter(ctx, claimOne(t, s, "short", "w", "dead").ID, "w", "HTTP 400: max_tokens too large"))
+	must(t, s.CompleteTurn(ctx, claimOne(t, s, "short", "w", "multi").ID, "w", with(turnResult("multi", 0, "stop", 10, 20, 0)), "long"))
+	claimOne(t, s, "short", "w", "leased")
+	must(t, s.Retry(ctx, claimOne(t, s, "short", "w", "retried").ID, "w", at.Add(time.Hour), "HTTP 500"))
+}
+
+func testNewGeneration(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	newGenFixture(t, s, 1)
+	wantStates(t, s, map[string]int{"p/short/done": 1, "p/short/rejected": 1, "p/short/dead": 1, "p/long/pending": 1,
+		"p/short/leased": 1, "p/short/pending": 2})
+
+	// Every sample goes back to turn 0 with nothing spent, in the lane the
+	// new configuration gives it: "short" is gone, every prompt up to 15
+	// tokens goes to "small", longer ones to "big".
+	lanes := []store.LaneRange{{Partition: "p", MinTokens: 0, MaxTokens: 15, Lane: "small"}, {Partition: "p", MinTokens: 16, Lane: "big"}}
+	g := configure(t, s, cfgB, store.ConfigureOptions{NewGeneration: true, Lanes: lanes, Now: at.Add(time.Hour)})
+	// done, rejected, dead, multi, leased, retried; fresh was untouched.
+	want := store.Generation{N: 2, Fingerprint: cfgB.Fingerprint, Config: cfgB.Canonical, Started: at.Add(time.Hour), Requeued: 6}
+	if diff := cmp.Diff(want, g); diff != "" {
+		t.Errorf("new generation (-want +got):\n%s", diff)
+	}
+	wantGens := []store.Generation{
+		// Answers of done, rej and multi's first turn moved to the history.
+		{N: 1, Fingerprint: cfgA.Fingerprint, Config: cfgA.Canonical, Started: at, Superseded: 3},
+		want,
+	}
+	if diff := cmp.Diff(wantGens, generations(t, s)); diff != "" {
+		t.Errorf("Generations (-want +got):\n%s", diff)
+	}
+	// sample() gives len(id)+10 prompt tokens: "leased" and "retried" have
+	// more than 15.
+	wantStates(t, s, map[string]int{"p/small/pending": 5, "p/big/pending": 2})
+	if rows := finished(t, s); len(rows) != 0 {
+		t.Errorf("Finished after a new generation: %d rows, want none", len(rows))
+	}
+	cells, err := s.StatCells(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cells {
+		if c.Requests != 0 || c.Rejected != 0 || c.CompletionTokens != 0 {
+			t.Errorf("StatCells after a new generation: %+v, want nothing counted", c)
+		}
+	}
+	// The old holder's lease is gone.
+	wantNotLeased(t, "Complete by the old holder", s.Complete(ctx, "leased", "w", result("leased")))
+
+	// Generation 2 answers every sample once, at its first turn, with
+	// its attempts from zero.
+	var claimed []store.Claimed
+	for _, lane := range []string{"small", "big"} {
+		claimed = append(claimed, claim(t, s, lane, 10, "w2")...)
+	}
+	if len(claimed) != 7 {
+		t.Fatalf("claimed %d samples in generation 2, want 7", len(claimed))
+	}
+	for _, c := range claimed {
+		if c.Turn != 0 || c.Attempts != 0 || len(c.Prior) != 0 {
+			t.Errorf("claimed %s at turn %d with %d attempts and %d earlier turns, want turn 0, none", c.ID, c.Turn, c.Attempts, len(c.Prior))
+		}
+		r := result(c.ID)
+		r.Generation = 2
+		must(t, s.Complete(ctx, c.ID, "w2", r))
+	}
+	rows := finished(t, s)
+	if len(rows) != 7 {
+		t.Fatalf("Finished: %d rows, want 7", len(rows))
+	}
+	for _, r := range rows {
+		if r.State != store.Done || r.Result.Generation != 2 || r.Attempts != 1 || len(r.Prior) != 0 {
+			t.Errorf("row %s: state %s, generation %d, attempts %d, %d earlier turns; want done, 2, 1, none",
+				r.ID, r.State, r.Result.Generation, r.Attempts, len(r.Prior))
+		}
+	}
+	if cur, _ := store.Current(generations(t, s)); cur.Answers != 7 {
+		t.Errorf("current generation's answers = %d, want 7", cur.Answers)
+	}
+}
+
+func testServedModel(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, err := s.SetServedModel(ctx, 1, "m"); err == nil {
+		t.Errorf("SetServedModel before any generation: no error")
+	}
+	configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	for _, tc := range []struct{ set, want string }{{"sim-model", "sim-model"}, {"other-model", "sim-model"}} {
+		got, err := s.SetServedModel(ctx, 1, tc.set)
+		if err != nil || got != tc.want {
+			t.Errorf("SetServedModel(%s) = %q, %v; want %q", tc.set, got, err, tc.want)
+		}
+	}
+	if gs := generations(t, s); len(gs) != 1 || gs[0].ServedModel != "sim-model" {
+		t.Errorf("Generations = %+v, want one with served model sim-model", gs)
+	}
+}
+
+// Every stored answer keeps its generation: the last one and earlier turns.
+func testAnswerGeneration(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ingest(t, s, samples("p", "short", "x"))
+	c := claimOne(t, s, "short", "w", "x")
+	r0 := turnResult("x", 0, "stop", 10, 20, 0)
+	r0.Generation = 3
+	must(t, s.CompleteTurn(ctx, c.ID, "w", r0, ""))
+	c = claimOne(t, s, "short", "w", "x")
+	if len(c.Prior) != 1 || c.Prior[0].Generation != 3 {
+		t.Fatalf("claimed earlier turns %+v, want one of generation 3", c.Prior)
+	}
+	r1 := turnResult("x", 1, "stop", 10, 20, 0)
+	r1.Generation = 4
+	must(t, s.Complete(ctx, c.ID, "w", r1))
+	row, ok, err := s.Sample(ctx, "x")
+	if err != nil || !ok {
+		t.Fatalf("Sample: %v %v", ok, err)
+	}
+	fin := finished(t, s)
+	got := []int{row.Prior[0].Generation, row.Result.Generation, fin[0].Prior[0].Generation, fin[0].Result.Generation}
+	if diff := cmp.Diff([]int{3, 4, 3, 4}, got); diff != "" {
+		t.Errorf("generations of the stored answers via Sample and Finished (-want +got):\n%s", diff)
+	}
+}
