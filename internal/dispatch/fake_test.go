@@ -601,6 +601,9 @@ func (s *fakeStore) Finished(_ context.Context, fn func(store.Row) error) error 
 	rows := s.rows(func(x *fakeSample) bool {
 		return x.state == store.Done || x.state == store.Rejected || x.state == store.Dead
 	})
+	for i := range rows {
+		rows[i].Origin = s.samples[rows[i].ID].Origin // Finished carries the row's origin, as the backends do
+	}
 	s.mu.Unlock()
 	slices.SortFunc(rows, func(a, b store.Row) int { return cmp.Compare(a.ID, b.ID) })
 	for _, r := range rows {
