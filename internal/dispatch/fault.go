@@ -225,11 +225,18 @@ func (d *Dispatcher) backpressureLocked(cl *call, fixed int, reqErr error, now t
 	if cl.probe {
 		e.probing = false
 	}
+	ra := retryAfterOf(reqErr)
 	if now.Before(e.holdUntil) {
-		return // an answer to a request sent before the hold: already counted
+		// An answer to a request sent before the hold: already counted, but
+		// its own Retry-After runs from now, so the hold may grow.
+		if ra > 0 {
+			if until := now.Add(min(ra, d.cfg.MaxDelay)); until.After(e.holdUntil) {
+				e.holdUntil = until
+			}
+		}
+		return
 	}
 	e.pressN++
-	ra := retryAfterOf(reqErr)
 	hold := pressureHold(e.pressN, ra, d.cfg.BreakerCooldown, d.cfg.MaxDelay)
 	e.holdUntil = now.Add(hold)
 	args := []any{"endpoint", e.url, "retry_after", ra, "hold", hold, "in_flight", e.inflight + 1, "err", reqErr}
