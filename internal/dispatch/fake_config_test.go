@@ -22,18 +22,15 @@ func (s *fakeStore) Configure(_ context.Context, c store.Config, o store.Configu
 		now = time.Now()
 	}
 	cur, ok := store.Current(s.gens)
-	switch {
-	case !ok:
-		s.gens = append(s.gens, store.Generation{N: 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now})
-	case cur.Fingerprint == c.Fingerprint:
-	case !o.NewGeneration:
-		return store.Generation{}, &store.ConfigChangedError{Current: cur, Want: c}
-	default:
-		g := store.Generation{N: cur.N + 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now}
-		g.Requeued = s.requeueAll(o.Lanes)
-		s.gens = append(s.gens, g)
+	g, record, requeue, err := store.NextGeneration(cur, ok, c, o, now)
+	if err != nil || !record {
+		return g, err
 	}
-	return s.gens[len(s.gens)-1], nil
+	if requeue {
+		g.Requeued = s.requeueAll(o.Lanes)
+	}
+	s.gens = append(s.gens, g)
+	return g, nil
 }
 
 // requeueAll drops every answer from the dataset (counting it against its

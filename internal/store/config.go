@@ -98,6 +98,23 @@ type Configs interface {
 	SetServedModel(ctx context.Context, gen int, model string) (string, error)
 }
 
+// NextGeneration is Configure's decision, shared by every backend: given
+// the current generation (ok=false: none yet) it returns the generation
+// Configure answers with, and whether it is a new one to record
+// (requeue: after returning every sample to a fresh start). Only the I/O
+// around it differs between backends.
+func NextGeneration(cur Generation, ok bool, c Config, o ConfigureOptions, now time.Time) (g Generation, record, requeue bool, err error) {
+	switch {
+	case !ok:
+		return Generation{N: 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now}, true, false, nil
+	case cur.Fingerprint == c.Fingerprint:
+		return cur, false, false, nil
+	case !o.NewGeneration:
+		return Generation{}, false, false, &ConfigChangedError{Current: cur, Want: c}
+	}
+	return Generation{N: cur.N + 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now}, true, true, nil
+}
+
 // Current returns the last of gens, ok=false when there is none.
 func Current(gens []Generation) (Generation, bool) {
 	if len(gens) == 0 {

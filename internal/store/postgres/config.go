@@ -30,21 +30,17 @@ func (s *Store) Configure(ctx context.Context, c store.Config, o store.Configure
 			return fmt.Errorf("lock configuration: %w", err)
 		}
 		cur, ok, err := currentGeneration(ctx, tx)
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
-		case !ok:
-			g = store.Generation{N: 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now}
-			return insertGeneration(ctx, tx, g)
-		case cur.Fingerprint == c.Fingerprint:
-			g = cur
-			return nil
-		case !o.NewGeneration:
-			return &store.ConfigChangedError{Current: cur, Want: c}
 		}
-		g = store.Generation{N: cur.N + 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now}
-		if g.Requeued, err = requeueAll(ctx, tx, g.N, ns(now), o.Lanes); err != nil {
+		var record, requeue bool
+		if g, record, requeue, err = store.NextGeneration(cur, ok, c, o, now); err != nil || !record {
 			return err
+		}
+		if requeue {
+			if g.Requeued, err = requeueAll(ctx, tx, g.N, ns(now), o.Lanes); err != nil {
+				return err
+			}
 		}
 		return insertGeneration(ctx, tx, g)
 	})
