@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -127,24 +128,7 @@ func storeLogLines(t *testing.T, spec *job.Spec) (outage, total int) {
 // drain timeout, not a second one later (reported; the bound itself is
 // asserted with fake time in dispatch's TestRun).
 func TestFullDiskRunner(t *testing.T) {
-	spec, fsDir := fullDiskJob(t)
-	st := openStore(t, spec)
-	cmd := exec.Command(regenBin, "run", "--progress-every", "1h", "--drain-timeout", "3s", spec.Path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	waitFor(t, nil, 60*time.Second, "5 samples done", func() bool { return countState(t, st, store.Done) >= 5 })
-	fill(t, fsDir)
-	waitFor(t, nil, 30*time.Second, "the outage in the run log", func() bool { n, _ := storeLogLines(t, spec); return n > 0 })
-
+	spec, cmd, out := startFullDisk(t)
 	before, _ := storeLogLines(t, spec)
 	_, linesBefore := storeLogLines(t, spec)
 	ticks0, t0 := cpuTicks(t, cmd.Process.Pid), time.Now()
@@ -174,6 +158,73 @@ func TestFullDiskRunner(t *testing.T) {
 	t.Logf("SIGINT during the outage: exited after %s with --drain-timeout 3s", took.Round(time.Millisecond))
 	if !strings.Contains(out.String(), "interrupted") {
 		t.Errorf("run output does not say it was interrupted:\n%s", out.String())
+	}
+}
+
+// startFullDisk starts `regen run` on fullDiskJob, lets it finish a few
+// samples, fills the store's filesystem and waits for the outage in the
+// run log.
+func startFullDisk(t *testing.T) (*job.Spec, *exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	spec, fsDir := fullDiskJob(t)
+	st := openStore(t, spec)
+	cmd := exec.Command(regenBin, "run", "--progress-every", "1h", "--drain-timeout", "3s", spec.Path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	waitFor(t, nil, 60*time.Second, "5 samples done", func() bool { return countState(t, st, store.Done) >= 5 })
+	fill(t, fsDir)
+	waitFor(t, nil, 30*time.Second, "the outage in the run log", func() bool { n, _ := storeLogLines(t, spec); return n > 0 })
+	return spec, cmd, &out
+}
+
+// TestFullDiskStatus: while a live runner cannot write its store (a real
+// full tmpfs), `regen status` from another process says DOWN with the
+// store as the cause, read from the runner's note beside the job, once the
+// heartbeat in the store is older than dead_after; not DEAD with "re-run
+// to resume" (a re-run would be refused beside the live runner). Once the
+// runner is killed, its note no longer counts: DEAD, the process gone.
+func TestFullDiskStatus(t *testing.T) {
+	spec, cmd, out := startFullDisk(t)
+	var rep monitor.Report
+	var code int
+	waitFor(t, nil, 30*time.Second, "a heartbeat older than dead_after", func() bool {
+		rep, code = statusReport(t, spec.Path)
+		return rep.Heartbeat != nil && rep.Heartbeat.Age > spec.Monitor.DeadAfter
+	})
+	evidence := strings.Join(rep.Evidence, "\n")
+	t.Logf("status with a heartbeat %s old: %s (exit %d)\n%s", rep.Heartbeat.Age.Round(time.Millisecond), rep.State, code, evidence)
+	if rep.State != monitor.Down || code != 1 {
+		t.Errorf("status = %s exit %d, want DOWN exit 1\n%s", rep.State, code, out)
+	}
+	for _, want := range []string{"store cannot be written", "disk is full", fmt.Sprintf("runner pid %d", cmd.Process.Pid), "is alive"} {
+		if !strings.Contains(evidence, want) {
+			t.Errorf("evidence %q lacks %q", evidence, want)
+		}
+	}
+	if strings.Contains(evidence, "re-run") {
+		t.Errorf("evidence %q tells the user to re-run beside a live runner", evidence)
+	}
+	if rep.Store == nil || rep.Store.State != monitor.Down || !strings.Contains(rep.Store.Cause, "disk is full") {
+		t.Errorf("report's store = %+v, want DOWN with the disk-full cause", rep.Store)
+	}
+	if text, _ := status(t, spec.Path, false); !strings.Contains(text, "DOWN") || !strings.Contains(text, "store") {
+		t.Errorf("status text does not say DOWN with the store:\n%s", text)
+	}
+
+	kill(t, cmd.Process.Pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	rep, code = statusReport(t, spec.Path)
+	if rep.State != monitor.Dead || code != 2 || !strings.Contains(strings.Join(rep.Evidence, " "), "no longer exists") {
+		t.Errorf("status after SIGKILL = %s exit %d %q, want DEAD exit 2, the process gone", rep.State, code, rep.Evidence)
 	}
 }
 

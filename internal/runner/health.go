@@ -2,9 +2,11 @@ package runner
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -36,6 +38,7 @@ type storeHealth struct {
 	unlogged  int       // outages not logged since the last logged start
 	counts    []store.Count
 	haveAny   bool
+	noteErr   bool // the note beside the job could not be written (logged once)
 }
 
 // The periodic writes retry after storeRetryMin, doubling up to
@@ -94,6 +97,16 @@ func (h *storeHealth) failed(err error, now time.Time) outageLog {
 	out := outageLog{kind: logStillDown, failures: h.failures, unlogged: h.unlogged}
 	h.unlogged = 0
 	return out
+}
+
+// noteFailed reports whether writing the store note failed before, and
+// records that it did.
+func (h *storeHealth) noteFailed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	was := h.noteErr
+	h.noteErr = true
+	return was
 }
 
 // due reports whether the periodic writes (heartbeat, history) should be
@@ -206,5 +219,28 @@ func (r *runState) untilStore(ctx context.Context, fn func(context.Context) erro
 			return err
 		}
 		gap = min(2*gap, 5*time.Second)
+	}
+}
+
+// noteStoreDown writes, while this runner cannot write its store, a note
+// beside the job that `regen status` reads without the store: a live
+// runner whose heartbeat is old is then DOWN with the store as the cause,
+// not DEAD. It is rewritten at every heartbeat, so a fresh one proves life.
+func (r *runState) noteStoreDown(now time.Time) {
+	cause, since := r.health.state()
+	if cause == "" {
+		return
+	}
+	n := monitor.StoreNote{Owner: r.owner, PID: os.Getpid(), Host: r.host, Time: now, Since: since, Cause: cause}
+	if err := monitor.WriteStoreNote(r.o.Spec.StateDir(), n); err != nil && !r.health.noteFailed() {
+		r.o.Logger.Warn("store down note", "err", err)
+	}
+}
+
+// forgetStoreNote removes this runner's note once the store takes writes
+// again, and at exit.
+func (r *runState) forgetStoreNote() {
+	if err := monitor.RemoveStoreNote(r.o.Spec.StateDir(), os.Getpid()); err != nil {
+		r.o.Logger.Warn("store down note", "err", err)
 	}
 }

@@ -168,6 +168,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, err
 	}
 	defer r.release()
+	defer r.forgetStoreNote()
 	// Before anything is ingested, sent or announced by a heartbeat.
 	if err := r.configure(ctx); err != nil {
 		return sum, err
@@ -537,6 +538,7 @@ func (r *runState) storeWrote(ctx context.Context) {
 	if !end.ended {
 		return
 	}
+	r.forgetStoreNote()
 	if end.logged {
 		r.o.Logger.Warn("store back", "down_for", end.downFor.Round(time.Millisecond))
 	}
@@ -837,6 +839,7 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}
+		r.noteStoreDown(l.Now)
 		// A store that is down is tried again with backoff, not every step.
 		if r.health.due(l.Now) {
 			r.writeBeat(write, false, "", &l)
