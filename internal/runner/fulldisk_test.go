@@ -168,22 +168,11 @@ func startFullDisk(t *testing.T) (*job.Spec, *exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	spec, fsDir := fullDiskJob(t)
 	st := openStore(t, spec)
-	cmd := exec.Command(regenBin, "run", "--progress-every", "1h", "--drain-timeout", "3s", spec.Path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	cmd, out := startRegenRun(t, spec.Path, "--drain-timeout", "3s")
 	waitFor(t, nil, 60*time.Second, "5 samples done", func() bool { return countState(t, st, store.Done) >= 5 })
 	fill(t, fsDir)
 	waitFor(t, nil, 30*time.Second, "the outage in the run log", func() bool { n, _ := storeLogLines(t, spec); return n > 0 })
-	return spec, cmd, &out
+	return spec, cmd, out
 }
 
 // TestFullDiskStatus: while a live runner cannot write its store (a real
@@ -193,7 +182,7 @@ func startFullDisk(t *testing.T) (*job.Spec, *exec.Cmd, *bytes.Buffer) {
 // to resume" (a re-run would be refused beside the live runner). Once the
 // runner is killed, its note no longer counts: DEAD, the process gone.
 func TestFullDiskStatus(t *testing.T) {
-	spec, cmd, out := startFullDisk(t)
+	spec, cmd, _ := startFullDisk(t)
 	var rep monitor.Report
 	var code int
 	waitFor(t, nil, 30*time.Second, "a heartbeat older than dead_after", func() bool {
@@ -203,7 +192,7 @@ func TestFullDiskStatus(t *testing.T) {
 	evidence := strings.Join(rep.Evidence, "\n")
 	t.Logf("status with a heartbeat %s old: %s (exit %d)\n%s", rep.Heartbeat.Age.Round(time.Millisecond), rep.State, code, evidence)
 	if rep.State != monitor.Down || code != 1 {
-		t.Errorf("status = %s exit %d, want DOWN exit 1\n%s", rep.State, code, out)
+		t.Errorf("status = %s exit %d, want DOWN exit 1:\n%s", rep.State, code, logTail(t, spec))
 	}
 	for _, want := range []string{"store cannot be written", "disk is full", fmt.Sprintf("runner pid %d", cmd.Process.Pid), "is alive"} {
 		if !strings.Contains(evidence, want) {

@@ -296,6 +296,22 @@ func (s *streamer) progress() (int, time.Time) {
 	return s.inFlight, s.last
 }
 
+// start runs one streamed request to url until ctx ends and waits for its
+// first token; the returned channel gives the request's end.
+func (s *streamer) start(t *testing.T, ctx context.Context, url string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.run(ctx, url) }()
+	select {
+	case <-s.first:
+	case err := <-done:
+		t.Fatalf("stream ended before its first token: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no token within 10s")
+	}
+	return done
+}
+
 func (s *streamer) run(ctx context.Context, url string) error {
 	body := strings.NewReader(`{"model":"fake-model","stream":true,"max_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", body)
@@ -339,15 +355,7 @@ func TestSIGSTOPIsStalledThenRestarts(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	streamDone := make(chan error, 1)
-	go func() { streamDone <- st.run(ctx, r.sup.URL()) }()
-	select {
-	case <-st.first:
-	case err := <-streamDone:
-		t.Fatalf("stream ended before its first token: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no token within 10s")
-	}
+	streamDone := st.start(t, ctx, r.sup.URL())
 	stoppedAt := time.Now()
 	if err := syscall.Kill(leader, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -529,15 +537,7 @@ func TestStoppedStalledIsKilledAtOnce(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	streamDone := make(chan error, 1)
-	go func() { streamDone <- st.run(ctx, r.sup.URL()) }()
-	select {
-	case <-st.first:
-	case err := <-streamDone:
-		t.Fatalf("stream ended before its first token: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no token within 10s")
-	}
+	streamDone := st.start(t, ctx, r.sup.URL())
 	if err := syscall.Kill(leader, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
