@@ -85,7 +85,8 @@ func runStatus(ctx context.Context, out io.Writer, path string, o statusOptions)
 // and the dashboard and `regen watch` show. A store that stops answering
 // makes the report DOWN with the store as the subject.
 func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, host string) (monitor.Report, error) {
-	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host})
+	r, err := monitor.Assess(ctx, st, monitor.AssessOptions{Job: spec.Name, Now: now, DeadAfter: spec.Monitor.DeadAfter, Host: host,
+		StoreNotes: monitor.ReadStoreNotes(spec.StateDir())})
 	if backend.Unreachable(err) {
 		return monitor.StoreDown(spec.Name, now, err), nil
 	}

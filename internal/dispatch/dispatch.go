@@ -449,15 +449,27 @@ func (d *Dispatcher) drain(cancelWork context.CancelCauseFunc) {
 	cancelWork(errDrain)
 	// Samples whose release cannot be written (the store is down) stay
 	// leased to this owner; the next run or another worker returns them.
-	t.Reset(d.cfg.DrainTimeout)
-	select {
-	case <-done:
-	case <-t.C:
-		d.log.Warn("store writes still failing after the drain; leaving their samples to lease expiry")
-		d.abort()
-		<-done
+	// With the store down there is nothing to wait for: the exit comes at
+	// the drain timeout, not a second one later.
+	d.mu.Lock()
+	down := d.storeSt.Down
+	d.mu.Unlock()
+	if !down {
+		t.Reset(min(d.cfg.DrainTimeout, releaseGrace))
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
 	}
+	d.log.Warn("store writes still failing after the drain; leaving their samples to lease expiry")
+	d.abort()
+	<-done
 }
+
+// releaseGrace bounds the releases after a drain timeout: they take
+// milliseconds with a store that answers.
+const releaseGrace = 5 * time.Second
 
 // loop claims and starts work until the job is finished (nil) or loopCtx
 // ends (its cause).
@@ -829,14 +841,12 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 func (d *Dispatcher) storeDo(ctx context.Context, stop <-chan struct{}, op func(context.Context) error) error {
 	gap := storeRetryGap
 	failing := false
-	defer func() {
-		if failing {
-			d.storeRecovered()
-		}
-	}()
 	for {
 		err := op(ctx)
 		if err == nil || errors.Is(err, store.ErrNotLeased) || errors.Is(err, store.ErrWrongTurn) {
+			if failing {
+				d.storeRecovered(true)
+			}
 			return err
 		}
 		d.storeFailed(err, !failing)
@@ -846,9 +856,11 @@ func (d *Dispatcher) storeDo(ctx context.Context, stop <-chan struct{}, op func(
 		case <-t.C:
 		case <-stop:
 			t.Stop()
+			d.storeRecovered(false)
 			return err
 		case <-d.aborted:
 			t.Stop()
+			d.storeRecovered(false)
 			return err
 		}
 		gap = min(2*gap, maxStoreRetryGap)
@@ -877,7 +889,9 @@ func (d *Dispatcher) storeFailed(err error, first bool) {
 }
 
 // storeRecovered ends one call's failures; the outage ends with the last.
-func (d *Dispatcher) storeRecovered() {
+// Only a call that succeeded (ok) says the store is back: one that gave up
+// (a drain that ended) does not know.
+func (d *Dispatcher) storeRecovered(ok bool) {
 	d.mu.Lock()
 	d.storeRetrying--
 	st := &d.storeSt
@@ -889,7 +903,9 @@ func (d *Dispatcher) storeRecovered() {
 	st.Down, st.Since = false, time.Time{}
 	st.LastOutage = down
 	d.mu.Unlock()
-	d.log.Warn("store back", "down_for", down.Round(time.Millisecond))
+	if ok {
+		d.log.Warn("store back", "down_for", down.Round(time.Millisecond))
+	}
 	select {
 	case d.storeBack <- struct{}{}:
 	default:

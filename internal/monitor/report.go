@@ -192,6 +192,9 @@ type AssessOptions struct {
 	Now       time.Time
 	DeadAfter time.Duration // heartbeat older than this = DEAD
 	Host      string        // this machine's name, to check whether a same-host runner pid still exists
+	// StoreNotes are the runners' notes beside the job (ReadStoreNotes): a
+	// live runner that cannot write its store is DOWN, not DEAD.
+	StoreNotes []StoreNote
 }
 
 // Assess builds a Report from the store alone.
@@ -232,6 +235,9 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
+	if n, ok := storeNoteOf(hb.Owner, hb.Time, o); ok && haveHB && r.State == Down {
+		r.Store = &StoreStatus{State: Down, Cause: n.Cause}
+	}
 	if haveHB && r.State != Done && len(r.Workers) > 1 {
 		if s, ev, ok := jobOfWorkers(r.Workers); ok {
 			r.State, r.Evidence = s, ev
@@ -362,6 +368,10 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 		}
 		return Stopped, []string{fmt.Sprintf("runner pid %d exited %s ago: %s; %d samples remaining; re-run to resume",
 			hb.PID, age, beat.ExitReason, remaining)}
+	}
+	// A runner that cannot write its store says so beside the job.
+	if n, ok := storeNoteOf(hb.Owner, hb.Time, o); ok {
+		return Down, storeDownEvidence(n, o.Now.Sub(hb.Time), o.Now)
 	}
 	// On the runner's own host a vanished process is proof enough: no need to
 	// wait out the heartbeat deadline to call it dead.

@@ -79,6 +79,7 @@ func workers(hbs []store.Heartbeat, o AssessOptions) ([]WorkerStatus, error) {
 			HeartbeatAge: o.Now.Sub(hb.Time), ExitReason: b.ExitReason, Lanes: b.Lanes, InFlight: b.InFlight,
 			Tokens: b.Tokens, Done: b.Done, Rate: b.Rate, Endpoints: b.Endpoints}
 		gone := o.Host != "" && hb.Host == o.Host && !ProcessAlive(hb.PID)
+		note, noted := storeNoteOf(hb.Owner, hb.Time, o)
 		switch {
 		case b.Exited && b.ExitReason == ExitFinished:
 			w.State = Done
@@ -86,6 +87,8 @@ func workers(hbs []store.Heartbeat, o AssessOptions) ([]WorkerStatus, error) {
 			w.State, w.Evidence = Failed, append([]string{"exited: " + b.ExitReason}, b.Evidence...)
 		case b.Exited:
 			w.State, w.Evidence = Stopped, []string{"exited: " + b.ExitReason}
+		case noted:
+			w.Live, w.State, w.Evidence = true, Down, storeDownEvidence(note, w.HeartbeatAge, o.Now)
 		case gone || w.HeartbeatAge > o.DeadAfter:
 			w.State = Dead
 			w.Evidence = []string{fmt.Sprintf("last heartbeat %s ago (deadline %s)", w.HeartbeatAge.Round(time.Second), o.DeadAfter)}

@@ -52,11 +52,12 @@ func statusReport(t *testing.T, jobPath string) (monitor.Report, int) {
 	return r, code
 }
 
-// startRegenRun starts `regen run job.yaml` as a subprocess.
-func startRegenRun(t *testing.T, jobPath string) (*exec.Cmd, *bytes.Buffer) {
+// startRegenRun starts `regen run [flags] job.yaml` as a subprocess.
+func startRegenRun(t *testing.T, jobPath string, flags ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(regenBin, "run", "--progress-every", "1h", jobPath)
+	args := append(append([]string{"run", "--progress-every", "1h"}, flags...), jobPath)
+	cmd := exec.Command(regenBin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

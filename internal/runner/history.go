@@ -68,7 +68,8 @@ func (h *history) rows(now time.Time, snap dispatch.Snapshot, load func(url stri
 	return append([]store.Minute{total}, out...)
 }
 
-// recordHistory writes the current minute's rows; a failure is logged, the
+// recordHistory writes the current minute's rows; a failure is logged
+// unless the store is known to be down (its outage is logged once), and the
 // job goes on (history is for people, the samples are what matter).
 func (r *runState) recordHistory(ctx context.Context, now time.Time) {
 	if r.disp == nil {
@@ -85,7 +86,11 @@ func (r *runState) recordHistory(ctx context.Context, now time.Time) {
 		}
 		return -1, -1, -1
 	})
-	if err := r.o.Store.PutMinutes(ctx, rows); err != nil && ctx.Err() == nil {
-		r.o.Logger.Warn("write history", "err", err)
+	if err := r.o.Store.PutMinutes(ctx, rows); err != nil {
+		if down, _ := r.health.state(); down == "" && ctx.Err() == nil {
+			r.o.Logger.Warn("write history", "err", err)
+		}
+		return
 	}
+	r.storeWrote(ctx)
 }

@@ -57,56 +57,108 @@ func (f *probeFleet) Run(ctx context.Context) error {
 	return nil
 }
 
+// watch probes url every f.every and judges it. A probe may take the
+// dialect's whole probe timeout (25 s) against a stopped server, so it runs
+// beside the loop: the hang rule is checked at every tick whether or not
+// the probe has answered, and a server that hangs with requests in flight
+// is STALLED at hang_after, not when its probe gives up.
 func (f *probeFleet) watch(ctx context.Context, url string) {
 	d := f.engines[url]
-	fails := 0
+	var w probeWatch
+	results := make(chan probe.Snapshot, 1)
+	probing := false
+	start := func() {
+		probing = true
+		go func() { results <- probe.Probe(ctx, f.client, url, d) }()
+	}
+	start()
+	tick := time.NewTicker(f.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case snap := <-results:
+			probing = false
+			if ctx.Err() != nil {
+				return
+			}
+			f.judge(ctx, url, &w, &snap)
+		case <-tick.C:
+			if probing {
+				f.judge(ctx, url, &w, nil) // the hang rule alone
+			} else {
+				start()
+			}
+		}
+	}
+}
+
+// probeWatch is one endpoint's probe history.
+type probeWatch struct {
+	fails int // failed health probes in a row
 	// A wedged server whose /health still answers 200 would otherwise flap
 	// STALLED -> READY every probe: after each stall it stays STALLED for a
 	// cooldown that doubles while stalls repeat, and tokens after a retry
 	// reset it.
-	stalls := 0
-	var stalledUntil time.Time
-	var tokensAtRetry int64
-	for {
-		snap := probe.Probe(ctx, f.client, url, d)
-		if ctx.Err() != nil {
-			return
+	stalls        int
+	stalledUntil  time.Time
+	tokensAtRetry int64
+}
+
+// judge sets url's state from snap (nil: a probe is still outstanding).
+func (f *probeFleet) judge(ctx context.Context, url string, w *probeWatch, snap *probe.Snapshot) {
+	inFlight, last := f.progressOf(url)
+	hung := f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang
+	switch {
+	case snap != nil && !snap.Healthy():
+		w.fails++
+		if w.fails >= probeFailures || f.get(url).State == monitor.Starting {
+			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Down, Cause: healthCause(*snap),
+				Evidence: []string{fmt.Sprintf("%d failed health probes in a row", w.fails)}})
+		} else if hung {
+			f.stall(ctx, url, w, inFlight, last, healthCause(*snap))
 		}
-		inFlight, last := f.progressOf(url)
-		switch {
-		case !snap.Healthy():
-			fails++
-			if fails >= probeFailures || f.get(url).State == monitor.Starting {
-				f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Down, Cause: healthCause(snap),
-					Evidence: []string{fmt.Sprintf("%d failed health probes in a row", fails)}})
-			}
-		case f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang:
-			fails = 0
-			stalls++
-			cooldown := min(f.hang<<(stalls-1), 10*time.Minute)
-			stalledUntil = time.Now().Add(cooldown)
-			// The cause stays the same while the hang lasts, so it is one event, not one per probe.
-			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Stalled, Cause: "hang",
-				Evidence: []string{fmt.Sprintf("no token for %s with %d requests in flight (deadline %s); next try in %s",
-					time.Since(last).Round(time.Second), inFlight, f.hang, cooldown)}})
-		case time.Now().Before(stalledUntil):
-			fails = 0 // healthy by its probe, but it just hung: wait out the cooldown
-		default:
-			fails = 0
-			if !stalledUntil.IsZero() {
-				stalledUntil, tokensAtRetry = time.Time{}, f.tokensOf(url)
-			}
-			if stalls > 0 && f.tokensOf(url) > tokensAtRetry {
-				stalls = 0 // tokens flowed after the retry: it recovered
-			}
-			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
+	case hung:
+		health := ""
+		if snap == nil {
+			health = "health probe unanswered"
+		} else {
+			w.fails = 0
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(f.every):
+		f.stall(ctx, url, w, inFlight, last, health)
+	case snap == nil:
+		// No verdict on health until the probe answers.
+	case time.Now().Before(w.stalledUntil):
+		w.fails = 0 // healthy by its probe, but it just hung: wait out the cooldown
+	default:
+		w.fails = 0
+		if !w.stalledUntil.IsZero() {
+			w.stalledUntil, w.tokensAtRetry = time.Time{}, f.tokensOf(url)
 		}
+		if w.stalls > 0 && f.tokensOf(url) > w.tokensAtRetry {
+			w.stalls = 0 // tokens flowed after the retry: it recovered
+		}
+		f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
 	}
+}
+
+// stall reports url STALLED: no token for hang_after with requests in
+// flight; health says what its probe says meanwhile ("" when healthy).
+func (f *probeFleet) stall(ctx context.Context, url string, w *probeWatch, inFlight int, last time.Time, health string) {
+	if f.get(url).State == monitor.Down {
+		return // already down by its probes: that says more
+	}
+	w.stalls++
+	cooldown := min(f.hang<<(w.stalls-1), 10*time.Minute)
+	w.stalledUntil = time.Now().Add(cooldown)
+	ev := []string{fmt.Sprintf("no token for %s with %d requests in flight (deadline %s); next try in %s",
+		time.Since(last).Round(time.Second), inFlight, f.hang, cooldown)}
+	if health != "" {
+		ev = append(ev, health)
+	}
+	// The cause stays the same while the hang lasts, so it is one event, not one per probe.
+	f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Stalled, Cause: "hang", Evidence: ev})
 }
 
 func healthCause(s probe.Snapshot) string {

@@ -168,6 +168,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, err
 	}
 	defer r.release()
+	defer r.forgetStoreNote()
 	// Before anything is ingested, sent or announced by a heartbeat.
 	if err := r.configure(ctx); err != nil {
 		return sum, err
@@ -295,7 +296,6 @@ func (r *runState) remaining(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("count samples: %w", err)
 	}
-	r.storeOK(ctx)
 	_, total := monitor.Cells(counts)
 	return total.Pending + total.InFlight, nil
 }
@@ -504,31 +504,46 @@ func (r *runState) event(ctx context.Context, e store.Event) {
 		r.storeFailed(ctx, err)
 		return
 	}
-	r.storeOK(ctx)
+	r.storeWrote(ctx)
 }
 
-// storeFailed notes that the store did not answer this runner; the first
-// failure of an outage is logged.
+// storeFailed notes that the store did not answer this runner. The start
+// of an outage is logged, then a reminder at growing intervals (see
+// storeHealth).
 func (r *runState) storeFailed(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // our own shutdown, not the store's
 	}
-	if r.health.failed(err, time.Now()) {
-		r.o.Logger.Warn("store down; retrying", "store", r.o.Store.Info().Location, "err", err)
+	l := r.health.failed(err, time.Now())
+	args := []any{"store", r.o.Store.Info().Location, "err", err}
+	if l.unlogged > 0 {
+		args = append(args, "outages_not_logged", l.unlogged)
+	}
+	switch l.kind {
+	case logStarted:
+		r.o.Logger.Warn("store down; retrying", args...)
 		notify(r.changed)
+	case logStillDown:
+		_, since := r.health.state()
+		args = append(args, "down_for", time.Since(since).Round(time.Second), "failed_calls", l.failures)
+		r.o.Logger.Warn("store still down; retrying", args...)
 	}
 }
 
-// storeOK notes that the store answered; the end of an outage is recorded
-// as an event, now that events can be written again.
-func (r *runState) storeOK(ctx context.Context) {
-	ended, downFor, cause := r.health.ok(time.Now())
-	if !ended {
+// storeWrote notes that a write reached the store: only a write ends an
+// outage (a full disk still answers reads). The end is recorded as an
+// event, now that events can be written again.
+func (r *runState) storeWrote(ctx context.Context) {
+	end := r.health.wrote(time.Now())
+	if !end.ended {
 		return
 	}
-	r.o.Logger.Warn("store back", "down_for", downFor.Round(time.Millisecond))
+	r.forgetStoreNote()
+	if end.logged {
+		r.o.Logger.Warn("store back", "down_for", end.downFor.Round(time.Millisecond))
+	}
 	r.event(ctx, store.Event{Kind: "store_state", Subject: "store", State: "UP",
-		Evidence: fmt.Sprintf("back after %s down: %s", downFor.Round(time.Second), cause)})
+		Evidence: fmt.Sprintf("back after %s down: %s", end.downFor.Round(time.Second), end.cause)})
 	notify(r.changed)
 }
 
@@ -675,7 +690,6 @@ func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts
 		counts, _ = r.health.last()
 	} else {
 		r.health.keep(counts)
-		r.storeOK(ctx)
 	}
 	out, total := monitor.Cells(counts)
 	snap := r.disp.Snapshot()
@@ -825,8 +839,12 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
 		}
-		r.writeBeat(write, false, "", &l)
-		r.recordHistory(ctx, l.Now)
+		r.noteStoreDown(l.Now)
+		// A store that is down is tried again with backoff, not every step.
+		if r.health.due(l.Now) {
+			r.writeBeat(write, false, "", &l)
+			r.recordHistory(ctx, l.Now)
+		}
 		if r.shared && l.StoreDown == "" {
 			if err := r.rescueDead(ctx, false); err != nil {
 				r.storeFailed(ctx, err)
@@ -892,7 +910,7 @@ func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l 
 		r.storeFailed(ctx, err)
 		return
 	}
-	r.storeOK(ctx)
+	r.storeWrote(ctx)
 }
 
 // progressLoop draws the view every ProgressEvery and at once when a state

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,6 +72,20 @@ func readStat(pid int, buf []byte) (member, int, bool) {
 	return member{PID: pid, State: fields[0][0], Comm: string(b[open+1 : end])}, pg, true
 }
 
+// stoppedMembers lists the group's processes stopped by a signal (state T,
+// e.g. SIGSTOP), sorted.
+func stoppedMembers(pgid int) []int {
+	ms, _ := groupMembers(pgid)
+	var out []int
+	for pid, m := range ms {
+		if m.State == 'T' {
+			out = append(out, pid)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // processAlive reports whether pid runs (exists and is not a zombie).
 func processAlive(pid int) bool {
 	var buf [512]byte
@@ -94,8 +109,9 @@ func groupAlive(pgid int) bool {
 }
 
 // killGroup stops every process of the group: SIGTERM (and SIGCONT, so a
-// stopped process can act on it), then SIGKILL once grace has passed. It
-// returns when no member runs or after a bounded wait following SIGKILL.
+// stopped process can act on it), then SIGKILL once grace has passed; with
+// no grace, SIGKILL at once. It returns when no member runs or after a
+// bounded wait following SIGKILL.
 func killGroup(pgid int, grace, poll time.Duration) error {
 	if pgid <= 0 {
 		return nil
@@ -103,10 +119,12 @@ func killGroup(pgid int, grace, poll time.Duration) error {
 	if !groupAlive(pgid) {
 		return nil
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
-	if waitGone(pgid, grace, poll) {
-		return nil
+	if grace > 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+		if waitGone(pgid, grace, poll) {
+			return nil
+		}
 	}
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("kill group %d: %w", pgid, err)

@@ -707,12 +707,19 @@ func (s *Supervisor) fail(inc *incarnation, w *watch, state State, cause string,
 		case <-time.After(exitLogWait):
 		}
 	}
+	// A stopped process cannot act on SIGTERM until continued, and one
+	// that hung is not worth the grace: STALLED and stopped is killed now.
+	grace := s.cfg.KillGrace
+	if stopped := stoppedMembers(inc.pid); state == Stalled && len(stopped) > 0 {
+		grace = 0
+		evidence = append(evidence, fmt.Sprintf("process %v stopped (state T): killed at once (SIGKILL) without the %s SIGTERM grace", stopped, s.cfg.KillGrace))
+	}
 	cause, evidence = s.explain(inc, w, state, cause, evidence)
 	w.state = state
 	s.setState(state, cause, evidence, inc.pid)
 	s.log.Warn("server_"+strings.ToLower(string(state)), "cause", cause, "pid", inc.pid, "evidence", evidence)
 
-	if err := killGroup(inc.pid, s.cfg.KillGrace, s.cfg.PollEvery); err != nil {
+	if err := killGroup(inc.pid, grace, s.cfg.PollEvery); err != nil {
 		s.log.Error("server_kill", "err", err)
 		evidence = append(evidence, err.Error())
 	}

@@ -296,6 +296,22 @@ func (s *streamer) progress() (int, time.Time) {
 	return s.inFlight, s.last
 }
 
+// start runs one streamed request to url until ctx ends and waits for its
+// first token; the returned channel gives the request's end.
+func (s *streamer) start(t *testing.T, ctx context.Context, url string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.run(ctx, url) }()
+	select {
+	case <-s.first:
+	case err := <-done:
+		t.Fatalf("stream ended before its first token: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no token within 10s")
+	}
+	return done
+}
+
 func (s *streamer) run(ctx context.Context, url string) error {
 	body := strings.NewReader(`{"model":"fake-model","stream":true,"max_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", body)
@@ -339,15 +355,7 @@ func TestSIGSTOPIsStalledThenRestarts(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	streamDone := make(chan error, 1)
-	go func() { streamDone <- st.run(ctx, r.sup.URL()) }()
-	select {
-	case <-st.first:
-	case err := <-streamDone:
-		t.Fatalf("stream ended before its first token: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no token within 10s")
-	}
+	streamDone := st.start(t, ctx, r.sup.URL())
 	stoppedAt := time.Now()
 	if err := syscall.Kill(leader, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -510,3 +518,44 @@ func TestWaitReady(t *testing.T) {
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
 
 func syscallGetpgrp() int { return syscall.Getpgrp() }
+
+// TestStoppedStalledIsKilledAtOnce: a launched server SIGSTOPped with a
+// request in flight is STALLED at the hang timeout and, being stopped
+// (state T), killed with SIGKILL at once. The server ignores SIGTERM (as
+// an engine busy shutting its workers down would for the whole grace) and
+// the grace is ten minutes, so only the immediate SIGKILL ends it before
+// the test's bound; the evidence says so.
+func TestStoppedStalledIsKilledAtOnce(t *testing.T) {
+	st := &streamer{first: make(chan struct{})}
+	cfg := fastConfig(t, "--fork-child", "--ignore-term")
+	cfg.Progress = st.progress
+	cfg.KillGrace = 10 * time.Minute
+	cfg.Server.Restart.Max = 1 // the first STALLED ends the test with FAILED: nothing left to stop
+	r := start(t, cfg)
+	r.rec.waitFor(t, Ready, 1, 20*time.Second)
+	leader := r.sup.Status().PID
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	streamDone := st.start(t, ctx, r.sup.URL())
+	if err := syscall.Kill(leader, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stalled := r.rec.waitFor(t, Stalled, 1, 10*time.Second)
+	failed := r.rec.waitFor(t, Failed, 1, time.Minute) // far below the 10 min grace
+	t.Logf("stopped server: STALLED to killed and FAILED in %v (SIGTERM grace %v)", failed.At.Sub(stalled.At), cfg.KillGrace)
+	if groupAlive(leader) {
+		t.Errorf("stopped group %d still alive", leader)
+	}
+	ev := strings.Join(r.sup.Status().Evidence, "; ")
+	if want := fmt.Sprintf("[%d] stopped (state T): killed at once (SIGKILL)", leader); !strings.Contains(ev, want) {
+		t.Errorf("evidence %q lacks %q", ev, want)
+	}
+	cancel()
+	<-streamDone
+	var fe *FailedError
+	if err := <-r.done; !errors.As(err, &fe) {
+		t.Fatalf("Run = %v, want *FailedError", err)
+	}
+	r.done <- nil
+}

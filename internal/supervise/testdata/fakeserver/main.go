@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,11 @@ func main() {
 	fatalAfter := flag.Duration("log-fatal-after", 0, "log SGLang's health-check failure after this long but keep running (0 = never)")
 	retractEvery := flag.Duration("retract-every", 0, "log a KV retraction warning this often (0 = never)")
 	child := flag.Bool("child", false, "run as the scheduler child")
+	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM, as an engine busy shutting its workers down (only SIGKILL ends it)")
 	flag.Parse()
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
 
 	if *child {
 		runChild(*childExitAfter)
