@@ -223,6 +223,7 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if !strings.Contains(text.stdout, "bad source rows (dead letters at ingest): 3") || !strings.Contains(text.stdout, "on average") {
 		t.Errorf("status does not show the 3 bad rows and the job's average throughput:\n%s", text.stdout)
 	}
+	checkDemoPaths(t, dir, text.stdout)
 	rep, res := status(t, dir, "job.yaml")
 	if res.code != 0 || rep.State != monitor.Done {
 		t.Errorf("status --json: exit %d state %s, want 0 DONE", res.code, rep.State)
@@ -241,6 +242,20 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	}
 	checkDemoConversations(t, dir, ex)
 	checkDemoStats(t, dir, ex)
+}
+
+// checkDemoPaths: the files status names are paths relative to the job
+// file, whatever the working directory (issue 21).
+func checkDemoPaths(t *testing.T, dir, statusText string) {
+	t.Helper()
+	const rejected = "(exported to out/demo.rejected.jsonl with the evidence"
+	if !strings.Contains(statusText, rejected) {
+		t.Errorf("status run in the job's folder does not say %q:\n%s", rejected, statusText)
+	}
+	root := filepath.Dir(filepath.Dir(dir))
+	if res := regen(t, root, "status", "examples/demo/job.yaml"); !strings.Contains(res.stdout, rejected) {
+		t.Errorf("status run two folders up does not say %q:\n%s", rejected, res.stdout)
+	}
 }
 
 // TestNoUnshippedCitations: output and docs cite only what ships; the engine

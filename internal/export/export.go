@@ -26,6 +26,10 @@ const (
 // Formats lists every format, in the order Export writes them.
 var Formats = []string{FormatShareGPT, FormatOpenAIBatch, FormatParquet}
 
+// RejectedFile is where an export into dir writes the job name's
+// rejected samples (always, whatever the formats).
+func RejectedFile(dir, name string) string { return filepath.Join(dir, name+".rejected.jsonl") }
+
 // File is one file an export wrote.
 type File struct {
 	Format string // sharegpt, openai-batch, openai-batch-errors, parquet or dead
@@ -149,7 +153,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 			return sum, err
 		}
 	}
-	if err := open(newRejected(path(".rejected.jsonl"))); err != nil {
+	if err := open(newRejected(RejectedFile(dir, name))); err != nil {
 		return sum, err
 	}
 	{

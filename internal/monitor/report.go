@@ -168,6 +168,9 @@ type Report struct {
 	Store *StoreStatus `json:"store"`
 	// Rejects counts the rejected samples per quality rule, most first.
 	Rejects []RuleCount `json:"rejects"`
+	// RejectedFile is where export writes the rejected samples, relative
+	// to the job file ("" when the caller does not know the job file).
+	RejectedFile string `json:"rejected_file"`
 	// Generations are the job's configuration generations, oldest first;
 	// the last is the one the job runs with (empty before the first run).
 	Generations []store.Generation `json:"generations"`

@@ -46,7 +46,11 @@ func StatusText(job string, r monitor.Report) string {
 			}
 			fmt.Fprintf(&b, " %s %d", rc.Rule, rc.N)
 		}
-		b.WriteString(" (exported to <name>.rejected.jsonl with the evidence; `regen requeue --rejected --rule R` sends them back)\n")
+		file := r.RejectedFile
+		if file == "" {
+			file = "the output folder's <job name>.rejected.jsonl"
+		}
+		fmt.Fprintf(&b, " (exported to %s with the evidence; `regen requeue --rejected --rule R` sends them back)\n", file)
 	}
 	if r.Average != nil {
 		a := r.Average
