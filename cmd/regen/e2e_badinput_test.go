@@ -35,8 +35,9 @@ func TestE2EBadInput(t *testing.T) {
 	}
 
 	want := []string{"P/p1", "P/p2", "P/p6", "P/huge", "P/p7", "C/c1", "C/c6", "C/c7"}
-	a := filepath.Join(dir, "prompts", "a.jsonl")
-	chats := filepath.Join(dir, "chats.jsonl")
+	// Origins are relative to the job file, though the store keeps them absolute.
+	a := filepath.Join("prompts", "a.jsonl")
+	chats := "chats.jsonl"
 	wantDead := []deadRow{
 		{Partition: "P", Origin: a + ":3"},                             // unterminated JSON
 		{Partition: "P", Origin: a + ":5", Field: "question"},          // prompt missing

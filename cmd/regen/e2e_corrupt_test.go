@@ -112,7 +112,7 @@ func TestE2EDispatchDeadLetterOrigin(t *testing.T) {
 		d.Reason = ""
 		got = append(got, d)
 	}
-	src := filepath.Join(dir, "prompts.jsonl")
+	src := "prompts.jsonl" // relative to the job file, wherever the job runs
 	want := []deadRow{
 		{ID: "P/q1", Partition: "P", Origin: src + ":2"},        // refused at dispatch
 		{Partition: "P", Origin: src + ":3", Field: "question"}, // refused at ingest

@@ -59,7 +59,9 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	}
 	dir := spec.Output.Dir
 	if o.out != "" {
-		dir = o.out
+		if dir, err = filepath.Abs(o.out); err != nil {
+			return fmt.Errorf("--out %s: %w", o.out, err)
+		}
 	}
 	metadata := spec.Output.Metadata
 	switch o.metadata {
@@ -78,11 +80,11 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if err != nil {
 		return err
 	}
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return err
 	}
-	writeExportSummary(out, sum)
+	writeExportSummary(out, spec, sum)
 	return nil
 }
 
@@ -95,17 +97,14 @@ func writeTokenSummary(w io.Writer, sum export.Summary) {
 	}
 }
 
-// writeExportSummary prints the counts and one line per written file.
-func writeExportSummary(w io.Writer, sum export.Summary) {
-	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows\n",
-		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows)
+// writeExportSummary prints the counts and one line per written file,
+// its path relative to the job file.
+func writeExportSummary(w io.Writer, spec *job.Spec, sum export.Summary) {
+	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows%s\n",
+		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows, relNote(spec))
 	writeTokenSummary(w, sum)
 	for _, f := range sum.Files {
-		p := f.Path
-		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {
-			p = rel
-		}
-		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), p)
+		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
 	for _, warn := range sum.Warnings {
 		fmt.Fprintln(w, "warning:", warn)

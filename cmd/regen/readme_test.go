@@ -208,7 +208,7 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 		{Partition: "B1_glaive", Origin: ":138", Field: "conversations"},
 		{Partition: "B1_glaive", Origin: ":253", Field: "id"},
 	}
-	checkDeadRows(t, ex.dead, filepath.Join(dir, "data", "glaive_fc.jsonl"), wantDead)
+	checkDeadRows(t, ex.dead, "data/glaive_fc.jsonl", wantDead)
 	for _, r := range ex.shareGPT {
 		if wantSrc := strings.TrimPrefix(r.ID, r.Partition+"/"); r.SourceID != wantSrc || r.SourceID == "" {
 			t.Errorf("sharegpt %s: source_id %q, want %q", r.ID, r.SourceID, wantSrc)
@@ -223,7 +223,7 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if !strings.Contains(text.stdout, "bad source rows (dead letters at ingest): 3") || !strings.Contains(text.stdout, "on average") {
 		t.Errorf("status does not show the 3 bad rows and the job's average throughput:\n%s", text.stdout)
 	}
-	checkDemoPaths(t, dir, text.stdout)
+	checkDemoPaths(t, dir, first.stdout, text.stdout, ex)
 	rep, res := status(t, dir, "job.yaml")
 	if res.code != 0 || rep.State != monitor.Done {
 		t.Errorf("status --json: exit %d state %s, want 0 DONE", res.code, rep.State)
@@ -244,15 +244,39 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	checkDemoStats(t, dir, ex)
 }
 
-// checkDemoPaths: the files status names are paths relative to the job
-// file, whatever the working directory (issue 21).
-func checkDemoPaths(t *testing.T, dir, statusText string) {
+// checkDemoPaths: run, status, export and show name files relative to the
+// job file, whatever the working directory, and no absolute path of the
+// job's folder appears (issue 21); the README runs the demo two folders up.
+func checkDemoPaths(t *testing.T, dir, runText, statusText string, ex exported) {
 	t.Helper()
+	root := filepath.Dir(filepath.Dir(dir))
+	for _, want := range []string{"regen: job demo, store demo.db, log .regen/demo/regen.log (paths relative to examples/demo/)\n",
+		"  out/demo.sharegpt.jsonl\n", "  out/demo.dead.jsonl\n"} {
+		if !strings.Contains(runText, want) {
+			t.Errorf("the demo run does not print %q:\n%s", want, runText)
+		}
+	}
+	exp := regen(t, root, "export", "examples/demo/job.yaml")
+	if exp.code != 0 || !strings.Contains(exp.stdout, "  out/demo.rejected.jsonl\n") || !strings.Contains(exp.stdout, "(paths relative to examples/demo/)") {
+		t.Errorf("export two folders up: want out/demo.rejected.jsonl and the folder the paths are relative to:\n%s", exp)
+	}
+	show := regen(t, dir, "show", "job.yaml", ex.rejected[0].ID)
+	if !strings.Contains(show.stdout, "source data/") {
+		t.Errorf("show %s: want its source as data/<file>:<line>:\n%s", ex.rejected[0].ID, show)
+	}
+	dead, err := os.ReadFile(filepath.Join(dir, "out", "demo.dead.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{runText, statusText, exp.stdout, show.stdout, string(dead)} {
+		if strings.Contains(text, root) {
+			t.Errorf("an absolute path of the job's folder %s in:\n%s", root, text)
+		}
+	}
 	const rejected = "(exported to out/demo.rejected.jsonl with the evidence"
 	if !strings.Contains(statusText, rejected) {
 		t.Errorf("status run in the job's folder does not say %q:\n%s", rejected, statusText)
 	}
-	root := filepath.Dir(filepath.Dir(dir))
 	if res := regen(t, root, "status", "examples/demo/job.yaml"); !strings.Contains(res.stdout, rejected) {
 		t.Errorf("status run two folders up does not say %q:\n%s", rejected, res.stdout)
 	}

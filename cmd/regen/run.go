@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -153,7 +152,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, st.Info().Location, relPath(spec.LogPath()))
+	fmt.Printf("regen: job %s, store %s, log %s%s\n", spec.Name, spec.Rel(st.Info().Location), spec.Rel(spec.LogPath()), relNote(spec))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
 		stop, m, err := runDashboard(ctx, spec, o.web, log)
@@ -187,13 +186,22 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s done: %d samples (%d done, %d rejected, %d dead), %d bad source rows\n",
 		spec.Name, t.Total, t.Done, t.Rejected, t.Dead, sum.Final.IngestErrors)
 	for _, f := range sum.Export.Files {
-		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), relPath(f.Path))
+		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
 	for _, w := range sum.Export.Warnings {
 		fmt.Println("warning:", w)
 	}
 	writeTokenSummary(os.Stdout, sum.Export)
 	return err // nil, or the NothingDoneError: exit 1
+}
+
+// relNote says which folder the paths regen prints are relative to, when it
+// is not the working directory.
+func relNote(spec *job.Spec) string {
+	if wd, err := os.Getwd(); err == nil && wd == spec.Dir {
+		return ""
+	}
+	return " (paths relative to " + filepath.Dir(spec.Path) + string(filepath.Separator) + ")"
 }
 
 // runDashboard serves the dashboard beside a run. It reads through a store
@@ -211,16 +219,4 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 		return nil, nil, err
 	}
 	return func() { stopWeb(); st.Close() }, m, nil
-}
-
-// relPath is p relative to the working directory when that is shorter to read.
-func relPath(p string) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return p
-	}
-	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "../..") {
-		return r
-	}
-	return p
 }

@@ -128,7 +128,7 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int) ([]sourceFind
 		}
 		found[i] = sourceFinding{files: len(in.Files), rows: in.Rows, good: in.Good}
 		if len(in.Bad) > 0 {
-			found[i].firstBad = relOrigin(spec, in.Bad[0].Origin) + ": " + in.Bad[0].Reason
+			found[i].firstBad = spec.Rel(in.Bad[0].Origin) + ": " + in.Bad[0].Reason
 		}
 		for _, m := range in.Missing {
 			problems = append(problems, spec.FieldErrorf(p+"."+m.Option, "field %q is in none of the first %d rows (they have: %s)",
@@ -136,15 +136,6 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int) ([]sourceFind
 		}
 	}
 	return found, problems
-}
-
-// relOrigin shortens a path (or file:line) to be relative to the job
-// file's directory when it lies inside it; paths in a job file are.
-func relOrigin(spec *job.Spec, origin string) string {
-	if r, err := filepath.Rel(spec.Dir, origin); err == nil && !strings.HasPrefix(r, "..") {
-		return r
-	}
-	return origin
 }
 
 // writeSpecSummary prints what the job will do, one aligned line per fact,
@@ -182,7 +173,7 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 		if src.Limit > 0 {
 			mapping = append(mapping, fmt.Sprintf("limit: %d", src.Limit))
 		}
-		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, relOrigin(s, src.Path), strings.Join(mapping, ", "))
+		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, s.Rel(src.Path), strings.Join(mapping, ", "))
 		if lane := fixedLane(s, src.Partition); lane != "" {
 			line += "\t-> lane " + lane
 		}
@@ -255,7 +246,7 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 	gen = append(gen, "request_timeout="+s.Generation.RequestTimeout.String(), "idle_timeout="+s.Generation.IdleTimeout.String())
 	p("generation\t%s", strings.Join(gen, " "))
 	p("store\t%s", storeSummary(s))
-	p("output\t%s\t%s", relOrigin(s, s.Output.Dir), strings.Join(s.Output.Formats, ", "))
+	p("output\t%s\t%s", s.Rel(s.Output.Dir), strings.Join(s.Output.Formats, ", "))
 	p("retry\t%d attempts, backoff %s..%s", s.Retry.MaxAttempts, s.Retry.BaseDelay, s.Retry.MaxDelay)
 	return tw.Flush()
 }
@@ -270,9 +261,9 @@ func storeSummary(s *job.Spec) string {
 	case t.Backend == "postgres":
 		return fmt.Sprintf("postgres %s, shared by every worker (from %s)", t, t.From)
 	case t.From == backend.EnvStore:
-		return relOrigin(s, t.Path) + " (from " + backend.EnvStore + ")"
+		return s.Rel(t.Path) + " (from " + backend.EnvStore + ")"
 	}
-	return relOrigin(s, s.Store.DSN)
+	return s.Rel(s.Store.DSN)
 }
 
 // fixedLane is the lane every sample of partition goes to regardless of

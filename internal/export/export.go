@@ -79,6 +79,9 @@ type Options struct {
 	// EngineOf names the engine of an endpoint URL, for the reason a
 	// record has no token ids; nil names the URL.
 	EngineOf func(endpoint string) string
+	// JobDir is the job file's folder: dead letters' origins are written
+	// relative to it (job.RelTo), also those stored absolute.
+	JobDir string
 }
 
 // Export is ExportWith zero Options.
@@ -158,7 +161,7 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 	}
 	{
 		var err error
-		dead, err = newDead(path(".dead.jsonl"))
+		dead, err = newDead(path(".dead.jsonl"), o.JobDir)
 		if err := open(dead, err); err != nil {
 			return sum, err
 		}

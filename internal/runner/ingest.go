@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
@@ -120,10 +118,7 @@ func (in *ingester) sourceError(ctx context.Context, path string, err error) err
 	if err == nil || ctx.Err() != nil || errors.As(err, &se) {
 		return err
 	}
-	if rel, rerr := filepath.Rel(in.spec.Dir, path); rerr == nil && !strings.HasPrefix(rel, "..") {
-		path = rel
-	}
-	return &SourceError{Path: path, Err: err}
+	return &SourceError{Path: in.spec.Rel(path), Err: err}
 }
 
 // storeError marks a store failure met while reading a source, so it is
