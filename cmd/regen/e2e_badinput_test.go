@@ -87,7 +87,7 @@ func TestE2EBadInput(t *testing.T) {
 	if second.code != 0 {
 		t.Fatalf("second run:\n%s", second)
 	}
-	if !strings.Contains(second.stdout, "ingest: 19 rows read: 0 new samples, 8 already stored, 11 bad rows") {
+	if !strings.Contains(second.stdout, "ingest: 19 rows in 4 files unchanged since the last ingest, not read again: 0 new samples, 8 already stored, 11 bad rows") {
 		t.Errorf("second run: want 0 new samples:\n%s", second.stdout)
 	}
 	ex2 := checkExport(t, out, "bad", want, false)

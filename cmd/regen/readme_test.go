@@ -197,7 +197,7 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if info, err := os.Stat(filepath.Join(dir, ".regen", "demo", "regen.log")); err != nil || info.Size() == 0 {
 		t.Errorf("no log in .regen/demo/regen.log: %v", err)
 	}
-	if !strings.Contains(second.stdout, ": 0 new samples, 600 already stored,") || strings.Contains(second.stdout, "STARTING") ||
+	if !strings.Contains(second.stdout, "ingest: 603 rows in 2 files unchanged since the last ingest, not read again: 0 new samples, 600 already stored, 3 bad rows") || strings.Contains(second.stdout, "STARTING") ||
 		!strings.Contains(second.stdout, " demo DONE ") {
 		t.Errorf("re-run of the finished demo: want nothing new, no server started and one DONE frame:\n%s", second.stdout)
 	}
@@ -219,6 +219,9 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	text := regen(t, dir, "status", "job.yaml")
 	if text.code != 0 || !strings.Contains(text.stdout, "job demo: DONE") || strings.Contains(text.stdout, "STARTING") {
 		t.Errorf("status after the runs: want exit 0, DONE and no endpoint left STARTING\n%s", text)
+	}
+	if !strings.Contains(text.stdout, " ingest job: 603 rows") || strings.Contains(text.stdout, "job :") {
+		t.Errorf("status's ingest event: want \"ingest job: 603 rows ...\" without a stray space:\n%s", text.stdout)
 	}
 	if !strings.Contains(text.stdout, "bad source rows (dead letters at ingest): 3") || !strings.Contains(text.stdout, "on average") {
 		t.Errorf("status does not show the 3 bad rows and the job's average throughput:\n%s", text.stdout)

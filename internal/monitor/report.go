@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -125,6 +126,24 @@ type Event struct {
 	State    string    `json:"state"`   // the new state of a state change, "" otherwise
 	Evidence string    `json:"evidence"`
 	Worker   string    `json:"worker"` // owner id of the worker that recorded it, "" if none
+}
+
+// Text is the event as one line without its time: kind, subject, the new
+// state of a state change, and the evidence ("ingest job: 603 rows ...",
+// "endpoint_state http://h:1 DOWN: exit code 137"). Every view prints
+// events through it, so an empty part leaves no stray space.
+func (e Event) Text() string {
+	var parts []string
+	for _, p := range []string{e.Kind, e.Subject, e.State} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	t := strings.Join(parts, " ")
+	if e.Evidence != "" {
+		t += ": " + e.Evidence
+	}
+	return t
 }
 
 // EventOf is the report's form of a stored event.
