@@ -139,6 +139,42 @@ func TestREADME(t *testing.T) {
 		}
 	}
 	checkDemo(t, demo, want, runs)
+	checkDemoIgnored(t, root)
+}
+
+// checkDemoIgnored: everything the README's commands created beside the
+// demo is ignored by the repository's .gitignore, so `git status` stays
+// clean after the demo (issue 21: demo.db.locks/ showed up untracked).
+func checkDemoIgnored(t *testing.T, root string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, "examples", "demo", "demo.db.locks")); err != nil {
+		t.Fatalf("the demo left no runner lock folder to check: %v", err)
+	}
+	gitignore, err := os.ReadFile("../../.gitignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, ".gitignore"), gitignore, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git := func(dir string, args ...string) []string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	shipped := map[string]bool{}
+	for _, f := range git("../..", "ls-files", "examples/demo") {
+		shipped[f] = true
+	}
+	git(root, "init", "-q")
+	for _, line := range git(root, "status", "--porcelain", "--untracked-files=all", "examples/demo") {
+		if f := strings.TrimPrefix(line, "?? "); f != "" && !shipped[f] {
+			t.Errorf("the demo created %s, which git status shows untracked; ignore it in .gitignore", f)
+		}
+	}
 }
 
 // readmeCommand maps a README command to the arguments of this test's
