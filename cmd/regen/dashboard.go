@@ -62,7 +62,8 @@ func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monit
 	go func() { done <- srv.Serve(ctx, o.addr, func(a net.Addr) { ready <- a }) }()
 	select {
 	case a := <-ready:
-		fmt.Fprintf(msgs, "regen: dashboard at http://%s/ (metrics at /metrics)\n", a)
+		host, _ := os.Hostname()
+		fmt.Fprintf(msgs, "regen: dashboard at %s (metrics at /metrics)\n", web.URL(a, host))
 	case err := <-done:
 		cancel()
 		return nil, err
