@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -86,6 +88,21 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	}
 	writeExportSummary(out, spec, sum)
 	return nil
+}
+
+// outputProblem is the job file's problem when the export could not write
+// into output.dir, with the path at fault relative to the job file.
+func outputProblem(spec *job.Spec) error {
+	err := export.CheckDir(spec.Output.Dir)
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = fmt.Errorf("%s %s: %w", pe.Op, spec.Rel(pe.Path), pe.Err)
+	}
+	return spec.FieldErrorf("output.dir", "%s: the output files cannot be written there (%v); make it writable or set output.dir to a folder that is",
+		spec.Rel(spec.Output.Dir), err)
 }
 
 // writeTokenSummary says how many conversations have token ids, when the

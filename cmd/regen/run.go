@@ -117,6 +117,12 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	if err := o.web.resolve(); err != nil {
 		return err
 	}
+	// Checked before any request: the export at the end writes there.
+	if !o.noExport {
+		if err := outputProblem(spec); err != nil {
+			return err
+		}
+	}
 	st, err := openStoreWaiting(ctx, spec)
 	if err != nil {
 		return err

@@ -45,7 +45,8 @@ that are not a server root.
 Unless --offline, it also looks at the sources: each path, glob or directory
 must match readable files (it says how many), and the first rows (--rows) are
 read through the field mapping, so a mapped field that no row has, or a
-Parquet column that does not exist, is reported before a run.
+Parquet column that does not exist, is reported before a run; and at
+output.dir, which must be a folder regen can write (or be creatable).
 
 Exits 1 when there is any problem.`,
 		Args: jobFileArg,
@@ -80,6 +81,9 @@ func runValidate(ctx context.Context, out, errOut io.Writer, path string, o vali
 	var problems []error
 	if !o.offline {
 		found, problems = inspectSources(ctx, spec, o.rows)
+		if err := outputProblem(spec); err != nil {
+			problems = append(problems, err)
+		}
 	}
 	if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
 		return err
