@@ -122,7 +122,9 @@ func checkBadRows(t *testing.T, got, want []deadRow) {
 }
 
 // TestE2EValidate checks that `regen validate` reports each problem of a
-// broken job file as file:line: field: message and exits 1.
+// broken job file as file:line: field: message and exits 1. All problems
+// come in one run: a bad key or setting does not hide the sources' and
+// the output folder's (issue 21: four problems took three runs).
 func TestE2EValidate(t *testing.T) {
 	tests := []struct {
 		file string
@@ -132,6 +134,7 @@ func TestE2EValidate(t *testing.T) {
 			"7 lanes[0].concurrency",
 			"9 lanes[1].name",
 			"10 lanes[1].max_tokens",
+			"4 sources[0].path",
 		}},
 		{"fields.yaml", []string{
 			"5 sources[0]",
@@ -143,10 +146,21 @@ func TestE2EValidate(t *testing.T) {
 		}},
 		{"unknown.yaml", []string{
 			"8 lanes[0].max_tokns",
+			"4 sources[0].path",
+		}},
+		{"stages.yaml", []string{
+			"17 lanes[0].max_tokns",
+			"19 generation.temperature",
+			"9 sources[0].prompt",
+			"12 sources[1].path",
+			"21 output.dir",
 		}},
 	}
 	dir := t.TempDir()
 	copyTree(t, "testdata/validate", dir)
+	if err := os.WriteFile(filepath.Join(dir, "blocker"), []byte("a file, not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			res := regen(t, dir, "validate", tt.file)

@@ -58,35 +58,39 @@ Exits 1 when there is any problem.`,
 	return cmd
 }
 
+// runValidate reports every problem in one run: the job file's (keys,
+// types, settings), then, as far as the file could be decoded, its
+// sources' and its output folder's, skipping only the parts whose own
+// settings are wrong.
 func runValidate(ctx context.Context, out, errOut io.Writer, path string, o validateOptions) error {
-	spec, err := job.LoadContext(ctx, path)
-	if err != nil {
-		var errs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = j.Unwrap()
-		} else {
-			errs = []error{err}
-		}
-		for _, e := range errs {
-			fmt.Fprintln(errOut, e)
-		}
-		var fe *job.FieldError
-		if errors.As(err, &fe) {
-			fmt.Fprintf(errOut, "%s: %d problem(s)\n", path, len(errs))
-			return &exitError{code: 1}
-		}
-		return &exitError{code: 1, err: err}
-	}
-	var found []sourceFinding
+	spec, err := job.LoadPartialContext(ctx, path)
 	var problems []error
-	if !o.offline {
-		found, problems = inspectSources(ctx, spec, o.rows)
-		if err := outputProblem(spec); err != nil {
-			problems = append(problems, err)
+	if err != nil {
+		problems = job.Problems(err)
+		var fe *job.FieldError
+		if spec == nil && !errors.As(err, &fe) { // unreadable, interrupted
+			for _, e := range problems {
+				fmt.Fprintln(errOut, e)
+			}
+			return &exitError{code: 1, err: err}
 		}
 	}
-	if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
-		return err
+	fileOK := len(problems) == 0
+	var found []sourceFinding
+	if spec != nil && !o.offline {
+		var more []error
+		found, more = inspectSources(ctx, spec, o.rows, problems)
+		problems = append(problems, more...)
+		if !hasProblemAt(problems, "output.dir") {
+			if err := outputProblem(spec); err != nil {
+				problems = append(problems, err)
+			}
+		}
+	}
+	if fileOK { // a job file with problems has no summary worth reading
+		if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
+			return err
+		}
 	}
 	if len(problems) > 0 {
 		for _, e := range problems {
@@ -116,13 +120,28 @@ func (f sourceFinding) String() string {
 	return s
 }
 
-// inspectSources looks at every source's files; problems name the job
-// file's line and the source option at fault.
-func inspectSources(ctx context.Context, spec *job.Spec, rows int) ([]sourceFinding, []error) {
+// hasProblemAt reports whether one of problems is at field or inside it.
+func hasProblemAt(problems []error, field string) bool {
+	for _, e := range problems {
+		var fe *job.FieldError
+		if errors.As(e, &fe) && (fe.Field == field || strings.HasPrefix(fe.Field, field+".") || strings.HasPrefix(fe.Field, field+"[")) {
+			return true
+		}
+	}
+	return false
+}
+
+// inspectSources looks at the files of every source whose settings have no
+// problem in known; problems name the job file's line and the source
+// option at fault.
+func inspectSources(ctx context.Context, spec *job.Spec, rows int, known []error) ([]sourceFinding, []error) {
 	found := make([]sourceFinding, len(spec.Sources))
 	var problems []error
 	for i, src := range spec.Sources {
 		p := fmt.Sprintf("sources[%d]", i)
+		if hasProblemAt(known, p) {
+			continue
+		}
 		in, err := source.Inspect(ctx, src, spec.Dir, rows)
 		if err != nil {
 			// Paths in the message as the job file writes them.
