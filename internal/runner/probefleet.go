@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -20,16 +22,20 @@ import (
 type probeFleet struct {
 	*statusBoard
 	engines map[string]engine.Dialect
+	health  map[string]*probe.HealthChecker // falls back for a server without /health
 	every   time.Duration
 	hang    time.Duration
 	client  *http.Client
+	log     *slog.Logger
 }
 
 const probeFailures = 3
 
-func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
+func newProbeFleet(spec *job.Spec, log *slog.Logger, onState stateFunc) *probeFleet {
 	urls := make([]string, 0, len(spec.Endpoints))
 	engines := map[string]engine.Dialect{}
+	health := map[string]*probe.HealthChecker{}
+	client := &http.Client{}
 	for _, e := range spec.Endpoints {
 		urls = append(urls, e.URL)
 		d, err := engine.Lookup(e.Engine)
@@ -37,14 +43,19 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 			d, _ = engine.Lookup("sglang")
 		}
 		engines[e.URL] = d
+		key := ""
+		if e.APIKeyEnv != "" {
+			key = os.Getenv(e.APIKeyEnv)
+		}
+		health[e.URL] = &probe.HealthChecker{Client: client, BaseURL: e.URL, Path: d.HealthPath, Model: spec.Model, APIKey: key}
 	}
 	hang := spec.Monitor.HangAfter
 	if hang <= 0 {
 		hang = job.DefaultHangAfter
 	}
 	every := probeEvery(spec)
-	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(every, hang/3),
-		hang: hang, client: &http.Client{}}
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, health: health, every: min(every, hang/3),
+		hang: hang, client: client, log: log}
 }
 
 func (f *probeFleet) Run(ctx context.Context) error {
@@ -67,10 +78,15 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 	stalls := 0
 	var stalledUntil time.Time
 	var tokensAtRetry int64
+	using := "GET " + d.HealthPath
 	for {
-		snap := probe.Probe(ctx, f.client, url, d)
+		snap := probe.ProbeWith(ctx, f.client, url, d, f.health[url])
 		if ctx.Err() != nil {
 			return
+		}
+		if snap.HealthProbe != using {
+			using = snap.HealthProbe
+			f.log.Info("health probe changed", "endpoint", url, "probe", using, "because", snap.HealthFallback)
 		}
 		inFlight, last := f.progressOf(url)
 		switch {
@@ -99,7 +115,7 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 			if stalls > 0 && f.tokensOf(url) > tokensAtRetry {
 				stalls = 0 // tokens flowed after the retry: it recovered
 			}
-			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
+			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready, Cause: fallbackCause(snap)})
 		}
 		select {
 		case <-ctx.Done():
@@ -110,8 +126,22 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 }
 
 func healthCause(s probe.Snapshot) string {
-	if s.HealthErr != nil {
-		return "health probe: " + s.HealthErr.Error()
+	what := "health probe"
+	if s.HealthFallback != "" {
+		what = fmt.Sprintf("health probe %s (%s)", s.HealthProbe, s.HealthFallback)
 	}
-	return fmt.Sprintf("health probe: HTTP %d", s.HealthStatus)
+	if s.HealthErr != nil {
+		return what + ": " + s.HealthErr.Error()
+	}
+	return fmt.Sprintf("%s: HTTP %d", what, s.HealthStatus)
+}
+
+// fallbackCause says which probe keeps a server without the engine's
+// health route READY, so status and the log show it ("" for the engine's
+// own).
+func fallbackCause(s probe.Snapshot) string {
+	if s.HealthFallback == "" {
+		return ""
+	}
+	return fmt.Sprintf("health by %s (%s)", s.HealthProbe, s.HealthFallback)
 }
