@@ -53,8 +53,9 @@ func TestE2ECorruptSource(t *testing.T) {
 			tt.bad(t, bad)
 			for try := range 2 {
 				res := regen(t, dir, "run", "job.yaml")
-				if res.code != 1 || !strings.Contains(res.stderr, bad) || !strings.Contains(res.stderr, tt.want) {
-					t.Fatalf("run %d on a bad source: want exit 1 naming %s and %q\n%s", try+1, bad, tt.want, res)
+				// The file named relative to the job file (issue 21).
+				if res.code != 1 || !strings.Contains(res.stderr, " "+tt.file) || strings.Contains(res.stderr, dir) || !strings.Contains(res.stderr, tt.want) {
+					t.Fatalf("run %d on a bad source: want exit 1 naming %s (not %s) and %q\n%s", try+1, tt.file, bad, tt.want, res)
 				}
 				rep, sres := status(t, dir, "job.yaml")
 				evidence := strings.Join(rep.Evidence, "; ")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -144,9 +143,7 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int, known []error
 		}
 		in, err := source.Inspect(ctx, src, spec.Dir, rows)
 		if err != nil {
-			// Paths in the message as the job file writes them.
-			msg := strings.ReplaceAll(err.Error(), spec.Dir+string(filepath.Separator), "")
-			problems = append(problems, spec.FieldErrorf(p+".path", "%s", msg))
+			problems = append(problems, spec.FieldErrorf(p+".path", "%s", spec.RelText(err.Error())))
 			continue
 		}
 		found[i] = sourceFinding{files: len(in.Files), rows: in.Rows, good: in.Good}

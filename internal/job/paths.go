@@ -28,6 +28,15 @@ func (s *Spec) FieldErrorf(path, format string, args ...any) *FieldError {
 // the same in `run`, `status`, `export`, dead letters and the dashboard.
 func (s *Spec) Rel(p string) string { return RelTo(s.Dir, p) }
 
+// RelText is Rel for the paths inside a message (an error from a library
+// that names files absolute): the job's folder is taken off each.
+func (s *Spec) RelText(text string) string {
+	if s.Dir == "" {
+		return text
+	}
+	return strings.ReplaceAll(text, s.Dir+string(filepath.Separator), "")
+}
+
 // RelTo is Rel for a job folder dir; origins stored absolute by older
 // versions display relative through it too.
 func RelTo(dir, p string) string {

@@ -26,3 +26,12 @@ func TestRelTo(t *testing.T) {
 		})
 	}
 }
+
+func TestRelText(t *testing.T) {
+	s := &Spec{Dir: "/jobs/demo"}
+	got := s.RelText("source C: read /jobs/demo/more.jsonl.gz line 987: corrupt; stat /jobs/demo2/x: no such file; /jobs/demo/data/a.jsonl")
+	want := "source C: read more.jsonl.gz line 987: corrupt; stat /jobs/demo2/x: no such file; data/a.jsonl"
+	if got != want {
+		t.Errorf("RelText:\n got %q\nwant %q", got, want)
+	}
+}

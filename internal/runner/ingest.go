@@ -142,8 +142,17 @@ func (in *ingester) sourceError(ctx context.Context, path string, err error) err
 	if err == nil || ctx.Err() != nil || errors.As(err, &se) {
 		return err
 	}
-	return &SourceError{Path: in.spec.Rel(path), Err: err}
+	return &SourceError{Path: in.spec.Rel(path), Err: relError{err, in.spec.RelText(err.Error())}}
 }
+
+// relError is err with the paths in its text relative to the job file.
+type relError struct {
+	err  error
+	text string
+}
+
+func (e relError) Error() string { return e.text }
+func (e relError) Unwrap() error { return e.err }
 
 // storeError marks a store failure met while reading a source, so it is
 // not taken for the source's.

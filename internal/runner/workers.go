@@ -71,7 +71,7 @@ func (r *runState) own(ctx context.Context) error {
 		return r.runBy(hb)
 	}
 	return fmt.Errorf("job %s is being run by another regen process (it holds the job's runner lock in %s.locks); stop that process first",
-		r.o.Spec.Name, r.o.Store.Info().Location)
+		r.o.Spec.Name, r.o.Spec.Rel(r.o.Store.Info().Location))
 }
 
 // release gives up the runner lock once the run is over.
