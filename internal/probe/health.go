@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -104,11 +103,5 @@ func (h *HealthChecker) run(ctx context.Context, probe int) (int, error) {
 	if h.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+h.APIKey)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("health %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	return resp.StatusCode, nil
+	return statusOf(client, req)
 }

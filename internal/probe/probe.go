@@ -90,9 +90,15 @@ func Health(ctx context.Context, client *http.Client, url string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("health %s: %w", url, err)
 	}
+	return statusOf(client, req)
+}
+
+// statusOf sends a health request and returns its status code, the body
+// read (bounded) and discarded so the connection is reused.
+func statusOf(client *http.Client, req *http.Request) (int, error) {
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("health %s: %w", url, err)
+		return 0, fmt.Errorf("health %s: %w", req.URL, err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
