@@ -104,11 +104,10 @@ func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, 
 	}
 }
 
-func runRun(ctx context.Context, path string, o runOptions) error {
-	spec, err := job.LoadContext(ctx, path)
-	if err != nil {
-		return err
-	}
+// checkRun refuses a run that could not finish, before any request: a
+// --lanes name the job lacks, a bad --web, an output folder the export at
+// the end could not write.
+func checkRun(spec *job.Spec, o *runOptions) error {
 	for _, l := range o.lanes {
 		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
 			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
@@ -117,11 +116,19 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	if err := o.web.resolve(); err != nil {
 		return err
 	}
-	// Checked before any request: the export at the end writes there.
-	if !o.noExport {
-		if err := outputProblem(spec); err != nil {
-			return err
-		}
+	if o.noExport {
+		return nil
+	}
+	return outputProblem(spec)
+}
+
+func runRun(ctx context.Context, path string, o runOptions) error {
+	spec, err := job.LoadContext(ctx, path)
+	if err != nil {
+		return err
+	}
+	if err := checkRun(spec, &o); err != nil {
+		return err
 	}
 	st, err := openStoreWaiting(ctx, spec)
 	if err != nil {
