@@ -52,7 +52,7 @@ func reportFunc(spec *job.Spec, st store.Store) func(ctx context.Context) (monit
 // startDashboard serves the dashboard until the returned stop is called;
 // the address it bound is printed to msgs.
 func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monitor.Metrics, msgs io.Writer, log *slog.Logger) (stop func(), err error) {
-	srv, err := web.New(web.Options{Store: st, Report: reportFunc(spec, st), Metrics: metrics, Token: o.token, Logger: log})
+	srv, err := web.New(web.Options{Store: st, Report: reportFunc(spec, st), Metrics: metrics, Token: o.token, Logger: log, JobDir: spec.Dir})
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,8 @@ func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monit
 	go func() { done <- srv.Serve(ctx, o.addr, func(a net.Addr) { ready <- a }) }()
 	select {
 	case a := <-ready:
-		fmt.Fprintf(msgs, "regen: dashboard at http://%s/ (metrics at /metrics)\n", a)
+		host, _ := os.Hostname()
+		fmt.Fprintf(msgs, "regen: dashboard at %s (metrics at /metrics)\n", web.URL(a, host))
 	case err := <-done:
 		cancel()
 		return nil, err

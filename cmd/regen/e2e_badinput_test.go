@@ -35,8 +35,9 @@ func TestE2EBadInput(t *testing.T) {
 	}
 
 	want := []string{"P/p1", "P/p2", "P/p6", "P/huge", "P/p7", "C/c1", "C/c6", "C/c7"}
-	a := filepath.Join(dir, "prompts", "a.jsonl")
-	chats := filepath.Join(dir, "chats.jsonl")
+	// Origins are relative to the job file, though the store keeps them absolute.
+	a := filepath.Join("prompts", "a.jsonl")
+	chats := "chats.jsonl"
 	wantDead := []deadRow{
 		{Partition: "P", Origin: a + ":3"},                             // unterminated JSON
 		{Partition: "P", Origin: a + ":5", Field: "question"},          // prompt missing
@@ -86,7 +87,7 @@ func TestE2EBadInput(t *testing.T) {
 	if second.code != 0 {
 		t.Fatalf("second run:\n%s", second)
 	}
-	if !strings.Contains(second.stdout, "ingest: 19 rows read: 0 new samples, 8 already stored, 11 bad rows") {
+	if !strings.Contains(second.stdout, "ingest: 19 rows in 4 files unchanged since the last ingest, not read again: 0 new samples, 8 already stored, 11 bad rows") {
 		t.Errorf("second run: want 0 new samples:\n%s", second.stdout)
 	}
 	ex2 := checkExport(t, out, "bad", want, false)
@@ -121,7 +122,9 @@ func checkBadRows(t *testing.T, got, want []deadRow) {
 }
 
 // TestE2EValidate checks that `regen validate` reports each problem of a
-// broken job file as file:line: field: message and exits 1.
+// broken job file as file:line: field: message and exits 1. All problems
+// come in one run: a bad key or setting does not hide the sources' and
+// the output folder's (issue 21: four problems took three runs).
 func TestE2EValidate(t *testing.T) {
 	tests := []struct {
 		file string
@@ -131,6 +134,7 @@ func TestE2EValidate(t *testing.T) {
 			"7 lanes[0].concurrency",
 			"9 lanes[1].name",
 			"10 lanes[1].max_tokens",
+			"4 sources[0].path",
 		}},
 		{"fields.yaml", []string{
 			"5 sources[0]",
@@ -142,10 +146,21 @@ func TestE2EValidate(t *testing.T) {
 		}},
 		{"unknown.yaml", []string{
 			"8 lanes[0].max_tokns",
+			"4 sources[0].path",
+		}},
+		{"stages.yaml", []string{
+			"17 lanes[0].max_tokns",
+			"19 generation.temperature",
+			"9 sources[0].prompt",
+			"12 sources[1].path",
+			"21 output.dir",
 		}},
 	}
 	dir := t.TempDir()
 	copyTree(t, "testdata/validate", dir)
+	if err := os.WriteFile(filepath.Join(dir, "blocker"), []byte("a file, not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			res := regen(t, dir, "validate", tt.file)

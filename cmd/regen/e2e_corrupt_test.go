@@ -53,8 +53,9 @@ func TestE2ECorruptSource(t *testing.T) {
 			tt.bad(t, bad)
 			for try := range 2 {
 				res := regen(t, dir, "run", "job.yaml")
-				if res.code != 1 || !strings.Contains(res.stderr, bad) || !strings.Contains(res.stderr, tt.want) {
-					t.Fatalf("run %d on a bad source: want exit 1 naming %s and %q\n%s", try+1, bad, tt.want, res)
+				// The file named relative to the job file (issue 21).
+				if res.code != 1 || !strings.Contains(res.stderr, " "+tt.file) || strings.Contains(res.stderr, dir) || !strings.Contains(res.stderr, tt.want) {
+					t.Fatalf("run %d on a bad source: want exit 1 naming %s (not %s) and %q\n%s", try+1, tt.file, bad, tt.want, res)
 				}
 				rep, sres := status(t, dir, "job.yaml")
 				evidence := strings.Join(rep.Evidence, "; ")
@@ -112,7 +113,7 @@ func TestE2EDispatchDeadLetterOrigin(t *testing.T) {
 		d.Reason = ""
 		got = append(got, d)
 	}
-	src := filepath.Join(dir, "prompts.jsonl")
+	src := "prompts.jsonl" // relative to the job file, wherever the job runs
 	want := []deadRow{
 		{ID: "P/q1", Partition: "P", Origin: src + ":2"},        // refused at dispatch
 		{Partition: "P", Origin: src + ":3", Field: "question"}, // refused at ingest

@@ -107,7 +107,7 @@ func TestE2ESamplesPerPromptKills(t *testing.T) {
 	if final.code != 0 {
 		t.Fatalf("final run:\n%s", final)
 	}
-	if !strings.Contains(final.stdout, "210 rows read: 0 new samples, 600 already stored,") {
+	if !strings.Contains(final.stdout, "ingest: 210 rows") || !strings.Contains(final.stdout, ": 0 new samples, 600 already stored,") {
 		t.Errorf("final run's ingest line; want 0 new, 600 already stored:\n%s", final.stdout)
 	}
 

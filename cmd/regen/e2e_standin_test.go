@@ -39,6 +39,7 @@ type answerServer struct {
 	free     int           // requests still answered at once while held
 	inFlight atomic.Int64
 	peak     atomic.Int64
+	noHealth atomic.Bool // /health answers 404, as on servers without one
 }
 
 func startAnswerServer(t *testing.T, answer string) *answerServer {
@@ -48,6 +49,9 @@ func startAnswerServer(t *testing.T, answer string) *answerServer {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/health":
+			if a.noHealth.Load() {
+				http.NotFound(w, r)
+			}
 		case "/v1/models":
 			fmt.Fprint(w, `{"object":"list","data":[{"id":"m"}]}`)
 		case "/v1/chat/completions":

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -59,7 +61,9 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	}
 	dir := spec.Output.Dir
 	if o.out != "" {
-		dir = o.out
+		if dir, err = filepath.Abs(o.out); err != nil {
+			return fmt.Errorf("--out %s: %w", o.out, err)
+		}
 	}
 	metadata := spec.Output.Metadata
 	switch o.metadata {
@@ -78,12 +82,27 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if err != nil {
 		return err
 	}
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return err
 	}
-	writeExportSummary(out, sum)
+	writeExportSummary(out, spec, sum)
 	return nil
+}
+
+// outputProblem is the job file's problem when the export could not write
+// into output.dir, with the path at fault relative to the job file.
+func outputProblem(spec *job.Spec) error {
+	err := export.CheckDir(spec.Output.Dir)
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = fmt.Errorf("%s %s: %w", pe.Op, spec.Rel(pe.Path), pe.Err)
+	}
+	return spec.FieldErrorf("output.dir", "%s: the output files cannot be written there (%v); make it writable or set output.dir to a folder that is",
+		spec.Rel(spec.Output.Dir), err)
 }
 
 // writeTokenSummary says how many conversations have token ids, when the
@@ -95,17 +114,14 @@ func writeTokenSummary(w io.Writer, sum export.Summary) {
 	}
 }
 
-// writeExportSummary prints the counts and one line per written file.
-func writeExportSummary(w io.Writer, sum export.Summary) {
-	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows\n",
-		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows)
+// writeExportSummary prints the counts and one line per written file,
+// its path relative to the job file.
+func writeExportSummary(w io.Writer, spec *job.Spec, sum export.Summary) {
+	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows%s\n",
+		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows, relNote(spec))
 	writeTokenSummary(w, sum)
 	for _, f := range sum.Files {
-		p := f.Path
-		if rel, err := filepath.Rel(".", p); err == nil && len(rel) < len(p) {
-			p = rel
-		}
-		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), p)
+		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
 	for _, warn := range sum.Warnings {
 		fmt.Fprintln(w, "warning:", warn)

@@ -139,6 +139,42 @@ func TestREADME(t *testing.T) {
 		}
 	}
 	checkDemo(t, demo, want, runs)
+	checkDemoIgnored(t, root)
+}
+
+// checkDemoIgnored: everything the README's commands created beside the
+// demo is ignored by the repository's .gitignore, so `git status` stays
+// clean after the demo (issue 21: demo.db.locks/ showed up untracked).
+func checkDemoIgnored(t *testing.T, root string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, "examples", "demo", "demo.db.locks")); err != nil {
+		t.Fatalf("the demo left no runner lock folder to check: %v", err)
+	}
+	gitignore, err := os.ReadFile("../../.gitignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, ".gitignore"), gitignore, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git := func(dir string, args ...string) []string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	shipped := map[string]bool{}
+	for _, f := range git("../..", "ls-files", "examples/demo") {
+		shipped[f] = true
+	}
+	git(root, "init", "-q")
+	for _, line := range git(root, "status", "--porcelain", "--untracked-files=all", "examples/demo") {
+		if f := strings.TrimPrefix(line, "?? "); f != "" && !shipped[f] {
+			t.Errorf("the demo created %s, which git status shows untracked; ignore it in .gitignore", f)
+		}
+	}
 }
 
 // readmeCommand maps a README command to the arguments of this test's
@@ -197,7 +233,7 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if info, err := os.Stat(filepath.Join(dir, ".regen", "demo", "regen.log")); err != nil || info.Size() == 0 {
 		t.Errorf("no log in .regen/demo/regen.log: %v", err)
 	}
-	if !strings.Contains(second.stdout, ": 0 new samples, 600 already stored,") || strings.Contains(second.stdout, "STARTING") ||
+	if !strings.Contains(second.stdout, "ingest: 603 rows in 2 files unchanged since the last ingest, not read again: 0 new samples, 600 already stored, 3 bad rows") || strings.Contains(second.stdout, "STARTING") ||
 		!strings.Contains(second.stdout, " demo DONE ") {
 		t.Errorf("re-run of the finished demo: want nothing new, no server started and one DONE frame:\n%s", second.stdout)
 	}
@@ -208,7 +244,7 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 		{Partition: "B1_glaive", Origin: ":138", Field: "conversations"},
 		{Partition: "B1_glaive", Origin: ":253", Field: "id"},
 	}
-	checkDeadRows(t, ex.dead, filepath.Join(dir, "data", "glaive_fc.jsonl"), wantDead)
+	checkDeadRows(t, ex.dead, "data/glaive_fc.jsonl", wantDead)
 	for _, r := range ex.shareGPT {
 		if wantSrc := strings.TrimPrefix(r.ID, r.Partition+"/"); r.SourceID != wantSrc || r.SourceID == "" {
 			t.Errorf("sharegpt %s: source_id %q, want %q", r.ID, r.SourceID, wantSrc)
@@ -220,9 +256,13 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	if text.code != 0 || !strings.Contains(text.stdout, "job demo: DONE") || strings.Contains(text.stdout, "STARTING") {
 		t.Errorf("status after the runs: want exit 0, DONE and no endpoint left STARTING\n%s", text)
 	}
+	if !strings.Contains(text.stdout, " ingest job: 603 rows") || strings.Contains(text.stdout, "job :") {
+		t.Errorf("status's ingest event: want \"ingest job: 603 rows ...\" without a stray space:\n%s", text.stdout)
+	}
 	if !strings.Contains(text.stdout, "bad source rows (dead letters at ingest): 3") || !strings.Contains(text.stdout, "on average") {
 		t.Errorf("status does not show the 3 bad rows and the job's average throughput:\n%s", text.stdout)
 	}
+	checkDemoPaths(t, dir, first.stdout, text.stdout, ex)
 	rep, res := status(t, dir, "job.yaml")
 	if res.code != 0 || rep.State != monitor.Done {
 		t.Errorf("status --json: exit %d state %s, want 0 DONE", res.code, rep.State)
@@ -241,6 +281,44 @@ func checkDemo(t *testing.T, dir string, want []string, runs []result) {
 	}
 	checkDemoConversations(t, dir, ex)
 	checkDemoStats(t, dir, ex)
+}
+
+// checkDemoPaths: run, status, export and show name files relative to the
+// job file, whatever the working directory, and no absolute path of the
+// job's folder appears (issue 21); the README runs the demo two folders up.
+func checkDemoPaths(t *testing.T, dir, runText, statusText string, ex exported) {
+	t.Helper()
+	root := filepath.Dir(filepath.Dir(dir))
+	for _, want := range []string{"regen: job demo, store demo.db, log .regen/demo/regen.log (paths relative to examples/demo/)\n",
+		"  out/demo.sharegpt.jsonl\n", "  out/demo.dead.jsonl\n"} {
+		if !strings.Contains(runText, want) {
+			t.Errorf("the demo run does not print %q:\n%s", want, runText)
+		}
+	}
+	exp := regen(t, root, "export", "examples/demo/job.yaml")
+	if exp.code != 0 || !strings.Contains(exp.stdout, "  out/demo.rejected.jsonl\n") || !strings.Contains(exp.stdout, "(paths relative to examples/demo/)") {
+		t.Errorf("export two folders up: want out/demo.rejected.jsonl and the folder the paths are relative to:\n%s", exp)
+	}
+	show := regen(t, dir, "show", "job.yaml", ex.rejected[0].ID)
+	if !strings.Contains(show.stdout, "source data/") {
+		t.Errorf("show %s: want its source as data/<file>:<line>:\n%s", ex.rejected[0].ID, show)
+	}
+	dead, err := os.ReadFile(filepath.Join(dir, "out", "demo.dead.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{runText, statusText, exp.stdout, show.stdout, string(dead)} {
+		if strings.Contains(text, root) {
+			t.Errorf("an absolute path of the job's folder %s in:\n%s", root, text)
+		}
+	}
+	const rejected = "(exported to out/demo.rejected.jsonl with the evidence"
+	if !strings.Contains(statusText, rejected) {
+		t.Errorf("status run in the job's folder does not say %q:\n%s", rejected, statusText)
+	}
+	if res := regen(t, root, "status", "examples/demo/job.yaml"); !strings.Contains(res.stdout, rejected) {
+		t.Errorf("status run two folders up does not say %q:\n%s", rejected, res.stdout)
+	}
 }
 
 // TestNoUnshippedCitations: output and docs cite only what ships; the engine

@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -105,17 +104,30 @@ func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, 
 	}
 }
 
-func runRun(ctx context.Context, path string, o runOptions) error {
-	spec, err := job.LoadContext(ctx, path)
-	if err != nil {
-		return err
-	}
+// checkRun refuses a run that could not finish, before any request: a
+// --lanes name the job lacks, a bad --web, an output folder the export at
+// the end could not write.
+func checkRun(spec *job.Spec, o *runOptions) error {
 	for _, l := range o.lanes {
 		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
 			return fmt.Errorf("--lanes: job %s has no lane %q", spec.Name, l)
 		}
 	}
 	if err := o.web.resolve(); err != nil {
+		return err
+	}
+	if o.noExport {
+		return nil
+	}
+	return outputProblem(spec)
+}
+
+func runRun(ctx context.Context, path string, o runOptions) error {
+	spec, err := job.LoadContext(ctx, path)
+	if err != nil {
+		return err
+	}
+	if err := checkRun(spec, &o); err != nil {
 		return err
 	}
 	st, err := openStoreWaiting(ctx, spec)
@@ -153,7 +165,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, st.Info().Location, relPath(spec.LogPath()))
+	fmt.Printf("regen: job %s, store %s, log %s%s\n", spec.Name, spec.Rel(st.Info().Location), spec.Rel(spec.LogPath()), relNote(spec))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
 		stop, m, err := runDashboard(ctx, spec, o.web, log)
@@ -187,13 +199,22 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s done: %d samples (%d done, %d rejected, %d dead), %d bad source rows\n",
 		spec.Name, t.Total, t.Done, t.Rejected, t.Dead, sum.Final.IngestErrors)
 	for _, f := range sum.Export.Files {
-		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), relPath(f.Path))
+		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
 	for _, w := range sum.Export.Warnings {
 		fmt.Println("warning:", w)
 	}
 	writeTokenSummary(os.Stdout, sum.Export)
 	return err // nil, or the NothingDoneError: exit 1
+}
+
+// relNote says which folder the paths regen prints are relative to, when it
+// is not the working directory.
+func relNote(spec *job.Spec) string {
+	if wd, err := os.Getwd(); err == nil && wd == spec.Dir {
+		return ""
+	}
+	return " (paths relative to " + filepath.Dir(spec.Path) + string(filepath.Separator) + ")"
 }
 
 // runDashboard serves the dashboard beside a run. It reads through a store
@@ -211,16 +232,4 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 		return nil, nil, err
 	}
 	return func() { stopWeb(); st.Close() }, m, nil
-}
-
-// relPath is p relative to the working directory when that is shorter to read.
-func relPath(p string) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return p
-	}
-	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "../..") {
-		return r
-	}
-	return p
 }

@@ -70,6 +70,7 @@ func runShow(ctx context.Context, out io.Writer, path, id string, o showOptions)
 		}
 		return fmt.Errorf("no sample with id %q in job %s%s", id, spec.Name, hint)
 	}
+	row.Origin = spec.Rel(row.Origin)
 	s, err := review.Of(row)
 	if err != nil {
 		return err

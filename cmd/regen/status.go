@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/regen-dev/regen/internal/export"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
@@ -90,6 +91,7 @@ func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, 
 	if backend.Unreachable(err) {
 		return monitor.StoreDown(spec.Name, now, err), nil
 	}
+	r.RejectedFile = spec.Rel(export.RejectedFile(spec.Output.Dir, spec.BaseName()))
 	return r, err
 }
 

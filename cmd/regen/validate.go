@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -45,7 +44,8 @@ that are not a server root.
 Unless --offline, it also looks at the sources: each path, glob or directory
 must match readable files (it says how many), and the first rows (--rows) are
 read through the field mapping, so a mapped field that no row has, or a
-Parquet column that does not exist, is reported before a run.
+Parquet column that does not exist, is reported before a run; and at
+output.dir, which must be a folder regen can write (or be creatable).
 
 Exits 1 when there is any problem.`,
 		Args: jobFileArg,
@@ -57,32 +57,39 @@ Exits 1 when there is any problem.`,
 	return cmd
 }
 
+// runValidate reports every problem in one run: the job file's (keys,
+// types, settings), then, as far as the file could be decoded, its
+// sources' and its output folder's, skipping only the parts whose own
+// settings are wrong.
 func runValidate(ctx context.Context, out, errOut io.Writer, path string, o validateOptions) error {
-	spec, err := job.LoadContext(ctx, path)
-	if err != nil {
-		var errs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = j.Unwrap()
-		} else {
-			errs = []error{err}
-		}
-		for _, e := range errs {
-			fmt.Fprintln(errOut, e)
-		}
-		var fe *job.FieldError
-		if errors.As(err, &fe) {
-			fmt.Fprintf(errOut, "%s: %d problem(s)\n", path, len(errs))
-			return &exitError{code: 1}
-		}
-		return &exitError{code: 1, err: err}
-	}
-	var found []sourceFinding
+	spec, err := job.LoadPartialContext(ctx, path)
 	var problems []error
-	if !o.offline {
-		found, problems = inspectSources(ctx, spec, o.rows)
+	if err != nil {
+		problems = job.Problems(err)
+		var fe *job.FieldError
+		if spec == nil && !errors.As(err, &fe) { // unreadable, interrupted
+			for _, e := range problems {
+				fmt.Fprintln(errOut, e)
+			}
+			return &exitError{code: 1, err: err}
+		}
 	}
-	if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
-		return err
+	fileOK := len(problems) == 0
+	var found []sourceFinding
+	if spec != nil && !o.offline {
+		var more []error
+		found, more = inspectSources(ctx, spec, o.rows, problems)
+		problems = append(problems, more...)
+		if !hasProblemAt(problems, "output.dir") {
+			if err := outputProblem(spec); err != nil {
+				problems = append(problems, err)
+			}
+		}
+	}
+	if fileOK { // a job file with problems has no summary worth reading
+		if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
+			return err
+		}
 	}
 	if len(problems) > 0 {
 		for _, e := range problems {
@@ -112,23 +119,36 @@ func (f sourceFinding) String() string {
 	return s
 }
 
-// inspectSources looks at every source's files; problems name the job
-// file's line and the source option at fault.
-func inspectSources(ctx context.Context, spec *job.Spec, rows int) ([]sourceFinding, []error) {
+// hasProblemAt reports whether one of problems is at field or inside it.
+func hasProblemAt(problems []error, field string) bool {
+	for _, e := range problems {
+		var fe *job.FieldError
+		if errors.As(e, &fe) && (fe.Field == field || strings.HasPrefix(fe.Field, field+".") || strings.HasPrefix(fe.Field, field+"[")) {
+			return true
+		}
+	}
+	return false
+}
+
+// inspectSources looks at the files of every source whose settings have no
+// problem in known; problems name the job file's line and the source
+// option at fault.
+func inspectSources(ctx context.Context, spec *job.Spec, rows int, known []error) ([]sourceFinding, []error) {
 	found := make([]sourceFinding, len(spec.Sources))
 	var problems []error
 	for i, src := range spec.Sources {
 		p := fmt.Sprintf("sources[%d]", i)
+		if hasProblemAt(known, p) {
+			continue
+		}
 		in, err := source.Inspect(ctx, src, spec.Dir, rows)
 		if err != nil {
-			// Paths in the message as the job file writes them.
-			msg := strings.ReplaceAll(err.Error(), spec.Dir+string(filepath.Separator), "")
-			problems = append(problems, spec.FieldErrorf(p+".path", "%s", msg))
+			problems = append(problems, spec.FieldErrorf(p+".path", "%s", spec.RelText(err.Error())))
 			continue
 		}
 		found[i] = sourceFinding{files: len(in.Files), rows: in.Rows, good: in.Good}
 		if len(in.Bad) > 0 {
-			found[i].firstBad = relOrigin(spec, in.Bad[0].Origin) + ": " + in.Bad[0].Reason
+			found[i].firstBad = spec.Rel(in.Bad[0].Origin) + ": " + in.Bad[0].Reason
 		}
 		for _, m := range in.Missing {
 			problems = append(problems, spec.FieldErrorf(p+"."+m.Option, "field %q is in none of the first %d rows (they have: %s)",
@@ -136,15 +156,6 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int) ([]sourceFind
 		}
 	}
 	return found, problems
-}
-
-// relOrigin shortens a path (or file:line) to be relative to the job
-// file's directory when it lies inside it; paths in a job file are.
-func relOrigin(spec *job.Spec, origin string) string {
-	if r, err := filepath.Rel(spec.Dir, origin); err == nil && !strings.HasPrefix(r, "..") {
-		return r
-	}
-	return origin
 }
 
 // writeSpecSummary prints what the job will do, one aligned line per fact,
@@ -182,7 +193,7 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 		if src.Limit > 0 {
 			mapping = append(mapping, fmt.Sprintf("limit: %d", src.Limit))
 		}
-		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, relOrigin(s, src.Path), strings.Join(mapping, ", "))
+		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, s.Rel(src.Path), strings.Join(mapping, ", "))
 		if lane := fixedLane(s, src.Partition); lane != "" {
 			line += "\t-> lane " + lane
 		}
@@ -255,7 +266,7 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 	gen = append(gen, "request_timeout="+s.Generation.RequestTimeout.String(), "idle_timeout="+s.Generation.IdleTimeout.String())
 	p("generation\t%s", strings.Join(gen, " "))
 	p("store\t%s", storeSummary(s))
-	p("output\t%s\t%s", relOrigin(s, s.Output.Dir), strings.Join(s.Output.Formats, ", "))
+	p("output\t%s\t%s", s.Rel(s.Output.Dir), strings.Join(s.Output.Formats, ", "))
 	p("retry\t%d attempts, backoff %s..%s", s.Retry.MaxAttempts, s.Retry.BaseDelay, s.Retry.MaxDelay)
 	return tw.Flush()
 }
@@ -270,9 +281,9 @@ func storeSummary(s *job.Spec) string {
 	case t.Backend == "postgres":
 		return fmt.Sprintf("postgres %s, shared by every worker (from %s)", t, t.From)
 	case t.From == backend.EnvStore:
-		return relOrigin(s, t.Path) + " (from " + backend.EnvStore + ")"
+		return s.Rel(t.Path) + " (from " + backend.EnvStore + ")"
 	}
-	return relOrigin(s, s.Store.DSN)
+	return s.Rel(s.Store.DSN)
 }
 
 // fixedLane is the lane every sample of partition goes to regardless of

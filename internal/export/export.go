@@ -26,6 +26,10 @@ const (
 // Formats lists every format, in the order Export writes them.
 var Formats = []string{FormatShareGPT, FormatOpenAIBatch, FormatParquet}
 
+// RejectedFile is where an export into dir writes the job name's
+// rejected samples (always, whatever the formats).
+func RejectedFile(dir, name string) string { return filepath.Join(dir, name+".rejected.jsonl") }
+
 // File is one file an export wrote.
 type File struct {
 	Format string // sharegpt, openai-batch, openai-batch-errors, parquet or dead
@@ -75,6 +79,9 @@ type Options struct {
 	// EngineOf names the engine of an endpoint URL, for the reason a
 	// record has no token ids; nil names the URL.
 	EngineOf func(endpoint string) string
+	// JobDir is the job file's folder: dead letters' origins are written
+	// relative to it (job.RelTo), also those stored absolute.
+	JobDir string
 }
 
 // Export is ExportWith zero Options.
@@ -149,12 +156,12 @@ func ExportWith(ctx context.Context, st store.Store, dir string, formats []strin
 			return sum, err
 		}
 	}
-	if err := open(newRejected(path(".rejected.jsonl"))); err != nil {
+	if err := open(newRejected(RejectedFile(dir, name))); err != nil {
 		return sum, err
 	}
 	{
 		var err error
-		dead, err = newDead(path(".dead.jsonl"))
+		dead, err = newDead(path(".dead.jsonl"), o.JobDir)
 		if err := open(dead, err); err != nil {
 			return sum, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -300,16 +301,17 @@ type deadLine struct {
 }
 
 type deadSink struct {
-	out *output
-	enc lineEncoder
+	out    *output
+	enc    lineEncoder
+	jobDir string // origins are written relative to it
 }
 
-func newDead(path string) (*deadSink, error) {
+func newDead(path, jobDir string) (*deadSink, error) {
 	af, err := createAtomic(path)
 	if err != nil {
 		return nil, err
 	}
-	return &deadSink{out: &output{format: "dead", af: af}, enc: newLineEncoder(af)}, nil
+	return &deadSink{out: &output{format: "dead", af: af}, enc: newLineEncoder(af), jobDir: jobDir}, nil
 }
 
 func (s *deadSink) files() []*output { return []*output{s.out} }
@@ -318,12 +320,12 @@ func (s *deadSink) write(r *record) error {
 	if r.row.State != store.Dead {
 		return nil
 	}
-	return s.put(deadLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Origin: r.row.Origin,
+	return s.put(deadLine{ID: r.row.ID, SourceID: r.sourceID(), Partition: r.row.Partition, Lane: r.row.Lane, Origin: job.RelTo(s.jobDir, r.row.Origin),
 		Reason: r.row.Reason, Attempts: r.row.Attempts})
 }
 
 func (s *deadSink) ingestError(e store.IngestError) error {
-	return s.put(deadLine{Partition: e.Partition, Origin: e.Origin, Field: e.Field, Reason: e.Reason})
+	return s.put(deadLine{Partition: e.Partition, Origin: job.RelTo(s.jobDir, e.Origin), Field: e.Field, Reason: e.Reason})
 }
 
 func (s *deadSink) put(l deadLine) error {

@@ -176,9 +176,7 @@ func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
 	}
 	sources := slices.Clone(spec.Sources)
 	for i := range sources {
-		if rel, err := filepath.Rel(spec.Dir, sources[i].Path); err == nil && spec.Dir != "" {
-			sources[i].Path = filepath.ToSlash(rel)
-		}
+		sources[i].Path = filepath.ToSlash(spec.Rel(sources[i].Path))
 	}
 	type lane struct {
 		Name            string   `yaml:"name"`

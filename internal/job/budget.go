@@ -50,6 +50,15 @@ func checkSize(path string, n int) error {
 // signal is obeyed at once even while a file is being read and parsed: the
 // parse itself cannot be stopped, and is left to end with the process.
 func LoadContext(ctx context.Context, path string) (*Spec, error) {
+	return loadContext(ctx, path, Load)
+}
+
+// LoadPartialContext is LoadPartial that gives up when ctx ends.
+func LoadPartialContext(ctx context.Context, path string) (*Spec, error) {
+	return loadContext(ctx, path, LoadPartial)
+}
+
+func loadContext(ctx context.Context, path string, load func(string) (*Spec, error)) (*Spec, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
@@ -59,7 +68,7 @@ func LoadContext(ctx context.Context, path string) (*Spec, error) {
 	}
 	done := make(chan loaded, 1) // buffered: an abandoned load still ends
 	go func() {
-		s, err := Load(path)
+		s, err := load(path)
 		done <- loaded{s, err}
 	}()
 	select {

@@ -230,8 +230,12 @@ func TestLoadErrors(t *testing.T) {
 		{"neither.yaml", []string{
 			`testdata/neither.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`,
 		}},
-		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency" (did you mean "concurrency"?)`}},
-		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer or auto, got string "many"`}},
+		// A bad key does not hide the settings' problems (this file has no
+		// endpoints), nor is it reported twice in other words.
+		{"unknown_field.yaml", []string{`testdata/unknown_field.yaml:8:5: lanes[0].concurency: unknown field "concurency" (did you mean "concurrency"?)`,
+			`testdata/unknown_field.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`}},
+		{"wrong_type.yaml", []string{`testdata/wrong_type.yaml:8:18: lanes[0].concurrency: want integer or auto, got string "many"`,
+			`testdata/wrong_type.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`}},
 		// Every problem in one pass; a quoted number is refused like a word.
 		{"several.yaml", []string{
 			`testdata/several.yaml:2:1: modle: unknown field "modle" (did you mean "model"?)`,

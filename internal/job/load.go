@@ -59,6 +59,30 @@ func Load(path string) (*Spec, error) {
 // Parse is Load for a job file already in memory; path names it in errors
 // and anchors its relative paths.
 func Parse(path string, src []byte) (*Spec, error) {
+	s, err := ParsePartial(path, src)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// LoadPartial is Load that goes as far as the file allows, for validate:
+// with unknown keys or invalid settings it still returns the Spec it could
+// decode (defaults applied), so the sources and the output folder can be
+// checked in the same pass. The error lists every problem in the job file;
+// the Spec is nil only when the file cannot be decoded at all (syntax, a
+// value of the wrong type, too big). A Spec returned with an error must not
+// be run.
+func LoadPartial(path string) (*Spec, error) {
+	src, err := readCapped(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePartial(path, src)
+}
+
+// ParsePartial is LoadPartial for a job file already in memory.
+func ParsePartial(path string, src []byte) (*Spec, error) {
 	if err := checkSize(path, len(src)); err != nil {
 		return nil, err
 	}
@@ -73,11 +97,18 @@ func Parse(path string, src []byte) (*Spec, error) {
 		return nil, err
 	}
 	loc := newLocator(body)
-	if errs := checkShape(path, body); len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
+	errs := checkShape(path, body)
+	// Unknown keys are reported already: decode the rest leniently to go on
+	// to the settings' checks. A value of the wrong type stops here.
 	var s Spec
-	if err := yaml.UnmarshalWithOptions(src, &s, yaml.DisallowUnknownField()); err != nil {
+	opts := []yaml.DecodeOption{yaml.DisallowUnknownField()}
+	if len(errs) > 0 {
+		opts = nil
+	}
+	if err := yaml.UnmarshalWithOptions(src, &s, opts...); err != nil {
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
 		return nil, decodeError(path, loc, src, err)
 	}
 	abs, err := filepath.Abs(path)
@@ -89,9 +120,48 @@ func Parse(path string, src []byte) (*Spec, error) {
 	s.loc = loc
 	s.applyDefaults()
 	if err := s.Validate(); err != nil {
-		return nil, err
+		errs = append(errs, withoutRepeats(Problems(err), errs)...)
+	}
+	if len(errs) > 0 {
+		return &s, errors.Join(errs...)
 	}
 	return &s, nil
+}
+
+// Problems lists the problems an error of Load, LoadPartial or Validate
+// joins (itself when it joins none).
+func Problems(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// withoutRepeats drops the settings' problems at a field the shape check
+// already reported, or above or below it: a wrong or unknown key there
+// would be reported twice in other words.
+func withoutRepeats(problems, shape []error) []error {
+	related := func(a, b string) bool {
+		under := func(x, y string) bool {
+			return strings.HasPrefix(x, y) && (len(x) == len(y) || x[len(y)] == '.' || x[len(y)] == '[')
+		}
+		return under(a, b) || under(b, a)
+	}
+	var out []error
+	for _, p := range problems {
+		var fe, se *FieldError
+		repeat := false
+		for _, s := range shape {
+			if errors.As(p, &fe) && errors.As(s, &se) && fe.Field != "" && se.Field != "" && related(fe.Field, se.Field) {
+				repeat = true
+				break
+			}
+		}
+		if !repeat {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 var quotedRE = regexp.MustCompile(`"([^"]*)"`)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -127,6 +128,24 @@ type Event struct {
 	Worker   string    `json:"worker"` // owner id of the worker that recorded it, "" if none
 }
 
+// Text is the event as one line without its time: kind, subject, the new
+// state of a state change, and the evidence ("ingest job: 603 rows ...",
+// "endpoint_state http://h:1 DOWN: exit code 137"). Every view prints
+// events through it, so an empty part leaves no stray space.
+func (e Event) Text() string {
+	var parts []string
+	for _, p := range []string{e.Kind, e.Subject, e.State} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	t := strings.Join(parts, " ")
+	if e.Evidence != "" {
+		t += ": " + e.Evidence
+	}
+	return t
+}
+
 // EventOf is the report's form of a stored event.
 func EventOf(e store.Event) Event {
 	return Event{Time: e.Time, Kind: e.Kind, Subject: e.Subject, State: e.State, Evidence: e.Evidence, Worker: e.Worker}
@@ -168,6 +187,9 @@ type Report struct {
 	Store *StoreStatus `json:"store"`
 	// Rejects counts the rejected samples per quality rule, most first.
 	Rejects []RuleCount `json:"rejects"`
+	// RejectedFile is where export writes the rejected samples, relative
+	// to the job file ("" when the caller does not know the job file).
+	RejectedFile string `json:"rejected_file"`
 	// Generations are the job's configuration generations, oldest first;
 	// the last is the one the job runs with (empty before the first run).
 	Generations []store.Generation `json:"generations"`

@@ -6,6 +6,8 @@
 // block_size), llama-server's /props default_generation_settings.n_ctx.
 //
 // Probe performs requests only; it keeps no state and starts no goroutine
-// that outlives the call. Scheduling probes and judging their results is the
+// that outlives the call. A HealthChecker (ProbeWith) is the one piece of
+// state: which health probe works for a server without a health route
+// (GET /v1/models, then a one-token completion). Scheduling probes and judging their results is the
 // supervisor's job.
 package probe

@@ -26,6 +26,11 @@ type Snapshot struct {
 	HealthStatus  int           `json:"health_status"` // 0 when no response arrived
 	HealthLatency time.Duration `json:"health_latency"`
 	HealthErr     error         `json:"-"`
+	// HealthProbe names the probe that gave HealthStatus ("GET /health",
+	// or a fallback of HealthChecker); HealthFallback says why it is not
+	// the dialect's ("" when it is).
+	HealthProbe    string `json:"health_probe"`
+	HealthFallback string `json:"health_fallback,omitempty"`
 
 	Metrics    engine.Metrics `json:"metrics"`
 	MetricsErr error          `json:"-"`
@@ -38,6 +43,13 @@ func (s Snapshot) Healthy() bool { return s.HealthErr == nil && s.HealthStatus =
 // concurrently, each bounded by the dialect's probe timeout and ctx.
 // Failures are reported in the Snapshot, never returned.
 func Probe(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) Snapshot {
+	return ProbeWith(ctx, client, baseURL, d, nil)
+}
+
+// ProbeWith is Probe with health checked by hc, which falls back to other
+// probes for a server without the dialect's health path (nil: that path
+// alone).
+func ProbeWith(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect, hc *HealthChecker) Snapshot {
 	if client == nil {
 		client = http.DefaultClient
 	}
@@ -52,7 +64,13 @@ func Probe(ctx context.Context, client *http.Client, baseURL string, d engine.Di
 		hctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		start := time.Now()
-		snap.HealthStatus, snap.HealthErr = Health(hctx, client, baseURL+d.HealthPath)
+		if hc == nil {
+			snap.HealthProbe = "GET " + d.HealthPath
+			snap.HealthStatus, snap.HealthErr = Health(hctx, client, baseURL+d.HealthPath)
+		} else {
+			snap.HealthStatus, snap.HealthErr = hc.Check(hctx)
+			snap.HealthProbe, snap.HealthFallback = hc.InUse()
+		}
 		snap.HealthLatency = time.Since(start)
 	})
 	if d.MetricsPath != "" {
@@ -72,9 +90,15 @@ func Health(ctx context.Context, client *http.Client, url string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("health %s: %w", url, err)
 	}
+	return statusOf(client, req)
+}
+
+// statusOf sends a health request and returns its status code, the body
+// read (bounded) and discarded so the connection is reused.
+func statusOf(client *http.Client, req *http.Request) (int, error) {
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("health %s: %w", url, err)
+		return 0, fmt.Errorf("health %s: %w", req.URL, err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))

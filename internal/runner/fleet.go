@@ -40,7 +40,7 @@ type stateFunc func(ctx context.Context, prev, cur monitor.EndpointStatus)
 
 func newFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (fleet, error) {
 	if spec.Server == nil {
-		return newProbeFleet(spec, onState), nil
+		return newProbeFleet(spec, log, onState), nil
 	}
 	srv := *spec.Server
 	if srv.Engine == "sim" && len(srv.Command) == 0 {

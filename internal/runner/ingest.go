@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,10 +14,12 @@ import (
 )
 
 // IngestStats counts what one ingest pass did. The rows of a file skipped
-// because the manifest says it is in already count as read, from the
-// manifest: the summary is the same whether a file was read again or not.
+// because the manifest says it is in already count in Read, from the
+// manifest (and in Unread): the counts are the same whether a file was read
+// again or not, and the summary says which rows were read.
 type IngestStats struct {
-	Read     int // rows read, good and bad
+	Read     int // rows of the source files, good and bad, read now or not
+	Unread   int // of Read, the rows of files not read (counted from the manifest)
 	Inserted int // new samples (the other good rows were already stored)
 	Bad      int // rows dead-lettered at ingest
 	Files    int // source files
@@ -42,21 +43,42 @@ func (s IngestStats) Samples() int { return s.Read - s.Bad - s.Duplicates + s.Co
 
 // String is the ingest summary the run prints and records.
 func (s IngestStats) String() string {
-	out := fmt.Sprintf("%d rows read: %d new samples, %d already stored, %d bad rows (dead letters)",
-		s.Read, s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
+	out := s.rowsText() + fmt.Sprintf(": %d new samples, %d already stored, %d bad rows (dead letters)",
+		s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
 	if s.Duplicates > 0 {
 		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
 		if s.Merged > 1 {
 			out += fmt.Sprintf("; identical prompts without an id mapping became %d samples of one prompt, not %d per row", s.Merged, s.Merged)
 		}
 	}
+	return out
+}
+
+// rowsText says how many rows the sources hold and which of them were read
+// now: "603 rows read", "603 rows in 2 files unchanged since their last
+// ingest, not read again", or the split of the two.
+func (s IngestStats) rowsText() string {
+	var unread []string
 	if s.Skipped > 0 {
-		out += fmt.Sprintf("; %d of %d files unchanged since their last ingest, not read again", s.Skipped, s.Files)
+		unread = append(unread, fmt.Sprintf("%s unchanged since the last ingest", files(s.Skipped)))
 	}
 	if s.ByOthers > 0 {
-		out += fmt.Sprintf("; %d files ingested by other workers", s.ByOthers)
+		unread = append(unread, fmt.Sprintf("%s ingested by other workers", files(s.ByOthers)))
 	}
-	return out
+	switch {
+	case len(unread) == 0:
+		return fmt.Sprintf("%d rows read", s.Read)
+	case s.Unread == s.Read && s.Skipped+s.ByOthers == s.Files:
+		return fmt.Sprintf("%d rows in %s, not read again", s.Read, strings.Join(unread, " and "))
+	}
+	return fmt.Sprintf("%d rows: %d read, %d not read again (%s)", s.Read, s.Read-s.Unread, s.Unread, strings.Join(unread, ", "))
+}
+
+func files(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", n)
 }
 
 const ingestBatch = 1000
@@ -120,11 +142,17 @@ func (in *ingester) sourceError(ctx context.Context, path string, err error) err
 	if err == nil || ctx.Err() != nil || errors.As(err, &se) {
 		return err
 	}
-	if rel, rerr := filepath.Rel(in.spec.Dir, path); rerr == nil && !strings.HasPrefix(rel, "..") {
-		path = rel
-	}
-	return &SourceError{Path: path, Err: err}
+	return &SourceError{Path: in.spec.Rel(path), Err: relError{err, in.spec.RelText(err.Error())}}
 }
+
+// relError is err with the paths in its text relative to the job file.
+type relError struct {
+	err  error
+	text string
+}
+
+func (e relError) Error() string { return e.text }
+func (e relError) Unwrap() error { return e.err }
 
 // storeError marks a store failure met while reading a source, so it is
 // not taken for the source's.
@@ -352,6 +380,7 @@ func (in *ingester) complete(ctx context.Context, src job.Source, path string, i
 
 func (in *ingester) skipped(m store.SourceFile, byOther bool) {
 	in.stats.Read += m.Rows + m.Bad
+	in.stats.Unread += m.Rows + m.Bad
 	in.stats.Bad += m.Bad
 	in.stats.Copies += m.Rows * (in.perPrompt(m.Partition) - 1)
 	if byOther {

@@ -65,20 +65,24 @@ func TestIngestSkipsUnchangedFiles(t *testing.T) {
 		}
 	}
 	check("first ingest", ingestOnce(t, spec, st), IngestStats{Read: 50, Inserted: 50, Files: 2})
-	check("re-run", ingestOnce(t, spec, st), IngestStats{Read: 50, Files: 2, Skipped: 2})
+	check("re-run", ingestOnce(t, spec, st), IngestStats{Read: 50, Unread: 50, Files: 2, Skipped: 2})
 
 	// Rows appended to a: only a is read again, and only its new rows are new.
 	a := filepath.Join(spec.Dir, "data", "a.jsonl")
 	writeRows(t, a, "a", 30, 35)
-	check("after appending to a", ingestOnce(t, spec, st), IngestStats{Read: 55, Inserted: 5, Files: 2, Skipped: 1})
-	check("re-run after the append", ingestOnce(t, spec, st), IngestStats{Read: 55, Files: 2, Skipped: 2})
+	appended := ingestOnce(t, spec, st)
+	check("after appending to a", appended, IngestStats{Read: 55, Unread: 20, Inserted: 5, Files: 2, Skipped: 1})
+	if want := "55 rows: 35 read, 20 not read again (1 file unchanged since the last ingest): 5 new samples, 50 already stored,"; !strings.HasPrefix(appended.String(), want) {
+		t.Errorf("summary after the append %q, want it to start %q", appended.String(), want)
+	}
+	check("re-run after the append", ingestOnce(t, spec, st), IngestStats{Read: 55, Unread: 55, Files: 2, Skipped: 2})
 
 	// Same bytes, new modification time: read again, nothing new.
 	later := time.Now().Add(time.Hour)
 	if err := os.Chtimes(filepath.Join(spec.Dir, "data", "b.jsonl"), later, later); err != nil {
 		t.Fatal(err)
 	}
-	check("after touching b", ingestOnce(t, spec, st), IngestStats{Read: 55, Files: 2, Skipped: 1})
+	check("after touching b", ingestOnce(t, spec, st), IngestStats{Read: 55, Unread: 35, Files: 2, Skipped: 1})
 
 	// A different mapping yields different samples from the same bytes.
 	spec.Sources[0].System = "You are terse."
@@ -177,12 +181,41 @@ sources: [{partition: p, path: p.jsonl, prompt: q, id: id}]
 		if stats.Read != 3 || stats.Inserted != wantNew || stats.Duplicates != 1 {
 			t.Errorf("ingest %d: %+v, want 3 read, %d new, 1 duplicate", run, stats, wantNew)
 		}
-		want := fmt.Sprintf("3 rows read: %d new samples, %d already stored, 0 bad rows (dead letters), 1 rows skipped because another row has their id (see regen stats)", wantNew, 2-wantNew)
+		rows := "3 rows read"
 		if run > 0 { // the manifest knows the file is in: it is not read again
-			want += "; 1 of 1 files unchanged since their last ingest, not read again"
+			rows = "3 rows in 1 file unchanged since the last ingest, not read again"
 		}
+		want := fmt.Sprintf("%s: %d new samples, %d already stored, 0 bad rows (dead letters), 1 rows skipped because another row has their id (see regen stats)", rows, wantNew, 2-wantNew)
 		if got := stats.String(); got != want {
 			t.Errorf("ingest %d summary %q, want %q", run, got, want)
 		}
+	}
+}
+
+// TestIngestSummaryWording: the summary never says rows were read that
+// were not (issue 21: "603 rows read ... 2 of 2 files ... not read again").
+func TestIngestSummaryWording(t *testing.T) {
+	tests := []struct {
+		name  string
+		stats IngestStats
+		want  string
+	}{
+		{"all read", IngestStats{Read: 603, Inserted: 600, Bad: 3, Files: 2},
+			"603 rows read: 600 new samples, 0 already stored, 3 bad rows (dead letters)"},
+		{"none read", IngestStats{Read: 603, Unread: 603, Bad: 3, Files: 2, Skipped: 2},
+			"603 rows in 2 files unchanged since the last ingest, not read again: 0 new samples, 600 already stored, 3 bad rows (dead letters)"},
+		{"some read", IngestStats{Read: 55, Unread: 20, Inserted: 5, Files: 2, Skipped: 1},
+			"55 rows: 35 read, 20 not read again (1 file unchanged since the last ingest): 5 new samples, 50 already stored, 0 bad rows (dead letters)"},
+		{"others ingested all", IngestStats{Read: 50, Unread: 50, Files: 2, ByOthers: 2},
+			"50 rows in 2 files ingested by other workers, not read again: 0 new samples, 50 already stored, 0 bad rows (dead letters)"},
+		{"unchanged and by others", IngestStats{Read: 60, Unread: 40, Inserted: 20, Files: 3, Skipped: 1, ByOthers: 1},
+			"60 rows: 20 read, 40 not read again (1 file unchanged since the last ingest, 1 file ingested by other workers): 20 new samples, 40 already stored, 0 bad rows (dead letters)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.stats.String(); got != tt.want {
+				t.Errorf("summary\n got %q\nwant %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -20,16 +22,20 @@ import (
 type probeFleet struct {
 	*statusBoard
 	engines map[string]engine.Dialect
+	health  map[string]*probe.HealthChecker // falls back for a server without /health
 	every   time.Duration
 	hang    time.Duration
 	client  *http.Client
+	log     *slog.Logger
 }
 
 const probeFailures = 3
 
-func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
+func newProbeFleet(spec *job.Spec, log *slog.Logger, onState stateFunc) *probeFleet {
 	urls := make([]string, 0, len(spec.Endpoints))
 	engines := map[string]engine.Dialect{}
+	health := map[string]*probe.HealthChecker{}
+	client := &http.Client{}
 	for _, e := range spec.Endpoints {
 		urls = append(urls, e.URL)
 		d, err := engine.Lookup(e.Engine)
@@ -37,14 +43,19 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 			d, _ = engine.Lookup("sglang")
 		}
 		engines[e.URL] = d
+		key := ""
+		if e.APIKeyEnv != "" {
+			key = os.Getenv(e.APIKeyEnv)
+		}
+		health[e.URL] = &probe.HealthChecker{Client: client, BaseURL: e.URL, Path: d.HealthPath, Model: spec.Model, APIKey: key}
 	}
 	hang := spec.Monitor.HangAfter
 	if hang <= 0 {
 		hang = job.DefaultHangAfter
 	}
 	every := probeEvery(spec)
-	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(every, hang/3),
-		hang: hang, client: &http.Client{}}
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, health: health, every: min(every, hang/3),
+		hang: hang, client: client, log: log}
 }
 
 func (f *probeFleet) Run(ctx context.Context) error {
@@ -64,12 +75,12 @@ func (f *probeFleet) Run(ctx context.Context) error {
 // is STALLED at hang_after, not when its probe gives up.
 func (f *probeFleet) watch(ctx context.Context, url string) {
 	d := f.engines[url]
-	var w probeWatch
+	w := probeWatch{using: "GET " + d.HealthPath}
 	results := make(chan probe.Snapshot, 1)
 	probing := false
 	start := func() {
 		probing = true
-		go func() { results <- probe.Probe(ctx, f.client, url, d) }()
+		go func() { results <- probe.ProbeWith(ctx, f.client, url, d, f.health[url]) }()
 	}
 	start()
 	tick := time.NewTicker(f.every)
@@ -104,10 +115,15 @@ type probeWatch struct {
 	stalls        int
 	stalledUntil  time.Time
 	tokensAtRetry int64
+	using         string // the health probe in use, logged when it changes
 }
 
 // judge sets url's state from snap (nil: a probe is still outstanding).
 func (f *probeFleet) judge(ctx context.Context, url string, w *probeWatch, snap *probe.Snapshot) {
+	if snap != nil && snap.HealthProbe != w.using {
+		w.using = snap.HealthProbe
+		f.log.Info("health probe changed", "endpoint", url, "probe", w.using, "because", snap.HealthFallback)
+	}
 	inFlight, last := f.progressOf(url)
 	hung := f.hang > 0 && inFlight > 0 && !last.IsZero() && time.Since(last) > f.hang
 	switch {
@@ -139,7 +155,7 @@ func (f *probeFleet) judge(ctx context.Context, url string, w *probeWatch, snap 
 		if w.stalls > 0 && f.tokensOf(url) > w.tokensAtRetry {
 			w.stalls = 0 // tokens flowed after the retry: it recovered
 		}
-		f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready})
+		f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Ready, Cause: fallbackCause(*snap)})
 	}
 }
 
@@ -162,8 +178,22 @@ func (f *probeFleet) stall(ctx context.Context, url string, w *probeWatch, inFli
 }
 
 func healthCause(s probe.Snapshot) string {
-	if s.HealthErr != nil {
-		return "health probe: " + s.HealthErr.Error()
+	what := "health probe"
+	if s.HealthFallback != "" {
+		what = fmt.Sprintf("health probe %s (%s)", s.HealthProbe, s.HealthFallback)
 	}
-	return fmt.Sprintf("health probe: HTTP %d", s.HealthStatus)
+	if s.HealthErr != nil {
+		return what + ": " + s.HealthErr.Error()
+	}
+	return fmt.Sprintf("%s: HTTP %d", what, s.HealthStatus)
+}
+
+// fallbackCause says which probe keeps a server without the engine's
+// health route READY, so status and the log show it ("" for the engine's
+// own).
+func fallbackCause(s probe.Snapshot) string {
+	if s.HealthFallback == "" {
+		return ""
+	}
+	return fmt.Sprintf("health by %s (%s)", s.HealthProbe, s.HealthFallback)
 }

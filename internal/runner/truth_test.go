@@ -35,7 +35,7 @@ func TestRerunFinishedJob(t *testing.T) {
 		t.Fatalf("re-run: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || lines[0] != "ingest: 30 rows read: 0 new samples, 30 already stored, 0 bad rows (dead letters); 1 of 1 files unchanged since their last ingest, not read again" ||
+	if len(lines) != 2 || lines[0] != "ingest: 30 rows in 1 file unchanged since the last ingest, not read again: 0 new samples, 30 already stored, 0 bad rows (dead letters)" ||
 		!strings.Contains(lines[1], " t DONE ") || !strings.HasSuffix(lines[1], "| p 30/30 eta=done") {
 		t.Errorf("re-run printed:\n%s\nwant the ingest line and one DONE frame", out.String())
 	}

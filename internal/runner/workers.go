@@ -71,7 +71,7 @@ func (r *runState) own(ctx context.Context) error {
 		return r.runBy(hb)
 	}
 	return fmt.Errorf("job %s is being run by another regen process (it holds the job's runner lock in %s.locks); stop that process first",
-		r.o.Spec.Name, r.o.Store.Info().Location)
+		r.o.Spec.Name, r.o.Spec.Rel(r.o.Store.Info().Location))
 }
 
 // release gives up the runner lock once the run is over.
@@ -226,7 +226,7 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	if err != nil {
 		return export.Summary{}, false, err
 	}
-	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf})
+	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return sum, false, err
 	}

@@ -46,7 +46,11 @@ func StatusText(job string, r monitor.Report) string {
 			}
 			fmt.Fprintf(&b, " %s %d", rc.Rule, rc.N)
 		}
-		b.WriteString(" (exported to <name>.rejected.jsonl with the evidence; `regen requeue --rejected --rule R` sends them back)\n")
+		file := r.RejectedFile
+		if file == "" {
+			file = "the output folder's <job name>.rejected.jsonl"
+		}
+		fmt.Fprintf(&b, " (exported to %s with the evidence; `regen requeue --rejected --rule R` sends them back)\n", file)
 	}
 	if r.Average != nil {
 		a := r.Average
@@ -99,14 +103,7 @@ func StatusText(job string, r monitor.Report) string {
 	if len(r.Events) > 0 {
 		b.WriteString("\nlast events:\n")
 		for _, e := range r.Events {
-			fmt.Fprintf(&b, "  %s %s %s", e.Time.Format("15:04:05"), e.Kind, e.Subject)
-			if e.State != "" {
-				fmt.Fprintf(&b, " %s", e.State)
-			}
-			if e.Evidence != "" {
-				fmt.Fprintf(&b, ": %s", e.Evidence)
-			}
-			b.WriteString("\n")
+			fmt.Fprintf(&b, "  %s %s\n", e.Time.Format("15:04:05"), e.Text())
 		}
 	}
 	if len(r.LastErrors) > 0 {

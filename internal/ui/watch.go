@@ -306,11 +306,7 @@ func workerLines(r monitor.Report, detail bool) []string {
 }
 
 func eventText(e monitor.Event) string {
-	t := fmt.Sprintf("%s %s %s %s", e.Time.Format("15:04:05"), e.Kind, e.Subject, e.State)
-	if e.Evidence != "" {
-		t += ": " + e.Evidence
-	}
-	return t
+	return e.Time.Format("15:04:05") + " " + e.Text()
 }
 
 func eventLines(r monitor.Report, width int) []string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -51,7 +52,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 		return got != "" && subtle.ConstantTimeCompare(h[:], want[:]) == 1
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && match(bearer) {
+		if bearer, ok := bearerToken(r.Header.Get("Authorization")); ok && match(bearer) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -70,6 +71,34 @@ func requireToken(token string, next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="regen"`)
 		http.Error(w, "401 unauthorized: this dashboard needs its token (open it once with ?token=..., or send Authorization: Bearer)", http.StatusUnauthorized)
 	})
+}
+
+// bearerToken is the token of an Authorization header in the Bearer
+// scheme, whose name is case-insensitive (RFC 9110 §11.1): "bearer T" and
+// "BEARER T" count as "Bearer T".
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
+}
+
+// URL says where a dashboard listening on a can be opened. A wildcard bind
+// (0.0.0.0, ::) gets the loopback URL and a note that it listens on every
+// interface, with the host's name for other machines: http://[::]:P/ is
+// not an address a browser elsewhere can use.
+func URL(a net.Addr, hostname string) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + a.String() + "/"
+	}
+	port := strconv.Itoa(tcp.Port)
+	u := "http://" + net.JoinHostPort("127.0.0.1", port) + "/ (listening on all interfaces"
+	if hostname != "" {
+		u += "; from other machines http://" + net.JoinHostPort(hostname, port) + "/"
+	}
+	return u + ")"
 }
 
 // loopbackHostOnly guards a token-less loopback dashboard against DNS

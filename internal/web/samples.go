@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/review"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -91,6 +92,7 @@ func (s *Server) sample(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no sample with id "+id, http.StatusNotFound)
 		return
 	}
+	row.Origin = job.RelTo(s.o.JobDir, row.Origin)
 	out := rowOf(row)
 	out.Request, out.Response = rawJSON(row.Body), rawJSON(row.Result.Response)
 	for _, p := range row.Prior {
@@ -193,6 +195,7 @@ func (s *Server) samples(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, row := range rows {
+		row.Origin = job.RelTo(s.o.JobDir, row.Origin)
 		page.Rows = append(page.Rows, rowOf(row))
 	}
 	writeJSON(w, page)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -35,6 +36,9 @@ type Options struct {
 	// Every is the live-update period of the event stream; default 2s.
 	Every time.Duration
 	Now   func() time.Time
+	// JobDir is the job file's folder: source origins are served relative
+	// to it (job.RelTo), also those stored absolute by older versions.
+	JobDir string
 }
 
 // Server is the dashboard's handler set.
@@ -220,7 +224,7 @@ func (s *Server) ingestErrors(w http.ResponseWriter, r *http.Request) {
 	}
 	first := make([]badRow, 0, len(rows))
 	for _, e := range rows {
-		first = append(first, badRow{Partition: e.Partition, Origin: e.Origin, Field: e.Field, Reason: e.Reason})
+		first = append(first, badRow{Partition: e.Partition, Origin: job.RelTo(s.o.JobDir, e.Origin), Field: e.Field, Reason: e.Reason})
 	}
 	writeJSON(w, struct {
 		Count int      `json:"count"`

@@ -48,7 +48,8 @@ function fmtTime(t) {
 }
 
 function eventLine(e) {
-  return `${fmtTime(e.time)} ${e.kind} ${e.subject} ${e.state}${e.evidence ? ": " + e.evidence : ""}`;
+  const head = [e.kind, e.subject, e.state].filter((p) => p).join(" ");
+  return `${fmtTime(e.time)} ${head}${e.evidence ? ": " + e.evidence : ""}`;
 }
 
 function fmtNum(x, digits) {
