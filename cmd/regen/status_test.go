@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,3 +266,32 @@ func TestStatusJSONDocumented(t *testing.T) {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+// TestStatusManyRestarts: a single-runner SQLite job started 40 times (39
+// runs interrupted, the last one killed) has one runner and a history, not
+// "workers: 0 live of 40" and dead-worker blocks.
+func TestStatusManyRestarts(t *testing.T) {
+	f := newStatusFixture(t)
+	f.work(t, 10, 4, time.Second)
+	ctx := context.Background()
+	for i := range 40 {
+		b := monitor.Beat{State: monitor.Running, Exited: i < 39, ExitReason: "interrupted"}
+		counters, _ := json.Marshal(b)
+		f.clock = f.clock.Add(time.Minute)
+		hb := store.Heartbeat{Owner: fmt.Sprintf("gpu-node-1-%d-ab", 5000+i), PID: 5000 + i, Host: "gpu-node-1",
+			Time: f.clock, Started: f.clock.Add(-50 * time.Second), Counters: counters}
+		if err := f.st.PutHeartbeat(ctx, hb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text, _, code := f.report(t, f.clock.Add(10*time.Minute))
+	if code != 2 {
+		t.Errorf("exit %d, want 2 (the last runner is dead)", code)
+	}
+	if strings.Contains(text, "workers:") || strings.Contains(text, "pid 5038") {
+		t.Errorf("ended runs listed as workers:\n%s", text)
+	}
+	if !strings.Contains(text, "runner: pid 5039 on gpu-node-1") || !strings.Contains(text, "earlier runs: 39 (39 stopped), the last ended 09:39:04") {
+		t.Errorf("want the runner line and one history line:\n%s", text)
+	}
+}

@@ -25,9 +25,7 @@ func StatusText(job string, r monitor.Report) string {
 	if r.Store != nil {
 		fmt.Fprintf(&b, "store: %s: %s\n", r.Store.State, r.Store.Cause)
 	}
-	if len(r.Workers) > 1 {
-		writeWorkers(&b, r.Workers)
-	}
+	writeWorkers(&b, r.Workers)
 	fmt.Fprintf(&b, "\n%-20s %-10s %8s %8s %8s %9s %8s %6s\n", "partition", "lane", "total", "done", "pending", "in flight", "rejected", "dead")
 	for _, c := range r.Cells {
 		fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", c.Partition, c.Lane, c.Total, c.Done, c.Pending, c.InFlight, c.Rejected, c.Dead)
@@ -63,7 +61,7 @@ func StatusText(job string, r monitor.Report) string {
 	case r.ETANote != "":
 		fmt.Fprintf(&b, "eta: %s\n", r.ETANote)
 	}
-	if len(r.Endpoints) > 0 && len(r.Workers) <= 1 { // several workers list theirs above
+	if len(r.Endpoints) > 0 && liveCount(r.Workers) <= 1 { // several live workers list theirs above
 		if r.RunnerExited {
 			b.WriteString("\nendpoints when the runner exited:\n")
 		} else {
@@ -160,26 +158,16 @@ func laneLimits(e monitor.EndpointStatus) string {
 	return " (" + strings.Join(parts, "; ") + ")"
 }
 
-// olderWorkersShown bounds the finished or dead workers listed after the
-// live ones; a long job restarted many times has many.
-const olderWorkersShown = 5
-
-// writeWorkers lists every live worker and the most recent others.
+// writeWorkers lists the live workers (and a dead host's last run) of a
+// job that several workers share, and sums up the runs that ended.
 func writeWorkers(b *strings.Builder, ws []monitor.WorkerStatus) {
-	live := 0
-	for _, w := range ws {
-		if w.Live {
-			live++
-		}
+	shown, history, section := workerGroups(ws)
+	if section {
+		fmt.Fprintf(b, "workers: %d live\n", liveCount(ws))
 	}
-	fmt.Fprintf(b, "workers: %d live of %d\n", live, len(ws))
-	older := 0
-	for _, w := range ws {
-		if !w.Live {
-			older++
-			if older > olderWorkersShown {
-				continue
-			}
+	for _, w := range shown {
+		if !section {
+			break
 		}
 		fmt.Fprintf(b, "  %-16s pid %-7d %-10s heartbeat %5s ago, done %d, %.1f samples/s, in flight %d",
 			w.Host, w.PID, w.State, w.HeartbeatAge.Round(time.Second), w.Done, w.Rate, w.InFlight)
@@ -198,8 +186,8 @@ func writeWorkers(b *strings.Builder, ws []monitor.WorkerStatus) {
 			fmt.Fprintf(b, "      %s\n", ev)
 		}
 	}
-	if older > olderWorkersShown {
-		fmt.Fprintf(b, "  ... and %d older workers (finished, stopped or dead)\n", older-olderWorkersShown)
+	if history != "" {
+		b.WriteString(history + "\n")
 	}
 }
 

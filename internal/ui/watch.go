@@ -251,22 +251,20 @@ func endpointLines(s WatchSnapshot, width int, detail bool) []string {
 	return out
 }
 
-// workerLines lists the workers sharing the job (a PostgreSQL store), live
-// ones first, then the most recent others; nothing for a job of one runner.
-// With detail each worker's endpoints follow it.
+// workerLines lists the live workers sharing the job (a PostgreSQL store)
+// and a dead host's last run, then one line for the runs that ended;
+// nothing but that line for a job of one runner. With detail each worker's
+// endpoints follow it.
 func workerLines(r monitor.Report, detail bool) []string {
-	if len(r.Workers) < 2 {
-		return nil
+	shown, history, section := workerGroups(r.Workers)
+	var out []string
+	if section {
+		out = append(out, styleBold.Render(fmt.Sprintf("workers: %d live", liveCount(r.Workers))))
 	}
-	live := 0
-	for _, w := range r.Workers {
-		if w.Live {
-			live++
+	for _, w := range shown {
+		if !section {
+			break
 		}
-	}
-	out := []string{styleBold.Render(fmt.Sprintf("workers: %d live of %d", live, len(r.Workers)))}
-	older := 0
-	add := func(w monitor.WorkerStatus) {
 		line := fmt.Sprintf("  %s pid %d %s  heartbeat %s ago  done %d  %.2f samples/s  in flight %d",
 			w.Host, w.PID, stateStyle(w.State).Render(string(w.State)), w.HeartbeatAge.Round(time.Second), w.Done, w.Rate, w.InFlight)
 		if len(w.Lanes) > 0 {
@@ -274,7 +272,7 @@ func workerLines(r monitor.Report, detail bool) []string {
 		}
 		out = append(out, line)
 		if !detail {
-			return
+			continue
 		}
 		for _, e := range w.Endpoints {
 			l := "    " + e.URL + " " + stateStyle(e.State).Render(string(e.State))
@@ -287,20 +285,11 @@ func workerLines(r monitor.Report, detail bool) []string {
 			out = append(out, "    "+ev)
 		}
 	}
-	for _, w := range r.Workers {
-		if w.Live {
-			add(w)
-		}
+	if history != "" {
+		out = append(out, styleMuted.Render(history))
 	}
-	for _, w := range r.Workers {
-		if !w.Live {
-			if older++; older <= olderWorkersShown {
-				add(w)
-			}
-		}
-	}
-	if older > olderWorkersShown {
-		out = append(out, styleMuted.Render(fmt.Sprintf("  ... and %d older workers (finished, stopped or dead)", older-olderWorkersShown)))
+	if len(out) == 0 {
+		return nil
 	}
 	return append(out, "")
 }
