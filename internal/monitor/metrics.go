@@ -147,6 +147,16 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHeartbeatAge, prometheus.GaugeValue, r.Heartbeat.Age.Seconds())
 	}
 	for _, e := range r.Endpoints {
+		if r.RunnerDied || r.RunnerExited {
+			// No runner is live: its last heartbeat's gauges are history, and
+			// served as they are they would read as the present for ever (a
+			// finished job's server "running 11 requests"). regen's own
+			// in-flight is known to be 0 (nobody sends); the server's state,
+			// load and our limit on it are unknown now, so they are dropped,
+			// not zeroed: an absent series is "no data", a 0 would be a lie.
+			ch <- prometheus.MustNewConstMetric(descEndpointInFlight, prometheus.GaugeValue, 0, e.URL)
+			continue
+		}
 		for _, s := range States {
 			ch <- prometheus.MustNewConstMetric(descEndpointState, prometheus.GaugeValue, oneIf(e.State == s), e.URL, string(s))
 		}

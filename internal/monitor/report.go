@@ -145,11 +145,15 @@ type Report struct {
 	Heartbeat     *HeartbeatInfo `json:"heartbeat"` // nil when no runner ever started
 	// RunnerExited is set when the last runner ended on purpose (finished,
 	// interrupted, failed): the endpoints are then as it last saw them.
-	RunnerExited bool         `json:"runner_exited"`
-	Cells        []CellCounts `json:"cells"`
-	Total        CellCounts   `json:"total"`
-	Rate1m       Rate         `json:"rate_1m"`
-	Rate10m      Rate         `json:"rate_10m"`
+	RunnerExited bool `json:"runner_exited"`
+	// RunnerDied is set when no runner is live and the last one ended
+	// without saying so (killed, crashed, its host lost): its endpoints, and
+	// the leased samples counted in flight, are as of its last heartbeat.
+	RunnerDied bool         `json:"runner_died"`
+	Cells      []CellCounts `json:"cells"`
+	Total      CellCounts   `json:"total"`
+	Rate1m     Rate         `json:"rate_1m"`
+	Rate10m    Rate         `json:"rate_10m"`
 	// Average is the whole job's rate from its first to its last result,
 	// filled once no runner is working on the job (it reads every result).
 	Average *Rate `json:"average"`
@@ -225,10 +229,12 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		}
 		r.Endpoints = beat.Endpoints
 		r.RunnerExited = beat.Exited
-		// With several live workers, every live one's endpoints.
-		if live := liveEndpoints(r.Workers); len(live) > 0 {
+		// Every live worker's endpoints: a live worker's view is current,
+		// a newer dead one's is not.
+		if live, n := liveEndpoints(r.Workers); n > 0 {
 			r.Endpoints = live
 		}
+		r.RunnerDied = !beat.Exited && !anyLive(r.Workers)
 	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
@@ -239,15 +245,21 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	r.ExitCode = ExitCode(r.State)
 
+	// With no live runner the windows end at its last heartbeat: the rate
+	// it had, not one that decays for ten minutes after its death.
+	end := o.Now
+	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
+		end = hb.Time
+	}
 	for _, w := range []struct {
 		d   time.Duration
 		out *Rate
 	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
 		window := w.d
-		if haveHB && !hb.Started.IsZero() && o.Now.Sub(hb.Started) < window && o.Now.Sub(hb.Started) > 0 {
-			window = o.Now.Sub(hb.Started) // a young run would otherwise look slow
+		if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
+			window = end.Sub(hb.Started) // a young run would otherwise look slow
 		}
-		tp, err := st.ThroughputSince(ctx, o.Now.Add(-window))
+		tp, err := st.ThroughputSince(ctx, end.Add(-window))
 		if err != nil {
 			return r, fmt.Errorf("read throughput: %w", err)
 		}
@@ -384,21 +396,26 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 	return beat.State, beat.Evidence
 }
 
-// liveEndpoints concatenates the endpoints of every live worker when
-// several are live.
-func liveEndpoints(ws []WorkerStatus) []EndpointStatus {
-	var out []EndpointStatus
-	n := 0
+// liveEndpoints concatenates the endpoints of every live worker, and
+// counts those workers.
+func liveEndpoints(ws []WorkerStatus) (out []EndpointStatus, n int) {
 	for _, w := range ws {
 		if w.Live {
 			n++
 			out = append(out, w.Endpoints...)
 		}
 	}
-	if n < 2 {
-		return nil
+	return out, n
+}
+
+// anyLive reports whether some worker of the job is live.
+func anyLive(ws []WorkerStatus) bool {
+	for _, w := range ws {
+		if w.Live {
+			return true
+		}
 	}
-	return out
+	return false
 }
 
 // ProcessAlive reports whether a process with pid exists on this machine.

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,10 +29,13 @@ func StatusText(job string, r monitor.Report) string {
 	writeWorkers(&b, r.Workers)
 	fmt.Fprintf(&b, "\n%-20s %-10s %8s %8s %8s %9s %8s %6s\n", "partition", "lane", "total", "done", "pending", "in flight", "rejected", "dead")
 	for _, c := range r.Cells {
-		fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", c.Partition, c.Lane, c.Total, c.Done, c.Pending, c.InFlight, c.Rejected, c.Dead)
+		fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9s %8d %6d\n", c.Partition, c.Lane, c.Total, c.Done, c.Pending, inFlightCell(r, c.InFlight), c.Rejected, c.Dead)
 	}
 	t := r.Total
-	fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", "total", "", t.Total, t.Done, t.Pending, t.InFlight, t.Rejected, t.Dead)
+	fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9s %8d %6d\n", "total", "", t.Total, t.Done, t.Pending, inFlightCell(r, t.InFlight), t.Rejected, t.Dead)
+	if note := strandedNote(r); note != "" {
+		b.WriteString(note + "\n")
+	}
 	if r.IngestErrors > 0 {
 		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
 	}
@@ -62,9 +66,12 @@ func StatusText(job string, r monitor.Report) string {
 		fmt.Fprintf(&b, "eta: %s\n", r.ETANote)
 	}
 	if len(r.Endpoints) > 0 && liveCount(r.Workers) <= 1 { // several live workers list theirs above
-		if r.RunnerExited {
+		switch {
+		case r.RunnerDied && r.Heartbeat != nil:
+			fmt.Fprintf(&b, "\nendpoints when the runner died (its last heartbeat, %s; nothing is sent to them now):\n", r.Heartbeat.Time.Format("15:04:05"))
+		case r.RunnerExited:
 			b.WriteString("\nendpoints when the runner exited:\n")
-		} else {
+		default:
 			b.WriteString("\nendpoints:\n")
 		}
 		for _, e := range r.Endpoints {
@@ -73,6 +80,9 @@ func StatusText(job string, r monitor.Report) string {
 				fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
 			}
 			fmt.Fprintf(&b, ", in flight %d", e.InFlight)
+			if r.RunnerDied {
+				b.WriteString(" when it died")
+			}
 			if !e.LastTokenAt.IsZero() && r.Heartbeat != nil {
 				fmt.Fprintf(&b, ", last token %s before the heartbeat", r.Heartbeat.Time.Sub(e.LastTokenAt).Round(time.Second))
 			}
@@ -114,6 +124,36 @@ func StatusText(job string, r monitor.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// inFlightCell is a count of leased samples for the table: as is while a
+// runner is live, in parentheses when none is (nothing is in flight then;
+// the samples wait for the next run), explained by strandedNote.
+func inFlightCell(r monitor.Report, n int) string {
+	if n > 0 && noLiveRunner(r) {
+		return "(" + strconv.Itoa(n) + ")"
+	}
+	return strconv.Itoa(n)
+}
+
+// noLiveRunner reports whether the job's leases are held by a runner that
+// is gone (it died, or exited without releasing them).
+func noLiveRunner(r monitor.Report) bool {
+	return r.Heartbeat != nil && (r.RunnerDied || r.RunnerExited)
+}
+
+// strandedNote explains the parenthesised in-flight counts; "" when there
+// are none.
+func strandedNote(r monitor.Report) string {
+	if r.Total.InFlight == 0 || !noLiveRunner(r) {
+		return ""
+	}
+	how := "died"
+	if r.RunnerExited {
+		how = "exited"
+	}
+	return fmt.Sprintf("(%d): leased by the runner that %s at %s, not in flight; they go back to pending when the job runs again",
+		r.Total.InFlight, how, r.Heartbeat.Time.Format("15:04:05"))
 }
 
 // loadLine is an endpoint's KV pool and its load at the last probe.

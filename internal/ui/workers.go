@@ -88,3 +88,46 @@ func liveCount(ws []monitor.WorkerStatus) int {
 	}
 	return n
 }
+
+// workerLines lists the live workers sharing the job (a PostgreSQL store)
+// and a dead host's last run, then one line for the runs that ended;
+// nothing but that line for a job of one runner. With detail each worker's
+// endpoints follow it.
+func workerLines(r monitor.Report, detail bool, width int) []string {
+	shown, history, section := workerGroups(r.Workers)
+	var out []string
+	if section {
+		out = append(out, styleBold.Render(fmt.Sprintf("workers: %d live", liveCount(r.Workers))))
+	}
+	for _, w := range shown {
+		if !section {
+			break
+		}
+		line := fmt.Sprintf("  %s pid %d %s  heartbeat %s ago  done %d  %.2f samples/s  in flight %d",
+			w.Host, w.PID, stateStyle(w.State).Render(string(w.State)), w.HeartbeatAge.Round(time.Second), w.Done, w.Rate, w.InFlight)
+		if len(w.Lanes) > 0 {
+			line += "  lanes " + strings.Join(w.Lanes, ",")
+		}
+		out = append(out, wrap(line, width, 4)...)
+		if !detail {
+			continue
+		}
+		for _, e := range w.Endpoints {
+			l := "    " + e.URL + " " + stateStyle(e.State).Render(string(e.State))
+			if e.Cause != "" {
+				l += " (" + e.Cause + ")"
+			}
+			out = append(out, wrap(l, width, 6)...)
+		}
+		for _, ev := range w.Evidence {
+			out = append(out, wrap("    "+ev, width, 6)...)
+		}
+	}
+	if history != "" {
+		out = append(out, wrap(styleMuted.Render(history), width, 2)...)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return append(out, "")
+}
