@@ -124,16 +124,29 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	defer st.Close()
 
-	// A second interrupt exits at once; the store's leases are released by
-	// the next run, so nothing is lost.
+	// A second interrupt exits at once, once the runner has released its
+	// leases and written its last heartbeat (STOPPED, not DEAD; bounded by
+	// the runner's abort budget); nothing is lost either way. On a terminal
+	// the runner's view prints the draining line itself, above its frame,
+	// where a line written here would be drawn over.
+	terminal := term.IsTerminal(int(os.Stdout.Fd()))
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	abort := make(chan chan struct{}, 1)
 	go func() {
 		<-sigs
-		fmt.Fprintln(os.Stderr, "\nregen: draining in-flight requests; press Ctrl-C again to exit now")
+		if !terminal {
+			fmt.Fprintln(os.Stderr, "regen: draining in-flight requests; press Ctrl-C again to exit now")
+		}
 		<-sigs
-		fmt.Fprintln(os.Stderr, "regen: exiting now; re-run to resume")
+		ack := make(chan struct{})
+		abort <- ack
+		select {
+		case <-ack:
+		case <-time.After(5 * time.Second):
+		}
+		fmt.Fprintln(os.Stderr, "\nregen: exiting now; re-run to resume")
 		os.Exit(130)
 	}()
 
@@ -152,7 +165,6 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
-	terminal := term.IsTerminal(int(os.Stdout.Fd()))
 	fmt.Printf("regen: job %s, store %s, log %s\n", spec.Name, st.Info().Location, relPath(spec.LogPath()))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
@@ -166,7 +178,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
 		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics, NewConfig: o.newCfg,
-		Version: versionString(),
+		Version: versionString(), Abort: abort,
 	})
 	// A job that finished with nothing done prints its summary, then fails.
 	var none *runner.NothingDoneError

@@ -83,7 +83,7 @@ const scrapeTimeout = 10 * time.Second
 
 // States lists every job and endpoint state, so state gauges always carry
 // the full set (0 or 1) and an alert can test for any of them.
-var States = []State{Starting, Ready, Degraded, Running, Stalled, Down, Restarting, Failed, Done, Dead, Stopped}
+var States = []State{Starting, Ready, Degraded, Running, Draining, Stalled, Down, Restarting, Failed, Done, Dead, Stopped}
 
 var (
 	descSamples = prometheus.NewDesc("regen_samples",

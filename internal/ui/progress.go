@@ -3,9 +3,12 @@ package ui
 import (
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/regen-dev/regen/internal/monitor"
 )
@@ -116,19 +119,44 @@ func (p *Progress) Update(f Frame) {
 	}
 	text := p.Render(f, rows)
 	if p.terminal {
-		if p.lines > 0 {
-			fmt.Fprintf(p.out, "\x1b[%dA\x1b[J", p.lines)
+		// Lines wider than the terminal would wrap there and spoil the
+		// count of lines to redraw: wrap them here, at word boundaries.
+		if w := p.width(); w > 0 {
+			text = strings.Join(wrapAll(strings.Split(strings.TrimSuffix(text, "\n"), "\n"), w, 4), "\n") + "\n"
 		}
+		p.erase()
 		p.lines = strings.Count(text, "\n")
 	}
 	io.WriteString(p.out, text)
 }
 
+// width is the terminal's width, 0 when unknown.
+func (p *Progress) width() int {
+	f, ok := p.out.(*os.File)
+	if !ok {
+		return 0
+	}
+	w, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return w
+}
+
+// erase moves back over the last frame and clears it. It starts at the
+// line's first column: the terminal may have echoed ^C after the frame.
+func (p *Progress) erase() {
+	if p.lines > 0 {
+		fmt.Fprintf(p.out, "\r\x1b[%dA\x1b[J", p.lines)
+	}
+}
+
 // Note prints a line of its own above the progress (a warning the user
-// must see, not only a state in the next frame).
+// must see, not only a state in the next frame); it stays in the
+// terminal's scrollback.
 func (p *Progress) Note(line string) {
-	if p.terminal && p.lines > 0 {
-		fmt.Fprintf(p.out, "\x1b[%dA\x1b[J", p.lines)
+	if p.terminal {
+		p.erase()
 		p.lines = 0 // the next frame draws below the note
 	}
 	fmt.Fprintln(p.out, line)
