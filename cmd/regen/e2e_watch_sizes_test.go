@@ -62,23 +62,7 @@ func TestE2EWatchSizes(t *testing.T) {
 	rep := waitJob(t, dir, runner, func(r monitor.Report) bool { return r.Endpoints[0].LimitReason != "" })
 	time.Sleep(time.Second)
 	for _, v := range views {
-		screen := v.x.screen()
-		t.Logf("%dx%d running:\n%s", v.w, v.h, screen)
-		checkScreenFits(t, v, screen)
-		checkTableColumns(t, v, screen)
-		checkEndpointLine(t, v, screen, false)
-		if !regexp.MustCompile(`tokens/s +[0-9.]+ now \(1m\), [0-9.]+ over 10m`).MatchString(screen) {
-			t.Errorf("%dx%d: the tokens/s line is not whole:\n%s", v.w, v.h, screen)
-		}
-		// A tall terminal spends its height on the endpoint's detail (its
-		// limit and why, its KV pool) and on the events, all of them here.
-		if v.h >= 30 && (!strings.Contains(screen, "last events") || !strings.Contains(screen, "    limit ") ||
-			!strings.Contains(screen, "    KV pool ") || strings.Contains(screen, "more lines below")) {
-			t.Errorf("%dx%d: spare height not used for the endpoint's detail and the events:\n%s", v.w, v.h, screen)
-		}
-		if v.h == 60 && !strings.Contains(screen, "endpoint_state") {
-			t.Errorf("200x60: the endpoint's state events are not shown:\n%s", screen)
-		}
+		checkRunningView(t, v)
 	}
 	// The limit reason, wrapped, reads whole in the narrowest endpoints pane.
 	narrow := views[0]
@@ -105,25 +89,54 @@ func TestE2EWatchSizes(t *testing.T) {
 	}
 	runner.wait(t)
 	for _, v := range views {
-		took := v.x.waitState("DEAD", killed, 30*time.Second)
-		time.Sleep(700 * time.Millisecond) // the next read after DEAD: the view redraws twice a second
-		screen := v.x.screen()
-		t.Logf("%dx%d DEAD after %s:\n%s", v.w, v.h, took.Round(time.Millisecond), screen)
-		checkScreenFits(t, v, screen)
-		checkTableColumns(t, v, screen)
-		checkEndpointLine(t, v, screen, true)
-		if !strings.Contains(unwrap(screen), "endpoints when the runner died at") {
-			t.Errorf("%dx%d: the endpoints are not marked as of the runner's death:\n%s", v.w, v.h, screen)
-		}
-		if regexp.MustCompile(`(?m)^\s*http://\S+\s+READY\s+in flight`).MatchString(screen) {
-			t.Errorf("%dx%d: a dead runner's endpoint still reads READY in flight now:\n%s", v.w, v.h, screen)
-		}
-		if !strings.Contains(screen, "0 now (the runner died)") || !strings.Contains(screen, "requests/s  0.00 now") {
-			t.Errorf("%dx%d: the rates do not say nothing runs now:\n%s", v.w, v.h, screen)
-		}
-		if !regexp.MustCompile(`\(\d+\)\s+\S+\s+\S+\s*$|\(\d+\): leased by the runner that died`).MatchString(screen) {
-			t.Errorf("%dx%d: the dead runner's leases read as in flight:\n%s", v.w, v.h, screen)
-		}
+		checkDeadView(t, v, killed)
+	}
+}
+
+// checkRunningView: a live job's view, whole at its size.
+func checkRunningView(t *testing.T, v watchSize) {
+	t.Helper()
+	screen := v.x.screen()
+	t.Logf("%dx%d running:\n%s", v.w, v.h, screen)
+	checkScreenFits(t, v, screen)
+	checkTableColumns(t, v, screen)
+	checkEndpointLine(t, v, screen, false)
+	if !regexp.MustCompile(`tokens/s +[0-9.]+ now \(1m\), [0-9.]+ over 10m`).MatchString(screen) {
+		t.Errorf("%dx%d: the tokens/s line is not whole:\n%s", v.w, v.h, screen)
+	}
+	// A tall terminal spends its height on the endpoint's detail (its
+	// limit and why, its KV pool) and on the events, all of them here.
+	if v.h >= 30 && (!strings.Contains(screen, "last events") || !strings.Contains(screen, "    limit ") ||
+		!strings.Contains(screen, "    KV pool ") || strings.Contains(screen, "more lines below")) {
+		t.Errorf("%dx%d: spare height not used for the endpoint's detail and the events:\n%s", v.w, v.h, screen)
+	}
+	if v.h == 60 && !strings.Contains(screen, "endpoint_state") {
+		t.Errorf("200x60: the endpoint's state events are not shown:\n%s", screen)
+	}
+}
+
+// checkDeadView waits for the view to say DEAD after the runner's SIGKILL
+// and checks it shows the endpoints, leases and rates as of the death.
+func checkDeadView(t *testing.T, v watchSize, killed time.Time) {
+	t.Helper()
+	took := v.x.waitState("DEAD", killed, 30*time.Second)
+	time.Sleep(700 * time.Millisecond) // the next read after DEAD: the view redraws twice a second
+	screen := v.x.screen()
+	t.Logf("%dx%d DEAD %s after the kill:\n%s", v.w, v.h, took.Round(time.Millisecond), screen)
+	checkScreenFits(t, v, screen)
+	checkTableColumns(t, v, screen)
+	checkEndpointLine(t, v, screen, true)
+	if !strings.Contains(unwrap(screen), "endpoints when the runner died at") {
+		t.Errorf("%dx%d: the endpoints are not marked as of the runner's death:\n%s", v.w, v.h, screen)
+	}
+	if regexp.MustCompile(`(?m)^\s*http://\S+\s+READY\s+in flight`).MatchString(screen) {
+		t.Errorf("%dx%d: a dead runner's endpoint still reads READY in flight now:\n%s", v.w, v.h, screen)
+	}
+	if !strings.Contains(screen, "0 now (the runner died)") || !strings.Contains(screen, "requests/s  0.00 now") {
+		t.Errorf("%dx%d: the rates do not say nothing runs now:\n%s", v.w, v.h, screen)
+	}
+	if !regexp.MustCompile(`\(\d+\)\s+\S+\s+\S+\s*$|\(\d+\): leased by the runner that died`).MatchString(screen) {
+		t.Errorf("%dx%d: the dead runner's leases read as in flight:\n%s", v.w, v.h, screen)
 	}
 }
 

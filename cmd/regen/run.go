@@ -124,31 +124,9 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	defer st.Close()
 
-	// A second interrupt exits at once, once the runner has released its
-	// leases and written its last heartbeat (STOPPED, not DEAD; bounded by
-	// the runner's abort budget); nothing is lost either way. On a terminal
-	// the runner's view prints the draining line itself, above its frame,
-	// where a line written here would be drawn over.
 	terminal := term.IsTerminal(int(os.Stdout.Fd()))
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	abort := make(chan chan struct{}, 1)
-	go func() {
-		<-sigs
-		if !terminal {
-			fmt.Fprintln(os.Stderr, "regen: draining in-flight requests; press Ctrl-C again to exit now")
-		}
-		<-sigs
-		ack := make(chan struct{})
-		abort <- ack
-		select {
-		case <-ack:
-		case <-time.After(5 * time.Second):
-		}
-		fmt.Fprintln(os.Stderr, "\nregen: exiting now; re-run to resume")
-		os.Exit(130)
-	}()
+	abort, stopSignals := onSignals(terminal)
+	defer stopSignals()
 
 	// Logs go to the job's log file: the terminal shows the progress view,
 	// where state changes appear as they happen.
@@ -235,4 +213,32 @@ func relPath(p string) string {
 		return r
 	}
 	return p
+}
+
+// onSignals handles the interrupts of a run. The first is the context's
+// (main cancels it: the runner drains). A second exits at once, once the
+// runner has released its leases and written its last heartbeat (STOPPED,
+// not DEAD; bounded by the runner's abort budget); nothing is lost either
+// way. On a terminal the runner's view prints the draining line itself,
+// above its frame, where a line written here would be drawn over.
+func onSignals(terminal bool) (abort chan chan struct{}, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	abort = make(chan chan struct{}, 1)
+	go func() {
+		<-sigs
+		if !terminal {
+			fmt.Fprintln(os.Stderr, "regen: draining in-flight requests; press Ctrl-C again to exit now")
+		}
+		<-sigs
+		ack := make(chan struct{})
+		abort <- ack
+		select {
+		case <-ack:
+		case <-time.After(5 * time.Second):
+		}
+		fmt.Fprintln(os.Stderr, "\nregen: exiting now; re-run to resume")
+		os.Exit(130)
+	}()
+	return abort, func() { signal.Stop(sigs) }
 }

@@ -245,25 +245,8 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	r.ExitCode = ExitCode(r.State)
 
-	// With no live runner the windows end at its last heartbeat: the rate
-	// it had, not one that decays for ten minutes after its death.
-	end := o.Now
-	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
-		end = hb.Time
-	}
-	for _, w := range []struct {
-		d   time.Duration
-		out *Rate
-	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
-		window := w.d
-		if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
-			window = end.Sub(hb.Started) // a young run would otherwise look slow
-		}
-		tp, err := st.ThroughputSince(ctx, end.Add(-window))
-		if err != nil {
-			return r, fmt.Errorf("read throughput: %w", err)
-		}
-		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
+	if err := r.readRates(ctx, st, hb, haveHB, o.Now); err != nil {
+		return r, err
 	}
 	if !working(r.State) {
 		// Summing every result is O(job), so only for a job nobody works on,
@@ -304,6 +287,31 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		return r, fmt.Errorf("read generations: %w", err)
 	}
 	return r, nil
+}
+
+// readRates fills the one- and ten-minute rates. With no live runner the
+// windows end at its last heartbeat: the rate it had, not one that decays
+// for ten minutes after its death.
+func (r *Report) readRates(ctx context.Context, st store.Store, hb store.Heartbeat, haveHB bool, now time.Time) error {
+	end := now
+	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
+		end = hb.Time
+	}
+	for _, w := range []struct {
+		d   time.Duration
+		out *Rate
+	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
+		window := w.d
+		if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
+			window = end.Sub(hb.Started) // a young run would otherwise look slow
+		}
+		tp, err := st.ThroughputSince(ctx, end.Add(-window))
+		if err != nil {
+			return fmt.Errorf("read throughput: %w", err)
+		}
+		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
+	}
+	return nil
 }
 
 // rejectsByRule folds the store's per-cell reject counts into one count

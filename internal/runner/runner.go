@@ -171,18 +171,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
 	r.hist = &history{worker: r.owner}
-	if o.Abort != nil {
-		runDone := make(chan struct{})
-		defer close(runDone)
-		go func() {
-			select {
-			case ack := <-o.Abort:
-				r.abort()
-				close(ack)
-			case <-runDone:
-			}
-		}()
-	}
+	defer r.onAbort(o.Abort)()
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
@@ -1022,6 +1011,24 @@ func (r *runState) drainEvidence(inFlight int) string {
 	since := time.Unix(0, r.drainSince.Load())
 	return fmt.Sprintf("interrupted at %s: waiting for %d requests in flight, up to the drain timeout %s (until %s); then the rest go back to pending and the runner stops",
 		since.Format("15:04:05"), inFlight, r.o.DrainTimeout, since.Add(r.o.DrainTimeout).Format("15:04:05"))
+}
+
+// onAbort serves an abort request (see Options.Abort) until the returned
+// stop is called.
+func (r *runState) onAbort(abort <-chan chan struct{}) (stop func()) {
+	if abort == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case ack := <-abort:
+			r.abort()
+			close(ack)
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }
 
 // abortBudget bounds the abort's store writes: the user asked to exit now.

@@ -66,43 +66,7 @@ func StatusText(job string, r monitor.Report) string {
 		fmt.Fprintf(&b, "eta: %s\n", r.ETANote)
 	}
 	if len(r.Endpoints) > 0 && liveCount(r.Workers) <= 1 { // several live workers list theirs above
-		switch {
-		case r.RunnerDied && r.Heartbeat != nil:
-			fmt.Fprintf(&b, "\nendpoints when the runner died (its last heartbeat, %s; nothing is sent to them now):\n", r.Heartbeat.Time.Format("15:04:05"))
-		case r.RunnerExited:
-			b.WriteString("\nendpoints when the runner exited:\n")
-		default:
-			b.WriteString("\nendpoints:\n")
-		}
-		for _, e := range r.Endpoints {
-			fmt.Fprintf(&b, "  %s %s", e.URL, e.State)
-			if !e.Since.IsZero() {
-				fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
-			}
-			fmt.Fprintf(&b, ", in flight %d", e.InFlight)
-			if r.RunnerDied {
-				b.WriteString(" when it died")
-			}
-			if !e.LastTokenAt.IsZero() && r.Heartbeat != nil {
-				fmt.Fprintf(&b, ", last token %s before the heartbeat", r.Heartbeat.Time.Sub(e.LastTokenAt).Round(time.Second))
-			}
-			if e.Restarts > 0 {
-				fmt.Fprintf(&b, ", %d restarts", e.Restarts)
-			}
-			if e.Cause != "" {
-				fmt.Fprintf(&b, ", cause: %s", e.Cause)
-			}
-			b.WriteString("\n")
-			for _, ev := range e.Evidence {
-				fmt.Fprintf(&b, "    %s\n", ev)
-			}
-			if line := loadLine(e); line != "" {
-				fmt.Fprintf(&b, "    %s\n", line)
-			}
-			if e.LimitReason != "" {
-				fmt.Fprintf(&b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
-			}
-		}
+		writeEndpoints(&b, r)
 	}
 	if len(r.Events) > 0 {
 		b.WriteString("\nlast events:\n")
@@ -124,6 +88,48 @@ func StatusText(job string, r monitor.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// writeEndpoints lists the endpoints as the runner saw them (as of its
+// death or exit when it is gone).
+func writeEndpoints(b *strings.Builder, r monitor.Report) {
+	switch {
+	case r.RunnerDied && r.Heartbeat != nil:
+		fmt.Fprintf(b, "\nendpoints when the runner died (its last heartbeat, %s; nothing is sent to them now):\n", r.Heartbeat.Time.Format("15:04:05"))
+	case r.RunnerExited:
+		b.WriteString("\nendpoints when the runner exited:\n")
+	default:
+		b.WriteString("\nendpoints:\n")
+	}
+	for _, e := range r.Endpoints {
+		fmt.Fprintf(b, "  %s %s", e.URL, e.State)
+		if !e.Since.IsZero() {
+			fmt.Fprintf(b, " since %s", e.Since.Format("15:04:05"))
+		}
+		fmt.Fprintf(b, ", in flight %d", e.InFlight)
+		if r.RunnerDied {
+			b.WriteString(" when it died")
+		}
+		if !e.LastTokenAt.IsZero() && r.Heartbeat != nil {
+			fmt.Fprintf(b, ", last token %s before the heartbeat", r.Heartbeat.Time.Sub(e.LastTokenAt).Round(time.Second))
+		}
+		if e.Restarts > 0 {
+			fmt.Fprintf(b, ", %d restarts", e.Restarts)
+		}
+		if e.Cause != "" {
+			fmt.Fprintf(b, ", cause: %s", e.Cause)
+		}
+		b.WriteString("\n")
+		for _, ev := range e.Evidence {
+			fmt.Fprintf(b, "    %s\n", ev)
+		}
+		if line := loadLine(e); line != "" {
+			fmt.Fprintf(b, "    %s\n", line)
+		}
+		if e.LimitReason != "" {
+			fmt.Fprintf(b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
+		}
+	}
 }
 
 // inFlightCell is a count of leased samples for the table: as is while a
