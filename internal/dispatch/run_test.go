@@ -435,6 +435,14 @@ func TestTruncation(t *testing.T) {
 			if diff := cmp.Diff(Counters{Done: 10, Escalated: 10}, d.Snapshot().Counters); diff != "" {
 				t.Errorf("counters (-want +got):\n%s", diff)
 			}
+			// Per lane, for the views' ETA: every short answer escalated.
+			var got [][3]any
+			for _, l := range d.Snapshot().Lanes {
+				got = append(got, [3]any{l.Name + ">" + l.EscalateTo, l.Answered, l.Escalated})
+			}
+			if diff := cmp.Diff([][3]any{{"short>long", int64(10), int64(10)}, {"long>", int64(10), int64(0)}}, got); diff != "" {
+				t.Errorf("lanes' answered and escalated (-want +got):\n%s", diff)
+			}
 		})
 	})
 	t.Run("no bigger lane keeps it truncated", func(t *testing.T) {

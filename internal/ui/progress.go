@@ -3,6 +3,7 @@ package ui
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -33,6 +34,32 @@ type LaneTiming struct {
 	Name         string
 	MeanDuration time.Duration // of answered requests; 0 before the first
 	Tail         time.Duration // expected time until the requests in flight now are answered
+	// EscalateTo is the lane a truncated answer moves to ("" = none), and
+	// Escalated of Answered answers of this lane did so far: the share of
+	// the last requests that still need a whole request there.
+	EscalateTo          string
+	Answered, Escalated int64
+}
+
+// escalationTail is what escalations still to come add to the wait for n
+// requests of lane lt: the chance that at least one of them escalates
+// (at the lane's observed rate) times the escalation lane's mean duration.
+func escalationTail(lanes []LaneTiming, lt LaneTiming, n int) time.Duration {
+	if lt.EscalateTo == "" || lt.Answered == 0 || lt.Escalated == 0 || n <= 0 {
+		return 0
+	}
+	target, ok := laneTiming(lanes, lt.EscalateTo)
+	if !ok {
+		return 0
+	}
+	mean := target.MeanDuration
+	if mean <= 0 {
+		// Nothing answered there yet: at least as long as this lane's.
+		mean = lt.MeanDuration
+	}
+	f := float64(lt.Escalated) / float64(lt.Answered)
+	p := 1 - math.Pow(1-f, float64(n))
+	return time.Duration(p * float64(mean))
 }
 
 // Progress turns successive frames into rates and renders them.
@@ -238,7 +265,9 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 // nothing progresses. Queued work drains at the partition's finish rate and
 // its last request then needs its lane's mean duration; once nothing is
 // queued, what is left is the in-flight tail (dispatch estimates it from
-// the lane's answered durations and the requests' ages).
+// the lane's answered durations and the requests' ages). Either way the
+// answers still to come may be truncated and escalate: at the lane's
+// observed escalation rate, that adds a request in the bigger lane.
 func (p *Progress) etaOf(f Frame, r partRow) string {
 	left := r.pending + r.inFlight
 	if left == 0 {
@@ -262,10 +291,12 @@ func (p *Progress) etaOf(f Frame, r partRow) string {
 			continue
 		}
 		known = true
+		// The lane's last requests, then the escalations among them.
+		esc := escalationTail(f.Lanes, lt, max(n[1], 1)) // the last batch: about as many as are in flight now
 		if n[0] > 0 {
-			tail = max(tail, lt.MeanDuration)
+			tail = max(tail, lt.MeanDuration+esc)
 		} else {
-			tail = max(tail, lt.Tail)
+			tail = max(tail, lt.Tail+esc)
 		}
 	}
 	if !known && r.pending == 0 {
