@@ -47,7 +47,7 @@ func TestLaneLimitsNeverExceeded(t *testing.T) {
 			t.Errorf("final states (-want +got):\n%s", diff)
 		}
 		snap := d.Snapshot()
-		wantLanes := []LaneStats{{Name: "short", InFlight: 0, Limit: 7}, {Name: "long", InFlight: 0, Limit: 3}}
+		wantLanes := []LaneStats{{Name: "short", InFlight: 0, Limit: 7, Answered: 150}, {Name: "long", InFlight: 0, Limit: 3, Answered: 60}}
 		if diff := cmp.Diff(wantLanes, snap.Lanes, cmpopts.IgnoreFields(LaneStats{}, "MeanDuration")); diff != "" {
 			t.Errorf("lane stats (-want +got):\n%s", diff)
 		}
