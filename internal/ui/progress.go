@@ -39,6 +39,11 @@ type LaneTiming struct {
 	// the last requests that still need a whole request there.
 	EscalateTo          string
 	Answered, Escalated int64
+	// InFlight is the lane's requests on the wire. Fewer than the samples
+	// the store has leased in the lane means some are being answered in the
+	// escalation lane (a truncated last answer is sent there at once, under
+	// its lease, before the store moves it).
+	InFlight int
 }
 
 // escalationTail is what escalations still to come add to the wait for n
@@ -285,19 +290,26 @@ func (p *Progress) etaOf(f Frame, r partRow) string {
 		queue = time.Duration(float64(r.pending) / rate * float64(time.Second))
 	}
 	known := false
+	leased := map[string]int{} // per lane, every partition
+	for _, c := range f.Cells {
+		leased[c.Lane] += c.InFlight
+	}
 	for lane, n := range r.lanes {
 		lt, ok := laneTiming(f.Lanes, lane)
 		if !ok || lt.MeanDuration <= 0 {
 			continue
 		}
 		known = true
-		// The lane's last requests, then the escalations among them.
-		esc := escalationTail(f.Lanes, lt, max(n[1], 1)) // the last batch: about as many as are in flight now
+		t := lt.Tail
 		if n[0] > 0 {
-			tail = max(tail, lt.MeanDuration+esc)
-		} else {
-			tail = max(tail, lt.Tail+esc)
+			t = lt.MeanDuration
 		}
+		if target, ok := laneTiming(f.Lanes, lt.EscalateTo); ok && lt.InFlight < leased[lane] {
+			t = max(t, target.Tail) // some of its samples are being answered there
+		}
+		// Then the escalations still to come among its last requests
+		// (about as many as are in flight now).
+		tail = max(tail, t+escalationTail(f.Lanes, lt, max(n[1], 1)))
 	}
 	if !known && r.pending == 0 {
 		if rate <= 0 {

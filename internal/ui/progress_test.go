@@ -85,18 +85,23 @@ func TestProgressETAEscalationTail(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		answered, escalated int64
+		onWire              int           // short requests on the wire (11 samples leased in short)
+		longTail            time.Duration // the long lane's in-flight tail
 		want                string
 	}{
-		{"13% escalate", 300, 40, "eta=9s"}, // 1s + (1 - 0.867^11) x 10s
-		{"none escalate", 300, 0, "eta=1s"},
-		{"no answer yet", 0, 0, "eta=1s"},
+		{"13% escalate", 300, 40, 11, 0, "eta=9s"}, // 1s + (1 - 0.867^11) x 10s
+		{"none escalate", 300, 0, 11, 0, "eta=1s"},
+		{"no answer yet", 0, 0, 11, 0, "eta=1s"},
+		// The demo's tail: the last 11 were truncated and re-sent to the
+		// long lane under their leases; the store still counts them short.
+		{"being answered in the long lane", 327, 0, 0, 12 * time.Second, "eta=12s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
 			p := NewProgress(&b, false)
 			lanes := []LaneTiming{
-				{Name: "short", MeanDuration: 2 * time.Second, Tail: time.Second, EscalateTo: "long", Answered: tc.answered, Escalated: tc.escalated},
-				{Name: "long", MeanDuration: 10 * time.Second},
+				{Name: "short", MeanDuration: 2 * time.Second, Tail: time.Second, EscalateTo: "long", Answered: tc.answered, Escalated: tc.escalated, InFlight: tc.onWire},
+				{Name: "long", MeanDuration: 10 * time.Second, Tail: tc.longTail},
 			}
 			p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(200, 20), Lanes: lanes})
 			p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(289, 11), Lanes: lanes, InFlight: 11})
