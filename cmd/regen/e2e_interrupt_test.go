@@ -199,8 +199,8 @@ func TestE2EDrainTerminal(t *testing.T) {
 		t.Errorf("an ETA of %s during the drain:\n%s", m, screen)
 	}
 	rep, res := status(t, dir, "job.yaml")
-	if rep.State != monitor.Draining || res.code != 0 {
-		t.Errorf("status during the drain: %s exit %d, want DRAINING exit 0\n%s", rep.State, res.code, res)
+	if rep.State != monitor.Draining || res.code != 0 || rep.ETA != 0 || !strings.Contains(rep.ETANote, "DRAINING") {
+		t.Errorf("status during the drain: %s exit %d, ETA %s %q; want DRAINING exit 0, no ETA but why\n%s", rep.State, res.code, rep.ETA, rep.ETANote, res)
 	}
 	text := regen(t, dir, "status", "job.yaml")
 	if !strings.Contains(text.stdout, "job intr: DRAINING") || !strings.Contains(text.stdout, "up to the drain timeout 30s") {

@@ -353,6 +353,8 @@ func eta(s State, remaining int, recent Rate) (time.Duration, string) {
 	switch {
 	case s == Done:
 		return 0, "done"
+	case s == Draining:
+		return 0, "none while DRAINING: the runner stops once its requests in flight are answered"
 	case s != Running:
 		return 0, fmt.Sprintf("none while %s: nothing is progressing", s)
 	case remaining == 0:
