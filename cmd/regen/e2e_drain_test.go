@@ -62,11 +62,11 @@ func TestE2EDrainFinishesJob(t *testing.T) {
 			// While the drain waits on the server, status says so.
 			for deadline := time.Now().Add(10 * time.Second); ; {
 				rep, _ := status(t, dir, "job.yaml")
-				if rep.State == monitor.Running && strings.Contains(strings.Join(rep.Evidence, "; "), fmt.Sprintf("draining %d requests in flight", lane)) {
+				if rep.State == monitor.Draining && strings.Contains(strings.Join(rep.Evidence, "; "), fmt.Sprintf("waiting for %d requests in flight", lane)) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("status during the drain: %s %q, want RUNNING and draining %d requests", rep.State, rep.Evidence, lane)
+					t.Fatalf("status during the drain: %s %q, want DRAINING, waiting for %d requests", rep.State, rep.Evidence, lane)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}

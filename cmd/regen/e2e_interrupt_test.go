@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,7 +35,7 @@ quality: {truncated: false}
 `
 
 // TestE2EInterrupt interrupts a job twice: a double SIGINT exits at once
-// (130, status DEAD); a single SIGINT mid-dispatch drains within
+// (130, status STOPPED); a single SIGINT mid-dispatch drains within
 // --drain-timeout and exits 130, status says STOPPED (exit 2). A re-run
 // then completes every sample exactly once without spending attempts.
 func TestE2EInterrupt(t *testing.T) {
@@ -60,8 +63,10 @@ func TestE2EInterrupt(t *testing.T) {
 	if res.code != 130 || !strings.Contains(res.stderr, "exiting now") {
 		t.Fatalf("double interrupt: want exit 130 and 'exiting now'\n%s", res)
 	}
-	if rep, res := status(t, dir, "job.yaml"); rep.State != monitor.Dead || res.code != 2 {
-		t.Errorf("status after a double interrupt: %s exit %d, want DEAD exit 2 (no drain, no last heartbeat)", rep.State, res.code)
+	// The runner wrote its last heartbeat before exiting: STOPPED, its
+	// leases released.
+	if rep, res := status(t, dir, "job.yaml"); rep.State != monitor.Stopped || res.code != 2 || rep.Total.InFlight != 0 {
+		t.Errorf("status after a double interrupt: %s exit %d, %d leased; want STOPPED exit 2, 0 leased", rep.State, res.code, rep.Total.InFlight)
 	}
 
 	const drain = 5 * time.Second
@@ -138,4 +143,86 @@ func waitCounts(t *testing.T, p *proc, db *sql.DB, n int) map[string]int {
 	}
 	t.Fatalf("run ended before it could be interrupted:\n%s", p.wait(t))
 	return nil
+}
+
+// TestE2EDrainTerminal runs a job in a real terminal (tmux) and presses
+// Ctrl-C twice. During the drain the view says DRAINING with what it waits
+// for (requests in flight, the drain timeout), shows no ETA that grows
+// without bound, and `regen status` says DRAINING; the draining line stays
+// on screen and in the scrollback. After the second Ctrl-C status says
+// STOPPED (the runner wrote its last heartbeat), not DEAD, and no sample
+// is left leased.
+func TestE2EDrainTerminal(t *testing.T) {
+	bin := needTool(t, "tmux", "tmux")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(interruptJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeChaosSource(t, filepath.Join(dir, "q.jsonl"), "Q", 200, rand.New(rand.NewPCG(5, 6)))
+	x := tmux{t: t, bin: bin, socket: fmt.Sprintf("regen-drain-test-%d", os.Getpid())}
+	x.run("new-session", "-d", "-s", "watch", "-x", "120", "-y", "40", "-c", dir, regenBin+" run --drain-timeout 30s job.yaml")
+	defer exec.Command(bin, "-L", x.socket, "kill-server").Run()
+	// Keep the pane after regen exits, to read what it left there.
+	x.run("set-option", "-t", "watch", "remain-on-exit", "on")
+
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var rep monitor.Report
+		if _, err := os.Stat(filepath.Join(dir, "intr.db")); err == nil {
+			rep, _ = status(t, dir, "job.yaml")
+		}
+		if rep.State == monitor.Running && rep.Total.Done >= 5 && rep.Total.InFlight > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never ran with requests in flight; screen:\n%s", x.screen())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	x.run("send-keys", "-t", "watch", "C-c")
+	var screen string
+	for deadline = time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		screen = x.screen()
+		if strings.Contains(screen, "DRAINING") && strings.Contains(screen, "waiting for") {
+			break
+		}
+	}
+	t.Logf("during the drain:\n%s", screen)
+	if !regexp.MustCompile(`regen intr  DRAINING`).MatchString(screen) ||
+		!regexp.MustCompile(`waiting for \d+ requests in flight, up to the drain timeout 30s`).MatchString(screen) {
+		t.Errorf("the view does not say DRAINING with what it waits for:\n%s", screen)
+	}
+	if !strings.Contains(screen, "regen: interrupted: draining") {
+		t.Errorf("the draining line is not on screen:\n%s", screen)
+	}
+	if m := regexp.MustCompile(`\d+h\d+m\d+s`).FindString(screen); m != "" {
+		t.Errorf("an ETA of %s during the drain:\n%s", m, screen)
+	}
+	rep, res := status(t, dir, "job.yaml")
+	if rep.State != monitor.Draining || res.code != 0 || rep.ETA != 0 || !strings.Contains(rep.ETANote, "DRAINING") {
+		t.Errorf("status during the drain: %s exit %d, ETA %s %q; want DRAINING exit 0, no ETA but why\n%s", rep.State, res.code, rep.ETA, rep.ETANote, res)
+	}
+	text := regen(t, dir, "status", "job.yaml")
+	if !strings.Contains(text.stdout, "job intr: DRAINING") || !strings.Contains(text.stdout, "up to the drain timeout 30s") {
+		t.Errorf("status text during the drain:\n%s", text.stdout)
+	}
+
+	x.run("send-keys", "-t", "watch", "C-c")
+	for deadline = time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if out := x.run("display-message", "-p", "-t", "watch", "#{pane_dead}"); strings.TrimSpace(out) == "1" {
+			break
+		}
+	}
+	scrollback := x.run("capture-pane", "-p", "-S", "-", "-t", "watch")
+	if !strings.Contains(scrollback, "regen: interrupted: draining") || !strings.Contains(scrollback, "regen: exiting now") {
+		t.Errorf("the draining and exiting lines are not in the scrollback:\n%s", scrollback)
+	}
+	rep, res = status(t, dir, "job.yaml")
+	t.Logf("status after the second Ctrl-C: %s exit %d, evidence %q", rep.State, res.code, rep.Evidence)
+	if rep.State != monitor.Stopped || res.code != 2 {
+		t.Errorf("status after the second Ctrl-C: %s exit %d, want STOPPED exit 2\n%s", rep.State, res.code, res)
+	}
+	if rep.Total.InFlight != 0 {
+		t.Errorf("%d samples still leased by the aborted runner, want 0 (released at the abort)", rep.Total.InFlight)
+	}
 }

@@ -136,18 +136,9 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	defer st.Close()
 
-	// A second interrupt exits at once; the store's leases are released by
-	// the next run, so nothing is lost.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		<-sigs
-		fmt.Fprintln(os.Stderr, "\nregen: draining in-flight requests; press Ctrl-C again to exit now")
-		<-sigs
-		fmt.Fprintln(os.Stderr, "regen: exiting now; re-run to resume")
-		os.Exit(130)
-	}()
+	terminal := term.IsTerminal(int(os.Stdout.Fd()))
+	abort, stopSignals := onSignals(terminal)
+	defer stopSignals()
 
 	// Logs go to the job's log file: the terminal shows the progress view,
 	// where state changes appear as they happen.
@@ -164,7 +155,6 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	}
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
-	terminal := term.IsTerminal(int(os.Stdout.Fd()))
 	fmt.Printf("regen: job %s, store %s, log %s%s\n", spec.Name, spec.Rel(st.Info().Location), spec.Rel(spec.LogPath()), relNote(spec))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
@@ -178,7 +168,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
 		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics, NewConfig: o.newCfg,
-		Version: versionString(),
+		Version: versionString(), Abort: abort,
 	})
 	// A job that finished with nothing done prints its summary, then fails.
 	var none *runner.NothingDoneError
@@ -232,4 +222,32 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 		return nil, nil, err
 	}
 	return func() { stopWeb(); st.Close() }, m, nil
+}
+
+// onSignals handles the interrupts of a run. The first is the context's
+// (main cancels it: the runner drains). A second exits at once, once the
+// runner has released its leases and written its last heartbeat (STOPPED,
+// not DEAD; bounded by the runner's abort budget); nothing is lost either
+// way. On a terminal the runner's view prints the draining line itself,
+// above its frame, where a line written here would be drawn over.
+func onSignals(terminal bool) (abort chan chan struct{}, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	abort = make(chan chan struct{}, 1)
+	go func() {
+		<-sigs
+		if !terminal {
+			fmt.Fprintln(os.Stderr, "regen: draining in-flight requests; press Ctrl-C again to exit now")
+		}
+		<-sigs
+		ack := make(chan struct{})
+		abort <- ack
+		select {
+		case <-ack:
+		case <-time.After(5 * time.Second):
+		}
+		fmt.Fprintln(os.Stderr, "\nregen: exiting now; re-run to resume")
+		os.Exit(130)
+	}()
+	return abort, func() { signal.Stop(sigs) }
 }

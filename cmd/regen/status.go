@@ -39,11 +39,11 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status JOB.yaml",
 		Short: "One screen of truth about a job, from its store alone",
-		Long: `status reads the job's store and says RUNNING, STALLED, DOWN, RESTARTING,
-DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
+		Long: `status reads the job's store and says RUNNING, DRAINING, STALLED, DOWN,
+RESTARTING, DONE, STOPPED, FAILED or DEAD with the evidence. It works whether the runner is
 alive or not: a heartbeat older than the job's monitor.dead_after is DEAD.
 
-Exit codes: 0 running or done, 1 stalled, down or restarting, 2 dead, stopped or failed.
+Exit codes: 0 running, draining or done, 1 stalled, down or restarting, 2 dead, stopped or failed.
 
 With a shared (PostgreSQL) store, status lists every worker and judges the
 job across them; --host narrows the verdict to the workers on one host, for

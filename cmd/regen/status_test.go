@@ -10,8 +10,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
@@ -265,3 +268,93 @@ func TestStatusJSONDocumented(t *testing.T) {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+// TestStatusManyRestarts: a single-runner SQLite job started 40 times (39
+// runs interrupted, the last one killed) has one runner and a history, not
+// "workers: 0 live of 40" and dead-worker blocks.
+func TestStatusManyRestarts(t *testing.T) {
+	f := newStatusFixture(t)
+	f.work(t, 10, 4, time.Second)
+	ctx := context.Background()
+	for i := range 40 {
+		b := monitor.Beat{State: monitor.Running, Exited: i < 39, ExitReason: "interrupted"}
+		counters, _ := json.Marshal(b)
+		f.clock = f.clock.Add(time.Minute)
+		hb := store.Heartbeat{Owner: fmt.Sprintf("gpu-node-1-%d-ab", 5000+i), PID: 5000 + i, Host: "gpu-node-1",
+			Time: f.clock, Started: f.clock.Add(-50 * time.Second), Counters: counters}
+		if err := f.st.PutHeartbeat(ctx, hb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text, _, code := f.report(t, f.clock.Add(10*time.Minute))
+	if code != 2 {
+		t.Errorf("exit %d, want 2 (the last runner is dead)", code)
+	}
+	if strings.Contains(text, "workers:") || strings.Contains(text, "pid 5038") {
+		t.Errorf("ended runs listed as workers:\n%s", text)
+	}
+	if !strings.Contains(text, "runner: pid 5039 on gpu-node-1") || !strings.Contains(text, "earlier runs: 39 (39 stopped), the last ended 09:39:04") {
+		t.Errorf("want the runner line and one history line:\n%s", text)
+	}
+}
+
+// TestStatusDeadRunnerAsOfDeath: a runner killed with 45 requests in flight
+// on a READY server at 21% KV. Two minutes later status shows the endpoint
+// as of its death (not READY now), the leases as not in flight, rates up
+// to the death, and /metrics serves no server gauges of the dead runner.
+func TestStatusDeadRunnerAsOfDeath(t *testing.T) {
+	f := newStatusFixture(t)
+	f.work(t, 100, 40, 500*time.Millisecond) // 40 answers in the 20 s before the death
+	ctx := context.Background()
+	if _, err := f.st.Claim(ctx, "default", 45, "w", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://10.0.0.7:30000"
+	f.beat(t, monitor.Beat{State: monitor.Running, InFlight: 45, Tokens: 20000, Endpoints: []monitor.EndpointStatus{{
+		URL: url, State: monitor.Ready, Since: statusT0, InFlight: 45, Limit: 182,
+		Load: &monitor.Load{At: f.clock, KVUsage: ptr(0.21), Running: ptr(11), Queued: ptr(0)}}}})
+	died := f.clock
+	now := died.Add(2 * time.Minute)
+
+	text, _, code := f.report(t, now)
+	if code != 2 {
+		t.Errorf("exit %d, want 2 (DEAD)", code)
+	}
+	for _, want := range []string{
+		"endpoints when the runner died (its last heartbeat, 09:00:20; nothing is sent to them now):",
+		url + " READY since 09:00:00, in flight 45 when it died",
+		"(45): leased by the runner that died at 09:00:20, not in flight",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status lacks %q:\n%s", want, text)
+		}
+	}
+	r, err := assess(ctx, f.spec, f.st, now, "status-host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.RunnerDied || r.Rate1m.Samples != 40 || r.Rate1m.Window != 20*time.Second {
+		t.Errorf("runner_died %v, rate_1m %d samples over %s; want true, 40 over 20s (up to the death, not the last minute of now)",
+			r.RunnerDied, r.Rate1m.Samples, r.Rate1m.Window)
+	}
+
+	m := monitor.NewMetrics(func(ctx context.Context) (monitor.Report, error) {
+		return assess(ctx, f.spec, f.st, now, "status-host")
+	})
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, fam := range fams {
+		for _, s := range fam.GetMetric() {
+			if strings.HasPrefix(fam.GetName(), "regen_endpoint_") {
+				got[fam.GetName()] += s.GetGauge().GetValue() + 1 // +1: present, even at 0
+			}
+		}
+	}
+	want := map[string]float64{"regen_endpoint_in_flight": 1} // present, 0: nobody sends now
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("endpoint gauges of a dead runner (value+1 per series; -want +got):\n%s", diff)
+	}
+}

@@ -55,6 +55,9 @@ that address. A non-loopback address needs --token (or REGEN_WEB_TOKEN).`,
 	return cmd
 }
 
+// watchEvents is how many events the view reads, for a tall terminal.
+const watchEvents = 60
+
 // historyWindow is how far back the terminal view's sparklines reach.
 const historyWindow = time.Hour
 
@@ -99,7 +102,16 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 			if err != nil {
 				return ui.WatchSnapshot{}, err
 			}
-			return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h}, nil
+			// More events than the report's five: a tall terminal shows them.
+			evs, err := st.Events(ctx, watchEvents)
+			if err != nil {
+				return ui.WatchSnapshot{}, err
+			}
+			events := make([]monitor.Event, 0, len(evs))
+			for _, e := range evs {
+				events = append(events, monitor.EventOf(e))
+			}
+			return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events}, nil
 		})
 	}
 	every := o.every

@@ -202,6 +202,10 @@ type lane struct {
 	// durations of the lane's last answered requests, for the views' ETA
 	// of the work in flight (tail.go).
 	durations recentDurations
+	// answered and escalated count the lane's answers since Run started
+	// and those truncated into a bigger lane, for the views' ETA: a lane's
+	// last answers that escalate still have a whole request to go.
+	answered, escalated int64
 }
 
 // applyDefaults fills the zero fields of cfg with their defaults.
@@ -1110,7 +1114,8 @@ func (d *Dispatcher) Snapshot() Snapshot {
 		}
 		a := ages[l]
 		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit, Auto: l.auto != nil,
-			MeanDuration: l.durations.mean(), Tail: l.durations.tail(a.youngest, a.oldest, a.n)})
+			MeanDuration: l.durations.mean(), Tail: l.durations.tail(a.youngest, a.oldest, a.n),
+			EscalateTo: l.cfg.EscalateTo, Answered: l.answered, Escalated: l.escalated})
 	}
 	return s
 }

@@ -163,6 +163,8 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 		// "no more work" stands.
 		d.counters.Escalated++
 		l.durations.add(res.Duration)
+		l.answered++
+		l.escalated++
 		d.count(v, h.res, target, next)
 		if used {
 			d.counters.BackupsUsed++

@@ -274,6 +274,7 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 	switch v.out {
 	case outComplete, outNextTurn, outReject, outEscalate:
 		l.durations.add(res.Duration)
+		l.answered++
 	}
 	switch v.out {
 	case outComplete:
@@ -291,6 +292,7 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 		d.counters.Rejected++
 	case outEscalate:
 		d.counters.Escalated++
+		l.escalated++
 		target.short = false
 	case outRelease:
 		d.counters.Released++

@@ -47,7 +47,7 @@ func TestLaneLimitsNeverExceeded(t *testing.T) {
 			t.Errorf("final states (-want +got):\n%s", diff)
 		}
 		snap := d.Snapshot()
-		wantLanes := []LaneStats{{Name: "short", InFlight: 0, Limit: 7}, {Name: "long", InFlight: 0, Limit: 3}}
+		wantLanes := []LaneStats{{Name: "short", InFlight: 0, Limit: 7, Answered: 150}, {Name: "long", InFlight: 0, Limit: 3, Answered: 60}}
 		if diff := cmp.Diff(wantLanes, snap.Lanes, cmpopts.IgnoreFields(LaneStats{}, "MeanDuration")); diff != "" {
 			t.Errorf("lane stats (-want +got):\n%s", diff)
 		}
@@ -434,6 +434,14 @@ func TestTruncation(t *testing.T) {
 			}
 			if diff := cmp.Diff(Counters{Done: 10, Escalated: 10}, d.Snapshot().Counters); diff != "" {
 				t.Errorf("counters (-want +got):\n%s", diff)
+			}
+			// Per lane, for the views' ETA: every short answer escalated.
+			var got [][3]any
+			for _, l := range d.Snapshot().Lanes {
+				got = append(got, [3]any{l.Name + ">" + l.EscalateTo, l.Answered, l.Escalated})
+			}
+			if diff := cmp.Diff([][3]any{{"short>long", int64(10), int64(10)}, {"long>", int64(10), int64(0)}}, got); diff != "" {
+				t.Errorf("lanes' answered and escalated (-want +got):\n%s", diff)
 			}
 		})
 	})

@@ -108,6 +108,11 @@ type LaneStats struct {
 	// request it has in flight now is answered (0 with none in flight).
 	MeanDuration time.Duration `json:"mean_duration_ns"`
 	Tail         time.Duration `json:"tail_ns"`
+	// EscalateTo is the lane a truncated answer moves to ("" = none);
+	// Escalated of the lane's Answered answers (since Run started) did.
+	EscalateTo string `json:"escalate_to"`
+	Answered   int64  `json:"answered"`
+	Escalated  int64  `json:"escalated"`
 }
 
 // Counters count sample outcomes since Run started, each after the store

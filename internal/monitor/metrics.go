@@ -83,7 +83,7 @@ const scrapeTimeout = 10 * time.Second
 
 // States lists every job and endpoint state, so state gauges always carry
 // the full set (0 or 1) and an alert can test for any of them.
-var States = []State{Starting, Ready, Degraded, Running, Stalled, Down, Restarting, Failed, Done, Dead, Stopped}
+var States = []State{Starting, Ready, Degraded, Running, Draining, Stalled, Down, Restarting, Failed, Done, Dead, Stopped}
 
 var (
 	descSamples = prometheus.NewDesc("regen_samples",
@@ -147,6 +147,16 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHeartbeatAge, prometheus.GaugeValue, r.Heartbeat.Age.Seconds())
 	}
 	for _, e := range r.Endpoints {
+		if r.RunnerDied || r.RunnerExited {
+			// No runner is live: its last heartbeat's gauges are history, and
+			// served as they are they would read as the present for ever (a
+			// finished job's server "running 11 requests"). regen's own
+			// in-flight is known to be 0 (nobody sends); the server's state,
+			// load and our limit on it are unknown now, so they are dropped,
+			// not zeroed: an absent series is "no data", a 0 would be a lie.
+			ch <- prometheus.MustNewConstMetric(descEndpointInFlight, prometheus.GaugeValue, 0, e.URL)
+			continue
+		}
 		for _, s := range States {
 			ch <- prometheus.MustNewConstMetric(descEndpointState, prometheus.GaugeValue, oneIf(e.State == s), e.URL, string(s))
 		}

@@ -164,11 +164,15 @@ type Report struct {
 	Heartbeat     *HeartbeatInfo `json:"heartbeat"` // nil when no runner ever started
 	// RunnerExited is set when the last runner ended on purpose (finished,
 	// interrupted, failed): the endpoints are then as it last saw them.
-	RunnerExited bool         `json:"runner_exited"`
-	Cells        []CellCounts `json:"cells"`
-	Total        CellCounts   `json:"total"`
-	Rate1m       Rate         `json:"rate_1m"`
-	Rate10m      Rate         `json:"rate_10m"`
+	RunnerExited bool `json:"runner_exited"`
+	// RunnerDied is set when no runner is live and the last one ended
+	// without saying so (killed, crashed, its host lost): its endpoints, and
+	// the leased samples counted in flight, are as of its last heartbeat.
+	RunnerDied bool         `json:"runner_died"`
+	Cells      []CellCounts `json:"cells"`
+	Total      CellCounts   `json:"total"`
+	Rate1m     Rate         `json:"rate_1m"`
+	Rate10m    Rate         `json:"rate_10m"`
 	// Average is the whole job's rate from its first to its last result,
 	// filled once no runner is working on the job (it reads every result).
 	Average *Rate `json:"average"`
@@ -250,10 +254,12 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		}
 		r.Endpoints = beat.Endpoints
 		r.RunnerExited = beat.Exited
-		// With several live workers, every live one's endpoints.
-		if live := liveEndpoints(r.Workers); len(live) > 0 {
+		// Every live worker's endpoints: a live worker's view is current,
+		// a newer dead one's is not.
+		if live, n := liveEndpoints(r.Workers); n > 0 {
 			r.Endpoints = live
 		}
+		r.RunnerDied = !beat.Exited && !anyLive(r.Workers)
 	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
@@ -267,19 +273,8 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	r.ExitCode = ExitCode(r.State)
 
-	for _, w := range []struct {
-		d   time.Duration
-		out *Rate
-	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
-		window := w.d
-		if haveHB && !hb.Started.IsZero() && o.Now.Sub(hb.Started) < window && o.Now.Sub(hb.Started) > 0 {
-			window = o.Now.Sub(hb.Started) // a young run would otherwise look slow
-		}
-		tp, err := st.ThroughputSince(ctx, o.Now.Add(-window))
-		if err != nil {
-			return r, fmt.Errorf("read throughput: %w", err)
-		}
-		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
+	if err := r.readRates(ctx, st, hb, haveHB, o.Now); err != nil {
+		return r, err
 	}
 	if !working(r.State) {
 		// Summing every result is O(job), so only for a job nobody works on,
@@ -322,6 +317,31 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	return r, nil
 }
 
+// readRates fills the one- and ten-minute rates. With no live runner the
+// windows end at its last heartbeat: the rate it had, not one that decays
+// for ten minutes after its death.
+func (r *Report) readRates(ctx context.Context, st store.Store, hb store.Heartbeat, haveHB bool, now time.Time) error {
+	end := now
+	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
+		end = hb.Time
+	}
+	for _, w := range []struct {
+		d   time.Duration
+		out *Rate
+	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
+		window := w.d
+		if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
+			window = end.Sub(hb.Started) // a young run would otherwise look slow
+		}
+		tp, err := st.ThroughputSince(ctx, end.Add(-window))
+		if err != nil {
+			return fmt.Errorf("read throughput: %w", err)
+		}
+		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
+	}
+	return nil
+}
+
 // rejectsByRule folds the store's per-cell reject counts into one count
 // per rule, most first.
 func rejectsByRule(ctx context.Context, st store.Store) ([]RuleCount, error) {
@@ -361,6 +381,8 @@ func eta(s State, remaining int, recent Rate) (time.Duration, string) {
 	switch {
 	case s == Done:
 		return 0, "done"
+	case s == Draining:
+		return 0, "none while DRAINING: the runner stops once its requests in flight are answered"
 	case s != Running:
 		return 0, fmt.Sprintf("none while %s: nothing is progressing", s)
 	case remaining == 0:
@@ -416,21 +438,26 @@ func judge(r Report, hb store.Heartbeat, haveHB bool, beat Beat, remaining int, 
 	return beat.State, beat.Evidence
 }
 
-// liveEndpoints concatenates the endpoints of every live worker when
-// several are live.
-func liveEndpoints(ws []WorkerStatus) []EndpointStatus {
-	var out []EndpointStatus
-	n := 0
+// liveEndpoints concatenates the endpoints of every live worker, and
+// counts those workers.
+func liveEndpoints(ws []WorkerStatus) (out []EndpointStatus, n int) {
 	for _, w := range ws {
 		if w.Live {
 			n++
 			out = append(out, w.Endpoints...)
 		}
 	}
-	if n < 2 {
-		return nil
+	return out, n
+}
+
+// anyLive reports whether some worker of the job is live.
+func anyLive(ws []WorkerStatus) bool {
+	for _, w := range ws {
+		if w.Live {
+			return true
+		}
 	}
-	return out
+	return false
 }
 
 // ProcessAlive reports whether a process with pid exists on this machine.

@@ -10,10 +10,13 @@ import (
 type State string
 
 const (
-	Starting   State = "STARTING"
-	Ready      State = "READY"
-	Degraded   State = "DEGRADED"
-	Running    State = "RUNNING"
+	Starting State = "STARTING"
+	Ready    State = "READY"
+	Degraded State = "DEGRADED"
+	Running  State = "RUNNING"
+	// Draining: the runner was interrupted once and finishes the requests
+	// in flight (up to its drain timeout) before it stops.
+	Draining   State = "DRAINING"
 	Stalled    State = "STALLED"
 	Down       State = "DOWN"
 	Restarting State = "RESTARTING"
@@ -27,7 +30,7 @@ const (
 // finished, 1 when it is held up but someone is on it, 2 when nobody is.
 func ExitCode(s State) int {
 	switch s {
-	case Running, Done, Ready, Starting:
+	case Running, Draining, Done, Ready, Starting:
 		return 0
 	case Stalled, Down, Restarting, Degraded:
 		return 1

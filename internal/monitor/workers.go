@@ -109,7 +109,7 @@ func workers(hbs []store.Heartbeat, o AssessOptions) ([]WorkerStatus, error) {
 
 // hopeful orders live workers' states for the job's state when none is
 // RUNNING: the job is as well as its best worker.
-var hopeful = []State{Running, Starting, Restarting, Stalled, Down, Failed}
+var hopeful = []State{Running, Draining, Starting, Restarting, Stalled, Down, Failed}
 
 // jobOfWorkers is the job's state from its live workers: RUNNING if any
 // makes progress, else the most hopeful of their states; the evidence names

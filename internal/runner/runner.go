@@ -52,6 +52,11 @@ type Options struct {
 	NewConfig bool
 	// Version is regen's version, for the export's manifest and card.
 	Version string
+	// Abort, when a channel arrives on it (the second Ctrl-C), has the
+	// runner release its leases and write its last heartbeat (exited,
+	// aborted) at once, then close that channel: the caller exits the
+	// process and `regen status` says STOPPED, not DEAD.
+	Abort <-chan chan struct{}
 }
 
 // Summary is what a finished run reports.
@@ -93,8 +98,14 @@ type runState struct {
 	// disown releases the runner lock of a single-runner store (nil until
 	// taken; see own).
 	disown func() error
-	// draining is set at the first interrupt, while in-flight requests finish.
-	draining atomic.Bool
+	// draining is set at the first interrupt, while in-flight requests
+	// finish; drainSince is when (unix nanoseconds).
+	draining   atomic.Bool
+	drainSince atomic.Int64
+	// beatMu orders heartbeat writes; after an abort's last heartbeat
+	// (final set) no other is written.
+	beatMu   sync.Mutex
+	final    bool
 	exported string // export mark once this worker wrote or found the export (guarded by mu)
 	// ingestDone is closed when every source file is in the store.
 	ingestDone chan struct{}
@@ -160,6 +171,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
 	r.hist = &history{worker: r.owner}
+	defer r.onAbort(o.Abort)()
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
 
@@ -435,7 +447,7 @@ func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) er
 	fleetDone := make(chan error, 1)
 	go func() { fleetDone <- r.fleet.Run(fleetCtx) }()
 
-	stopDrainNote := context.AfterFunc(ctx, func() { r.draining.Store(true); notify(r.changed) })
+	stopDrainNote := context.AfterFunc(ctx, r.startDrain)
 	defer stopDrainNote()
 	g, gctx := errgroup.WithContext(ctx)
 	dispCtx, stopDisp := context.WithCancel(gctx)
@@ -833,8 +845,11 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 	step := func() {
 		l, _ := r.live(ctx)
 		s, ev := monitor.Evaluate(l)
-		if r.draining.Load() && s == monitor.Running {
-			ev = append(ev, fmt.Sprintf("interrupted: draining %d requests in flight, then stopping (or DONE if they were the last)", l.InFlight))
+		if r.draining.Load() {
+			if s == monitor.Running {
+				s, ev = monitor.Draining, nil
+			}
+			ev = append(ev, r.drainEvidence(l.InFlight))
 		}
 		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
 			r.setState(ctx, s, ev)
@@ -893,6 +908,11 @@ func (r *runState) beat(ctx context.Context, exited bool, reason string) {
 
 // writeBeat writes the heartbeat with live evidence already gathered (nil: none).
 func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l *monitor.Live) {
+	r.beatMu.Lock()
+	defer r.beatMu.Unlock()
+	if r.final {
+		return // aborted: the last heartbeat is written
+	}
 	r.mu.Lock()
 	b := monitor.Beat{State: r.jobState, Evidence: r.evidence, Exited: exited, ExitReason: reason, Lanes: r.o.Lanes, Exported: r.exported}
 	r.mu.Unlock()
@@ -945,7 +965,8 @@ func (r *runState) draw(ctx context.Context, skip string) string {
 		snap := r.disp.Snapshot()
 		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
 		for _, ls := range snap.Lanes {
-			f.Lanes = append(f.Lanes, ui.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail})
+			f.Lanes = append(f.Lanes, ui.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail,
+				EscalateTo: ls.EscalateTo, Answered: ls.Answered, Escalated: ls.Escalated, InFlight: ls.InFlight})
 		}
 	} else {
 		counts, err := r.o.Store.Counts(ctx)
@@ -986,4 +1007,65 @@ func runnerAlive(pid int) bool {
 		return true // no /proc: trust the signal check
 	}
 	return bytes.Contains(cmdline, []byte("regen"))
+}
+
+// startDrain is the first interrupt: the job drains (DRAINING, with what
+// it waits for) and the view prints a line that stays above it.
+func (r *runState) startDrain() {
+	r.drainSince.Store(time.Now().UnixNano())
+	r.draining.Store(true)
+	inFlight := 0
+	if r.disp != nil {
+		for _, e := range r.disp.Snapshot().Endpoints {
+			inFlight += e.InFlight
+		}
+	}
+	r.note(fmt.Sprintf("regen: interrupted: draining %d in-flight requests (drain timeout %s, until %s); press Ctrl-C again to exit now",
+		inFlight, r.o.DrainTimeout, time.Unix(0, r.drainSince.Load()).Add(r.o.DrainTimeout).Format("15:04:05")))
+	notify(r.changed)
+}
+
+// drainEvidence says what a draining runner waits for.
+func (r *runState) drainEvidence(inFlight int) string {
+	since := time.Unix(0, r.drainSince.Load())
+	return fmt.Sprintf("interrupted at %s: waiting for %d requests in flight, up to the drain timeout %s (until %s); then the rest go back to pending and the runner stops",
+		since.Format("15:04:05"), inFlight, r.o.DrainTimeout, since.Add(r.o.DrainTimeout).Format("15:04:05"))
+}
+
+// onAbort serves an abort request (see Options.Abort) until the returned
+// stop is called.
+func (r *runState) onAbort(abort <-chan chan struct{}) (stop func()) {
+	if abort == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case ack := <-abort:
+			r.abort()
+			close(ack)
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// abortBudget bounds the abort's store writes: the user asked to exit now.
+const abortBudget = 3 * time.Second
+
+// abort is the second interrupt: release this runner's leases (no attempt
+// spent) and write the last heartbeat, exited, so status says STOPPED and
+// the samples are pending, not held by a runner that is gone.
+func (r *runState) abort() {
+	ctx, cancel := context.WithTimeout(context.Background(), abortBudget)
+	defer cancel()
+	n, err := r.o.Store.ReleaseOwner(ctx, r.owner)
+	if err != nil {
+		r.o.Logger.Warn("abort: release leases", "err", err)
+	}
+	reason := fmt.Sprintf("aborted by a second interrupt: %d requests in flight abandoned, their samples back to pending (no attempt spent)", n)
+	r.beat(ctx, true, reason)
+	r.beatMu.Lock()
+	r.final = true
+	r.beatMu.Unlock()
 }

@@ -3,9 +3,13 @@ package ui
 import (
 	"fmt"
 	"io"
+	"math"
+	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/regen-dev/regen/internal/monitor"
 )
@@ -30,6 +34,37 @@ type LaneTiming struct {
 	Name         string
 	MeanDuration time.Duration // of answered requests; 0 before the first
 	Tail         time.Duration // expected time until the requests in flight now are answered
+	// EscalateTo is the lane a truncated answer moves to ("" = none), and
+	// Escalated of Answered answers of this lane did so far: the share of
+	// the last requests that still need a whole request there.
+	EscalateTo          string
+	Answered, Escalated int64
+	// InFlight is the lane's requests on the wire. Fewer than the samples
+	// the store has leased in the lane means some are being answered in the
+	// escalation lane (a truncated last answer is sent there at once, under
+	// its lease, before the store moves it).
+	InFlight int
+}
+
+// escalationTail is what escalations still to come add to the wait for n
+// requests of lane lt: the chance that at least one of them escalates
+// (at the lane's observed rate) times the escalation lane's mean duration.
+func escalationTail(lanes []LaneTiming, lt LaneTiming, n int) time.Duration {
+	if lt.EscalateTo == "" || lt.Answered == 0 || lt.Escalated == 0 || n <= 0 {
+		return 0
+	}
+	target, ok := laneTiming(lanes, lt.EscalateTo)
+	if !ok {
+		return 0
+	}
+	mean := target.MeanDuration
+	if mean <= 0 {
+		// Nothing answered there yet: at least as long as this lane's.
+		mean = lt.MeanDuration
+	}
+	f := float64(lt.Escalated) / float64(lt.Answered)
+	p := 1 - math.Pow(1-f, float64(n))
+	return time.Duration(p * float64(mean))
 }
 
 // Progress turns successive frames into rates and renders them.
@@ -116,19 +151,44 @@ func (p *Progress) Update(f Frame) {
 	}
 	text := p.Render(f, rows)
 	if p.terminal {
-		if p.lines > 0 {
-			fmt.Fprintf(p.out, "\x1b[%dA\x1b[J", p.lines)
+		// Lines wider than the terminal would wrap there and spoil the
+		// count of lines to redraw: wrap them here, at word boundaries.
+		if w := p.width(); w > 0 {
+			text = strings.Join(wrapAll(strings.Split(strings.TrimSuffix(text, "\n"), "\n"), w, 4), "\n") + "\n"
 		}
+		p.erase()
 		p.lines = strings.Count(text, "\n")
 	}
 	io.WriteString(p.out, text)
 }
 
+// width is the terminal's width, 0 when unknown.
+func (p *Progress) width() int {
+	f, ok := p.out.(*os.File)
+	if !ok {
+		return 0
+	}
+	w, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return w
+}
+
+// erase moves back over the last frame and clears it. It starts at the
+// line's first column: the terminal may have echoed ^C after the frame.
+func (p *Progress) erase() {
+	if p.lines > 0 {
+		fmt.Fprintf(p.out, "\r\x1b[%dA\x1b[J", p.lines)
+	}
+}
+
 // Note prints a line of its own above the progress (a warning the user
-// must see, not only a state in the next frame).
+// must see, not only a state in the next frame); it stays in the
+// terminal's scrollback.
 func (p *Progress) Note(line string) {
-	if p.terminal && p.lines > 0 {
-		fmt.Fprintf(p.out, "\x1b[%dA\x1b[J", p.lines)
+	if p.terminal {
+		p.erase()
 		p.lines = 0 // the next frame draws below the note
 	}
 	fmt.Fprintln(p.out, line)
@@ -210,7 +270,9 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 // nothing progresses. Queued work drains at the partition's finish rate and
 // its last request then needs its lane's mean duration; once nothing is
 // queued, what is left is the in-flight tail (dispatch estimates it from
-// the lane's answered durations and the requests' ages).
+// the lane's answered durations and the requests' ages). Either way the
+// answers still to come may be truncated and escalate: at the lane's
+// observed escalation rate, that adds a request in the bigger lane.
 func (p *Progress) etaOf(f Frame, r partRow) string {
 	left := r.pending + r.inFlight
 	if left == 0 {
@@ -228,17 +290,26 @@ func (p *Progress) etaOf(f Frame, r partRow) string {
 		queue = time.Duration(float64(r.pending) / rate * float64(time.Second))
 	}
 	known := false
+	leased := map[string]int{} // per lane, every partition
+	for _, c := range f.Cells {
+		leased[c.Lane] += c.InFlight
+	}
 	for lane, n := range r.lanes {
 		lt, ok := laneTiming(f.Lanes, lane)
 		if !ok || lt.MeanDuration <= 0 {
 			continue
 		}
 		known = true
+		t := lt.Tail
 		if n[0] > 0 {
-			tail = max(tail, lt.MeanDuration)
-		} else {
-			tail = max(tail, lt.Tail)
+			t = lt.MeanDuration
 		}
+		if target, ok := laneTiming(f.Lanes, lt.EscalateTo); ok && lt.InFlight < leased[lane] {
+			t = max(t, target.Tail) // some of its samples are being answered there
+		}
+		// Then the escalations still to come among its last requests
+		// (about as many as are in flight now).
+		tail = max(tail, t+escalationTail(f.Lanes, lt, max(n[1], 1)))
 	}
 	if !known && r.pending == 0 {
 		if rate <= 0 {

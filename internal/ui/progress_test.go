@@ -71,3 +71,44 @@ func TestProgressETAInFlightTail(t *testing.T) {
 		t.Errorf("with 180 queued:\n got %q\nwant it to end in %q", b2.String(), want)
 	}
 }
+
+// TestProgressETAEscalationTail: B1 at 289/300 with 11 short requests in
+// flight, each a second from its answer. The short lane's answers escalate
+// to the long lane (mean 10s) 13% of the time, so the partition's last
+// answers are likely to need a long request more: the ETA says so instead
+// of "<1s". With no escalation observed, the in-flight tail alone.
+func TestProgressETAEscalationTail(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	cells := func(done, inflight int) []monitor.CellCounts {
+		return []monitor.CellCounts{{Partition: "B1_glaive", Lane: "short", Total: 300, Done: done, InFlight: inflight, Pending: 300 - done - inflight}}
+	}
+	for _, tc := range []struct {
+		name                string
+		answered, escalated int64
+		onWire              int           // short requests on the wire (11 samples leased in short)
+		longTail            time.Duration // the long lane's in-flight tail
+		want                string
+	}{
+		{"13% escalate", 300, 40, 11, 0, "eta=9s"}, // 1s + (1 - 0.867^11) x 10s
+		{"none escalate", 300, 0, 11, 0, "eta=1s"},
+		{"no answer yet", 0, 0, 11, 0, "eta=1s"},
+		// The demo's tail: the last 11 were truncated and re-sent to the
+		// long lane under their leases; the store still counts them short.
+		{"being answered in the long lane", 327, 0, 0, 12 * time.Second, "eta=12s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			p := NewProgress(&b, false)
+			lanes := []LaneTiming{
+				{Name: "short", MeanDuration: 2 * time.Second, Tail: time.Second, EscalateTo: "long", Answered: tc.answered, Escalated: tc.escalated, InFlight: tc.onWire},
+				{Name: "long", MeanDuration: 10 * time.Second, Tail: tc.longTail},
+			}
+			p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(200, 20), Lanes: lanes})
+			p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(289, 11), Lanes: lanes, InFlight: 11})
+			lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+			if got := lines[len(lines)-1]; !strings.HasSuffix(got, "| B1_glaive 289/300 "+tc.want) {
+				t.Errorf("got %q, want it to end in %q", got, "B1_glaive 289/300 "+tc.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,15 +26,16 @@ func StatusText(job string, r monitor.Report) string {
 	if r.Store != nil {
 		fmt.Fprintf(&b, "store: %s: %s\n", r.Store.State, r.Store.Cause)
 	}
-	if len(r.Workers) > 1 {
-		writeWorkers(&b, r.Workers)
-	}
+	writeWorkers(&b, r.Workers)
 	fmt.Fprintf(&b, "\n%-20s %-10s %8s %8s %8s %9s %8s %6s\n", "partition", "lane", "total", "done", "pending", "in flight", "rejected", "dead")
 	for _, c := range r.Cells {
-		fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", c.Partition, c.Lane, c.Total, c.Done, c.Pending, c.InFlight, c.Rejected, c.Dead)
+		fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9s %8d %6d\n", c.Partition, c.Lane, c.Total, c.Done, c.Pending, inFlightCell(r, c.InFlight), c.Rejected, c.Dead)
 	}
 	t := r.Total
-	fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9d %8d %6d\n", "total", "", t.Total, t.Done, t.Pending, t.InFlight, t.Rejected, t.Dead)
+	fmt.Fprintf(&b, "%-20s %-10s %8d %8d %8d %9s %8d %6d\n", "total", "", t.Total, t.Done, t.Pending, inFlightCell(r, t.InFlight), t.Rejected, t.Dead)
+	if note := strandedNote(r); note != "" {
+		b.WriteString(note + "\n")
+	}
 	if r.IngestErrors > 0 {
 		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
 	}
@@ -67,38 +69,8 @@ func StatusText(job string, r monitor.Report) string {
 	case r.ETANote != "":
 		fmt.Fprintf(&b, "eta: %s\n", r.ETANote)
 	}
-	if len(r.Endpoints) > 0 && len(r.Workers) <= 1 { // several workers list theirs above
-		if r.RunnerExited {
-			b.WriteString("\nendpoints when the runner exited:\n")
-		} else {
-			b.WriteString("\nendpoints:\n")
-		}
-		for _, e := range r.Endpoints {
-			fmt.Fprintf(&b, "  %s %s", e.URL, e.State)
-			if !e.Since.IsZero() {
-				fmt.Fprintf(&b, " since %s", e.Since.Format("15:04:05"))
-			}
-			fmt.Fprintf(&b, ", in flight %d", e.InFlight)
-			if !e.LastTokenAt.IsZero() && r.Heartbeat != nil {
-				fmt.Fprintf(&b, ", last token %s before the heartbeat", r.Heartbeat.Time.Sub(e.LastTokenAt).Round(time.Second))
-			}
-			if e.Restarts > 0 {
-				fmt.Fprintf(&b, ", %d restarts", e.Restarts)
-			}
-			if e.Cause != "" {
-				fmt.Fprintf(&b, ", cause: %s", e.Cause)
-			}
-			b.WriteString("\n")
-			for _, ev := range e.Evidence {
-				fmt.Fprintf(&b, "    %s\n", ev)
-			}
-			if line := loadLine(e); line != "" {
-				fmt.Fprintf(&b, "    %s\n", line)
-			}
-			if e.LimitReason != "" {
-				fmt.Fprintf(&b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
-			}
-		}
+	if len(r.Endpoints) > 0 && liveCount(r.Workers) <= 1 { // several live workers list theirs above
+		writeEndpoints(&b, r)
 	}
 	if len(r.Events) > 0 {
 		b.WriteString("\nlast events:\n")
@@ -113,6 +85,78 @@ func StatusText(job string, r monitor.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// writeEndpoints lists the endpoints as the runner saw them (as of its
+// death or exit when it is gone).
+func writeEndpoints(b *strings.Builder, r monitor.Report) {
+	switch {
+	case r.RunnerDied && r.Heartbeat != nil:
+		fmt.Fprintf(b, "\nendpoints when the runner died (its last heartbeat, %s; nothing is sent to them now):\n", r.Heartbeat.Time.Format("15:04:05"))
+	case r.RunnerExited:
+		b.WriteString("\nendpoints when the runner exited:\n")
+	default:
+		b.WriteString("\nendpoints:\n")
+	}
+	for _, e := range r.Endpoints {
+		fmt.Fprintf(b, "  %s %s", e.URL, e.State)
+		if !e.Since.IsZero() {
+			fmt.Fprintf(b, " since %s", e.Since.Format("15:04:05"))
+		}
+		fmt.Fprintf(b, ", in flight %d", e.InFlight)
+		if r.RunnerDied {
+			b.WriteString(" when it died")
+		}
+		if !e.LastTokenAt.IsZero() && r.Heartbeat != nil {
+			fmt.Fprintf(b, ", last token %s before the heartbeat", r.Heartbeat.Time.Sub(e.LastTokenAt).Round(time.Second))
+		}
+		if e.Restarts > 0 {
+			fmt.Fprintf(b, ", %d restarts", e.Restarts)
+		}
+		if e.Cause != "" {
+			fmt.Fprintf(b, ", cause: %s", e.Cause)
+		}
+		b.WriteString("\n")
+		for _, ev := range e.Evidence {
+			fmt.Fprintf(b, "    %s\n", ev)
+		}
+		if line := loadLine(e); line != "" {
+			fmt.Fprintf(b, "    %s\n", line)
+		}
+		if e.LimitReason != "" {
+			fmt.Fprintf(b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
+		}
+	}
+}
+
+// inFlightCell is a count of leased samples for the table: as is while a
+// runner is live, in parentheses when none is (nothing is in flight then;
+// the samples wait for the next run), explained by strandedNote.
+func inFlightCell(r monitor.Report, n int) string {
+	if n > 0 && noLiveRunner(r) {
+		return "(" + strconv.Itoa(n) + ")"
+	}
+	return strconv.Itoa(n)
+}
+
+// noLiveRunner reports whether the job's leases are held by a runner that
+// is gone (it died, or exited without releasing them).
+func noLiveRunner(r monitor.Report) bool {
+	return r.Heartbeat != nil && (r.RunnerDied || r.RunnerExited)
+}
+
+// strandedNote explains the parenthesised in-flight counts; "" when there
+// are none.
+func strandedNote(r monitor.Report) string {
+	if r.Total.InFlight == 0 || !noLiveRunner(r) {
+		return ""
+	}
+	how := "died"
+	if r.RunnerExited {
+		how = "exited"
+	}
+	return fmt.Sprintf("(%d): leased by the runner that %s at %s, not in flight; they go back to pending when the job runs again",
+		r.Total.InFlight, how, r.Heartbeat.Time.Format("15:04:05"))
 }
 
 // loadLine is an endpoint's KV pool and its load at the last probe.
@@ -157,26 +201,16 @@ func laneLimits(e monitor.EndpointStatus) string {
 	return " (" + strings.Join(parts, "; ") + ")"
 }
 
-// olderWorkersShown bounds the finished or dead workers listed after the
-// live ones; a long job restarted many times has many.
-const olderWorkersShown = 5
-
-// writeWorkers lists every live worker and the most recent others.
+// writeWorkers lists the live workers (and a dead host's last run) of a
+// job that several workers share, and sums up the runs that ended.
 func writeWorkers(b *strings.Builder, ws []monitor.WorkerStatus) {
-	live := 0
-	for _, w := range ws {
-		if w.Live {
-			live++
-		}
+	shown, history, section := workerGroups(ws)
+	if section {
+		fmt.Fprintf(b, "workers: %d live\n", liveCount(ws))
 	}
-	fmt.Fprintf(b, "workers: %d live of %d\n", live, len(ws))
-	older := 0
-	for _, w := range ws {
-		if !w.Live {
-			older++
-			if older > olderWorkersShown {
-				continue
-			}
+	for _, w := range shown {
+		if !section {
+			break
 		}
 		fmt.Fprintf(b, "  %-16s pid %-7d %-10s heartbeat %5s ago, done %d, %.1f samples/s, in flight %d",
 			w.Host, w.PID, w.State, w.HeartbeatAge.Round(time.Second), w.Done, w.Rate, w.InFlight)
@@ -195,8 +229,8 @@ func writeWorkers(b *strings.Builder, ws []monitor.WorkerStatus) {
 			fmt.Fprintf(b, "      %s\n", ev)
 		}
 	}
-	if older > olderWorkersShown {
-		fmt.Fprintf(b, "  ... and %d older workers (finished, stopped or dead)\n", older-olderWorkersShown)
+	if history != "" {
+		b.WriteString(history + "\n")
 	}
 }
 

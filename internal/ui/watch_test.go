@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,21 @@ func TestRenderWatchGolden(t *testing.T) {
 			Evidence:  []string{"heartbeat 1m35s old (dead after 30s); its leases went back to pending"},
 			Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:30002", State: monitor.Down, Cause: "exit code 137"}}},
 	}
+	// The runner was SIGKILLed: its endpoints and leases are as of its
+	// last heartbeat, its rates those of its last minutes.
+	died := watchFixture()
+	died.Report.State = monitor.Dead
+	died.Report.RunnerDied = true
+	died.Report.Heartbeat.Age = 40 * time.Second
+	died.Report.Heartbeat.Time = died.Now.Add(-40 * time.Second)
+	died.Report.Evidence = []string{"last heartbeat 40s ago (deadline 30s) from pid 4242 on gpu-box", "process 4242 no longer exists", "343 samples remaining; re-run to resume"}
+	died.Report.ETA, died.Report.ETANote = 0, "none while DEAD: nothing is progressing"
+	// Many events, for a tall terminal to fill.
+	tall := watchFixture()
+	for i := range 30 {
+		tall.Events = append(tall.Events, monitor.Event{Time: tall.Now.Add(-time.Duration(i) * time.Minute), Kind: "limit", Subject: "http://127.0.0.1:30000",
+			Evidence: fmt.Sprintf("short: raise %d -> %d: goodput rising, no pressure", 40+i, 44+i)})
+	}
 	empty := WatchSnapshot{Job: "fresh", Now: watchFixture().Now, Report: monitor.Report{State: monitor.Dead,
 		Evidence: []string{"no runner has ever written a heartbeat for this job"}}}
 	for _, tc := range []struct {
@@ -126,6 +142,12 @@ func TestRenderWatchGolden(t *testing.T) {
 		{"watch_empty", empty, PaneProgress, 100, 20},
 		{"watch_workers", workers, PaneProgress, 120, 50},
 		{"watch_workers_endpoints", workers, PaneEndpoints, 120, 50},
+		{"watch_80x24", watchFixture(), PaneProgress, 80, 24},
+		{"watch_80x24_endpoints", watchFixture(), PaneEndpoints, 80, 24},
+		{"watch_100x30", watchFixture(), PaneProgress, 100, 30},
+		{"watch_200x60", tall, PaneProgress, 200, 60},
+		{"watch_died_80x24", died, PaneProgress, 80, 24},
+		{"watch_died_200x60", died, PaneProgress, 200, 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := RenderWatch(tc.s, tc.pane, tc.w, tc.h)
