@@ -239,20 +239,18 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 	}
 	r.ExitCode = ExitCode(r.State)
 
-	for _, w := range []struct {
-		d   time.Duration
-		out *Rate
-	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
-		window := w.d
-		if haveHB && !hb.Started.IsZero() && o.Now.Sub(hb.Started) < window && o.Now.Sub(hb.Started) > 0 {
-			window = o.Now.Sub(hb.Started) // a young run would otherwise look slow
-		}
-		tp, err := st.ThroughputSince(ctx, o.Now.Add(-window))
-		if err != nil {
-			return r, fmt.Errorf("read throughput: %w", err)
-		}
-		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
+	if r.Rate1m, err = readNowRate(ctx, st, o.Now, hb.Started); err != nil {
+		return r, err
 	}
+	window := 10 * time.Minute
+	if haveHB && !hb.Started.IsZero() && o.Now.Sub(hb.Started) < window && o.Now.Sub(hb.Started) > 0 {
+		window = o.Now.Sub(hb.Started) // a young run would otherwise look slow
+	}
+	tp, err := st.ThroughputSince(ctx, o.Now.Add(-window))
+	if err != nil {
+		return r, fmt.Errorf("read throughput: %w", err)
+	}
+	r.Rate10m = rateOf(window, tp.Samples, tp.CompletionTokens)
 	if !working(r.State) {
 		// Summing every result is O(job), so only for a job nobody works on,
 		// where the windows above say nothing any more.

@@ -175,7 +175,7 @@ func progressLines(s WatchSnapshot, width int) []string {
 		fmt.Sprintf("tokens/s   %s %9.1f now (1m), %.1f over 10m", spark(s.History.TokensPerSec, sparkW), r.Rate1m.TokensPerSec, r.Rate10m.TokensPerSec),
 		fmt.Sprintf("requests/s %s %9.2f now", spark(s.History.RequestsPerSec, sparkW), last(s.History.RequestsPerSec)),
 		fmt.Sprintf("samples/s  %.2f (1m), %.2f (10m)   ETA %s", r.Rate1m.SamplesPerSec, r.Rate10m.SamplesPerSec, eta),
-		styleMuted.Render(fmt.Sprintf("sparklines: the last %d minutes", min(sparkW, len(s.History.Times)))))
+		styleMuted.Render(sparkNote(s.History, sparkW)))
 	return out
 }
 
@@ -340,6 +340,17 @@ func bar(frac float64, width int) string {
 
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")
 
+// sparkNote says what the sparklines span: the job's run cut by the one
+// rule (stats.AxisFor), of which the last width bars are drawn.
+func sparkNote(h monitor.History, width int) string {
+	n := min(width, len(h.Times))
+	if n == 0 {
+		return "sparklines: no history yet"
+	}
+	bucket := time.Duration(h.BucketSeconds * float64(time.Second))
+	return fmt.Sprintf("sparklines: one bar per %s since %s", bucket, time.Unix(h.Times[len(h.Times)-n], 0).Format("15:04:05"))
+}
+
 // spark draws the last width values scaled to their maximum.
 func spark(xs []float64, width int) string {
 	ps := make([]*float64, len(xs))
@@ -354,6 +365,17 @@ func spark(xs []float64, width int) string {
 func sparkPtr(xs []*float64, width int, top float64) string {
 	if len(xs) > width {
 		xs = xs[len(xs)-width:]
+	}
+	// A young job has fewer buckets than cells: each gets several, so
+	// the line spans the job instead of sitting at the right edge.
+	if k := width / max(len(xs), 1); k > 1 {
+		wide := make([]*float64, 0, k*len(xs))
+		for _, x := range xs {
+			for range k {
+				wide = append(wide, x)
+			}
+		}
+		xs = wide
 	}
 	hi := top
 	if hi == 0 {

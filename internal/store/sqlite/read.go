@@ -447,6 +447,37 @@ func (s *Store) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput
 	return out, nil
 }
 
+// ThroughputBuckets sums the answers (results and earlier turns) stored
+// from start on per bucket.
+func (s *Store) ThroughputBuckets(ctx context.Context, start time.Time, bucket time.Duration) ([]store.MinuteThroughput, error) {
+	if bucket <= 0 {
+		return nil, fmt.Errorf("read throughput buckets: bucket %s is not positive", bucket)
+	}
+	rows, err := s.query(ctx, `SELECT b, count(*), coalesce(sum(p), 0), coalesce(sum(c), 0) FROM (
+			SELECT (finished_at - ?1) / ?2 AS b, prompt_tokens AS p, completion_tokens AS c FROM results WHERE finished_at >= ?1
+			UNION ALL
+			SELECT (finished_at - ?1) / ?2, prompt_tokens, completion_tokens FROM turns WHERE finished_at >= ?1)
+		GROUP BY b ORDER BY b`, ns(start), int64(bucket))
+	if err != nil {
+		return nil, fmt.Errorf("read throughput buckets: %w", err)
+	}
+	defer rows.Close()
+	var out []store.MinuteThroughput
+	for rows.Next() {
+		var m store.MinuteThroughput
+		var b int64
+		if err := rows.Scan(&b, &m.Requests, &m.PromptTokens, &m.CompletionTokens); err != nil {
+			return nil, fmt.Errorf("read throughput buckets: %w", err)
+		}
+		m.Minute = start.Add(time.Duration(b) * bucket)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read throughput buckets: %w", err)
+	}
+	return out, nil
+}
+
 // IngestDuplicates counts the rows skipped for a taken id, with examples.
 func (s *Store) IngestDuplicates(ctx context.Context, limit int) (store.Duplicates, error) {
 	var d store.Duplicates
