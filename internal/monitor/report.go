@@ -230,6 +230,13 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 			r.Endpoints = live
 		}
 	}
+	for i := range r.Endpoints {
+		if l := r.Endpoints[i].Load; l != nil && !l.At.IsZero() {
+			aged := *l // the heartbeat's copy is shared with the workers' list
+			aged.Age = o.Now.Sub(l.At)
+			r.Endpoints[i].Load = &aged
+		}
+	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
 	if haveHB && r.State != Done && len(r.Workers) > 1 {

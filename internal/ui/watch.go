@@ -218,6 +218,9 @@ func endpointLines(s WatchSnapshot, width int, detail bool) []string {
 			if l.Running != nil {
 				line += fmt.Sprintf("  running %.0f", *l.Running)
 			}
+			if note := l.StaleNote(); note != "" {
+				line += " " + styleMuted.Render(note)
+			}
 		}
 		if e.Restarts > 0 {
 			line += fmt.Sprintf("  restarts %d", e.Restarts)

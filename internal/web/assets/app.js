@@ -127,7 +127,15 @@ function applyStatus(doc) {
     const g = (v, pct) => (v === null || v === undefined ? "-" : pct ? (100 * v).toFixed(1) + "%" : fmtNum(v, 0));
     const s = el("span", e.state, "state " + e.state);
     const pool = e.kv_tokens ? `${fmtNum(e.kv_tokens, 0)} (${e.kv_tokens_source})` : "-";
-    return row([e.url, s, fmtTime(e.since), e.in_flight, e.limit || "-", g(l && l.kv_usage, true), g(l && l.queued), g(l && l.running),
+    // A reading older than its probe interval says its age: the figures
+    // are the server as it was then.
+    const aged = (v) => {
+      if (!l || !l.stale) return v;
+      const c = el("span", v, "stale");
+      c.append(el("span", ` (read ${fmtSecs(l.age_seconds)} ago)`, "age"));
+      return c;
+    };
+    return row([e.url, s, fmtTime(e.since), e.in_flight, e.limit || "-", aged(g(l && l.kv_usage, true)), aged(g(l && l.queued)), aged(g(l && l.running)),
       pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
   }));
   // Workers sharing the job (a PostgreSQL store); hidden for one runner.
