@@ -80,7 +80,7 @@ func FoldHistory(rows []store.Minute, a stats.Axis, now time.Time) History {
 		start[i] = a.Start.Add(time.Duration(i) * a.Bucket)
 		h.Times[i] = start[i].Unix()
 	}
-	perSec := func(v float64, i int) float64 { return stats.PerSecond(v, start[i], a.Bucket, now) }
+	perSec := func(v float64, i int) float64 { return a.PerSecond(v, i, now) }
 	byURL := map[string]*EndpointHistory{}
 	slots := map[slotKey]*store.Minute{}
 	for _, m := range rows {
@@ -146,7 +146,7 @@ func maxOf(p **float64, v float64) {
 // stats.NowAxis, folded exactly as a chart's bucket is, so the tile, the
 // last bucket of a one-minute chart and /metrics show the same number.
 func NowRate(rows []store.Minute, now, started time.Time) Rate {
-	a := stats.NowAxis(now, stats.SlotWidth(now, started))
+	a := stats.NowAxis(now, started, stats.SlotWidth(now, started))
 	var samples int
 	var tokens int64
 	for _, m := range rows {
@@ -155,15 +155,19 @@ func NowRate(rows []store.Minute, now, started time.Time) Rate {
 			tokens += m.Tokens
 		}
 	}
-	r := Rate{Window: min(a.Bucket, max(now.Sub(a.Start), time.Second)), Samples: samples, Tokens: tokens}
-	r.SamplesPerSec = stats.PerSecond(float64(samples), a.Start, a.Bucket, now)
-	r.TokensPerSec = stats.PerSecond(float64(tokens), a.Start, a.Bucket, now)
+	from := a.Start
+	if started.After(from) {
+		from = started
+	}
+	r := Rate{Window: max(now.Sub(from), time.Second), Samples: samples, Tokens: tokens}
+	r.SamplesPerSec = a.PerSecond(float64(samples), 0, now)
+	r.TokensPerSec = a.PerSecond(float64(tokens), 0, now)
 	return r
 }
 
 // readNowRate reads the rows NowRate needs.
 func readNowRate(ctx context.Context, st store.Store, now, started time.Time) (Rate, error) {
-	rows, err := st.Minutes(ctx, stats.NowAxis(now, stats.SlotWidth(now, started)).Start)
+	rows, err := st.Minutes(ctx, stats.NowAxis(now, started, stats.SlotWidth(now, started)).Start)
 	if err != nil {
 		return Rate{}, fmt.Errorf("read the last minute: %w", err)
 	}

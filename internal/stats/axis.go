@@ -33,6 +33,9 @@ type Axis struct {
 	End     time.Time
 	Bucket  time.Duration
 	Buckets int
+	// From is the job's first reading (Start when zero or earlier): the
+	// first bucket's rate is over the part of it the job ran.
+	From time.Time
 }
 
 // Window is the time the axis spans.
@@ -59,7 +62,7 @@ func AxisFor(first, last time.Time, slot time.Duration) Axis {
 		}
 	}
 	n := int((span + b - 1) / b)
-	return Axis{Start: end.Add(-time.Duration(n) * b), End: end, Bucket: b, Buckets: n}
+	return Axis{Start: end.Add(-time.Duration(n) * b), End: end, Bucket: b, Buckets: n, From: first}
 }
 
 // NowWindow is what "now" means for a rate: the last minute, the last
@@ -68,11 +71,12 @@ func AxisFor(first, last time.Time, slot time.Duration) Axis {
 // would be a few seconds old at every minute's start).
 func NowWindow(slot time.Duration) time.Duration { return max(time.Minute, 2*slot) }
 
-// NowAxis is the one-bucket axis of the "now" rate at time now.
-func NowAxis(now time.Time, slot time.Duration) Axis {
+// NowAxis is the one-bucket axis of the "now" rate at time now, for a
+// run started at started (a younger run's rate is over its life).
+func NowAxis(now, started time.Time, slot time.Duration) Axis {
 	end := now.Truncate(slot).Add(slot)
 	w := NowWindow(slot)
-	return Axis{Start: end.Add(-w), End: end, Bucket: w, Buckets: 1}
+	return Axis{Start: end.Add(-w), End: end, Bucket: w, Buckets: 1, From: started}
 }
 
 // Index is the bucket t falls in, or -1 outside the axis.
@@ -84,15 +88,20 @@ func (a Axis) Index(t time.Time) int {
 }
 
 // PerSecond is the one definition of a per-bucket rate: what was counted
-// in the bucket starting at start, over the seconds of it that have passed
-// by now (the whole bucket once it is over; at least one second, so a
-// bucket just begun does not divide by zero).
-func PerSecond(n float64, start time.Time, bucket time.Duration, now time.Time) float64 {
-	secs := bucket.Seconds()
-	if el := now.Sub(start).Seconds(); el < secs {
-		secs = max(el, 1)
+// in bucket i over the seconds of it the job covered, from its first
+// reading (From) to now: a whole bucket once it is over, the elapsed part
+// of the current one, the running part of the first; at least a second,
+// so a bucket just begun does not divide by zero.
+func (a Axis) PerSecond(n float64, i int, now time.Time) float64 {
+	lo := a.Start.Add(time.Duration(i) * a.Bucket)
+	hi := lo.Add(a.Bucket)
+	if a.From.After(lo) {
+		lo = a.From
 	}
-	return n / secs
+	if now.Before(hi) {
+		hi = now
+	}
+	return n / max(hi.Sub(lo).Seconds(), 1)
 }
 
 // SlotAt is the slot (start and width) of the runner's history row for

@@ -51,19 +51,29 @@ func TestAxisFor(t *testing.T) {
 }
 
 // TestPerSecond: a bucket's rate is over its length, or over the part of
-// it that has passed, at least a second.
+// it the job covered: the elapsed part of the current bucket, the part
+// after the job's first reading of the first one; at least a second.
 func TestPerSecond(t *testing.T) {
 	t0 := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	a := Axis{Start: t0, End: t0.Add(2 * time.Minute), Bucket: time.Minute, Buckets: 2}
+	late := a
+	late.From = t0.Add(40 * time.Second)
 	for _, c := range []struct {
+		name string
+		a    Axis
+		i    int
 		now  time.Time
 		want float64
 	}{
-		{t0.Add(time.Hour), 1},
-		{t0.Add(30 * time.Second), 2},
-		{t0, 60},
+		{"over", a, 0, t0.Add(time.Hour), 1},
+		{"half elapsed", a, 0, t0.Add(30 * time.Second), 2},
+		{"just begun", a, 0, t0, 60},
+		{"job began 40 s in", late, 0, t0.Add(time.Hour), 3},
+		{"second bucket, job began in the first", late, 1, t0.Add(time.Hour), 1},
+		{"job began 40 s in, now 50 s in", late, 0, t0.Add(50 * time.Second), 6},
 	} {
-		if got := PerSecond(60, t0, time.Minute, c.now); got != c.want {
-			t.Errorf("PerSecond(60 in a minute, %s in) = %v, want %v", c.now.Sub(t0), got, c.want)
+		if got := c.a.PerSecond(60, c.i, c.now); got != c.want {
+			t.Errorf("%s: PerSecond(60, bucket %d) = %v, want %v", c.name, c.i, got, c.want)
 		}
 	}
 }

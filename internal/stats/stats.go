@@ -326,8 +326,8 @@ func fold(mins []store.MinuteThroughput, a Axis, now time.Time) []Point {
 	}
 	for i := range points {
 		p := &points[i]
-		p.CompletionPerSec = PerSecond(float64(p.CompletionTokens), p.Start, a.Bucket, now)
-		p.PromptPerSec = PerSecond(float64(p.PromptTokens), p.Start, a.Bucket, now)
+		p.CompletionPerSec = a.PerSecond(float64(p.CompletionTokens), i, now)
+		p.PromptPerSec = a.PerSecond(float64(p.PromptTokens), i, now)
 	}
 	return points
 }
