@@ -44,7 +44,8 @@ func (a Axis) Window() time.Duration { return a.End.Sub(a.Start) }
 // AxisFor is the one rule that chooses a series' window and bucket from
 // the job's span, first..last (last is now for a running job): the
 // finest bucket, no finer than the data's slot, that cuts the span into
-// at most MaxPoints. Buckets end where the slot holding last ends, and
+// at most MaxPoints, and at least two. Buckets end where the slot holding
+// last ends, and
 // every width is a multiple of the slots (5 s, 1 min) a row can have, so
 // a row never straddles two buckets and the last bucket is the most
 // recent stretch of that width.
@@ -61,7 +62,8 @@ func AxisFor(first, last time.Time, slot time.Duration) Axis {
 			break
 		}
 	}
-	n := int((span + b - 1) / b)
+	// Two buckets at least: a chart of one point has no line and no width.
+	n := max(int((span+b-1)/b), 2)
 	return Axis{Start: end.Add(-time.Duration(n) * b), End: end, Bucket: b, Buckets: n, From: first}
 }
 

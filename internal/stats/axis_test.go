@@ -27,7 +27,8 @@ func TestAxisFor(t *testing.T) {
 		{"two hours, fine rows", 2 * time.Hour, Slot, 5 * time.Minute, 25},
 		{"three days", 72 * time.Hour, time.Minute, 2 * time.Hour, 37},
 		{"a month", 30 * 24 * time.Hour, time.Minute, 24 * time.Hour, 31},
-		{"nothing yet", 0, Slot, Slot, 1},
+		{"nothing yet: two buckets, so a chart has a line", 0, Slot, Slot, 2},
+		{"three seconds", 3 * time.Second, Slot, Slot, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			last := t0.Add(c.span)
@@ -40,7 +41,7 @@ func TestAxisFor(t *testing.T) {
 			}
 			// The job's first and last readings are on the axis, the first
 			// in the first bucket: the series fills the width.
-			if a.Index(t0) != 0 || a.Index(last.Truncate(c.slot)) != a.Buckets-1 {
+			if a.Index(t0) != 0 && a.Buckets > 2 || a.Index(t0) < 0 || a.Index(last.Truncate(c.slot)) != a.Buckets-1 {
 				t.Errorf("start in bucket %d, last in %d of %d; want 0 and the last", a.Index(t0), a.Index(last.Truncate(c.slot)), a.Buckets)
 			}
 			if a.End.Sub(a.Start) != time.Duration(a.Buckets)*a.Bucket || a.Bucket%c.slot != 0 {
