@@ -830,6 +830,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 		cause = context.Cause(ctx)
 	} else {
 		d.guard.accepted()
+		e.completion.Add(int64(res.Usage.CompletionTokens))
 	}
 	cl.cancel(nil)
 	d.observe(l.cfg.Name, e.url, start, res, err, cause)
@@ -1079,6 +1080,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 			Breaker:          e.breakerState(now),
 			BreakerOpenUntil: e.openUntil,
 			TokensTotal:      e.tokens.Load(),
+			CompletionTokens: e.completion.Load(),
 			Requests:         e.requests,
 			LastServerDown:   e.lastDown,
 		}

@@ -343,16 +343,23 @@ func (s *fakeStore) EachTokenCount(_ context.Context, fn func(store.TokenCount) 
 	return nil
 }
 
-func (s *fakeStore) ThroughputHistory(context.Context) ([]store.MinuteThroughput, error) {
+func (s *fakeStore) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput, error) {
+	return s.ThroughputBuckets(ctx, time.Unix(0, 0), time.Minute)
+}
+
+func (s *fakeStore) ThroughputBuckets(_ context.Context, start time.Time, w time.Duration) ([]store.MinuteThroughput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := map[int64]*store.MinuteThroughput{}
 	for _, a := range s.answers {
-		minute := a.at.Unix() / 60
-		t := m[minute]
+		if a.at.Before(start) {
+			continue
+		}
+		b := int64(a.at.Sub(start) / w)
+		t := m[b]
 		if t == nil {
-			t = &store.MinuteThroughput{Minute: time.Unix(minute*60, 0)}
-			m[minute] = t
+			t = &store.MinuteThroughput{Minute: start.Add(time.Duration(b) * w)}
+			m[b] = t
 		}
 		t.Requests++
 		t.PromptTokens += int64(a.r.PromptTokens)

@@ -45,7 +45,11 @@ type EndpointStats struct {
 	// TokensTotal sums the counts passed to onDelta (llm.Client passes 1 per
 	// chunk carrying content, reasoning or a tool-call delta).
 	TokensTotal int64 `json:"tokens_total"`
-	Requests    int64 `json:"requests"`
+	// CompletionTokens sums the usage of every answer received: the one
+	// count of tokens the views chart and rate (chunks undercount it when
+	// a server puts several tokens in one).
+	CompletionTokens int64 `json:"completion_tokens"`
+	Requests         int64 `json:"requests"`
 	// Errors counts failed requests by llm.Class name ("retryable",
 	// "server-down", "bad-request", "malformed"); cancellations by Pause or
 	// drain are not errors.

@@ -170,7 +170,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
-	r.hist = &history{worker: r.owner}
+	r.hist = &history{worker: r.owner, started: r.started}
 	defer r.onAbort(o.Abort)()
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()

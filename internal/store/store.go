@@ -340,6 +340,12 @@ type Store interface {
 	EachTokenCount(ctx context.Context, fn func(TokenCount) error) error
 	// ThroughputHistory returns the answers stored per minute, oldest first.
 	ThroughputHistory(ctx context.Context) ([]MinuteThroughput, error)
+	// ThroughputBuckets returns the answers stored at or after start in
+	// buckets of width bucket counted from start (Minute is each bucket's
+	// start), oldest first, empty buckets left out. It reads the answers
+	// themselves (a covering index), so it is for short spans: a job's
+	// first hour, where minutes are too coarse.
+	ThroughputBuckets(ctx context.Context, start time.Time, bucket time.Duration) ([]MinuteThroughput, error)
 	// IngestDuplicates counts the source rows skipped at ingest because
 	// their id was already taken by another row (same origin = the same
 	// row read again, which is no duplicate), with up to limit examples.
