@@ -12,7 +12,17 @@ type Metrics struct {
 	PromptTokensTotal     float64 `json:"prompt_tokens_total"`
 	RetractionsTotal      float64 `json:"retractions_total"`
 	MaxTotalTokens        float64 `json:"max_total_tokens"`
-	Present               Field   `json:"present"`
+	// Slots is the number of requests a slot-bound server (llama-server's
+	// --parallel) decodes at once; more only wait.
+	Slots float64 `json:"slots,omitempty"`
+	// Context is the most tokens (prompt and completion) one request may
+	// hold: llama-server's per-slot n_ctx, vLLM's max_model_len.
+	Context float64 `json:"context,omitempty"`
+	// Ranks is the number of data-parallel ranks (pools) behind the URL
+	// when the server lists them; MaxTotalTokens is then their sum and
+	// TokenUsage the fullest rank's.
+	Ranks   int   `json:"ranks,omitempty"`
+	Present Field `json:"present"`
 }
 
 // Field is a bit set naming Metrics fields.
@@ -27,6 +37,8 @@ const (
 	FieldPromptTokensTotal
 	FieldRetractionsTotal
 	FieldMaxTotalTokens
+	FieldSlots
+	FieldContext
 )
 
 // Has reports whether every field in f is set.

@@ -92,40 +92,8 @@ func scrape(ctx context.Context, client *http.Client, baseURL string, d engine.D
 	if err != nil {
 		return m, fmt.Errorf("metrics %s: %w", url, err)
 	}
-	if !m.Present.Has(engine.FieldMaxTotalTokens) && d.ServerInfoPath != "" {
-		if n, err := serverInfoMaxTokens(ctx, client, baseURL+d.ServerInfoPath); err == nil && n > 0 {
-			m.MaxTotalTokens = n
-			m.Present |= engine.FieldMaxTotalTokens
-		}
-	}
-	if !m.Present.Has(engine.FieldMaxTotalTokens) && d.PropsPath != "" {
-		if n, err := propsContext(ctx, client, baseURL+d.PropsPath); err == nil && n > 0 {
-			m.MaxTotalTokens = n
-			m.Present |= engine.FieldMaxTotalTokens
-		}
-	}
+	readCapacity(ctx, client, baseURL, d, &m)
 	return m, nil
-}
-
-// propsContext reads llama-server's per-slot context from /props. With a
-// unified KV cache (llama-server's default when --parallel is left to
-// auto) every slot shares one pool of that size, which is then the KV pool;
-// with a split cache it is one slot's share, and the pool is understated.
-func propsContext(ctx context.Context, client *http.Client, url string) (float64, error) {
-	body, err := get(ctx, client, url, 16<<20)
-	if err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	var props struct {
-		Settings struct {
-			NCtx float64 `json:"n_ctx"`
-		} `json:"default_generation_settings"`
-	}
-	if err := json.NewDecoder(body).Decode(&props); err != nil {
-		return 0, fmt.Errorf("props %s: %w", url, err)
-	}
-	return props.Settings.NCtx, nil
 }
 
 func get(ctx context.Context, client *http.Client, url string, limit int64) (io.ReadCloser, error) {
@@ -145,21 +113,6 @@ func get(ctx context.Context, client *http.Client, url string, limit int64) (io.
 		io.Reader
 		io.Closer
 	}{io.LimitReader(resp.Body, limit), resp.Body}, nil
-}
-
-func serverInfoMaxTokens(ctx context.Context, client *http.Client, url string) (float64, error) {
-	body, err := get(ctx, client, url, 16<<20)
-	if err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	var info struct {
-		MaxTotalNumTokens float64 `json:"max_total_num_tokens"`
-	}
-	if err := json.NewDecoder(body).Decode(&info); err != nil {
-		return 0, fmt.Errorf("server info %s: %w", url, err)
-	}
-	return info.MaxTotalNumTokens, nil
 }
 
 // ParseMetrics reads Prometheus text exposition and maps it onto
@@ -266,16 +219,24 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-// Version reads the server's version from the dialect's VersionPath
-// (docs/engines.md §12); "" with no error when the dialect names none.
+// Version reads the server's version from the first of the dialect's
+// VersionPaths that answers (docs/engines.md §12); "" with no error when
+// the dialect names none.
 func Version(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) (string, error) {
-	if d.VersionPath == "" {
-		return "", nil
-	}
 	if client == nil {
 		client = http.DefaultClient
 	}
-	url := strings.TrimRight(baseURL, "/") + d.VersionPath
+	var err error
+	for _, path := range d.VersionPaths {
+		var v string
+		if v, err = versionAt(ctx, client, strings.TrimRight(baseURL, "/")+path, d.VersionField); err == nil {
+			return v, nil
+		}
+	}
+	return "", err
+}
+
+func versionAt(ctx context.Context, client *http.Client, url, field string) (string, error) {
 	body, err := get(ctx, client, url, 16<<20)
 	if err != nil {
 		return "", err
@@ -285,13 +246,13 @@ func Version(ctx context.Context, client *http.Client, baseURL string, d engine.
 	if err := json.NewDecoder(body).Decode(&fields); err != nil {
 		return "", fmt.Errorf("version %s: %w", url, err)
 	}
-	raw, ok := fields[d.VersionField]
+	raw, ok := fields[field]
 	if !ok {
-		return "", fmt.Errorf("version %s: no %q field", url, d.VersionField)
+		return "", fmt.Errorf("version %s: no %q field", url, field)
 	}
 	var v string
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", fmt.Errorf("version %s: %s is not a string: %w", url, d.VersionField, err)
+		return "", fmt.Errorf("version %s: %s is not a string: %w", url, field, err)
 	}
 	return v, nil
 }
