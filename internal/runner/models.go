@@ -71,11 +71,26 @@ func (r *runState) endpointEngine(url string) (engine.Dialect, string) {
 			}
 		}
 	}
+	if en, ok := r.fleet.(interface {
+		Engine(string) (engine.Dialect, bool)
+	}); ok {
+		if d, settled := en.Engine(url); settled && d.Name != "" {
+			return d, key
+		}
+	}
 	d, err := engine.Lookup(name)
 	if err != nil {
 		d, _ = engine.Lookup(engine.SGLang)
 	}
 	return d, key
+}
+
+// engineDetected records the engine a server named for an endpoint the
+// job left without engine: (probeFleet.detectEngine).
+func (r *runState) engineDetected(ctx context.Context, url, evidence string) {
+	r.o.Logger.Info("engine", "endpoint", url, "evidence", evidence)
+	r.event(ctx, store.Event{Kind: "engine", Subject: url, Evidence: evidence})
+	r.note("regen: " + url + ": " + evidence)
 }
 
 // tokenIDFields are the request fields that ask url's engine for token ids

@@ -19,8 +19,14 @@ import (
 // requests in flight for the hang deadline.
 type probeFleet struct {
 	*statusBoard
+	mu      sync.Mutex
 	engines map[string]engine.Dialect
-	every   time.Duration
+	// detect lists the endpoints whose job names no engine: the first
+	// healthy probe asks the server (probe.Detect) before it is READY.
+	detect  map[string]bool
+	// onDetect hears what detection found (set before Run).
+	onDetect func(url, evidence string)
+	every    time.Duration
 	hang    time.Duration
 	client  *http.Client
 }
@@ -30,6 +36,7 @@ const probeFailures = 3
 func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 	urls := make([]string, 0, len(spec.Endpoints))
 	engines := map[string]engine.Dialect{}
+	detect := map[string]bool{}
 	for _, e := range spec.Endpoints {
 		urls = append(urls, e.URL)
 		d, err := engine.Lookup(e.Engine)
@@ -37,13 +44,14 @@ func newProbeFleet(spec *job.Spec, onState stateFunc) *probeFleet {
 			d, _ = engine.Lookup("sglang")
 		}
 		engines[e.URL] = d
+		detect[e.URL] = e.Detect
 	}
 	hang := spec.Monitor.HangAfter
 	if hang <= 0 {
 		hang = job.DefaultHangAfter
 	}
 	every := probeEvery(spec)
-	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, every: min(every, hang/3),
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, detect: detect, every: min(every, hang/3),
 		hang: hang, client: &http.Client{}}
 }
 
@@ -51,14 +59,51 @@ func (f *probeFleet) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, url := range f.URLs() {
 		wg.Go(func() { f.watch(ctx, url) })
-		wg.Go(func() { f.scrapeLoop(ctx, f.client, url, f.engines[url], f.every) })
+		wg.Go(func() { f.scrapeLoop(ctx, f.client, url, func() engine.Dialect { d, _ := f.Engine(url); return d }, f.every) })
 	}
 	wg.Wait()
 	return nil
 }
 
+// Engine is the dialect of url's server and whether it is settled (named
+// by the job, or detected from what the server says).
+func (f *probeFleet) Engine(url string) (engine.Dialect, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.engines[url], !f.detect[url]
+}
+
+// detectEngine asks the server at url what it is, once, while it is
+// healthy; a server that names no engine keeps the default (sglang).
+func (f *probeFleet) detectEngine(ctx context.Context, url string) {
+	if _, settled := f.Engine(url); settled {
+		return
+	}
+	name, evidence, err := probe.Detect(ctx, f.client, url)
+	d, lerr := engine.Lookup(name)
+	f.mu.Lock()
+	f.detect[url] = false
+	msg := fmt.Sprintf("engine %s detected (%s)", name, evidence)
+	if err != nil || lerr != nil {
+		msg = fmt.Sprintf("engine not named by the server (%v); taken for %s", cmpErr(err, lerr), f.engines[url].Name)
+	} else {
+		f.engines[url] = d
+	}
+	report := f.onDetect
+	f.mu.Unlock()
+	if report != nil {
+		report(url, msg)
+	}
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
 func (f *probeFleet) watch(ctx context.Context, url string) {
-	d := f.engines[url]
 	fails := 0
 	// A wedged server whose /health still answers 200 would otherwise flap
 	// STALLED -> READY every probe: after each stall it stays STALLED for a
@@ -68,7 +113,11 @@ func (f *probeFleet) watch(ctx context.Context, url string) {
 	var stalledUntil time.Time
 	var tokensAtRetry int64
 	for {
+		d, _ := f.Engine(url)
 		snap := probe.Probe(ctx, f.client, url, d)
+		if snap.Healthy() {
+			f.detectEngine(ctx, url)
+		}
 		if ctx.Err() != nil {
 			return
 		}

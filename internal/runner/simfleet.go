@@ -152,7 +152,7 @@ func (f *simFleet) probeLoop(ctx context.Context) {
 	d, _ := engine.Lookup(engine.Sim)
 	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer client.CloseIdleConnections()
-	f.scrapeLoop(ctx, client, f.url, d, f.every)
+	f.scrapeLoop(ctx, client, f.url, func() engine.Dialect { return d }, f.every)
 }
 
 // down reports the failure and waits out the backoff, or fails the fleet.

@@ -67,7 +67,7 @@ func (f *supervisedFleet) Run(ctx context.Context) error {
 		defer close(scraped)
 		client := &http.Client{}
 		defer client.CloseIdleConnections()
-		f.scrapeLoop(scrapeCtx, client, f.sup.URL(), f.dialect, f.every)
+		f.scrapeLoop(scrapeCtx, client, f.sup.URL(), func() engine.Dialect { return f.dialect }, f.every)
 	}()
 	err := f.sup.Run(ctx)
 	stopScrapes()
