@@ -23,12 +23,12 @@ type probeFleet struct {
 	engines map[string]engine.Dialect
 	// detect lists the endpoints whose job names no engine: the first
 	// healthy probe asks the server (probe.Detect) before it is READY.
-	detect  map[string]bool
+	detect map[string]bool
 	// onDetect hears what detection found (set before Run).
 	onDetect func(url, evidence string)
 	every    time.Duration
-	hang    time.Duration
-	client  *http.Client
+	hang     time.Duration
+	client   *http.Client
 }
 
 const probeFailures = 3
@@ -59,7 +59,9 @@ func (f *probeFleet) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, url := range f.URLs() {
 		wg.Go(func() { f.watch(ctx, url) })
-		wg.Go(func() { f.scrapeLoop(ctx, f.client, url, func() engine.Dialect { d, _ := f.Engine(url); return d }, f.every) })
+		wg.Go(func() {
+			f.scrapeLoop(ctx, f.client, url, func() engine.Dialect { d, _ := f.Engine(url); return d }, f.every)
+		})
 	}
 	wg.Wait()
 	return nil

@@ -14,7 +14,7 @@ import (
 // Config holds every knob of the simulator. Durations are simulated time:
 // the server runs them Speed times faster in real time.
 type Config struct {
-	Engine    string // "sglang" (default), "vllm" or "llamacpp": routes, metric names, health rules, log lines
+	Engine string // "sglang" (default), "vllm" or "llamacpp": routes, metric names, health rules, log lines
 	// APIShape picks the engine's routes and names: "current" (default)
 	// or "previous" (engines.go, docs/engines.md §13).
 	APIShape string
@@ -23,7 +23,7 @@ type Config struct {
 	Slots int
 	// DP is the number of data-parallel ranks SGLang presents (/v1/loads,
 	// internal_states); one scheduler stands behind all of them.
-	DP int
+	DP        int
 	ModelName string // served model name (--served-model-name); default: ModelPath
 	ModelPath string // --model-path, echoed in server info
 
