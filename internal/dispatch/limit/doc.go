@@ -19,6 +19,14 @@
 // to 0.15) kept KV usage near 0.9 instead of the server's own 0.95 and lost
 // 5 to 7% of goodput on a 231,120-token pool.
 //
+// A slot-bound server (llama-server: --parallel N slots, each a fixed
+// share of the context) has no pool to fill: its slots are its hard
+// limit and a waiting request only waits. When the probe reports slots
+// (Sample.Slots) the limit is capped at them and the band becomes 0 to 1
+// waiting: measured on the simulator's llama.cpp mode, the floor of 4 to
+// 12 waiting kept 17 in flight on 8 slots and multiplied time to first
+// token.
+//
 // # The algorithm, and why this one
 //
 // The literature on adaptive concurrency limits offers three families:
