@@ -110,3 +110,25 @@ func TestLookupReturnsCopies(t *testing.T) {
 		t.Errorf("Lookup shares its Command slice: got %q after a caller changed it", d2.Command[0])
 	}
 }
+
+// TestMetricsEvidence: only the series a scrape contained are shown; a
+// llama-server without KV usage or retraction counters does not claim
+// token_usage=0.00 retractions_total=0.
+func TestMetricsEvidence(t *testing.T) {
+	tests := []struct {
+		m    Metrics
+		want string
+	}{
+		{Metrics{Running: 8, Queued: 0, GenerationTokensTotal: 3400, Slots: 8, Context: 2048, MaxTotalTokens: 16384,
+			Present: FieldRunning | FieldQueued | FieldGenerationTokensTotal | FieldSlots | FieldContext | FieldMaxTotalTokens},
+			"running=8 queued=0 generation_tokens_total=3400 kv_pool=16384 slots=8 context=2048"},
+		{Metrics{Running: 67, Queued: 9, TokenUsage: 0.934, RetractionsTotal: 0, Present: FieldRunning | FieldQueued | FieldTokenUsage | FieldRetractionsTotal},
+			"running=67 queued=9 token_usage=0.93 retractions_total=0"},
+		{Metrics{}, "no known series"},
+	}
+	for _, tt := range tests {
+		if got := tt.m.Evidence(); got != tt.want {
+			t.Errorf("Evidence() = %q, want %q", got, tt.want)
+		}
+	}
+}
