@@ -35,11 +35,11 @@ type Sample struct {
 	// outages are the circuit breaker's business, not the limit's.
 	Errors int
 
-	Running     float64 // requests the server is decoding
-	Queued      float64 // requests waiting at the server
+	Running float64 // requests the server is decoding
+	Queued  float64 // requests waiting at the server
 	// Slots is the most requests the server decodes at once when that is
 	// its hard limit (llama-server's --parallel); 0 = a KV-pool server.
-	Slots float64
+	Slots       float64
 	KVUsage     float64 // 0..1
 	Retractions float64 // retracted or preempted requests during the interval
 }
