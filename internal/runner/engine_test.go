@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/sim"
+)
+
+// TestLlamaServerByURL: a job that names a llama-server by URL only (the
+// simulator's llama.cpp mode, -c 16384 --parallel 8). The engine is
+// detected from what the server says, the pool is the 8 slots x 2,048
+// tokens of /props, and concurrency: auto never lets more than the 8
+// slots' worth of requests in flight. (bench/slots measures its time to
+// first token against a fixed limit of 8.)
+func TestLlamaServerByURL(t *testing.T) {
+	cfg := sim.DefaultConfig()
+	cfg.ModelName = "m"
+	if err := cfg.Apply(map[string]any{"engine": "llamacpp", "parallel": 8, "context_length": 16384, "speed": 50,
+		"output_mean": 200, "load_time": "0s", "warmup_time": "0s"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.New(cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	url, err := s.Start(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 120)
+	spec := loadJobYAML(t, dir, fmt.Sprintf(`name: llama
+model: m
+endpoints: [{url: %q}]
+sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
+lanes: [{name: default, concurrency: auto, max_tokens: 512}]
+monitor: {heartbeat_every: 100ms, probe_every: 100ms}
+quality: {truncated: false}
+`, url))
+	st := openStore(t, spec)
+	r := startRun(t, spec, st, true)
+	var pool int64
+	var source string
+	maxLimit, maxInFlight := 0, 0
+	waitFor(t, r, 2*time.Minute, "the job done", func() bool {
+		rep, err := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute})
+		if err != nil {
+			return false
+		}
+		for _, e := range rep.Endpoints {
+			if e.KVTokens > 0 {
+				pool, source = e.KVTokens, e.KVTokensSource
+			}
+			maxInFlight = max(maxInFlight, e.InFlight)
+			for _, l := range e.Lanes {
+				maxLimit = max(maxLimit, l.Limit)
+			}
+		}
+		return rep.Total.Done == 120
+	})
+	if _, err := r.wait(t, time.Minute); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if pool != 16384 || source != "server" {
+		t.Errorf("KV pool %d tokens (%s), want 16384 (server): 8 slots x 2,048", pool, source)
+	}
+	if maxLimit > 8 || maxInFlight > 8 || maxLimit == 0 {
+		t.Errorf("auto limit reached %d with %d in flight; want at most the 8 slots", maxLimit, maxInFlight)
+	}
+	var detected string
+	for _, e := range events(t, st) {
+		if e.Kind == "engine" && e.Subject == url {
+			detected = e.Evidence
+		}
+	}
+	if !strings.HasPrefix(detected, "engine llamacpp detected (") {
+		t.Errorf("engine event %q, want llamacpp detected with the server's words", detected)
+	}
+	t.Logf("%s; pool %d (%s); auto limit at most %d, %d in flight at most", detected, pool, source, maxLimit, maxInFlight)
+}
