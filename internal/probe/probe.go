@@ -154,6 +154,9 @@ func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error)
 				continue
 			}
 			*f.dst = combine(fam, f.max)
+			if f.bit == engine.FieldMaxTotalTokens {
+				*f.dst = poolOverRanks(fam)
+			}
 			m.Present |= f.bit
 			break
 		}
@@ -191,6 +194,28 @@ func poolFromInfo(fam *dto.MetricFamily) float64 {
 		out = max(out, blocks*size)
 	}
 	return out
+}
+
+// poolOverRanks is a pool gauge over its label sets: each data-parallel
+// rank (label dp_rank) has its own pool, which its TP ranks all report,
+// so the endpoint's pool is the sum over DP ranks of the largest value
+// within each (docs/engines.md §13.1).
+func poolOverRanks(fam *dto.MetricFamily) float64 {
+	byRank := map[string]float64{}
+	for _, mt := range fam.GetMetric() {
+		rank := ""
+		for _, lp := range mt.GetLabel() {
+			if lp.GetName() == "dp_rank" {
+				rank = lp.GetValue()
+			}
+		}
+		byRank[rank] = max(byRank[rank], value(mt))
+	}
+	total := 0.0
+	for _, v := range byRank {
+		total += v
+	}
+	return total
 }
 
 func combine(fam *dto.MetricFamily, useMax bool) float64 {
