@@ -100,39 +100,31 @@ type MetricNames struct {
 	KVPoolInfo []string
 }
 
+// sglangDialect is SGLang's; the simulator speaks it too (sim: no
+// default command, since its prefix is this binary, and no extra flags).
+func sglangDialect(name string, command, flags []string) Dialect {
+	return Dialect{
+		Name:            name,
+		Command:         command,
+		ModelFlag:       "--model-path",
+		Flags:           flags,
+		ReadyPath:       "/health_generate",
+		ReadyLine:       ReadyLineSGLang,
+		HealthPath:      "/health",
+		ProbeTimeout:    DefaultProbeTimeout,
+		MetricsPath:     "/metrics",
+		LoadsPath:       "/v1/loads",
+		ServerInfoPaths: sglangServerInfo,
+		Metrics:         sglangMetrics,
+		TokenIDFields:   sglangTokenIDs,
+		VersionPaths:    sglangServerInfo,
+		VersionField:    "version",
+	}
+}
+
 var dialects = map[string]Dialect{
-	SGLang: {
-		Name:            SGLang,
-		Command:         []string{"python3", "-m", "sglang.launch_server"},
-		ModelFlag:       "--model-path",
-		Flags:           []string{"--enable-metrics"},
-		ReadyPath:       "/health_generate",
-		ReadyLine:       ReadyLineSGLang,
-		HealthPath:      "/health",
-		ProbeTimeout:    DefaultProbeTimeout,
-		MetricsPath:     "/metrics",
-		LoadsPath:       "/v1/loads",
-		ServerInfoPaths: sglangServerInfo,
-		Metrics:         sglangMetrics,
-		TokenIDFields:   sglangTokenIDs,
-		VersionPaths:    sglangServerInfo,
-		VersionField:    "version",
-	},
-	Sim: {
-		Name:            Sim,
-		ModelFlag:       "--model-path",
-		ReadyPath:       "/health_generate",
-		ReadyLine:       ReadyLineSGLang,
-		HealthPath:      "/health",
-		ProbeTimeout:    DefaultProbeTimeout,
-		MetricsPath:     "/metrics",
-		LoadsPath:       "/v1/loads",
-		ServerInfoPaths: sglangServerInfo,
-		Metrics:         sglangMetrics,
-		TokenIDFields:   sglangTokenIDs,
-		VersionPaths:    sglangServerInfo,
-		VersionField:    "version",
-	},
+	SGLang: sglangDialect(SGLang, []string{"python3", "-m", "sglang.launch_server"}, []string{"--enable-metrics"}),
+	Sim:    sglangDialect(Sim, nil, nil),
 	VLLM: {
 		Name:                VLLM,
 		RejectsUnknownModel: true,

@@ -45,13 +45,7 @@ func TestSimShapes(t *testing.T) {
 			if tt.kv > 0 {
 				c.KVTokens = tt.kv
 			}
-			s, err := sim.New(c, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			srv := httptest.NewServer(s.Handler())
-			t.Cleanup(srv.Close)
+			srv := serveSim(t, c)
 			m, err := Metrics(context.Background(), srv.Client(), srv.URL, dialect(t, tt.dialect))
 			if err != nil {
 				t.Fatal(err)
@@ -74,13 +68,7 @@ func TestSimShapes(t *testing.T) {
 func TestSimSlotContext(t *testing.T) {
 	c := sim.DefaultConfig()
 	c.Engine, c.Slots, c.ContextLen = "llamacpp", 8, 2048
-	s, err := sim.New(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
+	srv := serveSim(t, c)
 	long := bytes.Repeat([]byte("word "), 2000) // ~2500 tokens at 4 bytes each
 	body := `{"model":"m","messages":[{"role":"user","content":"` + string(long) + `"}],"max_tokens":16}`
 	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewBufferString(body))
@@ -94,4 +82,17 @@ func TestSimSlotContext(t *testing.T) {
 		!bytes.Contains(buf.Bytes(), []byte("exceeds the available context size (256 tokens)")) {
 		t.Errorf("got %d %s; want 400 exceed_context_size_error naming the 256-token slot", resp.StatusCode, buf.String())
 	}
+}
+
+// serveSim serves a simulator with c behind httptest until the test ends.
+func serveSim(t *testing.T, c sim.Config) *httptest.Server {
+	t.Helper()
+	s, err := sim.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv
 }
