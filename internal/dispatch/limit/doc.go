@@ -24,9 +24,10 @@
 // limit and a waiting request only waits. When the probe reports slots
 // (Sample.Slots) the limit is capped at them and the band becomes 0 to 1
 // waiting. Measured with bench/slots (the simulator's llama.cpp mode, 8
-// slots, 200 prompts): auto held 8 in flight with a time to first token
-// of 0.99x that of a fixed limit of 8; taken for SGLang, the same server
-// got 86 in flight and 291x the time to first token.
+// slots; three runs of 200-400 prompts): auto held 8 in flight with a
+// time to first token (p50) of 0.91-1.02x that of a fixed limit of 8;
+// taken for SGLang, the same server got 86-108 in flight and 260-408x
+// the time to first token.
 //
 // # The algorithm, and why this one
 //
