@@ -81,7 +81,12 @@ func (f *probeFleet) detectEngine(ctx context.Context, url string) {
 	if _, settled := f.Engine(url); settled {
 		return
 	}
-	name, evidence, err := probe.Detect(ctx, f.client, url)
+	dctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
+	name, evidence, err := probe.Detect(dctx, f.client, url)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
 	d, lerr := engine.Lookup(name)
 	f.mu.Lock()
 	f.detect[url] = false
