@@ -174,10 +174,10 @@ func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error)
 }
 
 // poolFromInfo reads num_gpu_blocks x block_size from an info gauge's
-// labels (the largest over engines, as for MaxTotalTokens).
+// labels: one pool per vLLM engine (label engine; several behind one API
+// server with data parallelism), summed as poolOverRanks does.
 func poolFromInfo(fam *dto.MetricFamily) float64 {
-	out := 0.0
-	for _, mt := range fam.GetMetric() {
+	return sumOverLabel(fam, "engine", func(mt *dto.Metric) float64 {
 		var blocks, size float64
 		for _, lp := range mt.GetLabel() {
 			v, err := strconv.ParseFloat(lp.GetValue(), 64)
@@ -191,28 +191,31 @@ func poolFromInfo(fam *dto.MetricFamily) float64 {
 				size = v
 			}
 		}
-		out = max(out, blocks*size)
-	}
-	return out
+		return blocks * size
+	})
 }
 
 // poolOverRanks is a pool gauge over its label sets: each data-parallel
 // rank (label dp_rank) has its own pool, which its TP ranks all report,
 // so the endpoint's pool is the sum over DP ranks of the largest value
 // within each (docs/engines.md §13.1).
-func poolOverRanks(fam *dto.MetricFamily) float64 {
-	byRank := map[string]float64{}
+func poolOverRanks(fam *dto.MetricFamily) float64 { return sumOverLabel(fam, "dp_rank", value) }
+
+// sumOverLabel groups the family's series by one label's value, takes the
+// largest value of each group and sums the groups.
+func sumOverLabel(fam *dto.MetricFamily, label string, val func(*dto.Metric) float64) float64 {
+	byGroup := map[string]float64{}
 	for _, mt := range fam.GetMetric() {
-		rank := ""
+		group := ""
 		for _, lp := range mt.GetLabel() {
-			if lp.GetName() == "dp_rank" {
-				rank = lp.GetValue()
+			if lp.GetName() == label {
+				group = lp.GetValue()
 			}
 		}
-		byRank[rank] = max(byRank[rank], value(mt))
+		byGroup[group] = max(byGroup[group], val(mt))
 	}
 	total := 0.0
-	for _, v := range byRank {
+	for _, v := range byGroup {
 		total += v
 	}
 	return total
