@@ -86,3 +86,44 @@ quality: {truncated: false}
 	}
 	t.Logf("%s; pool %d (%s); auto limit at most %d, %d in flight at most", detected, pool, source, maxLimit, maxInFlight)
 }
+
+// TestInProcessSimSlots: the in-process simulator launched in its
+// llama.cpp mode (server: {engine: sim, sim: {engine: llamacpp}}) is read
+// in that mode's words: pool 4 slots x 1,024 tokens, auto at the slots.
+func TestInProcessSimSlots(t *testing.T) {
+	dir := t.TempDir()
+	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 60)
+	spec := loadJobYAML(t, dir, `name: llama-sim
+model: m
+server:
+  engine: sim
+  sim: {engine: llamacpp, parallel: 4, context_length: 4096, speed: 50, output_mean: 200}
+sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
+lanes: [{name: default, concurrency: auto, max_tokens: 512}]
+monitor: {heartbeat_every: 100ms, probe_every: 100ms}
+quality: {truncated: false}
+`)
+	st := openStore(t, spec)
+	r := startRun(t, spec, st, true)
+	var pool int64
+	maxLimit := 0
+	waitFor(t, r, 2*time.Minute, "the job done", func() bool {
+		rep, err := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute})
+		if err != nil {
+			return false
+		}
+		for _, e := range rep.Endpoints {
+			pool = max(pool, e.KVTokens)
+			for _, l := range e.Lanes {
+				maxLimit = max(maxLimit, l.Limit)
+			}
+		}
+		return rep.Total.Done == 60
+	})
+	if _, err := r.wait(t, time.Minute); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if pool != 4096 || maxLimit == 0 || maxLimit > 4 {
+		t.Errorf("pool %d, auto limit up to %d; want 4096 (4 slots x 1,024) and at most the 4 slots", pool, maxLimit)
+	}
+}

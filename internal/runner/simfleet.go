@@ -150,6 +150,11 @@ func (f *simFleet) crashed(code int, when string) failure {
 // reads a launched server's, for the observer.
 func (f *simFleet) probeLoop(ctx context.Context) {
 	d, _ := engine.Lookup(engine.Sim)
+	if f.cfg.Engine != sim.EngineSGLang {
+		// The simulator in another engine's mode speaks that engine's
+		// metrics and routes (a llama.cpp mode's slots, vLLM's names).
+		d, _ = engine.Lookup(f.cfg.Engine)
+	}
 	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer client.CloseIdleConnections()
 	f.scrapeLoop(ctx, client, f.url, func() engine.Dialect { return d }, f.every)
