@@ -282,3 +282,19 @@ func simFlags(m map[string]any) []string {
 // ParseLogLine parses one line of this engine's log; see the package-level
 // ParseLogLine, which recognises every engine's lines.
 func (d Dialect) ParseLogLine(line string) LogEvent { return ParseLogLine(line) }
+
+// SimAs is the simulator's dialect when it imitates mode (its --engine:
+// "" or sglang is Sim itself): the mode's readiness, probes, metrics and
+// routes, launched as the simulator.
+func SimAs(mode string) (Dialect, error) {
+	s, err := Lookup(Sim)
+	if mode == "" || strings.EqualFold(mode, SGLang) || err != nil {
+		return s, err
+	}
+	d, err := Lookup(mode)
+	if err != nil || d.Name == Sim {
+		return s, err
+	}
+	d.Name, d.Command, d.ModelFlag, d.Flags, d.ReadyLine = s.Name, nil, s.ModelFlag, nil, ""
+	return d, nil
+}

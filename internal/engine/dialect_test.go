@@ -2,6 +2,7 @@ package engine
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -130,5 +131,25 @@ func TestMetricsEvidence(t *testing.T) {
 		if got := tt.m.Evidence(); got != tt.want {
 			t.Errorf("Evidence() = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// TestSimAs: the simulator in llama.cpp mode is probed as llama-server
+// (ready on /health, /props, llamacpp: metrics) and launched as the
+// simulator, with its mode among its flags.
+func TestSimAs(t *testing.T) {
+	d, err := SimAs("llamacpp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != Sim || d.ReadyPath != "/health" || d.PropsPath != "/props" || !d.SlotBound || d.Metrics.Running[0] != "llamacpp:requests_processing" {
+		t.Errorf("SimAs(llamacpp) = %+v; want llama-server's probes under the simulator's name", d)
+	}
+	argv := d.LaunchArgs(job.Server{Port: 1234, Sim: map[string]any{"engine": "llamacpp"}}, "m")
+	if got := strings.Join(argv[1:], " "); got != "sim --model-path m --host 127.0.0.1 --port 1234 --engine=llamacpp" {
+		t.Errorf("argv %q", got)
+	}
+	if d, _ := SimAs(""); d.ReadyPath != "/health_generate" || d.Name != Sim {
+		t.Errorf("SimAs(\"\") = %+v, want the simulator's own (SGLang's) dialect", d)
 	}
 }

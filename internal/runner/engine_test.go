@@ -87,16 +87,24 @@ quality: {truncated: false}
 	t.Logf("%s; pool %d (%s); auto limit at most %d, %d in flight at most", detected, pool, source, maxLimit, maxInFlight)
 }
 
-// TestInProcessSimSlots: the in-process simulator launched in its
-// llama.cpp mode (server: {engine: sim, sim: {engine: llamacpp}}) is read
-// in that mode's words: pool 4 slots x 1,024 tokens, auto at the slots.
-func TestInProcessSimSlots(t *testing.T) {
+// TestSimSlots: the simulator launched in its llama.cpp mode (server:
+// {engine: sim, sim: {engine: llamacpp}}), in process and as a supervised
+// child, is made ready, probed and read in that mode's words: pool 4 slots
+// x 1,024 tokens, auto at the slots.
+func TestSimSlots(t *testing.T) {
+	for _, command := range []string{"", fmt.Sprintf("\n  command: [%q, sim]", regenBin)} {
+		t.Run(map[bool]string{true: "in process", false: "supervised"}[command == ""], func(t *testing.T) { simSlots(t, command) })
+	}
+}
+
+func simSlots(t *testing.T, command string) {
 	dir := t.TempDir()
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 60)
 	spec := loadJobYAML(t, dir, `name: llama-sim
 model: m
 server:
-  engine: sim
+  engine: sim`+command+`
+  ready_timeout: 30s
   sim: {engine: llamacpp, parallel: 4, context_length: 4096, speed: 50, output_mean: 200}
 sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
 lanes: [{name: default, concurrency: auto, max_tokens: 512}]

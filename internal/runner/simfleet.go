@@ -149,12 +149,9 @@ func (f *simFleet) crashed(code int, when string) failure {
 // probeLoop reads the simulator's metrics every f.every, as the runner
 // reads a launched server's, for the observer.
 func (f *simFleet) probeLoop(ctx context.Context) {
-	d, _ := engine.Lookup(engine.Sim)
-	if f.cfg.Engine != sim.EngineSGLang {
-		// The simulator in another engine's mode speaks that engine's
-		// metrics and routes (a llama.cpp mode's slots, vLLM's names).
-		d, _ = engine.Lookup(f.cfg.Engine)
-	}
+	// The simulator in another engine's mode speaks that engine's metrics
+	// and routes (a llama.cpp mode's slots, vLLM's names).
+	d, _ := engine.SimAs(f.cfg.Engine)
 	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer client.CloseIdleConnections()
 	f.scrapeLoop(ctx, client, f.url, func() engine.Dialect { return d }, f.every)
