@@ -11,6 +11,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/sim"
+	"github.com/regen-dev/regen/internal/store"
 )
 
 // TestLlamaServerByURL: a job that names a llama-server by URL only (the
@@ -47,28 +48,8 @@ quality: {truncated: false}
 `, url))
 	st := openStore(t, spec)
 	r := startRun(t, spec, st, true)
-	var pool int64
-	var source string
-	maxLimit, maxInFlight := 0, 0
-	waitFor(t, r, 2*time.Minute, "the job done", func() bool {
-		rep, err := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute})
-		if err != nil {
-			return false
-		}
-		for _, e := range rep.Endpoints {
-			if e.KVTokens > 0 {
-				pool, source = e.KVTokens, e.KVTokensSource
-			}
-			maxInFlight = max(maxInFlight, e.InFlight)
-			for _, l := range e.Lanes {
-				maxLimit = max(maxLimit, l.Limit)
-			}
-		}
-		return rep.Total.Done == 120
-	})
-	if _, err := r.wait(t, time.Minute); err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	seen := watchSlots(t, r, st, 120)
+	pool, source, maxLimit, maxInFlight := seen.pool, seen.source, seen.maxLimit, seen.maxInFlight
 	if pool != 16384 || source != "server" {
 		t.Errorf("KV pool %d tokens (%s), want 16384 (server): 8 slots x 2,048", pool, source)
 	}
@@ -113,25 +94,42 @@ quality: {truncated: false}
 `)
 	st := openStore(t, spec)
 	r := startRun(t, spec, st, true)
-	var pool int64
-	maxLimit := 0
+	seen := watchSlots(t, r, st, 60)
+	pool, maxLimit := seen.pool, seen.maxLimit
+	if pool != 4096 || maxLimit == 0 || maxLimit > 4 {
+		t.Errorf("pool %d, auto limit up to %d; want 4096 (4 slots x 1,024) and at most the 4 slots", pool, maxLimit)
+	}
+}
+
+// slotsSeen is what status showed of the one endpoint while a job ran.
+type slotsSeen struct {
+	pool                  int64
+	source                string
+	maxLimit, maxInFlight int
+}
+
+// watchSlots follows status until n samples are done and the run ends.
+func watchSlots(t *testing.T, r *running, st store.Store, n int) slotsSeen {
+	t.Helper()
+	var seen slotsSeen
 	waitFor(t, r, 2*time.Minute, "the job done", func() bool {
 		rep, err := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute})
 		if err != nil {
 			return false
 		}
 		for _, e := range rep.Endpoints {
-			pool = max(pool, e.KVTokens)
+			if e.KVTokens > 0 {
+				seen.pool, seen.source = e.KVTokens, e.KVTokensSource
+			}
+			seen.maxInFlight = max(seen.maxInFlight, e.InFlight)
 			for _, l := range e.Lanes {
-				maxLimit = max(maxLimit, l.Limit)
+				seen.maxLimit = max(seen.maxLimit, l.Limit)
 			}
 		}
-		return rep.Total.Done == 60
+		return rep.Total.Done == n
 	})
 	if _, err := r.wait(t, time.Minute); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if pool != 4096 || maxLimit == 0 || maxLimit > 4 {
-		t.Errorf("pool %d, auto limit up to %d; want 4096 (4 slots x 1,024) and at most the 4 slots", pool, maxLimit)
-	}
+	return seen
 }
