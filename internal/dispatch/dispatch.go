@@ -784,6 +784,11 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
+	if why := d.tooLong(c, t); why != "" {
+		cl.cancel(nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
+		return
+	}
 	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
 	res, err, cause := d.send(reqCtx, cl, t, func(chunks int64) {
 		if hedgeAt > 0 && chunks >= hedgeAt {

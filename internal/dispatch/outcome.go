@@ -50,14 +50,7 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 	case reqErr == nil && res.FinishReason == "length" && l.cfg.EscalateTo != "":
 		return verdict{out: outEscalate}
 	case reqErr == nil:
-		if v := d.cfg.Quality.Check(quality.Request{Tools: t.tools, Reasoning: d.cfg.Reasoning}, res); v.Rejected() {
-			return verdict{out: outReject, check: v}
-		}
-		ok, why := t.plan.Continue(t.index, res)
-		if ok {
-			return verdict{out: outNextTurn}
-		}
-		return verdict{out: outComplete, endReason: why}
+		return d.judge(t, res)
 	case releaseCause(cause):
 		return verdict{out: outRelease}
 	}
@@ -74,6 +67,19 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 	return verdict{out: outRetry, class: class}
 }
 
+// judge applies the quality rules and the conversation plan to an answer
+// that stays in its lane.
+func (d *Dispatcher) judge(t *turn, res llm.Result) verdict {
+	if v := d.cfg.Quality.Check(quality.Request{Tools: t.tools, Reasoning: d.cfg.Reasoning}, res); v.Rejected() {
+		return verdict{out: outReject, check: v}
+	}
+	ok, why := t.plan.Continue(t.index, res)
+	if ok {
+		return verdict{out: outNextTurn}
+	}
+	return verdict{out: outComplete, endReason: why}
+}
+
 // settle updates the endpoint, records the sample's fate in the store and
 // frees its lane slot. t is nil when no request could be built.
 func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) {
@@ -82,7 +88,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	if t == nil {
 		v = verdict{out: outDead, class: llm.BadRequest, unsent: true}
 	} else {
-		v = d.refine(cl, c, d.decide(l, c, t, res, reqErr, cause), reqErr, now)
+		v = d.refine(cl, c, d.contextCut(cl, l, t, res, d.decide(l, c, t, res, reqErr, cause)), reqErr, now)
 	}
 	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 

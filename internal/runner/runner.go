@@ -340,6 +340,9 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	if err != nil {
 		return err
 	}
+	if pf, ok := r.fleet.(*probeFleet); ok {
+		pf.onDetect = func(url, evidence string) { r.engineDetected(ctx, url, evidence) }
+	}
 
 	endpoints := make([]dispatch.Endpoint, 0)
 	for _, url := range r.fleet.URLs() {
