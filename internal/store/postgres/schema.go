@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -278,6 +278,15 @@ CREATE TABLE answer_history (
 	finished_at       bigint NOT NULL,
 	PRIMARY KEY (sample_id, superseded_by, turn)
 );
+`,
+	// 4 -> 5: fencing tokens. Every claim gives the sample's lease a new
+	// token and the transitions carrying one take only under that lease, so
+	// an answer from a lease its worker lost is refused even after the same
+	// worker claimed the sample again. Rows leased before keep NULL, which
+	// only an unfenced transition (token 0) matches.
+	`
+CREATE SEQUENCE lease_tokens;
+ALTER TABLE samples ADD COLUMN lease_token bigint;
 `,
 }
 
