@@ -49,6 +49,10 @@ type Options struct {
 	Durable bool
 	// Log, when set, receives the server's log lines (stderr).
 	Log *os.File
+	// Settings are more server settings (name=value), after the defaults
+	// so they win: the benchmarks load pg_stat_statements and raise
+	// max_connections.
+	Settings []string
 }
 
 // Server is one PostgreSQL server this process started.
@@ -296,6 +300,9 @@ func (s *Server) start() error {
 		"-c", "shared_buffers=64MB", "-c", "log_min_messages=warning"}
 	if !s.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	for _, kv := range s.opts.Settings {
+		args = append(args, "-c", kv)
 	}
 	cmd := s.command("postgres", args...)
 	// The server dies with the test binary even if the binary is killed.
