@@ -86,7 +86,17 @@ func startRegen(t *testing.T, dir string, args ...string) *proc {
 // startRegenEnv is startRegen with extra environment variables (KEY=value).
 func startRegenEnv(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	return startRegenVia(t, nil, dir, env, args...)
+}
+
+// startRegenVia is startRegenEnv with regen run through a wrapper command
+// that execs it (e.g. ip netns exec NAME), so the process is regen's own.
+func startRegenVia(t *testing.T, wrapper []string, dir string, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(regenBin, args...)
+	if len(wrapper) > 0 {
+		cmd = exec.Command(wrapper[0], append(append(wrapper[1:len(wrapper):len(wrapper)], regenBin), args...)...)
+	}
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "NO_COLOR=1"), env...)
 	p := &proc{cmd: cmd, args: args, readEnd: make(chan struct{}), changed: make(chan struct{})}

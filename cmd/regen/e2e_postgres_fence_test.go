@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -179,8 +180,8 @@ func openFenceDB(t *testing.T, dsn, job string) *fenceDB {
 
 // lease is one sample leased to a worker, with its fencing token.
 type lease struct {
-	id    string
-	token int64
+	id, lane string
+	token    int64
 }
 
 // owner returns the lease owner of the worker with pid, once it has beaten.
@@ -203,13 +204,13 @@ func (db *fenceDB) owner(t *testing.T, pid int) string {
 // leases lists the samples owner holds.
 func (db *fenceDB) leases(t *testing.T, owner string) []lease {
 	t.Helper()
-	rows, err := db.conn.Query(context.Background(), `SELECT id, lease_token FROM `+db.schema+`.samples WHERE state = 1 AND lease_owner = $1`, owner)
+	rows, err := db.conn.Query(context.Background(), `SELECT id, lane, lease_token FROM `+db.schema+`.samples WHERE state = 1 AND lease_owner = $1`, owner)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease, error) {
 		var l lease
-		err := r.Scan(&l.id, &l.token)
+		err := r.Scan(&l.id, &l.lane, &l.token)
 		return l, err
 	})
 	if err != nil {
@@ -266,13 +267,13 @@ func (db *fenceDB) audited(t *testing.T) []string {
 
 // lostLine is one "lease lost" line of the workers' log.
 type lostLine struct {
-	pid      int
-	id, op   string
-	token    int64
-	answered time.Duration // how long before the refusal the answer had arrived
+	pid    int
+	id, op string
+	token  int64
+	at     time.Time // when the refused answer (or error) had arrived
 }
 
-var lostRE = regexp.MustCompile(`msg="lease lost; outcome dropped" .*pid=(\d+) sample=(\S+) op="?([a-z -]+?)"? token=(\d+) answered_ago=(\S+) leases_lost=\d+`)
+var lostRE = regexp.MustCompile(`time=(\S+) .*msg="lease lost; outcome dropped" .*pid=(\d+) sample=(\S+) op="?([a-z -]+?)"? token=(\d+) answered_ago=(\S+) leases_lost=\d+`)
 
 // leaseLost reads every "lease lost" line of the job's log (all workers
 // append to it).
@@ -284,13 +285,17 @@ func leaseLost(t *testing.T, dir, job string) []lostLine {
 	}
 	var out []lostLine
 	for _, m := range lostRE.FindAllStringSubmatch(string(b), -1) {
-		pid, _ := strconv.Atoi(m[1])
-		tok, _ := strconv.ParseInt(m[4], 10, 64)
-		ago, err := time.ParseDuration(m[5])
+		logged, err := time.Parse(time.RFC3339Nano, m[1])
 		if err != nil {
-			t.Fatalf("lease lost line: answered_ago %q: %v", m[5], err)
+			t.Fatalf("lease lost line: time %q: %v", m[1], err)
 		}
-		out = append(out, lostLine{pid: pid, id: m[2], op: m[3], token: tok, answered: ago})
+		pid, _ := strconv.Atoi(m[2])
+		tok, _ := strconv.ParseInt(m[5], 10, 64)
+		ago, err := time.ParseDuration(m[6])
+		if err != nil {
+			t.Fatalf("lease lost line: answered_ago %q: %v", m[6], err)
+		}
+		out = append(out, lostLine{pid: pid, id: m[3], op: m[4], token: tok, at: logged.Add(-ago)})
 	}
 	return out
 }
@@ -302,7 +307,7 @@ type pause struct {
 	slot, pid int
 	commit    bool
 	leases    []lease
-	stopped   time.Duration
+	stoppedAt time.Time
 }
 
 // TestE2EPostgresFencing runs a 3,000-sample job with three workers (each
@@ -371,6 +376,7 @@ func TestE2EPostgresFencing(t *testing.T) {
 			time.Sleep(time.Second) // streams end; their commits wait in the relay and behind it
 		}
 		start := time.Now()
+		ps.stoppedAt = start
 		if err := syscall.Kill(ps.pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +389,6 @@ func TestE2EPostgresFencing(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		ps.stopped = time.Since(start)
 		if err := syscall.Kill(ps.pid, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +418,7 @@ func TestE2EPostgresFencing(t *testing.T) {
 // checkLateCommits checks that every lease a worker held when it was
 // paused produced exactly one refused, logged commit from that worker, and
 // that each pause that held the store first caught an answer between the
-// end of its stream and its commit.
+// end of its stream and its commit (one that had arrived before the stop).
 func checkLateCommits(t *testing.T, pauses []pause, lost []lostLine, chaos time.Duration) {
 	t.Helper()
 	type key struct {
@@ -439,7 +444,7 @@ func checkLateCommits(t *testing.T, pauses []pause, lost []lostLine, chaos time.
 				t.Errorf("pause %d (pid %d): the late outcome of %s (token %d) was not logged as refused", i+1, ps.pid, l.id, l.token)
 			case 1:
 				refused++
-				if got[0].answered >= ps.stopped {
+				if got[0].at.Before(ps.stoppedAt) {
 					caught++
 				}
 			default:
@@ -460,9 +465,192 @@ func checkLateCommits(t *testing.T, pauses []pause, lost []lostLine, chaos time.
 			other++
 		}
 	}
-	t.Logf("%d pauses (%d with the store held first) in %s: %d leases held at the stop, %d late commits refused and logged (%d of them answered before the stop); %d other refusals logged",
+	t.Logf("%d pauses (%d with the store held first) in %s: %d leases held at the stop, %d late commits refused and logged (%d of those of the store-held pauses answered before the stop); %d other refusals logged",
 		len(pauses), commitPauses, chaos.Round(time.Millisecond), leases, refused, between, other)
 	if leases == 0 {
 		t.Errorf("no paused worker held a lease: the pauses tested nothing")
+	}
+}
+
+// netRoute is a network namespace joined to this one by a veth pair: a
+// worker run inside it reaches the host side's address only over the
+// pair, so the test can cut that route (a blackhole route in the
+// namespace: packets vanish, no error reaches either side) and heal it.
+type netRoute struct {
+	ns, hostIP string
+}
+
+// newNetRoute creates the namespace and the pair (removed at cleanup).
+// Without root or iproute2 it skips locally and fails under CI=true.
+func newNetRoute(t *testing.T) *netRoute {
+	t.Helper()
+	n := os.Getpid() % 100000
+	r := &netRoute{ns: fmt.Sprintf("rgf%d", n), hostIP: fmt.Sprintf("10.201.%d.1", n%250)}
+	host, peer, nsIP := fmt.Sprintf("rgfh%d", n), fmt.Sprintf("rgfn%d", n), fmt.Sprintf("10.201.%d.2", n%250)
+	steps := [][]string{
+		{"netns", "add", r.ns},
+		{"link", "add", host, "type", "veth", "peer", "name", peer},
+		{"link", "set", peer, "netns", r.ns},
+		{"addr", "add", r.hostIP + "/30", "dev", host},
+		{"link", "set", host, "up"},
+		{"-n", r.ns, "addr", "add", nsIP + "/30", "dev", peer},
+		{"-n", r.ns, "link", "set", peer, "up"},
+		{"-n", r.ns, "link", "set", "lo", "up"},
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", host).Run()
+		_ = exec.Command("ip", "netns", "del", r.ns).Run()
+	})
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			msg := fmt.Sprintf("network namespace: ip %s: %v %s (needs root and iproute2)", strings.Join(s, " "), err, out)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip("SKIPPED: " + msg)
+		}
+	}
+	return r
+}
+
+// cut blackholes (true) or restores (false) the namespace's route to the host side.
+func (r *netRoute) cut(t *testing.T, on bool) {
+	t.Helper()
+	op := "del"
+	if on {
+		op = "add"
+	}
+	if out, err := exec.Command("ip", "-n", r.ns, "route", op, "blackhole", r.hostIP+"/32").CombinedOutput(); err != nil {
+		t.Fatalf("route %s: %v %s", op, err, out)
+	}
+}
+
+// TestE2EPostgresPartition cuts the route from one worker (in a network
+// namespace of the test's own, with PostgreSQL listening on the host side
+// of a veth pair) to the database while its simulator, inside the same
+// namespace, keeps answering; a second worker runs on the host. The worker
+// says DOWN with the store as the cause and keeps its answers; after the
+// route heals it commits them when its leases are still its own
+// (dead_after longer than the cut) or has them refused, logged and dropped
+// when the other worker took its samples (dead_after shorter). Every
+// sample is done once, with one attempt, no stored answer is updated or
+// deleted, and the export holds each once.
+func TestE2EPostgresPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("partition test cuts a worker off its database for 14 s, twice; skipped with -short")
+	}
+	route := newNetRoute(t)
+	srv, err := pgtest.Start(pgtest.Options{TrustNet: route.hostIP + "/30",
+		Settings: []string{"listen_addresses=127.0.0.1," + route.hostIP}})
+	if err != nil {
+		pgtest.Unavailable(t, err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	const cutFor = 14 * time.Second // past the store's dead-route bound (10 s), so calls fail and say so
+	for _, tt := range []struct {
+		name      string
+		deadAfter string
+		moved     bool
+	}{
+		{name: "lease held", deadAfter: "60s"},
+		{name: "lease moved", deadAfter: "1500ms", moved: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			job := "pgcut_" + strings.ReplaceAll(tt.name, " ", "_")
+			dsn := srv.Database(t)
+			dir := t.TempDir()
+			spec := strings.Replace(fmt.Sprintf(sharedJob, job, 6), "dead_after: 3s", "dead_after: "+tt.deadAfter, 1)
+			if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 0x6375))
+			want := writeChaosSource(t, filepath.Join(dir, "a.jsonl"), "A", 250, rng)
+			want = append(want, writeChaosSource(t, filepath.Join(dir, "b.jsonl.gz"), "B", 250, rng)...)
+			nsDSN := strings.Replace(dsn, "127.0.0.1:", route.hostIP+":", 1)
+			cutOff := startRegenVia(t, []string{"ip", "netns", "exec", route.ns}, dir, []string{"REGEN_STORE=" + nsDSN}, "run", "--progress-every", "300ms", "job.yaml")
+			if !cutOff.waitLine("ingest: ") {
+				t.Fatalf("worker in the namespace ended before ingest finished:\n%s", cutOff.wait(t))
+			}
+			other := startRegenEnv(t, dir, []string{"REGEN_STORE=" + dsn}, "run", "job.yaml")
+			db := openFenceDB(t, dsn, job)
+			db.auditResults(t)
+			owner := db.owner(t, cutOff.cmd.Process.Pid)
+			time.Sleep(time.Second) // requests in flight on both
+			route.cut(t, true)
+			cutAt := time.Now()
+			time.Sleep(300 * time.Millisecond)
+			held := db.leases(t, owner)
+			for !strings.Contains(cutOff.stdout(), "store down for") {
+				if cutOff.exited() {
+					t.Fatalf("worker exited while cut off:\n%s", cutOff.wait(t))
+				}
+				if time.Since(cutAt) > cutFor+20*time.Second {
+					t.Fatalf("worker never said DOWN with the store as the cause:\n%s", cutOff.stdout())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			downAfter := time.Since(cutAt)
+			for time.Since(cutAt) < cutFor {
+				time.Sleep(100 * time.Millisecond)
+			}
+			still := db.stillHeld(t, held)
+			route.cut(t, false)
+			healAt := time.Now()
+			for i, p := range []*proc{cutOff, other} {
+				if res := p.wait(t); res.code != 0 {
+					t.Fatalf("worker %d:\n%s", i, res)
+				}
+			}
+			checkExport(t, filepath.Join(dir, "out"), job, want, false)
+			checkAllOnce(t, dsn, job, len(want))
+			if got := db.audited(t); len(got) != 0 {
+				t.Errorf("stored answers updated or deleted: %v", got)
+			}
+			var lost []lostLine
+			for _, l := range leaseLost(t, dir, job) {
+				if l.pid == cutOff.cmd.Process.Pid {
+					lost = append(lost, l)
+				}
+			}
+			t.Logf("cut %s: DOWN after %s; %d leases held at the cut, %d still its own at the heal; %d outcomes refused after the heal",
+				cutFor, downAfter.Round(time.Millisecond), len(held), still, len(lost))
+			if len(held) == 0 {
+				t.Fatal("the worker held no lease at the cut: the test tested nothing")
+			}
+			if tt.moved {
+				if still != 0 {
+					t.Errorf("%d of %d leases still the cut-off worker's at the heal, want all moved (dead_after %s)", still, len(held), tt.deadAfter)
+				}
+				checkLateCommits(t, []pause{{pid: cutOff.cmd.Process.Pid, commit: true, leases: held, stoppedAt: healAt}}, lost, cutFor)
+				return
+			}
+			if still != len(held) || len(lost) != 0 {
+				t.Errorf("lease held: %d of %d leases its own at the heal and %d outcomes refused; want all and none", still, len(held), len(lost))
+			}
+			db.checkFinishedUnder(t, held)
+		})
+	}
+}
+
+// checkFinishedUnder checks that every sample of ls was finished under
+// the very lease it had then (a finished row keeps the token of the lease
+// it was finished under), or escalated from its lane under it and
+// finished in the next: the answers a cut-off worker held were committed
+// by that worker, once its route healed.
+func (db *fenceDB) checkFinishedUnder(t *testing.T, ls []lease) {
+	t.Helper()
+	ids, lanes, tokens := make([]string, len(ls)), make([]string, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], lanes[i], tokens[i] = l.id, l.lane, l.token
+	}
+	var n int
+	err := db.conn.QueryRow(context.Background(), `SELECT count(*) FROM `+db.schema+`.samples s
+		JOIN unnest($1::text[], $2::text[], $3::int8[]) AS l(id, lane, token) ON s.id = l.id
+		WHERE s.state = 2 AND (s.lease_token = l.token OR s.lane <> l.lane)`, ids, lanes, tokens).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(ls) {
+		t.Errorf("%d of the %d samples held across the cut were finished under the lease held at the cut (or escalated under it), want all", n, len(ls))
 	}
 }
