@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -661,3 +663,19 @@ func intersect(a, b []string) []string {
 
 // diffSets is cmp.Diff over sorted distinct ids.
 func diffSets(a, b []string) string { return cmp.Diff(idSet(a), idSet(b)) }
+
+// chaosRNG is a random source for a fault test's choices, seeded from the
+// clock or from REGEN_CHAOS_SEED to replay a run; stream tells tests apart.
+func chaosRNG(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("REGEN_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("REGEN_CHAOS_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("chaos seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}

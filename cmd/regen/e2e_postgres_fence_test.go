@@ -328,16 +328,7 @@ func TestE2EPostgresFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fencing test pauses workers 20 times in a 3,000-sample job; skipped with -short")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("REGEN_CHAOS_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("REGEN_CHAOS_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x66656e63))
+	rng := chaosRNG(t, 0x66656e63)
 	const (
 		workers    = 3
 		wantPauses = 20
