@@ -577,3 +577,28 @@ func TestFencingToken(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenTogether: workers starting at once on a schema none of them has
+// created yet all open it (one creates it, the others wait for it and find
+// it current), as three `regen run` started together do.
+func TestOpenTogether(t *testing.T) {
+	dsn, schema := testDB(t), newSchema()
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			s, err := Open(context.Background(), dsn, Options{Schema: schema})
+			if err == nil {
+				s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Open %d: %v", i, err)
+		}
+	}
+}

@@ -357,16 +357,24 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, target int, cre
 }
 
 // atVersion reports whether the schema exists at exactly target, without
-// taking the migration lock; a newer schema is refused here too.
+// taking the migration lock; a newer schema is refused here too. It looks
+// in the catalog tables rather than through to_regclass: a name lookup
+// that finds nothing leaves a negative entry in the backend's catalog
+// cache, which the advisory lock wait that follows does not clear, so the
+// locked check would then miss a schema another worker created meanwhile.
 func atVersion(ctx context.Context, conn *pgx.Conn, schema string, target int) (bool, error) {
-	tx, err := conn.Begin(ctx)
+	var exists bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'regen_schema')`, schema).Scan(&exists)
 	if err != nil {
-		return false, fmt.Errorf("begin version check: %w", err)
+		return false, fmt.Errorf("look for schema %s: %w", schema, err)
 	}
-	defer tx.Rollback(ctx)
-	v, exists, err := version(ctx, tx, schema)
-	if err != nil || !exists {
-		return false, err
+	if !exists {
+		return false, nil
+	}
+	var v int
+	if err := conn.QueryRow(ctx, `SELECT version FROM `+pgx.Identifier{schema, "regen_schema"}.Sanitize()).Scan(&v); err != nil {
+		return false, fmt.Errorf("read schema version of %s: %w", schema, err)
 	}
 	if v > target {
 		return false, fmt.Errorf("%w: schema %s is at version %d, this regen knows up to %d; upgrade regen to use this store",
