@@ -167,8 +167,11 @@ type Dispatcher struct {
 	storeRetrying int
 	fatalErr      error
 	stopLoop      context.CancelCauseFunc
-	// held are the samples this dispatcher claimed and has not settled.
-	held map[string]struct{}
+	// held are the samples this dispatcher claimed and has not settled,
+	// with the fencing token of the lease it holds now: a sample claimed
+	// again after its lease was lost (a pause past dead_after) stays held
+	// when the request of the lost lease settles.
+	held map[string]int64
 	// unsure counts store calls that failed (a claim that may have committed
 	// with its reply lost; a release a database crash may have undone);
 	// reconciled is its value at the last reconcile.
@@ -249,7 +252,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		wake:       make(chan struct{}, 1),
 		aborted:    make(chan struct{}),
 		storeBack:  make(chan struct{}, 1),
-		held:       map[string]struct{}{},
+		held:       map[string]int64{},
 		guard:      newPoisonGuard(cfg.PoisonAfter),
 		logs:       newLogRate(10 * time.Second),
 		suspects:   map[string]suspect{},
@@ -612,7 +615,7 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		}
 		d.mu.Lock()
 		for _, c := range claimed {
-			d.held[c.ID] = struct{}{}
+			d.held[c.ID] = c.Token
 		}
 		if len(claimed) < n {
 			d.moveQueuedLocked(l, now)

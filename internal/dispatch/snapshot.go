@@ -131,7 +131,12 @@ type Counters struct {
 	Retried      int64 `json:"retried"`       // returned to pending with an attempt spent
 	DeadLettered int64 `json:"dead_lettered"` // bad requests and exhausted retries
 	Released     int64 `json:"released"`      // returned to pending without spending an attempt
-	ServerDown   int64 `json:"server_down"`   // requests that failed with a server-down error
+	// LeaseLost counts outcomes the store refused because the lease was
+	// gone (this worker was paused or cut off past dead_after and another
+	// took the sample): each such answer was dropped; the sample's new
+	// holder stores its own.
+	LeaseLost  int64 `json:"lease_lost"`
+	ServerDown int64 `json:"server_down"` // requests that failed with a server-down error
 	// Moved counts requests cancelled while queued at one server, before a
 	// token, to go to one with room once the store had no more of their lane.
 	Moved int64 `json:"moved"`

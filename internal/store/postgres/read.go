@@ -379,6 +379,11 @@ func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) 
 
 // PutHeartbeat replaces hb.Owner's heartbeat.
 func (s *Store) PutHeartbeat(ctx context.Context, hb store.Heartbeat) error {
+	// The heartbeat is how a worker learns its store is gone: it must not
+	// wait behind calls stuck on a dead route (in the pool or on a
+	// connection) for longer than a dead route takes to fail.
+	ctx, cancel := context.WithTimeout(ctx, deadRoute)
+	defer cancel()
 	_, err := s.pool.Exec(ctx, `INSERT INTO heartbeats (owner, pid, host, time, started, counters)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (owner) DO UPDATE SET pid = excluded.pid, host = excluded.host, time = excluded.time,
