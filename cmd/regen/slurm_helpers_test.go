@@ -110,7 +110,7 @@ func (c *slurmCluster) startMunge(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := filepath.Join(c.dir, "munge")
-	c.start(t, "munged", "-F", "--force", "--socket="+c.mungeSocket(), "--key-file="+keyPath,
+	c.start(t, "munged", "-F", "--socket="+c.mungeSocket(), "--key-file="+keyPath,
 		"--pid-file="+filepath.Join(m, "munged.pid"), "--seed-file="+filepath.Join(m, "munged.seed"),
 		"--log-file="+filepath.Join(m, "munged.log"))
 	deadline := time.Now().Add(20 * time.Second)
@@ -214,8 +214,13 @@ func (c *slurmCluster) start(t *testing.T, name string, args ...string) {
 	c.procs = append(c.procs, cmd)
 }
 
-// stop ends the daemons by PID, the last started first, and waits for them.
+// stop cancels the jobs a failed test left running (their tasks are
+// slurmstepd's children, not the test's), then ends the daemons by PID, the
+// last started first, and waits for them.
 func (c *slurmCluster) stop(t *testing.T) {
+	if len(c.procs) == 3 {
+		c.cancelAll(t)
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
 		_ = p.Process.Signal(syscall.SIGTERM)
@@ -230,6 +235,27 @@ func (c *slurmCluster) stop(t *testing.T) {
 		}
 	}
 	c.procs = nil
+}
+
+// cancelAll cancels every job of the cluster and waits up to 30 s for the
+// queue to empty.
+func (c *slurmCluster) cancelAll(t *testing.T) {
+	me, err := user.Current()
+	if err != nil {
+		return
+	}
+	if out, err := c.command("scancel", "--user", me.Username).CombinedOutput(); err != nil {
+		t.Logf("scancel --user %s: %v\n%s", me.Username, err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := c.command("squeue", "-h", "-o", "%i").Output()
+		if err != nil || strings.TrimSpace(string(out)) == "" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("jobs still queued 30 s after scancel\n%s", c.logs())
 }
 
 // env is the environment of a Slurm command: this cluster's slurm.conf,
