@@ -27,7 +27,9 @@ import (
 var errHedgeDropped = errors.New("backup not needed: the first request ended within its max_tokens")
 
 // hedgeStepTokens is how many more tokens a request generates between two
-// looks at whether its backup can start, once it passed the threshold.
+// looks at whether its backup can start, once it passed the threshold; a
+// lane with a small max_tokens looks ten times before its end, so a store
+// that runs short of work late in the request still gets its backup.
 const hedgeStepTokens = 512
 
 // hedge is the backup of one request.
@@ -50,7 +52,9 @@ func (d *Dispatcher) hedgeChunks(l *lane, e *endpoint) (at, step int64) {
 	per := e.tokensPerChunkLocked()
 	d.mu.Unlock()
 	at = max(int64(l.cfg.BackupAt*float64(l.cfg.MaxTokens)/per), 1)
-	return at, max(int64(hedgeStepTokens/per), 1)
+	every := min(float64(hedgeStepTokens), float64(l.cfg.MaxTokens)/10)
+	return at, max(int64(every/per), 1)
+
 }
 
 // tryHedge starts a backup of primary when the store has no more work for

@@ -207,8 +207,12 @@ func TestTokensPerChunk(t *testing.T) {
 	}
 	d := &Dispatcher{}
 	l := &lane{cfg: LaneConfig{Name: "short", MaxTokens: 1500, EscalateTo: "long", BackupAt: 0.5}}
-	if at, step := d.hedgeChunks(l, e); at != 50 || step != 34 {
-		t.Errorf("backup threshold %d chunks, then every %d; want 50 (750 tokens) and 34 (512 tokens)", at, step)
+	if at, step := d.hedgeChunks(l, e); at != 50 || step != 10 {
+		t.Errorf("max_tokens 1500: backup threshold %d chunks, then every %d; want 50 (750 tokens) and 10 (a tenth of max_tokens)", at, step)
+	}
+	l.cfg.MaxTokens = 10240
+	if at, step := d.hedgeChunks(l, e); at != 341 || step != 34 {
+		t.Errorf("max_tokens 10240: backup threshold %d chunks, then every %d; want 341 (5120 tokens) and 34 (512 tokens)", at, step)
 	}
 	l.cfg.BackupAt = 0
 	if at, _ := d.hedgeChunks(l, e); at != 0 {
