@@ -98,6 +98,9 @@ type Config struct {
 	// after a server-down error, doubled on each failed probe up to 30s;
 	// default 1s.
 	BreakerCooldown time.Duration
+	// NoAffinity turns off conversation and shared-prefix affinity
+	// (affinity.go): every request goes where token-aware balancing puts it.
+	NoAffinity bool
 	// LimitParams tune the adaptive limits; nil = limit.DefaultParams.
 	LimitParams *limit.Params
 
@@ -732,10 +735,11 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 			unstarted = append(unstarted, c.ID)
 			continue
 		}
+		aff := affinityOf(c)
 		now := d.now()
 		d.mu.Lock()
 		est := d.estimateLocked(l, c)
-		e, probe := d.pickLocked(now, l, est)
+		e, probe := d.pickLocked(now, l, est, aff)
 		if e == nil {
 			d.mu.Unlock()
 			if l.auto == nil {
