@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -278,6 +278,11 @@ CREATE TABLE answer_history (
 	finished_at       bigint NOT NULL,
 	PRIMARY KEY (sample_id, superseded_by, turn)
 );
+`,
+	// 4 -> 5: a conversation's next turn is claimed ahead of samples that
+	// have not started, so it reaches the server while its prefix is cached.
+	`
+CREATE INDEX samples_next_turn ON samples (lane, seq) WHERE state = 0 AND not_before = 0 AND turn > 0;
 `,
 }
 
