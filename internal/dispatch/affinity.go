@@ -3,6 +3,7 @@ package dispatch
 import (
 	"hash/fnv"
 	"slices"
+	"time"
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/store"
@@ -144,4 +145,30 @@ func mix64(x uint64) uint64 {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// startGrace is how long a dispatcher whose endpoints start paused (the
+// runner pauses them until each is seen ready) holds its claims after the
+// first is resumed, until every one has been: endpoints probed together
+// come up within moments of each other, and a conversation's next turn
+// claimed in between would go to the first one up instead of its own. An
+// endpoint still down after startGrace does not hold the others longer.
+const startGrace = 5 * time.Second
+
+// startHoldLocked reports whether claims wait for endpoints still starting,
+// and until when at most.
+func (d *Dispatcher) startHoldLocked(now time.Time) (time.Time, bool) {
+	if d.cfg.NoAffinity || d.firstResume.IsZero() {
+		return time.Time{}, false
+	}
+	until := d.firstResume.Add(startGrace)
+	if !now.Before(until) {
+		return time.Time{}, false
+	}
+	for _, e := range d.eps {
+		if e.paused && !e.resumed {
+			return until, true
+		}
+	}
+	return time.Time{}, false
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -128,5 +129,43 @@ func TestAffinityOf(t *testing.T) {
 	}
 	if c := affinityOf(store.Claimed{Body: body(long + "y")}); c.prefix == a.prefix {
 		t.Errorf("different system prompts share prefix %x", c.prefix)
+	}
+}
+
+// TestStartHold checks the start hold: endpoints paused at start, claims
+// wait after the first is resumed until every one is, or startGrace.
+func TestStartHold(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "a", "b")
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name       string
+		noAffinity bool
+		resume     []string
+		at         time.Duration // after the first resume
+		want       bool
+	}{
+		{"nothing resumed yet: no endpoint can take work anyway", false, nil, 0, false},
+		{"one of two resumed", false, []string{"a"}, time.Second, true},
+		{"both resumed", false, []string{"a", "b"}, time.Second, false},
+		{"the other still down after the grace", false, []string{"a"}, startGrace, false},
+		{"affinity off", true, []string{"a"}, time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig(newFakeStore(), eps)
+			cfg.NoAffinity = tc.noAffinity
+			cfg.Now = func() time.Time { return now }
+			d := mustNew(t, cfg)
+			d.Pause("a", "starting")
+			d.Pause("b", "starting")
+			for _, u := range tc.resume {
+				d.Resume(u)
+			}
+			d.mu.Lock()
+			_, hold := d.startHoldLocked(now.Add(tc.at))
+			d.mu.Unlock()
+			if hold != tc.want {
+				t.Errorf("hold = %v, want %v", hold, tc.want)
+			}
+		})
 	}
 }

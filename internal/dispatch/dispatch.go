@@ -164,8 +164,10 @@ type Dispatcher struct {
 	startedAt time.Time
 	inflight  int // samples claimed and not yet settled in the store
 	rr        int // round-robin cursor for balancing ties
-	counters  Counters
-	storeSt   StoreStats
+	// firstResume is when an endpoint was first resumed (startHoldLocked).
+	firstResume time.Time
+	counters    Counters
+	storeSt     StoreStats
 	// storeRetrying counts store calls currently retrying a failure.
 	storeRetrying int
 	fatalErr      error
@@ -554,6 +556,9 @@ func (d *Dispatcher) nextWake(now time.Time, idle bool, nextCheck time.Time) tim
 			next = earliest(next, l.nextPoll)
 		}
 	}
+	if until, hold := d.startHoldLocked(now); hold {
+		next = earliest(next, until)
+	}
 	for _, e := range d.eps {
 		if !e.paused && !e.breakerClosed() && now.Before(e.openUntil) {
 			next = earliest(next, e.openUntil)
@@ -576,6 +581,12 @@ func earliest(a, b time.Time) time.Time {
 // take it. again reports that some lane got all it asked for and still has
 // room, so another round should follow at once.
 func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, start int) (started int, again bool, err error) {
+	d.mu.Lock()
+	_, hold := d.startHoldLocked(d.now())
+	d.mu.Unlock()
+	if hold {
+		return 0, false, nil
+	}
 	for i := range d.lanes {
 		l := d.lanes[(start+i)%len(d.lanes)]
 		if !d.serves(l.cfg.Name) {
@@ -1047,6 +1058,10 @@ func (d *Dispatcher) Resume(url string) {
 	}
 	e.paused = false
 	e.pauseReason = ""
+	e.resumed = true
+	if d.firstResume.IsZero() {
+		d.firstResume = d.now()
+	}
 	e.closeBreaker() // the supervisor saw it ready: no probe needed
 	d.mu.Unlock()
 	d.signal()
