@@ -199,7 +199,7 @@ type cell struct {
 	effSpeed           float64 // lowest simulated/wall ratio of the runs
 	split              []endpointShare
 	limits             []string
-	stopped            int // runs stopped after maxRestarts
+	stopped            int     // runs stopped after maxRestarts
 	hit, prefill       float64 // mean prefix-cache hit rate, prompt tokens computed
 	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
 }
