@@ -73,27 +73,13 @@ func TestE2EAffinityAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := writeChats(t, filepath.Join(dir, "chats.jsonl"), 200, rng)
-	dbPath := filepath.Join(dir, "aff.db")
-	var db *sql.DB
-	midConversation := func() int {
-		if db == nil {
-			if _, err := os.Stat(dbPath); err != nil {
-				return 0
-			}
-			db = openStoreRO(t, dbPath)
-		}
-		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM samples WHERE turn > 0 AND state IN ('pending', 'leased')`).Scan(&n); err != nil {
-			return 0
-		}
-		return n
-	}
+	sw := &storeWatch{t: t, path: filepath.Join(dir, "aff.db")}
 	var kills []time.Time
 	for run := 0; len(kills) < 3 && run < 10; run++ {
 		p := startRegen(t, dir, "run", "job.yaml")
 		p.waitLine("ingest: ")
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
-		for !p.exited() && midConversation() < 10 {
+		for !p.exited() && sw.midConversations() < 10 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
@@ -112,10 +98,7 @@ func TestE2EAffinityAfterKill(t *testing.T) {
 	if final := regen(t, dir, "run", "job.yaml"); final.code != 0 {
 		t.Fatalf("final run:\n%s", final)
 	}
-	if db == nil {
-		db = openStoreRO(t, dbPath)
-	}
-	stored := storedEndpoints(t, db)
+	stored := storedEndpoints(t, sw.open())
 	total := 0
 	for _, k := range want {
 		total += k
