@@ -3,7 +3,7 @@
 // (completion tokens per simulated second), retractions and crashes per
 // setting, so the adaptive limiter's claims can be reproduced:
 //
-//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash] [-samples 800] [-speed 50]
+//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash,mt1,mt2,mt4] [-samples 800] [-speed 50] [-balance tokens,affinity]
 //
 // Every cell is the whole job end to end through regen's runner (ingest,
 // the fleet, probes, the dispatcher, SQLite), on fresh servers and a fresh
