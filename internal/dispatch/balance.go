@@ -102,9 +102,6 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 			byTokens = false
 		}
 	}
-	if d.cfg.NoAffinity {
-		a = affinity{}
-	}
 	eps := make([]*endpoint, 0, n)
 	cands := make([]candidate, 0, n)
 	for i := range n {

@@ -746,7 +746,10 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 			unstarted = append(unstarted, c.ID)
 			continue
 		}
-		aff := affinityOf(c)
+		var aff affinity
+		if !d.cfg.NoAffinity {
+			aff = affinityOf(c)
+		}
 		now := d.now()
 		d.mu.Lock()
 		est := d.estimateLocked(l, c)
