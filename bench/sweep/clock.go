@@ -36,6 +36,7 @@ type clockState struct {
 	total    counters // through restarts
 	restarts int
 	started  bool
+	downFor  float64 // simulated time counted for failed scrapes since the last good one
 }
 
 // counters are the server counters the sweep follows through restarts.
@@ -88,16 +89,23 @@ func (c *clockWatch) observe(i int, clock float64, cs counters, ok bool, now tim
 			s.ok, s.clock, s.last, s.at = true, clock, cs, now
 		}
 		return
-	case ok && s.ok && clock >= s.clock:
-		s.elapsed += clock - s.clock
+	case ok && clock >= s.clock:
+		// The same incarnation, also after scrapes that failed (a busy
+		// machine can time one out): its clock says how much time passed,
+		// of which the failed scrapes already counted downFor.
+		s.elapsed += max(clock-s.clock-s.downFor, 0)
 		s.total = s.total.plus(cs.since(s.last))
+		s.downFor = 0
 	case ok:
 		// A new incarnation: its own clock and counters started at zero.
 		s.restarts++
 		s.elapsed += now.Sub(s.at).Seconds()*c.speed + clock
 		s.total = s.total.plus(cs)
+		s.downFor = 0
 	default:
-		s.elapsed += now.Sub(s.at).Seconds() * c.speed
+		d := now.Sub(s.at).Seconds() * c.speed
+		s.elapsed += d
+		s.downFor += d
 	}
 	s.ok, s.at = ok, now
 	if ok {
