@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -59,14 +60,25 @@ var cases = []benchCase{
 	{"e2e", benchE2E},
 	{"scale", benchScale},
 	{"bigjob", benchBigJob},
+	// ceiling runs only when asked (-only ceiling): 60 worker processes
+	// over about a minute.
+	{"ceiling", benchCeiling},
 }
 
 func main() {
 	quick := flag.Bool("quick", false, "smaller workloads (about 20 s instead of about 90 s)")
-	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob (default all)")
+	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob, ceiling (default all but ceiling)")
 	bigRows := flag.Int("bigjob-rows", 0, "rows of the bigjob case (default 1000000, 200000 with -quick); 10000000 for the 10^7 memory figure")
 	tokenIDs := flag.Bool("token-ids", false, "e2e: ask the simulator for token ids and store them with every answer (output.token_ids)")
+	worker := flag.String("ceiling-worker", "", "internal: run as one worker process of the ceiling case")
 	flag.Parse()
+	if *worker != "" {
+		if err := ceilingWorker(*worker); err != nil {
+			fmt.Fprintln(os.Stderr, "bench worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*quick, *only, *bigRows, *tokenIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -116,7 +128,7 @@ func run(quick bool, only string, bigRows int, tokenIDs bool) error {
 
 func selectCases(only string) ([]benchCase, error) {
 	if only == "" {
-		return cases, nil
+		return slices.DeleteFunc(slices.Clone(cases), func(c benchCase) bool { return c.name == "ceiling" }), nil
 	}
 	var out []benchCase
 	for _, name := range strings.Split(only, ",") {
@@ -129,7 +141,7 @@ func selectCases(only string) ([]benchCase, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale or bigjob)", name)
+			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale, bigjob or ceiling)", name)
 		}
 	}
 	return out, nil

@@ -28,7 +28,11 @@ var (
 
 func pgStart(ctx context.Context) (string, error) {
 	pgOnce.Do(func() {
-		pgServer, pgErr = pgtest.Start(pgtest.Options{Durable: true})
+		// pg_stat_statements says which statements the database's time
+		// goes to (the ceiling case); 32 worker processes with their pools
+		// need more than the default connections.
+		pgServer, pgErr = pgtest.Start(pgtest.Options{Durable: true,
+			Settings: []string{"shared_preload_libraries=pg_stat_statements", "max_connections=400"}})
 		if pgErr != nil {
 			pgErr = fmt.Errorf("start PostgreSQL: %w", pgErr)
 			return
@@ -62,18 +66,28 @@ func pgSchema(what string) string { return fmt.Sprintf("bench_%s_%d", what, pgSe
 // postmaster and its backends), 0 when none runs: the database's share of
 // a measurement, which the process's own rusage does not include.
 func pgCPU() time.Duration {
+	var ticks int64
+	for _, t := range pgTicks() {
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// pgTicks is the CPU time of each process of the server (the postmaster
+// and its backends) in clock ticks, by pid.
+func pgTicks() map[int]int64 {
+	out := map[int]int64{}
 	if pgServer == nil {
-		return 0
+		return out
 	}
 	root := pgServer.PID()
 	if root == 0 {
-		return 0
+		return out
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return out
 	}
-	var ticks int64
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -96,9 +110,9 @@ func pgCPU() time.Duration {
 		}
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
+		out[pid] = u + st
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	return out
 }
 
 // clockTicks is USER_HZ, the unit of /proc/*/stat times: 100 on Linux.

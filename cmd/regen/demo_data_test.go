@@ -70,7 +70,11 @@ func checkDemoStats(t *testing.T, dir string, ex exported) {
 			Rule string
 			N    int
 		}
-		BadRows int `json:"bad_rows"`
+		BadRows    int `json:"bad_rows"`
+		Throughput []struct {
+			Answers int
+		}
+		BucketSeconds int `json:"bucket_seconds"`
 	}
 	if err := json.Unmarshal([]byte(js.stdout), &rep); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, js)
@@ -83,6 +87,16 @@ func checkDemoStats(t *testing.T, dir string, ex exported) {
 		rejected != len(ex.rejected) || rep.BadRows != 3 || rep.Total.Answers <= 600 {
 		t.Errorf("stats --json = %+v; want version 1, 600 samples, %d done, %d rejected, 3 bad rows, more answers than samples",
 			rep, len(ex.shareGPT), len(ex.rejected))
+	}
+	// The demo lasts seconds: its throughput is drawn in buckets of
+	// seconds that hold every answer, not as one bar of a minute.
+	answers := 0
+	for _, p := range rep.Throughput {
+		answers += p.Answers
+	}
+	if rep.BucketSeconds < 1 || rep.BucketSeconds >= 60 || len(rep.Throughput) < 2 || answers != rep.Total.Answers {
+		t.Errorf("stats throughput: %d buckets of %d s holding %d answers; want several buckets of seconds holding all %d",
+			len(rep.Throughput), rep.BucketSeconds, answers, rep.Total.Answers)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,16 +90,7 @@ func TestE2EChaosKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test runs a 2,400-sample job with a dozen kills; skipped with -short")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("REGEN_CHAOS_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("REGEN_CHAOS_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("chaos seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x7265676e))
+	rng := chaosRNG(t, 0x7265676e)
 
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(chaosJob), 0o644); err != nil {

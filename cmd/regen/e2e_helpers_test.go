@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,7 +88,17 @@ func startRegen(t *testing.T, dir string, args ...string) *proc {
 // startRegenEnv is startRegen with extra environment variables (KEY=value).
 func startRegenEnv(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	return startRegenVia(t, nil, dir, env, args...)
+}
+
+// startRegenVia is startRegenEnv with regen run through a wrapper command
+// that execs it (e.g. ip netns exec NAME), so the process is regen's own.
+func startRegenVia(t *testing.T, wrapper []string, dir string, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(regenBin, args...)
+	if len(wrapper) > 0 {
+		cmd = exec.Command(wrapper[0], append(append(wrapper[1:len(wrapper):len(wrapper)], regenBin), args...)...)
+	}
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "NO_COLOR=1"), env...)
 	p := &proc{cmd: cmd, args: args, readEnd: make(chan struct{}), changed: make(chan struct{})}
@@ -651,3 +663,19 @@ func intersect(a, b []string) []string {
 
 // diffSets is cmp.Diff over sorted distinct ids.
 func diffSets(a, b []string) string { return cmp.Diff(idSet(a), idSet(b)) }
+
+// chaosRNG is a random source for a fault test's choices, seeded from the
+// clock or from REGEN_CHAOS_SEED to replay a run; stream tells tests apart.
+func chaosRNG(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("REGEN_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("REGEN_CHAOS_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("chaos seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}

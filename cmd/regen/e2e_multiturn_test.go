@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -221,16 +220,7 @@ func TestE2EMultiTurnKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-turn chaos test runs 500 conversations with a dozen kills; skipped with -short")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("REGEN_CHAOS_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("REGEN_CHAOS_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x6d74))
+	rng := chaosRNG(t, 0x6d74)
 
 	rs := startRecordingSim(t, map[string]any{"speed": 12, "output_mean": 60, "truncate_fraction": 0, "seed": 11, "load_time": 0, "warmup_time": 0})
 	dir := t.TempDir()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,16 +27,7 @@ func TestE2EPostgresChaos(t *testing.T) {
 		t.Skip("chaos test runs a 3,000-sample job with 30 kills and 3 database crashes; skipped with -short")
 	}
 	srv := pgtest.Get(t)
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("REGEN_CHAOS_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("REGEN_CHAOS_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("chaos seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x70676368))
+	rng := chaosRNG(t, 0x70676368)
 	per := 1500
 	if s := os.Getenv("REGEN_PG_CHAOS_SAMPLES"); s != "" {
 		v, err := strconv.Atoi(s)

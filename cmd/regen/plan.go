@@ -60,7 +60,7 @@ func (o *planOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.tp, "tp", 1, "tensor-parallel size")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas")
 	fs.StringVar(&o.hostMem, "host-mem", "", "host RAM (e.g. 449GB); needed for the hierarchical cache check")
-	fs.StringVar(&o.engine, "engine", "sglang", "sglang or vllm")
+	fs.StringVar(&o.engine, "engine", "sglang", "sglang or vllm (llamacpp: llama-server sizes itself; regen reads its slots and context)")
 	fs.StringVar(&o.kvDtype, "kv-dtype", "auto", "KV cache dtype: auto, bf16, fp16, fp8_e4m3, fp8_e5m2")
 	fs.Float64Var(&o.memFraction, "mem-fraction", 0, "SGLang --mem-fraction-static or vLLM gpu_memory_utilization (default: engine default; SGLang's is version-dependent)")
 	fs.StringVar(&o.freeBefore, "free-before-weights", "", "GPU memory free before weights load, P (default: GPU total - context overhead)")
@@ -102,6 +102,9 @@ with the arithmetic when the plan cannot work.`,
 				if notes, err = applyJob(cmd.Context(), &o, cmd.Flags().Changed); err != nil {
 					return err
 				}
+			}
+			if o.engine == string(plan.LlamaCpp) {
+				return plan.ErrLlamaCpp
 			}
 			return runPlan(o, cmd.OutOrStdout(), notes...)
 		},

@@ -29,6 +29,9 @@ func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([
 		if !changed("engine") && (spec.Server.Engine == "sglang" || spec.Server.Engine == "vllm") {
 			o.engine = spec.Server.Engine
 		}
+		if !changed("engine") && spec.Server.Engine == string(plan.LlamaCpp) {
+			return nil, fmt.Errorf("%s launches llama-server: %w", spec.Path, plan.ErrLlamaCpp)
+		}
 	}
 	flags := launchFlags(args)
 	setInt := func(name string, dst *int, keys ...string) error {

@@ -132,3 +132,33 @@ lanes: [{name: short, concurrency: 8, max_tokens: 4096}]
 		t.Errorf("notes = %v", notes)
 	}
 }
+
+// TestPlanLlamaCpp: plan says what it supports for llama-server, whether
+// asked by flag, by a job that launches llama-server, or given a GGUF file
+// as the model (never read whole, never decoded as JSON).
+func TestPlanLlamaCpp(t *testing.T) {
+	dir := t.TempDir()
+	gguf := filepath.Join(dir, "qwen3-8b-q4_k_m.gguf")
+	if err := os.WriteFile(gguf, append([]byte("GGUF"), make([]byte, 64)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.jsonl"), []byte(`{"id":"1","prompt":"hi"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jobYAML := "name: llama\nmodel: " + gguf + "\nserver:\n  engine: llamacpp\n  args: [-c, \"16384\", --parallel, \"8\"]\n" +
+		"sources:\n  - {partition: p, path: data.jsonl, prompt: prompt, id: id}\n"
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(jobYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"plan", "--engine", "llamacpp", "--model", gguf, "--gpu", "RTX-PRO-6000"},
+		{"plan", "--from-job", "job.yaml", "--gpu", "RTX-PRO-6000"},
+		{"plan", "--model", gguf, "--gpu", "RTX-PRO-6000"},
+	} {
+		res := regen(t, dir, args...)
+		if res.code == 0 || !strings.Contains(res.stderr, "it does not plan llama-server (llamacpp)") ||
+			!strings.Contains(res.stderr, "the pool is slots x n_ctx") || strings.Contains(res.stderr, "invalid character") {
+			t.Errorf("regen %s: exit %d, stderr %q; want a refusal that says what is supported", strings.Join(args, " "), res.code, res.stderr)
+		}
+	}
+}

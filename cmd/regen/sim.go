@@ -42,13 +42,22 @@ func newSimCommand() *cobra.Command {
 	o := &simOptions{cfg: sim.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "sim [flags]",
-		Short: "Run the built-in simulated SGLang (or vLLM) server",
+		Short: "Run the built-in simulated SGLang (or vLLM, or llama-server) server",
 		Long: `Run an OpenAI-compatible server that behaves like SGLang where regen's
 decisions depend on it: a KV token pool with continuous batching and
 retraction, SGLang's endpoints (/v1/chat/completions, /v1/completions,
-/v1/models, /health, /health_generate, /get_server_info, /metrics), its log
-lines on stderr, and injectable faults. Durations are simulated time, run
---speed times faster than real time.
+/v1/models, /health, /health_generate, /server_info, /get_server_info,
+/v1/loads, /metrics), its log lines on stderr, and injectable faults.
+Durations are simulated time, run --speed times faster than real time.
+
+--engine vllm serves vLLM's routes and metric names (/version, /load,
+max_model_len); --engine llamacpp serves llama-server's: --parallel slots
+sharing --context-length (each slot its share; a prompt that does not fit
+one is refused, an answer stops when its slot is full), /props, /slots,
+owned_by llamacpp and the Server: llama.cpp header. --api-shape previous
+serves the routes and names of the releases before today's (SGLang
+/get_server_info only, vLLM gpu_cache_usage_perc); --dp N presents an
+SGLang pool as N data-parallel ranks.
 
 Faults come from the flags below or from --scenario, a YAML list such as:
 

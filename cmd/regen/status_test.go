@@ -18,6 +18,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/stats"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 	"github.com/regen-dev/regen/internal/web"
@@ -29,6 +30,7 @@ type statusFixture struct {
 	spec  *job.Spec
 	st    *sqlite.Store
 	clock time.Time
+	rows  map[time.Time]*store.Minute // the runner's history, by slot
 }
 
 var statusT0 = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
@@ -49,7 +51,7 @@ func newStatusFixture(t *testing.T) *statusFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &statusFixture{spec: spec, clock: statusT0}
+	f := &statusFixture{spec: spec, clock: statusT0, rows: map[time.Time]*store.Minute{}}
 	p, _ := spec.Store.SQLitePath()
 	if f.st, err = sqlite.OpenWith(p, sqlite.Options{Now: func() time.Time { return f.clock }}); err != nil {
 		t.Fatal(err)
@@ -80,6 +82,24 @@ func (f *statusFixture) work(t *testing.T, n, done int, step time.Duration) {
 		if err := f.st.Complete(ctx, c.ID, "w", store.Result{Response: []byte(`{}`), FinishReason: "stop", PromptTokens: 20, CompletionTokens: 500}); err != nil {
 			t.Fatal(err)
 		}
+		f.finished(t, 500)
+	}
+}
+
+// finished writes into the history what a runner would for a sample
+// finished now with tokens completion tokens.
+func (f *statusFixture) finished(t *testing.T, tokens int64) {
+	t.Helper()
+	slot, _ := stats.SlotAt(f.clock, statusT0)
+	m := f.rows[slot]
+	if m == nil {
+		m = &store.Minute{Time: slot, Worker: "w", KVUsage: -1, Queued: -1, Running: -1}
+		f.rows[slot] = m
+	}
+	m.Samples++
+	m.Tokens += tokens
+	if err := f.st.PutMinutes(context.Background(), []store.Minute{*m}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -146,6 +166,7 @@ func TestStatusGoldenDown(t *testing.T) {
 	if err := f.st.Reject(ctx, claimed[1].ID, "w", r, "think_tags", "content holds <think> at byte 0"); err != nil {
 		t.Fatal(err)
 	}
+	f.finished(t, 4)
 	if err := f.st.AddIngestErrors(ctx, []store.IngestError{{Partition: "B1", Origin: "p.jsonl:11", Field: "q", Reason: "field q: missing"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -247,7 +247,11 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 			if e.APIKeyEnv != "" {
 				key = "key from $" + e.APIKeyEnv
 			}
-			p("\t%s\t%s\t%s", e.URL, e.Engine, key)
+			engine := e.Engine
+			if e.Detect {
+				engine = "engine asked of the server"
+			}
+			p("\t%s\t%s\t%s", e.URL, engine, key)
 		}
 	}
 	params, err := s.Generation.Params()

@@ -58,9 +58,6 @@ that address. A non-loopback address needs --token (or REGEN_WEB_TOKEN).`,
 // watchEvents is how many events the view reads, for a tall terminal.
 const watchEvents = 60
 
-// historyWindow is how far back the terminal view's sparklines reach.
-const historyWindow = time.Hour
-
 func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o watchOptions) error {
 	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
@@ -98,7 +95,11 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 				return ui.WatchSnapshot{}, err
 			}
 			now := time.Now()
-			h, err := monitor.ReadHistory(ctx, st, now, historyWindow)
+			hb, ok, err := st.LastHeartbeat(ctx)
+			if err != nil {
+				return ui.WatchSnapshot{}, err
+			}
+			h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, ok, now, 0), now)
 			if err != nil {
 				return ui.WatchSnapshot{}, err
 			}

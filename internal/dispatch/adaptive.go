@@ -147,6 +147,7 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 			Errors:           ld.errs,
 			Running:          metric(m, engine.FieldRunning, m.Running),
 			Queued:           metric(m, engine.FieldQueued, m.Queued),
+			Slots:            max(metric(m, engine.FieldSlots, m.Slots), 0),
 			KVUsage:          kv,
 			Retractions:      math.Max(retracted, 0),
 		}

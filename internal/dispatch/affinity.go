@@ -13,7 +13,7 @@ import (
 //
 // Turn k of a conversation sends turns 0..k-1 again, and the server that
 // answered turn k-1 computed them moments ago and still holds them in its
-// prefix cache (docs/engines.md §13); any other server prefills them
+// prefix cache (docs/engines.md §14); any other server prefills them
 // again. Rows that share a long system prompt and tool list gain the same
 // way from meeting on one server. So, among the endpoints with room for
 // the request's lane (which excludes endpoints that are down, paused,

@@ -172,8 +172,11 @@ type Dispatcher struct {
 	storeRetrying int
 	fatalErr      error
 	stopLoop      context.CancelCauseFunc
-	// held are the samples this dispatcher claimed and has not settled.
-	held map[string]struct{}
+	// held are the samples this dispatcher claimed and has not settled,
+	// with the fencing token of the lease it holds now: a sample claimed
+	// again after its lease was lost (a pause past dead_after) stays held
+	// when the request of the lost lease settles.
+	held map[string]int64
 	// unsure counts store calls that failed (a claim that may have committed
 	// with its reply lost; a release a database crash may have undone);
 	// reconciled is its value at the last reconcile.
@@ -254,7 +257,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		wake:       make(chan struct{}, 1),
 		aborted:    make(chan struct{}),
 		storeBack:  make(chan struct{}, 1),
-		held:       map[string]struct{}{},
+		held:       map[string]int64{},
 		guard:      newPoisonGuard(cfg.PoisonAfter),
 		logs:       newLogRate(10 * time.Second),
 		suspects:   map[string]suspect{},
@@ -626,7 +629,7 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		}
 		d.mu.Lock()
 		for _, c := range claimed {
-			d.held[c.ID] = struct{}{}
+			d.held[c.ID] = c.Token
 		}
 		if len(claimed) < n {
 			d.moveQueuedLocked(l, now)
@@ -802,6 +805,11 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
+	if why := d.tooLong(c, t); why != "" {
+		cl.cancel(nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
+		return
+	}
 	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
 	res, err, cause := d.send(reqCtx, cl, t, func(chunks int64) {
 		if hedgeAt > 0 && chunks >= hedgeAt {
@@ -848,6 +856,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 		cause = context.Cause(ctx)
 	} else {
 		d.guard.accepted()
+		e.completion.Add(int64(res.Usage.CompletionTokens))
 	}
 	cl.cancel(nil)
 	d.observe(l.cfg.Name, e.url, start, res, err, cause)
@@ -1101,6 +1110,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 			Breaker:          e.breakerState(now),
 			BreakerOpenUntil: e.openUntil,
 			TokensTotal:      e.tokens.Load(),
+			CompletionTokens: e.completion.Load(),
 			Requests:         e.requests,
 			LastServerDown:   e.lastDown,
 		}

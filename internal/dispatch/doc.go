@@ -103,6 +103,11 @@
 // meanwhile), Snapshot().Store says DOWN with the last error, and dispatch
 // resumes where it was when the store answers again, extending its leases
 // first. Nothing is lost: a result is counted only once its commit returned.
+// Every outcome is committed with the fencing token of the claim it ran
+// under: when the lease is gone meanwhile (this worker was frozen or cut off
+// past dead_after and another took the sample, even if this one has claimed
+// it again since), the store refuses it, and the outcome is dropped, counted
+// (Counters.LeaseLost) and logged as "lease lost; outcome dropped".
 //
 // Retries, free releases on a working server, backpressure holds and the
 // decisions that move an adaptive limit are logged, one line per event

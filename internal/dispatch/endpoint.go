@@ -57,8 +57,9 @@ type endpoint struct {
 	// answered; chunks times it estimates a running request's tokens.
 	perChunk float64
 
-	lastToken atomic.Int64 // unix nanoseconds of the last onDelta
-	tokens    atomic.Int64
+	lastToken  atomic.Int64 // unix nanoseconds of the last onDelta
+	tokens     atomic.Int64
+	completion atomic.Int64 // completion tokens of the answers received (usage)
 }
 
 // call is one request in flight.

@@ -35,6 +35,8 @@ type fakeStore struct {
 	answers []fakeAnswer
 	dups    map[string]store.Duplicate // by origin
 	gens    []store.Generation
+	// tokens numbers the leases, as a shared store's fencing tokens do.
+	tokens int64
 }
 
 // fakeAnswer is one stored answer; gone once its reject was requeued.
@@ -51,6 +53,7 @@ type fakeSample struct {
 	state      store.State
 	owner      string
 	leaseUntil time.Time
+	token      int64 // the current lease's fencing token
 	notBefore  time.Time
 	attempts   int
 	lastErr    string
@@ -170,8 +173,9 @@ func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, l
 	slices.SortFunc(ready, func(a, b *fakeSample) int { return store.CompareClaims(a.turn, int64(a.seq), b.turn, int64(b.seq)) })
 	var out []store.Claimed
 	for _, x := range ready[:min(n, len(ready))] {
-		x.state, x.owner, x.leaseUntil = store.Leased, owner, now.Add(lease)
-		out = append(out, store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body,
+		s.tokens++
+		x.state, x.owner, x.leaseUntil, x.token = store.Leased, owner, now.Add(lease), s.tokens
+		out = append(out, store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body, Token: x.token,
 			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil, Turn: x.turn, Prior: slices.Clone(x.prior)})
 	}
 	return out, nil
@@ -187,6 +191,38 @@ func (s *fakeStore) ExtendLeases(_ context.Context, owner string, lease time.Dur
 		}
 	}
 	return nil
+}
+
+// Commit runs a transition through the named methods, refused first when
+// its token is not the held lease's (the token is read under the lock the
+// method takes again; the dispatcher never commits one sample twice at
+// once, so nothing moves in between).
+func (s *fakeStore) Commit(ctx context.Context, t store.Transition) error {
+	s.mu.Lock()
+	x, ok := s.samples[t.ID]
+	stale := t.Token != 0 && ok && x.state == store.Leased && x.token != t.Token
+	s.mu.Unlock()
+	if stale {
+		return store.ErrNotLeased
+	}
+	switch t.Op {
+	case store.OpFinish:
+		if t.State == store.Rejected {
+			return s.Reject(ctx, t.ID, t.Owner, t.Result, t.Rule, t.Text)
+		}
+		return s.Complete(ctx, t.ID, t.Owner, t.Result)
+	case store.OpTurn:
+		return s.CompleteTurn(ctx, t.ID, t.Owner, t.Result, t.Text)
+	case store.OpRetry:
+		return s.Retry(ctx, t.ID, t.Owner, t.NotBefore, t.Text)
+	case store.OpDead:
+		return s.DeadLetter(ctx, t.ID, t.Owner, t.Text)
+	case store.OpEscalate:
+		return s.Escalate(ctx, t.ID, t.Owner, t.Text)
+	case store.OpRelane:
+		return s.Relane(ctx, t.ID, t.Owner, t.Text)
+	}
+	return fmt.Errorf("unknown transition %d", t.Op)
 }
 
 func (s *fakeStore) hookLocked(op, id string) error {
@@ -343,16 +379,23 @@ func (s *fakeStore) EachTokenCount(_ context.Context, fn func(store.TokenCount) 
 	return nil
 }
 
-func (s *fakeStore) ThroughputHistory(context.Context) ([]store.MinuteThroughput, error) {
+func (s *fakeStore) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput, error) {
+	return s.ThroughputBuckets(ctx, time.Unix(0, 0), time.Minute)
+}
+
+func (s *fakeStore) ThroughputBuckets(_ context.Context, start time.Time, w time.Duration) ([]store.MinuteThroughput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := map[int64]*store.MinuteThroughput{}
 	for _, a := range s.answers {
-		minute := a.at.Unix() / 60
-		t := m[minute]
+		if a.at.Before(start) {
+			continue
+		}
+		b := int64(a.at.Sub(start) / w)
+		t := m[b]
 		if t == nil {
-			t = &store.MinuteThroughput{Minute: time.Unix(minute*60, 0)}
-			m[minute] = t
+			t = &store.MinuteThroughput{Minute: start.Add(time.Duration(b) * w)}
+			m[b] = t
 		}
 		t.Requests++
 		t.PromptTokens += int64(a.r.PromptTokens)

@@ -135,7 +135,7 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 	if h.err != nil {
 		d.log.Debug("backup failed; escalating", "sample", c.ID, "err", h.err)
 		_, what, op := d.storeOp(cl.ep.url, l, c, t, escalated, res, nil, now)
-		err := d.storeOutcome(storeCtx, c, what, op)
+		err := d.storeOutcome(storeCtx, c, what, op, now)
 		d.retire(c, err, func() { d.count(escalated, res, l, target) })
 		return
 	}
@@ -148,7 +148,7 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 		// lane by a crash between them is redone there, as an escalated
 		// sample would be.
 		op = func(ctx context.Context) error {
-			if err := st.Relane(ctx, c.ID, owner, target.cfg.Name); err != nil {
+			if err := st.Commit(ctx, store.Transition{Op: store.OpRelane, ID: c.ID, Owner: owner, Token: c.Token, Text: target.cfg.Name}); err != nil {
 				return err
 			}
 			return commit(ctx)
@@ -157,7 +157,7 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 	// else the backup was truncated too and escalates further, from the
 	// first lane straight to the one after the backup's: nothing of it is
 	// stored.
-	err := d.storeOutcome(storeCtx, c, what, op)
+	err := d.storeOutcome(storeCtx, c, what, op, now)
 	d.retire(c, err, func() {
 		// The first escalation put nothing back in the store: the lanes'
 		// "no more work" stands.

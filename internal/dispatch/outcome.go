@@ -50,14 +50,7 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 	case reqErr == nil && res.FinishReason == "length" && l.cfg.EscalateTo != "":
 		return verdict{out: outEscalate}
 	case reqErr == nil:
-		if v := d.cfg.Quality.Check(quality.Request{Tools: t.tools, Reasoning: d.cfg.Reasoning}, res); v.Rejected() {
-			return verdict{out: outReject, check: v}
-		}
-		ok, why := t.plan.Continue(t.index, res)
-		if ok {
-			return verdict{out: outNextTurn}
-		}
-		return verdict{out: outComplete, endReason: why}
+		return d.judge(t, res)
 	case releaseCause(cause):
 		return verdict{out: outRelease}
 	}
@@ -74,6 +67,19 @@ func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, r
 	return verdict{out: outRetry, class: class}
 }
 
+// judge applies the quality rules and the conversation plan to an answer
+// that stays in its lane.
+func (d *Dispatcher) judge(t *turn, res llm.Result) verdict {
+	if v := d.cfg.Quality.Check(quality.Request{Tools: t.tools, Reasoning: d.cfg.Reasoning}, res); v.Rejected() {
+		return verdict{out: outReject, check: v}
+	}
+	ok, why := t.plan.Continue(t.index, res)
+	if ok {
+		return verdict{out: outNextTurn}
+	}
+	return verdict{out: outComplete, endReason: why}
+}
+
 // settle updates the endpoint, records the sample's fate in the store and
 // frees its lane slot. t is nil when no request could be built.
 func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) {
@@ -82,12 +88,12 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	if t == nil {
 		v = verdict{out: outDead, class: llm.BadRequest, unsent: true}
 	} else {
-		v = d.refine(cl, c, d.decide(l, c, t, res, reqErr, cause), reqErr, now)
+		v = d.refine(cl, c, d.contextCut(cl, l, t, res, d.decide(l, c, t, res, reqErr, cause)), reqErr, now)
 	}
 	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 
 	target, what, op := d.storeOp(cl.ep.url, l, c, t, v, res, reqErr, now)
-	err := d.storeOutcome(storeCtx, c, what, op)
+	err := d.storeOutcome(storeCtx, c, what, op, now)
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
 	refused := v.refused || (v.out == outDead && v.class == llm.BadRequest && t != nil)
@@ -133,15 +139,21 @@ func releaseCause(cause error) bool {
 	return errors.Is(cause, errPaused) || errors.Is(cause, errDrain) || errors.Is(cause, errMoved) || errors.Is(cause, errShed)
 }
 
-// storeOutcome writes a sample's outcome with op, logging a write that did
-// not take.
-func (d *Dispatcher) storeOutcome(storeCtx context.Context, c store.Claimed, what string, op func(context.Context) error) error {
+// storeOutcome writes a sample's outcome with op (decided at answered),
+// logging a write that did not take.
+func (d *Dispatcher) storeOutcome(storeCtx context.Context, c store.Claimed, what string, op func(context.Context) error, answered time.Time) error {
 	err := d.storeDo(storeCtx, nil, op)
 	switch {
 	case errors.Is(err, store.ErrNotLeased), errors.Is(err, store.ErrWrongTurn):
-		// The lease expired and someone else owns the sample now; its
-		// outcome is theirs to record.
-		d.log.Warn("lease lost", "sample", c.ID, "op", what, "err", err)
+		// The lease expired or was returned (this worker was paused or cut
+		// off past dead_after) and the sample is someone else's now; its
+		// outcome is theirs to record: this answer is dropped.
+		d.mu.Lock()
+		d.counters.LeaseLost++
+		n := d.counters.LeaseLost
+		d.mu.Unlock()
+		d.log.Warn("lease lost; outcome dropped", "sample", c.ID, "op", what, "token", c.Token,
+			"answered_ago", d.now().Sub(answered).Round(time.Millisecond), "leases_lost", n, "err", err)
 	case err != nil:
 		// Only an aborted drain gives up on the store: the sample stays
 		// leased to us and comes back through expiry, its result lost but
@@ -156,7 +168,9 @@ func (d *Dispatcher) storeOutcome(storeCtx context.Context, c store.Claimed, wha
 func (d *Dispatcher) retire(c store.Claimed, err error, counted func()) {
 	d.mu.Lock()
 	d.inflight--
-	delete(d.held, c.ID)
+	if d.held[c.ID] == c.Token {
+		delete(d.held, c.ID)
+	}
 	if err == nil {
 		counted()
 	}
@@ -222,13 +236,18 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 }
 
 // storeOp returns the store transition for verdict v, the lane the sample
-// ends up in and a name for logs.
+// ends up in and a name for logs. Every transition carries the claim's
+// fencing token: it takes only under the lease this request ran under.
 func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v verdict, res llm.Result, reqErr error, now time.Time) (*lane, string, func(context.Context) error) {
 	st, owner := d.cfg.Store, d.cfg.Owner
+	commit := func(tr store.Transition) func(context.Context) error {
+		tr.ID, tr.Owner, tr.Token = c.ID, owner, c.Token
+		return func(ctx context.Context) error { return st.Commit(ctx, tr) }
+	}
 	switch v.out {
 	case outComplete:
 		r := d.storeResult(url, l, t, res, v.endReason)
-		return l, "complete", func(ctx context.Context) error { return st.Complete(ctx, c.ID, owner, r) }
+		return l, "complete", commit(store.Transition{Op: store.OpFinish, State: store.Done, Result: r})
 	case outNextTurn:
 		r := d.storeResult(url, l, t, res, "")
 		next := d.nextLane(c, t, res)
@@ -236,13 +255,13 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		if next != "" {
 			target = d.laneByName[next]
 		}
-		return target, "complete turn", func(ctx context.Context) error { return st.CompleteTurn(ctx, c.ID, owner, r, next) }
+		return target, "complete turn", commit(store.Transition{Op: store.OpTurn, Result: r, Text: next})
 	case outReject:
 		r := d.storeResult(url, l, t, res, "")
-		return l, "reject", func(ctx context.Context) error { return st.Reject(ctx, c.ID, owner, r, v.check.Rule, v.check.Evidence) }
+		return l, "reject", commit(store.Transition{Op: store.OpFinish, State: store.Rejected, Result: r, Rule: v.check.Rule, Text: v.check.Evidence})
 	case outEscalate:
 		target := d.laneByName[l.cfg.EscalateTo]
-		return target, "escalate", func(ctx context.Context) error { return st.Escalate(ctx, c.ID, owner, target.cfg.Name) }
+		return target, "escalate", commit(store.Transition{Op: store.OpEscalate, Text: target.cfg.Name})
 	case outRelease:
 		return l, "release", func(ctx context.Context) error { return st.Release(ctx, []string{c.ID}, owner) }
 	case outRetry:
@@ -251,9 +270,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 			u = 0.5 + u/2 // at least half the ceiling: it must not hold the head of the queue
 		}
 		delay := Delay(c.Attempts+1, d.cfg.BaseDelay, d.cfg.MaxDelay, u)
-		return l, "retry", func(ctx context.Context) error {
-			return st.Retry(ctx, c.ID, owner, now.Add(delay), reqErr.Error())
-		}
+		return l, "retry", commit(store.Transition{Op: store.OpRetry, NotBefore: now.Add(delay), Text: reqErr.Error()})
 	}
 	reason := reqErr.Error()
 	if v.class != llm.BadRequest {
@@ -265,7 +282,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	if c.Turn > 0 {
 		reason = fmt.Sprintf("turn %d: %s", c.Turn, reason)
 	}
-	return l, "dead-letter", func(ctx context.Context) error { return st.DeadLetter(ctx, c.ID, owner, reason) }
+	return l, "dead-letter", commit(store.Transition{Op: store.OpDead, Text: reason})
 }
 
 // count records a stored outcome in the counters, and an answer's

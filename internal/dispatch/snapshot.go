@@ -45,7 +45,11 @@ type EndpointStats struct {
 	// TokensTotal sums the counts passed to onDelta (llm.Client passes 1 per
 	// chunk carrying content, reasoning or a tool-call delta).
 	TokensTotal int64 `json:"tokens_total"`
-	Requests    int64 `json:"requests"`
+	// CompletionTokens sums the usage of every answer received: the one
+	// count of tokens the views chart and rate (chunks undercount it when
+	// a server puts several tokens in one).
+	CompletionTokens int64 `json:"completion_tokens"`
+	Requests         int64 `json:"requests"`
 	// Errors counts failed requests by llm.Class name ("retryable",
 	// "server-down", "bad-request", "malformed"); cancellations by Pause or
 	// drain are not errors.
@@ -127,7 +131,12 @@ type Counters struct {
 	Retried      int64 `json:"retried"`       // returned to pending with an attempt spent
 	DeadLettered int64 `json:"dead_lettered"` // bad requests and exhausted retries
 	Released     int64 `json:"released"`      // returned to pending without spending an attempt
-	ServerDown   int64 `json:"server_down"`   // requests that failed with a server-down error
+	// LeaseLost counts outcomes the store refused because the lease was
+	// gone (this worker was paused or cut off past dead_after and another
+	// took the sample): each such answer was dropped; the sample's new
+	// holder stores its own.
+	LeaseLost  int64 `json:"lease_lost"`
+	ServerDown int64 `json:"server_down"` // requests that failed with a server-down error
 	// Moved counts requests cancelled while queued at one server, before a
 	// token, to go to one with room once the store had no more of their lane.
 	Moved int64 `json:"moved"`

@@ -134,7 +134,7 @@ func TestLostClaimReplyIsReconciled(t *testing.T) {
 }
 
 // undoneStore loses its first Release (as a database crash loses a commit
-// made without waiting for the disk) and fails its first Complete (the
+// made without waiting for the disk) and fails its first completion (the
 // crash, seen by the dispatcher).
 type undoneStore struct {
 	*fakeStore
@@ -156,16 +156,16 @@ func (s *undoneStore) Release(ctx context.Context, ids []string, owner string) e
 	return s.fakeStore.Release(ctx, ids, owner)
 }
 
-func (s *undoneStore) Complete(ctx context.Context, id, owner string, r store.Result) error {
+func (s *undoneStore) Commit(ctx context.Context, t store.Transition) error {
 	s.mu.Lock()
-	fail := s.undone && !s.failed
+	fail := t.Op == store.OpFinish && s.undone && !s.failed
 	s.failed = s.failed || fail
 	s.mu.Unlock()
 	if fail {
 		s.completesFailedOnce++
 		return errors.New("server closed the connection unexpectedly")
 	}
-	return s.fakeStore.Complete(ctx, id, owner, r)
+	return s.fakeStore.Commit(ctx, t)
 }
 
 // TestUndoneReleaseIsReconciled: a sample whose release a crash undid stays

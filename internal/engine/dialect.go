@@ -48,11 +48,25 @@ type Dialect struct {
 	ProbeTimeout time.Duration
 	// MetricsPath serves Prometheus text when the server runs with metrics on.
 	MetricsPath string
-	// ServerInfoPath returns JSON with max_total_num_tokens (SGLang only).
-	ServerInfoPath string
-	// PropsPath returns llama-server's /props JSON, whose
-	// default_generation_settings.n_ctx is the KV context (llama.cpp only).
+	// LoadsPath answers SGLang's per-DP-rank load and pool (/v1/loads);
+	// ServerInfoPaths, tried in order when it does not, answer the server
+	// arguments with max_total_num_tokens and, per DP rank,
+	// internal_states (/server_info, and /get_server_info before it).
+	LoadsPath       string
+	ServerInfoPaths []string
+	// PropsPath returns llama-server's /props JSON: total_slots and the
+	// per-slot context default_generation_settings.n_ctx.
 	PropsPath string
+	// ModelLimits: /v1/models tells the most tokens a request may hold
+	// (vLLM's max_model_len, llama-server's meta.n_ctx).
+	ModelLimits bool
+	// LoadPath answers {"server_load": N}, the requests the server is
+	// working on (vLLM's /load, with --enable-server-load-tracking).
+	LoadPath string
+	// SlotBound: the server decodes at most its slot count at once and
+	// more requests only wait (llama-server): an adaptive limit targets
+	// the slots with no queue.
+	SlotBound bool
 	// RejectsUnknownModel: the server answers 404 to a request whose
 	// "model" it does not serve (vLLM). SGLang's and llama-server's
 	// OpenAI routes answer any name with the one model they loaded.
@@ -63,10 +77,11 @@ type Dialect struct {
 	// true, that make the engine return the prompt and completion token ids
 	// on a streamed answer; nil when it cannot (docs/engines.md §10).
 	TokenIDFields []string
-	// VersionPath answers JSON whose VersionField is the server's version
-	// (docs/engines.md §12): SGLang's /get_server_info version, vLLM's
-	// /version, llama-server's /props build_info.
-	VersionPath  string
+	// VersionPaths, tried in order, answer JSON whose VersionField is the
+	// server's version (docs/engines.md §12): SGLang's /server_info (older
+	// /get_server_info) version, vLLM's /version, llama-server's /props
+	// build_info.
+	VersionPaths []string
 	VersionField string
 }
 
@@ -85,37 +100,31 @@ type MetricNames struct {
 	KVPoolInfo []string
 }
 
+// sglangDialect is SGLang's; the simulator speaks it too (sim: no
+// default command, since its prefix is this binary, and no extra flags).
+func sglangDialect(name string, command, flags []string) Dialect {
+	return Dialect{
+		Name:            name,
+		Command:         command,
+		ModelFlag:       "--model-path",
+		Flags:           flags,
+		ReadyPath:       "/health_generate",
+		ReadyLine:       ReadyLineSGLang,
+		HealthPath:      "/health",
+		ProbeTimeout:    DefaultProbeTimeout,
+		MetricsPath:     "/metrics",
+		LoadsPath:       "/v1/loads",
+		ServerInfoPaths: sglangServerInfo,
+		Metrics:         sglangMetrics,
+		TokenIDFields:   sglangTokenIDs,
+		VersionPaths:    sglangServerInfo,
+		VersionField:    "version",
+	}
+}
+
 var dialects = map[string]Dialect{
-	SGLang: {
-		Name:           SGLang,
-		Command:        []string{"python3", "-m", "sglang.launch_server"},
-		ModelFlag:      "--model-path",
-		Flags:          []string{"--enable-metrics"},
-		ReadyPath:      "/health_generate",
-		ReadyLine:      ReadyLineSGLang,
-		HealthPath:     "/health",
-		ProbeTimeout:   DefaultProbeTimeout,
-		MetricsPath:    "/metrics",
-		ServerInfoPath: "/get_server_info",
-		Metrics:        sglangMetrics,
-		TokenIDFields:  sglangTokenIDs,
-		VersionPath:    "/get_server_info",
-		VersionField:   "version",
-	},
-	Sim: {
-		Name:           Sim,
-		ModelFlag:      "--model-path",
-		ReadyPath:      "/health_generate",
-		ReadyLine:      ReadyLineSGLang,
-		HealthPath:     "/health",
-		ProbeTimeout:   DefaultProbeTimeout,
-		MetricsPath:    "/metrics",
-		ServerInfoPath: "/get_server_info",
-		Metrics:        sglangMetrics,
-		TokenIDFields:  sglangTokenIDs,
-		VersionPath:    "/get_server_info",
-		VersionField:   "version",
-	},
+	SGLang: sglangDialect(SGLang, []string{"python3", "-m", "sglang.launch_server"}, []string{"--enable-metrics"}),
+	Sim:    sglangDialect(Sim, nil, nil),
 	VLLM: {
 		Name:                VLLM,
 		RejectsUnknownModel: true,
@@ -125,11 +134,15 @@ var dialects = map[string]Dialect{
 		ProbeTimeout:        DefaultProbeTimeout,
 		MetricsPath:         "/metrics",
 		TokenIDFields:       []string{"return_token_ids"},
-		VersionPath:         "/version",
+		VersionPaths:        []string{"/version"},
 		VersionField:        "version",
+		ModelLimits:         true,
+		LoadPath:            "/load",
 		Metrics: MetricNames{
-			Running:               []string{"vllm:num_requests_running"},
-			Queued:                []string{"vllm:num_requests_waiting"},
+			Running: []string{"vllm:num_requests_running"},
+			// by_reason splits the same queue (capacity, deferred); its
+			// sum stands in on a build that drops the plain gauge.
+			Queued:                []string{"vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason"},
 			TokenUsage:            []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
 			GenerationTokensTotal: []string{"vllm:generation_tokens_total"},
 			PromptTokensTotal:     []string{"vllm:prompt_tokens_total"},
@@ -147,7 +160,9 @@ var dialects = map[string]Dialect{
 		ProbeTimeout: DefaultProbeTimeout,
 		MetricsPath:  "/metrics",
 		PropsPath:    "/props",
-		VersionPath:  "/props",
+		ModelLimits:  true,
+		SlotBound:    true,
+		VersionPaths: []string{"/props"},
 		VersionField: "build_info",
 		Metrics: MetricNames{
 			Running:               []string{"llamacpp:requests_processing"},
@@ -161,6 +176,10 @@ var dialects = map[string]Dialect{
 
 // sglangTokenIDs ask for SGLang's response-level sglext ids; its older
 // return_token_ids is refused on streamed chat completions.
+// sglangServerInfo: /server_info replaced /get_server_info, which stays
+// as a deprecated alias for a release (docs/engines.md §13.1).
+var sglangServerInfo = []string{"/server_info", "/get_server_info"}
+
 var sglangTokenIDs = []string{"return_input_ids_in_sglext", "return_output_ids_in_sglext"}
 
 var sglangMetrics = MetricNames{
@@ -189,6 +208,8 @@ func Lookup(name string) (Dialect, error) {
 	d.Command = slices.Clone(d.Command)
 	d.Flags = slices.Clone(d.Flags)
 	d.TokenIDFields = slices.Clone(d.TokenIDFields)
+	d.ServerInfoPaths = slices.Clone(d.ServerInfoPaths)
+	d.VersionPaths = slices.Clone(d.VersionPaths)
 	return d, nil
 }
 
@@ -261,3 +282,19 @@ func simFlags(m map[string]any) []string {
 // ParseLogLine parses one line of this engine's log; see the package-level
 // ParseLogLine, which recognises every engine's lines.
 func (d Dialect) ParseLogLine(line string) LogEvent { return ParseLogLine(line) }
+
+// SimAs is the simulator's dialect when it imitates mode (its --engine:
+// "" or sglang is Sim itself): the mode's readiness, probes, metrics and
+// routes, launched as the simulator.
+func SimAs(mode string) (Dialect, error) {
+	s, err := Lookup(Sim)
+	if mode == "" || strings.EqualFold(mode, SGLang) || err != nil {
+		return s, err
+	}
+	d, err := Lookup(mode)
+	if err != nil || d.Name == Sim {
+		return s, err
+	}
+	d.Name, d.Command, d.ModelFlag, d.Flags, d.ReadyLine = s.Name, nil, s.ModelFlag, nil, ""
+	return d, nil
+}

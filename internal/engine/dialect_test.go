@@ -2,6 +2,7 @@ package engine
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -108,5 +109,47 @@ func TestLookupReturnsCopies(t *testing.T) {
 	d2, _ := Lookup("sglang")
 	if d2.Command[0] != "python3" {
 		t.Errorf("Lookup shares its Command slice: got %q after a caller changed it", d2.Command[0])
+	}
+}
+
+// TestMetricsEvidence: only the series a scrape contained are shown; a
+// llama-server without KV usage or retraction counters does not claim
+// token_usage=0.00 retractions_total=0.
+func TestMetricsEvidence(t *testing.T) {
+	tests := []struct {
+		m    Metrics
+		want string
+	}{
+		{Metrics{Running: 8, Queued: 0, GenerationTokensTotal: 3400, Slots: 8, Context: 2048, MaxTotalTokens: 16384,
+			Present: FieldRunning | FieldQueued | FieldGenerationTokensTotal | FieldSlots | FieldContext | FieldMaxTotalTokens},
+			"running=8 queued=0 generation_tokens_total=3400 kv_pool=16384 slots=8 context=2048"},
+		{Metrics{Running: 67, Queued: 9, TokenUsage: 0.934, RetractionsTotal: 0, Present: FieldRunning | FieldQueued | FieldTokenUsage | FieldRetractionsTotal},
+			"running=67 queued=9 token_usage=0.93 retractions_total=0"},
+		{Metrics{}, "no known series"},
+	}
+	for _, tt := range tests {
+		if got := tt.m.Evidence(); got != tt.want {
+			t.Errorf("Evidence() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// TestSimAs: the simulator in llama.cpp mode is probed as llama-server
+// (ready on /health, /props, llamacpp: metrics) and launched as the
+// simulator, with its mode among its flags.
+func TestSimAs(t *testing.T) {
+	d, err := SimAs("llamacpp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != Sim || d.ReadyPath != "/health" || d.PropsPath != "/props" || !d.SlotBound || d.Metrics.Running[0] != "llamacpp:requests_processing" {
+		t.Errorf("SimAs(llamacpp) = %+v; want llama-server's probes under the simulator's name", d)
+	}
+	argv := d.LaunchArgs(job.Server{Port: 1234, Sim: map[string]any{"engine": "llamacpp"}}, "m")
+	if got := strings.Join(argv[1:], " "); got != "sim --model-path m --host 127.0.0.1 --port 1234 --engine=llamacpp" {
+		t.Errorf("argv %q", got)
+	}
+	if d, _ := SimAs(""); d.ReadyPath != "/health_generate" || d.Name != Sim {
+		t.Errorf("SimAs(\"\") = %+v, want the simulator's own (SGLang's) dialect", d)
 	}
 }

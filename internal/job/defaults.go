@@ -124,6 +124,7 @@ func (s *Spec) applyDefaults() {
 		s.Endpoints[i].URL = strings.TrimSuffix(strings.TrimRight(strings.TrimSpace(s.Endpoints[i].URL), "/"), "/v1")
 		if s.Endpoints[i].Engine == "" {
 			s.Endpoints[i].Engine = DefaultEngine
+			s.Endpoints[i].Detect = s.Server == nil
 			if s.Server != nil {
 				s.Endpoints[i].Engine = s.Server.Engine
 			}

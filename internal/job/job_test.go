@@ -68,7 +68,7 @@ func TestLoadFull(t *testing.T) {
 			Reasoning:          "keep",
 		},
 		Endpoints: []Endpoint{
-			{URL: "http://127.0.0.1:30000", APIKeyEnv: "MY_KEY", Engine: "sglang"},
+			{URL: "http://127.0.0.1:30000", APIKeyEnv: "MY_KEY", Engine: "sglang", Detect: true},
 			{URL: "https://gpu.example.com", Engine: "vllm"}, // the file's /v1 is dropped: regen adds it
 		},
 		Store:  Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
@@ -108,7 +108,7 @@ func TestLoadDefaults(t *testing.T) {
 				Sources:    []Source{{Partition: "p", Path: filepath.Join(dir, "p.jsonl"), Prompt: "q", Regenerate: "all", SamplesPerPrompt: 1}},
 				Lanes:      []Lane{{Name: "default", Concurrency: 64, MaxTokens: 4096, BackupAt: DefaultBackupAt}},
 				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, Reasoning: "strip_history"},
-				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang"}},
+				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang", Detect: true}},
 				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
 				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
 				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},

@@ -112,7 +112,11 @@ type Generation struct {
 type Endpoint struct {
 	URL       string `yaml:"url"`
 	APIKeyEnv string `yaml:"api_key_env"` // name of the env var holding the key; never the key itself
-	Engine    string `yaml:"engine"`      // sglang | vllm | llamacpp | sim; default from Server or sglang
+	Engine    string `yaml:"engine"`      // sglang | vllm | llamacpp | sim; default from Server, else detected
+	// Detect: the job names no engine here and launches no server, so
+	// regen asks the server what it is once it answers (Engine holds the
+	// default, sglang, until then).
+	Detect bool `yaml:"-"`
 	// KVTokens is the server's KV pool in tokens, for token-aware
 	// balancing until the server reports its own (0 = wait for that).
 	KVTokens int `yaml:"kv_tokens"`

@@ -71,15 +71,6 @@ func (e EndpointStatus) MarshalJSON() ([]byte, error) {
 	}{p, nullTime(e.Since), nullTime(e.LastTokenAt)})
 }
 
-// MarshalJSON writes a load with null for a time not known.
-func (l Load) MarshalJSON() ([]byte, error) {
-	type plain Load
-	return json.Marshal(struct {
-		plain
-		At *time.Time `json:"at"`
-	}{plain(l), nullTime(l.At)})
-}
-
 // MarshalJSON writes the beat with null for a last token not yet seen.
 func (b Beat) MarshalJSON() ([]byte, error) {
 	type plain Beat
@@ -114,4 +105,19 @@ func emptySlices(ptr any) {
 			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
 		}
 	}
+}
+
+// MarshalJSON writes a server load reading with null for a time not
+// known, its age and interval in seconds too, and whether it is older than
+// its interval.
+func (l Load) MarshalJSON() ([]byte, error) {
+	type plain Load
+	_, stale := (&l).Stale()
+	return json.Marshal(struct {
+		At *time.Time `json:"at"`
+		plain
+		AgeSeconds   float64 `json:"age_seconds"`
+		EverySeconds float64 `json:"probe_every_seconds"`
+		Stale        bool    `json:"stale"`
+	}{nullTime(l.At), plain(l), l.Age.Seconds(), l.Every.Seconds(), stale})
 }

@@ -105,6 +105,10 @@ var (
 		"Requests each endpoint is running, from its metrics.", []string{"endpoint"}, nil)
 	descLimit = prometheus.NewDesc("regen_endpoint_concurrency_limit",
 		"Requests regen lets each endpoint have at once now, all lanes (adaptive with concurrency: auto).", []string{"endpoint"}, nil)
+	descTokensPerSec = prometheus.NewDesc("regen_tokens_per_second",
+		"Completion tokens per second now: the status report's rate_1m, the number the dashboard's tile and regen watch show.", nil, nil)
+	descSamplesPerSec = prometheus.NewDesc("regen_samples_per_second",
+		"Samples finished per second now (rate_1m).", nil, nil)
 	descIngestErrors = prometheus.NewDesc("regen_ingest_errors",
 		"Source rows that could not become samples (dead letters at ingest).", nil, nil)
 	descScrapeError = prometheus.NewDesc("regen_store_read_error",
@@ -118,7 +122,8 @@ type storeCollector struct {
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSamples, descJobState, descHeartbeatAge, descEndpointState,
-		descEndpointInFlight, descLimit, descKVUsage, descQueued, descRunning, descIngestErrors, descScrapeError} {
+		descEndpointInFlight, descLimit, descKVUsage, descQueued, descRunning, descTokensPerSec, descSamplesPerSec,
+		descIngestErrors, descScrapeError} {
 		ch <- d
 	}
 }
@@ -175,6 +180,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(descTokensPerSec, prometheus.GaugeValue, r.Rate1m.TokensPerSec)
+	ch <- prometheus.MustNewConstMetric(descSamplesPerSec, prometheus.GaugeValue, r.Rate1m.SamplesPerSec)
 	ch <- prometheus.MustNewConstMetric(descIngestErrors, prometheus.GaugeValue, float64(r.IngestErrors))
 }
 

@@ -261,6 +261,13 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 		}
 		r.RunnerDied = !beat.Exited && !anyLive(r.Workers)
 	}
+	for i := range r.Endpoints {
+		if l := r.Endpoints[i].Load; l != nil && !l.At.IsZero() {
+			aged := *l // the heartbeat's copy is shared with the workers' list
+			aged.Age = o.Now.Sub(l.At)
+			r.Endpoints[i].Load = &aged
+		}
+	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
 	if n, ok := storeNoteOf(hb.Owner, hb.Time, o); ok && haveHB && r.State == Down {
@@ -325,20 +332,21 @@ func (r *Report) readRates(ctx context.Context, st store.Store, hb store.Heartbe
 	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
 		end = hb.Time
 	}
-	for _, w := range []struct {
-		d   time.Duration
-		out *Rate
-	}{{time.Minute, &r.Rate1m}, {10 * time.Minute, &r.Rate10m}} {
-		window := w.d
-		if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
-			window = end.Sub(hb.Started) // a young run would otherwise look slow
-		}
-		tp, err := st.ThroughputSince(ctx, end.Add(-window))
-		if err != nil {
-			return fmt.Errorf("read throughput: %w", err)
-		}
-		*w.out = rateOf(window, tp.Samples, tp.CompletionTokens)
+	var err error
+	// "Now" is folded from the history rows as a chart bucket is (one
+	// definition everywhere); the ten-minute rate from the answers.
+	if r.Rate1m, err = readNowRate(ctx, st, end, hb.Started); err != nil {
+		return err
 	}
+	window := 10 * time.Minute
+	if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
+		window = end.Sub(hb.Started) // a young run would otherwise look slow
+	}
+	tp, err := st.ThroughputSince(ctx, end.Add(-window))
+	if err != nil {
+		return fmt.Errorf("read throughput: %w", err)
+	}
+	r.Rate10m = rateOf(window, tp.Samples, tp.CompletionTokens)
 	return nil
 }
 

@@ -161,3 +161,39 @@ func TestAssessCountsBadRows(t *testing.T) {
 		})
 	}
 }
+
+// TestAssessAgesLoad: the report gives each endpoint's server reading its
+// age at the report's time, and its JSON says when it is older than the
+// probe interval it was taken at.
+func TestAssessAgesLoad(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	kv, running := 0.0, 1.0
+	for _, c := range []struct {
+		age   time.Duration
+		stale bool
+	}{{2 * time.Second, false}, {30 * time.Second, true}} {
+		b, _ := json.Marshal(Beat{State: Running, Endpoints: []EndpointStatus{{URL: "http://e", State: Ready, InFlight: 182,
+			Load: &Load{At: now.Add(-c.age), Every: 5 * time.Second, KVUsage: &kv, Running: &running}}}})
+		if err := st.PutHeartbeat(ctx, store.Heartbeat{Owner: "w", PID: 1, Host: "elsewhere", Time: now, Started: now.Add(-time.Hour), Counters: b}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Assess(ctx, st, AssessOptions{Job: "j", Now: now, DeadAfter: time.Minute})
+		if err != nil || len(r.Endpoints) != 1 || r.Endpoints[0].Load == nil {
+			t.Fatalf("assess: %+v, %v", r.Endpoints, err)
+		}
+		js, _ := json.Marshal(r.Endpoints[0].Load)
+		var doc struct {
+			AgeSeconds float64 `json:"age_seconds"`
+			Stale      bool    `json:"stale"`
+		}
+		if err := json.Unmarshal(js, &doc); err != nil || r.Endpoints[0].Load.Age != c.age || doc.AgeSeconds != c.age.Seconds() || doc.Stale != c.stale {
+			t.Errorf("reading %s old: age %s, JSON %s; want age %s, stale %v", c.age, r.Endpoints[0].Load.Age, js, c.age, c.stale)
+		}
+	}
+}

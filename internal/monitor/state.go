@@ -95,11 +95,42 @@ type LaneLimit struct {
 // Load is what one probe read of a server's pressure; a figure the engine
 // does not report is nil.
 type Load struct {
-	At               time.Time `json:"at"`
-	Running          *float64  `json:"running"`
-	Queued           *float64  `json:"queued"`
-	KVUsage          *float64  `json:"kv_usage"` // 0..1
-	RetractionsTotal *float64  `json:"retractions_total"`
+	At time.Time `json:"at"`
+	// Every is the probe interval the reading was taken at (0: unknown);
+	// Age is how old the reading was when the report was made (set by
+	// Assess). A reading older than its interval is stale (Stale).
+	Every            time.Duration `json:"probe_every_ns"`
+	Age              time.Duration `json:"age_ns"`
+	Running          *float64      `json:"running"`
+	Queued           *float64      `json:"queued"`
+	KVUsage          *float64      `json:"kv_usage"` // 0..1
+	RetractionsTotal *float64      `json:"retractions_total"`
+}
+
+// defaultProbeEvery stands in for the interval of a reading that does
+// not carry one (written by an older runner): the job default.
+const defaultProbeEvery = 5 * time.Second
+
+// Stale says how old the reading is when that is more than one probe
+// interval: a view must then say so beside the figures, which describe the
+// server as it was, not as it is.
+func (l *Load) Stale() (time.Duration, bool) {
+	if l == nil || l.At.IsZero() {
+		return 0, false
+	}
+	every := l.Every
+	if every <= 0 {
+		every = defaultProbeEvery
+	}
+	return l.Age, l.Age > every
+}
+
+// StaleNote is Stale as the views print it: "" for a fresh reading.
+func (l *Load) StaleNote() string {
+	if age, stale := l.Stale(); stale {
+		return fmt.Sprintf("(read %s ago)", age.Round(time.Second))
+	}
+	return ""
 }
 
 // Live is what the runner knows at one moment; Evaluate turns it into a state.

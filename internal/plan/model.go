@@ -92,6 +92,11 @@ func (m *ModelConfig) IsMoE() bool { return m.NumExperts > 0 }
 
 // LoadModelConfig reads a Hugging Face config.json.
 func LoadModelConfig(path string) (ModelConfig, error) {
+	if gguf, err := isGGUF(path); err != nil {
+		return ModelConfig{}, err
+	} else if gguf {
+		return ModelConfig{}, fmt.Errorf("model config %s is a GGUF model file, served by llama-server: %w", path, ErrLlamaCpp)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ModelConfig{}, fmt.Errorf("read model config: %w", err)

@@ -188,6 +188,9 @@ func normalize(in Input) (Input, error) {
 	if in.Engine == "" {
 		in.Engine = SGLang
 	}
+	if in.Engine == LlamaCpp {
+		return in, ErrLlamaCpp
+	}
 	if in.Engine != SGLang && in.Engine != VLLM {
 		return in, fmt.Errorf("engine %q: want sglang or vllm", in.Engine)
 	}

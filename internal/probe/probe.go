@@ -116,40 +116,8 @@ func scrape(ctx context.Context, client *http.Client, baseURL string, d engine.D
 	if err != nil {
 		return m, fmt.Errorf("metrics %s: %w", url, err)
 	}
-	if !m.Present.Has(engine.FieldMaxTotalTokens) && d.ServerInfoPath != "" {
-		if n, err := serverInfoMaxTokens(ctx, client, baseURL+d.ServerInfoPath); err == nil && n > 0 {
-			m.MaxTotalTokens = n
-			m.Present |= engine.FieldMaxTotalTokens
-		}
-	}
-	if !m.Present.Has(engine.FieldMaxTotalTokens) && d.PropsPath != "" {
-		if n, err := propsContext(ctx, client, baseURL+d.PropsPath); err == nil && n > 0 {
-			m.MaxTotalTokens = n
-			m.Present |= engine.FieldMaxTotalTokens
-		}
-	}
+	readCapacity(ctx, client, baseURL, d, &m)
 	return m, nil
-}
-
-// propsContext reads llama-server's per-slot context from /props. With a
-// unified KV cache (llama-server's default when --parallel is left to
-// auto) every slot shares one pool of that size, which is then the KV pool;
-// with a split cache it is one slot's share, and the pool is understated.
-func propsContext(ctx context.Context, client *http.Client, url string) (float64, error) {
-	body, err := get(ctx, client, url, 16<<20)
-	if err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	var props struct {
-		Settings struct {
-			NCtx float64 `json:"n_ctx"`
-		} `json:"default_generation_settings"`
-	}
-	if err := json.NewDecoder(body).Decode(&props); err != nil {
-		return 0, fmt.Errorf("props %s: %w", url, err)
-	}
-	return props.Settings.NCtx, nil
 }
 
 func get(ctx context.Context, client *http.Client, url string, limit int64) (io.ReadCloser, error) {
@@ -169,21 +137,6 @@ func get(ctx context.Context, client *http.Client, url string, limit int64) (io.
 		io.Reader
 		io.Closer
 	}{io.LimitReader(resp.Body, limit), resp.Body}, nil
-}
-
-func serverInfoMaxTokens(ctx context.Context, client *http.Client, url string) (float64, error) {
-	body, err := get(ctx, client, url, 16<<20)
-	if err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	var info struct {
-		MaxTotalNumTokens float64 `json:"max_total_num_tokens"`
-	}
-	if err := json.NewDecoder(body).Decode(&info); err != nil {
-		return 0, fmt.Errorf("server info %s: %w", url, err)
-	}
-	return info.MaxTotalNumTokens, nil
 }
 
 // ParseMetrics reads Prometheus text exposition and maps it onto
@@ -225,6 +178,9 @@ func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error)
 				continue
 			}
 			*f.dst = combine(fam, f.max)
+			if f.bit == engine.FieldMaxTotalTokens {
+				*f.dst = poolOverRanks(fam)
+			}
 			m.Present |= f.bit
 			break
 		}
@@ -242,10 +198,10 @@ func ParseMetrics(r io.Reader, names engine.MetricNames) (engine.Metrics, error)
 }
 
 // poolFromInfo reads num_gpu_blocks x block_size from an info gauge's
-// labels (the largest over engines, as for MaxTotalTokens).
+// labels: one pool per vLLM engine (label engine; several behind one API
+// server with data parallelism), summed as poolOverRanks does.
 func poolFromInfo(fam *dto.MetricFamily) float64 {
-	out := 0.0
-	for _, mt := range fam.GetMetric() {
+	return sumOverLabel(fam, "engine", func(mt *dto.Metric) float64 {
 		var blocks, size float64
 		for _, lp := range mt.GetLabel() {
 			v, err := strconv.ParseFloat(lp.GetValue(), 64)
@@ -259,9 +215,34 @@ func poolFromInfo(fam *dto.MetricFamily) float64 {
 				size = v
 			}
 		}
-		out = max(out, blocks*size)
+		return blocks * size
+	})
+}
+
+// poolOverRanks is a pool gauge over its label sets: each data-parallel
+// rank (label dp_rank) has its own pool, which its TP ranks all report,
+// so the endpoint's pool is the sum over DP ranks of the largest value
+// within each (docs/engines.md §13.1).
+func poolOverRanks(fam *dto.MetricFamily) float64 { return sumOverLabel(fam, "dp_rank", value) }
+
+// sumOverLabel groups the family's series by one label's value, takes the
+// largest value of each group and sums the groups.
+func sumOverLabel(fam *dto.MetricFamily, label string, val func(*dto.Metric) float64) float64 {
+	byGroup := map[string]float64{}
+	for _, mt := range fam.GetMetric() {
+		group := ""
+		for _, lp := range mt.GetLabel() {
+			if lp.GetName() == label {
+				group = lp.GetValue()
+			}
+		}
+		byGroup[group] = max(byGroup[group], val(mt))
 	}
-	return out
+	total := 0.0
+	for _, v := range byGroup {
+		total += v
+	}
+	return total
 }
 
 func combine(fam *dto.MetricFamily, useMax bool) float64 {
@@ -290,16 +271,24 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-// Version reads the server's version from the dialect's VersionPath
-// (docs/engines.md §12); "" with no error when the dialect names none.
+// Version reads the server's version from the first of the dialect's
+// VersionPaths that answers (docs/engines.md §12); "" with no error when
+// the dialect names none.
 func Version(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) (string, error) {
-	if d.VersionPath == "" {
-		return "", nil
-	}
 	if client == nil {
 		client = http.DefaultClient
 	}
-	url := strings.TrimRight(baseURL, "/") + d.VersionPath
+	var err error
+	for _, path := range d.VersionPaths {
+		var v string
+		if v, err = versionAt(ctx, client, strings.TrimRight(baseURL, "/")+path, d.VersionField); err == nil {
+			return v, nil
+		}
+	}
+	return "", err
+}
+
+func versionAt(ctx context.Context, client *http.Client, url, field string) (string, error) {
 	body, err := get(ctx, client, url, 16<<20)
 	if err != nil {
 		return "", err
@@ -309,13 +298,13 @@ func Version(ctx context.Context, client *http.Client, baseURL string, d engine.
 	if err := json.NewDecoder(body).Decode(&fields); err != nil {
 		return "", fmt.Errorf("version %s: %w", url, err)
 	}
-	raw, ok := fields[d.VersionField]
+	raw, ok := fields[field]
 	if !ok {
-		return "", fmt.Errorf("version %s: no %q field", url, d.VersionField)
+		return "", fmt.Errorf("version %s: no %q field", url, field)
 	}
 	var v string
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", fmt.Errorf("version %s: %s is not a string: %w", url, d.VersionField, err)
+		return "", fmt.Errorf("version %s: %s is not a string: %w", url, field, err)
 	}
 	return v, nil
 }

@@ -103,7 +103,7 @@ func TestProbe(t *testing.T) {
 		{"sglang server info fills the KV pool size", "sglang", "sglang_metrics_dp2_nocap.txt", 200, `{"max_total_num_tokens": 231120, "max_req_input_len": 262000}`, true, 231120, 22},
 		{"sglang unhealthy", "sglang", "sglang_metrics.txt", 503, "", false, 87437, 67},
 		{"vllm healthy", "vllm", "vllm_metrics.txt", 200, "", true, 432000, 24},
-		{"llama.cpp props give the context", "llamacpp", "llamacpp_metrics.txt", 200, `{"default_generation_settings": {"n_ctx": 65536}, "total_slots": 4}`, true, 65536, 4},
+		{"llama.cpp props: 4 slots of a 65536-token context each", "llamacpp", "llamacpp_metrics.txt", 200, `{"default_generation_settings": {"n_ctx": 65536}, "total_slots": 4}`, true, 262144, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

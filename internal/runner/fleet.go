@@ -131,14 +131,17 @@ func (b *statusBoard) SetObserver(f func(string, probe.Snapshot)) {
 // health probes: SGLang's /health (and the simulator's) runs a one-token
 // generation that waits in the server's queue, a second or more under load,
 // and the adaptive limits need the load exactly then.
-func (b *statusBoard) scrapeLoop(ctx context.Context, client *http.Client, url string, d engine.Dialect, every time.Duration) {
-	if d.MetricsPath == "" {
-		return
-	}
+// dialect is asked every period: an endpoint's engine may be detected
+// after the loop starts.
+func (b *statusBoard) scrapeLoop(ctx context.Context, client *http.Client, url string, dialect func() engine.Dialect, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		at := time.Now()
+		d := dialect()
+		if d.MetricsPath == "" {
+			return
+		}
 		m, err := probe.Metrics(ctx, client, url, d)
 		if ctx.Err() != nil {
 			return

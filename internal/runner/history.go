@@ -5,17 +5,20 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/stats"
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// history turns the dispatcher's running counters into per-minute rows
-// (store.Minute) for the views: each heartbeat rewrites the current
-// minute's rows, so a crash loses at most one heartbeat of history.
+// history turns the dispatcher's running counters into history rows
+// (store.Minute) for the views, one per slot (stats.SlotAt: five seconds
+// in a run's first hour, a minute after): each heartbeat rewrites the
+// current slot's rows, so a crash loses at most one heartbeat of history.
 type history struct {
-	worker string
-	minute time.Time
-	base   tally // counters at the start of the minute
-	last   tally // counters at the last write
+	worker  string
+	started time.Time
+	minute  time.Time // the current slot's start
+	base    tally     // counters at the start of the minute
+	last    tally     // counters at the last write
 }
 
 // tally is the dispatcher's cumulative counters, total and per endpoint.
@@ -35,16 +38,16 @@ func tallyOf(s dispatch.Snapshot) tally {
 		for _, n := range e.Errors {
 			errs += n
 		}
-		t.endpoints[e.URL] = epTally{tokens: e.TokensTotal, requests: e.Requests, errors: errs}
+		t.endpoints[e.URL] = epTally{tokens: e.CompletionTokens, requests: e.Requests, errors: errs}
 	}
 	return t
 }
 
-// rows returns the current minute's rows after folding in snap. Counts
-// made between the last write and a minute boundary go to the new minute.
+// rows returns the current slot's rows after folding in snap. Counts made
+// between the last write and a slot boundary go to the new slot.
 func (h *history) rows(now time.Time, snap dispatch.Snapshot, load func(url string) (kv, queued, running float64)) []store.Minute {
 	cur := tallyOf(snap)
-	minute := now.Truncate(time.Minute)
+	minute, _ := stats.SlotAt(now, h.started)
 	if h.minute.IsZero() {
 		h.base = cur
 	} else if !minute.Equal(h.minute) {
@@ -68,7 +71,7 @@ func (h *history) rows(now time.Time, snap dispatch.Snapshot, load func(url stri
 	return append([]store.Minute{total}, out...)
 }
 
-// recordHistory writes the current minute's rows; a failure is logged
+// recordHistory writes the current slot's rows; a failure is logged
 // unless the store is known to be down (its outage is logged once), and the
 // job goes on (history is for people, the samples are what matter).
 func (r *runState) recordHistory(ctx context.Context, now time.Time) {

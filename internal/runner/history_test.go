@@ -10,15 +10,16 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// TestHistoryRowsPerMinute: each minute's rows hold what happened within
-// it; the current minute is rewritten as it grows.
+// TestHistoryRowsPerMinute: in a run older than an hour each minute's
+// rows hold what happened within it; the current minute is rewritten as
+// it grows. Tokens are the answers' completion tokens, not chunks.
 func TestHistoryRowsPerMinute(t *testing.T) {
-	h := &history{worker: "w"}
 	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	h := &history{worker: "w", started: t0.Add(-2 * time.Hour)}
 	snap := func(done, tokens, requests int64, errs map[string]int64, inFlight int) dispatch.Snapshot {
 		// Rejects finish samples too; answers that led to a next turn do not.
 		return dispatch.Snapshot{Counters: dispatch.Counters{Done: done, DeadLettered: 1, Rejected: done / 2, Turns: 3 * done},
-			Endpoints: []dispatch.EndpointStats{{URL: "http://a", TokensTotal: tokens, Requests: requests, Errors: errs, InFlight: inFlight}}}
+			Endpoints: []dispatch.EndpointStats{{URL: "http://a", TokensTotal: 7 * tokens, CompletionTokens: tokens, Requests: requests, Errors: errs, InFlight: inFlight}}}
 	}
 	load := func(string) (float64, float64, float64) { return 0.5, 2, 8 }
 	row := func(min int, endpoint string, samples int, tokens, requests, errs int64, inFlight int) store.Minute {
@@ -48,6 +49,36 @@ func TestHistoryRowsPerMinute(t *testing.T) {
 		got := h.rows(t0.Add(s.at), s.snap, load)
 		if diff := cmp.Diff(s.want, got); diff != "" {
 			t.Errorf("rows at +%s (-want +got):\n%s", s.at, diff)
+		}
+	}
+}
+
+// TestHistoryRowsFineSlots: in a run's first hour rows are five-second
+// slots, so a job a minute old is charted second by second; the switch
+// to minutes comes on a minute boundary.
+func TestHistoryRowsFineSlots(t *testing.T) {
+	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	h := &history{worker: "w", started: t0}
+	snap := func(tokens int64) dispatch.Snapshot {
+		return dispatch.Snapshot{Endpoints: []dispatch.EndpointStats{{URL: "http://a", CompletionTokens: tokens}}}
+	}
+	load := func(string) (float64, float64, float64) { return -1, -1, -1 }
+	for _, s := range []struct {
+		at     time.Duration
+		tokens int64
+		slot   time.Duration // the rows' start, from t0
+		want   int64         // their tokens
+	}{
+		{time.Second, 0, 0, 0},
+		{3 * time.Second, 50, 0, 50},
+		{6 * time.Second, 80, 5 * time.Second, 30},
+		{time.Hour - time.Second, 100, time.Hour - 5*time.Second, 20},
+		{time.Hour + 2*time.Second, 130, time.Hour, 30},
+		{time.Hour + 7*time.Second, 140, time.Hour, 40},
+	} {
+		got := h.rows(t0.Add(s.at), snap(s.tokens), load)
+		if got[0].Time != t0.Add(s.slot) || got[0].Tokens != s.want {
+			t.Errorf("rows at +%s: slot +%s with %d tokens, want +%s with %d", s.at, got[0].Time.Sub(t0), got[0].Tokens, s.slot, s.want)
 		}
 	}
 }

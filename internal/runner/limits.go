@@ -123,7 +123,7 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 			}
 			return &v
 		}
-		st.Load = &monitor.Load{At: ld.At, Running: known(ld.Running), Queued: known(ld.Queued), KVUsage: known(ld.KVUsage), RetractionsTotal: known(ld.RetractionsTotal)}
+		st.Load = &monitor.Load{At: ld.At, Every: every, Running: known(ld.Running), Queued: known(ld.Queued), KVUsage: known(ld.KVUsage), RetractionsTotal: known(ld.RetractionsTotal)}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -56,19 +57,43 @@ func servedModels(ctx context.Context, url, apiKey string) ([]string, error) {
 	return names, nil
 }
 
+// serverDialect is the dialect of the server a job launches: the
+// simulator's in the mode its sim block names (engine.SimAs).
+func serverDialect(srv job.Server) engine.Dialect {
+	if srv.Engine == engine.Sim {
+		mode, _ := srv.Sim["engine"].(string)
+		if d, err := engine.SimAs(mode); err == nil {
+			return d
+		}
+	}
+	d, err := engine.Lookup(srv.Engine)
+	if err != nil {
+		d, _ = engine.Lookup(engine.SGLang)
+	}
+	return d
+}
+
 // endpointEngine returns the dialect and API key of one of the job's URLs.
 func (r *runState) endpointEngine(url string) (engine.Dialect, string) {
 	spec := r.o.Spec
 	name, key := "", ""
-	if spec.Server != nil {
-		name = spec.Server.Engine
-	}
+	listed := false
 	for _, e := range spec.Endpoints {
 		if e.URL == url {
-			name = e.Engine
+			name, listed = e.Engine, true
 			if e.APIKeyEnv != "" {
 				key = os.Getenv(e.APIKeyEnv)
 			}
+		}
+	}
+	if !listed && spec.Server != nil {
+		return serverDialect(*spec.Server), key
+	}
+	if en, ok := r.fleet.(interface {
+		Engine(string) (engine.Dialect, bool)
+	}); ok {
+		if d, settled := en.Engine(url); settled && d.Name != "" {
+			return d, key
 		}
 	}
 	d, err := engine.Lookup(name)
@@ -76,6 +101,14 @@ func (r *runState) endpointEngine(url string) (engine.Dialect, string) {
 		d, _ = engine.Lookup(engine.SGLang)
 	}
 	return d, key
+}
+
+// engineDetected records the engine a server named for an endpoint the
+// job left without engine: (probeFleet.detectEngine).
+func (r *runState) engineDetected(ctx context.Context, url, evidence string) {
+	r.o.Logger.Info("engine", "endpoint", url, "evidence", evidence)
+	r.event(ctx, store.Event{Kind: "engine", Subject: url, Evidence: evidence})
+	r.note("regen: " + url + ": " + evidence)
 }
 
 // tokenIDFields are the request fields that ask url's engine for token ids

@@ -21,12 +21,18 @@ import (
 // requests in flight for the hang deadline.
 type probeFleet struct {
 	*statusBoard
+	mu      sync.Mutex
 	engines map[string]engine.Dialect
 	health  map[string]*probe.HealthChecker // falls back for a server without /health
-	every   time.Duration
-	hang    time.Duration
-	client  *http.Client
-	log     *slog.Logger
+	// detect lists the endpoints whose job names no engine: the first
+	// healthy probe asks the server (probe.Detect) before it is READY.
+	detect map[string]bool
+	// onDetect hears what detection found (set before Run).
+	onDetect func(url, evidence string)
+	every    time.Duration
+	hang     time.Duration
+	client   *http.Client
+	log      *slog.Logger
 }
 
 const probeFailures = 3
@@ -36,6 +42,7 @@ func newProbeFleet(spec *job.Spec, log *slog.Logger, onState stateFunc) *probeFl
 	engines := map[string]engine.Dialect{}
 	health := map[string]*probe.HealthChecker{}
 	client := &http.Client{}
+	detect := map[string]bool{}
 	for _, e := range spec.Endpoints {
 		urls = append(urls, e.URL)
 		d, err := engine.Lookup(e.Engine)
@@ -48,24 +55,70 @@ func newProbeFleet(spec *job.Spec, log *slog.Logger, onState stateFunc) *probeFl
 			key = os.Getenv(e.APIKeyEnv)
 		}
 		health[e.URL] = &probe.HealthChecker{Client: client, BaseURL: e.URL, Path: d.HealthPath, Model: spec.Model, APIKey: key}
+		detect[e.URL] = e.Detect
 	}
 	hang := spec.Monitor.HangAfter
 	if hang <= 0 {
 		hang = job.DefaultHangAfter
 	}
 	every := probeEvery(spec)
-	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, health: health, every: min(every, hang/3),
-		hang: hang, client: client, log: log}
+	return &probeFleet{statusBoard: newStatusBoard(urls, onState), engines: engines, health: health, detect: detect,
+		every: min(every, hang/3), hang: hang, client: client, log: log}
 }
 
 func (f *probeFleet) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, url := range f.URLs() {
 		wg.Go(func() { f.watch(ctx, url) })
-		wg.Go(func() { f.scrapeLoop(ctx, f.client, url, f.engines[url], f.every) })
+		wg.Go(func() {
+			f.scrapeLoop(ctx, f.client, url, func() engine.Dialect { d, _ := f.Engine(url); return d }, f.every)
+		})
 	}
 	wg.Wait()
 	return nil
+}
+
+// Engine is the dialect of url's server and whether it is settled (named
+// by the job, or detected from what the server says).
+func (f *probeFleet) Engine(url string) (engine.Dialect, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.engines[url], !f.detect[url]
+}
+
+// detectEngine asks the server at url what it is, once, while it is
+// healthy; a server that names no engine keeps the default (sglang).
+func (f *probeFleet) detectEngine(ctx context.Context, url string) {
+	if _, settled := f.Engine(url); settled {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
+	name, evidence, err := probe.Detect(dctx, f.client, url)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	d, lerr := engine.Lookup(name)
+	f.mu.Lock()
+	f.detect[url] = false
+	msg := fmt.Sprintf("engine %s detected (%s)", name, evidence)
+	if err != nil || lerr != nil {
+		msg = fmt.Sprintf("engine not named by the server (%v); taken for %s", cmpErr(err, lerr), f.engines[url].Name)
+	} else {
+		f.engines[url] = d
+	}
+	report := f.onDetect
+	f.mu.Unlock()
+	if report != nil {
+		report(url, msg)
+	}
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // watch probes url every f.every and judges it. A probe may take the
@@ -74,13 +127,20 @@ func (f *probeFleet) Run(ctx context.Context) error {
 // the probe has answered, and a server that hangs with requests in flight
 // is STALLED at hang_after, not when its probe gives up.
 func (f *probeFleet) watch(ctx context.Context, url string) {
-	d := f.engines[url]
+	d, _ := f.Engine(url)
 	w := probeWatch{using: "GET " + d.HealthPath}
 	results := make(chan probe.Snapshot, 1)
 	probing := false
 	start := func() {
 		probing = true
-		go func() { results <- probe.ProbeWith(ctx, f.client, url, d, f.health[url]) }()
+		go func() {
+			d, _ := f.Engine(url)
+			snap := probe.ProbeWith(ctx, f.client, url, d, f.health[url])
+			if snap.Healthy() {
+				f.detectEngine(ctx, url)
+			}
+			results <- snap
+		}()
 	}
 	start()
 	tick := time.NewTicker(f.every)

@@ -170,7 +170,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
-	r.hist = &history{worker: r.owner}
+	r.hist = &history{worker: r.owner, started: r.started}
 	defer r.onAbort(o.Abort)()
 	r.startAlerts(context.WithoutCancel(ctx))
 	defer r.stopAlerts()
@@ -339,6 +339,9 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	r.fleet, err = newFleet(spec, logDir, o.Logger, r.onEndpointState)
 	if err != nil {
 		return err
+	}
+	if pf, ok := r.fleet.(*probeFleet); ok {
+		pf.onDetect = func(url, evidence string) { r.engineDetected(ctx, url, evidence) }
 	}
 
 	endpoints := make([]dispatch.Endpoint, 0)

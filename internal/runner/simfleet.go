@@ -149,10 +149,12 @@ func (f *simFleet) crashed(code int, when string) failure {
 // probeLoop reads the simulator's metrics every f.every, as the runner
 // reads a launched server's, for the observer.
 func (f *simFleet) probeLoop(ctx context.Context) {
-	d, _ := engine.Lookup(engine.Sim)
+	// The simulator in another engine's mode speaks that engine's metrics
+	// and routes (a llama.cpp mode's slots, vLLM's names).
+	d, _ := engine.SimAs(f.cfg.Engine)
 	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer client.CloseIdleConnections()
-	f.scrapeLoop(ctx, client, f.url, d, f.every)
+	f.scrapeLoop(ctx, client, f.url, func() engine.Dialect { return d }, f.every)
 }
 
 // down reports the failure and waits out the backoff, or fails the fleet.

@@ -30,8 +30,9 @@ type supervisedFleet struct {
 
 func newSupervisedFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (*supervisedFleet, error) {
 	f := &supervisedFleet{log: log, every: probeEvery(spec)}
-	f.dialect, _ = engine.Lookup(spec.Server.Engine)
+	f.dialect = serverDialect(*spec.Server)
 	sup, err := supervise.New(supervise.Config{
+		Dialect: f.dialect,
 		Server:  *spec.Server,
 		Model:   spec.Model,
 		LogPath: filepath.Join(logDir, "server.log"),
@@ -67,7 +68,7 @@ func (f *supervisedFleet) Run(ctx context.Context) error {
 		defer close(scraped)
 		client := &http.Client{}
 		defer client.CloseIdleConnections()
-		f.scrapeLoop(scrapeCtx, client, f.sup.URL(), f.dialect, f.every)
+		f.scrapeLoop(scrapeCtx, client, f.sup.URL(), func() engine.Dialect { return f.dialect }, f.every)
 	}()
 	err := f.sup.Run(ctx)
 	stopScrapes()

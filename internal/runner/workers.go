@@ -120,9 +120,12 @@ func (r *runState) takeOverFrom(ctx context.Context, hb store.Heartbeat) error {
 // rescueDead returns the leases of workers that are gone to pending, at
 // once rather than when their leases expire. A worker is gone when it
 // exited, when it ran on this host and its process is gone, or when its
-// heartbeat is older than dead_after. The last rule trusts the heartbeat
-// only while this worker has itself been reaching the store for at least
-// dead_after: after an outage everyone's heartbeat is stale.
+// heartbeat is older than dead_after, on this host too: a process that is
+// frozen (SIGSTOP, a stalled VM) holds samples no one generates, and the
+// store's fencing tokens refuse its answers if it wakes. The last rule
+// trusts the heartbeat only while this worker has itself been reaching the
+// store for at least dead_after: after an outage everyone's heartbeat is
+// stale.
 func (r *runState) rescueDead(ctx context.Context, starting bool) error {
 	now := time.Now()
 	deadAfter := r.o.Spec.Monitor.DeadAfter
@@ -142,7 +145,7 @@ func (r *runState) rescueDead(ctx context.Context, starting bool) error {
 		_ = json.Unmarshal(hb.Counters, &beat)
 		gone := beat.Exited ||
 			(hb.Host == r.host && !runnerAlive(hb.PID)) ||
-			(hb.Host != r.host && trustAge && now.Sub(hb.Time) > deadAfter)
+			(trustAge && now.Sub(hb.Time) > deadAfter)
 		if !gone {
 			continue
 		}

@@ -14,7 +14,16 @@ import (
 // Config holds every knob of the simulator. Durations are simulated time:
 // the server runs them Speed times faster in real time.
 type Config struct {
-	Engine    string // "sglang" (default) or "vllm": metric names, health rules, log lines
+	Engine string // "sglang" (default), "vllm" or "llamacpp": routes, metric names, health rules, log lines
+	// APIShape picks the engine's routes and names: "current" (default)
+	// or "previous" (engines.go, docs/engines.md §13).
+	APIShape string
+	// Slots is llama-server's --parallel: requests decoded at once, each
+	// slot ContextLen / Slots of the context (llamacpp only).
+	Slots int
+	// DP is the number of data-parallel ranks SGLang presents (/v1/loads,
+	// internal_states); one scheduler stands behind all of them.
+	DP        int
 	ModelName string // served model name (--served-model-name); default: ModelPath
 	ModelPath string // --model-path, echoed in server info
 
@@ -106,6 +115,9 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Engine:                   "sglang",
+		APIShape:                 ShapeCurrent,
+		Slots:                    4,
+		DP:                       1,
 		ModelName:                "",
 		ModelPath:                "moonshotai/Kimi-K2.5",
 		KVTokens:                 231120,
@@ -154,7 +166,10 @@ func DefaultConfig() Config {
 // defaults. Flag names follow SGLang's where SGLang has the knob, so a
 // script can pass SGLang's command line to the simulator.
 func RegisterFlags(fs *pflag.FlagSet, c *Config) {
-	fs.StringVar(&c.Engine, "engine", c.Engine, "dialect to imitate: sglang or vllm (metric names, health rules, log lines)")
+	fs.StringVar(&c.Engine, "engine", c.Engine, "dialect to imitate: sglang, vllm or llamacpp (routes, metric names, health rules, log lines)")
+	fs.StringVar(&c.APIShape, "api-shape", c.APIShape, "the engine's API as of today (current) or before (previous): SGLang /v1/loads and /server_info or only /get_server_info; vLLM kv_cache_usage_perc, /load and max_model_len or gpu_cache_usage_perc")
+	fs.IntVar(&c.Slots, "parallel", c.Slots, "llamacpp: slots (llama-server --parallel); each gets --context-length / slots tokens")
+	fs.IntVar(&c.DP, "dp", c.DP, "sglang: data-parallel ranks presented in /v1/loads and /server_info (the pool and load split evenly)")
 	fs.StringVar(&c.ModelName, "served-model-name", c.ModelName, "model name served in /v1/models and responses (default: --model-path)")
 	fs.StringVar(&c.ModelPath, "model-path", c.ModelPath, "model path (only echoed; nothing is loaded)")
 	fs.IntVar(&c.KVTokens, "kv-tokens", c.KVTokens, "KV cache pool size in tokens (max_total_num_tokens)")
@@ -341,8 +356,12 @@ func (c *Config) modelName() string {
 
 func (c *Config) validate() error {
 	switch {
-	case c.Engine != "sglang" && c.Engine != "vllm":
-		return fmt.Errorf("engine %q: want sglang or vllm", c.Engine)
+	case c.Engine != EngineSGLang && c.Engine != EngineVLLM && c.Engine != EngineLlamaCpp:
+		return fmt.Errorf("engine %q: want sglang, vllm or llamacpp", c.Engine)
+	case c.APIShape != ShapeCurrent && c.APIShape != ShapePrevious:
+		return fmt.Errorf("api-shape %q: want current or previous", c.APIShape)
+	case c.Slots < 1 || c.DP < 1:
+		return fmt.Errorf("parallel %d, dp %d: want at least 1", c.Slots, c.DP)
 	case c.KVTokens < 2:
 		return fmt.Errorf("kv-tokens %d: want at least 2", c.KVTokens)
 	case c.ContextLen < 2:

@@ -138,7 +138,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) 
 	}
 	req, thinking, tools, msg := s.buildRequest(&in, kind)
 	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
+		s.badRequest(w, msg)
 		return
 	}
 	select {
@@ -249,6 +249,9 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 		tokens = len(ids)
 	}
 	tokens = max(tokens, 1)
+	if n := c.slotContext(); n > 0 {
+		return s.slotRequest(in, kind, tokens, n, h.h, prefixes, ids, thinking, toolName)
+	}
 	pool := c.kvTokens()
 	if tokens >= c.ContextLen {
 		return nil, false, nil, fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", tokens, c.ContextLen)
@@ -271,7 +274,14 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 		return nil, false, nil, fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
 			c.ContextLen, tokens+maxNew, tokens, maxNew)
 	}
-	seed := h.h
+	return s.makeRequest(in, kind, tokens, maxNew, h.h, prefixes, ids, thinking, toolName)
+}
+
+// makeRequest is the request of a prompt that passed the engine's checks.
+func (s *Server) makeRequest(in *genRequest, kind reqKind, tokens, maxNew int, hash uint64, prefixes []prefixSeg,
+	ids []int32, thinking bool, toolName []byte) (*request, bool, []byte, string) {
+	c := &s.cfg
+	seed := hash
 	if in.Seed != nil {
 		// The answer, not the prompt's prefix hashes: the cache still
 		// shares the prompt between samples of one prompt.

@@ -20,6 +20,7 @@ type metrics struct {
 	retracted, retractedIn, retractedOut prometheus.Counter
 	prefixQueries, prefixHits prometheus.Counter
 	success                   *prometheus.CounterVec // vLLM, by finished_reason
+	queuedBy                  *prometheus.GaugeVec   // vLLM, by reason (capacity, deferred)
 	ttft, e2e, queueTime      prometheus.Observer
 }
 
@@ -45,8 +46,14 @@ func newMetrics(cfg *Config) *metrics {
 		}
 		m.running = g("num_requests_running", "Number of requests in model execution batches.")
 		m.queued = g("num_requests_waiting", "Number of requests waiting to be processed.")
-		m.tokenUsage = g("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-		m.usageOld = g("gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage. Deprecated in 0.9.")
+		if cfg.APIShape == ShapePrevious {
+			m.usageOld = g("gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.")
+		} else {
+			m.tokenUsage = g("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+			m.queuedBy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vllm:num_requests_waiting_by_reason",
+				Help: "Number of requests waiting, by reason.", ConstLabels: labels}, []string{"reason"})
+			m.reg.MustRegister(m.queuedBy)
+		}
 		m.retracted = c("num_preemptions_total", "Cumulative number of preemption from the engine.")
 		m.promptTokens = c("prompt_tokens_total", "Number of prefill tokens processed.")
 		m.genTokens = c("generation_tokens_total", "Number of generation tokens processed.")
@@ -102,6 +109,9 @@ func newMetrics(cfg *Config) *metrics {
 	m.e2e = h("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets)
 	m.queueTime = h("queue_time_seconds", "Histogram of queueing time in seconds.", e2eBuckets)
 	m.maxTotal.Set(float64(cfg.kvTokens()))
+	if cfg.Engine == EngineLlamaCpp {
+		m.llamaMetrics()
+	}
 	return m
 }
 

@@ -4,7 +4,7 @@ import (
 	"container/heap"
 )
 
-// prefixCache stands in for SGLang's radix cache (docs/engines.md §13): the
+// prefixCache stands in for SGLang's radix cache (docs/engines.md §14): the
 // KV of a prompt prefix lives in the pool once, however many requests
 // share it. Prompts are cut at message boundaries (prefixSeg); each cut is
 // a node whose parent is the cut before it. Running requests lock the

@@ -517,8 +517,10 @@ func (sc *scheduler) decode(ctx context.Context) bool {
 	sc.ratio = math.Max(sc.ratio-sc.decay, sc.minRatio)
 	sc.decodeCt++
 	sc.lastProgress.Store(time.Now().UnixNano())
-	if sc.cfg.Engine == "vllm" {
+	if sc.cfg.Engine == EngineVLLM {
 		sc.vllmStep()
+	} else if sc.cfg.Engine == EngineLlamaCpp {
+		sc.setGauges() // llama-server reads its slots at every scrape
 	} else if sc.decodeCt%sc.cfg.DecodeLogInterval == 0 {
 		elapsed := (sc.simNow - sc.logSince).Seconds()
 		tput := 0.0
@@ -607,6 +609,10 @@ func (sc *scheduler) vllmStep() {
 	set(sc.m.queued, float64(len(sc.waiting)))
 	set(sc.m.tokenUsage, u)
 	set(sc.m.usageOld, u)
+	if sc.m.queuedBy != nil {
+		sc.m.queuedBy.WithLabelValues("capacity").Set(float64(len(sc.waiting)))
+		sc.m.queuedBy.WithLabelValues("deferred").Set(0)
+	}
 	el := sc.simNow - sc.vllmLogAt
 	if el < sc.cfg.VLLMLogInterval || el <= 0 {
 		return

@@ -73,6 +73,7 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sim config: %w", err)
 	}
+	cfg.slotted()
 	fl, err := cfg.faults()
 	if err != nil {
 		return nil, fmt.Errorf("sim faults: %w", err)
@@ -123,7 +124,12 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 }
 
 // Handler serves the HTTP API in the server's current state.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler {
+	if s.cfg.Engine == EngineLlamaCpp {
+		return llamaServerHeader(s.mux)
+	}
+	return s.mux
+}
 
 // Ready is closed once the server answers generation health checks.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
@@ -173,7 +179,7 @@ func (s *Server) Start(ctx context.Context, addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start sim: %w", err)
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: time.Minute}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: time.Minute}
 	s.mu.Lock()
 	s.httpSrv = srv
 	s.serving = make(chan struct{})
@@ -184,9 +190,12 @@ func (s *Server) Start(ctx context.Context, addr string) (string, error) {
 		srv.Serve(ln)
 	}()
 	url := "http://" + ln.Addr().String()
-	if s.cfg.Engine == "vllm" {
+	if s.cfg.Engine == EngineVLLM {
 		s.log.vllm("INFO", "api_server.py:1880", "Starting vLLM API server 0 on %s", url)
 		s.log.raw("INFO:     Application startup complete.\n")
+		s.becomeReady()
+	} else if s.cfg.Engine == EngineLlamaCpp {
+		s.log.raw(fmt.Sprintf("main: server is listening on %s\n", url))
 		s.becomeReady()
 	} else {
 		s.log.raw("INFO:     Uvicorn running on " + url + " (Press CTRL+C to quit)\n")
@@ -337,17 +346,28 @@ func (s *Server) routes() *http.ServeMux {
 	h("GET /v1/models/{model...}", s.handleModel)
 	h("GET /metrics", s.m.handler().ServeHTTP)
 	h("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	if s.cfg.Engine == "vllm" {
+	current := s.cfg.APIShape != ShapePrevious
+	switch s.cfg.Engine {
+	case EngineLlamaCpp:
+		s.llamaRoutes(h)
+		return mux
+	case EngineVLLM:
 		h("GET /health", s.handleVLLMHealth)
 		h("GET /version", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, map[string]string{"version": "0.11.0"})
 		})
+		if current {
+			h("GET /load", s.handleVLLMLoad)
+		}
 		return mux
 	}
 	h("GET /health", s.handleHealth)
 	h("GET /health_generate", s.handleHealth)
 	h("GET /get_server_info", s.handleServerInfo)
-	h("GET /server_info", s.handleServerInfo)
+	if current {
+		h("GET /server_info", s.handleServerInfo)
+		h("GET /v1/loads", s.handleLoads)
+	}
 	h("GET /get_model_info", s.handleModelInfo)
 	h("GET /model_info", s.handleModelInfo)
 	return mux
@@ -382,12 +402,16 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelCard() map[string]any {
-	owner := "sglang"
-	if s.cfg.Engine == "vllm" {
-		owner = "vllm"
+	card := map[string]any{"id": s.cfg.modelName(), "object": "model", "created": s.created, "owned_by": s.cfg.Engine}
+	switch {
+	case s.cfg.Engine == EngineLlamaCpp:
+		card["meta"] = s.cfg.llamaModelMeta()
+	case s.cfg.APIShape == ShapePrevious && s.cfg.Engine == EngineVLLM:
+		card["root"], card["parent"] = s.cfg.modelName(), nil
+	default:
+		card["root"], card["parent"], card["max_model_len"] = s.cfg.modelName(), nil, s.cfg.ContextLen
 	}
-	return map[string]any{"id": s.cfg.modelName(), "object": "model", "created": s.created, "owned_by": owner,
-		"root": s.cfg.modelName(), "parent": nil, "max_model_len": s.cfg.ContextLen}
+	return card
 }
 
 func (s *Server) handleModelInfo(w http.ResponseWriter, r *http.Request) {
@@ -461,20 +485,11 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.sched.snap.Load()
-	kv := s.cfg.kvTokens()
 	c := &s.cfg
-	internal := map[string]any{
-		"last_gen_throughput":  st.genThroughput,
-		"memory_usage":         map[string]any{"weight": 72.0, "kvcache": float64(kv) * 70272 / 1e9, "token_capacity": kv},
-		"waiting_queue_size":   st.waiting,
-		"running_batch_size":   st.running,
-		"num_used_tokens":      st.used,
-		"new_token_ratio":      st.newTokenRatio,
-		"engine_paused":        false,
-		"max_total_num_tokens": kv,
-		"max_running_requests": c.maxRunning(),
-	}
+	// The top level is rank 0's scheduler info, as SGLang merges it.
+	kv := s.dpRanks(st)[0]["max_total_num_tokens"]
 	writeJSON(w, 200, map[string]any{
+		"dp_size":                   c.DP,
 		"model_path":                c.ModelPath,
 		"served_model_name":         c.modelName(),
 		"tp_size":                   c.TP,
@@ -489,9 +504,9 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		"watchdog_timeout":          c.WatchdogTimeout.Seconds(),
 		"enable_metrics":            true,
 		"max_total_num_tokens":      kv,
-		"max_req_input_len":         min(c.ContextLen, kv) - 1,
-		"internal_states":           []any{internal},
-		"version":                   "0.5.6-sim",
+		"max_req_input_len":         min(c.ContextLen, c.kvTokens()) - 1,
+		"internal_states":           s.internalStates(st),
+		"version":                   simSGLangVersion,
 	})
 }
 

@@ -26,8 +26,9 @@ type Report struct {
 	Total Cell   `json:"total"`
 	// Rejects counts rejected samples per rule over the whole job.
 	Rejects []RuleCount `json:"rejects,omitempty"`
-	// Throughput is the tokens per second history, oldest first, in
-	// buckets of BucketSeconds.
+	// Throughput is the tokens per second history over the job's span,
+	// oldest first, in buckets of BucketSeconds chosen by AxisFor (a
+	// second for a job of seconds, hours for one of weeks).
 	Throughput    []Point    `json:"throughput,omitempty"`
 	BucketSeconds int        `json:"bucket_seconds,omitempty"`
 	Duplicates    Duplicates `json:"duplicates"`
@@ -103,9 +104,6 @@ type Duplicates struct {
 	Examples    []store.Duplicate `json:"examples,omitempty"`
 }
 
-// maxPoints bounds the throughput history; longer jobs get wider buckets.
-const maxPoints = 60
-
 // Compute reads the statistics of st. now stamps the report.
 func Compute(ctx context.Context, st store.Store, jobName string, now time.Time) (Report, error) {
 	r := Report{Version: ReportVersion, Job: jobName, Time: now}
@@ -172,11 +170,11 @@ func Compute(ctx context.Context, st store.Store, jobName string, now time.Time)
 	}
 	slices.SortFunc(r.Rejects, func(a, b RuleCount) int { return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Rule, b.Rule)) })
 
-	hist, err := st.ThroughputHistory(ctx)
-	if err != nil {
+	var bucket time.Duration
+	if r.Throughput, bucket, err = history(ctx, st, now); err != nil {
 		return r, err
 	}
-	r.Throughput, r.BucketSeconds = history(hist)
+	r.BucketSeconds = int(bucket / time.Second)
 
 	d, err := st.IngestDuplicates(ctx, 5)
 	if err != nil {
@@ -286,29 +284,50 @@ func finish(c *Cell) {
 	}
 }
 
-// history folds per-minute throughput into at most maxPoints buckets
-// covering first to last minute, empty minutes included (a stall shows).
-func history(mins []store.MinuteThroughput) ([]Point, int) {
-	if len(mins) == 0 {
-		return nil, 0
+// history is the throughput series over the job's span, cut by the one
+// rule AxisFor: a job of under an hour is read from its answers in
+// buckets down to a second; a longer one folds the per-minute aggregate.
+// Empty buckets are kept (a stall shows); now bounds the last one's rate.
+func history(ctx context.Context, st store.Store, now time.Time) ([]Point, time.Duration, error) {
+	mins, err := st.ThroughputHistory(ctx)
+	if err != nil || len(mins) == 0 {
+		return nil, 0, err
 	}
-	first, last := mins[0].Minute, mins[len(mins)-1].Minute
-	span := int(last.Sub(first)/time.Minute) + 1
-	width := (span + maxPoints - 1) / maxPoints
-	points := make([]Point, (span+width-1)/width)
+	first, last := mins[0].Minute, mins[len(mins)-1].Minute.Add(time.Minute-time.Nanosecond)
+	a := AxisFor(first, last, time.Minute)
+	if a.Bucket <= time.Minute { // an hour or less: minutes are too coarse
+		tp, err := st.ThroughputSince(ctx, first)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !tp.First.IsZero() {
+			a = AxisFor(tp.First, tp.Last, time.Second)
+			if mins, err = st.ThroughputBuckets(ctx, a.Start, a.Bucket); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return fold(mins, a, now), a.Bucket, nil
+}
+
+// fold sums the stored answers into the axis' buckets, rates per bucket.
+func fold(mins []store.MinuteThroughput, a Axis, now time.Time) []Point {
+	points := make([]Point, a.Buckets)
 	for i := range points {
-		points[i].Start = first.Add(time.Duration(i*width) * time.Minute)
+		points[i].Start = a.Start.Add(time.Duration(i) * a.Bucket)
 	}
 	for _, m := range mins {
-		p := &points[int(m.Minute.Sub(first)/time.Minute)/width]
-		p.Answers += m.Requests
-		p.CompletionTokens += m.CompletionTokens
-		p.PromptTokens += m.PromptTokens
+		if i := a.Index(m.Minute); i >= 0 {
+			p := &points[i]
+			p.Answers += m.Requests
+			p.CompletionTokens += m.CompletionTokens
+			p.PromptTokens += m.PromptTokens
+		}
 	}
-	secs := float64(width * 60)
 	for i := range points {
-		points[i].CompletionPerSec = float64(points[i].CompletionTokens) / secs
-		points[i].PromptPerSec = float64(points[i].PromptTokens) / secs
+		p := &points[i]
+		p.CompletionPerSec = a.PerSecond(float64(p.CompletionTokens), i, now)
+		p.PromptPerSec = a.PerSecond(float64(p.PromptTokens), i, now)
 	}
-	return points, width * 60
+	return points
 }

@@ -114,25 +114,37 @@ func TestComputeMatchesBruteForce(t *testing.T) {
 	if rep.Duplicates.Total != 1 || rep.Duplicates.SameContent != 1 || len(rep.Duplicates.Examples) != 1 {
 		t.Errorf("duplicates = %+v, want the one duplicate row", rep.Duplicates)
 	}
-	if len(rep.Throughput) != 1 && len(rep.Throughput) != 2 || rep.BucketSeconds != 60 {
-		t.Errorf("throughput = %d points of %ds, want 1 or 2 minutes", len(rep.Throughput), rep.BucketSeconds)
+	// Answers stored within seconds are counted second by second.
+	var answers int
+	var tokens int64
+	for _, p := range rep.Throughput {
+		answers += p.Answers
+		tokens += p.CompletionTokens
+	}
+	if rep.BucketSeconds != 1 || len(rep.Throughput) == 0 || len(rep.Throughput) > 30 || answers != 300 || tokens != rep.Total.CompletionTokens.Sum {
+		t.Errorf("throughput = %d points of %ds, %d answers, %d tokens; want 1 s buckets holding all 300 answers and %d tokens",
+			len(rep.Throughput), rep.BucketSeconds, answers, tokens, rep.Total.CompletionTokens.Sum)
 	}
 	if rep.Total.ReasoningShare <= 0 || rep.Total.WithReasoning == 0 {
 		t.Errorf("reasoning share %v, with reasoning %d; want some", rep.Total.ReasoningShare, rep.Total.WithReasoning)
 	}
 }
 
-func TestHistoryBuckets(t *testing.T) {
+// TestFoldBuckets: minutes fold into the axis' wider buckets, a stall
+// stays as empty buckets, the rate is per second of bucket.
+func TestFoldBuckets(t *testing.T) {
 	t0 := time.Unix(1_000_000*60, 0)
 	var mins []store.MinuteThroughput
 	for _, m := range []int{0, 1, 2, 150} { // a stall between minute 2 and 150
 		mins = append(mins, store.MinuteThroughput{Minute: t0.Add(time.Duration(m) * time.Minute), Requests: 1, CompletionTokens: 600})
 	}
-	pts, secs := history(mins)
-	if secs != 180 || len(pts) != 51 {
-		t.Fatalf("history: %d points of %ds, want 51 of 180s", len(pts), secs)
+	a := AxisFor(t0, t0.Add(151*time.Minute-time.Nanosecond), time.Minute)
+	pts := fold(mins, a, t0.Add(24*time.Hour))
+	if a.Bucket != 5*time.Minute || len(pts) != 31 {
+		t.Fatalf("fold: %d points of %s, want 31 of 5m", len(pts), a.Bucket)
 	}
-	if pts[0].Answers != 3 || pts[0].CompletionPerSec != 1800.0/180 || pts[1].Answers != 0 || pts[50].Answers != 1 {
-		t.Errorf("points = %+v ... %+v", pts[:2], pts[50])
+	// The axis ends at minute 151: its buckets start at minute 151-155 = -4.
+	if pts[0].Answers != 1 || pts[1].Answers != 2 || pts[1].CompletionPerSec != 1200.0/300 || pts[2].Answers != 0 || pts[30].Answers != 1 {
+		t.Errorf("points = %+v ... %+v", pts[:3], pts[30])
 	}
 }

@@ -66,6 +66,10 @@ type Claimed struct {
 	PromptTokens int
 	Attempts     int // attempts spent so far on this turn (server outages never spend one)
 	LeaseUntil   time.Time
+	// Token is the lease's fencing token, unique per claim of a sample on
+	// a shared store (0 where the backend keeps none): a transition
+	// carrying it (Commit) takes only under this very lease.
+	Token int64
 	// Turn is the turn to generate (0 = the first answer); Prior holds the
 	// stored answers to turns 0..Turn-1, in order.
 	Turn  int
@@ -288,6 +292,11 @@ type Store interface {
 	Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]Claimed, error)
 	// ExtendLeases pushes the lease of every sample owner holds to now+lease.
 	ExtendLeases(ctx context.Context, owner string, lease time.Duration) error
+	// Commit runs one lease transition (the methods below are shorthands
+	// without a token); a non-zero Token fences it to the lease claimed
+	// with that token, so a worker's answer from a lease it lost is refused
+	// (ErrNotLeased) even after the same worker claimed the sample again.
+	Commit(ctx context.Context, t Transition) error
 	// Complete stores r and marks the sample done, in one transaction.
 	// r.Turn must be the sample's current turn (ErrWrongTurn otherwise).
 	Complete(ctx context.Context, id, owner string, r Result) error
@@ -350,6 +359,12 @@ type Store interface {
 	EachTokenCount(ctx context.Context, fn func(TokenCount) error) error
 	// ThroughputHistory returns the answers stored per minute, oldest first.
 	ThroughputHistory(ctx context.Context) ([]MinuteThroughput, error)
+	// ThroughputBuckets returns the answers stored at or after start in
+	// buckets of width bucket counted from start (Minute is each bucket's
+	// start), oldest first, empty buckets left out. It reads the answers
+	// themselves (a covering index), so it is for short spans: a job's
+	// first hour, where minutes are too coarse.
+	ThroughputBuckets(ctx context.Context, start time.Time, bucket time.Duration) ([]MinuteThroughput, error)
 	// IngestDuplicates counts the source rows skipped at ingest because
 	// their id was already taken by another row (same origin = the same
 	// row read again, which is no duplicate), with up to limit examples.

@@ -22,10 +22,15 @@ const (
 
 // Transition is one queued lease transition. Text is the reject evidence,
 // the next turn's lane, the retry's last error, the dead-letter reason or
-// the target lane; Rule is a reject's quality rule.
+// the target lane; Rule is a reject's quality rule. Token, when not zero,
+// is the fencing token of the lease the caller claimed (Claimed.Token): the
+// transition then takes only if that very lease is still held, not merely
+// one of the same owner (a worker that claimed the sample again after
+// losing it).
 type Transition struct {
 	Op        Op
 	ID, Owner string
+	Token     int64
 	State     State // OpFinish: Done or Rejected
 	Result    Result
 	Text      string
@@ -40,64 +45,75 @@ type Transitions struct {
 	Commits *groupcommit.Queue[Transition]
 }
 
-// Complete stores r and marks the sample done, spending its attempt.
-func (t Transitions) Complete(ctx context.Context, id, owner string, r Result) error {
-	if err := t.Commits.Do(ctx, Transition{Op: OpFinish, ID: id, Owner: owner, State: Done, Result: r}); err != nil {
-		return fmt.Errorf("complete %s: %w", id, err)
+// Commit runs one lease transition, fenced by tr.Token when it is not
+// zero, and returns once it has committed; ErrNotLeased says the lease is
+// gone.
+func (t Transitions) Commit(ctx context.Context, tr Transition) error {
+	if tr.Op == OpFinish && tr.State == Rejected && tr.Rule == "" {
+		return fmt.Errorf("reject %s: no rule", tr.ID)
+	}
+	if err := t.Commits.Do(ctx, tr); err != nil {
+		return fmt.Errorf("%s: %w", tr.describe(), err)
 	}
 	return nil
+}
+
+// describe names the transition for error messages.
+func (tr Transition) describe() string {
+	switch tr.Op {
+	case OpFinish:
+		if tr.State == Rejected {
+			return "reject " + tr.ID
+		}
+		return "complete " + tr.ID
+	case OpTurn:
+		return fmt.Sprintf("complete turn %d of %s", tr.Result.Turn, tr.ID)
+	case OpRetry:
+		return "retry " + tr.ID
+	case OpDead:
+		return "dead-letter " + tr.ID
+	case OpEscalate:
+		return fmt.Sprintf("escalate %s to %s", tr.ID, tr.Text)
+	case OpRelane:
+		return fmt.Sprintf("move %s to lane %s", tr.ID, tr.Text)
+	}
+	return fmt.Sprintf("transition %d of %s", tr.Op, tr.ID)
+}
+
+// Complete stores r and marks the sample done, spending its attempt.
+func (t Transitions) Complete(ctx context.Context, id, owner string, r Result) error {
+	return t.Commit(ctx, Transition{Op: OpFinish, ID: id, Owner: owner, State: Done, Result: r})
 }
 
 // Reject stores r with its rule and evidence and marks the sample
 // rejected, spending its attempt.
 func (t Transitions) Reject(ctx context.Context, id, owner string, r Result, rule, evidence string) error {
-	if rule == "" {
-		return fmt.Errorf("reject %s: no rule", id)
-	}
-	if err := t.Commits.Do(ctx, Transition{Op: OpFinish, ID: id, Owner: owner, State: Rejected, Result: r, Rule: rule, Text: evidence}); err != nil {
-		return fmt.Errorf("reject %s: %w", id, err)
-	}
-	return nil
+	return t.Commit(ctx, Transition{Op: OpFinish, ID: id, Owner: owner, State: Rejected, Result: r, Rule: rule, Text: evidence})
 }
 
 // CompleteTurn stores the answer to the held sample's current turn and
 // returns it to pending at the next turn (in nextLane, "" = the same lane),
 // in one transaction.
 func (t Transitions) CompleteTurn(ctx context.Context, id, owner string, r Result, nextLane string) error {
-	if err := t.Commits.Do(ctx, Transition{Op: OpTurn, ID: id, Owner: owner, Result: r, Text: nextLane}); err != nil {
-		return fmt.Errorf("complete turn %d of %s: %w", r.Turn, id, err)
-	}
-	return nil
+	return t.Commit(ctx, Transition{Op: OpTurn, ID: id, Owner: owner, Result: r, Text: nextLane})
 }
 
 // Retry returns the held sample to pending, spending one attempt.
 func (t Transitions) Retry(ctx context.Context, id, owner string, notBefore time.Time, lastErr string) error {
-	if err := t.Commits.Do(ctx, Transition{Op: OpRetry, ID: id, Owner: owner, NotBefore: notBefore, Text: lastErr}); err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
-	}
-	return nil
+	return t.Commit(ctx, Transition{Op: OpRetry, ID: id, Owner: owner, NotBefore: notBefore, Text: lastErr})
 }
 
 // DeadLetter marks the held sample dead with reason, spending its attempt.
 func (t Transitions) DeadLetter(ctx context.Context, id, owner, reason string) error {
-	if err := t.Commits.Do(ctx, Transition{Op: OpDead, ID: id, Owner: owner, Text: reason}); err != nil {
-		return fmt.Errorf("dead-letter %s: %w", id, err)
-	}
-	return nil
+	return t.Commit(ctx, Transition{Op: OpDead, ID: id, Owner: owner, Text: reason})
 }
 
 // Escalate moves the held sample to pending in lane without spending an attempt.
 func (t Transitions) Escalate(ctx context.Context, id, owner, lane string) error {
-	if err := t.Commits.Do(ctx, Transition{Op: OpEscalate, ID: id, Owner: owner, Text: lane}); err != nil {
-		return fmt.Errorf("escalate %s to %s: %w", id, lane, err)
-	}
-	return nil
+	return t.Commit(ctx, Transition{Op: OpEscalate, ID: id, Owner: owner, Text: lane})
 }
 
 // Relane moves the held sample to lane and keeps it leased.
 func (t Transitions) Relane(ctx context.Context, id, owner, lane string) error {
-	if err := t.Commits.Do(ctx, Transition{Op: OpRelane, ID: id, Owner: owner, Text: lane}); err != nil {
-		return fmt.Errorf("move %s to lane %s: %w", id, lane, err)
-	}
-	return nil
+	return t.Commit(ctx, Transition{Op: OpRelane, ID: id, Owner: owner, Text: lane})
 }

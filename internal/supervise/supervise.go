@@ -771,8 +771,7 @@ func (s *Supervisor) explain(inc *incarnation, w *watch, state State, cause stri
 	}
 	if !w.metricsAt.IsZero() {
 		m := w.metrics
-		add(fmt.Sprintf("last metrics %.1fs ago: running=%.0f queued=%.0f token_usage=%.2f generation_tokens_total=%.0f retractions_total=%.0f",
-			s.cfg.Now().Sub(w.metricsAt).Seconds(), m.Running, m.Queued, m.TokenUsage, m.GenerationTokensTotal, m.RetractionsTotal))
+		add(fmt.Sprintf("last metrics %.1fs ago: %s", s.cfg.Now().Sub(w.metricsAt).Seconds(), m.Evidence()))
 	}
 	return cause, evidence
 }

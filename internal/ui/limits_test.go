@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
@@ -56,5 +58,35 @@ func TestStatusShowsLimits(t *testing.T) {
 		if !strings.Contains(text, w) {
 			t.Errorf("status lacks %q:\n%s", w, text)
 		}
+	}
+}
+
+// TestStaleLoadSaysItsAge: a server reading older than its probe interval
+// is printed with its age by status and watch; a fresh one is not.
+func TestStaleLoadSaysItsAge(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		age      time.Duration
+		every    time.Duration
+		wantNote string
+	}{
+		{"fresh", 3 * time.Second, 5 * time.Second, ""},
+		{"one interval", 5 * time.Second, 5 * time.Second, ""},
+		{"stale", 42 * time.Second, 5 * time.Second, "(read 42s ago)"},
+		{"stale, interval unknown", 12 * time.Second, 0, "(read 12s ago)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := limitedEndpoint(128, "")
+			e.Load.At, e.Load.Every, e.Load.Age = time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC), c.every, c.age
+			r := monitor.Report{Job: "demo", State: monitor.Running, Endpoints: []monitor.EndpointStatus{e}}
+			s := watchFixture()
+			s.Report.Endpoints = r.Endpoints
+			for view, text := range map[string]string{"status": StatusText("demo", r), "watch": ansi.Strip(RenderWatch(s, PaneProgress, 200, 60))} {
+				has := strings.Contains(text, "ago)")
+				if c.wantNote == "" && has || c.wantNote != "" && !strings.Contains(text, c.wantNote) {
+					t.Errorf("%s with a reading %s old (probe every %s): want note %q in:\n%s", view, c.age, c.every, c.wantNote, text)
+				}
+			}
+		})
 	}
 }

@@ -55,9 +55,13 @@ func StatsText(r stats.Report) string {
 			max = maxf(max, p.CompletionPerSec)
 		}
 		first, last := r.Throughput[0], r.Throughput[len(r.Throughput)-1]
+		bucket := time.Duration(r.BucketSeconds) * time.Second
+		layout := "01-02 15:04"
+		if bucket < time.Minute {
+			layout = "01-02 15:04:05"
+		}
 		fmt.Fprintf(&b, "\ncompletion tokens/s, %s buckets, %s to %s (peak %.0f):\n  %s\n",
-			time.Duration(r.BucketSeconds)*time.Second, first.Start.Format("01-02 15:04"),
-			last.Start.Add(time.Duration(r.BucketSeconds)*time.Second).Format("01-02 15:04"), max, sparkline(r.Throughput, max))
+			bucket, first.Start.Format(layout), last.Start.Add(bucket).Format(layout), max, sparkline(r.Throughput, max))
 	}
 	return b.String()
 }

@@ -33,4 +33,10 @@ func TestStatsText(t *testing.T) {
 			t.Errorf("stats text lacks %q:\n%s", want, got)
 		}
 	}
+	// A job of seconds is drawn second by second, its times to the second.
+	r.Throughput = []stats.Point{{Start: t0, CompletionPerSec: 80}, {Start: t0.Add(time.Second), CompletionPerSec: 40}, {Start: t0.Add(2 * time.Second), CompletionPerSec: 80}}
+	r.BucketSeconds = 1
+	if got, want := StatsText(r), "completion tokens/s, 1s buckets, 12-01 10:00:00 to 12-01 10:00:03 (peak 80):\n  █▄█"; !strings.Contains(got, want) {
+		t.Errorf("stats text lacks %q:\n%s", want, got)
+	}
 }

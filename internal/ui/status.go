@@ -178,6 +178,9 @@ func loadLine(e monitor.EndpointStatus) string {
 		if l.RetractionsTotal != nil && *l.RetractionsTotal > 0 {
 			parts = append(parts, fmt.Sprintf("%.0f retracted so far", *l.RetractionsTotal))
 		}
+		if note := l.StaleNote(); note != "" && len(parts) > 0 {
+			parts[len(parts)-1] += " " + note
+		}
 	}
 	return strings.Join(parts, ", ")
 }

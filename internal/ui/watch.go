@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -69,6 +70,17 @@ func bar(frac float64, width int) string {
 
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")
 
+// sparkNote says what the sparklines span: the job's run cut by the one
+// rule (stats.AxisFor), of which the last width bars are drawn.
+func sparkNote(h monitor.History, width int) string {
+	n := min(width, len(h.Times))
+	if n == 0 {
+		return "sparklines: no history yet"
+	}
+	bucket := time.Duration(h.BucketSeconds * float64(time.Second))
+	return fmt.Sprintf("sparklines: one bar per %s since %s", bucket, time.Unix(h.Times[len(h.Times)-n], 0).Format("15:04:05"))
+}
+
 // spark draws the last width values scaled to their maximum.
 func spark(xs []float64, width int) string {
 	ps := make([]*float64, len(xs))
@@ -83,6 +95,17 @@ func spark(xs []float64, width int) string {
 func sparkPtr(xs []*float64, width int, top float64) string {
 	if len(xs) > width {
 		xs = xs[len(xs)-width:]
+	}
+	// A young job has fewer buckets than cells: each gets several, so
+	// the line spans the job instead of sitting at the right edge.
+	if k := width / max(len(xs), 1); k > 1 {
+		wide := make([]*float64, 0, k*len(xs))
+		for _, x := range xs {
+			for range k {
+				wide = append(wide, x)
+			}
+		}
+		xs = wide
 	}
 	hi := top
 	if hi == 0 {

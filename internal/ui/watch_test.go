@@ -24,7 +24,7 @@ func ptr(v float64) *float64 { return &v }
 
 func watchFixture() WatchSnapshot {
 	now := time.Date(2025, 3, 1, 12, 30, 15, 0, time.UTC)
-	h := monitor.History{}
+	h := monitor.History{BucketSeconds: 60}
 	ep := monitor.EndpointHistory{URL: "http://127.0.0.1:30000"}
 	for i := range 60 {
 		h.Times = append(h.Times, now.Truncate(time.Minute).Add(time.Duration(i-59)*time.Minute).Unix())
@@ -197,5 +197,17 @@ func TestWatchKeys(t *testing.T) {
 	}
 	if _, ok := cmd().(tea.QuitMsg); !ok {
 		t.Errorf("q did not quit")
+	}
+}
+
+// TestSparkFillsWidth: a job younger than the sparkline's width in
+// buckets is drawn across the whole width, not as bars at its right edge.
+func TestSparkFillsWidth(t *testing.T) {
+	got := ansi.Strip(spark([]float64{1, 8, 4}, 10))
+	if want := " ▂▂▂███▅▅▅"; got != want {
+		t.Errorf("spark of 3 buckets in 10 cells = %q, want %q", got, want)
+	}
+	if got := ansi.Strip(spark([]float64{1, 2, 3, 4}, 3)); got != "▅▆█" {
+		t.Errorf("spark of 4 buckets in 3 cells = %q, want the last three", got)
 	}
 }

@@ -230,7 +230,7 @@ func rateLines(s WatchSnapshot, width int) (lines []string, caption string) {
 	}
 	out = append(out, wrap(fmt.Sprintf("samples/s   %s   ETA %s", samples, eta), width, 12)...)
 	if sparkW >= 10 {
-		caption = styleMuted.Render(fmt.Sprintf("sparklines: the last %d minutes", min(sparkW, len(s.History.Times))))
+		caption = styleMuted.Render(sparkNote(s.History, sparkW))
 	}
 	return out, caption
 }
@@ -326,6 +326,9 @@ func endpointLine(r monitor.Report, e monitor.EndpointStatus, width int) []strin
 			}
 			if l.Running != nil {
 				parts = append(parts, fmt.Sprintf("running %.0f", *l.Running))
+			}
+			if note := l.StaleNote(); note != "" {
+				parts = append(parts, styleMuted.Render(note))
 			}
 		}
 		if e.Restarts > 0 {

@@ -10,8 +10,10 @@
 // view `regen show` prints): each turn's input, the dataset's answer beside
 // the regenerated one, how each answer was made, and why the conversation
 // ended early, was rejected or died. The samples listing filters by state
-// and partition in the store's query, and by rule, lane and ended early
-// over at most maxScan rows per request, with a cursor to go on.
+// and partition in the store's query, and by rule, lane, ended early and
+// generation over at most maxScan rows per request, with a cursor to go
+// on. The page keeps its filters in its address (#samples?state=rejected&
+// lane=long), so every filtered view is a link.
 //
 // It never changes the job: only GET and HEAD are served. It binds
 // loopback unless a token is given; with a token every request must carry

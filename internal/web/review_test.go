@@ -11,8 +11,9 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// TestSampleFilters lists samples by rule, lane and ended early, beside
-// state and partition, page by page, and serves a sample's review.
+// TestSampleFilters lists samples by rule, lane, ended early and
+// generation, beside state and partition, page by page, and serves a
+// sample's review.
 func TestSampleFilters(t *testing.T) {
 	ctx := context.Background()
 	st, report := fixture(t)
@@ -25,7 +26,7 @@ func TestSampleFilters(t *testing.T) {
 		t.Fatalf("claim M/002: %+v %v", c, err)
 	}
 	must(t, st.Complete(ctx, "M/002", "w", store.Result{Response: []byte(`{"content":"model hello"}`), FinishReason: "stop",
-		PromptTokens: 2, CompletionTokens: 2, Endpoint: "http://127.0.0.1:1", EndReason: "turn 1: the answer called a tool the dataset did not"}))
+		PromptTokens: 2, CompletionTokens: 2, Endpoint: "http://127.0.0.1:1", EndReason: "turn 1: the answer called a tool the dataset did not", Generation: 2}))
 	s, err := New(Options{Store: st, Report: report})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,10 @@ func TestSampleFilters(t *testing.T) {
 		{"ended=true", 1, false, "M/002"},
 		{"ended=1&lane=short", 0, false, ""},
 		{"lane=short&state=done&limit=40", 40, true, "A/000"},
+		{"generation=2", 1, false, "M/002"},
+		{"generation=2&state=done&ended=true", 1, false, "M/002"},
+		{"generation=2&lane=short", 0, false, ""},
+		{"generation=1", 0, false, ""},
 	}
 	for _, tt := range tests {
 		ids, next := list(tt.query)
@@ -79,8 +84,10 @@ func TestSampleFilters(t *testing.T) {
 		t.Errorf("pages 2 and 3 of the 90 done short samples: %d from %v and %d from %v (next %q), want 40 from A/040 and 10 from A/080",
 			len(second), second[:min(len(second), 1)], len(third), third[:min(len(third), 1)], end)
 	}
-	if code, _ := get(t, nil, request(t, "GET", srv.URL+"/api/samples?ended=maybe")); code != 400 {
-		t.Errorf("ended=maybe: %d, want 400", code)
+	for _, bad := range []string{"ended=maybe", "generation=0", "generation=two"} {
+		if code, _ := get(t, nil, request(t, "GET", srv.URL+"/api/samples?"+bad)); code != 400 {
+			t.Errorf("%s: %d, want 400", bad, code)
+		}
 	}
 
 	var one struct {

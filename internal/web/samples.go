@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
@@ -115,13 +116,15 @@ const maxScan = 20 * maxPage
 type rowFilter struct {
 	rule, lane string
 	ended      bool // done conversations that ended before their last planned turn
+	generation int  // the configuration generation of the last answer; 0: any
 }
 
 func (f rowFilter) none() bool { return f == rowFilter{} }
 
 func (f rowFilter) match(r store.Row) bool {
 	return (f.rule == "" || r.Rule == f.rule) && (f.lane == "" || r.Lane == f.lane) &&
-		(!f.ended || (r.State == store.Done && r.Result.EndReason != ""))
+		(!f.ended || (r.State == store.Done && r.Result.EndReason != "")) &&
+		(f.generation == 0 || r.Result.FinishReason != "" && r.Result.Generation == f.generation)
 }
 
 // filtered reads pages from the store after q.After until limit+1 rows
@@ -167,6 +170,10 @@ func (s *Server) samples(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := rowFilter{rule: q.Get("rule"), lane: q.Get("lane")}
+	if f.generation, err = intParam(r, "generation", 0, 1, math.MaxInt32); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	switch q.Get("ended") {
 	case "", "0", "false":
 	case "1", "true":

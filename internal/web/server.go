@@ -174,17 +174,31 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, rep)
 }
 
+// history serves the job's series. Without window= (or with
+// window=job) the axis spans the newest run, start to last heartbeat, by
+// the one rule stats.AxisFor; a duration asks for that much before the
+// last heartbeat instead.
 func (s *Server) history(w http.ResponseWriter, r *http.Request) {
-	window := time.Hour
-	if v := r.URL.Query().Get("window"); v != "" {
+	var window time.Duration
+	if v := r.URL.Query().Get("window"); v != "" && v != "job" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Minute || d > maxHistory {
-			http.Error(w, fmt.Sprintf("window must be a duration from 1m to %s", maxHistory), http.StatusBadRequest)
+			http.Error(w, fmt.Sprintf("window must be job or a duration from 1m to %s", maxHistory), http.StatusBadRequest)
 			return
 		}
 		window = d
 	}
-	h, err := monitor.ReadHistory(r.Context(), s.o.Store, s.o.Now(), window)
+	hb, ok, err := s.o.Store.LastHeartbeat(r.Context())
+	if err != nil {
+		s.fail(w, "history", err)
+		return
+	}
+	now := s.o.Now()
+	a := monitor.JobAxis(hb, ok, now, window)
+	if a.Window() > maxHistory {
+		a = monitor.JobAxis(hb, ok, now, maxHistory)
+	}
+	h, err := monitor.ReadHistory(r.Context(), s.o.Store, a, now)
 	if err != nil {
 		s.fail(w, "history", err)
 		return

@@ -72,7 +72,7 @@ func fixture(t *testing.T) (store.Store, func(ctx context.Context) (monitor.Repo
 	beat, _ := json.Marshal(monitor.Beat{State: monitor.Running, Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:1", State: monitor.Ready,
 		InFlight: 3, Load: &monitor.Load{KVUsage: ptr(0.42), Queued: ptr(2), Running: ptr(3)}}}})
 	now := time.Now()
-	must(t, st.PutHeartbeat(ctx, store.Heartbeat{Owner: "w", PID: 1, Host: "elsewhere", Time: now, Started: now.Add(-time.Hour), Counters: beat}))
+	must(t, st.PutHeartbeat(ctx, store.Heartbeat{Owner: "w", PID: 1, Host: "elsewhere", Time: now, Started: now.Add(-2 * time.Hour), Counters: beat}))
 	must(t, st.AddEvent(ctx, store.Event{Kind: "endpoint_state", Subject: "http://127.0.0.1:1", State: "DOWN", Evidence: "exit code 137"}))
 	must(t, st.AddIngestErrors(ctx, []store.IngestError{{Partition: "A", Origin: "a.jsonl:999", Reason: "not JSON"}}))
 	minute := now.Truncate(time.Minute)
@@ -395,8 +395,10 @@ func TestAPI(t *testing.T) {
 	}
 	var h monitor.History
 	getJSON("/api/history?window=10m", &h)
-	if len(h.Times) != 10 || h.TokensPerSec[8] != 10 || len(h.Endpoints) != 1 || *h.Endpoints[0].KVUsage[8] != 0.4 || h.Endpoints[0].KVUsage[7] != nil {
-		t.Errorf("history = %+v, want 10 minutes with 10 tok/s and KV 0.4 a minute ago", h)
+	// A run two hours old keeps minute rows: ten minutes back from the
+	// last heartbeat's minute, the partial first one included.
+	if len(h.Times) != 11 || h.BucketSeconds != 60 || h.TokensPerSec[9] != 10 || len(h.Endpoints) != 1 || *h.Endpoints[0].KVUsage[9] != 0.4 || h.Endpoints[0].KVUsage[8] != nil {
+		t.Errorf("history = %+v, want 11 minutes with 10 tok/s and KV 0.4 a minute ago", h)
 	}
 	// Events and bad rows have the snake_case keys of the status document.
 	var evs []map[string]any

@@ -35,8 +35,11 @@ type Sample struct {
 	// outages are the circuit breaker's business, not the limit's.
 	Errors int
 
-	Running     float64 // requests the server is decoding
-	Queued      float64 // requests waiting at the server
+	Running float64 // requests the server is decoding
+	Queued  float64 // requests waiting at the server
+	// Slots is the most requests the server decodes at once when that is
+	// its hard limit (llama-server's --parallel); 0 = a KV-pool server.
+	Slots       float64
 	KVUsage     float64 // 0..1
 	Retractions float64 // retracted or preempted requests during the interval
 }
@@ -116,6 +119,11 @@ type Params struct {
 	CrashRoom float64
 }
 
+// slotQueueHigh: the most requests a slot-bound server may keep waiting
+// before the limit is cut (one covers the gap between a slot freeing and
+// the next request arriving).
+const slotQueueHigh = 1
+
 // slowStartGain multiplies the limit per probe in slow start.
 const slowStartGain = 3
 
@@ -154,6 +162,9 @@ type Controller struct {
 	raisedFrom, raisedGood float64
 	flat, plateau          int
 	crashes                int
+	// slots caps the limit for a slot-bound server (0 = none): past its
+	// slots a request only waits (Sample.Slots).
+	slots float64
 
 	last, moved Decision
 }
@@ -207,6 +218,9 @@ func (c *Controller) record(d Decision) Decision {
 
 func (c *Controller) clamp(v float64) float64 {
 	v = math.Min(v, c.ceil)
+	if c.slots > 0 {
+		v = math.Min(v, c.slots)
+	}
 	if c.b.Max > 0 {
 		v = math.Min(v, float64(c.b.Max))
 	}
@@ -229,6 +243,14 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	running := math.Max(s.Running, 0)
 	qLow := math.Max(c.p.QueueLowMin, c.p.QueueLow*running)
 	qHigh := math.Max(c.p.QueueHighMin, c.p.QueueHigh*running)
+	if s.Slots > 0 {
+		// A slot-bound server: the slots are the whole capacity and a
+		// waiting request only waits, so the target is the slot count
+		// with a queue near zero, not a generation of work waiting.
+		c.slots = math.Max(s.Slots, float64(c.b.Min))
+		qLow, qHigh = 0, slotQueueHigh
+		c.limit = c.clamp(c.limit)
+	}
 	spike := c.track(s, qLow, qHigh, ev)
 	// A cut takes effect as requests finish; until the lane is back
 	// within its limit another cut would only count the same pressure twice.

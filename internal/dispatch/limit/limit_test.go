@@ -439,3 +439,49 @@ func TestBackpressure(t *testing.T) {
 		}
 	}
 }
+
+// A slot-bound server (llama-server's --parallel 8): the limit settles at
+// the slot count with nothing waiting, where a KV-pool server's band would
+// keep 4 to 12 requests queued behind the same 8 running.
+func TestSlotBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := toyServer{slots: 8}
+		slotted := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
+		pool := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
+		var slottedLimits, poolLimits []int
+		for range 30 {
+			time.Sleep(step)
+			s := srv.sample(slotted.Limit())
+			s.Slots = 8
+			slotted.Update(s)
+			slottedLimits = append(slottedLimits, slotted.Limit())
+			pool.Update(srv.sample(pool.Limit()))
+			poolLimits = append(poolLimits, pool.Limit())
+		}
+		for i, l := range slottedLimits {
+			if l > 8 {
+				t.Fatalf("slot-bound limit %d at step %d (limits %v), want at most the 8 slots", l, i, slottedLimits)
+			}
+		}
+		if got := slottedLimits[len(slottedLimits)-1]; got != 8 {
+			t.Errorf("slot-bound limit settled at %d (limits %v), want 8", got, slottedLimits)
+		}
+		if got := poolLimits[len(poolLimits)-1]; got < 12 {
+			t.Errorf("KV-pool limit settled at %d, want the band's queue (>= 12) on top of 8 running: the contrast this test rests on", got)
+		}
+		if d := slotted.Last(); !strings.Contains(d.Reason, "queue 0 (band 0-1)") {
+			t.Errorf("last decision %q, want the slot band 0-1 in its evidence", d)
+		}
+	})
+}
+
+// The slot cap follows the server: a limit above the slots (a lane
+// started high) comes down to them at the first sample that names them.
+func TestSlotBoundCapsAHighStart(t *testing.T) {
+	c := New(Bounds{Min: 1, Initial: 32}, DefaultParams, time.Now())
+	s := toyServer{slots: 8}.sample(32)
+	s.Slots = 8
+	if d := c.Update(s); d.To != 8 {
+		t.Errorf("decision %v, want the limit cut to the 8 slots", d)
+	}
+}

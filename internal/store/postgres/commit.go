@@ -17,12 +17,12 @@ import (
 // lease.
 var finishSQL = `WITH v AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::bytea[], $5::text[], $6::int4[], $7::int4[],
-			$8::text[], $9::int8[], $10::int8[], $11::text[], $12::text[], $13::int4[], $14::int4[], $15::text[], $17::int4[])
+			$8::text[], $9::int8[], $10::int8[], $11::text[], $12::text[], $13::int4[], $14::int4[], $15::text[], $17::int4[], $18::int8[])
 			AS v(id, owner, state, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns,
-				reason, rule, turn, reasoning_tokens, end_reason, generation)
+				reason, rule, turn, reasoning_tokens, end_reason, generation, token)
 	), u AS (
 		UPDATE samples s SET state = v.state, attempts = s.attempts + 1, finished_at = $16, lease_owner = NULL, lease_until = NULL
-		FROM v WHERE s.id = v.id AND s.state = 1 AND s.lease_owner = v.owner AND s.turn = v.turn
+		FROM v WHERE s.id = v.id AND s.state = 1 AND s.lease_owner = v.owner AND (v.token = 0 OR s.lease_token = v.token) AND s.turn = v.turn
 		RETURNING s.id, s.partition, s.lane AS lane_from, 1::int2 AS state_from, s.lane, s.state
 	), ` + countsCTE + `, a AS (
 		INSERT INTO results (sample_id, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens, endpoint,
@@ -35,7 +35,7 @@ var finishSQL = `WITH v AS (
 	SELECT sample_id, true, 0 FROM a
 	UNION ALL
 	SELECT s.id, false, s.turn FROM samples s JOIN v ON s.id = v.id
-	WHERE s.state = 1 AND s.lease_owner = v.owner AND s.turn <> v.turn`
+	WHERE s.state = 1 AND s.lease_owner = v.owner AND (v.token = 0 OR s.lease_token = v.token) AND s.turn <> v.turn`
 
 // turnSQL stores the answer to a held sample's current turn and returns the
 // sample to pending at the next turn, with no attempt spent, in one
@@ -45,7 +45,7 @@ var finishSQL = `WITH v AS (
 // when the lease is gone.
 var turnSQL = `WITH h AS (
 		SELECT id, turn, partition, lane, attempts FROM samples
-		WHERE id = $1 AND state = 1 AND lease_owner = $2 FOR UPDATE
+		WHERE id = $1 AND state = 1 AND lease_owner = $2 AND ($15 = 0 OR lease_token = $15) FOR UPDATE
 	), a AS (
 		INSERT INTO turns (sample_id, turn, partition, lane, response, finish_reason, prompt_tokens, completion_tokens,
 			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts, finished_at, generation)
@@ -66,19 +66,19 @@ var turnSQL = `WITH h AS (
 var (
 	retrySQL = movedSQL(`UPDATE samples SET state = 0, attempts = attempts + 1, not_before = $1,
 			last_error = $2, last_error_at = $3, lease_owner = NULL, lease_until = NULL
-		WHERE id = $4 AND state = 1 AND lease_owner = $5 `+moved("1"), "1")
+		WHERE id = $4 AND state = 1 AND lease_owner = $5 AND ($6 = 0 OR lease_token = $6) `+moved("1"), "1")
 	deadSQL = movedSQL(`UPDATE samples SET state = 4, attempts = attempts + 1, last_error = $1, last_error_at = $2,
 			finished_at = $2, lease_owner = NULL, lease_until = NULL
-		WHERE id = $3 AND state = 1 AND lease_owner = $4 `+moved("1"), "1")
+		WHERE id = $3 AND state = 1 AND lease_owner = $4 AND ($5 = 0 OR lease_token = $5) `+moved("1"), "1")
 	// The old lane comes from a read of the held row: only its holder can
 	// change it, so it cannot move between the read and the update.
 	escalateSQL = movedSQL(`UPDATE samples s SET state = 0, lane = $1, lease_owner = NULL, lease_until = NULL
 		FROM (SELECT id, lane AS old_lane FROM samples WHERE id = $2) o
-		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3
+		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3 AND ($4 = 0 OR s.lease_token = $4)
 		RETURNING s.partition, o.old_lane AS lane_from, 1::int2 AS state_from, s.lane, s.state`, "1")
 	relaneSQL = movedSQL(`UPDATE samples s SET lane = $1
 		FROM (SELECT id, lane AS old_lane FROM samples WHERE id = $2) o
-		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3
+		WHERE s.id = o.id AND s.state = 1 AND s.lease_owner = $3 AND ($4 = 0 OR s.lease_token = $4)
 		RETURNING s.partition, o.old_lane AS lane_from, 1::int2 AS state_from, s.lane, s.state`, "1")
 )
 
@@ -207,19 +207,19 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			r := t.Result
 			b.Queue(turnSQL, t.ID, t.Owner, int32(r.Turn), nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens),
 				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.Text,
-				int32(r.Generation))
+				int32(r.Generation), t.Token)
 			q.single = append(q.single, i)
 		case store.OpRetry:
-			b.Queue(retrySQL, ns(t.NotBefore), text(t.Text), now, t.ID, t.Owner)
+			b.Queue(retrySQL, ns(t.NotBefore), text(t.Text), now, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		case store.OpDead:
-			b.Queue(deadSQL, text(t.Text), now, t.ID, t.Owner)
+			b.Queue(deadSQL, text(t.Text), now, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		case store.OpEscalate:
-			b.Queue(escalateSQL, t.Text, t.ID, t.Owner)
+			b.Queue(escalateSQL, t.Text, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		case store.OpRelane:
-			b.Queue(relaneSQL, t.Text, t.ID, t.Owner)
+			b.Queue(relaneSQL, t.Text, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		}
 	}
@@ -230,7 +230,7 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			states                                    = make([]int16, n)
 			responses                                 = make([][]byte, n)
 			pts, cts, rts, turns, gens                = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
-			durs, ttfts                               = make([]int64, n), make([]int64, n)
+			durs, ttfts, tokens                       = make([]int64, n), make([]int64, n), make([]int64, n)
 		)
 		for k, i := range q.finish {
 			t := batch[i]
@@ -239,9 +239,9 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			responses[k], finishes[k], pts[k], cts[k] = nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens), int32(r.CompletionTokens)
 			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.Text)
 			rules[k], turns[k], rts[k], endReasons[k] = text(t.Rule), int32(r.Turn), int32(r.ReasoningTokens), text(r.EndReason)
-			gens[k] = int32(r.Generation)
+			gens[k], tokens[k] = int32(r.Generation), t.Token
 		}
-		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, rules, turns, rts, endReasons, now, gens)
+		b.Queue(finishSQL, ids, owners, states, responses, finishes, pts, cts, endpoints, durs, ttfts, reasons, rules, turns, rts, endReasons, now, gens, tokens)
 	}
 	return q
 }

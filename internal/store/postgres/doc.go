@@ -10,7 +10,11 @@
 // many hosts skip each other's rows instead of waiting or colliding, and an
 // UPDATE leases what they picked. Every transition that needs a lease checks
 // state and lease_owner in its own UPDATE and reports store.ErrNotLeased when
-// it matched nothing. ExpireLeases returns expired leases to pending; the
+// it matched nothing. Each claim also gives the row a fencing token from a
+// sequence (Claimed.Token); a transition that carries it (Commit, as the
+// dispatcher's do) takes only under that very lease, so the answer of a
+// worker that froze past its lease is refused even if that worker has
+// claimed the sample again since. ExpireLeases returns expired leases to pending; the
 // workers call it periodically, so a dead worker's samples come back within
 // its lease.
 //

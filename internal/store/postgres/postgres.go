@@ -87,6 +87,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	cfg.ConnConfig.DialFunc = dialer(cfg.ConnConfig.ConnectTimeout).DialContext
 	cfg.ConnConfig.RuntimeParams["search_path"] = o.Schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "regen"
 	// Only results wait for the WAL to reach the disk (commitTx turns it

@@ -515,3 +515,90 @@ func TestCountsMatchARecount(t *testing.T) {
 		t.Errorf("only %d cells: the workload did not reach every state and lane: %v", len(want), want)
 	}
 }
+
+// TestFencingToken: a worker that lost a lease and claimed the sample
+// again holds a new token; a transition carrying the old token (an answer
+// from the request of the lost lease) is refused for every kind of
+// transition, and the one carrying the new token takes.
+func TestFencingToken(t *testing.T) {
+	ctx := context.Background()
+	res := store.Result{FinishReason: "stop", Response: []byte(`{"x":1}`)}
+	tests := []struct {
+		name string
+		tr   store.Transition
+	}{
+		{"complete", store.Transition{Op: store.OpFinish, State: store.Done, Result: res}},
+		{"reject", store.Transition{Op: store.OpFinish, State: store.Rejected, Result: res, Rule: "r", Text: "bad"}},
+		{"turn", store.Transition{Op: store.OpTurn, Result: res}},
+		{"retry", store.Transition{Op: store.OpRetry, NotBefore: time.Now(), Text: "boom"}},
+		{"dead", store.Transition{Op: store.OpDead, Text: "bad request"}},
+		{"escalate", store.Transition{Op: store.OpEscalate, Text: "long"}},
+		{"relane", store.Transition{Op: store.OpRelane, Text: "long"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := openTest(t, Options{})
+			defer s.Close()
+			storetestIngest(t, s, tt.name)
+			claim := func() store.Claimed {
+				t.Helper()
+				cs, err := s.Claim(ctx, "short", 1, "w", time.Minute)
+				if err != nil || len(cs) != 1 || cs[0].ID != tt.name {
+					t.Fatalf("Claim = %v, %v; want %s", cs, err, tt.name)
+				}
+				return cs[0]
+			}
+			first := claim()
+			// Another worker found w dead and returned its leases; w, awake
+			// again, claims the same sample.
+			if n, err := s.ReleaseOwner(ctx, "w"); err != nil || n != 1 {
+				t.Fatalf("ReleaseOwner = %d, %v; want 1", n, err)
+			}
+			second := claim()
+			if first.Token == 0 || second.Token == first.Token {
+				t.Fatalf("tokens %d then %d: want distinct, non-zero", first.Token, second.Token)
+			}
+			tr := tt.tr
+			tr.ID, tr.Owner, tr.Token = tt.name, "w", first.Token
+			if err := s.Commit(ctx, tr); !errors.Is(err, store.ErrNotLeased) {
+				t.Fatalf("Commit with the lost lease's token: %v, want ErrNotLeased", err)
+			}
+			tr.Token = second.Token
+			if err := s.Commit(ctx, tr); err != nil {
+				t.Fatalf("Commit with the held lease's token: %v", err)
+			}
+			var results int
+			if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM results WHERE sample_id = $1`, tt.name).Scan(&results); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[store.Op]int{store.OpFinish: 1}[tt.tr.Op]; results != want {
+				t.Errorf("%d results stored, want %d", results, want)
+			}
+		})
+	}
+}
+
+// TestOpenTogether: workers starting at once on a schema none of them has
+// created yet all open it (one creates it, the others wait for it and find
+// it current), as three `regen run` started together do.
+func TestOpenTogether(t *testing.T) {
+	dsn, schema := testDB(t), newSchema()
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			s, err := Open(context.Background(), dsn, Options{Schema: schema})
+			if err == nil {
+				s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Open %d: %v", i, err)
+		}
+	}
+}

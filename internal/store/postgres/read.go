@@ -301,6 +301,33 @@ func (s *Store) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput
 	return out, nil
 }
 
+// ThroughputBuckets sums the answers (results and earlier turns) stored
+// from start on per bucket.
+func (s *Store) ThroughputBuckets(ctx context.Context, start time.Time, bucket time.Duration) ([]store.MinuteThroughput, error) {
+	if bucket <= 0 {
+		return nil, fmt.Errorf("read throughput buckets: bucket %s is not positive", bucket)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT b, count(*), coalesce(sum(p), 0), coalesce(sum(c), 0) FROM (
+			SELECT (finished_at - $1) / $2 AS b, prompt_tokens AS p, completion_tokens AS c FROM results WHERE finished_at >= $1
+			UNION ALL
+			SELECT (finished_at - $1) / $2, prompt_tokens, completion_tokens FROM turns WHERE finished_at >= $1) a
+		GROUP BY b ORDER BY b`, ns(start), int64(bucket))
+	if err != nil {
+		return nil, fmt.Errorf("read throughput buckets: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.MinuteThroughput, error) {
+		var m store.MinuteThroughput
+		var b, req int64
+		err := row.Scan(&b, &req, &m.PromptTokens, &m.CompletionTokens)
+		m.Minute, m.Requests = start.Add(time.Duration(b)*bucket), int(req)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read throughput buckets: %w", err)
+	}
+	return out, nil
+}
+
 // IngestDuplicates counts the rows skipped for a taken id, with examples
 // in byte-wise origin order.
 func (s *Store) IngestDuplicates(ctx context.Context, limit int) (store.Duplicates, error) {
@@ -352,6 +379,11 @@ func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) 
 
 // PutHeartbeat replaces hb.Owner's heartbeat.
 func (s *Store) PutHeartbeat(ctx context.Context, hb store.Heartbeat) error {
+	// The heartbeat is how a worker learns its store is gone: it must not
+	// wait behind calls stuck on a dead route (in the pool or on a
+	// connection) for longer than a dead route takes to fail.
+	ctx, cancel := context.WithTimeout(ctx, deadRoute)
+	defer cancel()
 	_, err := s.pool.Exec(ctx, `INSERT INTO heartbeats (owner, pid, host, time, started, counters)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (owner) DO UPDATE SET pid = excluded.pid, host = excluded.host, time = excluded.time,

@@ -274,12 +274,12 @@ const claimSQL = `WITH later AS (
 		SELECT seq FROM (SELECT * FROM later UNION ALL SELECT * FROM ready UNION ALL SELECT * FROM due) r
 		GROUP BY seq ORDER BY bool_and(fresh), seq LIMIT $2
 	), u AS (
-		UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0
+		UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0, lease_token = nextval('lease_tokens')
 		FROM pick WHERE s.seq = pick.seq
 		RETURNING s.seq, s.id, s.partition, s.lane AS lane_from, 0::int2 AS state_from, s.lane, s.state,
-			s.body, s.prompt_tokens, s.attempts, s.turn
+			s.body, s.prompt_tokens, s.attempts, s.turn, s.lease_token
 	), ` + countsCTE + `
-	SELECT seq, id, partition, lane, body, prompt_tokens, attempts, turn FROM u`
+	SELECT seq, id, partition, lane, body, prompt_tokens, attempts, turn, lease_token FROM u`
 
 // Claim leases up to n claimable samples of lane, later turns first, then oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
@@ -302,7 +302,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (seqClaim, error) {
 		var sc seqClaim
 		var pt, att, turn int32
-		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn)
+		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn, &sc.c.Token)
 		sc.c.PromptTokens, sc.c.Attempts, sc.c.Turn = int(pt), int(att), int(turn)
 		sc.c.Body = unblob(sc.c.Body)
 		sc.c.LeaseUntil = fromNS(until)

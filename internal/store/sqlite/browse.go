@@ -154,7 +154,7 @@ func samplesQuery(q store.SampleQuery) (string, []any, error) {
 			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos,
 			coalesce(s.last_error, ''), coalesce(s.finished_at, 0),
 			r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint, r.duration_ns, r.ttft_ns, r.reason,
-			r.rule, r.turn, r.reasoning_tokens, r.end_reason
+			r.rule, r.turn, r.reasoning_tokens, r.end_reason, r.generation
 		FROM ` + from + ` LEFT JOIN results r ON r.sample_id = s.id
 		WHERE ` + strings.Join(where, " AND ") + ` ORDER BY s.id LIMIT ?`, args, nil
 }
@@ -186,9 +186,10 @@ func (s *Store) Samples(ctx context.Context, q store.SampleQuery) ([]store.Row, 
 			resTurn, reasoning        sql.NullInt64
 			endpoint, rejection, rule sql.NullString
 			endReason                 sql.NullString
+			generation                sql.NullInt64
 		)
 		if err := rows.Scan(&r.ID, &r.Partition, &r.Lane, &st, &r.Attempts, &r.Origin, &r.Reason, &finishedAt,
-			&finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection, &rule, &resTurn, &reasoning, &endReason); err != nil {
+			&finishReason, &pt, &ct, &endpoint, &dur, &ttft, &rejection, &rule, &resTurn, &reasoning, &endReason, &generation); err != nil {
 			return nil, fmt.Errorf("list samples: %w", err)
 		}
 		r.State = store.State(st)
@@ -197,7 +198,8 @@ func (s *Store) Samples(ctx context.Context, q store.SampleQuery) ([]store.Row, 
 			r.Result = store.Result{FinishReason: finishReason.String, PromptTokens: int(pt.Int64),
 				CompletionTokens: int(ct.Int64), Endpoint: endpoint.String,
 				Duration: time.Duration(dur.Int64), TTFT: time.Duration(ttft.Int64),
-				Turn: int(resTurn.Int64), ReasoningTokens: int(reasoning.Int64), EndReason: endReason.String}
+				Turn: int(resTurn.Int64), ReasoningTokens: int(reasoning.Int64), EndReason: endReason.String,
+				Generation: int(generation.Int64)}
 			if r.State == store.Rejected {
 				r.Reason, r.Rule = rejection.String, rule.String
 			}

@@ -426,25 +426,50 @@ func (s *Store) EachTokenCount(ctx context.Context, fn func(store.TokenCount) er
 
 // ThroughputHistory returns the answers stored per minute, oldest first.
 func (s *Store) ThroughputHistory(ctx context.Context) ([]store.MinuteThroughput, error) {
-	rows, err := s.query(ctx, `SELECT minute, requests, prompt_tokens, completion_tokens FROM stat_minutes ORDER BY minute`)
+	out, err := s.throughput(ctx, time.Unix(0, 0), time.Minute,
+		`SELECT minute, requests, prompt_tokens, completion_tokens FROM stat_minutes ORDER BY minute`)
 	if err != nil {
 		return nil, fmt.Errorf("read throughput history: %w", err)
+	}
+	return out, nil
+}
+
+// ThroughputBuckets sums the answers (results and earlier turns) stored
+// from start on per bucket.
+func (s *Store) ThroughputBuckets(ctx context.Context, start time.Time, bucket time.Duration) ([]store.MinuteThroughput, error) {
+	if bucket <= 0 {
+		return nil, fmt.Errorf("read throughput buckets: bucket %s is not positive", bucket)
+	}
+	out, err := s.throughput(ctx, start, bucket, `SELECT b, count(*), coalesce(sum(p), 0), coalesce(sum(c), 0) FROM (
+			SELECT (finished_at - ?1) / ?2 AS b, prompt_tokens AS p, completion_tokens AS c FROM results WHERE finished_at >= ?1
+			UNION ALL
+			SELECT (finished_at - ?1) / ?2, prompt_tokens, completion_tokens FROM turns WHERE finished_at >= ?1)
+		GROUP BY b ORDER BY b`, ns(start), int64(bucket))
+	if err != nil {
+		return nil, fmt.Errorf("read throughput buckets: %w", err)
+	}
+	return out, nil
+}
+
+// throughput reads rows of (bucket number, answers, prompt tokens,
+// completion tokens); bucket b starts at start + b*bucket.
+func (s *Store) throughput(ctx context.Context, start time.Time, bucket time.Duration, query string, args ...any) ([]store.MinuteThroughput, error) {
+	rows, err := s.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []store.MinuteThroughput
 	for rows.Next() {
 		var m store.MinuteThroughput
-		var minute int64
-		if err := rows.Scan(&minute, &m.Requests, &m.PromptTokens, &m.CompletionTokens); err != nil {
-			return nil, fmt.Errorf("read throughput history: %w", err)
+		var b int64
+		if err := rows.Scan(&b, &m.Requests, &m.PromptTokens, &m.CompletionTokens); err != nil {
+			return nil, err
 		}
-		m.Minute = time.Unix(minute*60, 0)
+		m.Minute = start.Add(time.Duration(b) * bucket)
 		out = append(out, m)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read throughput history: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // IngestDuplicates counts the rows skipped for a taken id, with examples.

@@ -226,8 +226,13 @@ func testAnswerGeneration(t *testing.T, s store.Store) {
 		t.Fatalf("Sample: %v %v", ok, err)
 	}
 	fin := finished(t, s)
-	got := []int{row.Prior[0].Generation, row.Result.Generation, fin[0].Prior[0].Generation, fin[0].Result.Generation}
-	if diff := cmp.Diff([]int{3, 4, 3, 4}, got); diff != "" {
-		t.Errorf("generations of the stored answers via Sample and Finished (-want +got):\n%s", diff)
+	// The dashboard's listing filters on it too.
+	listed, err := s.Samples(ctx, store.SampleQuery{State: store.Done})
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("Samples: %+v %v", listed, err)
+	}
+	got := []int{row.Prior[0].Generation, row.Result.Generation, fin[0].Prior[0].Generation, fin[0].Result.Generation, listed[0].Result.Generation}
+	if diff := cmp.Diff([]int{3, 4, 3, 4, 4}, got); diff != "" {
+		t.Errorf("generations of the stored answers via Sample, Finished and Samples (-want +got):\n%s", diff)
 	}
 }

@@ -237,8 +237,29 @@ func testStats(t *testing.T, s store.Store) {
 	if total.Requests != 5 || total.PromptTokens != 177 || total.CompletionTokens != 458 {
 		t.Errorf("history totals = %+v, want 5 answers, 177 prompt and 458 completion tokens", total)
 	}
+	// Buckets of any width from any start hold the same answers.
+	since := time.Now().Add(-time.Hour)
+	for _, w := range []time.Duration{time.Second, 7 * time.Second, 2 * time.Hour} {
+		bs, err := s.ThroughputBuckets(ctx, since, w)
+		must(t, err)
+		sum := store.MinuteThroughput{}
+		for i, b := range bs {
+			if i > 0 && !b.Minute.After(bs[i-1].Minute) || b.Minute.Before(since) || b.Minute.Sub(since)%w != 0 {
+				t.Errorf("buckets of %s: %v is out of order or not a bucket start from %v", w, b.Minute, since)
+			}
+			sum.Requests += b.Requests
+			sum.PromptTokens += b.PromptTokens
+			sum.CompletionTokens += b.CompletionTokens
+		}
+		if sum != total {
+			t.Errorf("buckets of %s sum to %+v, want the history's %+v", w, sum, total)
+		}
+	}
+	if bs, err := s.ThroughputBuckets(ctx, time.Now().Add(time.Hour), time.Second); err != nil || len(bs) != 0 {
+		t.Errorf("buckets from the future = %+v, %v; want none", bs, err)
+	}
 	// The rate counts every answer's tokens, and samples once finished.
-	tp, err := s.ThroughputSince(ctx, time.Now().Add(-time.Hour))
+	tp, err := s.ThroughputSince(ctx, since)
 	must(t, err)
 	if tp.Samples != 4 || tp.PromptTokens != 177 || tp.CompletionTokens != 458 || tp.First.IsZero() || tp.Last.Before(tp.First) {
 		t.Errorf("ThroughputSince = %+v, want 4 samples, every answer's tokens (177, 458) and the span of the answers", tp)

@@ -62,6 +62,23 @@ function sampleLink(id) {
   return a;
 }
 
+// samplesHash is the address of the samples page with filters f: every
+// filter is a query parameter, so a filtered view is a link.
+function samplesHash(f) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(f)) if (v !== "" && v !== undefined && v !== null && v !== false) q.set(k, v);
+  const s = q.toString();
+  return "#samples" + (s ? "?" + s : "");
+}
+
+// countLink is a cell's count of rejected or dead samples, a link to them.
+function countLink(n, state, c) {
+  if (!n) return n;
+  const a = el("a", n, "count-" + state);
+  a.href = samplesHash({ state, partition: c.partition, lane: c.lane });
+  return a;
+}
+
 // ---- status (live) ----
 
 // The values each class of filter select offers, kept while they do not change.
@@ -72,10 +89,18 @@ function setOptions(cls, values) {
   filterValues[cls] = values;
   for (const sel of document.querySelectorAll("select." + cls)) {
     const keep = sel.value;
-    sel.replaceChildren(el("option", sel.options[0].textContent), ...values.map((v) => el("option", v)));
+    // A value the address asked for stays offered until the status lists it.
+    const all = keep && !values.includes(keep) ? [...values, keep] : values;
+    sel.replaceChildren(el("option", sel.options[0].textContent), ...all.map((v) => el("option", v)));
     sel.options[0].value = "";
     sel.value = keep;
   }
+}
+
+// setSelect shows value in a select, adding it as an option if needed.
+function setSelect(sel, value) {
+  if (value && ![...sel.options].some((o) => o.value === value)) sel.append(el("option", value));
+  sel.value = value || "";
 }
 
 function applyStatus(doc) {
@@ -98,10 +123,13 @@ function applyStatus(doc) {
   $("ingest-errors").textContent = doc.ingest_errors || 0;
   $("rate-tokens").textContent = fmtNum(doc.rate_1m && doc.rate_1m.tokens_per_sec, 1);
   $("rate-samples").textContent = fmtNum(doc.rate_1m && doc.rate_1m.samples_per_sec, 2);
-  // Rejected samples per quality rule, most first.
-  $("rejects").textContent = (doc.rejects || []).length
-    ? "rejected by rule: " + doc.rejects.map((r) => `${r.rule} ${r.n}`).join(", ")
-    : "";
+  // Rejected samples per quality rule, most first, each a link to them.
+  const rj = doc.rejects || [];
+  $("rejects").replaceChildren(...(rj.length ? ["rejected by rule: "] : []), ...rj.flatMap((r, i) => {
+    const a = el("a", `${r.rule} ${r.n}`, "count-rejected");
+    a.href = samplesHash({ state: "rejected", rule: r.rule });
+    return i ? [", ", a] : [a];
+  }));
   // No ETA while nothing can progress: the report says why instead.
   const eta = $("eta");
   eta.textContent = doc.eta_seconds !== null ? fmtSecs(doc.eta_seconds) : doc.eta_note || "-";
@@ -109,18 +137,24 @@ function applyStatus(doc) {
 
   const cells = doc.cells || [];
   fill($("cells").tBodies[0], cells.map((c) => {
+    // One segment per outcome, each in its own colour: a lane of rejects
+    // is an orange bar, not a blue one.
     const bar = el("span", null, "bar");
-    const fillBar = el("span");
-    const pct = c.total ? (100 * (c.done + c.rejected + c.dead)) / c.total : 0;
-    fillBar.style.width = pct.toFixed(1) + "%";
-    bar.appendChild(fillBar);
-    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, c.in_flight, c.rejected, c.dead]);
+    for (const k of ["done", "rejected", "dead"]) {
+      const seg = el("span", null, k);
+      seg.style.width = (c.total ? (100 * c[k]) / c.total : 0).toFixed(1) + "%";
+      seg.title = `${c[k]} ${k}`;
+      bar.appendChild(seg);
+    }
+    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, c.in_flight,
+      countLink(c.rejected, "rejected", c), countLink(c.dead, "dead", c)]);
     r.dataset.cell = c.partition + "/" + c.lane;
     return r;
   }));
   setOptions("partitions", [...new Set(cells.map((c) => c.partition))]);
   setOptions("lanes", [...new Set(cells.map((c) => c.lane))].sort());
   setOptions("rules", (doc.rejects || []).map((r) => r.rule).sort());
+  setOptions("generations", (doc.generations || []).map((g) => String(g.generation)));
 
   fill($("endpoints").tBodies[0], (doc.endpoints || []).map((e) => {
     const l = e.load;
@@ -128,7 +162,15 @@ function applyStatus(doc) {
     const g = (v, pct) => (v === null || v === undefined ? "-" : pct ? (100 * v).toFixed(1) + "%" : fmtNum(v, 0));
     const s = el("span", e.state, "state " + e.state);
     const pool = e.kv_tokens ? `${fmtNum(e.kv_tokens, 0)} (${e.kv_tokens_source})` : "-";
-    return row([e.url, s, fmtTime(e.since), e.in_flight, e.limit || "-", g(l && l.kv_usage, true), g(l && l.queued), g(l && l.running),
+    // A reading older than its probe interval says its age: the figures
+    // are the server as it was then.
+    const aged = (v) => {
+      if (!l || !l.stale) return v;
+      const c = el("span", v, "stale");
+      c.append(el("span", ` (read ${fmtSecs(l.age_seconds)} ago)`, "age"));
+      return c;
+    };
+    return row([e.url, s, fmtTime(e.since), e.in_flight, e.limit || "-", aged(g(l && l.kv_usage, true)), aged(g(l && l.queued)), aged(g(l && l.running)),
       pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
   }));
   // Workers sharing the job (a PostgreSQL store); hidden for one runner.
@@ -239,11 +281,23 @@ function pager(name, query, render) {
 const failed = pager("failed", () => ({ state: $("failed-state").value, partition: $("failed-partition").value }),
   (r) => row([sampleLink(r.id), r.partition, r.lane, r.attempts, r.rule || "", r.reason, r.origin]));
 
-const sampleList = pager("samples", () => {
-  const q = { state: $("samples-state").value, partition: $("samples-partition").value, lane: $("samples-lane").value, rule: $("samples-rule").value };
+// The samples page's filters, as query parameters.
+const sampleFilters = ["state", "partition", "lane", "rule", "generation"];
+
+function sampleQuery() {
+  const q = {};
+  for (const k of sampleFilters) q[k] = $("samples-" + k).value;
   if ($("samples-ended").checked) q.ended = "true";
   return q;
-}, (r) => {
+}
+
+// applySampleQuery sets the filters from the address's query.
+function applySampleQuery(params) {
+  for (const k of sampleFilters) setSelect($("samples-" + k), params.get(k) || "");
+  $("samples-ended").checked = params.get("ended") === "true";
+}
+
+const sampleList = pager("samples", sampleQuery, (r) => {
   const why = r.rule ? `${r.rule}: ${r.reason}` : r.end_reason ? "ended early: " + r.end_reason : r.reason || "";
   return row([sampleLink(r.id), r.partition, r.lane, r.state, r.attempts, r.completion_tokens || "", r.endpoint || "", fmtTime(r.finished_at), why]);
 });
@@ -356,8 +410,11 @@ function turnBox(t, planned) {
 // ---- routing ----
 
 function route() {
-  const hash = location.hash.slice(1) || "overview";
+  const full = location.hash.slice(1) || "overview";
+  const qi = full.indexOf("?");
+  const hash = qi < 0 ? full : full.slice(0, qi);
   const [page, ...rest] = hash.split("/");
+  if (page === "samples" && !rest.length) applySampleQuery(new URLSearchParams(qi < 0 ? "" : full.slice(qi + 1)));
   for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
   for (const a of document.querySelectorAll("nav a[data-page]")) a.classList.toggle("active", a.dataset.page === page);
   if (page === "overview") loadHistory().catch(showError);
@@ -379,7 +436,14 @@ $("lookup").addEventListener("submit", (ev) => {
 $("window").onchange = () => loadHistory().catch(showError);
 $("event-kind").onchange = () => loadEvents().catch(showError);
 $("failed-state").onchange = $("failed-partition").onchange = () => failed.reset().catch(showError);
-for (const f of ["samples-state", "samples-partition", "samples-lane", "samples-rule", "samples-ended"]) $(f).onchange = () => sampleList.reset().catch(showError);
+// A filter change updates the address (so it can be shared or reloaded)
+// without a new history entry, then lists again.
+for (const f of [...sampleFilters.map((k) => "samples-" + k), "samples-ended"]) {
+  $(f).onchange = () => {
+    history.replaceState(null, "", samplesHash(sampleQuery()));
+    sampleList.reset().catch(showError);
+  };
+}
 window.addEventListener("hashchange", route);
 window.addEventListener("resize", () => { for (const k in charts) charts[k].setSize({ width: Math.max(300, $(k).clientWidth - 12), height: 220 }); });
 

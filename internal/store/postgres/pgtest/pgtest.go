@@ -49,6 +49,14 @@ type Options struct {
 	Durable bool
 	// Log, when set, receives the server's log lines (stderr).
 	Log *os.File
+	// TrustNet is a network (CIDR) whose clients connect as postgres
+	// without a password, for a server that also listens on an address
+	// outside loopback (Settings listen_addresses), e.g. a veth pair's.
+	TrustNet string
+	// Settings are more server settings (name=value), after the defaults
+	// so they win: the benchmarks load pg_stat_statements and raise
+	// max_connections.
+	Settings []string
 }
 
 // Server is one PostgreSQL server this process started.
@@ -273,6 +281,9 @@ func (s *Server) initdb() error {
 	hba := "local all all trust\n" +
 		"host all postgres 127.0.0.1/32 trust\n" +
 		"host all all 127.0.0.1/32 scram-sha-256\n"
+	if s.opts.TrustNet != "" {
+		hba += "host all postgres " + s.opts.TrustNet + " trust\n"
+	}
 	if err := os.WriteFile(filepath.Join(s.dataDir(), "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return fmt.Errorf("write pg_hba.conf: %w", err)
 	}
@@ -296,6 +307,9 @@ func (s *Server) start() error {
 		"-c", "shared_buffers=64MB", "-c", "log_min_messages=warning"}
 	if !s.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	for _, kv := range s.opts.Settings {
+		args = append(args, "-c", kv)
 	}
 	cmd := s.command("postgres", args...)
 	// The server dies with the test binary even if the binary is killed.
