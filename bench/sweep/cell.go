@@ -23,6 +23,7 @@ import (
 type env struct {
 	dir            string // scratch directory
 	prompts        string // the prompts file
+	conversations  string // the multi-turn conversations file
 	samples        int
 	speed          float64
 	probe          time.Duration // monitor.probe_every, real time
@@ -45,6 +46,17 @@ type result struct {
 	Limits      []string // final limits per endpoint and lane (auto)
 	Samples     int
 	Stopped     bool // stopped after maxRestarts: the job never finished
+	// The servers' prefix caches: prompt tokens asked for and found cached.
+	Prompt, Cached float64
+	TTFT           []float64 // every stored answer's time to first token, simulated seconds
+}
+
+// hitRate is the share of prompt tokens the servers found cached.
+func (r result) hitRate() float64 {
+	if r.Prompt <= 0 {
+		return 0
+	}
+	return r.Cached / r.Prompt
 }
 
 type endpointShare struct {
@@ -124,16 +136,24 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 			serverYAML += fmt.Sprintf("  - {url: %q, engine: sim}\n", url)
 		}
 	}
+	source, maxPrompt := fmt.Sprintf("{partition: p, path: %q, prompt: prompt, id: id}", e.prompts), shortMaxPrompt
+	if w.MultiTurn {
+		// Every turn in the short lane: a conversation's turns share its prefix.
+		source, maxPrompt = fmt.Sprintf("{partition: p, path: %q, conversations: conversations, system_field: system, id: id}", e.conversations), 1000000
+	}
+	if s.Balance != "" {
+		serverYAML = "balance: " + s.Balance + "\n" + serverYAML
+	}
 	jobYAML := fmt.Sprintf(`name: sweep
 model: sim
 sources:
-  - {partition: p, path: %q, prompt: prompt, id: id}
+  - %s
 lanes:
   - {name: short, concurrency: %s, max_tokens: %d, max_prompt_tokens: %d}
   - {name: long, concurrency: %s, max_tokens: %d}
 store: {dsn: %q}
 monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s, probe_every: %s}
-%s`, e.prompts, laneConcurrency(s.Short), shortMaxTokens, shortMaxPrompt, laneConcurrency(s.Long), longMaxTokens,
+%s`, source, laneConcurrency(s.Short), shortMaxTokens, maxPrompt, laneConcurrency(s.Long), longMaxTokens,
 		filepath.Join(dir, "sweep.db"), e.probe, serverYAML)
 	jobPath := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(jobPath, []byte(jobYAML), 0o644); err != nil {
@@ -184,7 +204,9 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
 	}
 
-	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: clocks.retractions(), Stopped: stopped}
+	tot := clocks.totals()
+	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: tot.retracted, Stopped: stopped,
+		Prompt: tot.prompt, Cached: tot.cached}
 	kv := map[string]int{}
 	for i, u := range urls {
 		kv[u] = w.Servers[i].KVTokens
@@ -192,13 +214,18 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 	per := map[string]int64{}
 	var rows []store.Row
 	err = st.Finished(ctx, func(row store.Row) error {
+		r.Samples++
+		for _, res := range append(row.Prior, row.Result) {
+			r.Tokens += int64(res.CompletionTokens)
+			per[res.Endpoint] += int64(res.CompletionTokens)
+			if res.TTFT > 0 {
+				r.TTFT = append(r.TTFT, res.TTFT.Seconds()*e.speed)
+			}
+		}
 		if e.verbose {
 			row.Body, row.Result.Response, row.Prior = nil, nil, nil
 			rows = append(rows, row)
 		}
-		r.Samples++
-		r.Tokens += int64(row.Result.CompletionTokens)
-		per[row.Result.Endpoint] += int64(row.Result.CompletionTokens)
 		return nil
 	})
 	if err != nil {
@@ -252,6 +279,9 @@ func simKnobs(e env, w workload, sv server) map[string]any {
 		m["truncate_fraction"] = truncateOverride
 	}
 	for k, v := range sv.Sim {
+		m[k] = v
+	}
+	for k, v := range simOverride {
 		m[k] = v
 	}
 	return m

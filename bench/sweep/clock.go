@@ -28,16 +28,31 @@ type clockWatch struct {
 }
 
 type clockState struct {
-	ok          bool
-	clock       float64
-	retracted   float64
-	generated   float64
-	at          time.Time
-	elapsed     float64
-	retractions float64
-	tokens      float64 // generated so far, through restarts
-	restarts    int
-	started     bool
+	ok       bool
+	clock    float64
+	last     counters // the current incarnation's counters at the last scrape
+	at       time.Time
+	elapsed  float64
+	total    counters // through restarts
+	restarts int
+	started  bool
+	downFor  float64 // simulated time counted for failed scrapes since the last good one
+}
+
+// counters are the server counters the sweep follows through restarts.
+type counters struct {
+	retracted, generated, prompt, cached float64
+}
+
+func (c counters) plus(d counters) counters {
+	return counters{c.retracted + d.retracted, c.generated + d.generated, c.prompt + d.prompt, c.cached + d.cached}
+}
+
+// since is what c added after an earlier scrape of the same incarnation
+// (a counter that went back adds nothing).
+func (c counters) since(old counters) counters {
+	pos := func(a, b float64) float64 { return max(a-b, 0) }
+	return counters{pos(c.retracted, old.retracted), pos(c.generated, old.generated), pos(c.prompt, old.prompt), pos(c.cached, old.cached)}
 }
 
 func newClockWatch(urls []string, speed float64) *clockWatch {
@@ -50,8 +65,8 @@ func (c *clockWatch) run(ctx context.Context) {
 	defer c.hc.CloseIdleConnections()
 	for {
 		for i, u := range c.urls {
-			clock, retracted, generated, ok := c.scrape(ctx, u)
-			c.observe(i, clock, retracted, generated, ok, time.Now())
+			clock, cs, ok := c.scrape(ctx, u)
+			c.observe(i, clock, cs, ok, time.Now())
 		}
 		c.record()
 		select {
@@ -62,7 +77,7 @@ func (c *clockWatch) run(ctx context.Context) {
 	}
 }
 
-func (c *clockWatch) observe(i int, clock, retracted, generated float64, ok bool, now time.Time) {
+func (c *clockWatch) observe(i int, clock float64, cs counters, ok bool, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &c.per[i]
@@ -71,29 +86,30 @@ func (c *clockWatch) observe(i int, clock, retracted, generated float64, ok bool
 		// The job's clock starts at the first answer: loading is not the job's time.
 		if ok {
 			s.started = true
-			s.ok, s.clock, s.retracted, s.generated, s.at = true, clock, retracted, generated, now
+			s.ok, s.clock, s.last, s.at = true, clock, cs, now
 		}
 		return
-	case ok && s.ok && clock >= s.clock:
-		s.elapsed += clock - s.clock
-		if retracted >= s.retracted {
-			s.retractions += retracted - s.retracted
-		}
-		if generated >= s.generated {
-			s.tokens += generated - s.generated
-		}
+	case ok && clock >= s.clock:
+		// The same incarnation, also after scrapes that failed (a busy
+		// machine can time one out): its clock says how much time passed,
+		// of which the failed scrapes already counted downFor.
+		s.elapsed += max(clock-s.clock-s.downFor, 0)
+		s.total = s.total.plus(cs.since(s.last))
+		s.downFor = 0
 	case ok:
 		// A new incarnation: its own clock and counters started at zero.
 		s.restarts++
 		s.elapsed += now.Sub(s.at).Seconds()*c.speed + clock
-		s.retractions += retracted
-		s.tokens += generated
+		s.total = s.total.plus(cs)
+		s.downFor = 0
 	default:
-		s.elapsed += now.Sub(s.at).Seconds() * c.speed
+		d := now.Sub(s.at).Seconds() * c.speed
+		s.elapsed += d
+		s.downFor += d
 	}
 	s.ok, s.at = ok, now
 	if ok {
-		s.clock, s.retracted, s.generated = clock, retracted, generated
+		s.clock, s.last = clock, cs
 	}
 }
 
@@ -104,7 +120,7 @@ func (c *clockWatch) record() {
 	var t, n float64
 	for _, s := range c.per {
 		t = max(t, s.elapsed)
-		n += s.tokens
+		n += s.total.generated
 	}
 	c.series = append(c.series, [2]float64{t, n})
 }
@@ -126,42 +142,43 @@ func (c *clockWatch) timeTo(share float64) float64 {
 	return c.series[len(c.series)-1][0]
 }
 
-func (c *clockWatch) scrape(ctx context.Context, url string) (clock, retracted, generated float64, ok bool) {
+func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs counters, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
-		return 0, 0, 0, false
+		return 0, cs, false
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, 0, 0, false
+		return 0, cs, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, 0, false
+		return 0, cs, false
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, 0, false
+		return 0, cs, false
 	}
 	f, found := fams[sim.ClockMetric]
 	if !found || len(f.GetMetric()) == 0 {
-		return 0, 0, 0, false
+		return 0, cs, false
 	}
 	clock = f.GetMetric()[0].GetGauge().GetValue()
-	for _, name := range []string{"sglang:num_retracted_requests_total", "sglang:num_retracted_requests", "vllm:num_preemptions_total", "vllm:num_preemptions"} {
-		if g, found := fams[name]; found && len(g.GetMetric()) > 0 {
-			retracted = g.GetMetric()[0].GetCounter().GetValue()
-			break
+	counter := func(names ...string) float64 {
+		for _, name := range names {
+			if g, found := fams[name]; found && len(g.GetMetric()) > 0 {
+				return g.GetMetric()[0].GetCounter().GetValue()
+			}
 		}
+		return 0
 	}
-	for _, name := range []string{"sglang:generation_tokens_total", "sglang:generation_tokens", "vllm:generation_tokens_total", "vllm:generation_tokens"} {
-		if g, found := fams[name]; found && len(g.GetMetric()) > 0 {
-			generated = g.GetMetric()[0].GetCounter().GetValue()
-			break
-		}
-	}
-	return clock, retracted, generated, true
+	cs.retracted = counter("sglang:num_retracted_requests_total", "sglang:num_retracted_requests", "vllm:num_preemptions_total", "vllm:num_preemptions")
+	cs.generated = counter("sglang:generation_tokens_total", "sglang:generation_tokens", "vllm:generation_tokens_total", "vllm:generation_tokens")
+	// The prefix cache: prompt tokens asked for and those found cached.
+	cs.prompt = counter("sglang:prompt_tokens_total", "sglang:prompt_tokens", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+	cs.cached = counter("sglang:cached_tokens_total", "sglang:cached_tokens", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+	return clock, cs, true
 }
 
 // simSeconds is the longest simulated duration among the servers.
@@ -180,9 +197,20 @@ func (c *clockWatch) retractions() float64 {
 	defer c.mu.Unlock()
 	n := 0.0
 	for _, s := range c.per {
-		n += s.retractions
+		n += s.total.retracted
 	}
 	return n
+}
+
+// totals are the fleet's counters through restarts.
+func (c *clockWatch) totals() counters {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var t counters
+	for _, s := range c.per {
+		t = t.plus(s.total)
+	}
+	return t
 }
 
 // restarts counts the new server incarnations seen, over all servers.

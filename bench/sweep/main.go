@@ -3,7 +3,7 @@
 // (completion tokens per simulated second), retractions and crashes per
 // setting, so the adaptive limiter's claims can be reproduced:
 //
-//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash] [-samples 800] [-speed 50]
+//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash,mt1,mt2,mt4] [-samples 800] [-speed 50] [-balance tokens,affinity]
 //
 // Every cell is the whole job end to end through regen's runner (ingest,
 // the fleet, probes, the dispatcher, SQLite), on fresh servers and a fresh
@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -26,7 +27,8 @@ import (
 )
 
 func main() {
-	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash")
+	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash,mt1,mt2,mt4", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash, mt1, mt2, mt4")
+	balance := flag.String("balance", "tokens,affinity", "the job's balance settings to run each setting at (tokens = token-aware balancing alone, affinity = conversation and prefix affinity)")
 	samples := flag.Int("samples", 800, "prompts per job")
 	speed := flag.Float64("speed", 100, "simulator speed (simulated seconds per real second)")
 	probe := flag.Duration("probe-every", 5*time.Second, "probe period in simulated time (the job's monitor.probe_every is this / speed)")
@@ -37,6 +39,7 @@ func main() {
 	crashFor := flag.Duration("crash-kv-for", 0, "override how long (simulated) KV usage must stay above it")
 	truncate := flag.Float64("truncate", -1, "override every workload's share of requests that run to max_tokens (simulator truncate_fraction)")
 	streamInterval := flag.Int("stream-interval", 16, "simulator tokens per stream hand-over (SGLang's --stream-interval)")
+	simFlag := flag.String("sim", "", "simulator knobs for every server, e.g. prefill_per_ktoken=80ms,decode_base=30ms (applied last)")
 	verbose := flag.Bool("v", false, "log the runner's info lines and every limit decision to stderr, and list each job's last answers (its tail)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole sweep to this file")
 	flag.Parse()
@@ -56,14 +59,22 @@ func main() {
 		}
 	}
 	truncateOverride = *truncate
-	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1), *streamInterval); err != nil {
+	for _, kv := range strings.Split(*simFlag, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			if simOverride == nil {
+				simOverride = map[string]any{}
+			}
+			simOverride[k] = v
+		}
+	}
+	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1), *streamInterval, strings.Split(*balance, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(names string, samples int, speed float64, probe time.Duration, grid string, withAuto, verbose bool, repeat, streamInterval int) error {
+func run(names string, samples int, speed float64, probe time.Duration, grid string, withAuto, verbose bool, repeat, streamInterval int, balances []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var selected []workload
@@ -93,6 +104,10 @@ func run(names string, samples int, speed float64, probe time.Duration, grid str
 	if err := writePrompts(e.prompts, samples, 1); err != nil {
 		return err
 	}
+	e.conversations = filepath.Join(dir, "conversations.jsonl")
+	if err := writeConversations(e.conversations, samples, 1); err != nil {
+		return err
+	}
 	for _, w := range selected {
 		if w.Supervised && e.regenBin == "" {
 			e.regenBin = filepath.Join(dir, "regen")
@@ -115,6 +130,7 @@ func run(names string, samples int, speed float64, probe time.Duration, grid str
 		if withAuto {
 			settings = append(append([]setting{}, settings...), setting{})
 		}
+		settings = withBalances(settings, balances)
 		fmt.Printf("\n%s: %s\n", w.Name, w.About)
 		if len(w.Servers[0].Sim) > 0 {
 			fmt.Printf("  simulator faults: %s\n", strings.TrimSpace(strings.ReplaceAll(yamlMap(w.Servers[0].Sim, ""), "\n", ", ")))
@@ -140,6 +156,18 @@ func run(names string, samples int, speed float64, probe time.Duration, grid str
 	return nil
 }
 
+// withBalances runs every setting at each balance.
+func withBalances(settings []setting, balances []string) []setting {
+	var out []setting
+	for _, s := range settings {
+		for _, b := range balances {
+			s.Balance = strings.TrimSpace(b)
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func parseGrid(s string) ([]setting, error) {
 	if s == "" {
 		return nil, nil
@@ -155,7 +183,7 @@ func parseGrid(s string) ([]setting, error) {
 		if !ok || err1 != nil || err2 != nil || x <= 0 || y <= 0 {
 			return nil, fmt.Errorf("grid entry %q: want short/long, e.g. 150/32", f)
 		}
-		out = append(out, setting{x, y})
+		out = append(out, setting{Short: x, Long: y})
 	}
 	return out, nil
 }
@@ -171,7 +199,9 @@ type cell struct {
 	effSpeed           float64 // lowest simulated/wall ratio of the runs
 	split              []endpointShare
 	limits             []string
-	stopped            int // runs stopped after maxRestarts
+	stopped            int     // runs stopped after maxRestarts
+	hit, prefill       float64 // mean prefix-cache hit rate, prompt tokens computed
+	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
 }
 
 func summarise(runs []result) cell {
@@ -188,6 +218,10 @@ func summarise(runs []result) cell {
 		c.simSeconds += r.SimSeconds / n
 		c.effSpeed = min(c.effSpeed, r.SimSeconds/r.Wall.Seconds())
 		c.limits = append(c.limits, r.Limits...)
+		c.hit += r.hitRate() / n
+		c.prefill += (r.Prompt - r.Cached) / n
+		c.ttft50 += percentile(r.TTFT, 0.5) / n
+		c.ttft99 += percentile(r.TTFT, 0.99) / n
 		if r.Stopped {
 			c.stopped++
 		}
@@ -218,7 +252,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long\tgoodput\trange\tvs best fixed\tfirst 95%\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
 	slow, stoppedAny := false, false
 	for i, c := range cs {
 		rel := "-"
@@ -241,8 +275,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {
@@ -255,8 +289,28 @@ func printTable(w workload, runs [][]result, speed float64) {
 		fmt.Printf("  best fixed: %s (crash-free)\n", cs[best].setting)
 	}
 	for _, c := range cs {
+		if c.setting.Balance != "affinity" {
+			continue
+		}
+		for _, b := range cs {
+			if b.setting.Balance == "tokens" && b.setting.Short == c.setting.Short && b.setting.Long == c.setting.Long && b.mean > 0 {
+				fmt.Printf("  %s: affinity / tokens goodput %.3f (%.0f / %.0f)\n", strings.TrimSuffix(c.setting.String(), " affinity"), c.mean/b.mean, c.mean, b.mean)
+			}
+		}
+	}
+	for _, c := range cs {
 		for _, l := range c.limits {
 			fmt.Printf("  %s: %s\n", c.setting, l)
 		}
 	}
+}
+
+// percentile is the p-quantile of xs (nearest rank), 0 when empty.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(p*float64(len(s))), len(s)-1)]
 }

@@ -36,20 +36,29 @@ type workload struct {
 	// Supervised runs the single server as a regen-launched process (the
 	// supervisor, its log watcher and restarts) instead of in-process.
 	Supervised bool
+	// MultiTurn runs the glaive-shaped conversations (writeConversations)
+	// instead of the single prompts.
+	MultiTurn bool
 }
 
-// setting is one lane configuration: a fixed number per lane, or auto.
+// setting is one lane configuration: a fixed number per lane, or auto,
+// and the job's balance (tokens or affinity).
 type setting struct {
 	Short, Long int // 0 = auto
+	Balance     string
 }
 
 func (s setting) auto() bool { return s.Short == 0 || s.Long == 0 }
 
 func (s setting) String() string {
+	lanes := fmt.Sprintf("%d/%d", s.Short, s.Long)
 	if s.auto() {
-		return "auto"
+		lanes = "auto"
 	}
-	return fmt.Sprintf("%d/%d", s.Short, s.Long)
+	if s.Balance != "" {
+		lanes += " " + s.Balance
+	}
+	return lanes
 }
 
 // The issue's measurement: 800 prompts of 400-1,400 words, output
@@ -62,10 +71,13 @@ const (
 	shortMaxPrompt = 2100
 )
 
-var fixedGrid = []setting{{32, 8}, {64, 16}, {100, 20}, {150, 32}, {300, 64}}
+var fixedGrid = []setting{{32, 8, ""}, {64, 16, ""}, {100, 20, ""}, {150, 32, ""}, {300, 64, ""}}
 
 // truncateOverride, when >= 0, replaces every workload's Truncate (-truncate).
 var truncateOverride = -1.0
+
+// simOverride sets simulator knobs on every server (-sim).
+var simOverride map[string]any
 
 // crashOverride replaces knobs of the crash workload's fault (-crash-kv-above, -crash-kv-for).
 var crashOverride map[string]any
@@ -82,12 +94,18 @@ func workloads() []workload {
 			Servers: []server{{KVTokens: 116171}}, OutputMean: 2500, OutputSigma: 0.8, Grid: fixedGrid},
 		{Name: "short", About: "one server, KV pool 231,120 tokens, short outputs (mean 300)",
 			Servers: []server{{KVTokens: 231120}}, OutputMean: 300, OutputSigma: 0.8,
-			Grid: []setting{{32, 8}, {64, 16}, {150, 32}, {300, 64}, {600, 128}}},
+			Grid: []setting{{32, 8, ""}, {64, 16, ""}, {150, 32, ""}, {300, 64, ""}, {600, 128, ""}}},
 		{Name: "kv58k", About: "one server, KV pool 58,000 tokens, outputs mean 2,500 (the small half of the pair)",
-			Servers: []server{{KVTokens: 58000}}, OutputMean: 2500, OutputSigma: 0.8, Grid: []setting{{32, 8}, {64, 16}, {150, 32}}},
+			Servers: []server{{KVTokens: 58000}}, OutputMean: 2500, OutputSigma: 0.8, Grid: []setting{{32, 8, ""}, {64, 16, ""}, {150, 32, ""}}},
 		{Name: "pair", About: "two servers, KV pools 231,120 and 58,000 tokens, outputs mean 2,500",
 			Servers: []server{{KVTokens: 231120}, {KVTokens: 58000}}, OutputMean: 2500, OutputSigma: 0.8,
-			Grid: []setting{{150, 32}, {300, 64}}},
+			Grid: []setting{{150, 32, ""}, {300, 64, ""}}},
+		{Name: "mt1", About: "glaive-shaped conversations on one server, KV pool 231,120 tokens",
+			Servers: mtServers(1), OutputMean: 300, OutputSigma: 0.8, MultiTurn: true},
+		{Name: "mt2", About: "glaive-shaped conversations on two servers, KV pools 231,120 tokens",
+			Servers: mtServers(2), OutputMean: 300, OutputSigma: 0.8, MultiTurn: true},
+		{Name: "mt4", About: "glaive-shaped conversations on four servers, KV pools 231,120 tokens",
+			Servers: mtServers(4), OutputMean: 300, OutputSigma: 0.8, MultiTurn: true},
 		{Name: "crash", About: "one supervised server, KV pool 231,120 tokens, crashes (CUDA OOM) when KV usage stays high",
 			Servers: []server{{KVTokens: 231120, Sim: crash}},
 			// Truncated requests (2%, the simulator's default) are what keeps
@@ -132,3 +150,85 @@ which data model server memory request token cache batch queue latency throughpu
 tensor layer attention prompt output stream limit window pressure balance endpoint lane sample
 explain describe compare derive prove implement analyse summarise evaluate function variable
 algorithm structure system network storage process thread signal error result value`)
+
+func mtServers(n int) []server {
+	out := make([]server, n)
+	for i := range out {
+		out[i] = server{KVTokens: 231120}
+	}
+	return out
+}
+
+// Glaive function calling's shape: every row carries a system prompt that
+// lists its functions (1,000-3,000 tokens here), shared word for word by
+// the rows drawn with the same functions; 2-6 user turns of a sentence or
+// two. The model's answers replace the dataset's.
+const (
+	mtGroupSize  = 16 // rows per system prompt, on average
+	mtMinSysTok  = 1000
+	mtMaxSysTok  = 3000
+	bytesPerTok  = 4 // the simulator's estimate
+	mtMinTurns   = 2
+	mtMaxTurns   = 6
+	mtMaxUserWds = 60
+)
+
+// writeConversations writes n conversations in ShareGPT form with a
+// system field, deterministic for seed.
+func writeConversations(path string, n int, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create conversations: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	rng := rand.New(rand.NewPCG(seed, seed^0x676c61697665))
+	groups := max(n/mtGroupSize, 1)
+	systems := make([]string, groups)
+	for g := range systems {
+		systems[g] = systemPrompt(rng, g)
+	}
+	enc := json.NewEncoder(w)
+	for i := range n {
+		turns := mtMinTurns + rng.IntN(mtMaxTurns-mtMinTurns+1)
+		var conv []map[string]string
+		for k := range turns {
+			conv = append(conv,
+				map[string]string{"from": "human", "value": fmt.Sprintf("Row %d, question %d: %s", i, k, words(rng, 8+rng.IntN(mtMaxUserWds-8)))},
+				map[string]string{"from": "gpt", "value": "the dataset's answer, replaced"})
+		}
+		row := map[string]any{"id": fmt.Sprintf("c%05d", i), "system": systems[rng.IntN(groups)], "conversations": conv}
+		if err := enc.Encode(row); err != nil {
+			f.Close()
+			return fmt.Errorf("write conversations: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("write conversations: %w", err)
+	}
+	return f.Close()
+}
+
+// systemPrompt is a glaive-style system prompt with function definitions
+// of 1,000-3,000 estimated tokens.
+func systemPrompt(rng *rand.Rand, g int) string {
+	target := (mtMinSysTok + rng.IntN(mtMaxSysTok-mtMinSysTok+1)) * bytesPerTok
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are a helpful assistant with access to the following functions (set %d). Use them if required -\n", g)
+	for fn := 0; b.Len() < target; fn++ {
+		fmt.Fprintf(&b, `{"name": "fn_%d_%d", "description": "%s", "parameters": {"type": "object", "properties": {"%s": {"type": "string", "description": "%s"}}}}`+"\n",
+			g, fn, words(rng, 20), vocabulary[rng.IntN(len(vocabulary))], words(rng, 15))
+	}
+	return b.String()
+}
+
+func words(rng *rand.Rand, n int) string {
+	var b strings.Builder
+	for j := range n {
+		if j > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(vocabulary[rng.IntN(len(vocabulary))])
+	}
+	return b.String()
+}

@@ -135,6 +135,36 @@ func writeChats(t *testing.T, path string, n int, rng *rand.Rand) map[string]int
 	return turns
 }
 
+// storeWatch reads a runner's SQLite store from the test, once it exists.
+type storeWatch struct {
+	t    *testing.T
+	path string
+	db   *sql.DB
+}
+
+// open opens the store read-only the first time it is asked.
+func (w *storeWatch) open() *sql.DB {
+	if w.db == nil {
+		w.db = openStoreRO(w.t, w.path)
+	}
+	return w.db
+}
+
+// midConversations counts conversations with some turns stored and more
+// to go; 0 while the store or its schema does not exist yet.
+func (w *storeWatch) midConversations() int {
+	if w.db == nil {
+		if _, err := os.Stat(w.path); err != nil {
+			return 0
+		}
+	}
+	var n int
+	if err := w.open().QueryRow(`SELECT count(*) FROM samples WHERE turn > 0 AND state IN ('pending', 'leased')`).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}
+
 // storedAnswer is one answer the store kept: its turn, when, and its text.
 type storedAnswer struct {
 	at      time.Time
@@ -203,22 +233,8 @@ func TestE2EMultiTurnKills(t *testing.T) {
 		totalTurns += k
 	}
 
-	dbPath := filepath.Join(dir, "mt.db")
-	var db *sql.DB
-	// midConversation counts conversations with some turns stored and more to go.
-	midConversation := func() int {
-		if db == nil {
-			if _, err := os.Stat(dbPath); err != nil {
-				return 0
-			}
-			db = openStoreRO(t, dbPath)
-		}
-		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM samples WHERE turn > 0 AND state IN ('pending', 'leased')`).Scan(&n); err != nil {
-			return 0 // the schema may not exist yet
-		}
-		return n
-	}
+	sw := &storeWatch{t: t, path: filepath.Join(dir, "mt.db")}
+	midConversation := sw.midConversations
 
 	start := time.Now()
 	kills := 0
@@ -253,9 +269,7 @@ func TestE2EMultiTurnKills(t *testing.T) {
 	t.Logf("%d kills; final run %s; whole sequence %s", kills, final.dur.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 	// The store: every conversation done at its last turn, every turn stored once.
-	if db == nil {
-		db = openStoreRO(t, dbPath)
-	}
+	db := sw.open()
 	c, err := storeCounts(context.Background(), db)
 	if err != nil || c["done"] != len(want) || len(c) != 1 {
 		t.Fatalf("store states %v (%v), want all %d done", c, err, len(want))

@@ -151,7 +151,7 @@ func TestPickByTokens(t *testing.T) {
 	picks := map[string]int{}
 	for range 100 {
 		d.mu.Lock()
-		e, _ := d.pickLocked(now, d.lanes[0], 2000)
+		e, _ := d.pickLocked(now, d.lanes[0], 2000, affinity{})
 		cl := &call{ep: e, lane: d.lanes[0], est: 2000}
 		d.acquireLocked(cl, now)
 		d.mu.Unlock()
@@ -180,7 +180,7 @@ func TestPickByTokens(t *testing.T) {
 	d2.mu.Lock()
 	d2.epByURL["http://b"].inflight = 3
 	d2.epByURL["http://a"].inflight = 5
-	e, _ := d2.pickLocked(now, d2.lanes[0], 1000)
+	e, _ := d2.pickLocked(now, d2.lanes[0], 1000, affinity{})
 	d2.mu.Unlock()
 	if e.url != "http://b" {
 		t.Errorf("with b's pool unknown: picked %s, want b (fewer in flight)", e.url)

@@ -87,12 +87,14 @@ func (e *endpoint) fixedInflightLocked() int {
 	return n
 }
 
-// pickLocked chooses the endpoint for a request of lane l with footprint est:
-// among available endpoints with room for the lane, the one whose pool would
-// be least full after it (or, while some pool is unknown, the one with the
-// fewest requests in flight), ties broken round robin. probe reports that the
-// request is the single one a half-open breaker lets through.
-func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64) (e *endpoint, probe bool) {
+// pickLocked chooses the endpoint for a request of lane l with footprint est
+// and affinity a: among available endpoints with room for the lane, the
+// affinity rule's choice (affinity.go; with affinity off, or none asked,
+// the one whose pool would be least full after it, or, while some pool is
+// unknown, the one with the fewest requests in flight), ties broken round
+// robin. probe reports that the request is the single one a half-open
+// breaker lets through.
+func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity) (e *endpoint, probe bool) {
 	n := len(d.eps)
 	byTokens := true
 	for _, c := range d.eps {
@@ -100,8 +102,8 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64) (e *endpoin
 			byTokens = false
 		}
 	}
-	var best *endpoint
-	bestScore := 0.0
+	eps := make([]*endpoint, 0, n)
+	cands := make([]candidate, 0, n)
 	for i := range n {
 		c := d.eps[(d.rr+i)%n]
 		if c.roomLocked(l, now) == 0 {
@@ -111,13 +113,14 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64) (e *endpoin
 		if byTokens {
 			score = (c.load.committed + est) / c.load.capacity
 		}
-		if best == nil || score < bestScore {
-			best, bestScore = c, score
-		}
+		eps = append(eps, c)
+		cands = append(cands, candidate{url: c.url, load: score, closed: c.breakerClosed()})
 	}
-	if best == nil {
+	i := choose(cands, a, byTokens)
+	if i < 0 {
 		return nil, false
 	}
+	best := eps[i]
 	d.rr = (d.rr + 1) % n
 	if !best.breakerClosed() {
 		best.probing = true

@@ -98,6 +98,9 @@ type Config struct {
 	// after a server-down error, doubled on each failed probe up to 30s;
 	// default 1s.
 	BreakerCooldown time.Duration
+	// NoAffinity turns off conversation and shared-prefix affinity
+	// (affinity.go): every request goes where token-aware balancing puts it.
+	NoAffinity bool
 	// LimitParams tune the adaptive limits; nil = limit.DefaultParams.
 	LimitParams *limit.Params
 
@@ -161,8 +164,10 @@ type Dispatcher struct {
 	startedAt time.Time
 	inflight  int // samples claimed and not yet settled in the store
 	rr        int // round-robin cursor for balancing ties
-	counters  Counters
-	storeSt   StoreStats
+	// firstResume is when an endpoint was first resumed (startHoldLocked).
+	firstResume time.Time
+	counters    Counters
+	storeSt     StoreStats
 	// storeRetrying counts store calls currently retrying a failure.
 	storeRetrying int
 	fatalErr      error
@@ -554,6 +559,9 @@ func (d *Dispatcher) nextWake(now time.Time, idle bool, nextCheck time.Time) tim
 			next = earliest(next, l.nextPoll)
 		}
 	}
+	if until, hold := d.startHoldLocked(now); hold {
+		next = earliest(next, until)
+	}
 	for _, e := range d.eps {
 		if !e.paused && !e.breakerClosed() && now.Before(e.openUntil) {
 			next = earliest(next, e.openUntil)
@@ -576,6 +584,12 @@ func earliest(a, b time.Time) time.Time {
 // take it. again reports that some lane got all it asked for and still has
 // room, so another round should follow at once.
 func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, start int) (started int, again bool, err error) {
+	d.mu.Lock()
+	_, hold := d.startHoldLocked(d.now())
+	d.mu.Unlock()
+	if hold {
+		return 0, false, nil
+	}
 	for i := range d.lanes {
 		l := d.lanes[(start+i)%len(d.lanes)]
 		if !d.serves(l.cfg.Name) {
@@ -735,10 +749,14 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 			unstarted = append(unstarted, c.ID)
 			continue
 		}
+		var aff affinity
+		if !d.cfg.NoAffinity {
+			aff = affinityOf(c)
+		}
 		now := d.now()
 		d.mu.Lock()
 		est := d.estimateLocked(l, c)
-		e, probe := d.pickLocked(now, l, est)
+		e, probe := d.pickLocked(now, l, est, aff)
 		if e == nil {
 			d.mu.Unlock()
 			if l.auto == nil {
@@ -1052,6 +1070,10 @@ func (d *Dispatcher) Resume(url string) {
 	}
 	e.paused = false
 	e.pauseReason = ""
+	e.resumed = true
+	if d.firstResume.IsZero() {
+		d.firstResume = d.now()
+	}
 	e.closeBreaker() // the supervisor saw it ready: no probe needed
 	d.mu.Unlock()
 	d.signal()

@@ -17,7 +17,14 @@
 // lane's mean completion so far), so servers whose pools differ by two get
 // work in that ratio; while a pool is unknown (no probe reported it and the
 // job file gave none, SetCapacity), the fewest requests in flight decide, ties
-// broken round robin. When the store has no more of a lane, requests of that
+// broken round robin. Affinity (affinity.go, off with Config.NoAffinity)
+// comes first within the balance: a conversation's next turn goes to the
+// endpoint that answered the turn before (as the store remembers it), and a
+// request with a long shared system prompt and tool list to that prefix's
+// home endpoint, unless the endpoint is not closed or clearly more loaded
+// than the least loaded one; the store hands out next turns ahead of new
+// samples, and claims wait at start (at most 5 s) until every endpoint
+// paused for its start is resumed, so a restarted runner keeps them too. When the store has no more of a lane, requests of that
 // lane still waiting in one server's queue (no token yet) move to a server
 // with room and an empty queue, without spending an attempt. Failure handling: a server-down error
 // releases the sample without spending an attempt and opens that endpoint's

@@ -20,6 +20,7 @@ type endpoint struct {
 	busySince   time.Time // when inflight last went from 0 to 1
 	calls       map[*call]struct{}
 	paused      bool
+	resumed     bool // Resume was called once (startHoldLocked)
 	pauseReason string
 	requests    int64
 	errors      map[llm.Class]int64

@@ -170,7 +170,7 @@ func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, l
 			ready = append(ready, x)
 		}
 	}
-	slices.SortFunc(ready, func(a, b *fakeSample) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(ready, func(a, b *fakeSample) int { return store.CompareClaims(a.turn, int64(a.seq), b.turn, int64(b.seq)) })
 	var out []store.Claimed
 	for _, x := range ready[:min(n, len(ready))] {
 		s.tokens++

@@ -73,7 +73,7 @@ func (d *Dispatcher) tryHedge(workCtx context.Context, primary *call, l *lane, t
 		return false
 	}
 	est := primary.prompt + d.meanOutputLocked(target)
-	e, probe := d.pickLocked(now, target, est)
+	e, probe := d.pickLocked(now, target, est, affinity{})
 	if e == nil {
 		if target.auto == nil {
 			target.lim.Release()

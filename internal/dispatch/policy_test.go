@@ -174,7 +174,7 @@ func TestPickLeastOutstandingRoundRobin(t *testing.T) {
 	d := mustNew(t, baseConfig(newFakeStore(), eps))
 	now := time.Unix(1000, 0)
 	pick := func() string {
-		e, _ := d.pickLocked(now, d.lanes[0], 1000)
+		e, _ := d.pickLocked(now, d.lanes[0], 1000, affinity{})
 		if e == nil {
 			return ""
 		}
@@ -201,12 +201,12 @@ func TestPickLeastOutstandingRoundRobin(t *testing.T) {
 	}
 	// c's breaker turns half-open: exactly one probe goes through.
 	later := now.Add(2 * time.Second)
-	e, probe := d.pickLocked(later, d.lanes[0], 1000)
+	e, probe := d.pickLocked(later, d.lanes[0], 1000, affinity{})
 	if e == nil || e.url != "c" || !probe {
 		t.Fatalf("pick after cooldown = %v probe=%v, want c as probe", e, probe)
 	}
 	e.inflight++
-	if e, _ := d.pickLocked(later, d.lanes[0], 1000); e == nil || e.url != "a" {
+	if e, _ := d.pickLocked(later, d.lanes[0], 1000, affinity{}); e == nil || e.url != "a" {
 		t.Errorf("pick while c's probe is in flight = %v, want a", e)
 	}
 }

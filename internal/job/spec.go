@@ -14,13 +14,19 @@ type Spec struct {
 	// top_p, chat_template_kwargs, any extra JSON the server accepts).
 	Generation Generation `yaml:"generation"`
 	Endpoints  []Endpoint `yaml:"endpoints"`
-	Server     *Server    `yaml:"server"`
-	Store      Store      `yaml:"store"`
-	Output     Output     `yaml:"output"`
-	Retry      Retry      `yaml:"retry"`
-	Quality    Quality    `yaml:"quality"`
-	Alerts     Alerts     `yaml:"alerts"`
-	Monitor    Monitor    `yaml:"monitor"`
+	// Balance is how requests are spread over endpoints: "affinity" (the
+	// default: a conversation's next turn goes where its previous turn
+	// was answered, and rows sharing a long system prompt and tool list
+	// meet on one endpoint, while loads stay balanced) or "tokens" (each
+	// request to the endpoint whose KV pool would be least full).
+	Balance string  `yaml:"balance"`
+	Server  *Server `yaml:"server"`
+	Store   Store   `yaml:"store"`
+	Output  Output  `yaml:"output"`
+	Retry   Retry   `yaml:"retry"`
+	Quality Quality `yaml:"quality"`
+	Alerts  Alerts  `yaml:"alerts"`
+	Monitor Monitor `yaml:"monitor"`
 
 	// Path is the job file's path; Dir its directory. Relative paths in the
 	// spec are resolved against Dir. Set by Load, not read from YAML.

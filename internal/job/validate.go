@@ -13,6 +13,12 @@ import (
 // Engines regen knows how to talk to (and, for a server, launch).
 var Engines = []string{"sglang", "vllm", "llamacpp", "sim"}
 
+// Balance modes (Spec.Balance).
+const (
+	BalanceAffinity = "affinity"
+	BalanceTokens   = "tokens"
+)
+
 // OutputFormats export can write.
 var OutputFormats = []string{"sharegpt", "openai-batch", "parquet"}
 
@@ -48,6 +54,9 @@ func (s *Spec) Validate() error {
 	v.lanes()
 	v.generation()
 	v.endpoints()
+	if s.Balance != "" && s.Balance != BalanceAffinity && s.Balance != BalanceTokens {
+		v.addf("balance", "%q is not one of %s, %s", s.Balance, BalanceAffinity, BalanceTokens)
+	}
 	v.store()
 	v.output()
 	v.retry()

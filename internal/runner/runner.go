@@ -389,6 +389,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
 		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
+		NoAffinity: spec.Balance == job.BalanceTokens,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)

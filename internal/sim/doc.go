@@ -7,9 +7,16 @@
 // and runs continuous batching: a waiting request is admitted when its
 // prompt plus a reserved share of its max_tokens (SGLang's new-token ratio,
 // decaying per decode step) fits beside the running ones, up to the
-// running-request cap. A prefill batch costs time in proportion to its
-// uncached prompt tokens (an LRU prefix cache at message boundaries stands
-// in for the radix cache); a decode step costs DecodeBase plus a share per
+// running-request cap. Prompts are cut at message boundaries into a prefix
+// tree standing in for SGLang's radix cache (prefix.go): a prefix's KV is
+// held in the pool once for every request sharing it, locked while one
+// runs and kept after, evicted least recently used (leaves first) only
+// when the pool needs the room; cached prefixes count as free in the
+// reported usage, as SGLang's num_used does. A prefill batch costs time in
+// proportion to its uncached prompt tokens only, and each request reports
+// its hit as usage.prompt_tokens_details.cached_tokens and in the engine's
+// counters (SGLang cached_tokens_total and cache_hit_rate, vLLM
+// prefix_cache_queries_total and prefix_cache_hits_total); a decode step costs DecodeBase plus a share per
 // running request and per thousand tokens in use, so throughput rises with
 // batch size and saturates. When the pool cannot hold the next step the
 // newest requests are retracted: their KV and decode progress are lost,

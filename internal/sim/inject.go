@@ -55,7 +55,7 @@ func (sc *scheduler) due(f *faultState) bool {
 	case f.AfterTokens > 0:
 		return sc.tokens >= int64(f.AfterTokens)
 	case f.KVAbove > 0:
-		if float64(sc.used)/float64(sc.pool) < f.KVAbove {
+		if float64(sc.inUse())/float64(sc.pool) < f.KVAbove {
 			f.kvHigh = false
 			return false
 		}

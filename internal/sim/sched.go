@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/list"
 	"context"
 	"math"
 	"sync/atomic"
@@ -51,6 +50,15 @@ type request struct {
 	finishReason string
 	cached       int
 
+	// scheduler-owned: the request's place in the pool while admitted.
+	// node is the deepest cached prefix it holds locked (its prompt's KV
+	// lives there, shared); tail is the prompt's uncacheable rest, and gen
+	// its generated tokens, both its own.
+	inPool bool
+	node   *prefixNode
+	hit    int
+	tail   int
+
 	avail  atomic.Int64 // tokens the client may stream
 	done   atomic.Bool  // finished (or ended by the server)
 	cancel atomic.Bool  // the client went away
@@ -61,54 +69,6 @@ func (r *request) wake() {
 	select {
 	case r.notify <- struct{}{}:
 	default:
-	}
-}
-
-// prefixCache is an LRU of prompt prefixes, bounded in tokens, standing in
-// for SGLang's radix cache: hits skip prefill compute.
-type prefixCache struct {
-	capTokens int
-	used      int
-	ll        list.List
-	m         map[uint64]*list.Element
-}
-
-type cacheEntry struct {
-	hash   uint64
-	tokens int
-}
-
-func (c *prefixCache) lookup(segs []prefixSeg) int {
-	hit := 0
-	for _, s := range segs {
-		e, ok := c.m[s.hash]
-		if !ok {
-			break
-		}
-		c.ll.MoveToFront(e)
-		hit = s.tokens
-	}
-	return hit
-}
-
-func (c *prefixCache) insert(segs []prefixSeg) {
-	prev := 0
-	for _, s := range segs {
-		if e, ok := c.m[s.hash]; ok {
-			c.ll.MoveToFront(e)
-		} else {
-			n := s.tokens - prev
-			c.m[s.hash] = c.ll.PushFront(cacheEntry{s.hash, n})
-			c.used += n
-		}
-		prev = s.tokens
-	}
-	for c.used > c.capTokens && c.ll.Len() > 0 {
-		e := c.ll.Back()
-		ce := e.Value.(cacheEntry)
-		c.ll.Remove(e)
-		delete(c.m, ce.hash)
-		c.used -= ce.tokens
 	}
 }
 
@@ -182,7 +142,7 @@ func newScheduler(s *Server) *scheduler {
 	sc.ratio = init
 	sc.minRatio = math.Min(init*cfg.MinNewTokenRatioFactor, 1)
 	sc.decay = (init - sc.minRatio) / float64(cfg.NewTokenRatioDecaySteps)
-	sc.cache = prefixCache{capTokens: sc.pool, m: map[uint64]*list.Element{}}
+	sc.cache = newPrefixCache()
 	sc.snap.Store(&stats{newTokenRatio: sc.ratio})
 	return sc
 }
@@ -320,8 +280,10 @@ func (sc *scheduler) idle(ctx context.Context) bool {
 	return true
 }
 
-// admit takes waiting requests that fit: prompt plus the reserved share of
-// max_tokens (new-token ratio) must fit in what running requests leave.
+// admit takes waiting requests that fit: the uncached part of the prompt
+// plus the reserved share of max_tokens (new-token ratio) must fit in what
+// running requests leave, counting cached prefixes no one holds as room
+// (they are evicted when needed), as SGLang's PrefillAdder does.
 func (sc *scheduler) admit() []*request {
 	if len(sc.waiting) == 0 || len(sc.running) >= sc.maxRun {
 		return nil
@@ -331,8 +293,7 @@ func (sc *scheduler) admit() []*request {
 	for _, r := range sc.running {
 		reserved += float64(min(r.maxNew-r.gen, clip)) * sc.ratio
 	}
-	rem := float64(sc.pool-sc.used) - reserved
-	free := sc.pool - sc.used
+	taken, wanted := 0, 0.0
 	budget := sc.cfg.MaxPrefillTokens
 	var batch []*request
 	i := 0
@@ -342,31 +303,77 @@ func (sc *scheduler) admit() []*request {
 			sc.abort(r)
 			continue
 		}
-		need := r.prompt + 1
+		node, hit := sc.cache.match(r.prefixes)
+		hit = min(hit, max(r.prompt-1, 0))
+		// Locking the hit takes its unheld nodes out of the room.
+		avail := sc.pool - sc.used + sc.cache.evictable - taken - unlockedOn(node)
+		need := r.prompt - hit + 1
 		want := float64(need) + float64(min(r.maxNew, clip))*sc.ratio
-		fitsNow := need <= free
+		rem := float64(avail) - reserved - wanted
 		// An empty server always takes the head, as SGLang does, so a
 		// request bigger than its reservation cannot stall the queue.
-		if !fitsNow || (want > rem && (len(sc.running) > 0 || len(batch) > 0)) {
+		if need > avail || (want > rem && (len(sc.running) > 0 || len(batch) > 0)) {
 			break
 		}
-		if len(batch) > 0 && r.prompt > budget {
+		if len(batch) > 0 && need-1 > budget {
 			break
 		}
-		budget -= r.prompt
-		rem -= want
-		free -= need
+		sc.cache.lock(node)
+		r.node, r.hit = node, hit
+		budget -= need - 1
+		wanted += want
+		taken += need
 		batch = append(batch, r)
 	}
 	sc.waiting = append(sc.waiting[:0], sc.waiting[i:]...)
 	return batch
 }
 
+// place puts r's prompt in the pool: its segments join the cache (shared
+// with every request holding the same prefix) and stay locked while r
+// runs; the rest of the prompt is r's own.
+func (sc *scheduler) place(r *request) {
+	before := sc.cache.used
+	node := sc.cache.insert(r.prefixes)
+	sc.cache.lock(node)
+	sc.cache.unlock(r.node)
+	r.node = node
+	keyed := 0
+	if n := len(r.prefixes); n > 0 {
+		keyed = min(r.prefixes[n-1].tokens, r.prompt)
+	}
+	r.tail = r.prompt - keyed
+	r.inPool = true
+	sc.used += sc.cache.used - before + r.tail
+}
+
+// release takes r out of the pool: its own tokens are freed, its prefix
+// stays cached, unlocked.
+func (sc *scheduler) release(r *request) {
+	if r.inPool {
+		sc.used -= r.tail + r.gen
+		r.inPool = false
+	}
+	sc.cache.unlock(r.node)
+	r.node, r.gen = nil, 0
+}
+
+// evict frees cached prefixes no one holds until need tokens are free.
+func (sc *scheduler) evict(need int) {
+	if short := need - (sc.pool - sc.used); short > 0 {
+		sc.used -= sc.cache.evict(short)
+	}
+}
+
+// inUse is the pool's used tokens as the engine reports them: evictable
+// cached prefixes count as free (SGLang's num_used).
+func (sc *scheduler) inUse() int { return sc.used - sc.cache.evictable }
+
 func (sc *scheduler) prefill(ctx context.Context, batch []*request) bool {
 	runningBefore := len(sc.running)
 	newTok, hitTok := 0, 0
 	for _, r := range batch {
-		hit := min(sc.cache.lookup(r.prefixes), max(r.prompt-1, 0))
+		hit := r.hit
 		if !r.admitted {
 			r.cached = hit
 			if r.kind != kindProbe {
@@ -384,14 +391,14 @@ func (sc *scheduler) prefill(ctx context.Context, batch []*request) bool {
 		}
 		newTok += r.prompt - hit
 		hitTok += hit
-		sc.used += r.prompt
+		sc.place(r)
 	}
+	sc.evict(len(batch))
 	d := sc.cfg.PrefillBase + time.Duration(float64(sc.cfg.PrefillPerKToken)*float64(newTok)/1000)
 	if !sc.advance(ctx, d) {
 		return false
 	}
 	for _, r := range batch {
-		sc.cache.insert(r.prefixes)
 		r.admitted = true
 		sc.admitted++
 		r.gen = 1
@@ -404,7 +411,7 @@ func (sc *scheduler) prefill(ctx context.Context, batch []*request) bool {
 		sc.running = append(sc.running, r)
 	}
 	sc.lastProgress.Store(time.Now().UnixNano())
-	usage := float64(sc.used) / float64(sc.pool)
+	usage := float64(sc.inUse()) / float64(sc.pool)
 	if sc.cfg.Engine == "sglang" {
 		sc.s.log.sglang(true, "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, #running-req: %d, #queue-req: %d",
 			len(batch), newTok, hitTok, usage, runningBefore, len(sc.waiting))
@@ -445,8 +452,7 @@ func (sc *scheduler) emit(r *request) {
 }
 
 func (sc *scheduler) finish(r *request, reason string) {
-	sc.used -= r.prompt + r.gen
-	r.gen = 0
+	sc.release(r)
 	r.finishReason = reason
 	r.avail.Store(int64(r.emitted))
 	r.done.Store(true)
@@ -465,10 +471,7 @@ func (sc *scheduler) finish(r *request, reason string) {
 
 // abort drops a request whose client went away.
 func (sc *scheduler) abort(r *request) {
-	if r.admitted && r.gen > 0 {
-		sc.used -= r.prompt + r.gen
-	}
-	r.gen = 0
+	sc.release(r)
 	r.finishReason = "abort"
 	r.done.Store(true)
 	r.wake()
@@ -479,14 +482,18 @@ func (sc *scheduler) abort(r *request) {
 
 func (sc *scheduler) decode(ctx context.Context) bool {
 	if sc.pool-sc.used < len(sc.running) {
+		sc.evict(len(sc.running))
+	}
+	if sc.pool-sc.used < len(sc.running) {
 		sc.retract()
+		sc.evict(len(sc.running))
 		if len(sc.running) == 0 {
 			return true
 		}
 	}
 	b := len(sc.running)
 	d := sc.cfg.DecodeBase + time.Duration(b)*sc.cfg.DecodePerReq +
-		time.Duration(float64(sc.cfg.DecodePerKToken)*float64(sc.used)/1000)
+		time.Duration(float64(sc.cfg.DecodePerKToken)*float64(sc.inUse())/1000)
 	if !sc.advance(ctx, d) {
 		return false
 	}
@@ -525,7 +532,7 @@ func (sc *scheduler) decode(ctx context.Context) bool {
 		set(sc.m.cacheHitRate, 0)
 		sc.setGauges()
 		sc.s.log.sglang(true, "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d",
-			len(sc.running), sc.used, float64(sc.used)/float64(sc.pool), pyBool(len(sc.running) <= 512), tput, len(sc.waiting))
+			len(sc.running), sc.inUse(), float64(sc.inUse())/float64(sc.pool), pyBool(len(sc.running) <= 512), tput, len(sc.waiting))
 		sc.snapThroughput(tput)
 	}
 	if sc.decodeCt%64 == 0 {
@@ -541,19 +548,18 @@ func (sc *scheduler) retract() {
 	old := sc.ratio
 	var back []*request
 	gained, inTok, outTok := 0, 0, 0
-	for len(sc.running) > 1 && sc.pool-sc.used < len(sc.running)*max(sc.cfg.RetractDecodeSteps, 1) {
+	for len(sc.running) > 1 && sc.pool-sc.inUse() < len(sc.running)*max(sc.cfg.RetractDecodeSteps, 1) {
 		r := sc.running[len(sc.running)-1]
 		sc.running[len(sc.running)-1] = nil
 		sc.running = sc.running[:len(sc.running)-1]
-		gained += r.prompt + r.gen
+		gained += r.tail + r.gen
 		inTok += r.prompt
 		outTok += r.gen
-		sc.used -= r.prompt + r.gen
-		r.gen = 0
+		sc.release(r)
 		r.retracts++
 		back = append(back, r)
 	}
-	if len(sc.running) == 1 && sc.pool-sc.used < 1 {
+	if len(sc.running) == 1 && sc.pool-sc.inUse() < 1 {
 		// One request larger than the whole pool: SGLang ends it.
 		r := sc.running[0]
 		sc.running = sc.running[:0]
@@ -590,15 +596,15 @@ func (sc *scheduler) retract() {
 func (sc *scheduler) setGauges() {
 	set(sc.m.running, float64(len(sc.running)))
 	set(sc.m.queued, float64(len(sc.waiting)))
-	set(sc.m.usedTokens, float64(sc.used))
-	set(sc.m.tokenUsage, float64(sc.used)/float64(sc.pool))
+	set(sc.m.usedTokens, float64(sc.inUse()))
+	set(sc.m.tokenUsage, float64(sc.inUse())/float64(sc.pool))
 	set(sc.m.newTokenRatio, sc.ratio)
 }
 
 // vllmStep updates vLLM's gauges (every step, as vLLM does) and writes its
 // periodic throughput line.
 func (sc *scheduler) vllmStep() {
-	u := float64(sc.used) / float64(sc.pool)
+	u := float64(sc.inUse()) / float64(sc.pool)
 	set(sc.m.running, float64(len(sc.running)))
 	set(sc.m.queued, float64(len(sc.waiting)))
 	set(sc.m.tokenUsage, u)
@@ -630,7 +636,7 @@ func (sc *scheduler) snapThroughput(t float64) {
 
 func (sc *scheduler) publish() {
 	old := sc.snap.Load()
-	sc.snap.Store(&stats{running: len(sc.running), waiting: len(sc.waiting), used: sc.used,
+	sc.snap.Store(&stats{running: len(sc.running), waiting: len(sc.waiting), used: sc.inUse(),
 		genThroughput: old.genThroughput, newTokenRatio: sc.ratio})
 	sc.tokensPub.Store(sc.tokens)
 }

@@ -9,6 +9,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -73,6 +74,13 @@ type Claimed struct {
 	// stored answers to turns 0..Turn-1, in order.
 	Turn  int
 	Prior []Result
+}
+
+// CompareClaims orders two claimable samples the way Claim hands them out:
+// a later turn of a conversation before a sample's first turn, then by
+// creation order (seq).
+func CompareClaims(turnA int, seqA int64, turnB int, seqB int64) int {
+	return cmp.Or(cmp.Compare(min(turnB, 1), min(turnA, 1)), cmp.Compare(seqA, seqB))
 }
 
 // Result is what a finished attempt stored.
@@ -278,7 +286,9 @@ type Store interface {
 	EachIngestError(ctx context.Context, fn func(IngestError) error) error
 
 	// Claim leases up to n pending samples of lane whose retry time has come,
-	// oldest (first ingested) first, to owner until now+lease.
+	// to owner until now+lease: conversations waiting for a later turn
+	// first (oldest first among them), so a turn follows its previous one
+	// while that prefix is still cached, then the oldest (first ingested).
 	Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]Claimed, error)
 	// ExtendLeases pushes the lease of every sample owner holds to now+lease.
 	ExtendLeases(ctx context.Context, owner string, lease time.Duration) error

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -251,20 +250,29 @@ func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) 
 	}, fn)
 }
 
-// claimSQL leases the oldest n due samples of a lane. Both CTEs lock what
-// they pick with SKIP LOCKED, so concurrent claimers take disjoint rows
-// without waiting; the two sides come from the two partial indexes and the
-// oldest n of their union are leased (the rest are unlocked at commit).
-const claimSQL = `WITH ready AS (
-		SELECT seq FROM samples
+// claimSQL leases n due samples of a lane: conversations waiting for their
+// next turn first (their prefix is still cached at the server that
+// answered the turn before), then the oldest. Every CTE locks what it
+// picks with SKIP LOCKED, so concurrent claimers take disjoint rows without
+// waiting; the sides come from three partial indexes (later turns, every
+// sample never told to wait, retries now due), each holding the best n of
+// its kind, and the best n of their union by (first turn, seq) are leased
+// (the rest are unlocked at commit).
+const claimSQL = `WITH later AS (
+		SELECT seq, false AS fresh FROM samples
+		WHERE state = 0 AND not_before = 0 AND turn > 0 AND lane = $1
+		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
+	), ready AS (
+		SELECT seq, turn = 0 AS fresh FROM samples
 		WHERE state = 0 AND not_before = 0 AND lane = $1
 		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
 	), due AS (
-		SELECT seq FROM samples
+		SELECT seq, turn = 0 AS fresh FROM samples
 		WHERE state = 0 AND not_before > 0 AND lane = $1 AND not_before <= $3
 		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
 	), pick AS (
-		SELECT seq FROM (SELECT seq FROM ready UNION ALL SELECT seq FROM due) r ORDER BY seq LIMIT $2
+		SELECT seq FROM (SELECT * FROM later UNION ALL SELECT * FROM ready UNION ALL SELECT * FROM due) r
+		GROUP BY seq ORDER BY bool_and(fresh), seq LIMIT $2
 	), u AS (
 		UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0, lease_token = nextval('lease_tokens')
 		FROM pick WHERE s.seq = pick.seq
@@ -273,7 +281,7 @@ const claimSQL = `WITH ready AS (
 	), ` + countsCTE + `
 	SELECT seq, id, partition, lane, body, prompt_tokens, attempts, turn, lease_token FROM u`
 
-// Claim leases up to n claimable samples of lane, oldest first.
+// Claim leases up to n claimable samples of lane, later turns first, then oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
 	if n <= 0 {
 		return nil, nil
@@ -303,8 +311,8 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	if err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
-	// RETURNING order is unspecified; hand them out oldest first.
-	slices.SortFunc(got, func(a, b seqClaim) int { return cmp.Compare(a.seq, b.seq) })
+	// RETURNING order is unspecified; hand them out in claim order.
+	slices.SortFunc(got, func(a, b seqClaim) int { return store.CompareClaims(a.c.Turn, a.seq, b.c.Turn, b.seq) })
 	out := make([]store.Claimed, len(got))
 	for i, sc := range got {
 		if sc.c.Turn > 0 {

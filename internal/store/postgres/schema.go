@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 5
+const schemaVersion = 6
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -287,6 +287,11 @@ CREATE TABLE answer_history (
 	`
 CREATE SEQUENCE lease_tokens;
 ALTER TABLE samples ADD COLUMN lease_token bigint;
+`,
+	// 5 -> 6: a conversation's next turn is claimed ahead of samples that
+	// have not started, so it reaches the server while its prefix is cached.
+	`
+CREATE INDEX samples_next_turn ON samples (lane, seq) WHERE state = 0 AND not_before = 0 AND turn > 0;
 `,
 }
 

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -280,26 +279,35 @@ func sqlLimit(limit int) int {
 	return limit
 }
 
-// claimSQL leases the oldest n due samples of a lane. Due samples come
-// from two partial indexes (see the schema): those never told to wait, and
-// those whose retry time has come. Each side is already in seq order, so
-// the merge is the oldest n due samples.
+// claimSQL leases n due samples of a lane: conversations waiting for their
+// next turn first (their prefix is still cached at the server that
+// answered the turn before), then the oldest. Due samples come from three
+// partial indexes (see the schema): later turns never told to wait, every
+// sample never told to wait, and those whose retry time has come. Each side
+// is already in seq order and holds the best n of its kind, so the merge,
+// by (first turn, seq) and without the rows two sides share, is the best n.
 const claimSQL = `UPDATE samples
 		SET state = 'leased', lease_owner = :owner, lease_until = :until, not_before = 0
 		WHERE seq IN (
 			SELECT seq FROM (
-				SELECT seq FROM samples
-				WHERE state = 'pending' AND lane = :lane AND not_before = 0
-				ORDER BY seq LIMIT :n)
-			UNION ALL
-			SELECT seq FROM (
-				SELECT seq FROM samples
-				WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
-				ORDER BY seq LIMIT :n)
-			ORDER BY seq LIMIT :n)
+				SELECT seq, 0 AS fresh FROM (
+					SELECT seq FROM samples
+					WHERE state = 'pending' AND lane = :lane AND not_before = 0 AND turn > 0
+					ORDER BY seq LIMIT :n)
+				UNION ALL
+				SELECT seq, fresh FROM (
+					SELECT seq, turn = 0 AS fresh FROM samples
+					WHERE state = 'pending' AND lane = :lane AND not_before = 0
+					ORDER BY seq LIMIT :n)
+				UNION ALL
+				SELECT seq, fresh FROM (
+					SELECT seq, turn = 0 AS fresh FROM samples
+					WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
+					ORDER BY seq LIMIT :n))
+			GROUP BY seq ORDER BY min(fresh), seq LIMIT :n)
 		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts, turn`
 
-// Claim leases up to n claimable samples of lane, oldest first.
+// Claim leases up to n claimable samples of lane, later turns first, then oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
 	if n <= 0 {
 		return nil, nil
@@ -335,8 +343,8 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
-	// RETURNING order is unspecified; hand them out oldest first.
-	slices.SortFunc(got, func(a, b seqClaim) int { return cmp.Compare(a.seq, b.seq) })
+	// RETURNING order is unspecified; hand them out in claim order.
+	slices.SortFunc(got, func(a, b seqClaim) int { return store.CompareClaims(a.c.Turn, a.seq, b.c.Turn, b.seq) })
 	rows.Close()
 	out := make([]store.Claimed, len(got))
 	for i, sc := range got {

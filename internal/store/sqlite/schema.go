@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 6
+const schemaVersion = 7
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -408,6 +408,11 @@ CREATE TRIGGER turns_stats_delete AFTER DELETE ON turns BEGIN
 	UPDATE stat_tokens SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND kind = 'prompt' AND tokens = old.prompt_tokens;
 	UPDATE stat_tokens SET n = n - 1 WHERE partition = old.partition AND lane = old.lane AND kind = 'completion' AND tokens = old.completion_tokens;
 END;
+`,
+	// 6 -> 7: a conversation's next turn is claimed ahead of samples that
+	// have not started, so it reaches the server while its prefix is cached.
+	`
+CREATE INDEX samples_next_turn ON samples (lane, seq) WHERE state = 'pending' AND not_before = 0 AND turn > 0;
 `,
 }
 

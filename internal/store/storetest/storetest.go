@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	tests = append(tests, trainingTests...)
 	tests = append(tests, configTests...)
+	tests = append(tests, affinityTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

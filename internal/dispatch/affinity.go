@@ -1,0 +1,174 @@
+package dispatch
+
+import (
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Affinity: keep a request where its prompt's prefix is cached.
+//
+// Turn k of a conversation sends turns 0..k-1 again, and the server that
+// answered turn k-1 computed them moments ago and still holds them in its
+// prefix cache (docs/engines.md §14); any other server prefills them
+// again. Rows that share a long system prompt and tool list gain the same
+// way from meeting on one server. So, among the endpoints with room for
+// the request's lane (which excludes endpoints that are down, paused,
+// held for backpressure or at their limits):
+//
+//  1. a later turn goes to the endpoint that answered the turn before it
+//     (the store keeps it with every turn, store.Result.Endpoint, so a
+//     restarted runner or another worker sharing the store knows it), unless
+//     its breaker is not closed or it is clearly more loaded than the
+//     least loaded candidate;
+//  2. otherwise a request whose shared prefix (conversation.SharedPrefix) is
+//     at least prefixMinBytes goes to the first endpoint, in the prefix's
+//     own rendezvous order of the endpoints' URLs, that is not clearly more
+//     loaded (a prefix hash with bounded load: each prefix has a home, and
+//     its next choices when the home is busy, the same for every worker);
+//  3. otherwise, and for every request when affinity is off, the least
+//     loaded candidate, as token-aware balancing decides (balance.go).
+//
+// "Clearly more loaded" is sgl-router's cache_aware balance rule in regen's
+// load units: an endpoint's load exceeds the least loaded candidate's by
+// more than an absolute margin and by more than a ratio. Load is the pool's
+// expected fill after the request (the same score balance.go ranks by);
+// while some pool is unknown it is the requests in flight.
+const (
+	affinityAbsFill = 0.15 // points of KV pool fill
+	affinityAbsReqs = 4    // requests in flight, while a pool is unknown
+	affinityRel     = 1.5  // times the least loaded candidate's load
+	// prefixMinBytes is the shared prefix worth steering: about 500 tokens.
+	prefixMinBytes = 2048
+)
+
+// affinity is what a request asks of balancing beyond its footprint.
+type affinity struct {
+	prev   string // the endpoint of the turn before ("" for a first turn)
+	prefix uint64 // its shared prefix's key (0 = none worth steering)
+}
+
+// affinityOf reads c's affinity: the endpoint that answered its previous
+// turn, and its shared prefix when long enough.
+func affinityOf(c store.Claimed) affinity {
+	var a affinity
+	if n := len(c.Prior); n > 0 {
+		a.prev = c.Prior[n-1].Endpoint
+	}
+	if key, size := conversation.SharedPrefix(c.Body); size >= prefixMinBytes {
+		a.prefix = key
+	}
+	return a
+}
+
+// candidate is an endpoint with room for the request, as the rule sees it.
+type candidate struct {
+	url    string
+	load   float64
+	closed bool // breaker closed (a half-open one only takes the least-loaded path)
+}
+
+// clearlyMoreLoaded is the balance rule: load is clearly above least.
+func clearlyMoreLoaded(load, least float64, byTokens bool) bool {
+	abs := float64(affinityAbsReqs)
+	if byTokens {
+		abs = affinityAbsFill
+	}
+	return load-least > abs && load > least*affinityRel
+}
+
+// choose applies the rule to candidates (in round-robin order, so ties
+// between equally loaded ones rotate) and returns the index chosen.
+func choose(cands []candidate, a affinity, byTokens bool) int {
+	if len(cands) == 0 {
+		return -1
+	}
+	least := 0
+	for i, c := range cands {
+		if c.load < cands[least].load {
+			least = i
+		}
+	}
+	ok := func(i int) bool {
+		return cands[i].closed && !clearlyMoreLoaded(cands[i].load, cands[least].load, byTokens)
+	}
+	if a.prev != "" {
+		if i := slices.IndexFunc(cands, func(c candidate) bool { return c.url == a.prev }); i >= 0 && ok(i) {
+			return i
+		}
+	}
+	if a.prefix != 0 {
+		order := make([]int, len(cands))
+		for i := range order {
+			order[i] = i
+		}
+		w := func(i int) uint64 { return rendezvous(a.prefix, cands[i].url) }
+		slices.SortFunc(order, func(x, y int) int {
+			wx, wy := w(x), w(y)
+			switch {
+			case wx > wy:
+				return -1
+			case wx < wy:
+				return 1
+			}
+			return 0
+		})
+		for _, i := range order {
+			if ok(i) {
+				return i
+			}
+		}
+	}
+	return least
+}
+
+// rendezvous is the weight of url for a prefix key (highest random weight
+// hashing): every worker ranks the endpoints in the same order for a key.
+func rendezvous(key uint64, url string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(key >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(url))
+	return mix64(h.Sum64())
+}
+
+// mix64 spreads FNV's weak low bits (splitmix64's finaliser).
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// startGrace is how long a dispatcher whose endpoints start paused (the
+// runner pauses them until each is seen ready) holds its claims after the
+// first is resumed, until every one has been: endpoints probed together
+// come up within moments of each other, and a conversation's next turn
+// claimed in between would go to the first one up instead of its own. An
+// endpoint still down after startGrace does not hold the others longer.
+const startGrace = 5 * time.Second
+
+// startHoldLocked reports whether claims wait for endpoints still starting,
+// and until when at most.
+func (d *Dispatcher) startHoldLocked(now time.Time) (time.Time, bool) {
+	if d.cfg.NoAffinity || d.firstResume.IsZero() {
+		return time.Time{}, false
+	}
+	until := d.firstResume.Add(startGrace)
+	if !now.Before(until) {
+		return time.Time{}, false
+	}
+	for _, e := range d.eps {
+		if e.paused && !e.resumed {
+			return until, true
+		}
+	}
+	return time.Time{}, false
+}
