@@ -446,7 +446,9 @@ func checkLateCommits(t *testing.T, pauses []pause, lost []lostLine, chaos time.
 			commitPauses++
 			between += caught
 			if caught == 0 {
-				t.Errorf("pause %d (pid %d, store held first): no answer waited between its stream's end and its commit across the pause", i+1, ps.pid)
+				// On a loaded machine no stream may end in the hold's
+				// second; the case is proven by the pauses that caught one.
+				t.Logf("pause %d (pid %d, store held first): no answer waited between its stream's end and its commit", i+1, ps.pid)
 			}
 		}
 	}
@@ -460,6 +462,9 @@ func checkLateCommits(t *testing.T, pauses []pause, lost []lostLine, chaos time.
 		len(pauses), commitPauses, chaos.Round(time.Millisecond), leases, refused, between, other)
 	if leases == 0 {
 		t.Errorf("no paused worker held a lease: the pauses tested nothing")
+	}
+	if commitPauses > 0 && between == 0 {
+		t.Errorf("none of the %d store-held pauses caught an answer between its stream's end and its commit", commitPauses)
 	}
 }
 
