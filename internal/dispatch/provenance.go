@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -38,14 +39,6 @@ func sampling(params map[string]json.RawMessage, maxTokens int) json.RawMessage 
 	return b
 }
 
-// response is the stored response record: the completion, where it ran
-// and where it came from.
-type response struct {
-	llm.Result
-	Endpoint   string           `json:"endpoint"`
-	Provenance store.Provenance `json:"provenance"`
-}
-
 // storeResult is the stored answer to t from the server at url in lane l.
 func (d *Dispatcher) storeResult(url string, l *lane, t *turn, res llm.Result, endReason string) store.Result {
 	p := store.Provenance{Generation: d.cfg.Generation, Model: res.Model, SystemFingerprint: res.SystemFingerprint,
@@ -55,10 +48,8 @@ func (d *Dispatcher) storeResult(url string, l *lane, t *turn, res llm.Result, e
 			p.Engine, p.EngineVersion = s.Engine, s.Version
 		}
 	}
-	// Marshalling plain strings, ints, durations and valid JSON cannot fail.
-	b, _ := json.Marshal(response{Result: res, Endpoint: url, Provenance: p})
 	return store.Result{
-		Response:         b,
+		Response:         reply.Encode(res, url, p),
 		FinishReason:     res.FinishReason,
 		PromptTokens:     res.Usage.PromptTokens,
 		CompletionTokens: res.Usage.CompletionTokens,

@@ -1,11 +1,11 @@
 package dispatch
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -31,11 +31,11 @@ func (d *Dispatcher) prepareTurn(c store.Claimed) (*turn, error) {
 		return nil, fmt.Errorf("turn %d: %d earlier answers handed over", c.Turn, len(c.Prior))
 	}
 	for i, r := range c.Prior {
-		var res llm.Result
-		if err := json.Unmarshal(r.Response, &res); err != nil {
+		a, err := reply.Decode(r)
+		if err != nil {
 			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", c.Turn, i, err)
 		}
-		t.prior = append(t.prior, res)
+		t.prior = append(t.prior, a.Result)
 	}
 	if t.body, err = p.Request(c.Turn, t.prior, d.cfg.KeepReasoning); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -61,60 +62,26 @@ func decodeRecord(row store.Row) (*record, error) {
 	}
 	rec.plan = p
 	for _, prior := range row.Prior {
-		res, prov, err := decodeAnswer(prior)
+		a, err := reply.Decode(prior)
 		if err != nil {
 			return nil, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", row.ID, prior.Turn, err)
 		}
-		rec.answers, rec.provs = append(rec.answers, res), append(rec.provs, prov)
+		rec.answers, rec.provs = append(rec.answers, a.Result), append(rec.provs, a.Provenance)
 	}
-	res, prov, err := decodeAnswer(row.Result)
+	a, err := reply.Decode(row.Result)
 	if err != nil {
 		return nil, fmt.Errorf("sample %s: decode stored result: %w", row.ID, err)
 	}
-	rec.res = res
-	rec.answers, rec.provs = append(rec.answers, res), append(rec.provs, prov)
+	rec.res = a.Result
+	rec.answers, rec.provs = append(rec.answers, a.Result), append(rec.provs, a.Provenance)
 	if rec.conv, err = p.Conversation(rec.answers); err != nil {
 		return nil, fmt.Errorf("sample %s: %w", row.ID, err)
 	}
 	return rec, nil
 }
 
-// decodeAnswer reads a stored answer's response record: the completion
-// and its provenance (an answer stored before regen kept one has only the
-// generation of its column).
-func decodeAnswer(r store.Result) (llm.Result, store.Provenance, error) {
-	var rec struct {
-		llm.Result
-		Provenance store.Provenance `json:"provenance"`
-	}
-	if err := json.Unmarshal(r.Response, &rec); err != nil {
-		return llm.Result{}, store.Provenance{}, err
-	}
-	if rec.Provenance.Generation == 0 {
-		rec.Provenance.Generation = r.Generation
-	}
-	if rec.Provenance.Model == "" {
-		rec.Provenance.Model = rec.Model
-	}
-	return fillFromColumns(rec.Result, r), rec.Provenance, nil
-}
-
 // last is the last answer's provenance.
 func (r *record) last() store.Provenance { return r.provs[len(r.provs)-1] }
-
-// fillFromColumns takes what the response record is silent about from the
-// store's columns, which are authoritative.
-func fillFromColumns(res llm.Result, r store.Result) llm.Result {
-	if res.FinishReason == "" {
-		res.FinishReason = r.FinishReason
-	}
-	if res.Usage.PromptTokens == 0 && res.Usage.CompletionTokens == 0 {
-		res.Usage.PromptTokens = r.PromptTokens
-		res.Usage.CompletionTokens = r.CompletionTokens
-		res.Usage.TotalTokens = r.PromptTokens + r.CompletionTokens
-	}
-	return res
-}
 
 // lineEncoder writes one JSON value per line without HTML escaping
 // (prompts are full of <, > and &).

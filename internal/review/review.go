@@ -7,6 +7,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -132,17 +133,12 @@ func answersOf(row store.Row) (map[int]Answer, error) {
 }
 
 func answerOf(id string, r store.Result, lane string, attempts int) (Answer, error) {
-	var res llm.Result
-	if err := json.Unmarshal(r.Response, &res); err != nil {
+	// reply.Decode takes what the record is silent about from the columns.
+	res, err := reply.Decode(r)
+	if err != nil {
 		return Answer{}, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", id, r.Turn, err)
 	}
-	a := Answer{Content: res.Content, Reasoning: res.ReasoningContent, ToolCalls: res.ToolCalls, Model: res.Model,
+	return Answer{Content: res.Content, Reasoning: res.ReasoningContent, ToolCalls: res.ToolCalls, Model: res.Model,
 		Lane: lane, Attempts: attempts, FinishReason: r.FinishReason, Usage: res.Usage, Endpoint: r.Endpoint,
-		DurationMS: r.Duration.Milliseconds(), TTFTMS: r.TTFT.Milliseconds()}
-	// The store's columns are authoritative where the record is silent.
-	if a.Usage.PromptTokens == 0 && a.Usage.CompletionTokens == 0 {
-		a.Usage = llm.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
-			TotalTokens: r.PromptTokens + r.CompletionTokens, ReasoningTokens: r.ReasoningTokens}
-	}
-	return a, nil
+		DurationMS: r.Duration.Milliseconds(), TTFTMS: r.TTFT.Milliseconds()}, nil
 }

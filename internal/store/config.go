@@ -124,8 +124,8 @@ func Current(gens []Generation) (Generation, bool) {
 }
 
 // Provenance is where a stored answer came from. Dispatch keeps it in the
-// answer's response record under "provenance"; export and the views read
-// it back with the record. Version 1.
+// answer's record (package reply) under "provenance"; export and the views
+// read it back with the record.
 type Provenance struct {
 	// Generation is the configuration generation the answer was
 	// generated with (also the answer's generation column).

@@ -85,7 +85,7 @@ func CompareClaims(turnA int, seqA int64, turnB int, seqB int64) int {
 
 // Result is what a finished attempt stored.
 type Result struct {
-	Response         []byte // JSON of the full response record (content, reasoning, tool calls, usage, timings)
+	Response         []byte // the stored answer (package reply: content, reasoning, tool calls, usage, timings, provenance)
 	FinishReason     string
 	PromptTokens     int
 	CompletionTokens int

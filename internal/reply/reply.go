@@ -1,0 +1,70 @@
+// Package reply is the stored answer, a server's reply to one turn: the
+// record dispatch writes into an answer's response column and export,
+// review and the dashboard read back. It is the one definition of those
+// bytes; readers go through Decode so a record written by an earlier
+// release reads the same.
+package reply
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// Version is the shape Encode writes. Version 0 (no "v" key) is what
+// releases up to c2f7b29 wrote: the same keys without "v"; an answer from
+// before provenance was kept has no "provenance" and one from before the
+// endpoint was kept no "endpoint".
+const Version = 1
+
+// Record is one stored answer: the completion, the server that gave it and
+// where it came from.
+type Record struct {
+	V int `json:"v"`
+	llm.Result
+	Endpoint   string           `json:"endpoint"`
+	Provenance store.Provenance `json:"provenance"`
+}
+
+// Encode is the response column for res from the server at endpoint.
+func Encode(res llm.Result, endpoint string, p store.Provenance) []byte {
+	// Plain strings, ints, durations and valid JSON cannot fail to marshal.
+	b, _ := json.Marshal(Record{V: Version, Result: res, Endpoint: endpoint, Provenance: p})
+	return b
+}
+
+// Decode reads a stored answer. What the record is silent about (an older
+// release's record) is taken from the store's columns, which are
+// authoritative: finish reason, token counts, endpoint, generation, and
+// the model the response named.
+func Decode(r store.Result) (Record, error) {
+	var rec Record
+	if err := json.Unmarshal(r.Response, &rec); err != nil {
+		return Record{}, err
+	}
+	if rec.V > Version {
+		return Record{}, fmt.Errorf("stored answer version %d: this regen reads versions up to %d", rec.V, Version)
+	}
+	if rec.FinishReason == "" {
+		rec.FinishReason = r.FinishReason
+	}
+	if rec.Usage.PromptTokens == 0 && rec.Usage.CompletionTokens == 0 {
+		rec.Usage.PromptTokens, rec.Usage.CompletionTokens = r.PromptTokens, r.CompletionTokens
+		rec.Usage.TotalTokens = r.PromptTokens + r.CompletionTokens
+		if rec.Usage.ReasoningTokens == 0 {
+			rec.Usage.ReasoningTokens = r.ReasoningTokens
+		}
+	}
+	if rec.Endpoint == "" {
+		rec.Endpoint = r.Endpoint
+	}
+	if rec.Provenance.Generation == 0 {
+		rec.Provenance.Generation = r.Generation
+	}
+	if rec.Provenance.Model == "" {
+		rec.Provenance.Model = rec.Model
+	}
+	return rec, nil
+}
