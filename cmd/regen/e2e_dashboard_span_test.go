@@ -64,7 +64,9 @@ func spanJob(t *testing.T, age, staleFor time.Duration) store.Store {
 	started := now.Add(-age)
 	kv, queued, running := 0.62, 3.0, 40.0
 	load := func(at time.Time) *monitor.Load {
-		return &monitor.Load{At: at, Every: 5 * time.Second, KVUsage: &kv, Queued: &queued, Running: &running}
+		// A probe interval of 30 s keeps the first reading fresh however
+		// slowly a loaded machine gets to the check; the second is older.
+		return &monitor.Load{At: at, Every: 30 * time.Second, KVUsage: &kv, Queued: &queued, Running: &running}
 	}
 	beat, _ := json.Marshal(monitor.Beat{State: monitor.Running, Endpoints: []monitor.EndpointStatus{
 		{URL: "http://127.0.0.1:30000", State: monitor.Ready, InFlight: 40, Limit: 64, Load: load(now.Add(-time.Second))},
