@@ -190,7 +190,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	// The manifest says which source files are in already. With nothing
 	// left to read, ingest is a glance; otherwise it runs beside the
 	// dispatcher, which starts on the first committed batch.
-	in := &ingester{spec: spec, st: st, log: o.Logger}
+	in := &ingester{spec: spec, st: st, log: o.Logger, wake: r.wakeDispatcher}
 	plan, err := in.plan()
 	if err != nil {
 		return sum, r.stop(ctx, err)
@@ -324,6 +324,15 @@ func (r *runState) ingest(ctx context.Context, in *ingester, plan []sourcePlan) 
 	r.note("ingest: " + stats.String())
 	r.event(ctx, store.Event{Kind: "ingest", Subject: "job", Evidence: stats.String()})
 	return nil
+}
+
+// wakeDispatcher has the dispatcher claim at once after an ingest commit,
+// not at its next poll (up to a second later). Ingest runs beside the
+// dispatcher only once it exists; before, there is nothing to wake.
+func (r *runState) wakeDispatcher() {
+	if r.disp != nil {
+		r.disp.Wake()
+	}
 }
 
 // generate starts the endpoints and the dispatcher and runs until every
