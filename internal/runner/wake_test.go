@@ -2,16 +2,12 @@ package runner
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -45,17 +41,7 @@ func (s *lateIngestStore) Ingest(ctx context.Context, samples []store.NewSample)
 // assertion: the machine's load decides it). Every sample is still done
 // exactly once.
 func TestIngestWakesDispatch(t *testing.T) {
-	s, err := sim.New(slowSim(), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	u, err := s.Start(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := url.Parse(u)
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := simProxy(t, slowSim())
 	var first atomic.Int64 // unix nanos of the first chat request
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/chat/completions" {
