@@ -164,7 +164,7 @@ quality: {truncated: false}
 		}
 	}()
 	t0 := time.Now()
-	_, err = runner.Run(ctx, runner.Options{Spec: spec, Store: st, Out: io.Discard, Logger: slog.New(slog.DiscardHandler),
+	_, err = runner.Run(ctx, runner.Options{Spec: spec, Store: st, Logger: slog.New(slog.DiscardHandler),
 		NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
 	m.wall = time.Since(t0)
 	stop()

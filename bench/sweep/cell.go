@@ -195,7 +195,7 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 		}
 	}()
 	t0 := time.Now()
-	_, runErr := runner.Run(runCtx, runner.Options{Spec: spec, Store: st, Out: io.Discard, Logger: logger, NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
+	_, runErr := runner.Run(runCtx, runner.Options{Spec: spec, Store: st, Logger: logger, NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
 	wall := time.Since(t0)
 	stopPoll()
 	<-pollDone

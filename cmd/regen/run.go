@@ -21,6 +21,7 @@ import (
 	"github.com/regen-dev/regen/internal/runner"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/backend"
+	"github.com/regen-dev/regen/internal/ui"
 )
 
 func init() { addCommand(newRunCommand) }
@@ -165,9 +166,15 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		defer stop()
 		metrics = m
 	}
+	every := o.progress
+	if every <= 0 && terminal {
+		every = time.Second
+	}
+	// The terminal view subscribes to the runner's frames.
+	view := ui.NewProgress(os.Stdout, terminal)
 	sum, err := runner.Run(ctx, runner.Options{
-		Spec: spec, Store: st, Out: os.Stdout, Terminal: terminal, Logger: log,
-		ProgressEvery: o.progress, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics, NewConfig: o.newCfg,
+		Spec: spec, Store: st, Progress: view.Show, Logger: log,
+		ProgressEvery: every, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics, NewConfig: o.newCfg,
 		Version: versionString(), Abort: abort,
 	})
 	// A job that finished with nothing done prints its summary, then fails.

@@ -9,5 +9,7 @@
 // older than its deadline makes the job DEAD whatever the last heartbeat
 // said, because silence is an alarm, never good news.
 //
-// The package never prints; views render a Report.
+// The package never prints; views render a Report, and the terminal view
+// the Frames a runner publishes. It does not import dispatch: request
+// outcomes arrive as plain strings.
 package monitor

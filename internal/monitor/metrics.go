@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/regen-dev/regen/internal/dispatch"
 )
 
 // Metrics is regen's own Prometheus registry (never the global one). Two
@@ -59,17 +57,27 @@ func NewMetrics(report func(ctx context.Context) (Report, error)) *Metrics {
 // Registry is what /metrics serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// ObserveRequest records one finished request. outcome is a
-// dispatch.Attempt's: ok, one of the cancellations that spend no attempt
+// Outcomes of a request that are not errors. They are the dispatcher's
+// Attempt outcomes, spelled here so monitor does not import dispatch.
+const (
+	outcomeOK        = "ok"
+	outcomeCancelled = "cancelled"
+	outcomeMoved     = "moved"
+	outcomeShed      = "shed"
+	outcomeUnneeded  = "unneeded"
+)
+
+// ObserveRequest records one finished request. outcome is a dispatch
+// Attempt's: ok, one of the cancellations that spend no attempt
 // (cancelled, moved, shed, unneeded) or an error class name; ttft <= 0
 // means no token came.
 func (m *Metrics) ObserveRequest(lane, endpoint, outcome string, dur, ttft time.Duration, completionTokens int) {
 	m.requests.WithLabelValues(lane, endpoint, outcome).Inc()
 	switch outcome {
-	case dispatch.OutcomeOK:
+	case outcomeOK:
 		m.duration.WithLabelValues(lane, endpoint).Observe(dur.Seconds())
 		m.tokens.WithLabelValues(lane, endpoint).Add(float64(completionTokens))
-	case dispatch.OutcomeCancelled, dispatch.OutcomeMoved, dispatch.OutcomeShed, dispatch.OutcomeUnneeded:
+	case outcomeCancelled, outcomeMoved, outcomeShed, outcomeUnneeded:
 	default:
 		m.errors.WithLabelValues(endpoint, outcome).Inc()
 	}

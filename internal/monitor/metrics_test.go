@@ -5,8 +5,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/regen-dev/regen/internal/dispatch"
 )
 
 // Requests sent back to pending without spending an attempt (cancelled,
@@ -14,7 +12,7 @@ import (
 // and never as errors.
 func TestReleasedRequestsAreNotErrors(t *testing.T) {
 	m := NewMetrics(nil)
-	for _, o := range []string{dispatch.OutcomeCancelled, dispatch.OutcomeMoved, dispatch.OutcomeShed, dispatch.OutcomeShed, dispatch.OutcomeUnneeded, "server-down"} {
+	for _, o := range []string{outcomeCancelled, outcomeMoved, outcomeShed, outcomeShed, outcomeUnneeded, "server-down"} {
 		m.ObserveRequest("short", "http://a", o, time.Second, 0, 0)
 	}
 	families, err := m.Registry().Gather()

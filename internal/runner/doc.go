@@ -2,8 +2,9 @@
 // previous runner, ingests the sources (idempotently), starts or finds the
 // endpoints (an in-process simulator, a supervised server process, or plain
 // URLs), dispatches until every sample is finished, writes a heartbeat and
-// state-change events into the store, fires alerts, shows progress, and
-// exports the results at the end.
+// state-change events into the store, fires alerts, publishes progress
+// frames (monitor.Frame, to Options.Progress: the runner never draws; the
+// terminal view subscribes in cmd/regen), and exports the results at the end.
 //
 // It owns the wiring between concepts, not their logic: retries live in
 // dispatch, process handling in supervise, states in monitor. A runner that

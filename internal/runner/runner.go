@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -25,17 +24,19 @@ import (
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
-	"github.com/regen-dev/regen/internal/ui"
 )
 
 // Options configure one run.
 type Options struct {
-	Spec     *job.Spec
-	Store    store.Store
-	Out      io.Writer // progress view
-	Terminal bool      // redraw in place
-	Logger   *slog.Logger
-	// ProgressEvery is the view's refresh period; default 1s on a terminal, 10s otherwise.
+	Spec   *job.Spec
+	Store  store.Store
+	Logger *slog.Logger
+	// Progress, when set, receives a frame every ProgressEvery, at once
+	// when a state changes or a note is due, and a last one at the end.
+	// It is called from one goroutine at a time; the terminal view
+	// (ui.Progress.Show) subscribes here.
+	Progress func(monitor.Frame)
+	// ProgressEvery is the frames' period; default 10s.
 	ProgressEvery time.Duration
 	// DrainTimeout bounds the wait for in-flight requests after the first interrupt.
 	DrainTimeout time.Duration
@@ -119,7 +120,6 @@ type runState struct {
 	// so the heartbeat and the view show it at once, not at their next tick.
 	changed chan struct{}
 	redraw  chan struct{}
-	view    *ui.Progress
 
 	mu       sync.Mutex
 	jobState monitor.State
@@ -150,14 +150,8 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = 10 * time.Second
-		if o.Terminal {
-			o.ProgressEvery = time.Second
-		}
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
@@ -166,7 +160,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	host, _ := os.Hostname()
 	r := &runState{o: o, host: host, owner: newOwner(host), started: time.Now(), jobState: monitor.Starting,
 		alerter: &monitor.Alerter{Command: spec.Alerts.Command, Webhook: spec.Alerts.Webhook},
-		changed: make(chan struct{}, 1), redraw: make(chan struct{}, 1), view: ui.NewProgress(o.Out, o.Terminal),
+		changed: make(chan struct{}, 1), redraw: make(chan struct{}, 1),
 		shown: map[string]monitor.EndpointStatus{}, modelRefusals: map[string]string{}, modelWarnings: map[string]string{},
 		overruled: map[string]monitor.EndpointStatus{},
 		shared:    st.Info().Shared, rescued: map[string]time.Time{}, ingestDone: make(chan struct{})}
@@ -190,7 +184,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	// The manifest says which source files are in already. With nothing
 	// left to read, ingest is a glance; otherwise it runs beside the
 	// dispatcher, which starts on the first committed batch.
-	in := &ingester{spec: spec, st: st, log: o.Logger}
+	in := &ingester{spec: spec, st: st, log: o.Logger, wake: r.wakeDispatcher}
 	plan, err := in.plan()
 	if err != nil {
 		return sum, r.stop(ctx, err)
@@ -324,6 +318,15 @@ func (r *runState) ingest(ctx context.Context, in *ingester, plan []sourcePlan) 
 	r.note("ingest: " + stats.String())
 	r.event(ctx, store.Event{Kind: "ingest", Subject: "job", Evidence: stats.String()})
 	return nil
+}
+
+// wakeDispatcher has the dispatcher claim at once after an ingest commit,
+// not at its next poll (up to a second later). Ingest runs beside the
+// dispatcher only once it exists; before, there is nothing to wake.
+func (r *runState) wakeDispatcher() {
+	if r.disp != nil {
+		r.disp.Wake()
+	}
 }
 
 // generate starts the endpoints and the dispatcher and runs until every
@@ -937,8 +940,8 @@ func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l 
 	r.storeWrote(ctx)
 }
 
-// progressLoop draws the view every ProgressEvery and at once when a state
-// changes, and a final frame when ctx ends.
+// progressLoop publishes a frame every ProgressEvery and at once when a
+// state changes, and a final frame when ctx ends.
 func (r *runState) progressLoop(ctx context.Context) {
 	t := time.NewTicker(r.o.ProgressEvery)
 	defer t.Stop()
@@ -956,20 +959,21 @@ func (r *runState) progressLoop(ctx context.Context) {
 	}
 }
 
-// draw renders one frame of the view unless its states are those of the
-// frame drawn last (skip, "" never matches); it returns the states drawn.
+// draw publishes one frame to Options.Progress unless its states are those
+// of the frame published last (skip, "" never matches) and it carries no
+// note; it returns the states published.
 // It works before and after the endpoints and the dispatcher exist (a
 // finished job has neither).
 func (r *runState) draw(ctx context.Context, skip string) string {
 	// The last frame is drawn after ctx ends, so it must not depend on it.
 	ctx = context.WithoutCancel(ctx)
-	f := ui.Frame{Job: r.o.Spec.Name}
+	f := monitor.Frame{Job: r.o.Spec.Name}
 	if r.disp != nil && r.fleet != nil {
 		l, cells := r.live(ctx)
 		snap := r.disp.Snapshot()
 		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
 		for _, ls := range snap.Lanes {
-			f.Lanes = append(f.Lanes, ui.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail,
+			f.Lanes = append(f.Lanes, monitor.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail,
 				EscalateTo: ls.EscalateTo, Answered: ls.Answered, Escalated: ls.Escalated, InFlight: ls.InFlight})
 		}
 	} else {
@@ -982,12 +986,11 @@ func (r *runState) draw(ctx context.Context, skip string) string {
 	}
 	r.mu.Lock()
 	f.State, f.Evidence = r.jobState, r.evidence
-	notes := r.notes
+	f.Notes = r.notes
 	r.notes = nil
 	r.mu.Unlock()
-	for _, n := range notes {
-		r.view.Note(n)
-		skip = "" // the note moved the view: draw the frame again
+	if len(f.Notes) > 0 {
+		skip = "" // a note moves the view: the frame is drawn again below it
 	}
 	states := string(f.State)
 	for _, e := range f.Endpoints {
@@ -996,7 +999,9 @@ func (r *runState) draw(ctx context.Context, skip string) string {
 	if states == skip {
 		return skip
 	}
-	r.view.Update(f)
+	if r.o.Progress != nil {
+		r.o.Progress(f)
+	}
 	return states
 }
 

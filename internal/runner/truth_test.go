@@ -18,6 +18,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/sim"
+	"github.com/regen-dev/regen/internal/ui"
 )
 
 // TestRerunFinishedJob: a finished job run again starts no server, prints
@@ -30,7 +31,7 @@ func TestRerunFinishedJob(t *testing.T) {
 		t.Fatalf("first run: %v", err)
 	}
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), Options{Spec: spec, Store: st, Out: &out, Logger: testLogger(t), ProgressEvery: time.Hour})
+	sum, err := Run(context.Background(), Options{Spec: spec, Store: st, Progress: ui.NewProgress(&out, false).Show, Logger: testLogger(t), ProgressEvery: time.Hour})
 	if err != nil {
 		t.Fatalf("re-run: %v", err)
 	}
@@ -66,17 +67,7 @@ type flipServer struct {
 
 func newFlipServer(t *testing.T, cfg sim.Config) *flipServer {
 	t.Helper()
-	s, err := sim.New(cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	u, err := s.Start(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := url.Parse(u)
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := simProxy(t, cfg)
 	f := &flipServer{}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f.refuse.Load() && r.URL.Path == "/v1/chat/completions" {
@@ -89,6 +80,23 @@ func newFlipServer(t *testing.T, cfg sim.Config) *flipServer {
 	}))
 	t.Cleanup(f.Close)
 	return f
+}
+
+// simProxy starts a real simulator on loopback and returns a proxy to it,
+// for servers that front it.
+func simProxy(t *testing.T, cfg sim.Config) *httputil.ReverseProxy {
+	t.Helper()
+	s, err := sim.New(cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	u, err := s.Start(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(u)
+	return httputil.NewSingleHostReverseProxy(target)
 }
 
 func externalJob(t *testing.T, url, engine, model string, n int, monitorYAML string) *job.Spec {
@@ -212,7 +220,7 @@ func TestModelCheckedAtReadiness(t *testing.T) {
 		spec := externalJob(t, srv.URL, "sglang", "job-model", 20, "{heartbeat_every: 100ms}")
 		st := openStore(t, spec)
 		var out bytes.Buffer
-		sum, err := Run(context.Background(), Options{Spec: spec, Store: st, Out: &out, Logger: testLogger(t), ProgressEvery: time.Hour, NoExport: true})
+		sum, err := Run(context.Background(), Options{Spec: spec, Store: st, Progress: ui.NewProgress(&out, false).Show, Logger: testLogger(t), ProgressEvery: time.Hour, NoExport: true})
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}

@@ -25,7 +25,7 @@ func TestProgressShowsLimits(t *testing.T) {
 	cells := []monitor.CellCounts{{Partition: "B1", Lane: "short", Total: 100, Pending: 30, InFlight: 70}}
 	why := "short: raise 80 -> 96: room at the server (queue 12 (band 29-87), kv 0.93, in flight 80/80)"
 	for i, ep := range []monitor.EndpointStatus{limitedEndpoint(128, why), limitedEndpoint(128, why), limitedEndpoint(112, "short: back off 96 -> 80: retraction burst")} {
-		p.Update(Frame{Time: t0.Add(time.Duration(i) * 10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells, InFlight: 70, Endpoints: []monitor.EndpointStatus{ep}})
+		p.Update(monitor.Frame{Time: t0.Add(time.Duration(i) * 10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells, InFlight: 70, Endpoints: []monitor.EndpointStatus{ep}})
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
@@ -40,7 +40,7 @@ func TestProgressShowsLimits(t *testing.T) {
 	}
 
 	var tb strings.Builder
-	NewProgress(&tb, true).Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells, Endpoints: []monitor.EndpointStatus{limitedEndpoint(128, why)}})
+	NewProgress(&tb, true).Update(monitor.Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells, Endpoints: []monitor.EndpointStatus{limitedEndpoint(128, why)}})
 	for _, w := range []string{"endpoint http://gpu1:30000 READY, in flight 70 of 128\n", "    limit: " + why + "\n"} {
 		if !strings.Contains(tb.String(), w) {
 			t.Errorf("terminal view lacks %q:\n%s", w, tb.String())

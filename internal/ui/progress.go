@@ -14,42 +14,10 @@ import (
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
-// Frame is one moment of a running job.
-type Frame struct {
-	Time      time.Time
-	Job       string
-	State     monitor.State
-	Evidence  []string
-	Cells     []monitor.CellCounts // per partition and lane
-	Tokens    int64                // streamed chunks so far (≈ tokens)
-	InFlight  int
-	Endpoints []monitor.EndpointStatus
-	Lanes     []LaneTiming
-}
-
-// LaneTiming is how long a lane's requests take, for the ETA of the work
-// already in flight: throughput alone says nothing about the last requests
-// of a job, which run alone and are often its longest.
-type LaneTiming struct {
-	Name         string
-	MeanDuration time.Duration // of answered requests; 0 before the first
-	Tail         time.Duration // expected time until the requests in flight now are answered
-	// EscalateTo is the lane a truncated answer moves to ("" = none), and
-	// Escalated of Answered answers of this lane did so far: the share of
-	// the last requests that still need a whole request there.
-	EscalateTo          string
-	Answered, Escalated int64
-	// InFlight is the lane's requests on the wire. Fewer than the samples
-	// the store has leased in the lane means some are being answered in the
-	// escalation lane (a truncated last answer is sent there at once, under
-	// its lease, before the store moves it).
-	InFlight int
-}
-
 // escalationTail is what escalations still to come add to the wait for n
 // requests of lane lt: the chance that at least one of them escalates
 // (at the lane's observed rate) times the escalation lane's mean duration.
-func escalationTail(lanes []LaneTiming, lt LaneTiming, n int) time.Duration {
+func escalationTail(lanes []monitor.LaneTiming, lt monitor.LaneTiming, n int) time.Duration {
 	if lt.EscalateTo == "" || lt.Answered == 0 || lt.Escalated == 0 || n <= 0 {
 		return 0
 	}
@@ -128,7 +96,7 @@ func smooth(old, now float64) float64 {
 }
 
 // Update folds f into the rates and draws it.
-func (p *Progress) Update(f Frame) {
+func (p *Progress) Update(f monitor.Frame) {
 	rows := partitions(f.Cells)
 	if p.start.IsZero() {
 		p.start, p.lastTime, p.lastTok = f.Time, f.Time, f.Tokens
@@ -183,6 +151,15 @@ func (p *Progress) erase() {
 	}
 }
 
+// Show is the view's subscription to the runner's frames: it prints the
+// frame's notes, then draws the frame.
+func (p *Progress) Show(f monitor.Frame) {
+	for _, n := range f.Notes {
+		p.Note(n)
+	}
+	p.Update(f)
+}
+
 // Note prints a line of its own above the progress (a warning the user
 // must see, not only a state in the next frame); it stays in the
 // terminal's scrollback.
@@ -195,7 +172,7 @@ func (p *Progress) Note(line string) {
 }
 
 // Render draws f: a terminal block, or one compact line per frame otherwise.
-func (p *Progress) Render(f Frame, rows []partRow) string {
+func (p *Progress) Render(f monitor.Frame, rows []partRow) string {
 	var b strings.Builder
 	elapsed := f.Time.Sub(p.start).Round(time.Second)
 	if !p.terminal {
@@ -273,7 +250,7 @@ func (p *Progress) Render(f Frame, rows []partRow) string {
 // the lane's answered durations and the requests' ages). Either way the
 // answers still to come may be truncated and escalate: at the lane's
 // observed escalation rate, that adds a request in the bigger lane.
-func (p *Progress) etaOf(f Frame, r partRow) string {
+func (p *Progress) etaOf(f monitor.Frame, r partRow) string {
 	left := r.pending + r.inFlight
 	if left == 0 {
 		return "done"
@@ -324,11 +301,11 @@ func (p *Progress) etaOf(f Frame, r partRow) string {
 	return eta.Round(time.Second).String()
 }
 
-func laneTiming(lanes []LaneTiming, name string) (LaneTiming, bool) {
+func laneTiming(lanes []monitor.LaneTiming, name string) (monitor.LaneTiming, bool) {
 	for _, l := range lanes {
 		if l.Name == name {
 			return l, true
 		}
 	}
-	return LaneTiming{}, false
+	return monitor.LaneTiming{}, false
 }

@@ -15,10 +15,10 @@ func TestProgressPlainLinesAndETA(t *testing.T) {
 	cell := func(done, pending, inflight, dead int) []monitor.CellCounts {
 		return []monitor.CellCounts{{Partition: "B1", Lane: "short", Total: done + pending + inflight + dead, Done: done, Pending: pending, InFlight: inflight, Dead: dead}}
 	}
-	p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cell(0, 100, 0, 0)})
-	p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cell(50, 48, 2, 0), Tokens: 5000, InFlight: 2})
-	p.Update(Frame{Time: t0.Add(20 * time.Second), Job: "demo", State: monitor.Running, Cells: cell(99, 0, 1, 0), Tokens: 9000, InFlight: 1})
-	p.Update(Frame{Time: t0.Add(30 * time.Second), Job: "demo", State: monitor.Stalled, Evidence: []string{"no token for 31s"}, Cells: cell(99, 0, 0, 1), Tokens: 9000})
+	p.Update(monitor.Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cell(0, 100, 0, 0)})
+	p.Update(monitor.Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cell(50, 48, 2, 0), Tokens: 5000, InFlight: 2})
+	p.Update(monitor.Frame{Time: t0.Add(20 * time.Second), Job: "demo", State: monitor.Running, Cells: cell(99, 0, 1, 0), Tokens: 9000, InFlight: 1})
+	p.Update(monitor.Frame{Time: t0.Add(30 * time.Second), Job: "demo", State: monitor.Stalled, Evidence: []string{"no token for 31s"}, Cells: cell(99, 0, 0, 1), Tokens: 9000})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
 		"12:00:00 demo RUNNING elapsed=0s in_flight=0 tok/s=0 | B1 0/100",
@@ -48,11 +48,11 @@ func TestProgressETAInFlightTail(t *testing.T) {
 			{Partition: "B2", Lane: "long", Total: 300, Done: done - 300, Pending: pending, InFlight: inflight},
 		}
 	}
-	lanes := []LaneTiming{{Name: "short", MeanDuration: time.Second},
+	lanes := []monitor.LaneTiming{{Name: "short", MeanDuration: time.Second},
 		{Name: "long", MeanDuration: 9 * time.Second, Tail: 8 * time.Second}}
-	p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(300, 283, 17), Lanes: lanes})
-	p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(583, 0, 17), Lanes: lanes, InFlight: 17})
-	p.Update(Frame{Time: t0.Add(11 * time.Second), Job: "demo", State: monitor.Down, Cells: cells(590, 0, 10), Lanes: lanes, InFlight: 10})
+	p.Update(monitor.Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(300, 283, 17), Lanes: lanes})
+	p.Update(monitor.Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(583, 0, 17), Lanes: lanes, InFlight: 17})
+	p.Update(monitor.Frame{Time: t0.Add(11 * time.Second), Job: "demo", State: monitor.Down, Cells: cells(590, 0, 10), Lanes: lanes, InFlight: 10})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if want := "| B2 583/600 eta=8s"; !strings.HasSuffix(lines[1], want) {
 		t.Errorf("with 17 long requests in flight:\n got %q\nwant it to end in %q", lines[1], want)
@@ -65,8 +65,8 @@ func TestProgressETAInFlightTail(t *testing.T) {
 	// request needs the lane's mean duration.
 	var b2 strings.Builder
 	p = NewProgress(&b2, false)
-	p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(300, 300, 0), Lanes: lanes})
-	p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(400, 180, 20), Lanes: lanes})
+	p.Update(monitor.Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(300, 300, 0), Lanes: lanes})
+	p.Update(monitor.Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(400, 180, 20), Lanes: lanes})
 	if want := "| B2 400/600 eta=27s"; !strings.HasSuffix(strings.TrimSpace(b2.String()), want) { // 180 at 10/s + 9s
 		t.Errorf("with 180 queued:\n got %q\nwant it to end in %q", b2.String(), want)
 	}
@@ -99,12 +99,12 @@ func TestProgressETAEscalationTail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
 			p := NewProgress(&b, false)
-			lanes := []LaneTiming{
+			lanes := []monitor.LaneTiming{
 				{Name: "short", MeanDuration: 2 * time.Second, Tail: time.Second, EscalateTo: "long", Answered: tc.answered, Escalated: tc.escalated, InFlight: tc.onWire},
 				{Name: "long", MeanDuration: 10 * time.Second, Tail: tc.longTail},
 			}
-			p.Update(Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(200, 20), Lanes: lanes})
-			p.Update(Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(289, 11), Lanes: lanes, InFlight: 11})
+			p.Update(monitor.Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(200, 20), Lanes: lanes})
+			p.Update(monitor.Frame{Time: t0.Add(10 * time.Second), Job: "demo", State: monitor.Running, Cells: cells(289, 11), Lanes: lanes, InFlight: 11})
 			lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 			if got := lines[len(lines)-1]; !strings.HasSuffix(got, "| B1_glaive 289/300 "+tc.want) {
 				t.Errorf("got %q, want it to end in %q", got, "B1_glaive 289/300 "+tc.want)
