@@ -31,6 +31,11 @@ const (
 	OutcomeUnneeded  = "unneeded"
 )
 
+// NotErrors lists every Attempt outcome that is not an error class; the
+// metrics spell them apart from dispatch, and a runner test holds the two
+// lists together.
+var NotErrors = []string{OutcomeOK, OutcomeCancelled, OutcomeMoved, OutcomeShed, OutcomeUnneeded}
+
 func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, err, cause error) {
 	if d.cfg.Observe == nil {
 		return
