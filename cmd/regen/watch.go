@@ -95,11 +95,13 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 				return ui.WatchSnapshot{}, err
 			}
 			now := time.Now()
-			hb, ok, err := st.LastHeartbeat(ctx)
-			if err != nil {
-				return ui.WatchSnapshot{}, err
+			// The report already read the newest heartbeat: the axis needs
+			// only its start and time.
+			var hb store.Heartbeat
+			if r.Heartbeat != nil {
+				hb.Time, hb.Started = r.Heartbeat.Time, r.Heartbeat.Started
 			}
-			h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, ok, now, 0), now)
+			h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, r.Heartbeat != nil, now, 0), now)
 			if err != nil {
 				return ui.WatchSnapshot{}, err
 			}
