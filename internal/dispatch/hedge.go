@@ -54,7 +54,6 @@ func (d *Dispatcher) hedgeChunks(l *lane, e *endpoint) (at, step int64) {
 	at = max(int64(l.cfg.BackupAt*float64(l.cfg.MaxTokens)/per), 1)
 	every := min(float64(hedgeStepTokens), float64(l.cfg.MaxTokens)/10)
 	return at, max(int64(every/per), 1)
-
 }
 
 // tryHedge starts a backup of primary when the store has no more work for
