@@ -11,39 +11,6 @@ import (
 	"github.com/regen-dev/regen/internal/llm"
 )
 
-// Message is one chat message. Content keeps the source's JSON (a string,
-// a list of content parts, or null); ToolCalls keeps it too, except in the
-// answers this package builds from results.
-type Message struct {
-	Role             string          `json:"role"`
-	Content          json.RawMessage `json:"content"`
-	Name             string          `json:"name,omitempty"`
-	ToolCalls        json.RawMessage `json:"tool_calls,omitempty"`
-	ToolCallID       string          `json:"tool_call_id,omitempty"`
-	ReasoningContent string          `json:"reasoning_content,omitempty"`
-}
-
-// Turn is a turn after the first: the messages before its answer, and the
-// tool calls the dataset recorded for the previous answer when Input holds
-// their results.
-type Turn struct {
-	Calls []llm.ToolCall `json:"calls,omitempty"`
-	Input []Message      `json:"input"`
-}
-
-// Body is a sample's canonical content.
-type Body struct {
-	Messages []Message       `json:"messages"`
-	Tools    json.RawMessage `json:"tools,omitempty"`
-	Turns    []Turn          `json:"turns,omitempty"`
-	// Seed is the sampling seed sent with every turn's request: one of the
-	// samples_per_prompt answers to one prompt (absent = none sent).
-	Seed *int64 `json:"seed,omitempty"`
-	// Original holds the dataset's own answer to each turn (its run of
-	// assistant messages), kept for review beside the model's; never sent.
-	Original [][]Message `json:"original,omitempty"`
-}
-
 // Plan is a decoded body.
 type Plan struct {
 	Body
@@ -248,9 +215,9 @@ func (p *Plan) Continue(k int, res llm.Result) (bool, string) {
 			k, describe(gen), next.Input[0].Role)
 	case len(gen) == 0:
 		return false, fmt.Sprintf("turn %d answered without a tool call where the dataset called %s, so the dataset's tool result answers nothing the model asked",
-			k, describe(next.Calls))
+			k, describe(llmCalls(next.Calls)))
 	}
-	if ok, why := MatchCalls(next.Calls, gen); !ok {
+	if ok, why := MatchCalls(llmCalls(next.Calls), gen); !ok {
 		return false, fmt.Sprintf("turn %d: the model's tool calls differ from the dataset's, so its recorded tool result does not answer them: %s", k, why)
 	}
 	return true, ""

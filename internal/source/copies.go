@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"strconv"
+
+	"github.com/regen-dev/regen/internal/conversation"
 )
 
 // copyOf returns sample j of the k a row makes. With k <= 1 it is s
@@ -18,11 +20,7 @@ func copyOf(s Sample, j, k int) Sample {
 	c := s
 	c.ID = s.ID + "#" + strconv.Itoa(j)
 	c.Copy = j
-	body := make([]byte, 0, len(s.Body)+24)
-	body = append(body, s.Body[:len(s.Body)-1]...) // the closing brace
-	body = append(body, `,"seed":`...)
-	body = strconv.AppendInt(body, Seed(c.ID), 10)
-	c.Body = append(body, '}')
+	c.Body = conversation.WithSeed(s.Body, Seed(c.ID))
 	return c
 }
 

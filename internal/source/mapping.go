@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
 )
 
@@ -40,31 +41,17 @@ var openAIRoles = map[string]bool{
 	"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true,
 }
 
-// message is one canonical chat message; field order fixes the JSON bytes.
+// message is one mapped chat message: content and tool calls as decoded
+// from the row (the token estimate reads them), where they came from, and
+// the calls parsed. wire turns it into the body's conversation.Message.
 type message struct {
-	Role       string   `json:"role"`
-	Content    any      `json:"content"`
-	Name       string   `json:"name,omitempty"`
-	ToolCalls  any      `json:"tool_calls,omitempty"`
-	ToolCallID string   `json:"tool_call_id,omitempty"`
+	Role       string
+	Content    any
+	Name       string
+	ToolCalls  any
+	ToolCallID string
 	at         turnPath // where the content came from, for errors
-	calls      []toolCall
-}
-
-// toolCall is an OpenAI tool call; field order fixes the JSON bytes.
-type toolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// turnJSON is one later turn of the body (see package conversation).
-type turnJSON struct {
-	Calls []toolCall `json:"calls,omitempty"`
-	Input []message  `json:"input"`
+	calls      []conversation.ToolCall
 }
 
 // turnPath names turn i of a list field (i < 0: the field itself); the
@@ -156,15 +143,11 @@ func plain(v any) any {
 // mapper turns decoded rows of one source into canonical samples.
 type mapper struct {
 	src job.Source
-	buf bytes.Buffer
-	enc *json.Encoder
+	enc *conversation.Encoder
 }
 
 func newMapper(src job.Source) *mapper {
-	m := &mapper{src: src}
-	m.enc = json.NewEncoder(&m.buf)
-	m.enc.SetEscapeHTML(false) // prompts are full of <, > and &; keep them readable
-	return m
+	return &mapper{src: src, enc: conversation.NewEncoder()}
 }
 
 // sample maps one row. The returned Sample's Body is a fresh slice the caller may keep.
@@ -184,60 +167,81 @@ func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
 			return Sample{}, rerr
 		}
 	}
-
-	m.buf.Reset()
-	m.buf.WriteString(`{"messages":`)
-	if err := m.enc.Encode(msgs); err != nil {
-		return Sample{}, &rowError{reason: "encode messages: " + err.Error()}
+	b, rerr := m.body(msgs, tools, turns, originals)
+	if rerr != nil {
+		return Sample{}, rerr
 	}
-	m.buf.Truncate(m.buf.Len() - 1) // Encoder's newline
-	toolsLen := 0
-	if len(tools) > 0 {
-		m.buf.WriteString(`,"tools":`)
-		start := m.buf.Len()
-		if err := m.enc.Encode(tools); err != nil {
-			return Sample{}, &rowError{field: m.src.Tools, reason: "field " + m.src.Tools + ": encode tools: " + err.Error()}
-		}
-		m.buf.Truncate(m.buf.Len() - 1)
-		toolsLen = m.buf.Len() - start
+	// The dataset's answers (Original) are not in the key, so ids stay
+	// those of the bodies stored before regen kept them.
+	body, key, err := m.enc.Encode(&b)
+	if err != nil {
+		return Sample{}, &rowError{reason: "encode body: " + err.Error()}
 	}
-	if len(turns) > 0 {
-		m.buf.WriteString(`,"turns":`)
-		if err := m.enc.Encode(turns); err != nil {
-			return Sample{}, &rowError{reason: "encode turns: " + err.Error()}
-		}
-		m.buf.Truncate(m.buf.Len() - 1)
-	}
-	m.buf.WriteByte('}')
-	body := bytes.Clone(m.buf.Bytes())
-
 	if id == "" {
 		h := sha256.New()
 		io.WriteString(h, m.src.Partition)
 		h.Write([]byte{0})
-		h.Write(body)
+		h.Write(key)
 		id = hex.EncodeToString(h.Sum(nil))[:32]
-	}
-	// The dataset's answers come after the id is made, so ids stay those of
-	// the bodies stored before regen kept them.
-	if len(originals) > 0 {
-		m.buf.Reset()
-		m.buf.Write(body[:len(body)-1])
-		m.buf.WriteString(`,"original":`)
-		if err := m.enc.Encode(originals); err != nil {
-			return Sample{}, &rowError{reason: "encode the dataset's answers: " + err.Error()}
-		}
-		m.buf.Truncate(m.buf.Len() - 1)
-		m.buf.WriteByte('}')
-		body = bytes.Clone(m.buf.Bytes())
 	}
 	return Sample{
 		ID:           m.src.Partition + "/" + id,
 		Partition:    m.src.Partition,
 		Body:         body,
-		PromptTokens: estimateTokens(msgs, toolsLen),
+		PromptTokens: estimateTokens(msgs, len(b.Tools)),
 		Origin:       origin,
 	}, nil
+}
+
+// body is the row's conversation.Body: turn 0's input, the tools, the
+// later turns and the dataset's answers.
+func (m *mapper) body(msgs []message, tools []any, turns []turnInput, originals [][]message) (conversation.Body, *rowError) {
+	var b conversation.Body
+	var err error
+	if b.Messages, err = m.wire(msgs); err != nil {
+		return b, &rowError{reason: "encode messages: " + err.Error()}
+	}
+	if len(tools) > 0 {
+		if b.Tools, err = m.enc.Raw(tools); err != nil {
+			return b, &rowError{field: m.src.Tools, reason: "field " + m.src.Tools + ": encode tools: " + err.Error()}
+		}
+	}
+	for _, t := range turns {
+		in, err := m.wire(t.msgs)
+		if err != nil {
+			return b, &rowError{reason: "encode turns: " + err.Error()}
+		}
+		b.Turns = append(b.Turns, conversation.Turn{Calls: t.calls, Input: in})
+	}
+	for _, o := range originals {
+		run, err := m.wire(o)
+		if err != nil {
+			return b, &rowError{reason: "encode the dataset's answers: " + err.Error()}
+		}
+		b.Original = append(b.Original, run)
+	}
+	return b, nil
+}
+
+// wire is msgs as the body holds them.
+func (m *mapper) wire(msgs []message) ([]conversation.Message, error) {
+	out := make([]conversation.Message, len(msgs))
+	for i, msg := range msgs {
+		w := conversation.Message{Role: msg.Role, Name: msg.Name, ToolCallID: msg.ToolCallID}
+		var err error
+		if msg.Content != nil {
+			if w.Content, err = m.enc.Raw(msg.Content); err != nil {
+				return nil, err
+			}
+		}
+		if msg.ToolCalls != nil {
+			if w.ToolCalls, err = m.enc.Raw(msg.ToolCalls); err != nil {
+				return nil, err
+			}
+		}
+		out[i] = w
+	}
+	return out, nil
 }
 
 // estimateTokens is a cheap estimate (about 4 bytes per token plus 4 per
@@ -293,7 +297,7 @@ func idValue(row map[string]any, field string) (string, *rowError) {
 // messages maps the row's turns and splits them by the source's
 // regeneration mode into turn 0's input and the later turns (none for a
 // single turn). The system prompt is prepended when the row has none.
-func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, [][]message, *rowError) {
+func (m *mapper) messages(row map[string]any) ([]message, []turnInput, [][]message, *rowError) {
 	var (
 		msgs  []message
 		field string
@@ -371,14 +375,14 @@ func (m *mapper) messages(row map[string]any) ([]message, []turnJSON, [][]messag
 			}
 		}
 	}
-	turns := make([]turnJSON, 0, len(inputs)-1)
+	turns := make([]turnInput, 0, len(inputs)-1)
 	for _, in := range inputs[1:] {
-		t := turnJSON{Input: in.msgs}
+		t := turnInput{msgs: in.msgs}
 		if in.msgs[0].Role == "tool" {
 			if len(in.calls) == 0 {
 				return nil, nil, nil, fieldErr(in.msgs[0].at.String(), "tool result after an answer that called no tool")
 			}
-			t.Calls = in.calls
+			t.calls = in.calls
 		}
 		turns = append(turns, t)
 	}
@@ -394,7 +398,7 @@ func asksForAnswer(role string) bool {
 // answer before it (only when the input starts with their results).
 type turnInput struct {
 	msgs  []message
-	calls []toolCall
+	calls []conversation.ToolCall
 }
 
 // splitTurns cuts a conversation at every answer the job regenerates: each
@@ -519,7 +523,7 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 				msgs[n-1].ToolCalls = msgs[n-1].calls
 				continue
 			}
-			msg.Content, msg.calls = nil, []toolCall{call}
+			msg.Content, msg.calls = nil, []conversation.ToolCall{call}
 			msg.ToolCalls = msg.calls
 		}
 		msgs = append(msgs, msg)
@@ -533,22 +537,22 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 // functionCall parses a recorded call, {"name": ..., "arguments": {...}}
 // (arguments may also be a JSON string), into a tool call with the id
 // call_<i>, i being the turn's index in the conversation.
-func functionCall(value, at string, i int) (toolCall, *rowError) {
+func functionCall(value, at string, i int) (conversation.ToolCall, *rowError) {
 	var raw struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	if err := json.Unmarshal([]byte(value), &raw); err != nil {
-		return toolCall{}, fieldErr(at, "function_call is not JSON {name, arguments}: %v", err)
+		return conversation.ToolCall{}, fieldErr(at, "function_call is not JSON {name, arguments}: %v", err)
 	}
 	if raw.Name == "" {
-		return toolCall{}, fieldErr(at, "function_call has no name")
+		return conversation.ToolCall{}, fieldErr(at, "function_call has no name")
 	}
 	args, err := argumentsText(raw.Arguments)
 	if err != nil {
-		return toolCall{}, fieldErr(at, "function_call arguments: %v", err)
+		return conversation.ToolCall{}, fieldErr(at, "function_call arguments: %v", err)
 	}
-	var c toolCall
+	var c conversation.ToolCall
 	c.ID, c.Type = "call_"+strconv.Itoa(i), "function"
 	c.Function.Name, c.Function.Arguments = raw.Name, args
 	return c, nil
@@ -581,7 +585,7 @@ func argumentsText(raw json.RawMessage) (string, error) {
 // call is left to answer is a bad row: sent to a server it would be a tool
 // result for nothing, and a chat template would render it as such.
 func linkResults(msgs []message, strict bool) *rowError {
-	var pending []toolCall
+	var pending []conversation.ToolCall
 	for i := range msgs {
 		msg := &msgs[i]
 		switch msg.Role {
@@ -681,8 +685,8 @@ func openAI(row map[string]any, field string) ([]message, *rowError) {
 }
 
 // parseCalls reads OpenAI tool_calls into toolCalls (arguments as text).
-func parseCalls(calls []any) ([]toolCall, error) {
-	out := make([]toolCall, 0, len(calls))
+func parseCalls(calls []any) ([]conversation.ToolCall, error) {
+	out := make([]conversation.ToolCall, 0, len(calls))
 	for i, c := range calls {
 		obj, ok := c.(map[string]any)
 		if !ok {
@@ -693,7 +697,7 @@ func parseCalls(calls []any) ([]toolCall, error) {
 		if name == "" {
 			return nil, fmt.Errorf("call %d: no function.name", i)
 		}
-		var tc toolCall
+		var tc conversation.ToolCall
 		tc.ID, _ = obj["id"].(string)
 		tc.Type = "function"
 		tc.Function.Name = name
