@@ -65,8 +65,9 @@ type Body struct {
 // Decode gives); a message's content is null when it has none; a recorded
 // tool call's id is written even when empty.
 type Encoder struct {
-	buf bytes.Buffer
-	str *json.Encoder // writes strings and calls into buf
+	buf   bytes.Buffer
+	str   *json.Encoder // writes strings and calls into buf
+	arena []byte        // Raw's results, until Encode returns
 }
 
 // NewEncoder returns an Encoder.
@@ -82,6 +83,7 @@ func NewEncoder() *Encoder {
 // before regen kept the dataset's answers or seeded copies, and must not
 // change). Both are fresh slices; key is body when b has neither.
 func (e *Encoder) Encode(b *Body) (body, key []byte, err error) {
+	defer func() { e.arena = e.arena[:0] }()
 	e.buf.Reset()
 	e.buf.WriteString(`{"messages":`)
 	if err := e.messages(b.Messages); err != nil {
@@ -216,13 +218,18 @@ func (e *Encoder) string(s string) {
 }
 
 // Raw returns v as the JSON a raw field (content, tool_calls, tools)
-// holds: encoding/json's bytes without HTML escaping, as a fresh slice.
+// holds: encoding/json's bytes without HTML escaping. It is for building
+// the Body this Encoder writes next: the bytes are the Encoder's and stay
+// valid only until Encode returns (rows are mapped without an allocation
+// per message).
 func (e *Encoder) Raw(v any) (json.RawMessage, error) {
 	e.buf.Reset()
 	if err := e.value(v); err != nil {
 		return nil, err
 	}
-	return bytes.Clone(e.buf.Bytes()), nil
+	start := len(e.arena)
+	e.arena = append(e.arena, e.buf.Bytes()...)
+	return e.arena[start:len(e.arena):len(e.arena)], nil
 }
 
 // value appends v's JSON without the Encoder's newline.
