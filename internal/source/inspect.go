@@ -57,54 +57,44 @@ func Inspect(ctx context.Context, src job.Source, baseDir string, rows int) (Ins
 		h.Close()
 	}
 
-	mapped := []struct{ option, field string }{
-		{"conversations", src.Conversations}, {"messages", src.Messages}, {"prompt", src.Prompt},
-		{"system_field", src.SystemField}, {"tools", src.Tools}, {"id", src.ID},
-	}
-	seen := map[string]bool{}
-	var seenOrder []string
-	note := func(keys []string) {
-		for _, k := range keys {
-			if !seen[k] {
-				seen[k] = true
-				seenOrder = append(seenOrder, k)
-			}
-		}
-	}
-	missing := func() {
-		for _, m := range mapped {
-			if m.field != "" && !seen[m.field] {
-				in.Missing = append(in.Missing, MissingField{Option: m.option, Field: m.field, Seen: seenOrder})
-			}
-		}
-	}
+	seen := newFieldsSeen(src)
 	if format, _ := fileFormat(src.Format, files[0]); format == "parquet" {
 		names, err := parquetColumns(files[0])
 		if err != nil {
 			return in, fmt.Errorf("source %s: %w", src.Partition, err)
 		}
-		if note(names); len(names) > 0 {
-			if missing(); len(in.Missing) > 0 {
+		if seen.note(names); len(names) > 0 {
+			if in.Missing = seen.missing(); len(in.Missing) > 0 {
 				return in, nil // the reader would refuse the file as a whole
 			}
 		}
 	}
+	if err := inspectRows(ctx, src, files, rows, &in, seen); err != nil {
+		return in, fmt.Errorf("source %s: %w", src.Partition, err)
+	}
+	in.Good = in.Rows - len(in.Bad)
+	if len(seen.order) > 0 && len(in.Missing) == 0 { // no row at all: nothing to judge the mapping by
+		in.Missing = seen.missing()
+	}
+	return in, nil
+}
 
+// inspectRows reads the first rows of files through src's mapping into in,
+// noting every row's fields in seen.
+func inspectRows(ctx context.Context, src job.Source, files []string, rows int, in *Inspection, seen *fieldsSeen) error {
+	count := func() error {
+		if in.Rows++; in.Rows >= rows {
+			return errEnough
+		}
+		return nil
+	}
 	probe := src
 	probe.Limit = 0
 	r := &reader{ctx: ctx, src: probe, opts: Options{MaxLineBytes: DefaultMaxLineBytes}, m: newMapper(probe),
-		emit: func(Sample) error {
-			if in.Rows++; in.Rows >= rows {
-				return errEnough
-			}
-			return nil
-		},
+		emit: func(Sample) error { return count() },
 		bad: func(b BadRow) error {
 			in.Bad = append(in.Bad, b)
-			if in.Rows++; in.Rows >= rows {
-				return errEnough
-			}
-			return nil
+			return count()
 		},
 	}
 	r.onRow = func(row map[string]any) {
@@ -113,12 +103,12 @@ func Inspect(ctx context.Context, src job.Source, baseDir string, rows int) (Ins
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		note(keys)
+		seen.note(keys)
 	}
 	for _, f := range files {
 		format, err := fileFormat(src.Format, f)
 		if err != nil {
-			return in, fmt.Errorf("source %s: %w", src.Partition, err)
+			return err
 		}
 		if format == "parquet" {
 			err = r.parquetFile(f)
@@ -126,17 +116,48 @@ func Inspect(ctx context.Context, src job.Source, baseDir string, rows int) (Ins
 			err = r.jsonlFile(f)
 		}
 		if errors.Is(err, errEnough) {
-			break
+			return nil
 		}
 		if err != nil {
-			return in, fmt.Errorf("source %s: %w", src.Partition, err)
+			return err
 		}
 	}
-	in.Good = in.Rows - len(in.Bad)
-	if len(seen) > 0 && len(in.Missing) == 0 { // no row at all: nothing to judge the mapping by
-		missing()
+	return nil
+}
+
+// fieldsSeen is the fields the rows read have, in first-seen order, and
+// the fields src maps.
+type fieldsSeen struct {
+	mapped []struct{ option, field string }
+	seen   map[string]bool
+	order  []string
+}
+
+func newFieldsSeen(src job.Source) *fieldsSeen {
+	return &fieldsSeen{seen: map[string]bool{}, mapped: []struct{ option, field string }{
+		{"conversations", src.Conversations}, {"messages", src.Messages}, {"prompt", src.Prompt},
+		{"system_field", src.SystemField}, {"tools", src.Tools}, {"id", src.ID},
+	}}
+}
+
+func (s *fieldsSeen) note(keys []string) {
+	for _, k := range keys {
+		if !s.seen[k] {
+			s.seen[k] = true
+			s.order = append(s.order, k)
+		}
 	}
-	return in, nil
+}
+
+// missing is the mapped fields no row had.
+func (s *fieldsSeen) missing() []MissingField {
+	var out []MissingField
+	for _, m := range s.mapped {
+		if m.field != "" && !s.seen[m.field] {
+			out = append(out, MissingField{Option: m.option, Field: m.field, Seen: s.order})
+		}
+	}
+	return out
 }
 
 // parquetColumns returns the top-level column names of a Parquet file.
