@@ -97,168 +97,219 @@ func Export(ctx context.Context, st store.Store, dir string, formats []string, n
 // of this run's files replace the previous ones and no temporary file is
 // left behind.
 func ExportWith(ctx context.Context, st store.Store, dir string, formats []string, name string, o Options) (Summary, error) {
-	var sum Summary
-	full := o.Metadata == MetadataFull
 	want := map[string]bool{}
 	for _, f := range formats {
 		if !slices.Contains(Formats, f) {
-			return sum, fmt.Errorf("export: unknown format %q", f)
+			return Summary{}, fmt.Errorf("export: unknown format %q", f)
 		}
 		want[f] = true
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return sum, fmt.Errorf("export: create %s: %w", dir, err)
+		return Summary{}, fmt.Errorf("export: create %s: %w", dir, err)
 	}
-
-	var (
-		sinks []sink
-		pq    *parquetSink
-		dead  *deadSink
-		seen  = serverTally{}
-	)
-	all := func() []*output {
-		var outs []*output
-		for _, s := range sinks {
-			outs = append(outs, s.files()...)
-		}
-		return outs
+	w, err := openWriters(dir, name, want, o)
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			for _, o := range all() {
-				o.af.abort()
-			}
+			w.abort()
 		}
 	}()
-	open := func(s sink, err error) error {
+	x := &exporter{w: w, o: o, seen: serverTally{}}
+	if err := x.stream(ctx, st); err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	outs, err := w.finish()
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	// The card and the manifest describe the files above, so they are
+	// renamed last: a manifest on disk names files already in place.
+	described, err := describe(ctx, st, dir, name, o.Describe, &x.sum, x.seen, outs)
+	for _, d := range described {
+		w.list = append(w.list, fileSink{d})
+	}
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	committed = true // from here each rename replaces one file atomically
+	files, err := renameAll(w.files())
+	if err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	x.sum.Files = files
+	if err := syncDir(dir); err != nil {
+		return x.sum, fmt.Errorf("export: %w", err)
+	}
+	return x.sum, nil
+}
+
+// writers is every sink of one export.
+type writers struct {
+	list []sink
+	pq   *parquetSink // closed before the files are synced
+	dead *deadSink    // also takes the ingest errors
+}
+
+// openWriters creates the files of the formats wanted, the rejected and
+// the dead letters; on error it removes those it created.
+func openWriters(dir, name string, want map[string]bool, o Options) (*writers, error) {
+	w := &writers{}
+	full := o.Metadata == MetadataFull
+	add := func(s sink, err error) error {
 		if err != nil {
-			return fmt.Errorf("export: %w", err)
+			w.abort()
+			return err
 		}
-		sinks = append(sinks, s)
+		w.list = append(w.list, s)
 		return nil
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := open(newShareGPT(path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
-			return sum, err
+		if err := add(newShareGPT(path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
+			return nil, err
 		}
 	}
 	if want[FormatOpenAIBatch] {
-		if err := open(newBatch(path(".openai-batch.jsonl"), path(".errors.jsonl"))); err != nil {
-			return sum, err
+		if err := add(newBatch(path(".openai-batch.jsonl"), path(".errors.jsonl"))); err != nil {
+			return nil, err
 		}
 	}
+	var err error
 	if want[FormatParquet] {
-		var err error
-		pq, err = newParquet(path(".parquet"), full, o.TokenIDs)
-		if err := open(pq, err); err != nil {
-			return sum, err
+		if w.pq, err = newParquet(path(".parquet"), full, o.TokenIDs); add(w.pq, err) != nil {
+			return nil, err
 		}
 	}
-	if err := open(newRejected(RejectedFile(dir, name))); err != nil {
-		return sum, err
+	if err := add(newRejected(RejectedFile(dir, name))); err != nil {
+		return nil, err
 	}
-	{
-		var err error
-		dead, err = newDead(path(".dead.jsonl"), o.JobDir)
-		if err := open(dead, err); err != nil {
-			return sum, err
-		}
+	if w.dead, err = newDead(path(".dead.jsonl"), o.JobDir); add(w.dead, err) != nil {
+		return nil, err
 	}
+	return w, nil
+}
 
-	err := st.Finished(ctx, func(row store.Row) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rec, err := decodeRecord(row)
-		if err != nil {
-			return err
-		}
-		rec.engineName = o.EngineOf
-		switch row.State {
-		case store.Done:
-			seen.addRecord(rec)
-			sum.Done++
-			if sum.DoneByGeneration == nil {
-				sum.DoneByGeneration = map[int]int{}
-			}
-			sum.DoneByGeneration[rec.last().Generation]++
-			if o.TokenIDs {
-				countTokens(&sum, rec)
-			}
-			if rec.truncated() {
-				sum.Truncated++
-			}
-			if row.Result.EndReason != "" {
-				sum.Ended++
-			}
-		case store.Rejected:
-			seen.addRecord(rec)
-			sum.Rejected++
-		case store.Dead:
-			sum.Dead++
-		default:
-			return fmt.Errorf("sample %s: unexpected state %q among finished samples", row.ID, row.State)
-		}
-		for _, s := range sinks {
-			if err := s.write(rec); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return Summary{}, fmt.Errorf("export: %w", err)
+func (w *writers) files() []*output {
+	var outs []*output
+	for _, s := range w.list {
+		outs = append(outs, s.files()...)
 	}
-	// Streamed: a wrong field mapping makes every source row bad, so they
-	// may be as many as the source has rows.
-	err = st.EachIngestError(ctx, func(e store.IngestError) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		sum.BadRows++
-		return dead.ingestError(e)
-	})
-	if err != nil {
-		return Summary{}, fmt.Errorf("export: %w", err)
-	}
+	return outs
+}
 
-	if pq != nil {
-		if err := pq.close(); err != nil {
-			return Summary{}, fmt.Errorf("export: %w", err)
+// abort removes every temporary file.
+func (w *writers) abort() {
+	for _, o := range w.files() {
+		o.af.abort()
+	}
+}
+
+// finish closes the Parquet writer and syncs every file.
+func (w *writers) finish() ([]*output, error) {
+	if w.pq != nil {
+		if err := w.pq.close(); err != nil {
+			return nil, err
 		}
 	}
-	outs := all()
+	outs := w.files()
 	for _, o := range outs {
 		if err := o.af.sync(); err != nil {
-			return Summary{}, fmt.Errorf("export: %w", err)
+			return nil, err
 		}
 	}
-	// The card and the manifest describe the files above, so they are
-	// renamed last: a manifest on disk names files already in place.
-	described, err := describe(ctx, st, dir, name, o.Describe, &sum, seen, outs)
-	for _, d := range described {
-		sinks = append(sinks, fileSink{d})
-	}
-	if err != nil {
-		return Summary{}, fmt.Errorf("export: %w", err)
-	}
-	outs = all()
-	// From here each rename replaces one file atomically.
+	return outs, nil
+}
+
+// renameAll puts every file in place, in order; after a failure it removes
+// the temporary files not yet renamed.
+func renameAll(outs []*output) ([]File, error) {
+	var files []File
 	for i, o := range outs {
 		if err := o.af.rename(); err != nil {
 			for _, rest := range outs[i:] {
 				rest.af.abort()
 			}
-			committed = true
-			return Summary{}, fmt.Errorf("export: %w", err)
+			return nil, err
 		}
-		sum.Files = append(sum.Files, File{Format: o.format, Path: o.af.final, Rows: o.rows})
+		files = append(files, File{Format: o.format, Path: o.af.final, Rows: o.rows})
 	}
-	committed = true
-	if err := syncDir(dir); err != nil {
-		return sum, fmt.Errorf("export: %w", err)
+	return files, nil
+}
+
+// exporter streams the store's finished samples and ingest errors to the
+// writers, counting them.
+type exporter struct {
+	w    *writers
+	o    Options
+	sum  Summary
+	seen serverTally
+}
+
+func (x *exporter) stream(ctx context.Context, st store.Store) error {
+	err := st.Finished(ctx, func(row store.Row) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return x.row(row)
+	})
+	if err != nil {
+		return err
 	}
-	return sum, nil
+	// Streamed: a wrong field mapping makes every source row bad, so they
+	// may be as many as the source has rows.
+	return st.EachIngestError(ctx, func(e store.IngestError) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		x.sum.BadRows++
+		return x.w.dead.ingestError(e)
+	})
+}
+
+// row counts one finished sample and writes it to every sink.
+func (x *exporter) row(row store.Row) error {
+	rec, err := decodeRecord(row)
+	if err != nil {
+		return err
+	}
+	rec.engineName = x.o.EngineOf
+	switch row.State {
+	case store.Done:
+		x.seen.addRecord(rec)
+		x.done(rec)
+	case store.Rejected:
+		x.seen.addRecord(rec)
+		x.sum.Rejected++
+	case store.Dead:
+		x.sum.Dead++
+	default:
+		return fmt.Errorf("sample %s: unexpected state %q among finished samples", row.ID, row.State)
+	}
+	for _, s := range x.w.list {
+		if err := s.write(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *exporter) done(rec *record) {
+	sum := &x.sum
+	sum.Done++
+	if sum.DoneByGeneration == nil {
+		sum.DoneByGeneration = map[int]int{}
+	}
+	sum.DoneByGeneration[rec.last().Generation]++
+	if x.o.TokenIDs {
+		countTokens(sum, rec)
+	}
+	if rec.truncated() {
+		sum.Truncated++
+	}
+	if rec.row.Result.EndReason != "" {
+		sum.Ended++
+	}
 }
