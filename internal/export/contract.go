@@ -48,72 +48,96 @@ func CheckShareGPTLine(line []byte) error {
 	if err != nil {
 		return err
 	}
-	var prev string
-	var pending map[string]bool // calls of the last assistant message not yet answered
+	c := convChecker{tools: tools}
 	for i, raw := range rec.Conversations {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("conversations[%d]: not an object", i)
-		}
-		at := fmt.Sprintf("conversations[%d]", i)
-		var role, content string
-		if err := json.Unmarshal(m["role"], &role); err != nil {
-			return fmt.Errorf("%s.role: missing or not a string", at)
-		}
-		if c := bytes.TrimSpace(m["content"]); len(c) == 0 || c[0] != '"' || json.Unmarshal(c, &content) != nil {
-			return fmt.Errorf("%s.content: missing or not a string", at)
-		}
-		if err := noThinkMarker(at+".content", content); err != nil {
+		if err := c.message(i, raw); err != nil {
 			return err
 		}
-		if _, ok := m["reasoning_content"]; ok {
-			var rc string
-			if role != "assistant" || json.Unmarshal(m["reasoning_content"], &rc) != nil {
-				return fmt.Errorf("%s.reasoning_content: only a string on an assistant message", at)
-			}
-			if err := noThinkMarker(at+".reasoning_content", rc); err != nil {
-				return err
-			}
-		}
-		if _, ok := m["tool_calls"]; ok && role != "assistant" {
-			return fmt.Errorf("%s.tool_calls: on a %s message", at, role)
-		}
-		switch role {
-		case "system":
-			if i != 0 {
-				return fmt.Errorf("%s: a system message after the first", at)
-			}
-		case "user":
-			pending = nil
-		case "assistant":
-			if prev != "user" && prev != "tool" {
-				return fmt.Errorf("%s: an assistant message after %q, want after user or tool", at, prev)
-			}
-			if pending, err = checkCalls(at, m["tool_calls"], tools); err != nil {
-				return err
-			}
-		case "tool":
-			var id string
-			_ = json.Unmarshal(m["tool_call_id"], &id)
-			switch {
-			case prev != "assistant" && prev != "tool":
-				return fmt.Errorf("%s: a tool message after %q, want after an assistant's tool call", at, prev)
-			case !pending[id]:
-				return fmt.Errorf("%s.tool_call_id: %q answers no pending call of the assistant message before it", at, id)
-			}
-			delete(pending, id)
-		default:
-			return fmt.Errorf("%s.role: %q, want system, user, assistant or tool", at, role)
-		}
-		if i == 0 && role != "system" && role != "user" || i == 1 && prev == "system" && role != "user" {
-			return fmt.Errorf("%s: the conversation must start with a user message (after an optional system one)", at)
-		}
-		prev = role
 	}
-	if prev != "assistant" {
-		return fmt.Errorf("conversations: ends with a %s message, want the assistant's", prev)
+	if c.prev != "assistant" {
+		return fmt.Errorf("conversations: ends with a %s message, want the assistant's", c.prev)
 	}
 	return nil
+}
+
+// convChecker checks a conversation message by message.
+type convChecker struct {
+	tools   map[string]bool
+	prev    string          // the role of the message before
+	pending map[string]bool // calls of the last assistant message not yet answered
+}
+
+// message checks message i: its fields, then its place after the one before.
+func (c *convChecker) message(i int, raw json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("conversations[%d]: not an object", i)
+	}
+	at := fmt.Sprintf("conversations[%d]", i)
+	role, err := messageFields(at, m)
+	if err != nil {
+		return err
+	}
+	switch role {
+	case "system":
+		if i != 0 {
+			return fmt.Errorf("%s: a system message after the first", at)
+		}
+	case "user":
+		c.pending = nil
+	case "assistant":
+		if c.prev != "user" && c.prev != "tool" {
+			return fmt.Errorf("%s: an assistant message after %q, want after user or tool", at, c.prev)
+		}
+		if c.pending, err = checkCalls(at, m["tool_calls"], c.tools); err != nil {
+			return err
+		}
+	case "tool":
+		var id string
+		_ = json.Unmarshal(m["tool_call_id"], &id)
+		switch {
+		case c.prev != "assistant" && c.prev != "tool":
+			return fmt.Errorf("%s: a tool message after %q, want after an assistant's tool call", at, c.prev)
+		case !c.pending[id]:
+			return fmt.Errorf("%s.tool_call_id: %q answers no pending call of the assistant message before it", at, id)
+		}
+		delete(c.pending, id)
+	default:
+		return fmt.Errorf("%s.role: %q, want system, user, assistant or tool", at, role)
+	}
+	if i == 0 && role != "system" && role != "user" || i == 1 && c.prev == "system" && role != "user" {
+		return fmt.Errorf("%s: the conversation must start with a user message (after an optional system one)", at)
+	}
+	c.prev = role
+	return nil
+}
+
+// messageFields checks a message's role, content, reasoning_content and
+// where its tool_calls are, and returns its role.
+func messageFields(at string, m map[string]json.RawMessage) (string, error) {
+	var role, content string
+	if err := json.Unmarshal(m["role"], &role); err != nil {
+		return "", fmt.Errorf("%s.role: missing or not a string", at)
+	}
+	if c := bytes.TrimSpace(m["content"]); len(c) == 0 || c[0] != '"' || json.Unmarshal(c, &content) != nil {
+		return "", fmt.Errorf("%s.content: missing or not a string", at)
+	}
+	if err := noThinkMarker(at+".content", content); err != nil {
+		return "", err
+	}
+	if _, ok := m["reasoning_content"]; ok {
+		var rc string
+		if role != "assistant" || json.Unmarshal(m["reasoning_content"], &rc) != nil {
+			return "", fmt.Errorf("%s.reasoning_content: only a string on an assistant message", at)
+		}
+		if err := noThinkMarker(at+".reasoning_content", rc); err != nil {
+			return "", err
+		}
+	}
+	if _, ok := m["tool_calls"]; ok && role != "assistant" {
+		return "", fmt.Errorf("%s.tool_calls: on a %s message", at, role)
+	}
+	return role, nil
 }
 
 func noThinkMarker(at, s string) error {
