@@ -83,14 +83,7 @@ func (s *Spec) applyDefaults() {
 	setDur(s, &s.Generation.RequestTimeout, "generation.request_timeout", DefaultRequestTimeout)
 	setDur(s, &s.Generation.IdleTimeout, "generation.idle_timeout", DefaultIdleTimeout)
 
-	switch {
-	case s.Store.DSN == "":
-		s.Store.DSN = filepath.Join(s.Dir, sanitizeName(s.Name)+".db")
-	case strings.HasPrefix(s.Store.DSN, sqlitePrefix):
-		s.Store.DSN = sqlitePrefix + s.resolve(strings.TrimPrefix(s.Store.DSN, sqlitePrefix))
-	case !strings.Contains(s.Store.DSN, "://") && s.Store.DSN != ":memory:":
-		s.Store.DSN = s.resolve(s.Store.DSN)
-	}
+	s.storeDefaults()
 
 	if s.Output.Dir == "" {
 		s.Output.Dir = "out"
@@ -100,6 +93,32 @@ func (s *Spec) applyDefaults() {
 		s.Output.Formats = []string{DefaultOutputFormat}
 	}
 
+	s.serverDefaults()
+
+	setDur(s, &s.Monitor.HeartbeatEvery, "monitor.heartbeat_every", DefaultHeartbeatEvery)
+	setDur(s, &s.Monitor.DeadAfter, "monitor.dead_after", DefaultDeadAfter)
+	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
+	setDur(s, &s.Monitor.HangAfter, "monitor.hang_after", DefaultHangAfter)
+	setDur(s, &s.Monitor.ProbeEvery, "monitor.probe_every", DefaultProbeEvery)
+	s.applyTrainingDefaults()
+}
+
+// storeDefaults names the default SQLite file after the job and resolves
+// a SQLite path against Dir.
+func (s *Spec) storeDefaults() {
+	switch {
+	case s.Store.DSN == "":
+		s.Store.DSN = filepath.Join(s.Dir, sanitizeName(s.Name)+".db")
+	case strings.HasPrefix(s.Store.DSN, sqlitePrefix):
+		s.Store.DSN = sqlitePrefix + s.resolve(strings.TrimPrefix(s.Store.DSN, sqlitePrefix))
+	case !strings.Contains(s.Store.DSN, "://") && s.Store.DSN != ":memory:":
+		s.Store.DSN = s.resolve(s.Store.DSN)
+	}
+}
+
+// serverDefaults fills the launched server's options, then the endpoints'
+// URLs and engines (a launched server's engine is theirs).
+func (s *Spec) serverDefaults() {
 	if sv := s.Server; sv != nil {
 		if sv.Engine == "" {
 			sv.Engine = DefaultEngine
@@ -130,13 +149,6 @@ func (s *Spec) applyDefaults() {
 			}
 		}
 	}
-
-	setDur(s, &s.Monitor.HeartbeatEvery, "monitor.heartbeat_every", DefaultHeartbeatEvery)
-	setDur(s, &s.Monitor.DeadAfter, "monitor.dead_after", DefaultDeadAfter)
-	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
-	setDur(s, &s.Monitor.HangAfter, "monitor.hang_after", DefaultHangAfter)
-	setDur(s, &s.Monitor.ProbeEvery, "monitor.probe_every", DefaultProbeEvery)
-	s.applyTrainingDefaults()
 }
 
 // resolve makes p absolute against the job file's directory.

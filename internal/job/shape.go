@@ -58,39 +58,12 @@ func (c *shapeChecker) value(path string, n ast.Node, t reflect.Type) {
 		return
 	}
 	if t == durationType {
-		s, ok := n.(*ast.StringNode)
-		if !ok {
-			c.addf(n, path, "want duration (e.g. 30s), got %s", nodeKind(n))
-		} else if _, err := time.ParseDuration(s.Value); err != nil {
-			c.addf(n, path, "invalid duration %q (want e.g. 30s, 5m, 2h)", s.Value)
-		}
+		c.duration(path, n)
 		return
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		m, ok := mapping(n)
-		if !ok {
-			c.addf(n, path, "want mapping, got %s", nodeKind(n))
-			return
-		}
-		fields := yamlFields(t)
-		for _, mv := range m {
-			key := keyString(mv.Key)
-			if _, merge := mv.Key.(*ast.MergeKeyNode); merge {
-				continue
-			}
-			child := joinPath(path, key)
-			ft, known := fields[key]
-			if !known {
-				msg := fmt.Sprintf("unknown field %q", key)
-				if s := suggest(key, fields); s != "" {
-					msg += fmt.Sprintf(" (did you mean %q?)", s)
-				}
-				c.addf(mv.Key, child, "%s", msg)
-				continue
-			}
-			c.value(child, mv.Value, ft)
-		}
+		c.structFields(path, n, t)
 	case reflect.Map:
 		m, ok := mapping(n)
 		if !ok {
@@ -109,6 +82,51 @@ func (c *shapeChecker) value(path string, n ast.Node, t reflect.Type) {
 		for i, item := range seq.Values {
 			c.value(fmt.Sprintf("%s[%d]", path, i), item, t.Elem())
 		}
+	default:
+		c.scalar(path, n, t)
+	}
+}
+
+func (c *shapeChecker) duration(path string, n ast.Node) {
+	s, ok := n.(*ast.StringNode)
+	if !ok {
+		c.addf(n, path, "want duration (e.g. 30s), got %s", nodeKind(n))
+	} else if _, err := time.ParseDuration(s.Value); err != nil {
+		c.addf(n, path, "invalid duration %q (want e.g. 30s, 5m, 2h)", s.Value)
+	}
+}
+
+// structFields checks mapping n against struct t's yaml fields: unknown
+// keys (with a suggestion) and each known field's value.
+func (c *shapeChecker) structFields(path string, n ast.Node, t reflect.Type) {
+	m, ok := mapping(n)
+	if !ok {
+		c.addf(n, path, "want mapping, got %s", nodeKind(n))
+		return
+	}
+	fields := yamlFields(t)
+	for _, mv := range m {
+		key := keyString(mv.Key)
+		if _, merge := mv.Key.(*ast.MergeKeyNode); merge {
+			continue
+		}
+		child := joinPath(path, key)
+		ft, known := fields[key]
+		if !known {
+			msg := fmt.Sprintf("unknown field %q", key)
+			if s := suggest(key, fields); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			c.addf(mv.Key, child, "%s", msg)
+			continue
+		}
+		c.value(child, mv.Value, ft)
+	}
+}
+
+// scalar checks n against a number, boolean or string type t.
+func (c *shapeChecker) scalar(path string, n ast.Node, t reflect.Type) {
+	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if _, ok := n.(*ast.IntegerNode); !ok {
