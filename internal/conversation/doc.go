@@ -3,12 +3,23 @@
 // regenerated answers are put back together into the request for the next
 // turn and into the conversation export writes.
 //
+// The body is a contract between the source that writes it, the store that
+// keeps it, and dispatch, export and review that read it, and sample ids
+// hash its bytes; so its types (Body, Message, Turn, ToolCall), its writer
+// (Encoder, in body.go) and its reader (Decode) live here together and
+// nowhere else. Encoder writes a Body's keys in a fixed order, each only
+// when non-empty, without HTML escaping, a recorded call's id even when
+// empty; its key (the body without "original" and "seed") is what hash ids
+// are made from, and WithSeed adds a copy's seed. These bytes never change
+// for a given Body: source's TestBodyGolden pins them for every mapping.
+//
 // A body is a JSON object:
 //
-//	{"messages": [...], "tools": [...], "turns": [{"calls": [...], "input": [...]}, ...], "seed": N}
+//	{"messages": [...], "tools": [...], "turns": [{"calls": [...], "input": [...]}, ...], "original": [[...], ...], "seed": N}
 //
 // seed, present on the samples of a source with samples_per_prompt > 1, is
-// sent as the request's seed for every turn.
+// sent as the request's seed for every turn. original, the dataset's own
+// answers, is kept for review and never sent.
 // messages is the input of turn 0: everything before the first answer the
 // job regenerates (system prompt, first user message, and any leading
 // context). Each entry of turns is one later turn: input holds the messages

@@ -37,6 +37,15 @@
 // Both are streamed from the store, never loaded whole: every row of a
 // source may be bad.
 //
+// Each finished row is decoded once (record.go) and shared by every
+// writer: its body through conversation.Decode and each stored answer
+// through reply.Decode, the two named formats that cross the store; the
+// package keeps no copy of either shape. (sharegptMessage is the output
+// line's own message, in SpecForge's key order with null content as "".)
+// ExportWith opens the writers (openWriters), streams the rows to them
+// (exporter), then syncs, describes and renames (writers.finish,
+// describe, renameAll).
+//
 // Every file is written to a hidden temporary file in the output directory,
 // fsynced, and renamed over the final name only after every row was written
 // to every file, so a crash or error leaves the previous export intact and

@@ -48,20 +48,29 @@
 // recorded calls they answer). A conversation ending with a user or tool
 // turn gets one more answer at the end.
 //
-// Body is canonical JSON {"messages":[...],"tools":[...],"turns":[...]}
-// (tools and turns only when present) with a fixed key order and no HTML
-// escaping, so the same content always gives the same bytes; a body
-// without turns is the one regen has always written. When the row has
-// answers of its own, "original" comes last: the dataset's answer to each
-// regenerated turn (its run of assistant messages, tool calls structured),
-// kept for review beside the model's and never sent. ID is Partition + "/"
-// + the mapped id value (string or number), or, without an id mapping,
-// Partition + "/" + the first 32 hex digits of sha256(Partition + "\x00" +
-// Body without "original"): stable and independent of row order, and the
+// Body is written by conversation.Encoder, which owns its shape and bytes:
+// {"messages":[...],"tools":[...],"turns":[...]} (tools and turns only when
+// present) with a fixed key order and no HTML escaping, so the same content
+// always gives the same bytes; a body without turns is the one regen has
+// always written. When the row has answers of its own, "original" follows:
+// the dataset's answer to each regenerated turn (its run of assistant
+// messages, tool calls structured), kept for review beside the model's and
+// never sent; a samples_per_prompt copy's "seed" comes last. ID is
+// Partition + "/" + the mapped id value (string or number), or, without an
+// id mapping, Partition + "/" + the first 32 hex digits of
+// sha256(Partition + "\x00" + the Encoder's key, the body without
+// "original" and "seed"): stable and independent of row order, and the
 // same as before regen kept the dataset's answers. PromptTokens is only an
 // estimate for lane assignment, of the first turn's prompt: (bytes of
 // message contents and tool calls + bytes of the tools JSON) / 4, plus 4 per
 // message.
+//
+// Files: read.go streams files, fields.go reads row fields and words row
+// errors, sharegpt.go, openai.go and tools.go map the row layouts,
+// turns.go cuts the turn plan, mapper.go hands it to the body encoder,
+// copies.go makes samples_per_prompt copies, inspect.go looks at a source
+// without ingesting. testdata/bodies.golden pins the bytes and ids of
+// every mapping (TestBodyGolden): a change there changes sample ids.
 //
 // The package reads files and calls back; it does not store, dedupe or log.
 package source
