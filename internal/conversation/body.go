@@ -20,24 +20,12 @@ type Message struct {
 	ReasoningContent string          `json:"reasoning_content,omitempty"`
 }
 
-// ToolCall is a tool call the dataset recorded (Turn.Calls). It is
-// llm.ToolCall except that its id is written even when empty, as bodies
-// always had it.
-type ToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
 // Turn is a turn after the first: the messages before its answer, and the
 // tool calls the dataset recorded for the previous answer when Input holds
 // their results.
 type Turn struct {
-	Calls []ToolCall `json:"calls,omitempty"`
-	Input []Message  `json:"input"`
+	Calls []llm.ToolCall `json:"calls,omitempty"`
+	Input []Message      `json:"input"`
 }
 
 // Body is a sample's canonical content, the bytes a source writes into the
@@ -63,7 +51,7 @@ type Body struct {
 // <, > and &); raw JSON fields (content, tool_calls, tools) are written as
 // they are, so they must hold valid, compact JSON (what encoding/json or
 // Decode gives); a message's content is null when it has none; a recorded
-// tool call's id is written even when empty.
+// tool call's (Turn.Calls) id is written even when empty.
 type Encoder struct {
 	buf   bytes.Buffer
 	str   *json.Encoder // writes strings and calls into buf
@@ -144,11 +132,11 @@ func (e *Encoder) turn(i int, t *Turn) error {
 	}
 	e.buf.WriteByte('{')
 	if len(t.Calls) > 0 {
-		e.buf.WriteString(`"calls":`)
-		if err := e.value(t.Calls); err != nil {
-			return err
+		e.buf.WriteString(`"calls":[`)
+		for j := range t.Calls {
+			e.call(j, &t.Calls[j])
 		}
-		e.buf.WriteByte(',')
+		e.buf.WriteString(`],`)
 	}
 	e.buf.WriteString(`"input":`)
 	if err := e.messages(t.Input); err != nil {
@@ -156,6 +144,23 @@ func (e *Encoder) turn(i int, t *Turn) error {
 	}
 	e.buf.WriteByte('}')
 	return nil
+}
+
+// call writes a recorded call with its id even when empty (llm.ToolCall
+// alone would omit it), as bodies always had it.
+func (e *Encoder) call(j int, c *llm.ToolCall) {
+	if j > 0 {
+		e.buf.WriteByte(',')
+	}
+	e.buf.WriteString(`{"id":`)
+	e.string(c.ID)
+	e.buf.WriteString(`,"type":`)
+	e.string(c.Type)
+	e.buf.WriteString(`,"function":{"name":`)
+	e.string(c.Function.Name)
+	e.buf.WriteString(`,"arguments":`)
+	e.string(c.Function.Arguments)
+	e.buf.WriteString(`}}`)
 }
 
 func (e *Encoder) messages(msgs []Message) error {
@@ -254,13 +259,4 @@ func plainASCII(s string) bool {
 func Encode(b *Body) ([]byte, error) {
 	body, _, err := NewEncoder().Encode(b)
 	return body, err
-}
-
-// llmCalls converts recorded calls for comparison with the model's.
-func llmCalls(calls []ToolCall) []llm.ToolCall {
-	out := make([]llm.ToolCall, len(calls))
-	for i, c := range calls {
-		out[i] = llm.ToolCall(c)
-	}
-	return out
 }

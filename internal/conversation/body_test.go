@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // TestEncodeDecodeRoundTrip: every body the sources write (the bodies
@@ -73,11 +75,11 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 // A recorded call's id is written even when empty, content without a
 // value as null, and strings without HTML escaping.
 func TestEncodeFields(t *testing.T) {
-	var call ToolCall
+	var call llm.ToolCall
 	call.Type, call.Function.Name, call.Function.Arguments = "function", "f", "{}"
 	b := Body{
 		Messages: []Message{{Role: "user", Content: json.RawMessage(`"a <b> & c"`), Name: "n\u2028"}},
-		Turns:    []Turn{{Calls: []ToolCall{call}, Input: []Message{{Role: "tool", ToolCallID: "x"}}}},
+		Turns:    []Turn{{Calls: []llm.ToolCall{call}, Input: []Message{{Role: "tool", ToolCallID: "x"}}}},
 	}
 	got, err := Encode(&b)
 	if err != nil {
@@ -88,7 +90,12 @@ func TestEncodeFields(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	// encoding/json of the same Body gives the same bytes once HTML escaping is off.
+	// encoding/json of the same Body gives the same bytes once HTML
+	// escaping is off, but for the call's empty id, which it omits.
+	b.Turns[0].Calls[0].ID = "c"
+	if got, err = Encode(&b); err != nil {
+		t.Fatal(err)
+	}
 	var buf bytes.Buffer
 	je := json.NewEncoder(&buf)
 	je.SetEscapeHTML(false)

@@ -215,9 +215,9 @@ func (p *Plan) Continue(k int, res llm.Result) (bool, string) {
 			k, describe(gen), next.Input[0].Role)
 	case len(gen) == 0:
 		return false, fmt.Sprintf("turn %d answered without a tool call where the dataset called %s, so the dataset's tool result answers nothing the model asked",
-			k, describe(llmCalls(next.Calls)))
+			k, describe(next.Calls))
 	}
-	if ok, why := MatchCalls(llmCalls(next.Calls), gen); !ok {
+	if ok, why := MatchCalls(next.Calls, gen); !ok {
 		return false, fmt.Sprintf("turn %d: the model's tool calls differ from the dataset's, so its recorded tool result does not answer them: %s", k, why)
 	}
 	return true, ""

@@ -8,6 +8,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // message is one mapped chat message: content and tool calls as decoded
@@ -20,7 +21,7 @@ type message struct {
 	ToolCalls  any
 	ToolCallID string
 	at         turnPath // where the content came from, for errors
-	calls      []conversation.ToolCall
+	calls      []llm.ToolCall
 }
 
 // mapper turns decoded rows of one source into canonical samples.

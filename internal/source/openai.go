@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // openAIRoles are the roles accepted in a `messages` field.
@@ -84,8 +84,8 @@ func openAI(row map[string]any, field string) ([]message, *rowError) {
 }
 
 // parseCalls reads OpenAI tool_calls into toolCalls (arguments as text).
-func parseCalls(calls []any) ([]conversation.ToolCall, error) {
-	out := make([]conversation.ToolCall, 0, len(calls))
+func parseCalls(calls []any) ([]llm.ToolCall, error) {
+	out := make([]llm.ToolCall, 0, len(calls))
 	for i, c := range calls {
 		obj, ok := c.(map[string]any)
 		if !ok {
@@ -96,7 +96,7 @@ func parseCalls(calls []any) ([]conversation.ToolCall, error) {
 		if name == "" {
 			return nil, fmt.Errorf("call %d: no function.name", i)
 		}
-		var tc conversation.ToolCall
+		var tc llm.ToolCall
 		tc.ID, _ = obj["id"].(string)
 		tc.Type = "function"
 		tc.Function.Name = name

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // shareGPTRoles maps the ShareGPT `from` values regen accepts to OpenAI
@@ -82,7 +82,7 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 				msgs[n-1].ToolCalls = msgs[n-1].calls
 				continue
 			}
-			msg.Content, msg.calls = nil, []conversation.ToolCall{call}
+			msg.Content, msg.calls = nil, []llm.ToolCall{call}
 			msg.ToolCalls = msg.calls
 		}
 		msgs = append(msgs, msg)
@@ -96,22 +96,22 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 // functionCall parses a recorded call, {"name": ..., "arguments": {...}}
 // (arguments may also be a JSON string), into a tool call with the id
 // call_<i>, i being the turn's index in the conversation.
-func functionCall(value, at string, i int) (conversation.ToolCall, *rowError) {
+func functionCall(value, at string, i int) (llm.ToolCall, *rowError) {
 	var raw struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	if err := json.Unmarshal([]byte(value), &raw); err != nil {
-		return conversation.ToolCall{}, fieldErr(at, "function_call is not JSON {name, arguments}: %v", err)
+		return llm.ToolCall{}, fieldErr(at, "function_call is not JSON {name, arguments}: %v", err)
 	}
 	if raw.Name == "" {
-		return conversation.ToolCall{}, fieldErr(at, "function_call has no name")
+		return llm.ToolCall{}, fieldErr(at, "function_call has no name")
 	}
 	args, err := argumentsText(raw.Arguments)
 	if err != nil {
-		return conversation.ToolCall{}, fieldErr(at, "function_call arguments: %v", err)
+		return llm.ToolCall{}, fieldErr(at, "function_call arguments: %v", err)
 	}
-	var c conversation.ToolCall
+	var c llm.ToolCall
 	c.ID, c.Type = "call_"+strconv.Itoa(i), "function"
 	c.Function.Name, c.Function.Arguments = raw.Name, args
 	return c, nil
@@ -144,7 +144,7 @@ func argumentsText(raw json.RawMessage) (string, error) {
 // call is left to answer is a bad row: sent to a server it would be a tool
 // result for nothing, and a chat template would render it as such.
 func linkResults(msgs []message, strict bool) *rowError {
-	var pending []conversation.ToolCall
+	var pending []llm.ToolCall
 	for i := range msgs {
 		msg := &msgs[i]
 		switch msg.Role {

@@ -3,8 +3,8 @@ package source
 import (
 	"strings"
 
-	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // messages maps the row's turns and splits them by the source's
@@ -123,7 +123,7 @@ func asksForAnswer(role string) bool {
 // answer before it (only when the input starts with their results).
 type turnInput struct {
 	msgs  []message
-	calls []conversation.ToolCall
+	calls []llm.ToolCall
 }
 
 // splitTurns cuts a conversation at every answer the job regenerates: each
