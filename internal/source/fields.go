@@ -121,6 +121,16 @@ func idValue(row map[string]any, field string) (string, *rowError) {
 	return "", wrongType(field, "string or number", v)
 }
 
+// turnObject is entry i of list field, which must be an object, and its path.
+func turnObject(field string, i int, e any) (map[string]any, turnPath, *rowError) {
+	at := turnPath{field: field, i: i}
+	obj, ok := e.(map[string]any)
+	if !ok {
+		return nil, at, wrongType(at.String(), "object", e)
+	}
+	return obj, at, nil
+}
+
 func listField(row map[string]any, field string) ([]any, *rowError) {
 	v, ok := row[field]
 	if !ok || v == nil {

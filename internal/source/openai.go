@@ -21,10 +21,9 @@ func openAI(row map[string]any, field string) ([]message, *rowError) {
 	}
 	msgs := make([]message, 0, len(list))
 	for i, e := range list {
-		at := turnPath{field: field, i: i}
-		obj, ok := e.(map[string]any)
-		if !ok {
-			return nil, wrongType(at.String(), "object", e)
+		obj, at, rerr := turnObject(field, i, e)
+		if rerr != nil {
+			return nil, rerr
 		}
 		rv, ok := obj["role"]
 		if !ok || rv == nil {

@@ -38,10 +38,9 @@ func shareGPT(row map[string]any, field string) ([]message, *rowError) {
 	}
 	msgs := make([]message, 0, len(list))
 	for i, e := range list {
-		at := turnPath{field: field, i: i}
-		turn, ok := e.(map[string]any)
-		if !ok {
-			return nil, wrongType(at.String(), "object", e)
+		turn, at, rerr := turnObject(field, i, e)
+		if rerr != nil {
+			return nil, rerr
 		}
 		fromKey, valueKey := "from", "value"
 		if _, ok := turn["from"]; !ok {
