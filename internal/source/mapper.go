@@ -28,6 +28,11 @@ type message struct {
 type mapper struct {
 	src job.Source
 	enc *conversation.Encoder
+	// The body of the row being mapped, reused from row to row: Encode
+	// copies what it writes.
+	msgs  []conversation.Message
+	turns []conversation.Turn
+	orig  [][]conversation.Message
 }
 
 func newMapper(src job.Source) *mapper {
@@ -82,6 +87,7 @@ func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
 func (m *mapper) body(msgs []message, tools []any, turns []turnInput, originals [][]message) (conversation.Body, *rowError) {
 	var b conversation.Body
 	var err error
+	m.msgs, m.turns, m.orig = m.msgs[:0], m.turns[:0], m.orig[:0]
 	if b.Messages, err = m.wire(msgs); err != nil {
 		return b, &rowError{reason: "encode messages: " + err.Error()}
 	}
@@ -95,22 +101,28 @@ func (m *mapper) body(msgs []message, tools []any, turns []turnInput, originals 
 		if err != nil {
 			return b, &rowError{reason: "encode turns: " + err.Error()}
 		}
-		b.Turns = append(b.Turns, conversation.Turn{Calls: t.calls, Input: in})
+		m.turns = append(m.turns, conversation.Turn{Calls: t.calls, Input: in})
+	}
+	if len(m.turns) > 0 {
+		b.Turns = m.turns
 	}
 	for _, o := range originals {
 		run, err := m.wire(o)
 		if err != nil {
 			return b, &rowError{reason: "encode the dataset's answers: " + err.Error()}
 		}
-		b.Original = append(b.Original, run)
+		m.orig = append(m.orig, run)
+	}
+	if len(m.orig) > 0 {
+		b.Original = m.orig
 	}
 	return b, nil
 }
 
-// wire is msgs as the body holds them.
+// wire is msgs as the body holds them (in the mapper's reused buffer).
 func (m *mapper) wire(msgs []message) ([]conversation.Message, error) {
-	out := make([]conversation.Message, len(msgs))
-	for i, msg := range msgs {
+	start := len(m.msgs)
+	for _, msg := range msgs {
 		w := conversation.Message{Role: msg.Role, Name: msg.Name, ToolCallID: msg.ToolCallID}
 		var err error
 		if msg.Content != nil {
@@ -123,9 +135,9 @@ func (m *mapper) wire(msgs []message) ([]conversation.Message, error) {
 				return nil, err
 			}
 		}
-		out[i] = w
+		m.msgs = append(m.msgs, w)
 	}
-	return out, nil
+	return m.msgs[start:len(m.msgs):len(m.msgs)], nil
 }
 
 // estimateTokens is a cheap estimate (about 4 bytes per token plus 4 per
