@@ -45,7 +45,8 @@ type Body struct {
 // Encoder writes bodies. It reuses one buffer, so one goroutine owns it.
 //
 // The bytes are a contract: a sample id is a hash of them, so for a given
-// Body they never change. Keys come in Body's field order; messages is
+// Body they never change. Writing cannot fail: every field is a string,
+// a number or raw JSON. Keys come in Body's field order; messages is
 // always written, every other key only when non-empty; strings are
 // escaped as encoding/json does without HTML escaping (prompts are full of
 // <, > and &); raw JSON fields (content, tool_calls, tools) are written as
@@ -54,7 +55,7 @@ type Body struct {
 // tool call's (Turn.Calls) id is written even when empty.
 type Encoder struct {
 	buf   bytes.Buffer
-	str   *json.Encoder // writes strings and calls into buf
+	str   *json.Encoder // writes escaped strings and Raw values into buf
 	arena []byte        // Raw's results, until Encode returns
 }
 
@@ -70,13 +71,11 @@ func NewEncoder() *Encoder {
 // and Seed, which a sample id without an id field hashes (ids were made
 // before regen kept the dataset's answers or seeded copies, and must not
 // change). Both are fresh slices; key is body when b has neither.
-func (e *Encoder) Encode(b *Body) (body, key []byte, err error) {
+func (e *Encoder) Encode(b *Body) (body, key []byte) {
 	defer func() { e.arena = e.arena[:0] }()
 	e.buf.Reset()
 	e.buf.WriteString(`{"messages":`)
-	if err := e.messages(b.Messages); err != nil {
-		return nil, nil, err
-	}
+	e.messages(b.Messages)
 	if len(b.Tools) > 0 {
 		e.buf.WriteString(`,"tools":`)
 		e.buf.Write(b.Tools)
@@ -84,16 +83,14 @@ func (e *Encoder) Encode(b *Body) (body, key []byte, err error) {
 	if len(b.Turns) > 0 {
 		e.buf.WriteString(`,"turns":[`)
 		for i := range b.Turns {
-			if err := e.turn(i, &b.Turns[i]); err != nil {
-				return nil, nil, err
-			}
+			e.turn(i, &b.Turns[i])
 		}
 		e.buf.WriteByte(']')
 	}
 	e.buf.WriteByte('}')
 	key = bytes.Clone(e.buf.Bytes())
 	if len(b.Original) == 0 && b.Seed == nil {
-		return key, key, nil
+		return key, key
 	}
 	e.buf.Truncate(e.buf.Len() - 1)
 	if len(b.Original) > 0 {
@@ -102,18 +99,16 @@ func (e *Encoder) Encode(b *Body) (body, key []byte, err error) {
 			if i > 0 {
 				e.buf.WriteByte(',')
 			}
-			if err := e.messages(run); err != nil {
-				return nil, nil, err
-			}
+			e.messages(run)
 		}
 		e.buf.WriteByte(']')
 	}
 	e.buf.WriteByte('}')
 	body = e.buf.Bytes()
 	if b.Seed != nil {
-		return WithSeed(body, *b.Seed), key, nil
+		return WithSeed(body, *b.Seed), key
 	}
-	return bytes.Clone(body), key, nil
+	return bytes.Clone(body), key
 }
 
 // WithSeed returns a copy of body (as Encode wrote it, without a seed)
@@ -126,7 +121,7 @@ func WithSeed(body []byte, seed int64) []byte {
 	return append(out, '}')
 }
 
-func (e *Encoder) turn(i int, t *Turn) error {
+func (e *Encoder) turn(i int, t *Turn) {
 	if i > 0 {
 		e.buf.WriteByte(',')
 	}
@@ -139,11 +134,8 @@ func (e *Encoder) turn(i int, t *Turn) error {
 		e.buf.WriteString(`],`)
 	}
 	e.buf.WriteString(`"input":`)
-	if err := e.messages(t.Input); err != nil {
-		return err
-	}
+	e.messages(t.Input)
 	e.buf.WriteByte('}')
-	return nil
 }
 
 // call writes a recorded call with its id even when empty (llm.ToolCall
@@ -163,25 +155,22 @@ func (e *Encoder) call(j int, c *llm.ToolCall) {
 	e.buf.WriteString(`}}`)
 }
 
-func (e *Encoder) messages(msgs []Message) error {
+func (e *Encoder) messages(msgs []Message) {
 	if msgs == nil {
 		e.buf.WriteString("null")
-		return nil
+		return
 	}
 	e.buf.WriteByte('[')
 	for i := range msgs {
 		if i > 0 {
 			e.buf.WriteByte(',')
 		}
-		if err := e.message(&msgs[i]); err != nil {
-			return err
-		}
+		e.message(&msgs[i])
 	}
 	e.buf.WriteByte(']')
-	return nil
 }
 
-func (e *Encoder) message(m *Message) error {
+func (e *Encoder) message(m *Message) {
 	e.buf.WriteString(`{"role":`)
 	e.string(m.Role)
 	e.buf.WriteString(`,"content":`)
@@ -207,7 +196,6 @@ func (e *Encoder) message(m *Message) error {
 		e.string(m.ReasoningContent)
 	}
 	e.buf.WriteByte('}')
-	return nil
 }
 
 // string writes s as a JSON string; plain ASCII without escapes (roles,
@@ -256,7 +244,7 @@ func plainASCII(s string) bool {
 }
 
 // Encode returns b's bytes (see Encoder).
-func Encode(b *Body) ([]byte, error) {
-	body, _, err := NewEncoder().Encode(b)
-	return body, err
+func Encode(b *Body) []byte {
+	body, _ := NewEncoder().Encode(b)
+	return body
 }

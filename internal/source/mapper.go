@@ -62,10 +62,7 @@ func (m *mapper) sample(row map[string]any, origin string) (Sample, *rowError) {
 	}
 	// The dataset's answers (Original) are not in the key, so ids stay
 	// those of the bodies stored before regen kept them.
-	body, key, err := m.enc.Encode(&b)
-	if err != nil {
-		return Sample{}, &rowError{reason: "encode body: " + err.Error()}
-	}
+	body, key := m.enc.Encode(&b)
 	if id == "" {
 		h := sha256.New()
 		io.WriteString(h, m.src.Partition)
