@@ -27,6 +27,13 @@ import (
 // second endpoint's last server reading.
 func spanJob(t *testing.T, age, staleFor time.Duration) store.Store {
 	t.Helper()
+	return spanJobUntil(t, age, staleFor, time.Now())
+}
+
+// spanJobUntil is spanJob with the runner's last heartbeat (and its last
+// history slot) at now.
+func spanJobUntil(t *testing.T, age, staleFor time.Duration, now time.Time) store.Store {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "span.db"))
 	if err != nil {
@@ -60,7 +67,6 @@ func spanJob(t *testing.T, age, staleFor time.Duration) store.Store {
 			}
 		}
 	}
-	now := time.Now()
 	started := now.Add(-age)
 	kv, queued, running := 0.62, 3.0, 40.0
 	load := func(at time.Time) *monitor.Load {
