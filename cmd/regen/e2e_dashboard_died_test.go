@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"regexp"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/web"
 )
 
 // pastRate is a rate tile of a gone runner: 0 now, then its last rate.
@@ -45,19 +43,7 @@ func TestE2EDashboardRunnerDied(t *testing.T) {
 			if r.RunnerDied != c.died || r.Heartbeat == nil {
 				t.Fatalf("report: runner_died %v, heartbeat %v; want %v and one", r.RunnerDied, r.Heartbeat, c.died)
 			}
-			srv, err := web.New(web.Options{Store: st, Report: report, Every: 500 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs := httptest.NewServer(srv.Handler())
-			defer hs.Close()
-			tab, closeTab := chromedp.NewContext(bctx)
-			defer closeTab()
-			if _, err := chromedp.Run(tab, chromedp.Navigate("about:blank")); err != nil {
-				t.Fatalf("open a tab: %v", err)
-			}
-			p := page{t: t, ctx: tab}
-			run(p, "open the dashboard", chromedp.Navigate(hs.URL+"/"))
+			p, _ := openDashboard(t, bctx, st, report)
 			run(p, "first status", chromedp.Poll[bool](`!!document.body.dataset.statusAt`, chromedp.WithPollingInterval(100*time.Millisecond)))
 			got := run(p, "endpoints and rates", chromedp.Evaluate[map[string]string](fmt.Sprintf(`(() => {
 				const ep = document.querySelector("#endpoints tbody tr");
