@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,13 +21,21 @@ import (
 // writeTinyJSONL writes n rows of about 38 bytes: the issue's "tiny
 // prompts", where the store's own cost per row dominates.
 func writeTinyJSONL(path string, n int) (int64, error) {
+	return writeJSONL(path, n, func(w io.Writer, i int) {
+		fmt.Fprintf(w, `{"id":"r%07d","prompt":"Say hi %d"}`+"\n", i, i%1000)
+	})
+}
+
+// writeJSONL writes n rows, each written by row, and returns the file's
+// size.
+func writeJSONL(path string, n int, row func(w io.Writer, i int)) (int64, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
 	for i := range n {
-		fmt.Fprintf(w, `{"id":"r%07d","prompt":"Say hi %d"}`+"\n", i, i%1000)
+		row(w, i)
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()

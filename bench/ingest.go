@@ -16,26 +16,11 @@ import (
 
 // writePromptJSONL writes n rows of about 260 bytes with an id and a prompt.
 func writePromptJSONL(path string, n int) (int64, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
 	topics := []string{"binary search trees", "the French revolution", "sourdough starters", "TCP congestion control", "tax brackets", "photosynthesis", `the \"CAP\" theorem`}
-	for i := range n {
+	return writeJSONL(path, n, func(w io.Writer, i int) {
 		fmt.Fprintf(w, `{"id":"row-%08d","prompt":"Please explain %s in simple terms, with one worked example and a short summary at the end. Keep it under three paragraphs. Request number %d.","source":"bench","score":%d}`+"\n",
 			i, topics[i%len(topics)], i, i%100)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return 0, err
-	}
-	return st.Size(), f.Close()
+	})
 }
 
 // benchIngest compares source.Read on a generated JSONL file with a bufio
