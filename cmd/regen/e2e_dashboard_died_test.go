@@ -20,7 +20,8 @@ var pastRate = regexp.MustCompile(`^0 now \(the runner died\)(\d+\.\d+) in its l
 // with the runner live: as `regen status` and `regen watch` do, the dead
 // runner's endpoints are titled "when the runner died at T", greyed, with
 // their in-flight counts "when it died", and the rate tiles say 0 now with
-// the rate of its last minute beside; the live runner's are plain.
+// the rate of its last minute beside, and its 5 leases are "(5)", not in
+// flight; the live runner's are plain.
 func TestE2EDashboardRunnerDied(t *testing.T) {
 	bctx := startBrowser(t)
 	for _, c := range []struct {
@@ -33,6 +34,11 @@ func TestE2EDashboardRunnerDied(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := spanJobUntil(t, 10*time.Minute, 0, time.Now().Add(-c.ago))
+			// The runner holds 5 leases: in flight while it lives, stranded
+			// once it died.
+			if got, err := st.Claim(context.Background(), "short", 5, "w", time.Hour); err != nil || len(got) != 5 {
+				t.Fatalf("claim 5: %d, %v", len(got), err)
+			}
 			report := func(ctx context.Context) (monitor.Report, error) {
 				return monitor.Assess(ctx, st, monitor.AssessOptions{Job: "died", Now: time.Now(), DeadAfter: 30 * time.Second})
 			}
@@ -52,6 +58,9 @@ func TestE2EDashboardRunnerDied(t *testing.T) {
 					state: ep.cells[1].textContent, inFlight: ep.cells[3].textContent,
 					colour: getComputedStyle(ep.cells[0]).color,
 					cellsColour: getComputedStyle(document.querySelector("#cells tbody td")).color,
+					leased: document.getElementById("total-in_flight").textContent,
+					cellLeased: document.querySelector('#cells tr[data-cell="B1_glaive/short"]').cells[6].textContent,
+					stranded: document.getElementById("stranded").textContent,
 					tokens: document.getElementById("rate-tokens").textContent,
 					samples: document.getElementById("rate-samples").textContent };
 			})()`, r.Heartbeat.Time.Format(time.RFC3339Nano))))
@@ -59,8 +68,9 @@ func TestE2EDashboardRunnerDied(t *testing.T) {
 			if !c.died {
 				plain := regexp.MustCompile(`^\d+\.\d+$`)
 				if got["title"] != "Endpoints" || got["state"] != "READY" || got["inFlight"] != "40" || got["colour"] != got["cellsColour"] ||
-					!plain.MatchString(got["tokens"]) || !plain.MatchString(got["samples"]) {
-					t.Errorf("live runner's dashboard: %v; want a plain Endpoints table, READY, 40 in flight, and plain rates", got)
+					!plain.MatchString(got["tokens"]) || !plain.MatchString(got["samples"]) ||
+					got["leased"] != "5" || got["cellLeased"] != "5" || got["stranded"] != "" {
+					t.Errorf("live runner's dashboard: %v; want a plain Endpoints table, READY, 40 in flight, plain rates and 5 samples in flight", got)
 				}
 				return
 			}
@@ -73,6 +83,11 @@ func TestE2EDashboardRunnerDied(t *testing.T) {
 			if got["state"] != "READY" || got["inFlight"] != "40 when it died" || got["colour"] == got["cellsColour"] {
 				t.Errorf("dead runner's endpoint: state %q, in flight %q, colour %s (progress table %s); want READY, 40 when it died, greyed",
 					got["state"], got["inFlight"], got["colour"], got["cellsColour"])
+			}
+			// Its leases are not in flight, as status prints them.
+			wantStranded := "(5): leased by the runner that died at " + got["hb"] + ", not in flight; they go back to pending when the job runs again"
+			if got["leased"] != "(5)" || got["cellLeased"] != "(5)" || got["stranded"] != wantStranded {
+				t.Errorf("dead runner's leases: tile %q, cell %q, note %q; want (5), (5) and %q", got["leased"], got["cellLeased"], got["stranded"], wantStranded)
 			}
 			for _, tile := range []struct {
 				name, text string

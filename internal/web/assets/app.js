@@ -121,6 +121,10 @@ function applyStatus(doc) {
   const gone = goneRunner(doc);
   const t = doc.total || {};
   for (const k of ["total", "done", "pending", "in_flight", "rejected", "dead"]) $("total-" + k).textContent = t[k] || 0;
+  $("total-in_flight").textContent = leased(t.in_flight || 0, gone);
+  $("stranded").textContent = gone && t.in_flight
+    ? `(${t.in_flight}): leased by the runner that ${gone} at ${fmtTime(doc.heartbeat.time)}, not in flight; they go back to pending when the job runs again`
+    : "";
   $("ingest-errors").textContent = doc.ingest_errors || 0;
   setRate($("rate-tokens"), doc.rate_1m, gone, (r) => fmtNum(r && r.tokens_per_sec, 1));
   setRate($("rate-samples"), doc.rate_1m, gone, (r) => fmtNum(r && r.samples_per_sec, 2));
@@ -147,7 +151,7 @@ function applyStatus(doc) {
       seg.title = `${c[k]} ${k}`;
       bar.appendChild(seg);
     }
-    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, c.in_flight,
+    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, leased(c.in_flight, gone),
       countLink(c.rejected, "rejected", c), countLink(c.dead, "dead", c)]);
     r.dataset.cell = c.partition + "/" + c.lane;
     return r;
@@ -182,6 +186,12 @@ function applyStatus(doc) {
 function goneRunner(doc) {
   if (!doc.heartbeat) return "";
   return doc.runner_died ? "died" : doc.runner_exited ? "exited" : "";
+}
+
+// leased is an in-flight count: with no live runner it is in parentheses,
+// leases of the gone runner that nothing answers now (#stranded says so).
+function leased(n, gone) {
+  return gone && n > 0 ? `(${n})` : n;
 }
 
 // fmtWindow is a rate's window, short: 1m, 10m, 45s, 2m30s.
