@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,13 +21,21 @@ import (
 // writeTinyJSONL writes n rows of about 38 bytes: the issue's "tiny
 // prompts", where the store's own cost per row dominates.
 func writeTinyJSONL(path string, n int) (int64, error) {
+	return writeJSONL(path, n, func(w io.Writer, i int) {
+		fmt.Fprintf(w, `{"id":"r%07d","prompt":"Say hi %d"}`+"\n", i, i%1000)
+	})
+}
+
+// writeJSONL writes n rows, each written by row, and returns the file's
+// size.
+func writeJSONL(path string, n int, row func(w io.Writer, i int)) (int64, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
 	for i := range n {
-		fmt.Fprintf(w, `{"id":"r%07d","prompt":"Say hi %d"}`+"\n", i, i%1000)
+		row(w, i)
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
@@ -87,22 +96,56 @@ func benchBigJob(ctx context.Context, o opts) (outcome, error) {
 		return outcome{}, err
 	}
 
-	// The floor: reading and mapping the file, storing nothing.
-	_, readReset := resetPeakRSS()
+	floor, err := readFloor(ctx, spec)
+	if err != nil {
+		return outcome{}, err
+	}
+	sq, err := bigJobSQLite(ctx, o.dir, spec, rows)
+	if err != nil {
+		return outcome{}, fmt.Errorf("sqlite: %w", err)
+	}
+	pg, err := bigJobPostgres(ctx, spec, rows)
+	if err != nil {
+		return outcome{}, fmt.Errorf("postgres: %w", err)
+	}
+	tinyRerun, err := tinyJobRerun(ctx, o.dir, spec)
+	if err != nil {
+		return outcome{}, err
+	}
+	return bigJobOutcome(rows, size, floor, sq, pg, tinyRerun), nil
+}
+
+// bigFloor is the floor of ingest: reading and mapping the file, storing
+// nothing.
+type bigFloor struct {
+	rate     float64
+	rssMiB   float64
+	rssReset bool
+}
+
+func readFloor(ctx context.Context, spec *job.Spec) (bigFloor, error) {
+	_, reset := resetPeakRSS()
 	rss0 := procStatus("VmRSS")
 	s0 := startSpan()
 	st, err := source.Read(ctx, spec.Sources[0], "", func(source.Sample) error { return nil }, func(source.BadRow) error { return nil })
 	if err != nil {
-		return outcome{}, err
+		return bigFloor{}, err
 	}
-	readRate := float64(st.Good) / s0.end().wall.Seconds()
-	readRSS := float64(peakRSS()-min(rss0, peakRSS())) / mib
+	return bigFloor{
+		rate:     float64(st.Good) / s0.end().wall.Seconds(),
+		rssMiB:   float64(peakRSS()-min(rss0, peakRSS())) / mib,
+		rssReset: reset,
+	}, nil
+}
 
-	dbPath := filepath.Join(o.dir, "big.db")
-	sqliteOpen := func() (store.Store, error) { return sqlite.Open(dbPath) }
-	freshDB := filepath.Join(o.dir, "big-first.db")
-	sqliteFresh := func() (store.Store, error) { return sqlite.Open(freshDB) }
-	sq, err := bigJobSide(ctx, spec, rows, sqliteOpen, sqliteFresh, func(s store.Store) (int64, error) {
+// bigJobSQLite measures the SQLite side in dir; its size is the database
+// and its WAL after a checkpoint.
+func bigJobSQLite(ctx context.Context, dir string, spec *job.Spec, rows int) (bigSide, error) {
+	dbPath := filepath.Join(dir, "big.db")
+	open := func() (store.Store, error) { return sqlite.Open(dbPath) }
+	freshDB := filepath.Join(dir, "big-first.db")
+	openFresh := func() (store.Store, error) { return sqlite.Open(freshDB) }
+	return bigJobSide(ctx, spec, rows, open, openFresh, func(s store.Store) (int64, error) {
 		if _, err := s.(*sqlite.Store).DB().ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 			return 0, err
 		}
@@ -114,46 +157,47 @@ func benchBigJob(ctx context.Context, o opts) (outcome, error) {
 		}
 		return n, nil
 	})
-	if err != nil {
-		return outcome{}, fmt.Errorf("sqlite: %w", err)
-	}
+}
+
+// bigJobPostgres measures the PostgreSQL side; its size is that of the
+// schema's tables with their indexes and TOAST.
+func bigJobPostgres(ctx context.Context, spec *job.Spec, rows int) (bigSide, error) {
 	schema, freshSchema := pgSchema("big"), pgSchema("bigfirst")
-	pgOpenBig := func() (store.Store, error) { return pgOpen(ctx, postgres.Options{Schema: schema}) }
-	pgFresh := func() (store.Store, error) { return pgOpen(ctx, postgres.Options{Schema: freshSchema}) }
-	pg, err := bigJobSide(ctx, spec, rows, pgOpenBig, pgFresh, func(s store.Store) (int64, error) {
+	open := func() (store.Store, error) { return pgOpen(ctx, postgres.Options{Schema: schema}) }
+	openFresh := func() (store.Store, error) { return pgOpen(ctx, postgres.Options{Schema: freshSchema}) }
+	return bigJobSide(ctx, spec, rows, open, openFresh, func(s store.Store) (int64, error) {
 		var n int64
 		err := s.(*postgres.Store).Pool().QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
 			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE n.nspname = $1 AND c.relkind = 'r'`, schema).Scan(&n)
 		return n, err
 	})
-	if err != nil {
-		return outcome{}, fmt.Errorf("postgres: %w", err)
-	}
+}
 
-	// Time to first request on a tiny job: what starting costs when the
-	// job's size plays no part.
-	tinyPath := filepath.Join(o.dir, "tiny1k.jsonl")
+// tinyJobRerun is the time to first request on a re-run of a 1,000-sample
+// job: what starting costs when the job's size plays no part.
+func tinyJobRerun(ctx context.Context, dir string, spec *job.Spec) (time.Duration, error) {
+	tinyPath := filepath.Join(dir, "tiny1k.jsonl")
 	if _, err := writeTinyJSONL(tinyPath, 1000); err != nil {
-		return outcome{}, err
+		return 0, err
 	}
 	tinySpec := *spec
 	tinySpec.Sources = []job.Source{spec.Sources[0]}
 	tinySpec.Sources[0].Path = tinyPath
-	tinyDB := filepath.Join(o.dir, "tiny.db")
-	if _, err := firstRequest(ctx, &tinySpec, func() (store.Store, error) { return sqlite.Open(tinyDB) }); err != nil {
-		return outcome{}, err
+	tinyDB := filepath.Join(dir, "tiny.db")
+	open := func() (store.Store, error) { return sqlite.Open(tinyDB) }
+	if _, err := firstRequest(ctx, &tinySpec, open); err != nil {
+		return 0, err
 	}
-	tinyRerun, err := firstRequest(ctx, &tinySpec, func() (store.Store, error) { return sqlite.Open(tinyDB) })
-	if err != nil {
-		return outcome{}, err
-	}
+	return firstRequest(ctx, &tinySpec, open)
+}
 
+func bigJobOutcome(rows int, size int64, floor bigFloor, sq, pg bigSide, tinyRerun time.Duration) outcome {
 	sec := func(d time.Duration) float64 { return d.Seconds() }
 	out := outcome{
 		rows: []row{
-			{name: "first ingest, sqlite", unit: "rows/s", better: "higher", regen: sq.ingestRate, ref: readRate, note: "reading and mapping the file, no store"},
-			{name: "first ingest, postgres", unit: "rows/s", better: "higher", regen: pg.ingestRate, ref: readRate, note: "reading and mapping the file, no store"},
+			{name: "first ingest, sqlite", unit: "rows/s", better: "higher", regen: sq.ingestRate, ref: floor.rate, note: "reading and mapping the file, no store"},
+			{name: "first ingest, postgres", unit: "rows/s", better: "higher", regen: pg.ingestRate, ref: floor.rate, note: "reading and mapping the file, no store"},
 			{name: "store size, sqlite", unit: "bytes/row", better: "lower", regen: sq.bytesPerRow, ref: float64(size) / float64(rows), note: "source JSONL bytes per row"},
 			{name: "store size, postgres", unit: "bytes/row", better: "lower", regen: pg.bytesPerRow, ref: float64(size) / float64(rows), note: "source JSONL bytes per row"},
 			{name: "first request, re-run, sqlite", unit: "s", better: "lower", regen: sec(sq.rerunReq), ref: sec(tinyRerun), note: "re-run of a 1,000-sample job, sqlite"},
@@ -163,15 +207,15 @@ func benchBigJob(ctx context.Context, o opts) (outcome, error) {
 		},
 		detail: []string{fmt.Sprintf("%d rows, %.1f MiB JSONL (%.0f bytes/row); first run = ingest and dispatch together from an empty store; time to first request counts from opening the store", rows, float64(size)/mib, float64(size)/float64(rows))},
 	}
-	if sq.rssOK && pg.rssOK && readReset {
+	if sq.rssOK && pg.rssOK && floor.rssReset {
 		const note = "reading and mapping the file, no store (VmHWM reset per side)"
 		out.rows = append(out.rows,
-			row{name: "ingest peak RSS, sqlite", unit: "MiB above start", better: "lower", regen: sq.rssMiB, ref: readRSS, note: note},
-			row{name: "ingest peak RSS, postgres", unit: "MiB above start", better: "lower", regen: pg.rssMiB, ref: readRSS, note: note + "; server memory not counted"})
+			row{name: "ingest peak RSS, sqlite", unit: "MiB above start", better: "lower", regen: sq.rssMiB, ref: floor.rssMiB, note: note},
+			row{name: "ingest peak RSS, postgres", unit: "MiB above start", better: "lower", regen: pg.rssMiB, ref: floor.rssMiB, note: note + "; server memory not counted"})
 	} else {
-		out.detail = append(out.detail, fmt.Sprintf("peak RSS per side unavailable (clear_refs refused); process VmHWM is %.0f MiB", float64(peakRSS())/mib))
+		out.detail = append(out.detail, peakRSSUnavailable())
 	}
-	return out, nil
+	return out
 }
 
 // bigJobSide ingests the job into the store open opens (measured), then

@@ -16,26 +16,11 @@ import (
 
 // writePromptJSONL writes n rows of about 260 bytes with an id and a prompt.
 func writePromptJSONL(path string, n int) (int64, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
 	topics := []string{"binary search trees", "the French revolution", "sourdough starters", "TCP congestion control", "tax brackets", "photosynthesis", `the \"CAP\" theorem`}
-	for i := range n {
+	return writeJSONL(path, n, func(w io.Writer, i int) {
 		fmt.Fprintf(w, `{"id":"row-%08d","prompt":"Please explain %s in simple terms, with one worked example and a short summary at the end. Keep it under three paragraphs. Request number %d.","source":"bench","score":%d}`+"\n",
 			i, topics[i%len(topics)], i, i%100)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return 0, err
-	}
-	return st.Size(), f.Close()
+	})
 }
 
 // benchIngest compares source.Read on a generated JSONL file with a bufio
@@ -54,84 +39,17 @@ func benchIngest(ctx context.Context, o opts) (outcome, error) {
 	defer os.Remove(path)
 
 	src := job.Source{Partition: "p", Path: path, Prompt: "prompt", ID: "id"}
-	regen := func() (int, error) {
-		good, bad := 0, 0
-		st, err := source.Read(ctx, src, "", func(s source.Sample) error {
-			if len(s.Body) == 0 || s.ID == "" {
-				return errors.New("empty sample")
-			}
-			good++
-			return nil
-		}, func(source.BadRow) error { bad++; return nil })
-		if err != nil {
-			return 0, err
-		}
-		if bad != 0 || st.Good != good {
-			return 0, fmt.Errorf("read %d good and %d bad rows (stats %+v)", good, bad, st)
-		}
-		return good, nil
-	}
-	ref := func() (int, error) {
-		f, err := os.Open(path)
-		if err != nil {
-			return 0, err
-		}
-		defer f.Close()
-		br := bufio.NewReaderSize(f, 64<<10)
-		var long []byte
-		n := 0
-		for {
-			line, err := br.ReadSlice('\n')
-			if errors.Is(err, bufio.ErrBufferFull) {
-				long = append(long[:0], line...)
-				for errors.Is(err, bufio.ErrBufferFull) {
-					line, err = br.ReadSlice('\n')
-					long = append(long, line...)
-				}
-				line = long
-			}
-			if len(line) > 0 && json.Valid(line) {
-				n++
-			}
-			if err == io.EOF {
-				return n, nil
-			}
-			if err != nil {
-				return 0, err
-			}
-		}
-	}
-
-	type result struct {
-		rate      float64
-		heap, rss uint64
-		rssReset  bool
-	}
-	measure := func(fn func() (int, error)) (result, error) {
-		_, reset := resetPeakRSS()
-		rss0 := procStatus("VmRSS")
-		hp := startHeapPeak()
-		s0 := startSpan()
-		n, err := fn()
-		sp := s0.end()
-		heap := hp.Stop()
-		if err != nil {
-			return result{}, err
-		}
-		if n != rows {
-			return result{}, fmt.Errorf("read %d rows, want %d", n, rows)
-		}
-		return result{rate: float64(n) / sp.wall.Seconds(), heap: heap, rss: peakRSS() - min(rss0, peakRSS()), rssReset: reset}, nil
-	}
+	regen := func() (int, error) { return readSource(ctx, src) }
+	ref := func() (int, error) { return countValidJSONLines(path) }
 	// Warm the page cache so neither side pays the first read from disk.
 	if _, err := ref(); err != nil {
 		return outcome{}, fmt.Errorf("reference: %w", err)
 	}
-	g, err := measure(regen)
+	g, err := measureRead(rows, regen)
 	if err != nil {
 		return outcome{}, fmt.Errorf("source.Read: %w", err)
 	}
-	r, err := measure(ref)
+	r, err := measureRead(rows, ref)
 	if err != nil {
 		return outcome{}, fmt.Errorf("reference: %w", err)
 	}
@@ -146,7 +64,86 @@ func benchIngest(ctx context.Context, o opts) (outcome, error) {
 	if g.rssReset && r.rssReset {
 		out.rows = append(out.rows, row{name: "ingest peak RSS", unit: "MiB above start", better: "lower", regen: float64(g.rss) / mib, ref: float64(r.rss) / mib, note: note + " (VmHWM reset per side)"})
 	} else {
-		out.detail = append(out.detail, fmt.Sprintf("peak RSS per side unavailable (clear_refs refused); process VmHWM is %.0f MiB", float64(peakRSS())/mib))
+		out.detail = append(out.detail, peakRSSUnavailable())
 	}
 	return out, nil
+}
+
+// readSource is regen's side: source.Read of the whole file, every row
+// expected good.
+func readSource(ctx context.Context, src job.Source) (int, error) {
+	good, bad := 0, 0
+	st, err := source.Read(ctx, src, "", func(s source.Sample) error {
+		if len(s.Body) == 0 || s.ID == "" {
+			return errors.New("empty sample")
+		}
+		good++
+		return nil
+	}, func(source.BadRow) error { bad++; return nil })
+	if err != nil {
+		return 0, err
+	}
+	if bad != 0 || st.Good != good {
+		return 0, fmt.Errorf("read %d good and %d bad rows (stats %+v)", good, bad, st)
+	}
+	return good, nil
+}
+
+// countValidJSONLines is the reference: it splits path into lines and
+// counts those that are valid JSON.
+func countValidJSONLines(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	var long []byte
+	n := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if len(line) > 0 && json.Valid(line) {
+			n++
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// readFigures are one side's rate and memory.
+type readFigures struct {
+	rate      float64
+	heap, rss uint64
+	rssReset  bool
+}
+
+// measureRead runs fn once, which must read rows rows, and measures its
+// rate, peak heap and peak RSS.
+func measureRead(rows int, fn func() (int, error)) (readFigures, error) {
+	_, reset := resetPeakRSS()
+	rss0 := procStatus("VmRSS")
+	hp := startHeapPeak()
+	s0 := startSpan()
+	n, err := fn()
+	sp := s0.end()
+	heap := hp.Stop()
+	if err != nil {
+		return readFigures{}, err
+	}
+	if n != rows {
+		return readFigures{}, fmt.Errorf("read %d rows, want %d", n, rows)
+	}
+	return readFigures{rate: float64(n) / sp.wall.Seconds(), heap: heap, rss: peakRSS() - min(rss0, peakRSS()), rssReset: reset}, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -122,6 +123,12 @@ func resetPeakRSS() (uint64, bool) {
 
 // peakRSS is VmHWM in bytes (0 where /proc is missing).
 func peakRSS() uint64 { return procStatus("VmHWM") }
+
+// peakRSSUnavailable is the detail line for a case whose per-side peak RSS
+// could not be measured because resetPeakRSS was refused.
+func peakRSSUnavailable() string {
+	return fmt.Sprintf("peak RSS per side unavailable (clear_refs refused); process VmHWM is %.0f MiB", float64(peakRSS())/mib)
+}
 
 func procStatus(key string) uint64 {
 	b, err := os.ReadFile("/proc/self/status")

@@ -143,30 +143,66 @@ func benchScale(ctx context.Context, o opts) (outcome, error) {
 	if o.quick {
 		perWorker, peakSamples, claimRows = 1000, 6000, 200_000
 	}
-	sqliteOpen := func(name string, batch int) func(int) (store.Store, error) {
-		return func(int) (store.Store, error) {
-			return sqlite.OpenWith(filepath.Join(o.dir, name), sqlite.Options{CommitBatch: batch})
-		}
+	stores := scaleStores{ctx: ctx, dir: o.dir}
+	one, err := scaleOneProcess(ctx, stores, peakSamples)
+	if err != nil {
+		return outcome{}, err
 	}
-	pgOpenAt := func(batch int) func(int) (store.Store, error) {
-		schema := pgSchema("scale")
-		return func(int) (store.Store, error) {
-			return pgOpen(ctx, postgres.Options{Schema: schema, CommitBatch: batch})
-		}
+	workers, err := scaleWorkers(ctx, stores, perWorker)
+	if err != nil {
+		return outcome{}, err
+	}
+	claim, err := claimLatency(ctx, o, claimRows)
+	if err != nil {
+		return outcome{}, err
 	}
 	var out outcome
+	for _, p := range []outcome{one, workers, claim} {
+		out.rows = append(out.rows, p.rows...)
+		out.detail = append(out.detail, p.detail...)
+	}
+	return out, nil
+}
 
-	// One process, as fast as it goes: a short latency and many slots.
+// scaleStores opens the scale case's stores: SQLite files in dir and one
+// PostgreSQL schema per opener, with a commit batch (0 = the default).
+type scaleStores struct {
+	ctx context.Context
+	dir string
+}
+
+func (s scaleStores) sqlite(name string, batch int) func(int) (store.Store, error) {
+	return func(int) (store.Store, error) {
+		return sqlite.OpenWith(filepath.Join(s.dir, name), sqlite.Options{CommitBatch: batch})
+	}
+}
+
+func (s scaleStores) postgres(batch int) func(int) (store.Store, error) {
+	schema := pgSchema("scale")
+	return func(int) (store.Store, error) {
+		return pgOpen(s.ctx, postgres.Options{Schema: schema, CommitBatch: batch})
+	}
+}
+
+// cpuPerSample is the CPU per sample in this process; dbCPUPerSample that
+// in the database server, in µs.
+func cpuPerSample(r scaleRun, n int) float64   { return float64(r.span.cpu.Microseconds()) / float64(n) }
+func dbCPUPerSample(r scaleRun, n int) float64 { return float64(r.pgCPU.Microseconds()) / float64(n) }
+
+// scaleOneProcess runs one process as fast as it goes (a short latency
+// and many slots) on each backend, with group commit and with one
+// transaction per completion, against plain Chat loops with no store.
+func scaleOneProcess(ctx context.Context, stores scaleStores, peakSamples int) (outcome, error) {
 	const peakConc, peakLatency = 512, 10 * time.Millisecond
 	peak := map[string]scaleRun{}
 	for _, c := range []struct {
 		name string
 		open func(int) (store.Store, error)
 	}{
-		{"sqlite", sqliteOpen("peak.db", 0)},
-		{"sqlite-1tx", sqliteOpen("peak1.db", 1)},
-		{"postgres", pgOpenAt(0)},
-		{"postgres-1tx", pgOpenAt(1)},
+		{"sqlite", stores.sqlite("peak.db", 0)},
+		{"sqlite-1tx", stores.sqlite("peak1.db", 1)},
+		{"postgres", stores.postgres(0)},
+		{"postgres-1tx", stores.postgres(1)},
 	} {
 		r, err := runWorkers(ctx, 1, peakSamples, peakConc, peakLatency, c.open)
 		if err != nil {
@@ -178,50 +214,46 @@ func benchScale(ctx context.Context, o opts) (outcome, error) {
 	if err != nil {
 		return outcome{}, fmt.Errorf("plain chat loops: %w", err)
 	}
-	cpuPer := func(r scaleRun, n int) float64 { return float64(r.span.cpu.Microseconds()) / float64(n) }
-	dbPer := func(r scaleRun, n int) float64 { return float64(r.pgCPU.Microseconds()) / float64(n) }
-	out.rows = append(out.rows,
-		row{name: "one process, sqlite", unit: "samples/s", better: "higher", regen: peak["sqlite"].rate, ref: plain.rate, note: "same endpoint, plain Chat loops, no store"},
-		row{name: "one process, postgres", unit: "samples/s", better: "higher", regen: peak["postgres"].rate, ref: plain.rate, note: "same endpoint, plain Chat loops, no store"},
-		row{name: "group commit, sqlite", unit: "samples/s", better: "higher", regen: peak["sqlite"].rate, ref: peak["sqlite-1tx"].rate, note: "sqlite, one transaction per completion"},
-		row{name: "group commit, postgres", unit: "samples/s", better: "higher", regen: peak["postgres"].rate, ref: peak["postgres-1tx"].rate, note: "postgres, one transaction per completion"},
-		row{name: "one process CPU, postgres", unit: "cpu-µs/sample", better: "lower", regen: cpuPer(peak["postgres"], peakSamples), ref: cpuPer(plain, peakSamples), note: "plain Chat loops (client and endpoint CPU on both sides)"},
-	)
-	out.detail = append(out.detail, fmt.Sprintf("one process: %d samples, lane concurrency %d, endpoint latency %s, 3-token answers; PostgreSQL with fsync on (results wait for the WAL flush); CPU per sample: sqlite %.0f µs, postgres %.0f µs here + %.0f µs in the database server, plain loops %.0f µs",
-		peakSamples, peakConc, peakLatency, cpuPer(peak["sqlite"], peakSamples), cpuPer(peak["postgres"], peakSamples), dbPer(peak["postgres"], peakSamples), cpuPer(plain, peakSamples)))
+	return outcome{
+		rows: []row{
+			{name: "one process, sqlite", unit: "samples/s", better: "higher", regen: peak["sqlite"].rate, ref: plain.rate, note: "same endpoint, plain Chat loops, no store"},
+			{name: "one process, postgres", unit: "samples/s", better: "higher", regen: peak["postgres"].rate, ref: plain.rate, note: "same endpoint, plain Chat loops, no store"},
+			{name: "group commit, sqlite", unit: "samples/s", better: "higher", regen: peak["sqlite"].rate, ref: peak["sqlite-1tx"].rate, note: "sqlite, one transaction per completion"},
+			{name: "group commit, postgres", unit: "samples/s", better: "higher", regen: peak["postgres"].rate, ref: peak["postgres-1tx"].rate, note: "postgres, one transaction per completion"},
+			{name: "one process CPU, postgres", unit: "cpu-µs/sample", better: "lower", regen: cpuPerSample(peak["postgres"], peakSamples), ref: cpuPerSample(plain, peakSamples), note: "plain Chat loops (client and endpoint CPU on both sides)"},
+		},
+		detail: []string{fmt.Sprintf("one process: %d samples, lane concurrency %d, endpoint latency %s, 3-token answers; PostgreSQL with fsync on (results wait for the WAL flush); CPU per sample: sqlite %.0f µs, postgres %.0f µs here + %.0f µs in the database server, plain loops %.0f µs",
+			peakSamples, peakConc, peakLatency, cpuPerSample(peak["sqlite"], peakSamples), cpuPerSample(peak["postgres"], peakSamples), dbCPUPerSample(peak["postgres"], peakSamples), cpuPerSample(plain, peakSamples))},
+	}, nil
+}
 
-	// Workers, each bound by its endpoint (as a worker is by its GPUs), at a
-	// pace that leaves the shared cores room for four: scaling is then what
-	// the store allows.
+// scaleWorkers runs 1, 2 and 4 workers on PostgreSQL, each bound by its
+// endpoint (as a worker is by its GPUs), at a pace that leaves the shared
+// cores room for four: scaling is then what the store allows.
+func scaleWorkers(ctx context.Context, stores scaleStores, perWorker int) (outcome, error) {
 	const conc, latency = 32, 100 * time.Millisecond
-	sq, err := runWorkers(ctx, 1, perWorker, conc, latency, sqliteOpen("scale.db", 0))
+	sq, err := runWorkers(ctx, 1, perWorker, conc, latency, stores.sqlite("scale.db", 0))
 	if err != nil {
 		return outcome{}, fmt.Errorf("sqlite 1 worker: %w", err)
 	}
 	pg := map[int]scaleRun{}
 	for _, n := range []int{1, 2, 4} {
-		r, err := runWorkers(ctx, n, n*perWorker, conc, latency, pgOpenAt(0))
+		r, err := runWorkers(ctx, n, n*perWorker, conc, latency, stores.postgres(0))
 		if err != nil {
 			return outcome{}, fmt.Errorf("postgres %d workers: %w", n, err)
 		}
 		pg[n] = r
 	}
-	out.rows = append(out.rows,
-		row{name: "1 worker postgres", unit: "samples/s", better: "higher", regen: pg[1].rate, ref: sq.rate, note: "1 worker on sqlite"},
-		row{name: "2 workers postgres", unit: "samples/s", better: "higher", regen: pg[2].rate, ref: 2 * pg[1].rate, note: "2 x 1 worker on postgres (linear)"},
-		row{name: "4 workers postgres", unit: "samples/s", better: "higher", regen: pg[4].rate, ref: 4 * pg[1].rate, note: "4 x 1 worker on postgres (linear)"},
-	)
 	ideal := float64(conc) / latency.Seconds()
-	out.detail = append(out.detail, fmt.Sprintf("workers: %d samples each, lane concurrency %d, endpoint latency %s (at most %.0f samples/s per worker); each worker its own store handle and endpoint, all in this process on the same cores as PostgreSQL; CPU per sample here + in the database: %.0f + %.0f µs (1 worker), %.0f + %.0f µs (4 workers)",
-		perWorker, conc, latency, ideal, cpuPer(pg[1], perWorker), dbPer(pg[1], perWorker), cpuPer(pg[4], 4*perWorker), dbPer(pg[4], 4*perWorker)))
-
-	claim, err := claimLatency(ctx, o, claimRows)
-	if err != nil {
-		return outcome{}, err
-	}
-	out.rows = append(out.rows, claim.rows...)
-	out.detail = append(out.detail, claim.detail...)
-	return out, nil
+	return outcome{
+		rows: []row{
+			{name: "1 worker postgres", unit: "samples/s", better: "higher", regen: pg[1].rate, ref: sq.rate, note: "1 worker on sqlite"},
+			{name: "2 workers postgres", unit: "samples/s", better: "higher", regen: pg[2].rate, ref: 2 * pg[1].rate, note: "2 x 1 worker on postgres (linear)"},
+			{name: "4 workers postgres", unit: "samples/s", better: "higher", regen: pg[4].rate, ref: 4 * pg[1].rate, note: "4 x 1 worker on postgres (linear)"},
+		},
+		detail: []string{fmt.Sprintf("workers: %d samples each, lane concurrency %d, endpoint latency %s (at most %.0f samples/s per worker); each worker its own store handle and endpoint, all in this process on the same cores as PostgreSQL; CPU per sample here + in the database: %.0f + %.0f µs (1 worker), %.0f + %.0f µs (4 workers)",
+			perWorker, conc, latency, ideal, cpuPerSample(pg[1], perWorker), dbCPUPerSample(pg[1], perWorker), cpuPerSample(pg[4], 4*perWorker), dbCPUPerSample(pg[4], 4*perWorker))},
+	}, nil
 }
 
 // claimLatency times Claim(64) in stores holding rows pending samples.

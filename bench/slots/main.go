@@ -99,24 +99,64 @@ func runCell(ctx context.Context, dir, prompts string, c cell, speed float64) (m
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return measure{}, err
 	}
+	srv, url, err := startSlotServer(ctx, speed)
+	if err != nil {
+		return measure{}, err
+	}
+	defer srv.Close()
+	spec, err := writeCellJob(dir, prompts, url, c, speed)
+	if err != nil {
+		return measure{}, err
+	}
+	st, err := sqlite.Open(filepath.Join(dir, "slots.db"))
+	if err != nil {
+		return measure{}, err
+	}
+	defer st.Close()
+
+	var m measure
+	w := watchEndpoints(ctx, st)
+	t0 := time.Now()
+	_, err = runner.Run(ctx, runner.Options{Spec: spec, Store: st, Logger: slog.New(slog.DiscardHandler),
+		NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
+	m.wall = time.Since(t0)
+	m.peak, m.pool = w.stop()
+	if err != nil {
+		return m, err
+	}
+	if err := readFinished(ctx, st, &m); err != nil {
+		return m, err
+	}
+	m.engine, err = engineUsed(ctx, st, c)
+	return m, err
+}
+
+// startSlotServer starts the simulator as llama-server with 8 slots of
+// 2,048 tokens and returns it with its URL once it is ready.
+func startSlotServer(ctx context.Context, speed float64) (*sim.Server, string, error) {
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "qwen3-8b"
 	if err := cfg.Apply(map[string]any{"engine": "llamacpp", "parallel": 8, "context_length": 16384, "speed": speed,
 		"output_mean": 300, "output_sigma": 0.6, "truncate_fraction": 0, "load_time": "0s", "warmup_time": "0s", "seed": 7,
 		// A small model on one GPU: a decode step of ~12 ms.
 		"decode_base": "10ms", "decode_per_req": "250us", "prefill_per_ktoken": "60ms"}); err != nil {
-		return measure{}, err
+		return nil, "", err
 	}
 	srv, err := sim.New(cfg, io.Discard)
 	if err != nil {
-		return measure{}, err
+		return nil, "", err
 	}
-	defer srv.Close()
 	url, err := srv.Start(ctx, "127.0.0.1:0")
 	if err != nil {
-		return measure{}, err
+		srv.Close()
+		return nil, "", err
 	}
 	<-srv.Ready()
+	return srv, url, nil
+}
+
+// writeCellJob writes the cell's job file into dir and loads it.
+func writeCellJob(dir, prompts, url string, c cell, speed float64) (*job.Spec, error) {
 	engine := ""
 	if c.engine != "" {
 		engine = ", engine: " + c.engine
@@ -133,71 +173,80 @@ quality: {truncated: false}
 `, prompts, c.concurrency, url, engine, filepath.Join(dir, "slots.db"), probe)
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(jobYAML), 0o644); err != nil {
-		return measure{}, err
+		return nil, err
 	}
-	spec, err := job.Load(path)
-	if err != nil {
-		return measure{}, err
-	}
-	st, err := sqlite.Open(filepath.Join(dir, "slots.db"))
-	if err != nil {
-		return measure{}, err
-	}
-	defer st.Close()
+	return job.Load(path)
+}
 
-	var m measure
-	var peak, pool atomic.Int64
-	pollCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
+// endpointWatch polls the run's status for the most requests in flight
+// and the KV pool the endpoints report.
+type endpointWatch struct {
+	peak, pool atomic.Int64
+	cancel     context.CancelFunc
+	done       chan struct{}
+}
+
+func watchEndpoints(ctx context.Context, st *sqlite.Store) *endpointWatch {
+	pollCtx, cancel := context.WithCancel(ctx)
+	w := &endpointWatch{cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(done)
+		defer close(w.done)
 		for pollCtx.Err() == nil {
 			if rep, err := monitor.Assess(pollCtx, st, monitor.AssessOptions{Now: time.Now(), DeadAfter: time.Minute}); err == nil {
 				for _, e := range rep.Endpoints {
-					peak.Store(max(peak.Load(), int64(e.InFlight)))
+					w.peak.Store(max(w.peak.Load(), int64(e.InFlight)))
 					if e.KVTokens > 0 {
-						pool.Store(e.KVTokens)
+						w.pool.Store(e.KVTokens)
 					}
 				}
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	t0 := time.Now()
-	_, err = runner.Run(ctx, runner.Options{Spec: spec, Store: st, Logger: slog.New(slog.DiscardHandler),
-		NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
-	m.wall = time.Since(t0)
-	stop()
-	<-done
-	if err != nil {
-		return m, err
-	}
-	m.peak, m.pool = peak.Load(), pool.Load()
+	return w
+}
+
+// stop ends the polling and returns the peak in flight and the KV pool.
+func (w *endpointWatch) stop() (peak, pool int64) {
+	w.cancel()
+	<-w.done
+	return w.peak.Load(), w.pool.Load()
+}
+
+// readFinished fills m's samples, tokens and TTFT percentiles from the
+// finished samples.
+func readFinished(ctx context.Context, st *sqlite.Store, m *measure) error {
 	var ttfts []time.Duration
-	err = st.Finished(ctx, func(r store.Row) error {
+	err := st.Finished(ctx, func(r store.Row) error {
 		m.samples++
 		m.tokens += r.Result.CompletionTokens
 		ttfts = append(ttfts, r.Result.TTFT)
 		return nil
 	})
 	if err != nil {
-		return m, err
+		return err
 	}
 	slices.Sort(ttfts)
 	if n := len(ttfts); n > 0 {
 		m.ttft50, m.ttft99 = ttfts[n/2], ttfts[min(n-1, n*99/100)]
 	}
-	m.engine = cmpOr(c.engine, "?")
+	return nil
+}
+
+// engineUsed is the engine the run detected, from its events, else the
+// one the cell named ("?" when neither).
+func engineUsed(ctx context.Context, st *sqlite.Store, c cell) (string, error) {
+	engine := cmpOr(c.engine, "?")
 	events, err := st.Events(ctx, 0)
 	if err != nil {
-		return m, err
+		return engine, err
 	}
 	for _, ev := range events {
 		if ev.Kind == "engine" && strings.Contains(ev.Evidence, "detected") {
-			m.engine = strings.Fields(ev.Evidence)[1]
+			engine = strings.Fields(ev.Evidence)[1]
 		}
 	}
-	return m, nil
+	return engine, nil
 }
 
 func cmpOr(a, b string) string {

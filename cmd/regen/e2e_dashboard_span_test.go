@@ -27,6 +27,13 @@ import (
 // second endpoint's last server reading.
 func spanJob(t *testing.T, age, staleFor time.Duration) store.Store {
 	t.Helper()
+	return spanJobUntil(t, age, staleFor, time.Now())
+}
+
+// spanJobUntil is spanJob with the runner's last heartbeat (and its last
+// history slot) at now.
+func spanJobUntil(t *testing.T, age, staleFor time.Duration, now time.Time) store.Store {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "span.db"))
 	if err != nil {
@@ -60,7 +67,6 @@ func spanJob(t *testing.T, age, staleFor time.Duration) store.Store {
 			}
 		}
 	}
-	now := time.Now()
 	started := now.Add(-age)
 	kv, queued, running := 0.62, 3.0, 40.0
 	load := func(at time.Time) *monitor.Load {
@@ -117,6 +123,26 @@ const chartSpan = `(() => {
   return out;
 })()`
 
+// openDashboard serves the dashboard of st with report and opens it in a
+// new tab of the browser; it returns the page and the server's address.
+func openDashboard(t *testing.T, bctx context.Context, st store.Store, report func(context.Context) (monitor.Report, error)) (page, string) {
+	t.Helper()
+	srv, err := web.New(web.Options{Store: st, Report: report, Every: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	tab, closeTab := chromedp.NewContext(bctx)
+	t.Cleanup(closeTab)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("open a tab: %v", err)
+	}
+	p := page{t: t, ctx: tab}
+	run(p, "open the dashboard", chromedp.Navigate(hs.URL+"/"))
+	return p, hs.URL
+}
+
 // TestE2EDashboardSpansTheJob drives headless Chromium over the dashboard
 // of a job a minute old and of one two hours old: both charts start at the
 // job's start and end at its last reading (the first drawn bucket at the
@@ -140,19 +166,7 @@ func TestE2EDashboardSpansTheJob(t *testing.T) {
 			report := func(ctx context.Context) (monitor.Report, error) {
 				return monitor.Assess(ctx, st, monitor.AssessOptions{Job: "span-" + c.name, Now: time.Now(), DeadAfter: time.Hour})
 			}
-			srv, err := web.New(web.Options{Store: st, Report: report, Every: 500 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs := httptest.NewServer(srv.Handler())
-			defer hs.Close()
-			tab, closeTab := chromedp.NewContext(bctx)
-			defer closeTab()
-			if _, err := chromedp.Run(tab, chromedp.Navigate("about:blank")); err != nil {
-				t.Fatalf("open a tab: %v", err)
-			}
-			p := page{t: t, ctx: tab}
-			run(p, "open the dashboard", chromedp.Navigate(hs.URL+"/"))
+			p, base := openDashboard(t, bctx, st, report)
 			run(p, "first status", chromedp.Poll[bool](`!!document.body.dataset.statusAt && !!document.body.dataset.historyAt`, chromedp.WithPollingInterval(100*time.Millisecond)))
 			span := run(p, "chart span", chromedp.Poll[map[string]map[string]float64](chartSpan, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second)))
 			for id, s := range span {
@@ -162,7 +176,7 @@ func TestE2EDashboardSpansTheJob(t *testing.T) {
 				}
 			}
 			var h monitor.History
-			httpGet(t, hs.URL+"/api/history", &h)
+			httpGet(t, base+"/api/history", &h)
 			if h.BucketSeconds != c.wantBucket {
 				t.Errorf("history of a %s job in buckets of %v s, want %v", c.age, h.BucketSeconds, c.wantBucket)
 			}
@@ -200,7 +214,7 @@ func TestE2EDashboardSpansTheJob(t *testing.T) {
 				t.Errorf("after the link: rows %v, filters %v; want the 11 rejects of B2_opencode/long", listed, filters)
 			}
 			// Every filter is a query parameter: an address alone sets them.
-			run(p, "open a filtered address", chromedp.Navigate(hs.URL+"/#samples?state=done&generation=1&lane=short"))
+			run(p, "open a filtered address", chromedp.Navigate(base+"/#samples?state=done&generation=1&lane=short"))
 			got := run(p, "filtered list", chromedp.Poll[[]string](`(() => {
 				const f = ["state", "lane", "generation"].map((k) => document.getElementById("samples-" + k).value).join(",");
 				const n = document.querySelectorAll("#samples tbody tr").length;

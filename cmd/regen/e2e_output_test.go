@@ -8,23 +8,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-)
 
-// writesAsRoot reports whether this process writes into a 0555 folder
-// anyway (root does: chmod does not stop it).
-func writesAsRoot(t *testing.T) bool {
-	t.Helper()
-	d := filepath.Join(t.TempDir(), "probe")
-	if err := os.Mkdir(d, 0o555); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.CreateTemp(d, "x")
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
+	"github.com/regen-dev/regen/internal/testfs"
+)
 
 // TestE2EUnwritableOutput: an output folder the export could not write is
 // found before any request, by run and by validate, naming the job file's
@@ -54,7 +40,7 @@ func TestE2EUnwritableOutput(t *testing.T) {
 				}
 			}},
 	}
-	root := writesAsRoot(t)
+	root := testfs.WritesReadOnlyDir(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.name == "read-only folder" && root {

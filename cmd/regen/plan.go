@@ -116,7 +116,6 @@ with the arithmetic when the plan cannot work.`,
 // planInput turns the flags into a plan.Input.
 func planInput(o planOptions) (plan.Input, []string, error) {
 	var in plan.Input
-	var notes []string
 	if o.model == "" {
 		return in, nil, errors.New("--model config.json is required")
 	}
@@ -125,37 +124,75 @@ func planInput(o planOptions) (plan.Input, []string, error) {
 		return in, nil, err
 	}
 	in.Model = m
-	switch {
-	case o.safetensorsIndex != "" && o.weightsBytes != "":
-		return in, nil, errors.New("give --weights-bytes or --safetensors-index, not both")
-	case o.safetensorsIndex != "":
-		if in.WeightBytes, err = plan.LoadSafetensorsIndex(o.safetensorsIndex); err != nil {
-			return in, nil, err
-		}
-		in.WeightSource = "safetensors index " + o.safetensorsIndex
-	case o.weightsBytes != "":
-		if in.WeightBytes, err = plan.ParseBytes(o.weightsBytes); err != nil {
-			return in, nil, fmt.Errorf("--weights-bytes: %w", err)
-		}
-		in.WeightSource = "--weights-bytes " + o.weightsBytes
+	if err := planWeights(o, &in); err != nil {
+		return in, nil, err
 	}
-	switch {
-	case o.gpu != "" && o.gpuMem != "":
-		return in, nil, errors.New("give --gpu or --gpu-mem, not both")
-	case o.gpu != "":
-		in.GPU, notes, err = plan.ParseGPU(o.gpu)
-	case o.gpuMem != "":
-		in.GPU, notes, err = plan.ParseGPU(o.gpuMem)
-	default:
-		err = errors.New("--gpu NAME or --gpu-mem SIZE is required")
-	}
-	if err != nil {
+	var notes []string
+	if in.GPU, notes, err = planGPU(o); err != nil {
 		return in, nil, err
 	}
 	in.GPUs, in.TP, in.DP = o.gpus, o.tp, o.dp
 	in.Engine = plan.Engine(o.engine)
 	in.KVDtype = o.kvDtype
 	in.MemFraction = o.memFraction
+	if err := planByteFlags(o, &in); err != nil {
+		return in, nil, err
+	}
+	in.PageSize = o.pageSize
+	in.MaxTotalTokens = o.maxTotalTokens
+	in.ContextLen = o.contextLen
+	in.MaxRunningRequests = o.maxRunning
+	in.HostMargin = o.hostMargin
+	if o.hicacheSize > 0 && o.hicacheRatio > 0 {
+		return in, nil, errors.New("give --hicache-size or --hicache-ratio, not both")
+	}
+	in.HiCache = plan.HiCache{Enabled: o.hicache || o.hicacheSize > 0 || o.hicacheRatio > 0, SizeGB: o.hicacheSize, Ratio: o.hicacheRatio}
+	lanes, laneNotes, err := planLanes(o)
+	if err != nil {
+		return in, nil, err
+	}
+	in.Lanes, notes = lanes, append(notes, laneNotes...)
+	in.PromptTokens, in.OutputTokens = o.promptTokens, o.outputTokens
+	return in, notes, nil
+}
+
+// planWeights sets the weights' size from --safetensors-index or
+// --weights-bytes (neither: the planner estimates it from the model).
+func planWeights(o planOptions, in *plan.Input) error {
+	var err error
+	switch {
+	case o.safetensorsIndex != "" && o.weightsBytes != "":
+		return errors.New("give --weights-bytes or --safetensors-index, not both")
+	case o.safetensorsIndex != "":
+		if in.WeightBytes, err = plan.LoadSafetensorsIndex(o.safetensorsIndex); err != nil {
+			return err
+		}
+		in.WeightSource = "safetensors index " + o.safetensorsIndex
+	case o.weightsBytes != "":
+		if in.WeightBytes, err = plan.ParseBytes(o.weightsBytes); err != nil {
+			return fmt.Errorf("--weights-bytes: %w", err)
+		}
+		in.WeightSource = "--weights-bytes " + o.weightsBytes
+	}
+	return nil
+}
+
+// planGPU reads the GPU from --gpu or --gpu-mem; exactly one is required.
+func planGPU(o planOptions) (plan.GPU, []string, error) {
+	switch {
+	case o.gpu != "" && o.gpuMem != "":
+		return plan.GPU{}, nil, errors.New("give --gpu or --gpu-mem, not both")
+	case o.gpu != "":
+		return plan.ParseGPU(o.gpu)
+	case o.gpuMem != "":
+		return plan.ParseGPU(o.gpuMem)
+	default:
+		return plan.GPU{}, nil, errors.New("--gpu NAME or --gpu-mem SIZE is required")
+	}
+}
+
+// planByteFlags parses the memory-size flags that were given.
+func planByteFlags(o planOptions, in *plan.Input) error {
 	for _, s := range []struct {
 		flag, val string
 		dst       *int64
@@ -171,34 +208,32 @@ func planInput(o planOptions) (plan.Input, []string, error) {
 		if s.val == "" {
 			continue
 		}
+		var err error
 		if *s.dst, err = plan.ParseBytes(s.val); err != nil {
-			return in, nil, fmt.Errorf("%s: %w", s.flag, err)
+			return fmt.Errorf("%s: %w", s.flag, err)
 		}
 	}
-	in.PageSize = o.pageSize
-	in.MaxTotalTokens = o.maxTotalTokens
-	in.ContextLen = o.contextLen
-	in.MaxRunningRequests = o.maxRunning
-	in.HostMargin = o.hostMargin
-	if o.hicacheSize > 0 && o.hicacheRatio > 0 {
-		return in, nil, errors.New("give --hicache-size or --hicache-ratio, not both")
-	}
-	in.HiCache = plan.HiCache{Enabled: o.hicache || o.hicacheSize > 0 || o.hicacheRatio > 0, SizeGB: o.hicacheSize, Ratio: o.hicacheRatio}
+	return nil
+}
+
+// planLanes parses the --lane flags; with none it plans the lane regen run
+// gives a job without lanes, and says so in a note.
+func planLanes(o planOptions) ([]plan.Lane, []string, error) {
+	var lanes []plan.Lane
 	for _, s := range o.lanes {
 		l, err := plan.ParseLane(s)
 		if err != nil {
-			return in, nil, err
+			return nil, nil, err
 		}
-		in.Lanes = append(in.Lanes, l)
+		lanes = append(lanes, l)
 	}
-	if len(in.Lanes) == 0 {
-		// What regen run does with a job without lanes.
-		in.Lanes = []plan.Lane{{Name: job.DefaultLaneName, Concurrency: job.DefaultConcurrency, MaxTokens: job.DefaultMaxTokens}}
-		notes = append(notes, fmt.Sprintf("no --lane: planned regen's default lane %s (%d wanted running, max_tokens %d), as a job without lanes runs",
-			job.DefaultLaneName, job.DefaultConcurrency, job.DefaultMaxTokens))
+	if len(lanes) > 0 {
+		return lanes, nil, nil
 	}
-	in.PromptTokens, in.OutputTokens = o.promptTokens, o.outputTokens
-	return in, notes, nil
+	lanes = []plan.Lane{{Name: job.DefaultLaneName, Concurrency: job.DefaultConcurrency, MaxTokens: job.DefaultMaxTokens}}
+	note := fmt.Sprintf("no --lane: planned regen's default lane %s (%d wanted running, max_tokens %d), as a job without lanes runs",
+		job.DefaultLaneName, job.DefaultConcurrency, job.DefaultMaxTokens)
+	return lanes, []string{note}, nil
 }
 
 // runPlan prints the plan (text or JSON) and, when it is refused, returns

@@ -22,7 +22,6 @@ func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([
 	if err != nil {
 		return nil, err
 	}
-	var notes []string
 	var args []string
 	if spec.Server != nil {
 		args = spec.Server.Args
@@ -34,21 +33,21 @@ func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([
 		}
 	}
 	flags := launchFlags(args)
-	setInt := func(name string, dst *int, keys ...string) error {
-		if changed(name) {
-			return nil
-		}
-		for _, k := range keys {
-			if v, ok := flags[k]; ok {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return fmt.Errorf("%s: server.args %s %q: %w", spec.Path, k, v, err)
-				}
-				*dst = n
-			}
-		}
-		return nil
+	if err := applyLaunchFlags(o, flags, changed); err != nil {
+		return nil, fmt.Errorf("%s: %w", spec.Path, err)
 	}
+	if !changed("model") {
+		applyJobModel(o, spec.Model, flags)
+	}
+	if changed("lane") {
+		return nil, nil
+	}
+	return applyJobLanes(ctx, o, spec)
+}
+
+// applyLaunchFlags sets the options the server's launch flags give, under
+// either engine's spelling, unless the user gave them.
+func applyLaunchFlags(o *planOptions, flags map[string]string, changed func(string) bool) error {
 	for _, s := range []struct {
 		name string
 		dst  *int
@@ -61,20 +60,30 @@ func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([
 		{"page-size", &o.pageSize, []string{"--page-size", "--block-size"}},
 		{"context-length", &o.contextLen, []string{"--context-length", "--max-model-len"}},
 	} {
-		if err := setInt(s.name, s.dst, s.keys...); err != nil {
-			return nil, err
+		if changed(s.name) {
+			continue
+		}
+		for _, k := range s.keys {
+			if v, ok := flags[k]; ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return fmt.Errorf("server.args %s %q: %w", k, v, err)
+				}
+				*s.dst = n
+			}
 		}
 	}
+	var err error
 	for _, k := range []string{"--mem-fraction-static", "--gpu-memory-utilization"} {
 		if v, ok := flags[k]; ok && !changed("mem-fraction") {
 			if o.memFraction, err = strconv.ParseFloat(v, 64); err != nil {
-				return nil, fmt.Errorf("%s: server.args %s %q: %w", spec.Path, k, v, err)
+				return fmt.Errorf("server.args %s %q: %w", k, v, err)
 			}
 		}
 	}
 	if v, ok := flags["--hicache-ratio"]; ok && !changed("hicache-ratio") {
 		if o.hicacheRatio, err = strconv.ParseFloat(v, 64); err != nil {
-			return nil, fmt.Errorf("%s: server.args --hicache-ratio %q: %w", spec.Path, v, err)
+			return fmt.Errorf("server.args --hicache-ratio %q: %w", v, err)
 		}
 	}
 	if _, ok := flags["--enable-hierarchical-cache"]; ok && !changed("hicache") {
@@ -83,38 +92,43 @@ func applyJob(ctx context.Context, o *planOptions, changed func(string) bool) ([
 	if v, ok := flags["--kv-cache-dtype"]; ok && !changed("kv-dtype") {
 		o.kvDtype = v
 	}
-	if !changed("model") {
-		model := spec.Model
-		if v, ok := flags["--model-path"]; ok {
-			model = v
-		}
-		if fi, err := os.Stat(model); err == nil && fi.IsDir() {
-			model = filepath.Join(model, "config.json")
-		}
-		if _, err := os.Stat(model); err == nil {
-			o.model = model
-		}
-	}
+	return nil
+}
 
-	if !changed("lane") {
-		lanes, observed, err := jobLanes(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		o.lanes = nil
-		for _, l := range lanes {
-			s := fmt.Sprintf("%s:%d:%d", l.Name, l.Concurrency, l.MaxTokens)
-			if l.PromptMean > 0 || l.OutputMean > 0 {
-				// An auto lane plans as many as fit (concurrency 0). A lane that has not finished a sample yet falls back to --prompt-tokens/--output-tokens.
-				s += fmt.Sprintf(":%d:%d:%d:%d", l.PromptMean, l.OutputMean, l.PromptP95, l.OutputP95)
-			}
-			o.lanes = append(o.lanes, s)
-		}
-		if observed > 0 {
-			notes = append(notes, fmt.Sprintf("lane lengths observed over %d finished samples of job %s", observed, spec.Name))
-		}
+// applyJobModel takes the model's config.json from --model-path, else
+// from the job's model, when that is a file or a directory holding it.
+func applyJobModel(o *planOptions, model string, flags map[string]string) {
+	if v, ok := flags["--model-path"]; ok {
+		model = v
 	}
-	return notes, nil
+	if fi, err := os.Stat(model); err == nil && fi.IsDir() {
+		model = filepath.Join(model, "config.json")
+	}
+	if _, err := os.Stat(model); err == nil {
+		o.model = model
+	}
+}
+
+// applyJobLanes sets --lane from the job's lanes, with the lengths they
+// observed when the job has run.
+func applyJobLanes(ctx context.Context, o *planOptions, spec *job.Spec) ([]string, error) {
+	lanes, observed, err := jobLanes(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	o.lanes = nil
+	for _, l := range lanes {
+		s := fmt.Sprintf("%s:%d:%d", l.Name, l.Concurrency, l.MaxTokens)
+		if l.PromptMean > 0 || l.OutputMean > 0 {
+			// An auto lane plans as many as fit (concurrency 0). A lane that has not finished a sample yet falls back to --prompt-tokens/--output-tokens.
+			s += fmt.Sprintf(":%d:%d:%d:%d", l.PromptMean, l.OutputMean, l.PromptP95, l.OutputP95)
+		}
+		o.lanes = append(o.lanes, s)
+	}
+	if observed > 0 {
+		return []string{fmt.Sprintf("lane lengths observed over %d finished samples of job %s", observed, spec.Name)}, nil
+	}
+	return nil, nil
 }
 
 // launchFlags reads "--flag value" and "--flag=value" pairs; a flag without a

@@ -141,21 +141,11 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	abort, stopSignals := onSignals(terminal)
 	defer stopSignals()
 
-	// Logs go to the job's log file: the terminal shows the progress view,
-	// where state changes appear as they happen.
-	level := slog.LevelInfo
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	if err := os.MkdirAll(spec.StateDir(), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", spec.StateDir(), err)
-	}
-	logFile, err := os.OpenFile(spec.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, log, err := openJobLog(spec, o.verbose)
 	if err != nil {
-		return fmt.Errorf("open log: %w", err)
+		return err
 	}
 	defer logFile.Close()
-	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
 	fmt.Printf("regen: job %s, store %s, log %s%s\n", spec.Name, spec.Rel(st.Info().Location), spec.Rel(spec.LogPath()), relNote(spec))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
@@ -180,18 +170,48 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	// A job that finished with nothing done prints its summary, then fails.
 	var none *runner.NothingDoneError
 	if err != nil && !errors.As(err, &none) {
-		var failed *runner.FailedError
-		if errors.As(err, &failed) {
-			for _, e := range failed.Evidence {
-				fmt.Fprintln(os.Stderr, "  evidence:", e)
-			}
-			return &exitError{code: 3, err: err}
-		}
-		if errors.Is(err, runner.ErrInterrupted) {
-			return &exitError{code: 130, err: err}
-		}
-		return err
+		return runFailure(err)
 	}
+	printRunSummary(spec, sum)
+	return err // nil, or the NothingDoneError: exit 1
+}
+
+// openJobLog opens the job's log file, where logs go: the terminal shows
+// the progress view, where state changes appear as they happen.
+func openJobLog(spec *job.Spec, verbose bool) (*os.File, *slog.Logger, error) {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	if err := os.MkdirAll(spec.StateDir(), 0o755); err != nil {
+		return nil, nil, fmt.Errorf("create %s: %w", spec.StateDir(), err)
+	}
+	f, err := os.OpenFile(spec.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open log: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: level})).With("job", spec.Name, "pid", os.Getpid())
+	return f, log, nil
+}
+
+// runFailure gives a failed run its exit code: 3 for a job that failed
+// (its evidence printed), 130 for an interrupted one.
+func runFailure(err error) error {
+	var failed *runner.FailedError
+	if errors.As(err, &failed) {
+		for _, e := range failed.Evidence {
+			fmt.Fprintln(os.Stderr, "  evidence:", e)
+		}
+		return &exitError{code: 3, err: err}
+	}
+	if errors.Is(err, runner.ErrInterrupted) {
+		return &exitError{code: 130, err: err}
+	}
+	return err
+}
+
+// printRunSummary prints the counts, the output files and their warnings.
+func printRunSummary(spec *job.Spec, sum runner.Summary) {
 	t := sum.Final.Total
 	fmt.Printf("regen: job %s done: %d samples (%d done, %d rejected, %d dead), %d bad source rows\n",
 		spec.Name, t.Total, t.Done, t.Rejected, t.Dead, sum.Final.IngestErrors)
@@ -202,7 +222,6 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		fmt.Println("warning:", w)
 	}
 	writeTokenSummary(os.Stdout, sum.Export)
-	return err // nil, or the NothingDoneError: exit 1
 }
 
 // relNote says which folder the paths regen prints are relative to, when it

@@ -174,26 +174,7 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 	}
 	p("sources\t%d", len(s.Sources))
 	for _, src := range s.Sources {
-		var mapping []string
-		add := func(k, v string) {
-			if v != "" {
-				mapping = append(mapping, k+": "+v)
-			}
-		}
-		add("conversations", src.Conversations)
-		add("messages", src.Messages)
-		add("prompt", src.Prompt)
-		add("system_field", src.SystemField)
-		if src.System != "" {
-			mapping = append(mapping, "system: (literal)")
-		}
-		add("tools", src.Tools)
-		add("id", src.ID)
-		add("format", src.Format)
-		if src.Limit > 0 {
-			mapping = append(mapping, fmt.Sprintf("limit: %d", src.Limit))
-		}
-		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, s.Rel(src.Path), strings.Join(mapping, ", "))
+		line := fmt.Sprintf("\t%s\t%s\t%s", src.Partition, s.Rel(src.Path), sourceMapping(src))
 		if lane := fixedLane(s, src.Partition); lane != "" {
 			line += "\t-> lane " + lane
 		}
@@ -212,67 +193,116 @@ func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) 
 	}
 	p("lanes\t%d", len(s.Lanes))
 	for _, l := range s.Lanes {
-		var rule []string
-		if len(l.Partitions) > 0 {
-			rule = append(rule, "partitions "+strings.Join(l.Partitions, ","))
-		}
-		if l.MaxPromptTokens > 0 {
-			rule = append(rule, fmt.Sprintf("prompts <= %d tokens", l.MaxPromptTokens))
-		}
-		if len(rule) == 0 {
-			rule = append(rule, "no rule")
-		}
 		esc := ""
 		if next, ok := s.EscalationLane(l.Name); ok {
 			esc = "truncated -> " + next
 		}
-		p("\t%s\tconcurrency %s\tmax_tokens %d\t%s\t%s", l.Name, l.ConcurrencyText(), l.MaxTokens, strings.Join(rule, "; "), esc)
+		p("\t%s\tconcurrency %s\tmax_tokens %d\t%s\t%s", l.Name, l.ConcurrencyText(), l.MaxTokens, laneRule(l), esc)
 	}
-	if sv := s.Server; sv != nil {
-		port := fmt.Sprint(sv.Port)
-		if sv.Port == 0 {
-			port = "any free port"
-		}
-		line := fmt.Sprintf("server\t%s on %s:%s (ready within %s, hang after %s, %d restarts per %s)", sv.Engine, sv.Host, port, sv.ReadyTimeout, sv.HangTimeout, sv.Restart.Max, sv.Restart.Window)
-		if len(sv.Sim) > 0 {
-			b, _ := json.Marshal(sv.Sim) // plain YAML values always marshal
-			line += " sim " + string(b)
-		}
-		p("%s", line)
+	if s.Server != nil {
+		p("server\t%s", serverSummary(s.Server))
 	}
 	if len(s.Endpoints) > 0 {
 		p("endpoints\t%d", len(s.Endpoints))
 		for _, e := range s.Endpoints {
-			key := "no key"
-			if e.APIKeyEnv != "" {
-				key = "key from $" + e.APIKeyEnv
-			}
-			engine := e.Engine
-			if e.Detect {
-				engine = "engine asked of the server"
-			}
-			p("\t%s\t%s\t%s", e.URL, engine, key)
+			p("\t%s", endpointSummary(e))
 		}
 	}
-	params, err := s.Generation.Params()
+	gen, err := generationSummary(s.Generation)
 	if err != nil {
 		return err
 	}
-	var gen []string
+	p("generation\t%s", gen)
+	p("store\t%s", storeSummary(s))
+	p("output\t%s\t%s", s.Rel(s.Output.Dir), strings.Join(s.Output.Formats, ", "))
+	p("retry\t%d attempts, backoff %s..%s", s.Retry.MaxAttempts, s.Retry.BaseDelay, s.Retry.MaxDelay)
+	return tw.Flush()
+}
+
+// sourceMapping lists the source's mapping keys that are set.
+func sourceMapping(src job.Source) string {
+	var mapping []string
+	add := func(k, v string) {
+		if v != "" {
+			mapping = append(mapping, k+": "+v)
+		}
+	}
+	add("conversations", src.Conversations)
+	add("messages", src.Messages)
+	add("prompt", src.Prompt)
+	add("system_field", src.SystemField)
+	if src.System != "" {
+		mapping = append(mapping, "system: (literal)")
+	}
+	add("tools", src.Tools)
+	add("id", src.ID)
+	add("format", src.Format)
+	if src.Limit > 0 {
+		mapping = append(mapping, fmt.Sprintf("limit: %d", src.Limit))
+	}
+	return strings.Join(mapping, ", ")
+}
+
+// laneRule says which samples the lane takes.
+func laneRule(l job.Lane) string {
+	var rule []string
+	if len(l.Partitions) > 0 {
+		rule = append(rule, "partitions "+strings.Join(l.Partitions, ","))
+	}
+	if l.MaxPromptTokens > 0 {
+		rule = append(rule, fmt.Sprintf("prompts <= %d tokens", l.MaxPromptTokens))
+	}
+	if len(rule) == 0 {
+		rule = append(rule, "no rule")
+	}
+	return strings.Join(rule, "; ")
+}
+
+// serverSummary is the server regen launches: where, its timeouts and
+// restart budget, and the simulator's settings when it is the simulator.
+func serverSummary(sv *job.Server) string {
+	port := fmt.Sprint(sv.Port)
+	if sv.Port == 0 {
+		port = "any free port"
+	}
+	line := fmt.Sprintf("%s on %s:%s (ready within %s, hang after %s, %d restarts per %s)", sv.Engine, sv.Host, port, sv.ReadyTimeout, sv.HangTimeout, sv.Restart.Max, sv.Restart.Window)
+	if len(sv.Sim) > 0 {
+		b, _ := json.Marshal(sv.Sim) // plain YAML values always marshal
+		line += " sim " + string(b)
+	}
+	return line
+}
+
+// endpointSummary is one endpoint's tab-separated URL, engine and key.
+func endpointSummary(e job.Endpoint) string {
+	key := "no key"
+	if e.APIKeyEnv != "" {
+		key = "key from $" + e.APIKeyEnv
+	}
+	engine := e.Engine
+	if e.Detect {
+		engine = "engine asked of the server"
+	}
+	return e.URL + "\t" + engine + "\t" + key
+}
+
+// generationSummary is the request parameters, sorted, then the timeouts.
+func generationSummary(g job.Generation) (string, error) {
+	params, err := g.Params()
+	if err != nil {
+		return "", err
+	}
 	keys := make([]string, 0, len(params))
 	for k := range params {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	gen := make([]string, 0, len(keys)+2)
 	for _, k := range keys {
 		gen = append(gen, k+"="+string(params[k]))
 	}
-	gen = append(gen, "request_timeout="+s.Generation.RequestTimeout.String(), "idle_timeout="+s.Generation.IdleTimeout.String())
-	p("generation\t%s", strings.Join(gen, " "))
-	p("store\t%s", storeSummary(s))
-	p("output\t%s\t%s", s.Rel(s.Output.Dir), strings.Join(s.Output.Formats, ", "))
-	p("retry\t%d attempts, backoff %s..%s", s.Retry.MaxAttempts, s.Retry.BaseDelay, s.Retry.MaxDelay)
-	return tw.Flush()
+	gen = append(gen, "request_timeout="+g.RequestTimeout.String(), "idle_timeout="+g.IdleTimeout.String())
+	return strings.Join(gen, " "), nil
 }
 
 // storeSummary is where the job's store is, as a run would resolve it

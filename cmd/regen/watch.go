@@ -89,38 +89,50 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 		if every <= 0 {
 			every = 500 * time.Millisecond
 		}
-		return ui.RunWatch(ctx, in, out, every, func(ctx context.Context) (ui.WatchSnapshot, error) {
-			r, err := report(ctx)
-			if err != nil {
-				return ui.WatchSnapshot{}, err
-			}
-			now := time.Now()
-			// The report already read the newest heartbeat: the axis needs
-			// only its start and time.
-			var hb store.Heartbeat
-			if r.Heartbeat != nil {
-				hb.Time, hb.Started = r.Heartbeat.Time, r.Heartbeat.Started
-			}
-			h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, r.Heartbeat != nil, now, 0), now)
-			if err != nil {
-				return ui.WatchSnapshot{}, err
-			}
-			// More events than the report's five: a tall terminal shows them.
-			evs, err := st.Events(ctx, watchEvents)
-			if err != nil {
-				return ui.WatchSnapshot{}, err
-			}
-			events := make([]monitor.Event, 0, len(evs))
-			for _, e := range evs {
-				events = append(events, monitor.EventOf(e))
-			}
-			return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events}, nil
-		})
+		return ui.RunWatch(ctx, in, out, every, watchSnapshots(spec, st, report))
 	}
 	every := o.every
 	if every <= 0 {
 		every = 10 * time.Second
 	}
+	return printStatusEvery(ctx, out, spec.Name, report, every)
+}
+
+// watchSnapshots reads what the full-screen view draws: the report, the
+// history on the job's axis and the newest events.
+func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context) (monitor.Report, error)) func(context.Context) (ui.WatchSnapshot, error) {
+	return func(ctx context.Context) (ui.WatchSnapshot, error) {
+		r, err := report(ctx)
+		if err != nil {
+			return ui.WatchSnapshot{}, err
+		}
+		now := time.Now()
+		// The report already read the newest heartbeat: the axis needs
+		// only its start and time.
+		var hb store.Heartbeat
+		if r.Heartbeat != nil {
+			hb.Time, hb.Started = r.Heartbeat.Time, r.Heartbeat.Started
+		}
+		h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, r.Heartbeat != nil, now, 0), now)
+		if err != nil {
+			return ui.WatchSnapshot{}, err
+		}
+		// More events than the report's five: a tall terminal shows them.
+		evs, err := st.Events(ctx, watchEvents)
+		if err != nil {
+			return ui.WatchSnapshot{}, err
+		}
+		events := make([]monitor.Event, 0, len(evs))
+		for _, e := range evs {
+			events = append(events, monitor.EventOf(e))
+		}
+		return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events}, nil
+	}
+}
+
+// printStatusEvery prints the status text every period until ctx ends,
+// for output that is not a terminal.
+func printStatusEvery(ctx context.Context, out io.Writer, name string, report func(context.Context) (monitor.Report, error), every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -131,7 +143,7 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 		case err != nil:
 			fmt.Fprintf(out, "%s regen watch: cannot read the store: %v\n\n", time.Now().Format("15:04:05"), err)
 		default:
-			fmt.Fprintf(out, "%s\n%s\n", time.Now().Format(time.RFC3339), ui.StatusText(spec.Name, r))
+			fmt.Fprintf(out, "%s\n%s\n", time.Now().Format(time.RFC3339), ui.StatusText(name, r))
 		}
 		select {
 		case <-ctx.Done():

@@ -7,23 +7,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-)
 
-// canWriteReadOnly reports whether this process writes into a 0555 folder
-// anyway (root does: chmod does not stop it).
-func canWriteReadOnly(t *testing.T) bool {
-	t.Helper()
-	d := filepath.Join(t.TempDir(), "probe")
-	if err := os.Mkdir(d, 0o555); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.CreateTemp(d, "x")
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
+	"github.com/regen-dev/regen/internal/testfs"
+)
 
 // TestCheckDir: a writable folder (or a missing one under a writable
 // parent) passes and is left as it was; a read-only folder, or a path
@@ -57,7 +43,7 @@ func TestCheckDir(t *testing.T) {
 	if err := os.Mkdir(ro, 0o555); err != nil {
 		t.Fatal(err)
 	}
-	if canWriteReadOnly(t) {
+	if testfs.WritesReadOnlyDir(t) {
 		t.Logf("running as root: a 0555 folder is writable here, so only the file-as-parent cases above can fail")
 		if err := CheckDir(ro); err != nil {
 			t.Errorf("CheckDir(%s) as root = %v, want nil (root writes there)", ro, err)

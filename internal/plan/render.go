@@ -11,30 +11,68 @@ import (
 // prediction or rests on an estimate are marked "~"; the ESTIMATES section
 // says what each estimate is.
 func (p *Plan) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	pr := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
-	row := func(est bool, label, value, note string) {
-		mark := ""
-		if est {
-			mark = "~"
-		}
-		pr("  %s\t%s\t%s\t%s", label, mark, value, note)
-	}
-
+	t := table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
 	moe := ""
 	if p.Model.MoE {
 		moe = ", MoE"
 	}
-	pr("regen plan: %s (%s, %d layers%s, %s) on %d x %s, TP %d, DP %d, engine %s",
+	t.line("regen plan: %s (%s, %d layers%s, %s) on %d x %s, TP %d, DP %d, engine %s",
 		nonEmpty(p.Model.Name, "model"), p.Model.Attention, p.Model.Layers, moe, p.Model.Dtype, p.GPU.Count, p.GPU.Name, p.GPU.TP, p.GPU.DP, p.Engine)
-	pr("")
-	pr("GPU")
-	row(false, "memory per GPU", fmt.Sprintf("%.2f GiB", gib(p.GPU.MemBytes)), p.GPU.Source)
+	t.line("")
+	t.line("GPU")
+	t.row(false, "memory per GPU", fmt.Sprintf("%.2f GiB", gib(p.GPU.MemBytes)), p.GPU.Source)
+	p.writeWeights(t)
+	p.writeKV(t)
+	p.writeMemory(t)
+	if p.HostCache != nil {
+		p.HostCache.write(t)
+	}
+	if p.Host != nil {
+		p.Host.write(t)
+	}
+	if lp := p.Lanes; lp != nil {
+		t.line("LANES")
+		t.formula(lp.Formula)
+		for _, x := range lp.Lanes {
+			t.row(true, "lane "+x.Name, fmt.Sprintf("%d running", x.Recommended), x.Math)
+		}
+	}
+	t.line("FLAGS")
+	t.line("  %s", strings.Join(p.Flags, " "))
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, p.trailer())
+	return err
+}
 
-	pr("WEIGHTS")
-	westEst := p.Weights.Estimated
-	row(westEst, "total", fmt.Sprintf("%.2f GiB", gib(p.Weights.TotalBytes)), p.Weights.Source)
-	row(true, "per rank", fmt.Sprintf("%.2f GiB", gib(p.Weights.PerRankBytes)), fmt.Sprintf("of which %.2f GiB replicated on every rank", gib(p.Weights.ReplicatedBytes)))
+// table is the plan's aligned part: section headings, and rows of label,
+// estimate mark, value and note.
+type table struct{ tw *tabwriter.Writer }
+
+func (t table) line(format string, a ...any) { fmt.Fprintf(t.tw, format+"\n", a...) }
+
+// row writes one fact; est marks a value that is a prediction or rests on
+// an estimate.
+func (t table) row(est bool, label, value, note string) {
+	mark := ""
+	if est {
+		mark = "~"
+	}
+	t.line("  %s\t%s\t%s\t%s", label, mark, value, note)
+}
+
+// formula writes the lines of a section's arithmetic in the note column.
+func (t table) formula(lines []string) {
+	for _, l := range lines {
+		t.row(false, "", "", l)
+	}
+}
+
+func (p *Plan) writeWeights(t table) {
+	t.line("WEIGHTS")
+	t.row(p.Weights.Estimated, "total", fmt.Sprintf("%.2f GiB", gib(p.Weights.TotalBytes)), p.Weights.Source)
+	t.row(true, "per rank", fmt.Sprintf("%.2f GiB", gib(p.Weights.PerRankBytes)), fmt.Sprintf("of which %.2f GiB replicated on every rank", gib(p.Weights.ReplicatedBytes)))
 	for _, part := range p.Weights.Breakdown.Parts {
 		state := "split"
 		if part.Replicated {
@@ -43,77 +81,62 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if !part.Loaded {
 			state = "not loaded"
 		}
-		row(true, "  "+part.Name, fmt.Sprintf("%.2f GiB/rank", gib(part.PerRankBytes)), fmt.Sprintf("%.2f GiB total, %.2fB params, %s, %s", gib(part.Bytes), float64(part.Params)/1e9, part.Format, state))
+		t.row(true, "  "+part.Name, fmt.Sprintf("%.2f GiB/rank", gib(part.PerRankBytes)), fmt.Sprintf("%.2f GiB total, %.2fB params, %s, %s", gib(part.Bytes), float64(part.Params)/1e9, part.Format, state))
 	}
+}
 
-	pr("KV CACHE")
-	row(false, "dtype", fmt.Sprintf("%s (%d B)", p.KV.Dtype, p.KV.ElemBytes), p.KV.DtypeSource)
+func (p *Plan) writeKV(t table) {
+	t.line("KV CACHE")
+	t.row(false, "dtype", fmt.Sprintf("%s (%d B)", p.KV.Dtype, p.KV.ElemBytes), p.KV.DtypeSource)
 	repl := ""
 	if p.KV.ReplicatedAcrossTP {
 		repl = "replicated on every TP rank"
 	}
-	row(false, "bytes per token per rank", fmt.Sprintf("%d B", p.KV.CellBytes), repl)
-	row(false, "", "", p.KV.Formula)
+	t.row(false, "bytes per token per rank", fmt.Sprintf("%d B", p.KV.CellBytes), repl)
+	t.row(false, "", "", p.KV.Formula)
+}
 
+// writeMemory writes the GPU memory section in the engine's own words.
+func (p *Plan) writeMemory(t table) {
 	mem := p.Memory
-	pr("GPU MEMORY (per rank)")
-	row(true, "P free before weights", fmt.Sprintf("%.2f GiB", gib(mem.FreeBeforeWeightsBytes)), "")
-	label := "--mem-fraction-static"
+	fraction, act, pool := "--mem-fraction-static", "activation minimum", "max_total_num_tokens"
 	if p.Engine == VLLM {
-		label = "gpu_memory_utilization"
+		fraction, act, pool = "gpu_memory_utilization", "activation peak (subtracted)", "GPU KV cache size"
 	}
-	row(false, label, fmt.Sprintf("%.3f", mem.MemFraction), mem.MemFractionSource)
-	act := "activation minimum"
-	if p.Engine == VLLM {
-		act = "activation peak (subtracted)"
-	}
-	row(true, "slack outside static pool", fmt.Sprintf("%.2f GiB", gib(mem.SlackBytes)), fmt.Sprintf("%s %.2f GiB", act, gib(mem.ActivationBytes)))
-	row(true, "KV pool", fmt.Sprintf("%.2f GiB", gib(mem.KVPoolBytes)), "")
-	name := "max_total_num_tokens"
-	if p.Engine == VLLM {
-		name = "GPU KV cache size"
-	}
-	row(true, name, fmt.Sprintf("%d tokens", mem.MaxTotalTokens), fmt.Sprintf("page %d", mem.PageSize))
-	for _, l := range mem.Formula {
-		row(false, "", "", l)
-	}
+	t.line("GPU MEMORY (per rank)")
+	t.row(true, "P free before weights", fmt.Sprintf("%.2f GiB", gib(mem.FreeBeforeWeightsBytes)), "")
+	t.row(false, fraction, fmt.Sprintf("%.3f", mem.MemFraction), mem.MemFractionSource)
+	t.row(true, "slack outside static pool", fmt.Sprintf("%.2f GiB", gib(mem.SlackBytes)), fmt.Sprintf("%s %.2f GiB", act, gib(mem.ActivationBytes)))
+	t.row(true, "KV pool", fmt.Sprintf("%.2f GiB", gib(mem.KVPoolBytes)), "")
+	t.row(true, pool, fmt.Sprintf("%d tokens", mem.MaxTotalTokens), fmt.Sprintf("page %d", mem.PageSize))
+	t.formula(mem.Formula)
+}
 
-	if hc := p.HostCache; hc != nil {
-		pr("HOST CACHE (HiCache, per rank)")
-		row(false, "bytes per token", fmt.Sprintf("%d B", hc.BytesPerToken), "")
-		row(hc.SizeGBPerRank == 0, "tokens per rank", fmt.Sprintf("%d", hc.TokensPerRank), "")
-		row(hc.SizeGBPerRank == 0, "per rank", fmt.Sprintf("%.2f GB", gb(hc.BytesPerRank)), "decimal GB")
-		row(hc.SizeGBPerRank == 0, "total", fmt.Sprintf("%.2f GB", gb(hc.TotalBytes)), fmt.Sprintf("%d ranks", hc.Ranks))
-		row(true, "largest safe --hicache-size", fmt.Sprintf("%d", hc.MaxSafeSizeGB), "GB per rank")
-		for _, l := range hc.Formula {
-			row(false, "", "", l)
-		}
+func (hc *HostCachePlan) write(t table) {
+	t.line("HOST CACHE (HiCache, per rank)")
+	t.row(false, "bytes per token", fmt.Sprintf("%d B", hc.BytesPerToken), "")
+	t.row(hc.SizeGBPerRank == 0, "tokens per rank", fmt.Sprintf("%d", hc.TokensPerRank), "")
+	t.row(hc.SizeGBPerRank == 0, "per rank", fmt.Sprintf("%.2f GB", gb(hc.BytesPerRank)), "decimal GB")
+	t.row(hc.SizeGBPerRank == 0, "total", fmt.Sprintf("%.2f GB", gb(hc.TotalBytes)), fmt.Sprintf("%d ranks", hc.Ranks))
+	t.row(true, "largest safe --hicache-size", fmt.Sprintf("%d", hc.MaxSafeSizeGB), "GB per rank")
+	t.formula(hc.Formula)
+}
+
+func (h *HostPlan) write(t table) {
+	t.line("HOST RAM")
+	t.row(false, "total", fmt.Sprintf("%.2f GB", gb(h.TotalBytes)), "")
+	t.row(true, "process overhead", fmt.Sprintf("%.2f GB", gb(h.OverheadBytes)), "")
+	t.row(false, "safety margin", fmt.Sprintf("%.2f GB", gb(h.MarginBytes)), fmt.Sprintf("%.0f%%", h.MarginFraction*100))
+	if h.ReserveBytes > 0 {
+		t.row(false, "SGLang reserve", fmt.Sprintf("%.2f GB", gb(h.ReserveBytes)), "10 GiB per rank")
+		t.row(false, "host cache", fmt.Sprintf("%.2f GB", gb(h.HostCacheBytes)), "")
 	}
-	if h := p.Host; h != nil {
-		pr("HOST RAM")
-		row(false, "total", fmt.Sprintf("%.2f GB", gb(h.TotalBytes)), "")
-		row(true, "process overhead", fmt.Sprintf("%.2f GB", gb(h.OverheadBytes)), "")
-		row(false, "safety margin", fmt.Sprintf("%.2f GB", gb(h.MarginBytes)), fmt.Sprintf("%.0f%%", h.MarginFraction*100))
-		if h.ReserveBytes > 0 {
-			row(false, "SGLang reserve", fmt.Sprintf("%.2f GB", gb(h.ReserveBytes)), "10 GiB per rank")
-			row(false, "host cache", fmt.Sprintf("%.2f GB", gb(h.HostCacheBytes)), "")
-		}
-		row(true, "left", fmt.Sprintf("%.2f GB", gb(h.LeftBytes)), "")
-	}
-	if lp := p.Lanes; lp != nil {
-		pr("LANES")
-		for _, l := range lp.Formula {
-			row(false, "", "", l)
-		}
-		for _, x := range lp.Lanes {
-			row(true, "lane "+x.Name, fmt.Sprintf("%d running", x.Recommended), x.Math)
-		}
-	}
-	pr("FLAGS")
-	pr("  %s", strings.Join(p.Flags, " "))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	t.row(true, "left", fmt.Sprintf("%.2f GB", gb(h.LeftBytes)), "")
+}
+
+// trailer is what follows the table, unaligned: the job file's YAML, then
+// the estimates, notes and refusals.
+func (p *Plan) trailer() string {
 	var b strings.Builder
 	b.WriteString("\n")
 	b.WriteString(p.YAML)
@@ -139,6 +162,5 @@ func (p *Plan) WriteText(w io.Writer) error {
 			}
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return b.String()
 }

@@ -159,105 +159,150 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) 
 	s.whole(w, r, req, enc, fl)
 }
 
+// promptRead is what buildRequest learns of a request's prompt.
+type promptRead struct {
+	h        hasher
+	prefixes []prefixSeg // the hash and length after each tools block, message or 1 KB of text
+	tokens   int
+	ids      []int32 // the rendered prompt ids, when token ids were asked
+	toolName []byte  // the first tool's name, JSON-quoted; nil without tools
+	thinking bool
+}
+
 // buildRequest estimates prompt tokens, prefixes and the output plan; a
 // non-empty message is a 400 error in SGLang's words.
 func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []byte, string) {
 	c := &s.cfg
-	h := newHasher(c.Seed)
-	var prefixes []prefixSeg
-	tokens := 0
-	var toolName []byte
-	thinking := c.Reasoning == "always"
+	p := promptRead{h: newHasher(c.Seed), thinking: c.Reasoning == "always"}
 	// With token ids asked, the prompt's length is its rendered ids'.
-	var ids []int32
 	if in.idMode(kind) != idsNone {
-		ids = make([]int32, 0, 256)
+		p.ids = make([]int32, 0, 256)
 	}
+	var msg string
 	if kind == kindChat {
-		if len(in.Messages) == 0 {
-			return nil, false, nil, "messages: at least one message is required"
-		}
-		if len(in.Tools) > 0 && string(in.Tools) != "null" {
-			var tl []struct {
-				Function struct {
-					Name string `json:"name"`
-				} `json:"function"`
-			}
-			if err := json.Unmarshal(in.Tools, &tl); err != nil {
-				return nil, false, nil, "tools: " + err.Error()
-			}
-			if len(tl) > 0 {
-				toolName, _ = json.Marshal(tl[0].Function.Name)
-				h.add(in.Tools)
-				tokens += estimateTokens(len(in.Tools), c.BytesPerToken)
-				if ids != nil {
-					ids = toolsIDs(ids, in.Tools)
-					tokens = len(ids)
-				}
-				prefixes = append(prefixes, prefixSeg{h.h, tokens})
-			}
-		}
-		for _, m := range in.Messages {
-			h.add([]byte(m.Role))
-			h.add(m.Content)
-			h.add(m.ToolCalls)
-			tokens += estimateTokens(len(m.Content)+len(m.ToolCalls), c.BytesPerToken) + 4
-			if ids != nil {
-				ids = messageIDs(ids, m.Role, m.Content, m.ReasoningContent, m.ToolCalls)
-				tokens = len(ids)
-			}
-			prefixes = append(prefixes, prefixSeg{h.h, tokens})
-		}
-		if c.Reasoning == "auto" {
-			for _, k := range []string{"thinking", "enable_thinking"} {
-				if v, ok := in.ChatTemplateKwargs[k].(bool); ok && v {
-					thinking = true
-				}
-			}
-		}
+		msg = p.readChat(in, c)
 	} else {
-		var text []byte
-		var str string
-		var strs []string
-		var ids []int
-		switch {
-		case json.Unmarshal(in.Prompt, &str) == nil:
-			text = []byte(str)
-		case json.Unmarshal(in.Prompt, &strs) == nil:
-			text = []byte(strings.Join(strs, ""))
-		case json.Unmarshal(in.Prompt, &ids) == nil:
-			text = []byte(fmt.Sprint(ids))
-			tokens = len(ids)
-		default:
-			return nil, false, nil, "prompt: want a string, a list of strings or a list of token ids"
-		}
-		for off := 0; off < len(text); off += 1024 {
-			h.add(text[off:min(off+1024, len(text))])
-			t := estimateTokens(min(off+1024, len(text)), c.BytesPerToken)
-			if ids != nil {
-				t = len(ids) * min(off+1024, len(text)) / len(text)
-			}
-			prefixes = append(prefixes, prefixSeg{h.h, t})
-		}
-		if ids == nil {
-			tokens = estimateTokens(len(text), c.BytesPerToken)
-		}
-		thinking = false
+		msg = p.readCompletion(in, c)
 	}
-	if ids != nil {
-		ids = generationPrompt(ids)
-		tokens = len(ids)
+	if msg != "" {
+		return nil, false, nil, msg
 	}
-	tokens = max(tokens, 1)
+	if p.ids != nil {
+		p.ids = generationPrompt(p.ids)
+		p.tokens = len(p.ids)
+	}
+	tokens := max(p.tokens, 1)
 	if n := c.slotContext(); n > 0 {
-		return s.slotRequest(in, kind, tokens, n, h.h, prefixes, ids, thinking, toolName)
+		return s.slotRequest(in, kind, tokens, n, p.h.h, p.prefixes, p.ids, p.thinking, p.toolName)
 	}
+	maxNew, msg := maxNewTokens(in, c, tokens)
+	if msg != "" {
+		return nil, false, nil, msg
+	}
+	return s.makeRequest(in, kind, tokens, maxNew, p.h.h, p.prefixes, p.ids, p.thinking, p.toolName)
+}
+
+// readChat reads a chat request's tools and messages, and whether its
+// template kwargs turn thinking on.
+func (p *promptRead) readChat(in *genRequest, c *Config) string {
+	if len(in.Messages) == 0 {
+		return "messages: at least one message is required"
+	}
+	if msg := p.readTools(in.Tools, c); msg != "" {
+		return msg
+	}
+	for _, m := range in.Messages {
+		p.h.add([]byte(m.Role))
+		p.h.add(m.Content)
+		p.h.add(m.ToolCalls)
+		p.tokens += estimateTokens(len(m.Content)+len(m.ToolCalls), c.BytesPerToken) + 4
+		if p.ids != nil {
+			p.ids = messageIDs(p.ids, m.Role, m.Content, m.ReasoningContent, m.ToolCalls)
+			p.tokens = len(p.ids)
+		}
+		p.prefixes = append(p.prefixes, prefixSeg{p.h.h, p.tokens})
+	}
+	if c.Reasoning == "auto" {
+		for _, k := range []string{"thinking", "enable_thinking"} {
+			if v, ok := in.ChatTemplateKwargs[k].(bool); ok && v {
+				p.thinking = true
+			}
+		}
+	}
+	return ""
+}
+
+// readTools reads the tools block, which a template renders before the
+// messages, and the first tool's name, which a tool call answers with.
+func (p *promptRead) readTools(tools json.RawMessage, c *Config) string {
+	if len(tools) == 0 || string(tools) == "null" {
+		return ""
+	}
+	var tl []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(tools, &tl); err != nil {
+		return "tools: " + err.Error()
+	}
+	if len(tl) == 0 {
+		return ""
+	}
+	p.toolName, _ = json.Marshal(tl[0].Function.Name)
+	p.h.add(tools)
+	p.tokens += estimateTokens(len(tools), c.BytesPerToken)
+	if p.ids != nil {
+		p.ids = toolsIDs(p.ids, tools)
+		p.tokens = len(p.ids)
+	}
+	p.prefixes = append(p.prefixes, prefixSeg{p.h.h, p.tokens})
+	return ""
+}
+
+// readCompletion reads a completions prompt (a string, a list of strings
+// or a list of token ids), with a prefix every 1 KB; it never thinks.
+func (p *promptRead) readCompletion(in *genRequest, c *Config) string {
+	var text []byte
+	var str string
+	var strs []string
+	var promptIDs []int
+	switch {
+	case json.Unmarshal(in.Prompt, &str) == nil:
+		text = []byte(str)
+	case json.Unmarshal(in.Prompt, &strs) == nil:
+		text = []byte(strings.Join(strs, ""))
+	case json.Unmarshal(in.Prompt, &promptIDs) == nil:
+		text = []byte(fmt.Sprint(promptIDs))
+		p.tokens = len(promptIDs)
+	default:
+		return "prompt: want a string, a list of strings or a list of token ids"
+	}
+	for off := 0; off < len(text); off += 1024 {
+		p.h.add(text[off:min(off+1024, len(text))])
+		t := estimateTokens(min(off+1024, len(text)), c.BytesPerToken)
+		if promptIDs != nil {
+			t = len(promptIDs) * min(off+1024, len(text)) / len(text)
+		}
+		p.prefixes = append(p.prefixes, prefixSeg{p.h.h, t})
+	}
+	if promptIDs == nil {
+		p.tokens = estimateTokens(len(text), c.BytesPerToken)
+	}
+	p.thinking = false
+	return ""
+}
+
+// maxNewTokens checks the prompt fits the context and the KV pool and
+// returns how many tokens the request may generate; a non-empty message is
+// the engine's 400 error.
+func maxNewTokens(in *genRequest, c *Config, tokens int) (int, string) {
 	pool := c.kvTokens()
 	if tokens >= c.ContextLen {
-		return nil, false, nil, fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", tokens, c.ContextLen)
+		return 0, fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", tokens, c.ContextLen)
 	}
 	if tokens >= pool {
-		return nil, false, nil, fmt.Sprintf("Input length (%d tokens) exceeds the maximum allowed length (%d tokens). Use a shorter input or enable --allow-auto-truncate.", tokens, pool-1)
+		return 0, fmt.Sprintf("Input length (%d tokens) exceeds the maximum allowed length (%d tokens). Use a shorter input or enable --allow-auto-truncate.", tokens, pool-1)
 	}
 	maxNew := c.DefaultMaxTokens
 	if in.MaxCompletionTokens != nil {
@@ -268,13 +313,13 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 		maxNew = c.ContextLen - tokens
 	}
 	if maxNew < 1 {
-		return nil, false, nil, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxNew)
+		return 0, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxNew)
 	}
 	if tokens+maxNew > c.ContextLen {
-		return nil, false, nil, fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+		return 0, fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
 			c.ContextLen, tokens+maxNew, tokens, maxNew)
 	}
-	return s.makeRequest(in, kind, tokens, maxNew, h.h, prefixes, ids, thinking, toolName)
+	return maxNew, ""
 }
 
 // makeRequest is the request of a prompt that passed the engine's checks.

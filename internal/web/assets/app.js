@@ -116,13 +116,18 @@ function applyStatus(doc) {
   const hb = doc.heartbeat;
   $("runner").textContent = hb
     ? `runner pid ${hb.pid} on ${hb.host}, last heartbeat ${fmtSecs(Math.max(0, hb.age_seconds))} ago` +
-      (hb.started ? `, started ${new Date(hb.started).toLocaleString()}` : "") + (doc.runner_exited ? " (exited)" : "")
+      (hb.started ? `, started ${new Date(hb.started).toLocaleString()}` : "") + (doc.runner_exited ? " (exited)" : doc.runner_died ? " (died)" : "")
     : "runner: never started";
+  const gone = goneRunner(doc);
   const t = doc.total || {};
   for (const k of ["total", "done", "pending", "in_flight", "rejected", "dead"]) $("total-" + k).textContent = t[k] || 0;
+  $("total-in_flight").textContent = leased(t.in_flight || 0, gone);
+  $("stranded").textContent = gone && t.in_flight
+    ? `(${t.in_flight}): leased by the runner that ${gone} at ${fmtTime(doc.heartbeat.time)}, not in flight; they go back to pending when the job runs again`
+    : "";
   $("ingest-errors").textContent = doc.ingest_errors || 0;
-  $("rate-tokens").textContent = fmtNum(doc.rate_1m && doc.rate_1m.tokens_per_sec, 1);
-  $("rate-samples").textContent = fmtNum(doc.rate_1m && doc.rate_1m.samples_per_sec, 2);
+  setRate($("rate-tokens"), doc.rate_1m, gone, (r) => fmtNum(r && r.tokens_per_sec, 1));
+  setRate($("rate-samples"), doc.rate_1m, gone, (r) => fmtNum(r && r.samples_per_sec, 2));
   // Rejected samples per quality rule, most first, each a link to them.
   const rj = doc.rejects || [];
   $("rejects").replaceChildren(...(rj.length ? ["rejected by rule: "] : []), ...rj.flatMap((r, i) => {
@@ -146,7 +151,7 @@ function applyStatus(doc) {
       seg.title = `${c[k]} ${k}`;
       bar.appendChild(seg);
     }
-    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, c.in_flight,
+    const r = row([c.partition, c.lane, bar, c.done, c.total, c.pending, leased(c.in_flight, gone),
       countLink(c.rejected, "rejected", c), countLink(c.dead, "dead", c)]);
     r.dataset.cell = c.partition + "/" + c.lane;
     return r;
@@ -156,23 +161,7 @@ function applyStatus(doc) {
   setOptions("rules", (doc.rejects || []).map((r) => r.rule).sort());
   setOptions("generations", (doc.generations || []).map((g) => String(g.generation)));
 
-  fill($("endpoints").tBodies[0], (doc.endpoints || []).map((e) => {
-    const l = e.load;
-    // A figure the engine does not report is null, and so is a stale load.
-    const g = (v, pct) => (v === null || v === undefined ? "-" : pct ? (100 * v).toFixed(1) + "%" : fmtNum(v, 0));
-    const s = el("span", e.state, "state " + e.state);
-    const pool = e.kv_tokens ? `${fmtNum(e.kv_tokens, 0)} (${e.kv_tokens_source})` : "-";
-    // A reading older than its probe interval says its age: the figures
-    // are the server as it was then.
-    const aged = (v) => {
-      if (!l || !l.stale) return v;
-      const c = el("span", v, "stale");
-      c.append(el("span", ` (read ${fmtSecs(l.age_seconds)} ago)`, "age"));
-      return c;
-    };
-    return row([e.url, s, fmtTime(e.since), e.in_flight, e.limit || "-", aged(g(l && l.kv_usage, true)), aged(g(l && l.queued)), aged(g(l && l.running)),
-      pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
-  }));
+  showEndpoints(doc, gone);
   // Workers sharing the job (a PostgreSQL store); hidden for one runner.
   const ws = doc.workers || [];
   $("workers-box").hidden = ws.length < 2;
@@ -189,6 +178,64 @@ function applyStatus(doc) {
     return li;
   }));
   document.body.dataset.statusAt = String(Date.now());
+}
+
+// goneRunner is "died" or "exited" when no runner is live and the last
+// one's endpoints and rates are as of its last heartbeat
+// (docs/status-json.md), "" while one is live.
+function goneRunner(doc) {
+  if (!doc.heartbeat) return "";
+  return doc.runner_died ? "died" : doc.runner_exited ? "exited" : "";
+}
+
+// leased is an in-flight count: with no live runner it is in parentheses,
+// leases of the gone runner that nothing answers now (#stranded says so).
+function leased(n, gone) {
+  return gone && n > 0 ? `(${n})` : n;
+}
+
+// fmtWindow is a rate's window, short: 1m, 10m, 45s, 2m30s.
+function fmtWindow(secs) {
+  return fmtSecs(secs).replace(/([hm])0s$/, "$1").replace(/h0m$/, "h");
+}
+
+// setRate shows a rate "now": with no live runner that is 0, and the
+// rate of its last minute is said to be the past.
+function setRate(box, rate, gone, fmt) {
+  box.classList.toggle("note", !!gone);
+  if (!gone) { box.textContent = fmt(rate); return; }
+  box.textContent = `0 now (the runner ${gone})`;
+  if (rate && rate.window_seconds > 0) box.append(el("div", `${fmt(rate)} in its last ${fmtWindow(rate.window_seconds)}`, "past"));
+}
+
+// showEndpoints fills the endpoints table; with no live runner it is
+// titled and greyed as of its last heartbeat: nothing is sent to them now.
+function showEndpoints(doc, gone) {
+  const title = $("endpoints-title");
+  title.textContent = "Endpoints";
+  if (gone) {
+    title.textContent += ` when the runner ${gone} at ${fmtTime(doc.heartbeat.time)}`;
+    title.append(el("span", " (its last heartbeat; nothing is sent to them now)", "muted"));
+  }
+  $("endpoints").classList.toggle("gone", !!gone);
+  fill($("endpoints").tBodies[0], (doc.endpoints || []).map((e) => {
+    const l = e.load;
+    // A figure the engine does not report is null, and so is a stale load.
+    const g = (v, pct) => (v === null || v === undefined ? "-" : pct ? (100 * v).toFixed(1) + "%" : fmtNum(v, 0));
+    const s = el("span", e.state, "state " + e.state);
+    const pool = e.kv_tokens ? `${fmtNum(e.kv_tokens, 0)} (${e.kv_tokens_source})` : "-";
+    // A reading older than its probe interval says its age: the figures
+    // are the server as it was then.
+    const aged = (v) => {
+      if (!l || !l.stale) return v;
+      const c = el("span", v, "stale");
+      c.append(el("span", ` (read ${fmtSecs(l.age_seconds)} ago)`, "age"));
+      return c;
+    };
+    const inFlight = gone ? `${e.in_flight} when it ${gone}` : e.in_flight;
+    return row([e.url, s, fmtTime(e.since), inFlight, e.limit || "-", aged(g(l && l.kv_usage, true)), aged(g(l && l.queued)), aged(g(l && l.running)),
+      pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
+  }));
 }
 
 function startStream() {
