@@ -208,19 +208,19 @@ func (s *fakeStore) Commit(ctx context.Context, t store.Transition) error {
 	switch t.Op {
 	case store.OpFinish:
 		if t.State == store.Rejected {
-			return s.Reject(ctx, t.ID, t.Owner, t.Result, t.Rule, t.Text)
+			return s.Reject(ctx, t.ID, t.Owner, t.Result, t.Rule, t.Evidence)
 		}
 		return s.Complete(ctx, t.ID, t.Owner, t.Result)
 	case store.OpTurn:
-		return s.CompleteTurn(ctx, t.ID, t.Owner, t.Result, t.Text)
+		return s.CompleteTurn(ctx, t.ID, t.Owner, t.Result, t.Lane)
 	case store.OpRetry:
-		return s.Retry(ctx, t.ID, t.Owner, t.NotBefore, t.Text)
+		return s.Retry(ctx, t.ID, t.Owner, t.NotBefore, t.LastError)
 	case store.OpDead:
-		return s.DeadLetter(ctx, t.ID, t.Owner, t.Text)
+		return s.DeadLetter(ctx, t.ID, t.Owner, t.Reason)
 	case store.OpEscalate:
-		return s.Escalate(ctx, t.ID, t.Owner, t.Text)
+		return s.Escalate(ctx, t.ID, t.Owner, t.Lane)
 	case store.OpRelane:
-		return s.Relane(ctx, t.ID, t.Owner, t.Text)
+		return s.Relane(ctx, t.ID, t.Owner, t.Lane)
 	}
 	return fmt.Errorf("unknown transition %d", t.Op)
 }
