@@ -49,7 +49,7 @@ type LaneConfig struct {
 // Config configures a Dispatcher. Zero durations and counts take the defaults
 // noted on each field.
 type Config struct {
-	Store store.Store
+	Store store.Queue
 	Owner string // lease owner id, unique per runner process
 	Model string
 

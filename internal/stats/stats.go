@@ -104,8 +104,15 @@ type Duplicates struct {
 	Examples    []store.Duplicate `json:"examples,omitempty"`
 }
 
+// Store is what the statistics read: the headline numbers and the
+// dataset's sums, both kept with every stored answer.
+type Store interface {
+	store.Progress
+	store.Statistics
+}
+
 // Compute reads the statistics of st. now stamps the report.
-func Compute(ctx context.Context, st store.Store, jobName string, now time.Time) (Report, error) {
+func Compute(ctx context.Context, st Store, jobName string, now time.Time) (Report, error) {
 	r := Report{Version: ReportVersion, Job: jobName, Time: now}
 	cells := map[[2]string]*Cell{}
 	cell := func(p, l string) *Cell {
@@ -230,7 +237,7 @@ func (k *ranker) add(value, n int) {
 // percentiles streams the token histograms once: each cell's rows arrive
 // together and in token order, so its percentiles need no memory; the
 // job-wide ones keep one count per distinct token value.
-func percentiles(ctx context.Context, st store.Store, cell func(p, l string) *Cell, total *Cell) error {
+func percentiles(ctx context.Context, st Store, cell func(p, l string) *Cell, total *Cell) error {
 	all := map[string]map[int]int{store.PromptKind: {}, store.CompletionKind: {}}
 	var cur *ranker
 	var key [3]string
@@ -288,7 +295,7 @@ func finish(c *Cell) {
 // rule AxisFor: a job of under an hour is read from its answers in
 // buckets down to a second; a longer one folds the per-minute aggregate.
 // Empty buckets are kept (a stall shows); now bounds the last one's rate.
-func history(ctx context.Context, st store.Store, now time.Time) ([]Point, time.Duration, error) {
+func history(ctx context.Context, st Store, now time.Time) ([]Point, time.Duration, error) {
 	mins, err := st.ThroughputHistory(ctx)
 	if err != nil || len(mins) == 0 {
 		return nil, 0, err
