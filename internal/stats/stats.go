@@ -135,19 +135,7 @@ func Compute(ctx context.Context, st Store, jobName string, now time.Time) (Repo
 		return r, err
 	}
 	for _, s := range sc {
-		c := cell(s.Partition, s.Lane)
-		c.Answers, c.Truncated, c.Rejected, c.EndedEarly = s.Requests, s.Truncated, s.Rejected, s.Ended
-		c.WithReasoning, c.ReasoningTokens = s.WithReasoning, s.ReasoningTokens
-		c.PromptTokens.Sum, c.CompletionTokens.Sum = s.PromptTokens, s.CompletionTokens
-		t := &r.Total
-		t.Answers += s.Requests
-		t.Truncated += s.Truncated
-		t.Rejected += s.Rejected
-		t.EndedEarly += s.Ended
-		t.WithReasoning += s.WithReasoning
-		t.ReasoningTokens += s.ReasoningTokens
-		t.PromptTokens.Sum += s.PromptTokens
-		t.CompletionTokens.Sum += s.CompletionTokens
+		addCell(cell(s.Partition, s.Lane), &r.Total, s)
 	}
 	if err := percentiles(ctx, st, cell, &r.Total); err != nil {
 		return r, err
@@ -168,14 +156,7 @@ func Compute(ctx context.Context, st Store, jobName string, now time.Time) (Repo
 	if err != nil {
 		return r, err
 	}
-	byRule := map[string]int{}
-	for _, c := range rc {
-		byRule[c.Rule] += c.N
-	}
-	for rule, n := range byRule {
-		r.Rejects = append(r.Rejects, RuleCount{Rule: rule, N: n})
-	}
-	slices.SortFunc(r.Rejects, func(a, b RuleCount) int { return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Rule, b.Rule)) })
+	r.Rejects = byRule(rc)
 
 	var bucket time.Duration
 	if r.Throughput, bucket, err = history(ctx, st, now); err != nil {
@@ -192,6 +173,35 @@ func Compute(ctx context.Context, st Store, jobName string, now time.Time) (Repo
 		return r, err
 	}
 	return r, nil
+}
+
+// addCell puts a stored cell's sums in its report cell and the total.
+func addCell(c, t *Cell, s store.StatCell) {
+	c.Answers, c.Truncated, c.Rejected, c.EndedEarly = s.Requests, s.Truncated, s.Rejected, s.Ended
+	c.WithReasoning, c.ReasoningTokens = s.WithReasoning, s.ReasoningTokens
+	c.PromptTokens.Sum, c.CompletionTokens.Sum = s.PromptTokens, s.CompletionTokens
+	t.Answers += s.Requests
+	t.Truncated += s.Truncated
+	t.Rejected += s.Rejected
+	t.EndedEarly += s.Ended
+	t.WithReasoning += s.WithReasoning
+	t.ReasoningTokens += s.ReasoningTokens
+	t.PromptTokens.Sum += s.PromptTokens
+	t.CompletionTokens.Sum += s.CompletionTokens
+}
+
+// byRule sums the rejects per rule, the most frequent first.
+func byRule(rc []store.RejectCount) []RuleCount {
+	n := map[string]int{}
+	for _, c := range rc {
+		n[c.Rule] += c.N
+	}
+	var out []RuleCount
+	for rule, k := range n {
+		out = append(out, RuleCount{Rule: rule, N: k})
+	}
+	slices.SortFunc(out, func(a, b RuleCount) int { return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Rule, b.Rule)) })
+	return out
 }
 
 func addSamples(s *Samples, st store.State, n int) {
