@@ -282,17 +282,8 @@ func New(cfg Config) (*Dispatcher, error) {
 			return nil, err
 		}
 	}
-	if cfg.Serve != nil {
-		d.serve = map[string]bool{}
-		for _, name := range cfg.Serve {
-			if _, ok := d.laneByName[name]; !ok {
-				return nil, fmt.Errorf("dispatch config: serve lists unknown lane %q", name)
-			}
-			d.serve[name] = true
-		}
-		if len(d.serve) == 0 {
-			return nil, errors.New("dispatch config: serve lists no lane")
-		}
+	if err := d.setServe(cfg.Serve); err != nil {
+		return nil, err
 	}
 	for _, ec := range cfg.Endpoints {
 		if ec.URL == "" || ec.Client == nil {
@@ -316,6 +307,24 @@ func New(cfg Config) (*Dispatcher, error) {
 		d.epByURL[ec.URL] = e
 	}
 	return d, nil
+}
+
+// setServe limits the lanes this worker claims from to names (nil = all).
+func (d *Dispatcher) setServe(names []string) error {
+	if names == nil {
+		return nil
+	}
+	d.serve = map[string]bool{}
+	for _, name := range names {
+		if _, ok := d.laneByName[name]; !ok {
+			return fmt.Errorf("dispatch config: serve lists unknown lane %q", name)
+		}
+		d.serve[name] = true
+	}
+	if len(d.serve) == 0 {
+		return errors.New("dispatch config: serve lists no lane")
+	}
+	return nil
 }
 
 // checkEscalation follows l's escalation chain: every lane named must exist
