@@ -289,18 +289,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 			running = append(running, cl)
 		}
 	}
-	slices.SortFunc(running, func(a, b *call) int {
-		if a.backup != b.backup { // a backup is speculative work: it goes first
-			if a.backup {
-				return -1
-			}
-			return 1
-		}
-		if c := cmp.Compare(a.generated.Load(), b.generated.Load()); c != 0 {
-			return c
-		}
-		return b.start.Compare(a.start)
-	})
+	slices.SortFunc(running, shedOrder)
 	need := (kv - target) * e.load.capacity
 	freed := 0.0
 	n := 0
@@ -330,6 +319,21 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 		out = append(out, LimitDecision{e.url, d.lanes[i].cfg.Name, el.ctl.Shed(at, el.inflight-perLane[i], why)})
 	}
 	return out
+}
+
+// shedOrder is the order running requests are shed in: backups first
+// (speculative work), then the fewest tokens generated, then the newest.
+func shedOrder(a, b *call) int {
+	if a.backup != b.backup {
+		if a.backup {
+			return -1
+		}
+		return 1
+	}
+	if c := cmp.Compare(a.generated.Load(), b.generated.Load()); c != 0 {
+		return c
+	}
+	return b.start.Compare(a.start)
 }
 
 func metric(m engine.Metrics, f engine.Field, v float64) float64 {

@@ -118,6 +118,16 @@
 // its own endpoints. Ingest may run alongside: until Config.IngestDone is
 // closed, an empty queue means "not yet", not "finished".
 //
+// The dispatcher takes a store.Queue, the one store role it uses (claim,
+// extend leases, Commit, release, expire, counts, requeue dead; its test
+// fake implements only that and passes storetest.RunQueue), and settles
+// every request as one typed store.Transition. Files: dispatch.go (the
+// Dispatcher, New, Run, drain), config.go, claim.go (the claim loop),
+// work.go and turn.go (one request), outcome.go (verdict and transition),
+// hedge.go (backups), balance.go and affinity.go, adaptive.go and
+// limiter.go, storecall.go (store calls that outlast an outage),
+// control.go (Pause, Resume, SetLaneLimit, Snapshot).
+//
 // Run ends when no sample of its lanes is pending or leased. When its context
 // ends it stops claiming, lets in-flight requests finish for up to
 // DrainTimeout and releases the rest. Every goroutine it starts ends before

@@ -151,7 +151,7 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 		// lane by a crash between them is redone there, as an escalated
 		// sample would be.
 		op = func(ctx context.Context) error {
-			if err := st.Commit(ctx, store.Transition{Op: store.OpRelane, ID: c.ID, Owner: owner, Token: c.Token, Text: target.cfg.Name}); err != nil {
+			if err := st.Commit(ctx, store.Transition{Op: store.OpRelane, ID: c.ID, Owner: owner, Token: c.Token, Lane: target.cfg.Name}); err != nil {
 				return err
 			}
 			return commit(ctx)

@@ -143,7 +143,7 @@ func fleet(tr *tracker, fn script, urls ...string) ([]Endpoint, map[string]*fake
 	return eps, fakes
 }
 
-func baseConfig(st store.Store, eps []Endpoint) Config {
+func baseConfig(st store.Queue, eps []Endpoint) Config {
 	return Config{
 		Store:       st,
 		Owner:       "runner-1",

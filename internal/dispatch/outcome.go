@@ -255,13 +255,13 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		if next != "" {
 			target = d.laneByName[next]
 		}
-		return target, "complete turn", commit(store.Transition{Op: store.OpTurn, Result: r, Text: next})
+		return target, "complete turn", commit(store.Transition{Op: store.OpTurn, Result: r, Lane: next})
 	case outReject:
 		r := d.storeResult(url, l, t, res, "")
-		return l, "reject", commit(store.Transition{Op: store.OpFinish, State: store.Rejected, Result: r, Rule: v.check.Rule, Text: v.check.Evidence})
+		return l, "reject", commit(store.Transition{Op: store.OpFinish, State: store.Rejected, Result: r, Rule: v.check.Rule, Evidence: v.check.Evidence})
 	case outEscalate:
 		target := d.laneByName[l.cfg.EscalateTo]
-		return target, "escalate", commit(store.Transition{Op: store.OpEscalate, Text: target.cfg.Name})
+		return target, "escalate", commit(store.Transition{Op: store.OpEscalate, Lane: target.cfg.Name})
 	case outRelease:
 		return l, "release", func(ctx context.Context) error { return st.Release(ctx, []string{c.ID}, owner) }
 	case outRetry:
@@ -270,7 +270,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 			u = 0.5 + u/2 // at least half the ceiling: it must not hold the head of the queue
 		}
 		delay := Delay(c.Attempts+1, d.cfg.BaseDelay, d.cfg.MaxDelay, u)
-		return l, "retry", commit(store.Transition{Op: store.OpRetry, NotBefore: now.Add(delay), Text: reqErr.Error()})
+		return l, "retry", commit(store.Transition{Op: store.OpRetry, NotBefore: now.Add(delay), LastError: reqErr.Error()})
 	}
 	reason := reqErr.Error()
 	if v.class != llm.BadRequest {
@@ -282,7 +282,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	if c.Turn > 0 {
 		reason = fmt.Sprintf("turn %d: %s", c.Turn, reason)
 	}
-	return l, "dead-letter", commit(store.Transition{Op: store.OpDead, Text: reason})
+	return l, "dead-letter", commit(store.Transition{Op: store.OpDead, Reason: reason})
 }
 
 // count records a stored outcome in the counters, and an answer's

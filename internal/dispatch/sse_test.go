@@ -12,6 +12,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/storetest"
 )
 
 // sseServer is a minimal OpenAI-compatible streaming server: chunks tokens
@@ -89,7 +90,7 @@ func sseEndpoints(t *testing.T, servers ...*sseServer) []Endpoint {
 	return eps
 }
 
-func ingestIDs(t *testing.T, st store.Store, ids ...string) {
+func ingestIDs(t *testing.T, st storetest.QueueStore, ids ...string) {
 	t.Helper()
 	var ns []store.NewSample
 	for _, id := range ids {

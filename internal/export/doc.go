@@ -1,6 +1,6 @@
 // Package export turns the finished samples of a store into dataset files.
 //
-// Export reads store.Store.Finished once, in sample-id order, and streams
+// Export reads the store's Finished once, in sample-id order, and streams
 // every row to the writers of the requested formats; nothing is buffered
 // beyond one row (one Parquet row group for Parquet). Formats:
 //

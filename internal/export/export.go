@@ -84,8 +84,15 @@ type Options struct {
 	JobDir string
 }
 
+// Store is what export reads: the whole-job walks its files stream from
+// and the headline numbers of the manifest.
+type Store interface {
+	store.Progress
+	store.Dataset
+}
+
 // Export is ExportWith zero Options.
-func Export(ctx context.Context, st store.Store, dir string, formats []string, name string) (Summary, error) {
+func Export(ctx context.Context, st Store, dir string, formats []string, name string) (Summary, error) {
 	return ExportWith(ctx, st, dir, formats, name, Options{})
 }
 
@@ -96,7 +103,7 @@ func Export(ctx context.Context, st store.Store, dir string, formats []string, n
 // samples. Files appear only once all of them are complete; on error none
 // of this run's files replace the previous ones and no temporary file is
 // left behind.
-func ExportWith(ctx context.Context, st store.Store, dir string, formats []string, name string, o Options) (Summary, error) {
+func ExportWith(ctx context.Context, st Store, dir string, formats []string, name string, o Options) (Summary, error) {
 	want := map[string]bool{}
 	for _, f := range formats {
 		if !slices.Contains(Formats, f) {
@@ -248,7 +255,7 @@ type exporter struct {
 	seen serverTally
 }
 
-func (x *exporter) stream(ctx context.Context, st store.Store) error {
+func (x *exporter) stream(ctx context.Context, st Store) error {
 	err := st.Finished(ctx, func(row store.Row) error {
 		if err := ctx.Err(); err != nil {
 			return err

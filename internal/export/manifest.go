@@ -253,7 +253,7 @@ func (t serverTally) list() []Server {
 }
 
 // storeFacts reads what the manifest takes from the store's counters.
-func storeFacts(ctx context.Context, st store.Store, m *Manifest) error {
+func storeFacts(ctx context.Context, st Store, m *Manifest) error {
 	counts, err := st.Counts(ctx)
 	if err != nil {
 		return fmt.Errorf("manifest: %w", err)
@@ -312,7 +312,7 @@ func storeFacts(ctx context.Context, st store.Store, m *Manifest) error {
 // generationFacts takes the configuration's fingerprint and generation
 // from the store, which checked the job against them, and counts done
 // samples and superseded answers per generation.
-func generationFacts(ctx context.Context, st store.Store, m *Manifest, done map[int]int) error {
+func generationFacts(ctx context.Context, st Store, m *Manifest, done map[int]int) error {
 	gens, err := st.Generations(ctx)
 	if err != nil {
 		return fmt.Errorf("manifest: %w", err)
@@ -369,7 +369,7 @@ func (f fileSink) files() []*output  { return []*output{f.out} }
 // describe writes the card and the manifest of the synced files outs to
 // temporary files and returns them, synced, for the caller to rename after
 // outs. A README.md regen did not write is kept: no card, a warning.
-func describe(ctx context.Context, st store.Store, dir, name string, d Describe, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
 	now := d.Now
 	if now.IsZero() {
 		now = time.Now()

@@ -56,7 +56,7 @@ func JobAxis(hb store.Heartbeat, ok bool, now time.Time, window time.Duration) s
 }
 
 // ReadHistory reads the rows on axis a from the store and folds them.
-func ReadHistory(ctx context.Context, st store.Store, a stats.Axis, now time.Time) (History, error) {
+func ReadHistory(ctx context.Context, st store.JournalReader, a stats.Axis, now time.Time) (History, error) {
 	rows, err := st.Minutes(ctx, a.Start)
 	if err != nil {
 		return History{}, fmt.Errorf("read history: %w", err)
@@ -166,7 +166,7 @@ func NowRate(rows []store.Minute, now, started time.Time) Rate {
 }
 
 // readNowRate reads the rows NowRate needs.
-func readNowRate(ctx context.Context, st store.Store, now, started time.Time) (Rate, error) {
+func readNowRate(ctx context.Context, st store.JournalReader, now, started time.Time) (Rate, error) {
 	rows, err := st.Minutes(ctx, stats.NowAxis(now, started, stats.SlotWidth(now, started)).Start)
 	if err != nil {
 		return Rate{}, fmt.Errorf("read the last minute: %w", err)

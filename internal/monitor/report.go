@@ -223,8 +223,16 @@ type AssessOptions struct {
 	StoreNotes []StoreNote
 }
 
+// Store is what Assess reads: the headline numbers, the workers' journal
+// and the latest errors.
+type Store interface {
+	store.Progress
+	store.JournalReader
+	LastErrors(ctx context.Context, limit int) ([]store.Row, error)
+}
+
 // Assess builds a Report from the store alone.
-func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error) {
+func Assess(ctx context.Context, st Store, o AssessOptions) (Report, error) {
 	r := Report{SchemaVersion: SchemaVersion, Job: o.Job, Time: o.Now}
 	counts, err := st.Counts(ctx)
 	if err != nil {
@@ -327,7 +335,7 @@ func Assess(ctx context.Context, st store.Store, o AssessOptions) (Report, error
 // readRates fills the one- and ten-minute rates. With no live runner the
 // windows end at its last heartbeat: the rate it had, not one that decays
 // for ten minutes after its death.
-func (r *Report) readRates(ctx context.Context, st store.Store, hb store.Heartbeat, haveHB bool, now time.Time) error {
+func (r *Report) readRates(ctx context.Context, st Store, hb store.Heartbeat, haveHB bool, now time.Time) error {
 	end := now
 	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
 		end = hb.Time
@@ -352,7 +360,7 @@ func (r *Report) readRates(ctx context.Context, st store.Store, hb store.Heartbe
 
 // rejectsByRule folds the store's per-cell reject counts into one count
 // per rule, most first.
-func rejectsByRule(ctx context.Context, st store.Store) ([]RuleCount, error) {
+func rejectsByRule(ctx context.Context, st Store) ([]RuleCount, error) {
 	rc, err := st.RejectCounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("count rejects: %w", err)

@@ -104,8 +104,15 @@ type Duplicates struct {
 	Examples    []store.Duplicate `json:"examples,omitempty"`
 }
 
+// Store is what the statistics read: the headline numbers and the
+// dataset's sums, both kept with every stored answer.
+type Store interface {
+	store.Progress
+	store.Statistics
+}
+
 // Compute reads the statistics of st. now stamps the report.
-func Compute(ctx context.Context, st store.Store, jobName string, now time.Time) (Report, error) {
+func Compute(ctx context.Context, st Store, jobName string, now time.Time) (Report, error) {
 	r := Report{Version: ReportVersion, Job: jobName, Time: now}
 	cells := map[[2]string]*Cell{}
 	cell := func(p, l string) *Cell {
@@ -128,19 +135,7 @@ func Compute(ctx context.Context, st store.Store, jobName string, now time.Time)
 		return r, err
 	}
 	for _, s := range sc {
-		c := cell(s.Partition, s.Lane)
-		c.Answers, c.Truncated, c.Rejected, c.EndedEarly = s.Requests, s.Truncated, s.Rejected, s.Ended
-		c.WithReasoning, c.ReasoningTokens = s.WithReasoning, s.ReasoningTokens
-		c.PromptTokens.Sum, c.CompletionTokens.Sum = s.PromptTokens, s.CompletionTokens
-		t := &r.Total
-		t.Answers += s.Requests
-		t.Truncated += s.Truncated
-		t.Rejected += s.Rejected
-		t.EndedEarly += s.Ended
-		t.WithReasoning += s.WithReasoning
-		t.ReasoningTokens += s.ReasoningTokens
-		t.PromptTokens.Sum += s.PromptTokens
-		t.CompletionTokens.Sum += s.CompletionTokens
+		addCell(cell(s.Partition, s.Lane), &r.Total, s)
 	}
 	if err := percentiles(ctx, st, cell, &r.Total); err != nil {
 		return r, err
@@ -161,14 +156,7 @@ func Compute(ctx context.Context, st store.Store, jobName string, now time.Time)
 	if err != nil {
 		return r, err
 	}
-	byRule := map[string]int{}
-	for _, c := range rc {
-		byRule[c.Rule] += c.N
-	}
-	for rule, n := range byRule {
-		r.Rejects = append(r.Rejects, RuleCount{Rule: rule, N: n})
-	}
-	slices.SortFunc(r.Rejects, func(a, b RuleCount) int { return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Rule, b.Rule)) })
+	r.Rejects = byRule(rc)
 
 	var bucket time.Duration
 	if r.Throughput, bucket, err = history(ctx, st, now); err != nil {
@@ -185,6 +173,35 @@ func Compute(ctx context.Context, st store.Store, jobName string, now time.Time)
 		return r, err
 	}
 	return r, nil
+}
+
+// addCell puts a stored cell's sums in its report cell and the total.
+func addCell(c, t *Cell, s store.StatCell) {
+	c.Answers, c.Truncated, c.Rejected, c.EndedEarly = s.Requests, s.Truncated, s.Rejected, s.Ended
+	c.WithReasoning, c.ReasoningTokens = s.WithReasoning, s.ReasoningTokens
+	c.PromptTokens.Sum, c.CompletionTokens.Sum = s.PromptTokens, s.CompletionTokens
+	t.Answers += s.Requests
+	t.Truncated += s.Truncated
+	t.Rejected += s.Rejected
+	t.EndedEarly += s.Ended
+	t.WithReasoning += s.WithReasoning
+	t.ReasoningTokens += s.ReasoningTokens
+	t.PromptTokens.Sum += s.PromptTokens
+	t.CompletionTokens.Sum += s.CompletionTokens
+}
+
+// byRule sums the rejects per rule, the most frequent first.
+func byRule(rc []store.RejectCount) []RuleCount {
+	n := map[string]int{}
+	for _, c := range rc {
+		n[c.Rule] += c.N
+	}
+	var out []RuleCount
+	for rule, k := range n {
+		out = append(out, RuleCount{Rule: rule, N: k})
+	}
+	slices.SortFunc(out, func(a, b RuleCount) int { return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Rule, b.Rule)) })
+	return out
 }
 
 func addSamples(s *Samples, st store.State, n int) {
@@ -230,7 +247,7 @@ func (k *ranker) add(value, n int) {
 // percentiles streams the token histograms once: each cell's rows arrive
 // together and in token order, so its percentiles need no memory; the
 // job-wide ones keep one count per distinct token value.
-func percentiles(ctx context.Context, st store.Store, cell func(p, l string) *Cell, total *Cell) error {
+func percentiles(ctx context.Context, st Store, cell func(p, l string) *Cell, total *Cell) error {
 	all := map[string]map[int]int{store.PromptKind: {}, store.CompletionKind: {}}
 	var cur *ranker
 	var key [3]string
@@ -288,7 +305,7 @@ func finish(c *Cell) {
 // rule AxisFor: a job of under an hour is read from its answers in
 // buckets down to a second; a longer one folds the per-minute aggregate.
 // Empty buckets are kept (a stall shows); now bounds the last one's rate.
-func history(ctx context.Context, st store.Store, now time.Time) ([]Point, time.Duration, error) {
+func history(ctx context.Context, st Store, now time.Time) ([]Point, time.Duration, error) {
 	mins, err := st.ThroughputHistory(ctx)
 	if err != nil || len(mins) == 0 {
 		return nil, 0, err

@@ -23,9 +23,16 @@ import (
 //go:embed assets
 var assets embed.FS
 
+// Store is what the dashboard reads besides the report: the sample
+// browser's listings and the workers' journal.
+type Store interface {
+	store.Browse
+	store.JournalReader
+}
+
 // Options configure a dashboard.
 type Options struct {
-	Store store.Store
+	Store Store
 	// Report is the job's status report: the same function `regen status`
 	// calls, so /api/status is the document `status --json` prints.
 	Report  func(ctx context.Context) (monitor.Report, error)

@@ -206,20 +206,20 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 		case store.OpTurn:
 			r := t.Result
 			b.Queue(turnSQL, t.ID, t.Owner, int32(r.Turn), nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens),
-				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.Text,
+				int32(r.CompletionTokens), int32(r.ReasoningTokens), text(r.Endpoint), int64(r.Duration), int64(r.TTFT), now, t.Lane,
 				int32(r.Generation), t.Token)
 			q.single = append(q.single, i)
 		case store.OpRetry:
-			b.Queue(retrySQL, ns(t.NotBefore), text(t.Text), now, t.ID, t.Owner, t.Token)
+			b.Queue(retrySQL, ns(t.NotBefore), text(t.LastError), now, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		case store.OpDead:
-			b.Queue(deadSQL, text(t.Text), now, t.ID, t.Owner, t.Token)
+			b.Queue(deadSQL, text(t.Reason), now, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		case store.OpEscalate:
-			b.Queue(escalateSQL, t.Text, t.ID, t.Owner, t.Token)
+			b.Queue(escalateSQL, t.Lane, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		case store.OpRelane:
-			b.Queue(relaneSQL, t.Text, t.ID, t.Owner, t.Token)
+			b.Queue(relaneSQL, t.Lane, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
 		}
 	}
@@ -237,7 +237,7 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 			r := t.Result
 			ids[k], owners[k], states[k] = t.ID, t.Owner, stateCode(t.State)
 			responses[k], finishes[k], pts[k], cts[k] = nonNil(r.Response), text(r.FinishReason), int32(r.PromptTokens), int32(r.CompletionTokens)
-			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.Text)
+			endpoints[k], durs[k], ttfts[k], reasons[k] = text(r.Endpoint), int64(r.Duration), int64(r.TTFT), text(t.Evidence)
 			rules[k], turns[k], rts[k], endReasons[k] = text(t.Rule), int32(r.Turn), int32(r.ReasoningTokens), text(r.EndReason)
 			gens[k], tokens[k] = int32(r.Generation), t.Token
 		}

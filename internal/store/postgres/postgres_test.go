@@ -528,12 +528,12 @@ func TestFencingToken(t *testing.T) {
 		tr   store.Transition
 	}{
 		{"complete", store.Transition{Op: store.OpFinish, State: store.Done, Result: res}},
-		{"reject", store.Transition{Op: store.OpFinish, State: store.Rejected, Result: res, Rule: "r", Text: "bad"}},
+		{"reject", store.Transition{Op: store.OpFinish, State: store.Rejected, Result: res, Rule: "r", Evidence: "bad"}},
 		{"turn", store.Transition{Op: store.OpTurn, Result: res}},
-		{"retry", store.Transition{Op: store.OpRetry, NotBefore: time.Now(), Text: "boom"}},
-		{"dead", store.Transition{Op: store.OpDead, Text: "bad request"}},
-		{"escalate", store.Transition{Op: store.OpEscalate, Text: "long"}},
-		{"relane", store.Transition{Op: store.OpRelane, Text: "long"}},
+		{"retry", store.Transition{Op: store.OpRetry, NotBefore: time.Now(), LastError: "boom"}},
+		{"dead", store.Transition{Op: store.OpDead, Reason: "bad request"}},
+		{"escalate", store.Transition{Op: store.OpEscalate, Lane: "long"}},
+		{"relane", store.Transition{Op: store.OpRelane, Lane: "long"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

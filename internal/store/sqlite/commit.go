@@ -56,7 +56,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, t store.Transition, now i
 		r := t.Result
 		res, err := s.exec(ctx, tx, insertResultSQL,
 			blob(r.Response), r.FinishReason, r.PromptTokens, r.CompletionTokens, r.Endpoint,
-			int64(r.Duration), int64(r.TTFT), t.Text, now, r.ReasoningTokens, t.Rule, r.EndReason, r.Generation,
+			int64(r.Duration), int64(r.TTFT), t.Evidence, now, r.ReasoningTokens, t.Rule, r.EndReason, r.Generation,
 			t.ID, t.Owner, r.Turn)
 		if err := s.heldAt(ctx, tx, res, err, t.ID, t.Owner); err != nil {
 			return err
@@ -71,16 +71,16 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, t store.Transition, now i
 		if err := s.heldAt(ctx, tx, res, err, t.ID, t.Owner); err != nil {
 			return err
 		}
-		_, err = s.exec(ctx, tx, nextTurnSQL, t.Text, t.Text, t.ID)
+		_, err = s.exec(ctx, tx, nextTurnSQL, t.Lane, t.Lane, t.ID)
 		return err
 	case store.OpRetry:
-		return held(s.exec(ctx, tx, retrySQL, ns(t.NotBefore), t.Text, now, t.ID, t.Owner))
+		return held(s.exec(ctx, tx, retrySQL, ns(t.NotBefore), t.LastError, now, t.ID, t.Owner))
 	case store.OpDead:
-		return held(s.exec(ctx, tx, deadSQL, t.Text, now, now, t.ID, t.Owner))
+		return held(s.exec(ctx, tx, deadSQL, t.Reason, now, now, t.ID, t.Owner))
 	case store.OpEscalate:
-		return held(s.exec(ctx, tx, escalateSQL, t.Text, t.ID, t.Owner))
+		return held(s.exec(ctx, tx, escalateSQL, t.Lane, t.ID, t.Owner))
 	case store.OpRelane:
-		return held(s.exec(ctx, tx, relaneSQL, t.Text, t.ID, t.Owner))
+		return held(s.exec(ctx, tx, relaneSQL, t.Lane, t.ID, t.Owner))
 	}
 	return fmt.Errorf("unknown store.Transition %d", t.Op)
 }

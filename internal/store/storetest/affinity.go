@@ -5,22 +5,9 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/regen-dev/regen/internal/store"
 )
 
-// affinityTests are the cases that keep a conversation on the server that
-// holds its prefix: which endpoint answered each turn, and later turns
-// claimed ahead of samples that have not started.
-var affinityTests = []struct {
-	name string
-	fn   func(t *testing.T, s store.Store)
-}{
-	{"ClaimLaterTurnsFirst", testClaimLaterTurnsFirst},
-	{"PriorKeepsEachTurnsEndpoint", testPriorEndpoints},
-}
-
-func testClaimLaterTurnsFirst(t *testing.T, s store.Store) {
+func testClaimLaterTurnsFirst(t *testing.T, s queue) {
 	ctx := context.Background()
 	ingest(t, s, samples("p", "long", "e"))
 	ingest(t, s, samples("p", "short", "a", "b", "c", "d", "f"))
@@ -45,7 +32,7 @@ func testClaimLaterTurnsFirst(t *testing.T, s store.Store) {
 	}
 }
 
-func testPriorEndpoints(t *testing.T, s store.Store) {
+func testPriorEndpoints(t *testing.T, s queue) {
 	ctx := context.Background()
 	ingest(t, s, samples("p", "short", "a"))
 	eps := []string{"http://127.0.0.1:30001", "http://127.0.0.1:30002"}

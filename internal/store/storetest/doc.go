@@ -1,8 +1,11 @@
 // Package storetest is the conformance suite every store.Store backend must
 // pass. A backend's tests call Run with a function that opens a fresh, empty
-// store for each subtest; the suite closes it.
+// store for each subtest; the suite closes it. RunQueue runs the part a
+// store.Queue alone must pass (claims, leases, transitions, the claim
+// order; Run runs it too), for fakes that implement only that role, such
+// as dispatch's.
 //
-// The suite uses only the store.Store interface and the wall clock: lease
+// The suite uses only the store's interfaces and the wall clock: lease
 // expiry is driven through ExpireLeases' now argument and retry times are
 // set far in the past or future, so no backend needs a fake clock to pass.
 // It covers every transition of the sample state machine, the rule that a

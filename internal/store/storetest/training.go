@@ -220,6 +220,42 @@ func testStats(t *testing.T, s store.Store) {
 	if err := s.EachTokenCount(ctx, func(store.TokenCount) error { seen++; return stop }); !errors.Is(err, stop) || seen != 1 {
 		t.Errorf("EachTokenCount stopping: err %v after %d calls, want the callback's error after 1", err, seen)
 	}
+	checkThroughputHistory(t, s)
+	// The rate counts every answer's tokens, and samples once finished.
+	tp, err := s.ThroughputSince(ctx, time.Now().Add(-time.Hour))
+	must(t, err)
+	if tp.Samples != 4 || tp.PromptTokens != 177 || tp.CompletionTokens != 458 || tp.First.IsZero() || tp.Last.Before(tp.First) {
+		t.Errorf("ThroughputSince = %+v, want 4 samples, every answer's tokens (177, 458) and the span of the answers", tp)
+	}
+
+	// A requeued reject leaves the dataset statistics.
+	if n, err := s.RequeueRejected(ctx, "empty"); err != nil || n != 1 {
+		t.Fatalf("RequeueRejected = %d, %v", n, err)
+	}
+	cells, err = s.StatCells(ctx)
+	must(t, err)
+	want[1] = store.StatCell{Partition: "p", Lane: "short", Requests: 2, Truncated: 1, WithReasoning: 1, PromptTokens: 20, CompletionTokens: 300, ReasoningTokens: 30}
+	if diff := cmp.Diff(want, cells); diff != "" {
+		t.Errorf("StatCells after requeue (-want +got):\n%s", diff)
+	}
+	tokens = nil
+	must(t, s.EachTokenCount(ctx, func(c store.TokenCount) error { tokens = append(tokens, c); return nil }))
+	wantTokens = []store.TokenCount{
+		tcount("p", "long", "completion", 50, 1), tcount("p", "long", "prompt", 130, 1),
+		tcount("p", "short", "completion", 100, 1), tcount("p", "short", "completion", 200, 1),
+		tcount("p", "short", "prompt", 10, 2),
+		tcount("q", "long", "completion", 8, 1), tcount("q", "long", "prompt", 7, 1),
+	}
+	if diff := cmp.Diff(wantTokens, tokens); diff != "" {
+		t.Errorf("EachTokenCount after requeue (-want +got):\n%s", diff)
+	}
+}
+
+// checkThroughputHistory checks testStats' five answers in the history
+// per minute and in buckets of any width.
+func checkThroughputHistory(t *testing.T, s store.Store) {
+	t.Helper()
+	ctx := context.Background()
 	hist, err := s.ThroughputHistory(ctx)
 	must(t, err)
 	total := store.MinuteThroughput{}
@@ -257,34 +293,6 @@ func testStats(t *testing.T, s store.Store) {
 	}
 	if bs, err := s.ThroughputBuckets(ctx, time.Now().Add(time.Hour), time.Second); err != nil || len(bs) != 0 {
 		t.Errorf("buckets from the future = %+v, %v; want none", bs, err)
-	}
-	// The rate counts every answer's tokens, and samples once finished.
-	tp, err := s.ThroughputSince(ctx, since)
-	must(t, err)
-	if tp.Samples != 4 || tp.PromptTokens != 177 || tp.CompletionTokens != 458 || tp.First.IsZero() || tp.Last.Before(tp.First) {
-		t.Errorf("ThroughputSince = %+v, want 4 samples, every answer's tokens (177, 458) and the span of the answers", tp)
-	}
-
-	// A requeued reject leaves the dataset statistics.
-	if n, err := s.RequeueRejected(ctx, "empty"); err != nil || n != 1 {
-		t.Fatalf("RequeueRejected = %d, %v", n, err)
-	}
-	cells, err = s.StatCells(ctx)
-	must(t, err)
-	want[1] = store.StatCell{Partition: "p", Lane: "short", Requests: 2, Truncated: 1, WithReasoning: 1, PromptTokens: 20, CompletionTokens: 300, ReasoningTokens: 30}
-	if diff := cmp.Diff(want, cells); diff != "" {
-		t.Errorf("StatCells after requeue (-want +got):\n%s", diff)
-	}
-	tokens = nil
-	must(t, s.EachTokenCount(ctx, func(c store.TokenCount) error { tokens = append(tokens, c); return nil }))
-	wantTokens = []store.TokenCount{
-		tcount("p", "long", "completion", 50, 1), tcount("p", "long", "prompt", 130, 1),
-		tcount("p", "short", "completion", 100, 1), tcount("p", "short", "completion", 200, 1),
-		tcount("p", "short", "prompt", 10, 2),
-		tcount("q", "long", "completion", 8, 1), tcount("q", "long", "prompt", 7, 1),
-	}
-	if diff := cmp.Diff(wantTokens, tokens); diff != "" {
-		t.Errorf("EachTokenCount after requeue (-want +got):\n%s", diff)
 	}
 }
 

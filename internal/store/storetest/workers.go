@@ -147,7 +147,7 @@ func testInfo(t *testing.T, s store.Store) {
 	}
 }
 
-func testReleaseOwnerExcept(t *testing.T, s store.Store) {
+func testReleaseOwnerExcept(t *testing.T, s queue) {
 	ctx := context.Background()
 	ingest(t, s, samples("p", "short", "a", "b", "c", "d", "e"))
 	claim(t, s, "short", 4, "w")  // a b c d

@@ -1,0 +1,75 @@
+package dispatch
+
+import (
+	"context"
+
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// work sends one sample's current turn and records the outcome.
+func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
+	e := cl.ep
+	t, err := d.prepareTurn(c)
+	if err != nil {
+		cl.cancel(nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
+		return
+	}
+	if why := d.tooLong(c, t); why != "" {
+		cl.cancel(nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
+		return
+	}
+	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
+	res, err, cause := d.send(reqCtx, cl, t, func(chunks int64) {
+		if hedgeAt > 0 && chunks >= hedgeAt {
+			hedgeAt += hedgeStep
+			if d.tryHedge(workCtx, cl, l, t) {
+				hedgeAt = 0
+			}
+		}
+	})
+	d.mu.Lock()
+	h := cl.hedge
+	d.mu.Unlock()
+	if h != nil {
+		if err == nil && res.FinishReason == "length" {
+			d.settleFromHedge(storeCtx, cl, l, c, t, res, h)
+			return
+		}
+		// The first answer decides the sample: the backup is not needed.
+		h.cl.cancel(errHedgeDropped)
+		<-h.done
+	}
+	d.settle(storeCtx, cl, l, c, t, res, err, cause)
+}
+
+// send streams t's request for call cl in its lane, marks every chunk on
+// the call and its endpoint (onChunk, when not nil, then sees the chunks so
+// far), and reports the finished request to Observe. cause is why ctx
+// ended, when the request failed.
+func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(chunks int64)) (res llm.Result, err, cause error) {
+	e, l := cl.ep, cl.lane
+	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	start := d.now()
+	res, err = e.client.Chat(ctx, req, func(tokens int) {
+		cl.streaming.Store(true)
+		n := cl.generated.Add(int64(tokens))
+		d.guard.accepted()
+		e.lastToken.Store(d.now().UnixNano())
+		e.tokens.Add(int64(tokens))
+		if onChunk != nil {
+			onChunk(n)
+		}
+	})
+	if err != nil {
+		cause = context.Cause(ctx)
+	} else {
+		d.guard.accepted()
+		e.completion.Add(int64(res.Usage.CompletionTokens))
+	}
+	cl.cancel(nil)
+	d.observe(l.cfg.Name, e.url, start, res, err, cause)
+	return res, err, cause
+}
