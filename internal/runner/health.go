@@ -211,7 +211,7 @@ func (r *runState) untilStore(ctx context.Context, fn func(context.Context) erro
 	gap := 200 * time.Millisecond
 	for {
 		err := fn(ctx)
-		if err == nil || !r.shared || ctx.Err() != nil {
+		if err == nil || !r.id.shared || ctx.Err() != nil {
 			return err
 		}
 		r.storeFailed(ctx, err)
@@ -231,7 +231,7 @@ func (r *runState) noteStoreDown(now time.Time) {
 	if cause == "" {
 		return
 	}
-	n := monitor.StoreNote{Owner: r.owner, PID: os.Getpid(), Host: r.host, Time: now, Since: since, Cause: cause}
+	n := monitor.StoreNote{Owner: r.id.owner, PID: os.Getpid(), Host: r.id.host, Time: now, Since: since, Cause: cause}
 	if err := monitor.WriteStoreNote(r.o.Spec.StateDir(), n); err != nil && !r.health.noteFailed() {
 		r.o.Logger.Warn("store down note", "err", err)
 	}
@@ -242,5 +242,16 @@ func (r *runState) noteStoreDown(now time.Time) {
 func (r *runState) forgetStoreNote() {
 	if err := monitor.RemoveStoreNote(r.o.Spec.StateDir(), os.Getpid()); err != nil {
 		r.o.Logger.Warn("store down note", "err", err)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }

@@ -81,9 +81,9 @@ func (r *runState) recordHistory(ctx context.Context, now time.Time) {
 	snap := r.disp.Snapshot()
 	loads := map[string]*dispatch.ServerLoad{}
 	for _, e := range snap.Endpoints {
-		loads[e.URL] = freshLoad(e, now, probeEvery(r.o.Spec))
+		loads[e.URL] = r.fleet.FreshLoad(e, now)
 	}
-	rows := r.hist.rows(now, snap, func(url string) (float64, float64, float64) {
+	rows := r.beats.hist.rows(now, snap, func(url string) (float64, float64, float64) {
 		if l := loads[url]; l != nil {
 			return l.KVUsage, l.Queued, l.Running
 		}
