@@ -90,7 +90,7 @@ func (r *runState) recordHistory(ctx context.Context, now time.Time) {
 		return -1, -1, -1
 	})
 	if err := r.o.Store.PutMinutes(ctx, rows); err != nil {
-		if down, _ := r.health.state(); down == "" && ctx.Err() == nil {
+		if down, _ := r.health.State(); down == "" && ctx.Err() == nil {
 			r.o.Logger.Warn("write history", "err", err)
 		}
 		return

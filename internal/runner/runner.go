@@ -1,11 +1,7 @@
 package runner
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,7 +87,7 @@ type runState struct {
 	disp     *dispatch.Dispatcher
 	fleet    *fleet.Fleet
 	alerts   *monitor.AlertQueue
-	health   storeHealth
+	health   monitor.StoreHealth
 	workers  workers
 	beats    beats
 	drain    drain
@@ -126,7 +122,7 @@ type beats struct {
 	mu    sync.Mutex
 	final bool
 	hist  *history
-	rate  rateWindow
+	rate  monitor.RateWindow
 }
 
 // drain is set at the first interrupt, while in-flight requests finish;
@@ -158,14 +154,6 @@ type jobView struct {
 	// notes are lines for the view to print at its next frame.
 	notes    []string
 	exported string // export mark once this worker wrote or found the export
-}
-
-// note has the view print line at once, above its next frame.
-func (r *runState) note(line string) {
-	r.view.mu.Lock()
-	r.view.notes = append(r.view.notes, line)
-	r.view.mu.Unlock()
-	notify(r.sig.redraw)
 }
 
 // Run executes the job to completion, interruption or failure.
@@ -443,35 +431,6 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	return r.runLoops(ctx, ingest)
 }
 
-// beatEvery writes heartbeats until the returned stop is called.
-func (r *runState) beatEvery(ctx context.Context, every time.Duration) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// stop ends the loop, never a write in progress: a statement
-		// cancelled on the client may still commit on a PostgreSQL server,
-		// after the final heartbeat, and make a finished worker look dead.
-		write := context.WithoutCancel(ctx)
-		tickUntil(ctx, every, func() { r.beat(write, false, "") })
-	}()
-	return func() { cancel(); <-done }
-}
-
-// tickUntil calls fn now and then every period until ctx ends.
-func tickUntil(ctx context.Context, every time.Duration, fn func()) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		fn()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // runLoops runs the fleet, the dispatcher, the heartbeat, the view and
 // ingest (when not nil) until the dispatcher finishes, the fleet or ingest
 // fails or ctx ends.
@@ -535,64 +494,6 @@ func (r *runState) runLoops(ctx context.Context, ingest func(context.Context) er
 	return err
 }
 
-func newOwner(host string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
-}
-
-func (r *runState) event(ctx context.Context, e store.Event) {
-	if e.Time.IsZero() {
-		e.Time = time.Now()
-	}
-	e.Worker = r.id.owner
-	if err := r.o.Store.AddEvent(ctx, e); err != nil {
-		r.storeFailed(ctx, err)
-		return
-	}
-	r.storeWrote(ctx)
-}
-
-// storeFailed notes that the store did not answer this runner. The start
-// of an outage is logged, then a reminder at growing intervals (see
-// storeHealth).
-func (r *runState) storeFailed(ctx context.Context, err error) {
-	if ctx.Err() != nil {
-		return // our own shutdown, not the store's
-	}
-	l := r.health.failed(err, time.Now())
-	args := []any{"store", r.o.Store.Info().Location, "err", err}
-	if l.unlogged > 0 {
-		args = append(args, "outages_not_logged", l.unlogged)
-	}
-	switch l.kind {
-	case logStarted:
-		r.o.Logger.Warn("store down; retrying", args...)
-		notify(r.sig.changed)
-	case logStillDown:
-		_, since := r.health.state()
-		args = append(args, "down_for", time.Since(since).Round(time.Second), "failed_calls", l.failures)
-		r.o.Logger.Warn("store still down; retrying", args...)
-	}
-}
-
-// storeWrote notes that a write reached the store: only a write ends an
-// outage (a full disk still answers reads). The end is recorded as an
-// event, now that events can be written again.
-func (r *runState) storeWrote(ctx context.Context) {
-	end := r.health.wrote(time.Now())
-	if !end.ended {
-		return
-	}
-	r.forgetStoreNote()
-	if end.logged {
-		r.o.Logger.Warn("store back", "down_for", end.downFor.Round(time.Millisecond))
-	}
-	r.event(ctx, store.Event{Kind: "store_state", Subject: "store", State: "UP",
-		Evidence: fmt.Sprintf("back after %s down: %s", end.downFor.Round(time.Second), end.cause)})
-	notify(r.sig.changed)
-}
-
 // setState records a job state change as an event and fires alerts.
 func (r *runState) setState(ctx context.Context, s monitor.State, evidence []string) {
 	r.view.mu.Lock()
@@ -620,273 +521,9 @@ func (r *runState) alertFailed(ctx context.Context, t monitor.Transition, err er
 	r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To), Evidence: err.Error()})
 }
 
-// notify signals ch without blocking; one pending signal is enough.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// live gathers the runner's current evidence. When the store does not
-// answer it uses the last counts read and says the store is down.
-func (r *runState) live(ctx context.Context) (monitor.Live, []monitor.CellCounts) {
-	counts, err := r.o.Store.Counts(ctx)
-	if err != nil {
-		r.storeFailed(ctx, err)
-		counts, _ = r.health.last()
-	} else {
-		r.health.keep(counts)
-	}
-	out, total := monitor.Cells(counts)
-	now := time.Now()
-	l := monitor.Live{Now: now, StartedAt: r.id.started, Remaining: total.Pending + total.InFlight, StallAfter: r.o.Spec.Monitor.StallAfter,
-		Endpoints: r.fleet.Statuses(ctx, now)}
-	l.StoreDown, l.StoreDownSince = r.health.state()
-	if ds := r.disp.StoreState(); ds.Down && (l.StoreDown == "" || ds.Since.Before(l.StoreDownSince)) {
-		l.StoreDown, l.StoreDownSince = ds.LastError, ds.Since
-	}
-	tot := r.disp.Totals()
-	l.InFlight, l.LastTokenAt = tot.InFlight, tot.LastTokenAt
-	return l, out
-}
-
-func (r *runState) tokens() int64 { return r.disp.Totals().Tokens }
-
-// watchEvery is how often the heartbeat loop looks at the endpoints (in
-// memory) for a transition to write and show at once.
-const watchEvery = 250 * time.Millisecond
-
-// heartbeatLoop writes the heartbeat every heartbeat_every, and at once
-// when a state changes, so `regen status` and the view learn of a server
-// that went down within a fraction of a second, not at the next tick.
-func (r *runState) heartbeatLoop(ctx context.Context) {
-	// Ending the loop must not cancel a heartbeat being written (see
-	// beatEvery): the final one comes after it.
-	write := context.WithoutCancel(ctx)
-	step := func() {
-		l, _ := r.live(ctx)
-		s, ev := monitor.Evaluate(l)
-		if r.drain.on.Load() {
-			if s == monitor.Running {
-				s, ev = monitor.Draining, nil
-			}
-			ev = append(ev, r.drainEvidence(l.InFlight))
-		}
-		if s != monitor.Done { // DONE is declared once the dispatcher has really finished
-			r.setState(ctx, s, ev)
-		}
-		r.noteStoreDown(l.Now)
-		// A store that is down is tried again with backoff, not every step.
-		if r.health.due(l.Now) {
-			r.writeBeat(write, false, "", &l)
-			r.recordHistory(ctx, l.Now)
-		}
-		if r.id.shared && l.StoreDown == "" {
-			if err := r.rescueDead(ctx, false); err != nil {
-				r.storeFailed(ctx, err)
-			}
-		}
-	}
-	beat := time.NewTicker(r.o.Spec.Monitor.HeartbeatEvery)
-	defer beat.Stop()
-	watch := time.NewTicker(watchEvery)
-	defer watch.Stop()
-	step()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-beat.C:
-			step()
-		case <-r.sig.changed:
-			step()
-			notify(r.sig.redraw)
-		case <-watch.C:
-			r.fleet.Statuses(ctx, time.Now())
-		}
-	}
-}
-
 // observeRequest feeds one finished request to regen's own metrics.
 func (r *runState) observeRequest(a dispatch.Attempt) {
 	if r.o.Metrics != nil {
 		r.o.Metrics.ObserveRequest(a.Lane, a.Endpoint, a.Outcome, a.Duration, a.TTFT, a.CompletionTokens)
 	}
-}
-
-// beat writes the heartbeat with the runner's current view.
-func (r *runState) beat(ctx context.Context, exited bool, reason string) {
-	var l *monitor.Live
-	if r.disp != nil && r.fleet != nil {
-		live, _ := r.live(ctx)
-		l = &live
-	}
-	r.writeBeat(ctx, exited, reason, l)
-	if l != nil {
-		r.recordHistory(ctx, l.Now)
-	}
-}
-
-// writeBeat writes the heartbeat with live evidence already gathered (nil: none).
-func (r *runState) writeBeat(ctx context.Context, exited bool, reason string, l *monitor.Live) {
-	r.beats.mu.Lock()
-	defer r.beats.mu.Unlock()
-	if r.beats.final {
-		return // aborted: the last heartbeat is written
-	}
-	r.view.mu.Lock()
-	b := monitor.Beat{State: r.view.state, Evidence: r.view.evidence, Exited: exited, ExitReason: reason, Lanes: r.o.Lanes, Exported: r.view.exported}
-	r.view.mu.Unlock()
-	if l != nil {
-		b.Endpoints, b.InFlight, b.LastTokenAt = l.Endpoints, l.InFlight, l.LastTokenAt
-		b.Tokens = r.tokens()
-	}
-	if r.disp != nil {
-		b.Done = r.disp.Counters().Done
-		b.Rate = r.beats.rate.add(time.Now(), b.Done)
-	}
-	counters, _ := json.Marshal(b)
-	hb := store.Heartbeat{Owner: r.id.owner, PID: os.Getpid(), Host: r.id.host, Time: time.Now(), Started: r.id.started, Counters: counters}
-	if err := r.o.Store.PutHeartbeat(ctx, hb); err != nil {
-		r.storeFailed(ctx, err)
-		return
-	}
-	r.storeWrote(ctx)
-}
-
-// progressLoop publishes a frame every ProgressEvery and at once when a
-// state changes, and a final frame when ctx ends.
-func (r *runState) progressLoop(ctx context.Context) {
-	t := time.NewTicker(r.o.ProgressEvery)
-	defer t.Stop()
-	shown := r.draw(ctx, "")
-	for {
-		select {
-		case <-ctx.Done():
-			r.draw(ctx, "") // the final frame
-			return
-		case <-t.C:
-			shown = r.draw(ctx, "")
-		case <-r.sig.redraw:
-			shown = r.draw(ctx, shown)
-		}
-	}
-}
-
-// draw publishes one frame to Options.Progress unless its states are those
-// of the frame published last (skip, "" never matches) and it carries no
-// note; it returns the states published.
-// It works before and after the endpoints and the dispatcher exist (a
-// finished job has neither).
-func (r *runState) draw(ctx context.Context, skip string) string {
-	// The last frame is drawn after ctx ends, so it must not depend on it.
-	ctx = context.WithoutCancel(ctx)
-	f := monitor.Frame{Job: r.o.Spec.Name}
-	if r.disp != nil && r.fleet != nil {
-		l, cells := r.live(ctx)
-		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
-		for _, ls := range r.disp.LaneStats() {
-			f.Lanes = append(f.Lanes, monitor.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail,
-				EscalateTo: ls.EscalateTo, Answered: ls.Answered, Escalated: ls.Escalated, InFlight: ls.InFlight})
-		}
-	} else {
-		counts, err := r.o.Store.Counts(ctx)
-		if err != nil {
-			return skip
-		}
-		f.Time = time.Now()
-		f.Cells, _ = monitor.Cells(counts)
-	}
-	r.view.mu.Lock()
-	f.State, f.Evidence = r.view.state, r.view.evidence
-	f.Notes = r.view.notes
-	r.view.notes = nil
-	r.view.mu.Unlock()
-	if len(f.Notes) > 0 {
-		skip = "" // a note moves the view: the frame is drawn again below it
-	}
-	states := string(f.State)
-	for _, e := range f.Endpoints {
-		states += " " + string(e.State) + ":" + e.Cause
-	}
-	if states == skip {
-		return skip
-	}
-	if r.o.Progress != nil {
-		r.o.Progress(f)
-	}
-	return states
-}
-
-// runnerAlive reports whether pid is a live regen process on this machine;
-// a pid reused by an unrelated program after a crash does not count.
-func runnerAlive(pid int) bool {
-	if !monitor.ProcessAlive(pid) {
-		return false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return true // no /proc: trust the signal check
-	}
-	return bytes.Contains(cmdline, []byte("regen"))
-}
-
-// startDrain is the first interrupt: the job drains (DRAINING, with what
-// it waits for) and the view prints a line that stays above it.
-func (r *runState) startDrain() {
-	r.drain.since.Store(time.Now().UnixNano())
-	r.drain.on.Store(true)
-	inFlight := 0
-	if r.disp != nil {
-		inFlight = r.disp.Totals().InFlight
-	}
-	r.note(fmt.Sprintf("regen: interrupted: draining %d in-flight requests (drain timeout %s, until %s); press Ctrl-C again to exit now",
-		inFlight, r.o.DrainTimeout, time.Unix(0, r.drain.since.Load()).Add(r.o.DrainTimeout).Format("15:04:05")))
-	notify(r.sig.changed)
-}
-
-// drainEvidence says what a draining runner waits for.
-func (r *runState) drainEvidence(inFlight int) string {
-	since := time.Unix(0, r.drain.since.Load())
-	return fmt.Sprintf("interrupted at %s: waiting for %d requests in flight, up to the drain timeout %s (until %s); then the rest go back to pending and the runner stops",
-		since.Format("15:04:05"), inFlight, r.o.DrainTimeout, since.Add(r.o.DrainTimeout).Format("15:04:05"))
-}
-
-// onAbort serves an abort request (see Options.Abort) until the returned
-// stop is called.
-func (r *runState) onAbort(abort <-chan chan struct{}) (stop func()) {
-	if abort == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case ack := <-abort:
-			r.abort()
-			close(ack)
-		case <-done:
-		}
-	}()
-	return func() { close(done) }
-}
-
-// abortBudget bounds the abort's store writes: the user asked to exit now.
-const abortBudget = 3 * time.Second
-
-// abort is the second interrupt: release this runner's leases (no attempt
-// spent) and write the last heartbeat, exited, so status says STOPPED and
-// the samples are pending, not held by a runner that is gone.
-func (r *runState) abort() {
-	ctx, cancel := context.WithTimeout(context.Background(), abortBudget)
-	defer cancel()
-	n, err := r.o.Store.ReleaseOwner(ctx, r.id.owner)
-	if err != nil {
-		r.o.Logger.Warn("abort: release leases", "err", err)
-	}
-	reason := fmt.Sprintf("aborted by a second interrupt: %d requests in flight abandoned, their samples back to pending (no attempt spent)", n)
-	r.beat(ctx, true, reason)
-	r.beats.mu.Lock()
-	r.beats.final = true
-	r.beats.mu.Unlock()
 }

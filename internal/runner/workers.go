@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -129,7 +130,7 @@ func (r *runState) takeOverFrom(ctx context.Context, hb store.Heartbeat) error {
 func (r *runState) rescueDead(ctx context.Context, starting bool) error {
 	now := time.Now()
 	deadAfter := r.o.Spec.Monitor.DeadAfter
-	trustAge := starting || r.health.healthyFor(now) >= deadAfter
+	trustAge := starting || r.health.HealthyFor(now) >= deadAfter
 	hbs, err := r.o.Store.Heartbeats(ctx)
 	if err != nil {
 		return fmt.Errorf("read heartbeats: %w", err)
@@ -280,4 +281,17 @@ func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// runnerAlive reports whether pid is a live regen process on this machine;
+// a pid reused by an unrelated program after a crash does not count.
+func runnerAlive(pid int) bool {
+	if !monitor.ProcessAlive(pid) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return true // no /proc: trust the signal check
+	}
+	return bytes.Contains(cmdline, []byte("regen"))
 }
