@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -116,10 +115,7 @@ func (r *runState) liveOthers(ctx context.Context) ([]string, error) {
 	}
 	var live []string
 	for _, hb := range hbs {
-		var beat monitor.Beat
-		_ = json.Unmarshal(hb.Counters, &beat)
-		if hb.Owner == r.id.owner || beat.Exited || time.Since(hb.Time) > r.o.Spec.Monitor.DeadAfter ||
-			(hb.Host == r.id.host && !runnerAlive(hb.PID)) {
+		if hb.Owner == r.id.owner || monitor.WorkerGone(hb, r.id.host, time.Now(), r.o.Spec.Monitor.DeadAfter, true) {
 			continue
 		}
 		live = append(live, fmt.Sprintf("pid %d on %s", hb.PID, hb.Host))

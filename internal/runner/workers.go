@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,7 +67,7 @@ func (r *runState) own(ctx context.Context) error {
 		return nil
 	}
 	// The holder may not have written its first heartbeat yet.
-	if hb, ok, err := r.o.Store.LastHeartbeat(ctx); err == nil && ok && hb.Host == r.id.host && runnerAlive(hb.PID) {
+	if hb, ok, err := r.o.Store.LastHeartbeat(ctx); err == nil && ok && hb.Host == r.id.host && monitor.RegenAlive(hb.PID) {
 		return r.runBy(hb)
 	}
 	return fmt.Errorf("job %s is being run by another regen process (it holds the job's runner lock in %s.locks); stop that process first",
@@ -142,12 +141,7 @@ func (r *runState) rescueDead(ctx context.Context, starting bool) error {
 		if t, ok := r.workers.rescued[hb.Owner]; ok && t.Equal(hb.Time) {
 			continue // released already, and it has not beaten since
 		}
-		var beat monitor.Beat
-		_ = json.Unmarshal(hb.Counters, &beat)
-		gone := beat.Exited ||
-			(hb.Host == r.id.host && !runnerAlive(hb.PID)) ||
-			(trustAge && now.Sub(hb.Time) > deadAfter)
-		if !gone {
+		if !monitor.WorkerGone(hb, r.id.host, now, deadAfter, trustAge) {
 			continue
 		}
 		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
@@ -281,17 +275,4 @@ func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// runnerAlive reports whether pid is a live regen process on this machine;
-// a pid reused by an unrelated program after a crash does not count.
-func runnerAlive(pid int) bool {
-	if !monitor.ProcessAlive(pid) {
-		return false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return true // no /proc: trust the signal check
-	}
-	return bytes.Contains(cmdline, []byte("regen"))
 }
