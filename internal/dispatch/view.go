@@ -115,6 +115,19 @@ func (e *endpoint) autoLimitLocked() int {
 	return sum
 }
 
+// lanesCeilingLocked is the ceiling e's auto lanes share after a crash
+// under pressure: the highest of their controllers' ceilings (0 = none).
+// NoteCrash sets e.ceiling from it and a rescaled pool moves it.
+func (e *endpoint) lanesCeilingLocked() int {
+	c := 0
+	for _, el := range e.lanes {
+		if el.ctl != nil {
+			c = max(c, el.ctl.Ceiling())
+		}
+	}
+	return c
+}
+
 // laneStatsLocked is the lanes' entries of a Snapshot.
 func (d *Dispatcher) laneStatsLocked(now time.Time) []LaneStats {
 	var out []LaneStats
