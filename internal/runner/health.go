@@ -22,8 +22,10 @@ func (r *runState) untilStore(ctx context.Context, fn func(context.Context) erro
 			return err
 		}
 		r.storeFailed(ctx, err)
-		if err := sleepCtx(ctx, gap); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(gap):
 		}
 		gap = min(2*gap, 5*time.Second)
 	}
@@ -49,17 +51,6 @@ func (r *runState) noteStoreDown(now time.Time) {
 func (r *runState) forgetStoreNote() {
 	if err := monitor.RemoveStoreNote(r.o.Spec.StateDir(), os.Getpid()); err != nil {
 		r.o.Logger.Warn("store down note", "err", err)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -195,8 +195,10 @@ func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
 				r.setState(ctx, monitor.Running, []string{"all samples finished; another worker is exporting"})
 			}
 		}
-		if err := sleepCtx(ctx, finishPoll); err != nil {
-			return export.Summary{}, false, err
+		select {
+		case <-ctx.Done():
+			return export.Summary{}, false, ctx.Err()
+		case <-time.After(finishPoll):
 		}
 	}
 }
