@@ -200,12 +200,7 @@ func (d *Dispatcher) rescaleLocked(e *endpoint, m engine.Metrics, at time.Time) 
 			}
 		}
 		if e.ceiling > 0 { // the auto lanes' shared ceiling follows theirs
-			e.ceiling = 0
-			for _, el := range e.lanes {
-				if el.ctl != nil {
-					e.ceiling = max(e.ceiling, el.ctl.Ceiling())
-				}
-			}
+			e.ceiling = e.lanesCeilingLocked()
 		}
 	}
 	ld.capacity, ld.capacitySource = m.MaxTotalTokens, CapacityServer
@@ -415,7 +410,7 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 		why += ", on a server that crashed under pressure before"
 	}
 	crashed := max(ld.peak, e.inflight)
-	ceiling, backOffKV := 0, 0.0
+	backOffKV := 0.0
 	var out []LimitDecision
 	for i := range e.lanes {
 		el := &e.lanes[i]
@@ -426,11 +421,10 @@ func (d *Dispatcher) NoteCrash(url, cause string, at time.Time) []LimitDecision 
 			continue
 		}
 		out = append(out, LimitDecision{url, l.cfg.Name, el.ctl.Crashed(at, crashed, level, why)})
-		ceiling = max(ceiling, el.ctl.Ceiling())
 		backOffKV = max(backOffKV, el.ctl.CrashKV())
 	}
 	// The auto lanes share the ceiling: their sum may not pass it.
-	if ceiling > 0 {
+	if ceiling := e.lanesCeilingLocked(); ceiling > 0 {
 		e.ceiling, e.crashKV = ceiling, backOffKV
 	}
 	return out

@@ -78,52 +78,8 @@ func (d *Dispatcher) Snapshot() Snapshot {
 	defer d.mu.Unlock()
 	s := Snapshot{StartedAt: d.startedAt, Counters: d.counters, Store: d.storeSt}
 	for _, e := range d.eps {
-		es := EndpointStats{
-			URL:              e.url,
-			InFlight:         e.inflight,
-			Paused:           e.paused,
-			PauseReason:      e.pauseReason,
-			Breaker:          e.breakerState(now),
-			BreakerOpenUntil: e.openUntil,
-			TokensTotal:      e.tokens.Load(),
-			CompletionTokens: e.completion.Load(),
-			Requests:         e.requests,
-			LastServerDown:   e.lastDown,
-		}
-		if now.Before(e.holdUntil) {
-			es.HeldUntil = e.holdUntil
-		}
-		if e.inflight > 0 {
-			es.BusySince = e.busySince
-		}
-		if ns := e.lastToken.Load(); ns != 0 {
-			es.LastTokenAt = time.Unix(0, ns)
-		}
-		if len(e.errors) > 0 {
-			es.Errors = map[string]int64{}
-			for c, n := range e.errors {
-				es.Errors[c.String()] = n
-			}
-		}
-		d.loadStatsLocked(e, &es)
-		s.Endpoints = append(s.Endpoints, es)
+		s.Endpoints = append(s.Endpoints, d.endpointStatsLocked(e, now))
 	}
-	ages := d.inFlightAgesLocked(now)
-	for _, l := range d.lanes {
-		used, limit := l.lim.InFlight()
-		if l.auto != nil {
-			used, limit = 0, 0
-			for _, e := range d.eps {
-				used += e.lanes[l.idx].inflight
-				if e.available(now) {
-					limit += e.lanes[l.idx].ctl.Limit()
-				}
-			}
-		}
-		a := ages[l]
-		s.Lanes = append(s.Lanes, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit, Auto: l.auto != nil,
-			MeanDuration: l.durations.mean(), Tail: l.durations.tail(a.youngest, a.oldest, a.n),
-			EscalateTo: l.cfg.EscalateTo, Answered: l.answered, Escalated: l.escalated})
-	}
+	s.Lanes = d.laneStatsLocked(now)
 	return s
 }

@@ -88,13 +88,15 @@
 // whether the next one spends an attempt, so a restarted runner continues
 // where the store says.
 //
-// The supervisor drives Pause and Resume: Pause cancels an endpoint's
+// The fleet drives Pause and Resume: Pause cancels an endpoint's
 // in-flight requests and releases their samples without spending attempts,
 // Resume closes its breaker and sends to it again. Snapshot gives the live
 // counts, per-endpoint token times for hang detection and breaker states,
 // and each endpoint's KV pool, last load, committed tokens and per-lane
 // limits with the decisions that set them (for status, the dashboard and
-// metrics).
+// metrics). Endpoint, Totals, Counters, StoreState and LaneStats read one piece of
+// that state without copying the rest (view.go); AutoLimit is the auto
+// lanes' limit held to their shared crash ceiling, applied here only.
 //
 // The store is the source of truth, and it may go away for a while (a
 // PostgreSQL restart, a network cut): every store call is then retried with

@@ -73,6 +73,10 @@ type EndpointStats struct {
 	// Lanes holds each lane's share of this endpoint and, for an auto
 	// lane, the endpoint's own limit and its last decision.
 	Lanes []EndpointLane `json:"lanes"`
+	// AutoLimit is how many requests the auto lanes may have here at once:
+	// their limits summed, held to the ceiling a crash under pressure set
+	// for them together (0 without auto lanes).
+	AutoLimit int `json:"auto_limit"`
 }
 
 // ServerLoad is one probe's view of a server's pressure. A field the engine

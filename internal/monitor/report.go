@@ -247,34 +247,9 @@ func Assess(ctx context.Context, st Store, o AssessOptions) (Report, error) {
 	if r.Workers, err = workers(hbs, o); err != nil {
 		return r, err
 	}
-	var (
-		hb     store.Heartbeat
-		haveHB = len(hbs) > 0
-		beat   Beat
-	)
-	if haveHB {
-		hb = hbs[0] // the newest
-		r.Heartbeat = &HeartbeatInfo{PID: hb.PID, Host: hb.Host, Time: hb.Time, Age: o.Now.Sub(hb.Time), Started: hb.Started}
-		if len(hb.Counters) > 0 {
-			if err := json.Unmarshal(hb.Counters, &beat); err != nil {
-				return r, fmt.Errorf("decode heartbeat: %w", err)
-			}
-		}
-		r.Endpoints = beat.Endpoints
-		r.RunnerExited = beat.Exited
-		// Every live worker's endpoints: a live worker's view is current,
-		// a newer dead one's is not.
-		if live, n := liveEndpoints(r.Workers); n > 0 {
-			r.Endpoints = live
-		}
-		r.RunnerDied = !beat.Exited && !anyLive(r.Workers)
-	}
-	for i := range r.Endpoints {
-		if l := r.Endpoints[i].Load; l != nil && !l.At.IsZero() {
-			aged := *l // the heartbeat's copy is shared with the workers' list
-			aged.Age = o.Now.Sub(l.At)
-			r.Endpoints[i].Load = &aged
-		}
+	hb, haveHB, beat, err := r.readHeartbeat(hbs, o.Now)
+	if err != nil {
+		return r, err
 	}
 	remaining := r.Total.Pending + r.Total.InFlight
 	r.State, r.Evidence = judge(r, hb, haveHB, beat, remaining, o)
@@ -305,31 +280,73 @@ func Assess(ctx context.Context, st Store, o AssessOptions) (Report, error) {
 	}
 	r.ETA, r.ETANote = eta(r.State, remaining, r.Rate10m)
 
+	if err := r.readRecords(ctx, st); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// readHeartbeat fills the runner's side of r from the newest heartbeat
+// (hbs[0]) and the workers' list: the endpoints, with their load's age at
+// now, and whether the runner exited or died.
+func (r *Report) readHeartbeat(hbs []store.Heartbeat, now time.Time) (hb store.Heartbeat, haveHB bool, beat Beat, err error) {
+	haveHB = len(hbs) > 0
+	if haveHB {
+		hb = hbs[0] // the newest
+		r.Heartbeat = &HeartbeatInfo{PID: hb.PID, Host: hb.Host, Time: hb.Time, Age: now.Sub(hb.Time), Started: hb.Started}
+		if len(hb.Counters) > 0 {
+			if err := json.Unmarshal(hb.Counters, &beat); err != nil {
+				return hb, haveHB, beat, fmt.Errorf("decode heartbeat: %w", err)
+			}
+		}
+		r.Endpoints = beat.Endpoints
+		r.RunnerExited = beat.Exited
+		// Every live worker's endpoints: a live worker's view is current,
+		// a newer dead one's is not.
+		if live, n := liveEndpoints(r.Workers); n > 0 {
+			r.Endpoints = live
+		}
+		r.RunnerDied = !beat.Exited && !anyLive(r.Workers)
+	}
+	for i := range r.Endpoints {
+		if l := r.Endpoints[i].Load; l != nil && !l.At.IsZero() {
+			aged := *l // the heartbeat's copy is shared with the workers' list
+			aged.Age = now.Sub(l.At)
+			r.Endpoints[i].Load = &aged
+		}
+	}
+	return hb, haveHB, beat, nil
+}
+
+// readRecords fills the lists r shows from the store: the last events and
+// errors, the counts of bad rows and rejects, the generations.
+func (r *Report) readRecords(ctx context.Context, st Store) error {
+	var err error
 	events, err := st.Events(ctx, 5)
 	if err != nil {
-		return r, fmt.Errorf("read events: %w", err)
+		return fmt.Errorf("read events: %w", err)
 	}
 	for _, e := range events {
 		r.Events = append(r.Events, EventOf(e))
 	}
 	rows, err := st.LastErrors(ctx, 5)
 	if err != nil {
-		return r, fmt.Errorf("read errors: %w", err)
+		return fmt.Errorf("read errors: %w", err)
 	}
 	for _, row := range rows {
 		r.LastErrors = append(r.LastErrors, ErrorLine{ID: row.ID, State: string(row.State), Reason: row.Reason})
 	}
 	// Counted, never listed: a wrong field mapping makes every source row bad.
 	if r.IngestErrors, err = st.IngestErrorCount(ctx); err != nil {
-		return r, fmt.Errorf("count ingest errors: %w", err)
+		return fmt.Errorf("count ingest errors: %w", err)
 	}
 	if r.Rejects, err = rejectsByRule(ctx, st); err != nil {
-		return r, err
+		return err
 	}
 	if r.Generations, err = st.Generations(ctx); err != nil {
-		return r, fmt.Errorf("read generations: %w", err)
+		return fmt.Errorf("read generations: %w", err)
 	}
-	return r, nil
+	return nil
 }
 
 // readRates fills the one- and ten-minute rates. With no live runner the

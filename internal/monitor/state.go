@@ -4,26 +4,28 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/regen-dev/regen/internal/state"
 )
 
-// State is a job's or an endpoint's condition.
-type State string
+// State is a job's or an endpoint's condition: the one vocabulary
+// (internal/state) the supervisor and the fleet speak too.
+type State = state.State
 
+// The states, as monitor's names (see internal/state).
 const (
-	Starting State = "STARTING"
-	Ready    State = "READY"
-	Degraded State = "DEGRADED"
-	Running  State = "RUNNING"
-	// Draining: the runner was interrupted once and finishes the requests
-	// in flight (up to its drain timeout) before it stops.
-	Draining   State = "DRAINING"
-	Stalled    State = "STALLED"
-	Down       State = "DOWN"
-	Restarting State = "RESTARTING"
-	Failed     State = "FAILED"
-	Done       State = "DONE"
-	Dead       State = "DEAD"
-	Stopped    State = "STOPPED"
+	Starting   = state.Starting
+	Ready      = state.Ready
+	Degraded   = state.Degraded
+	Running    = state.Running
+	Draining   = state.Draining
+	Stalled    = state.Stalled
+	Down       = state.Down
+	Restarting = state.Restarting
+	Failed     = state.Failed
+	Done       = state.Done
+	Dead       = state.Dead
+	Stopped    = state.Stopped
 )
 
 // ExitCode is what `regen status` exits with: 0 when work is progressing or

@@ -12,6 +12,7 @@
 // Probe performs requests only; it keeps no state and starts no goroutine
 // that outlives the call. A HealthChecker (ProbeWith) is the one piece of
 // state: which health probe works for a server without a health route
-// (GET /v1/models, then a one-token completion). Scheduling probes and judging their results is the
-// supervisor's job.
+// (GET /v1/models, then a one-token completion). Scheduling probes and
+// judging their results is the job of supervise (a launched server) and
+// fleet (plain URLs and the in-process simulator).
 package probe

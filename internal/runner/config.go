@@ -2,18 +2,13 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/regen-dev/regen/internal/dispatch"
-	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/probe"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -99,7 +94,7 @@ func (r *runState) configure(ctx context.Context) error {
 		changed.Current.Answers = prev.Answers
 		return &ConfigError{Job: spec.Name, JobFile: spec.Path, Generation: changed.Current, Diff: diff}
 	}
-	r.gen = g
+	r.id.gen = g
 	if hadOne && g.N > prev.N {
 		msg := fmt.Sprintf("configuration generation %d started (fingerprint %.12s): %d samples requeued, %d answers of generation %d kept in the history",
 			g.N, g.Fingerprint, g.Requeued, prev.Answers, prev.N)
@@ -120,63 +115,10 @@ func (r *runState) liveOthers(ctx context.Context) ([]string, error) {
 	}
 	var live []string
 	for _, hb := range hbs {
-		var beat monitor.Beat
-		_ = json.Unmarshal(hb.Counters, &beat)
-		if hb.Owner == r.owner || beat.Exited || time.Since(hb.Time) > r.o.Spec.Monitor.DeadAfter ||
-			(hb.Host == r.host && !runnerAlive(hb.PID)) {
+		if hb.Owner == r.id.owner || monitor.WorkerGone(hb, r.id.host, time.Now(), r.o.Spec.Monitor.DeadAfter, true) {
 			continue
 		}
 		live = append(live, fmt.Sprintf("pid %d on %s", hb.PID, hb.Host))
 	}
 	return live, nil
-}
-
-// servedModel is the model id a server answers with: the one it lists, or
-// the job's model among several; "" when that cannot be told.
-func servedModel(served []string, want string) string {
-	switch {
-	case len(served) == 1:
-		return served[0]
-	case want != "" && slices.Contains(served, want):
-		return want
-	}
-	return ""
-}
-
-// checkServed records the model the server at url answers with for the
-// current generation, the first time one is known, and refuses a server
-// answering with another one: its answers would mix two models in one
-// dataset.
-func (r *runState) checkServed(ctx context.Context, url string, served []string) (refusal string) {
-	id := servedModel(served, r.o.Spec.Model)
-	if id == "" || r.gen.N == 0 {
-		return ""
-	}
-	recorded, err := r.o.Store.SetServedModel(ctx, r.gen.N, id)
-	if err != nil {
-		r.storeFailed(ctx, err)
-		return ""
-	}
-	if recorded == id {
-		return ""
-	}
-	refusal = fmt.Sprintf("serves %q, but configuration generation %d was generated with %q (served_model: %s -> %s); "+
-		"no request sent: serve %q again, or name the new model in model: in %s and run regen run --new-config",
-		id, r.gen.N, recorded, recorded, id, recorded, r.o.Spec.Path)
-	r.o.Logger.Warn("served model changed", "endpoint", url, "served", id, "recorded", recorded, "generation", r.gen.N)
-	r.event(ctx, store.Event{Kind: "model_check", Subject: url, Evidence: refusal})
-	r.note("regen: " + url + " refused: " + refusal)
-	return refusal
-}
-
-// identify reads the server's version, stamped with its engine on every
-// answer it gives (a server that does not say is recorded without one).
-func (r *runState) identify(ctx context.Context, url string, d engine.Dialect) {
-	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
-	defer cancel()
-	v, err := probe.Version(ctx, nil, url, d)
-	if err != nil {
-		r.o.Logger.Info("server version unknown", "endpoint", url, "err", err)
-	}
-	r.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v})
 }

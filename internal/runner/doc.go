@@ -6,8 +6,13 @@
 // frames (monitor.Frame, to Options.Progress: the runner never draws; the
 // terminal view subscribes in cmd/regen), and exports the results at the end.
 //
-// It owns the wiring between concepts, not their logic: retries live in
-// dispatch, process handling in supervise, states in monitor. A runner that
+// It is the composition root: it wires the concepts and owns none of their
+// policy. Endpoints (their health, breaker verdicts, limits, model check,
+// pause and resume) live in fleet, ingest in ingest, retries and limits in
+// dispatch, process handling in supervise, states, alert hooks and the
+// store's outage accounting in monitor. The runner keeps the job's own
+// state, its heartbeat, the view's frames and the workers' hand-offs
+// (takeover, rescue of dead workers' leases, the export lock). A runner that
 // is killed at any point loses nothing: a re-run releases the dead runner's
 // leases without spending attempts and resumes. On a store that is not
 // shared (SQLite) the runner holds the store's "runner" lock (a flock the

@@ -81,16 +81,16 @@ func (r *runState) recordHistory(ctx context.Context, now time.Time) {
 	snap := r.disp.Snapshot()
 	loads := map[string]*dispatch.ServerLoad{}
 	for _, e := range snap.Endpoints {
-		loads[e.URL] = freshLoad(e, now, probeEvery(r.o.Spec))
+		loads[e.URL] = r.fleet.FreshLoad(e, now)
 	}
-	rows := r.hist.rows(now, snap, func(url string) (float64, float64, float64) {
+	rows := r.beats.hist.rows(now, snap, func(url string) (float64, float64, float64) {
 		if l := loads[url]; l != nil {
 			return l.KVUsage, l.Queued, l.Running
 		}
 		return -1, -1, -1
 	})
 	if err := r.o.Store.PutMinutes(ctx, rows); err != nil {
-		if down, _ := r.health.state(); down == "" && ctx.Err() == nil {
+		if down, _ := r.health.State(); down == "" && ctx.Err() == nil {
 			r.o.Logger.Warn("write history", "err", err)
 		}
 		return

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
@@ -82,26 +81,5 @@ func TestAutoCrashLowersCeiling(t *testing.T) {
 	}
 	if len(e.Lanes) != 1 || !e.Lanes[0].Auto || e.Lanes[0].Ceiling < 1 || e.Lanes[0].Limit > e.Lanes[0].Ceiling {
 		t.Errorf("status lanes %+v: want an auto lane under a crash ceiling", e.Lanes)
-	}
-}
-
-// An endpoint's limit in status is what can run there: after a crash under
-// pressure its auto lanes share one ceiling, so their sum is shown held to
-// it; a fixed lane adds its own limit.
-func TestLimitsOfHoldsAutoLanesToTheirCeiling(t *testing.T) {
-	e := dispatch.EndpointStats{URL: "http://a", Lanes: []dispatch.EndpointLane{
-		{Lane: "short", Auto: true, Limit: 30, Ceiling: 30},
-		{Lane: "long", Auto: true, Limit: 12, Ceiling: 30},
-		{Lane: "batch", Limit: 8},
-	}}
-	var st monitor.EndpointStatus
-	limitsOf(e, &st, time.Now(), time.Second)
-	if st.Limit != 38 {
-		t.Errorf("auto lanes at 30 and 12 under a ceiling of 30, and a fixed lane of 8: limit %d, want 38", st.Limit)
-	}
-	e.Lanes[0].Ceiling, e.Lanes[1].Ceiling = 0, 0
-	limitsOf(e, &st, time.Now(), time.Second)
-	if st.Limit != 50 {
-		t.Errorf("no crash ceiling: limit %d, want 50 (30 + 12 + 8)", st.Limit)
 	}
 }

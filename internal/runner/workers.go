@@ -22,7 +22,7 @@ import (
 // refuses to run beside a live runner and releases a dead one's leases; on
 // a shared store it releases the leases of every dead worker.
 func (r *runState) takeOver(ctx context.Context) error {
-	if r.shared {
+	if r.id.shared {
 		if err := r.rescueDead(ctx, true); err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ const runnerLock = "runner"
 // own takes the runner lock, or says who holds it. The kernel drops the
 // lock when its holder dies, however it dies.
 func (r *runState) own(ctx context.Context) error {
-	if r.disown != nil {
+	if r.workers.disown != nil {
 		return nil // taken on an earlier try
 	}
 	unlock, ok, err := r.o.Store.TryLock(ctx, runnerLock)
@@ -63,11 +63,11 @@ func (r *runState) own(ctx context.Context) error {
 		return fmt.Errorf("take job %s: %w", r.o.Spec.Name, err)
 	}
 	if ok {
-		r.disown = unlock
+		r.workers.disown = unlock
 		return nil
 	}
 	// The holder may not have written its first heartbeat yet.
-	if hb, ok, err := r.o.Store.LastHeartbeat(ctx); err == nil && ok && hb.Host == r.host && runnerAlive(hb.PID) {
+	if hb, ok, err := r.o.Store.LastHeartbeat(ctx); err == nil && ok && hb.Host == r.id.host && monitor.RegenAlive(hb.PID) {
 		return r.runBy(hb)
 	}
 	return fmt.Errorf("job %s is being run by another regen process (it holds the job's runner lock in %s.locks); stop that process first",
@@ -76,18 +76,18 @@ func (r *runState) own(ctx context.Context) error {
 
 // release gives up the runner lock once the run is over.
 func (r *runState) release() {
-	if r.disown == nil {
+	if r.workers.disown == nil {
 		return
 	}
-	if err := r.disown(); err != nil {
+	if err := r.workers.disown(); err != nil {
 		r.o.Logger.Warn("release runner lock", "err", err)
 	}
-	r.disown = nil
+	r.workers.disown = nil
 }
 
 // runBy is the refusal to run beside the live runner of heartbeat hb.
 func (r *runState) runBy(hb store.Heartbeat) error {
-	if hb.Host == r.host {
+	if hb.Host == r.id.host {
 		return fmt.Errorf("job %s is being run by pid %d on this machine (heartbeat %s ago); stop that process first",
 			r.o.Spec.Name, hb.PID, time.Since(hb.Time).Round(time.Second))
 	}
@@ -102,7 +102,7 @@ func (r *runState) takeOverFrom(ctx context.Context, hb store.Heartbeat) error {
 	// and this runner holds it now (a pid in the heartbeat may have been
 	// reused). Elsewhere (a store on a shared disk) only a fresh heartbeat
 	// proves life.
-	alive := hb.Host != r.host && time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
+	alive := hb.Host != r.id.host && time.Since(hb.Time) < r.o.Spec.Monitor.DeadAfter
 	if alive && !beat.Exited && hb.PID != os.Getpid() {
 		return r.runBy(hb)
 	}
@@ -129,31 +129,26 @@ func (r *runState) takeOverFrom(ctx context.Context, hb store.Heartbeat) error {
 func (r *runState) rescueDead(ctx context.Context, starting bool) error {
 	now := time.Now()
 	deadAfter := r.o.Spec.Monitor.DeadAfter
-	trustAge := starting || r.health.healthyFor(now) >= deadAfter
+	trustAge := starting || r.health.HealthyFor(now) >= deadAfter
 	hbs, err := r.o.Store.Heartbeats(ctx)
 	if err != nil {
 		return fmt.Errorf("read heartbeats: %w", err)
 	}
 	for _, hb := range hbs {
-		if hb.Owner == r.owner {
+		if hb.Owner == r.id.owner {
 			continue
 		}
-		if t, ok := r.rescued[hb.Owner]; ok && t.Equal(hb.Time) {
+		if t, ok := r.workers.rescued[hb.Owner]; ok && t.Equal(hb.Time) {
 			continue // released already, and it has not beaten since
 		}
-		var beat monitor.Beat
-		_ = json.Unmarshal(hb.Counters, &beat)
-		gone := beat.Exited ||
-			(hb.Host == r.host && !runnerAlive(hb.PID)) ||
-			(trustAge && now.Sub(hb.Time) > deadAfter)
-		if !gone {
+		if !monitor.WorkerGone(hb, r.id.host, now, deadAfter, trustAge) {
 			continue
 		}
 		n, err := r.o.Store.ReleaseOwner(ctx, hb.Owner)
 		if err != nil {
 			return fmt.Errorf("release leases of worker %s: %w", hb.Owner, err)
 		}
-		r.rescued[hb.Owner] = hb.Time
+		r.workers.rescued[hb.Owner] = hb.Time
 		if n > 0 {
 			r.event(ctx, store.Event{Kind: "takeover", Subject: "job",
 				Evidence: fmt.Sprintf("released %d samples leased by worker pid %d on %s, gone since its heartbeat %s ago (no attempts spent)",
@@ -200,8 +195,10 @@ func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
 				r.setState(ctx, monitor.Running, []string{"all samples finished; another worker is exporting"})
 			}
 		}
-		if err := sleepCtx(ctx, finishPoll); err != nil {
-			return export.Summary{}, false, err
+		select {
+		case <-ctx.Done():
+			return export.Summary{}, false, ctx.Err()
+		case <-time.After(finishPoll):
 		}
 	}
 }
@@ -213,7 +210,7 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	if err != nil {
 		return export.Summary{}, false, err
 	}
-	if r.shared {
+	if r.id.shared {
 		current, err := r.exportedAs(ctx, mark)
 		if err != nil {
 			return export.Summary{}, false, err
@@ -245,9 +242,9 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 
 // setExported records the export mark the heartbeat carries from now on.
 func (r *runState) setExported(mark string) {
-	r.mu.Lock()
-	r.exported = mark
-	r.mu.Unlock()
+	r.view.mu.Lock()
+	r.view.exported = mark
+	r.view.mu.Unlock()
 }
 
 // exportMark identifies the finished samples an export holds: the same
@@ -275,7 +272,7 @@ func (r *runState) exportedAs(ctx context.Context, mark string) (bool, error) {
 	}
 	for _, hb := range hbs {
 		var b monitor.Beat
-		if hb.Owner != r.owner && !hb.Time.Before(r.started) && json.Unmarshal(hb.Counters, &b) == nil && b.Exported == mark {
+		if hb.Owner != r.id.owner && !hb.Time.Before(r.id.started) && json.Unmarshal(hb.Counters, &b) == nil && b.Exported == mark {
 			return true, nil
 		}
 	}

@@ -14,7 +14,8 @@
 // for StallTimeout).
 //
 // Every state change (STARTING, READY, DEGRADED, STALLED, DOWN, RESTARTING,
-// FAILED, STOPPED) is reported through Config.OnState from the goroutine
+// FAILED, STOPPED: the vocabulary of internal/state, which monitor and fleet
+// share, so no translation sits between them) is reported through Config.OnState from the goroutine
 // that called Run, with evidence. On DOWN or STALLED the supervisor kills
 // the whole group (SIGTERM, then SIGKILL after a grace period), waits until
 // every member is gone and, when nvidia-smi is available, until none of the
@@ -27,6 +28,12 @@
 // short-lived helpers (compilers, nvidia-smi calls) are not mistaken for a
 // crash. Processes that leave the group (setsid, Ray workers) are not seen.
 //
-// The supervisor never pauses dispatch itself: the caller does that from
-// OnState. It kills only the process group it started.
+// The supervisor never pauses dispatch itself: the caller (fleet) does that
+// from OnState. It kills only the process group it started.
+//
+// Files: supervise.go (the Supervisor and its state), config.go (Config and
+// defaults), incarnation.go (one launch and its clean-up), judge.go (the
+// watch loop and its rules), restart.go (RestartPolicy), group.go (the
+// process group), logfile.go and logwatch.go (the server's log), ready.go
+// (ports and WaitReady).
 package supervise

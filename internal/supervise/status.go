@@ -7,21 +7,24 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/state"
 )
 
-// State is a supervised server's condition. The strings match monitor.State.
-type State string
+// State is a supervised server's condition, in the vocabulary monitor
+// and the fleet share (internal/state). The supervisor uses Starting,
+// Ready, Degraded, Stalled, Down, Restarting, Failed and Stopped.
+type State = state.State
 
 // Server states.
 const (
-	Starting   State = "STARTING"
-	Ready      State = "READY"
-	Degraded   State = "DEGRADED"   // serving, but a probe failed or retractions are frequent
-	Stalled    State = "STALLED"    // alive but not generating: about to be restarted
-	Down       State = "DOWN"       // a process of the group exited or a fatal line was logged
-	Restarting State = "RESTARTING" // the old group is gone; waiting out the backoff
-	Failed     State = "FAILED"     // too many failures within the window; Run has returned
-	Stopped    State = "STOPPED"    // Run's context was cancelled and the group is gone
+	Starting   = state.Starting
+	Ready      = state.Ready
+	Degraded   = state.Degraded   // serving, but a probe failed or retractions are frequent
+	Stalled    = state.Stalled    // alive but not generating: about to be restarted
+	Down       = state.Down       // a process of the group exited or a fatal line was logged
+	Restarting = state.Restarting // the old group is gone; waiting out the backoff
+	Failed     = state.Failed     // too many failures within the window; Run has returned
+	Stopped    = state.Stopped    // Run's context was cancelled and the group is gone
 )
 
 // Causes the supervisor itself assigns; causes read from the log are the

@@ -1,4 +1,4 @@
-package runner
+package fleet
 
 import (
 	"context"
@@ -15,31 +15,35 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// autoConns is how many connections to keep for reuse per endpoint for an
-// auto lane: its ceiling, or a generous pool when it has none.
-func autoConns(a job.Auto) int {
-	if a.Max > 0 {
-		return a.Max
+// MaxConns is how many connections to keep for reuse per endpoint: every
+// fixed lane's concurrency, and for an auto lane its ceiling, or a
+// generous pool when it has none.
+func MaxConns(spec *job.Spec) int {
+	n := 0
+	for _, l := range spec.Lanes {
+		n += l.Concurrency
+		if a := l.Auto; a != nil {
+			if a.Max > 0 {
+				n += a.Max
+			} else {
+				n += 512
+			}
+		}
 	}
-	return 512
+	return n
 }
 
 // observe hands a probe to the dispatcher's adaptive limits and logs what
 // they decided.
-func (r *runState) observe(url string, snap probe.Snapshot) {
-	if r.o.Logger.Enabled(context.Background(), slog.LevelDebug-4) {
+func (f *Fleet) observe(url string, snap probe.Snapshot) {
+	if f.log.Enabled(context.Background(), slog.LevelDebug-4) {
 		m := snap.Metrics
-		var infl int
-		for _, e := range r.disp.Snapshot().Endpoints {
-			if e.URL == url {
-				infl = e.InFlight
-			}
-		}
-		r.o.Logger.Log(context.Background(), slog.LevelDebug-4, "probe", "endpoint", url, "in_flight", infl, "running", m.Running, "queued", m.Queued, "kv", m.TokenUsage, "retracted", m.RetractionsTotal, "generated", m.GenerationTokensTotal)
+		e, _ := f.disp.Endpoint(url)
+		f.log.Log(context.Background(), slog.LevelDebug-4, "probe", "endpoint", url, "in_flight", e.InFlight, "running", m.Running, "queued", m.Queued, "kv", m.TokenUsage, "retracted", m.RetractionsTotal, "generated", m.GenerationTokensTotal)
 	}
-	for _, d := range r.disp.Observe(url, snap.Metrics, snap.Time) {
+	for _, d := range f.disp.Observe(url, snap.Metrics, snap.Time) {
 		if d.Action == limit.Shed {
-			r.limitEvent(context.Background(), "load shed", d)
+			f.limitEvent(context.Background(), "load shed", d)
 			continue
 		}
 		// The dispatcher logs the decisions that move a limit itself.
@@ -49,17 +53,17 @@ func (r *runState) observe(url string, snap probe.Snapshot) {
 // noteCrash tells the dispatcher an endpoint went down; a crash under
 // pressure lowers its adaptive ceilings, recorded as events so status and
 // the alert history say why the limit fell.
-func (r *runState) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
-	for _, d := range r.disp.NoteCrash(st.URL, st.Cause, st.Since) {
-		r.limitEvent(ctx, "crash under pressure", d)
+func (f *Fleet) noteCrash(ctx context.Context, st monitor.EndpointStatus) {
+	for _, d := range f.disp.NoteCrash(st.URL, st.Cause, st.Since) {
+		f.limitEvent(ctx, "crash under pressure", d)
 	}
 }
 
 // limitEvent logs a limit decision the operator must see (a crash's
 // ceiling, a shed) as a warning and records it as an endpoint_limit event.
-func (r *runState) limitEvent(ctx context.Context, msg string, d dispatch.LimitDecision) {
-	r.o.Logger.Warn(msg, "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "decision", d.Action, "reason", d.Reason)
-	r.event(ctx, store.Event{Kind: "endpoint_limit", Subject: d.Endpoint, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
+func (f *Fleet) limitEvent(ctx context.Context, msg string, d dispatch.LimitDecision) {
+	f.log.Warn(msg, "endpoint", d.Endpoint, "lane", d.Lane, "from", d.From, "to", d.To, "decision", d.Action, "reason", d.Reason)
+	f.event(ctx, store.Event{Kind: "endpoint_limit", Subject: d.Endpoint, Evidence: fmt.Sprintf("lane %s: %s", d.Lane, d.Decision)})
 }
 
 // A server's load stays current for loadFreshFor probe intervals, and at
@@ -85,15 +89,9 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 	st.Limit, st.LimitReason, st.Lanes = 0, "", nil
 	var moved time.Time
 	var fixed []string
-	// After a crash under pressure the auto lanes share one ceiling: their
-	// sum is held to it, whatever each lane's own limit says.
-	autoSum, ceiling := 0, 0
 	for _, l := range e.Lanes {
 		ll := monitor.LaneLimit{Lane: l.Lane, InFlight: l.InFlight, Limit: l.Limit, Auto: l.Auto, Ceiling: l.Ceiling}
-		if l.Auto {
-			autoSum += l.Limit
-			ceiling = max(ceiling, l.Ceiling)
-		} else {
+		if !l.Auto {
 			st.Limit += l.Limit
 		}
 		if l.Moved != nil {
@@ -107,10 +105,9 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 		}
 		st.Lanes = append(st.Lanes, ll)
 	}
-	if ceiling > 0 {
-		autoSum = min(autoSum, ceiling)
-	}
-	st.Limit += autoSum
+	// Dispatch holds the auto lanes to the ceiling a crash set for them
+	// together; AutoLimit says so already.
+	st.Limit += e.AutoLimit
 	if st.LimitReason == "" && len(fixed) > 0 {
 		st.LimitReason = "fixed by the job file (" + strings.Join(fixed, ", ") + "; shared by all endpoints)"
 	}
@@ -130,7 +127,7 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 // setCapacities gives the dispatcher the KV pools the job file names
 // (server.kv_tokens for the launched server, endpoints[].kv_tokens), for
 // balancing until each server reports its own.
-func setCapacities(d *dispatch.Dispatcher, spec *job.Spec, urls []string) {
+func setCapacities(d Dispatcher, spec *job.Spec, urls []string) {
 	if sv := spec.Server; sv != nil && sv.KVTokens > 0 && len(urls) == 1 {
 		d.SetCapacity(urls[0], float64(sv.KVTokens), dispatch.CapacityJob)
 	}
@@ -139,4 +136,10 @@ func setCapacities(d *dispatch.Dispatcher, spec *job.Spec, urls []string) {
 			d.SetCapacity(e.URL, float64(e.KVTokens), dispatch.CapacityJob)
 		}
 	}
+}
+
+// FreshLoad is e's last read of its server's load while it is still
+// current (a few probe periods), nil otherwise.
+func (f *Fleet) FreshLoad(e dispatch.EndpointStats, now time.Time) *dispatch.ServerLoad {
+	return freshLoad(e, now, probeEvery(f.cfg.Spec))
 }

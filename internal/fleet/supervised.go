@@ -1,4 +1,4 @@
-package runner
+package fleet
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func (f *supervisedFleet) onState(st supervise.Status) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	f.set(ctx, monitor.EndpointStatus{URL: st.URL, State: monitor.State(st.State), Since: st.Since,
+	f.set(ctx, monitor.EndpointStatus{URL: st.URL, State: st.State, Since: st.Since,
 		Cause: st.Cause, Evidence: st.Evidence, Restarts: st.Restarts})
 }
 

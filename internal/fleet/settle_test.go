@@ -1,4 +1,4 @@
-package runner
+package fleet
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
+	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
 
@@ -23,9 +24,14 @@ func TestBreakerVerdictSettlesFromItsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	r := &runState{o: Options{Spec: &job.Spec{Name: "j"}, Store: st, Logger: slog.New(slog.DiscardHandler)},
-		changed: make(chan struct{}, 1), shown: map[string]monitor.EndpointStatus{}, overruled: map[string]monitor.EndpointStatus{}}
 	ctx := context.Background()
+	record := func(ctx context.Context, e store.Event) {
+		if err := st.AddEvent(ctx, e); err != nil {
+			t.Errorf("record event: %v", err)
+		}
+	}
+	r := &Fleet{cfg: Config{Spec: &job.Spec{Name: "j"}, Report: Reporter{Event: record}}, log: slog.New(slog.DiscardHandler),
+		shown: map[string]monitor.EndpointStatus{}, overruled: map[string]monitor.EndpointStatus{}}
 	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 	const url = "http://127.0.0.1:1"
 	raw := monitor.EndpointStatus{URL: url, State: monitor.Ready, Since: t0}

@@ -1,4 +1,10 @@
-package runner
+// Package ingest brings a job's sources into the store, once: a manifest
+// entry per source file says it is complete, so an unchanged file is not
+// read again; a named lock per file lets one worker of several read it
+// while the others go on. It reads through internal/source and writes
+// through the store; it never dispatches (the runner wakes the dispatcher
+// through the wake callback after each committed batch).
+package ingest
 
 import (
 	"context"
@@ -13,11 +19,11 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// IngestStats counts what one ingest pass did. The rows of a file skipped
+// Stats counts what one ingest pass did. The rows of a file skipped
 // because the manifest says it is in already count in Read, from the
 // manifest (and in Unread): the counts are the same whether a file was read
 // again or not, and the summary says which rows were read.
-type IngestStats struct {
+type Stats struct {
 	Read     int // rows of the source files, good and bad, read now or not
 	Unread   int // of Read, the rows of files not read (counted from the manifest)
 	Inserted int // new samples (the other good rows were already stored)
@@ -39,10 +45,10 @@ type IngestStats struct {
 
 // Samples is the number of samples the good rows stand for: new or
 // already stored (rows skipped for a taken id are not).
-func (s IngestStats) Samples() int { return s.Read - s.Bad - s.Duplicates + s.Copies }
+func (s Stats) Samples() int { return s.Read - s.Bad - s.Duplicates + s.Copies }
 
 // String is the ingest summary the run prints and records.
-func (s IngestStats) String() string {
+func (s Stats) String() string {
 	out := s.rowsText() + fmt.Sprintf(": %d new samples, %d already stored, %d bad rows (dead letters)",
 		s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
 	if s.Duplicates > 0 {
@@ -57,7 +63,7 @@ func (s IngestStats) String() string {
 // rowsText says how many rows the sources hold and which of them were read
 // now: "603 rows read", "603 rows in 2 files unchanged since their last
 // ingest, not read again", or the split of the two.
-func (s IngestStats) rowsText() string {
+func (s Stats) rowsText() string {
 	var unread []string
 	if s.Skipped > 0 {
 		unread = append(unread, fmt.Sprintf("%s unchanged since the last ingest", files(s.Skipped)))
@@ -87,34 +93,43 @@ const ingestBatch = 1000
 // ingesting, to take over if that worker dies.
 const ingestPoll = time.Second
 
-// ingester brings a job's sources into the store once: a manifest entry
+// Ingester brings a job's sources into the store once: a manifest entry
 // per source file says it is complete, so an unchanged file is not read
 // again, and a named lock per file makes one worker of several read it
 // while the others go on to other files (or dispatch).
-type ingester struct {
+type Ingester struct {
 	spec *job.Spec
 	st   store.Store
 	log  *slog.Logger
 	// wake is called after every committed batch: new samples to claim.
 	wake  func()
-	stats IngestStats
+	stats Stats
 }
 
-// Ingest reads every source file not yet fully ingested and stores new
+// New returns an ingester of spec's sources into st; wake, when not nil,
+// is called after every committed batch (new samples to claim).
+func New(spec *job.Spec, st store.Store, log *slog.Logger, wake func()) *Ingester {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Ingester{spec: spec, st: st, log: log, wake: wake}
+}
+
+// Run reads every source file not yet fully ingested and stores new
 // samples and bad rows. It is idempotent: samples already stored are
 // skipped by id, bad rows by origin, whole unchanged files by the manifest.
-func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, error) {
-	in := &ingester{spec: spec, st: st, log: slog.New(slog.DiscardHandler)}
-	plan, err := in.plan()
+func Run(ctx context.Context, spec *job.Spec, st store.Store) (Stats, error) {
+	in := New(spec, st, nil, nil)
+	plan, err := in.Plan()
 	if err != nil {
-		return IngestStats{}, err
+		return Stats{}, err
 	}
-	return in.run(ctx, plan)
+	return in.Run(ctx, plan)
 }
 
-// sourcePlan is one source and its files, resolved up front so a missing
+// SourcePlan is one source and its files, resolved up front so a missing
 // path fails the run before any server is launched.
-type sourcePlan struct {
+type SourcePlan struct {
 	src   job.Source
 	files []string
 }
@@ -137,7 +152,7 @@ func (e *SourceError) Fix() string {
 
 // sourceError wraps err, an error reading the source file path, unless the
 // store (a write from the row callbacks) or an interrupt caused it.
-func (in *ingester) sourceError(ctx context.Context, path string, err error) error {
+func (in *Ingester) sourceError(ctx context.Context, path string, err error) error {
 	var se storeError
 	if err == nil || ctx.Err() != nil || errors.As(err, &se) {
 		return err
@@ -161,14 +176,14 @@ type storeError struct{ err error }
 func (e storeError) Error() string { return e.err.Error() }
 func (e storeError) Unwrap() error { return e.err }
 
-func (in *ingester) plan() ([]sourcePlan, error) {
-	var out []sourcePlan
+func (in *Ingester) Plan() ([]SourcePlan, error) {
+	var out []SourcePlan
 	for _, src := range in.spec.Sources {
 		files, err := source.Files(src, in.spec.Dir)
 		if err != nil {
 			return nil, in.sourceError(context.Background(), src.Path, fmt.Errorf("ingest partition %s: %w", src.Partition, err))
 		}
-		out = append(out, sourcePlan{src: src, files: files})
+		out = append(out, SourcePlan{src: src, files: files})
 		in.stats.Files += len(files)
 	}
 	return out, nil
@@ -176,7 +191,7 @@ func (in *ingester) plan() ([]sourcePlan, error) {
 
 // unread counts the files of plan the manifest does not show complete and
 // unchanged: the files ingest would read.
-func (in *ingester) unread(ctx context.Context, plan []sourcePlan) (int, error) {
+func (in *Ingester) Unread(ctx context.Context, plan []SourcePlan) (int, error) {
 	n := 0
 	for _, p := range plan {
 		for _, path := range p.files {
@@ -194,7 +209,7 @@ func (in *ingester) unread(ctx context.Context, plan []sourcePlan) (int, error) 
 	return n, nil
 }
 
-func (in *ingester) run(ctx context.Context, plan []sourcePlan) (IngestStats, error) {
+func (in *Ingester) Run(ctx context.Context, plan []SourcePlan) (Stats, error) {
 	for _, p := range plan {
 		if err := in.source(ctx, p); err != nil {
 			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
@@ -212,7 +227,7 @@ func (in *ingester) run(ctx context.Context, plan []sourcePlan) (IngestStats, er
 }
 
 // perPrompt is the samples_per_prompt of partition (1 when unknown).
-func (in *ingester) perPrompt(partition string) int {
+func (in *Ingester) perPrompt(partition string) int {
 	for _, src := range in.spec.Sources {
 		if src.Partition == partition {
 			return max(src.SamplesPerPrompt, 1)
@@ -224,7 +239,7 @@ func (in *ingester) perPrompt(partition string) int {
 // duplicateCopies takes the copies of duplicate rows out of Copies (they
 // made no sample) and notes the sources whose identical prompts merged.
 // Only a job with samples_per_prompt reads the duplicates one by one.
-func (in *ingester) duplicateCopies(ctx context.Context, d store.Duplicates) error {
+func (in *Ingester) duplicateCopies(ctx context.Context, d store.Duplicates) error {
 	multi := false
 	for _, src := range in.spec.Sources {
 		multi = multi || src.SamplesPerPrompt > 1
@@ -247,7 +262,7 @@ func (in *ingester) duplicateCopies(ctx context.Context, d store.Duplicates) err
 }
 
 // idLess reports whether partition's ids are content hashes.
-func (in *ingester) idLess(partition string) bool {
+func (in *Ingester) idLess(partition string) bool {
 	for _, src := range in.spec.Sources {
 		if src.Partition == partition {
 			return src.ID == ""
@@ -260,7 +275,7 @@ func (in *ingester) idLess(partition string) bool {
 // revisited until someone completes them; with a row limit, files are
 // taken strictly in order, since each one's share depends on the rows
 // before it.
-func (in *ingester) source(ctx context.Context, p sourcePlan) error {
+func (in *Ingester) source(ctx context.Context, p SourcePlan) error {
 	used := 0 // good rows of this source so far, for src.Limit
 	var waiting []string
 	for _, path := range p.files {
@@ -319,7 +334,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // is reading it now; rows is the file's good rows (for the source's limit).
 // revisit says the file was found locked before, so finding it complete now
 // means another worker ingested it.
-func (in *ingester) file(ctx context.Context, src job.Source, path string, used int, revisit bool) (rows int, done bool, err error) {
+func (in *Ingester) file(ctx context.Context, src job.Source, path string, used int, revisit bool) (rows int, done bool, err error) {
 	info, err := source.Fingerprint(src, path)
 	if err != nil {
 		return 0, false, in.sourceError(ctx, path, fmt.Errorf("fingerprint %s: %w", path, err))
@@ -369,7 +384,7 @@ func (in *ingester) file(ctx context.Context, src job.Source, path string, used 
 
 // complete returns path's manifest entry if it says the file, as it is
 // now, is fully in the store.
-func (in *ingester) complete(ctx context.Context, src job.Source, path string, info source.FileInfo) (store.SourceFile, bool, error) {
+func (in *Ingester) complete(ctx context.Context, src job.Source, path string, info source.FileInfo) (store.SourceFile, bool, error) {
 	m, ok, err := in.st.SourceFile(ctx, src.Partition, path)
 	if err != nil || !ok {
 		return store.SourceFile{}, false, err
@@ -378,7 +393,7 @@ func (in *ingester) complete(ctx context.Context, src job.Source, path string, i
 	return m, same, nil
 }
 
-func (in *ingester) skipped(m store.SourceFile, byOther bool) {
+func (in *Ingester) skipped(m store.SourceFile, byOther bool) {
 	in.stats.Read += m.Rows + m.Bad
 	in.stats.Unread += m.Rows + m.Bad
 	in.stats.Bad += m.Bad
@@ -391,7 +406,7 @@ func (in *ingester) skipped(m store.SourceFile, byOther bool) {
 }
 
 // read streams one file into the store in batches.
-func (in *ingester) read(ctx context.Context, src job.Source, path string, limit int) (source.Stats, error) {
+func (in *Ingester) read(ctx context.Context, src job.Source, path string, limit int) (source.Stats, error) {
 	spec := in.spec
 	batch := make([]store.NewSample, 0, ingestBatch)
 	var bad []store.IngestError

@@ -1,9 +1,8 @@
-package runner
+package fleet
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,41 +12,11 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/engine"
-	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/probe"
 )
 
-// fleet is the set of endpoints a run sends to, and whatever keeps them alive.
-type fleet interface {
-	// URLs are known before Run so the dispatcher can be built first.
-	URLs() []string
-	// Run keeps the endpoints up until ctx ends; it returns a *FailedError
-	// when no endpoint can be brought back.
-	Run(ctx context.Context) error
-	Statuses() []monitor.EndpointStatus
-	// SetProgress gives the fleet token-progress evidence per endpoint:
-	// requests in flight and the last token (or when it became busy).
-	SetProgress(func(url string) (inFlight int, lastToken time.Time))
-	// SetTokens gives the fleet each endpoint's streamed-token counter.
-	SetTokens(func(url string) int64)
-	// SetObserver receives every successful probe of an endpoint's load
-	// (its metrics), for the dispatcher's adaptive limits and balancing.
-	SetObserver(func(url string, snap probe.Snapshot))
-}
-
 type stateFunc func(ctx context.Context, prev, cur monitor.EndpointStatus)
-
-func newFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateFunc) (fleet, error) {
-	if spec.Server == nil {
-		return newProbeFleet(spec, log, onState), nil
-	}
-	srv := *spec.Server
-	if srv.Engine == "sim" && len(srv.Command) == 0 {
-		return newSimFleet(spec, logDir, log, onState)
-	}
-	return newSupervisedFleet(spec, logDir, log, onState)
-}
 
 // statusBoard holds endpoint statuses and reports changes through onState.
 type statusBoard struct {
@@ -107,6 +76,8 @@ func (b *statusBoard) Statuses() []monitor.EndpointStatus {
 }
 
 func (b *statusBoard) URLs() []string { return b.order }
+
+func (b *statusBoard) board() *statusBoard { return b }
 
 func (b *statusBoard) SetProgress(f func(string) (int, time.Time)) {
 	b.mu.Lock()

@@ -1,0 +1,31 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/monitor"
+)
+
+// An endpoint's limit in status is what can run there: the auto lanes'
+// limit as dispatch reports it (held to their shared crash ceiling there,
+// see dispatch's TestEndpointAutoLimitHeldToTheSharedCeiling), plus each
+// fixed lane's own limit; each lane is listed with its own.
+func TestLimitsOfAddsFixedLanesToTheAutoLimit(t *testing.T) {
+	e := dispatch.EndpointStats{URL: "http://a", AutoLimit: 30, Lanes: []dispatch.EndpointLane{
+		{Lane: "short", Auto: true, Limit: 30, Ceiling: 30},
+		{Lane: "long", Auto: true, Limit: 12, Ceiling: 30},
+		{Lane: "batch", Limit: 8},
+	}}
+	var st monitor.EndpointStatus
+	limitsOf(e, &st, time.Now(), time.Second)
+	if st.Limit != 38 || len(st.Lanes) != 3 || st.Lanes[1].Limit != 12 {
+		t.Errorf("auto lanes held to 30 and a fixed lane of 8: limit %d, lanes %+v; want 38 and each lane's own", st.Limit, st.Lanes)
+	}
+	e.AutoLimit = 42
+	limitsOf(e, &st, time.Now(), time.Second)
+	if st.Limit != 50 {
+		t.Errorf("no crash ceiling: limit %d, want 50 (30 + 12 + 8)", st.Limit)
+	}
+}
