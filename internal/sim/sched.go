@@ -119,12 +119,12 @@ type scheduler struct {
 	hangCode  int
 	dead      bool
 
-	simClock     atomic.Int64 // simNow published for handlers
+	simClock atomic.Int64 // simNow published for handlers
 	// idleAt is when the scheduler began waiting (zero while it works), so
 	// the clock on /metrics reads the present while it idles; clockMu
 	// keeps it and simClock consistent for that reader.
-	clockMu sync.Mutex
-	idleAt  time.Time
+	clockMu      sync.Mutex
+	idleAt       time.Time
 	tokensPub    atomic.Int64
 	lastProgress atomic.Int64 // real unix nanos of the last token produced
 	stuck        atomic.Bool  // hung or dead: health probes cannot pass
