@@ -17,6 +17,11 @@ type epLane struct {
 	inflight int
 	peak     int               // most in flight at once since the last observation
 	ctl      *limit.Controller // nil for a lane with a fixed limit
+	// Requests sent here since the last observation, and how many of them
+	// for a prefix the affinity rule expects cached here; reuse is whether
+	// most did, in the last interval that sent any (limit.Sample.Reuse).
+	sent, kept int
+	reuse      bool
 }
 
 // load is what the dispatcher knows of one endpoint's server: its KV pool,
@@ -161,6 +166,7 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 				continue
 			}
 			s.InFlight, s.Peak = el.inflight, max(el.peak, el.inflight)
+			s.Reuse = el.reuseLocked()
 			dec := el.ctl.Update(s)
 			raised = raised || dec.To > dec.From
 			out = append(out, LimitDecision{url, d.lanes[i].cfg.Name, dec})

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regen-dev/regen/internal/dispatch/limit"
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -166,6 +168,51 @@ func TestStartHold(t *testing.T) {
 			if hold != tc.want {
 				t.Errorf("hold = %v, want %v", hold, tc.want)
 			}
+		})
+	}
+}
+
+// An endpoint whose requests mostly came for a prefix cached there (the
+// affinity rule kept them) has its auto limit keep a short queue at the
+// server (limit.Sample.Reuse): of the same probe, 60 running and 40
+// waiting, the band is 6-18 when the lane's requests were next turns kept
+// on it and 30-90 when they were balanced by load alone.
+func TestReuseTightensTheQueueBand(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    affinity
+		band string
+	}{
+		{"next turns kept on their endpoint", affinity{prev: "http://a"}, "band 6-18"},
+		{"balanced by load alone", affinity{}, "band 30-90"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eps, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
+			cfg := baseConfig(newFakeStore(), eps)
+			cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 100}, MaxTokens: 100}}
+			d := mustNew(t, cfg)
+			now := time.Unix(1000, 0)
+			m := engine.Metrics{Running: 60, Queued: 40, TokenUsage: 0.5, MaxTotalTokens: 200000,
+				Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
+			d.Observe("http://a", m, now)
+			d.Observe("http://b", m, now)
+			d.mu.Lock()
+			for range 10 {
+				e, _ := d.pickLocked(now, d.lanes[0], 1000, tc.a)
+				if tc.a.prev != "" && e.url != tc.a.prev {
+					t.Fatalf("next turn of %s went to %s", tc.a.prev, e.url)
+				}
+				d.acquireLocked(&call{ep: e, lane: d.lanes[0], est: 1000}, now)
+			}
+			d.mu.Unlock()
+			var got []string
+			for _, dec := range d.Observe("http://a", m, now.Add(5*time.Second)) {
+				got = append(got, dec.Reason)
+				if dec.Lane == "short" && strings.Contains(dec.Reason, tc.band) {
+					return
+				}
+			}
+			t.Errorf("decisions %q, want one with %s", got, tc.band)
 		})
 	}
 }

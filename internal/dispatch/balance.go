@@ -116,11 +116,12 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 		eps = append(eps, c)
 		cands = append(cands, candidate{url: c.url, load: score, closed: c.breakerClosed()})
 	}
-	i := choose(cands, a, byTokens)
+	i, kept := chooseKept(cands, a, byTokens)
 	if i < 0 {
 		return nil, false
 	}
 	best := eps[i]
+	best.noteSentLocked(l.idx, kept)
 	d.rr = (d.rr + 1) % n
 	if !best.breakerClosed() {
 		best.probing = true
