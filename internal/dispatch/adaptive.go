@@ -22,6 +22,9 @@ type epLane struct {
 	// most did, in the last interval that sent any (limit.Sample.Reuse).
 	sent, kept int
 	reuse      bool
+	// over counts requests in flight that were sent over the limit
+	// (returnRoomLocked); the controller is fed the rest.
+	over int
 }
 
 // load is what the dispatcher knows of one endpoint's server: its KV pool,
@@ -165,7 +168,7 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 			if el.ctl == nil {
 				continue
 			}
-			s.InFlight, s.Peak = el.inflight, max(el.peak, el.inflight)
+			s.InFlight, s.Peak = el.inflight-el.over, max(el.peak, el.inflight)-el.over
 			s.Reuse = el.reuseLocked()
 			dec := el.ctl.Update(s)
 			raised = raised || dec.To > dec.From

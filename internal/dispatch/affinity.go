@@ -133,6 +133,26 @@ func chooseKept(cands []candidate, a affinity, byTokens bool) (int, bool) {
 	return least, false
 }
 
+// returnRoomLocked reports whether a conversation's next turn may go back
+// to e, the endpoint of the turn before, although its auto limit for lane
+// l is full. The slot its last turn freed there is taken, as often as not,
+// by another conversation's turn claimed first, whose own endpoint was
+// full; without this allowance next turns trade endpoints and miss their
+// cached prefix whenever the limits are in use, which under load is always.
+// The allowance is a tenth of the limit (at least one request), within
+// the breaker's and the crash ceiling's room; the controller is fed the
+// in-flight count without these requests, so it still cuts when it must.
+func (e *endpoint) returnRoomLocked(l *lane, now time.Time) bool {
+	if l.auto == nil || e.capacity(now) == 0 || !e.breakerClosed() {
+		return false
+	}
+	if e.ceiling > 0 && e.inflight >= e.ceiling {
+		return false
+	}
+	el := &e.lanes[l.idx]
+	return el.over < max(1, el.ctl.Limit()/10)
+}
+
 // reuseLocked reports whether most of the requests sent to el in the last
 // interval that sent any came for a prefix cached there (a conversation's
 // next turn on the endpoint of the turn before, a shared prefix on its

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/store"
@@ -214,5 +215,57 @@ func TestReuseTightensTheQueueBand(t *testing.T) {
 			}
 			t.Errorf("decisions %q, want one with %s", got, tc.band)
 		})
+	}
+}
+
+// A next turn goes back to its endpoint although its auto limit is full,
+// at most a tenth of the limit (at least one) over it; other requests, and
+// next turns past the allowance, go where there is room. The controller
+// counts in flight without the requests sent over the limit.
+func TestNextTurnReturnsOverTheLimit(t *testing.T) {
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	m := engine.Metrics{Running: 4, Queued: 0, TokenUsage: 0.1, MaxTotalTokens: 200000,
+		Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
+	d.Observe("http://a", m, now)
+	d.Observe("http://b", m, now)
+	d.mu.Lock()
+	a, l := d.epByURL["http://a"], d.lanes[0]
+	place := func(aff affinity) string {
+		e, _ := d.pickLocked(now, l, 1000, aff)
+		if e == nil {
+			return ""
+		}
+		d.acquireLocked(&call{ep: e, lane: l, est: 1000}, now)
+		return e.url
+	}
+	for range 4 {
+		a.lanes[0].inflight++ // a is at its limit of 4
+	}
+	got := []string{
+		place(affinity{}),                 // a first turn: where there is room
+		place(affinity{prev: "http://a"}), // back to a, over its limit
+		place(affinity{prev: "http://a"}), // past the allowance of one: b
+	}
+	over := a.lanes[0].over
+	d.mu.Unlock()
+	want := []string{"http://b", "http://a", "http://b"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("placements (-want +got):\n%s", diff)
+	}
+	if over != 1 {
+		t.Errorf("a has %d requests over its limit, want 1", over)
+	}
+	var reasons []string
+	for _, dec := range d.Observe("http://a", m, now.Add(5*time.Second)) {
+		if dec.Lane == "short" {
+			reasons = append(reasons, dec.Reason)
+		}
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "in flight 4/") {
+		t.Errorf("decisions %q: want one counting 4 in flight (5 less the one over the limit)", reasons)
 	}
 }

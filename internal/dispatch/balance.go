@@ -106,7 +106,7 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 	cands := make([]candidate, 0, n)
 	for i := range n {
 		c := d.eps[(d.rr+i)%n]
-		if c.roomLocked(l, now) == 0 {
+		if c.roomLocked(l, now) == 0 && (a.prev != c.url || !c.returnRoomLocked(l, now)) {
 			continue
 		}
 		score := float64(c.inflight)
@@ -143,6 +143,10 @@ func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 	e.requests++
 	e.load.peak = max(e.load.peak, e.inflight)
 	el := &e.lanes[cl.lane.idx]
+	if el.ctl != nil && el.inflight >= el.ctl.Limit() {
+		cl.over = true
+		el.over++
+	}
 	el.inflight++
 	el.peak = max(el.peak, el.inflight)
 	e.load.committed += cl.est
@@ -157,6 +161,9 @@ func (d *Dispatcher) releaseLocked(cl *call, ttft time.Duration, completion int,
 	delete(e.calls, cl)
 	e.inflight--
 	e.lanes[l.idx].inflight--
+	if cl.over {
+		e.lanes[l.idx].over--
+	}
 	e.load.committed = max(e.load.committed-cl.est, 0)
 	if ttft > 0 {
 		e.load.ttftSum += ttft
