@@ -50,6 +50,9 @@ type result struct {
 	// The servers' prefix caches: prompt tokens asked for and found cached.
 	Prompt, Cached float64
 	TTFT           []float64 // every stored answer's time to first token, simulated seconds
+	// Turns after a conversation's first, and how many of them the
+	// endpoint of the turn before answered.
+	LaterTurns, SameEndpoint int
 }
 
 // hitRate is the share of prompt tokens the servers found cached.
@@ -241,6 +244,16 @@ func collect(ctx context.Context, e env, w workload, st *sqlite.Store, urls []st
 	var rows []store.Row
 	err := st.Finished(ctx, func(row store.Row) error {
 		r.Samples++
+		for i := 1; i <= len(row.Prior); i++ {
+			prev, this := row.Prior[i-1].Endpoint, row.Result.Endpoint
+			if i < len(row.Prior) {
+				this = row.Prior[i].Endpoint
+			}
+			r.LaterTurns++
+			if this == prev {
+				r.SameEndpoint++
+			}
+		}
 		for _, res := range append(row.Prior, row.Result) {
 			r.Tokens += int64(res.CompletionTokens)
 			per[res.Endpoint] += int64(res.CompletionTokens)

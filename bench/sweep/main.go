@@ -230,6 +230,7 @@ type cell struct {
 	stopped            int     // runs stopped after maxRestarts
 	hit, prefill       float64 // mean prefix-cache hit rate, prompt tokens computed
 	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
+	same               float64 // share of later turns answered by the endpoint of the turn before
 }
 
 func summarise(runs []result) cell {
@@ -250,6 +251,9 @@ func summarise(runs []result) cell {
 		c.prefill += (r.Prompt - r.Cached) / n
 		c.ttft50 += percentile(r.TTFT, 0.5) / n
 		c.ttft99 += percentile(r.TTFT, 0.99) / n
+		if r.LaterTurns > 0 {
+			c.same += float64(r.SameEndpoint) / float64(r.LaterTurns) / n
+		}
 		if r.Stopped {
 			c.stopped++
 		}
@@ -280,7 +284,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tsame ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
 	slow, stoppedAny := false, false
 	for i, c := range cs {
 		rel := "-"
@@ -303,8 +307,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%.0f%%\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, 100*c.same, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {
