@@ -173,6 +173,24 @@ func TestStartHold(t *testing.T) {
 	}
 }
 
+// autoPair is a dispatcher on http://a and http://b with one auto lane at
+// limit initial, both endpoints probed once with m (completed with a
+// 200,000-token pool and the fields present):
+// the next probe ends an interval.
+func autoPair(t *testing.T, initial int, m *engine.Metrics) (*Dispatcher, time.Time) {
+	t.Helper()
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: initial}, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	m.MaxTotalTokens = 200000
+	m.Present = engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens
+	d.Observe("http://a", *m, now)
+	d.Observe("http://b", *m, now)
+	return d, now
+}
+
 // An endpoint whose requests mostly came for a prefix cached there (the
 // affinity rule kept them) has its auto limit keep a short queue at the
 // server (limit.Sample.Reuse): of the same probe, 60 running and 40
@@ -188,15 +206,8 @@ func TestReuseTightensTheQueueBand(t *testing.T) {
 		{"balanced by load alone", affinity{}, "band 30-90"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			eps, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
-			cfg := baseConfig(newFakeStore(), eps)
-			cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 100}, MaxTokens: 100}}
-			d := mustNew(t, cfg)
-			now := time.Unix(1000, 0)
-			m := engine.Metrics{Running: 60, Queued: 40, TokenUsage: 0.5, MaxTotalTokens: 200000,
-				Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
-			d.Observe("http://a", m, now)
-			d.Observe("http://b", m, now)
+			m := engine.Metrics{Running: 60, Queued: 40, TokenUsage: 0.5}
+			d, now := autoPair(t, 100, &m)
 			d.mu.Lock()
 			for range 10 {
 				e, _ := d.pickLocked(now, d.lanes[0], 1000, tc.a)
@@ -223,15 +234,8 @@ func TestReuseTightensTheQueueBand(t *testing.T) {
 // next turns past the allowance, go where there is room. The controller
 // counts in flight without the requests sent over the limit.
 func TestNextTurnReturnsOverTheLimit(t *testing.T) {
-	eps, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
-	cfg := baseConfig(newFakeStore(), eps)
-	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 100}}
-	d := mustNew(t, cfg)
-	now := time.Unix(1000, 0)
-	m := engine.Metrics{Running: 4, Queued: 0, TokenUsage: 0.1, MaxTotalTokens: 200000,
-		Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
-	d.Observe("http://a", m, now)
-	d.Observe("http://b", m, now)
+	m := engine.Metrics{Running: 4, Queued: 0, TokenUsage: 0.1}
+	d, now := autoPair(t, 4, &m)
 	d.mu.Lock()
 	a, l := d.epByURL["http://a"], d.lanes[0]
 	place := func(aff affinity) string {
