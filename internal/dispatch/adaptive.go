@@ -23,8 +23,10 @@ type epLane struct {
 	sent, kept int
 	reuse      bool
 	// over counts requests in flight that were sent over the limit
-	// (returnRoomLocked); the controller is fed the rest.
-	over int
+	// (returnRoomLocked); the controller is fed the rest. overNext marks
+	// the endpoint pickLocked just chose that way.
+	over     int
+	overNext bool
 }
 
 // load is what the dispatcher knows of one endpoint's server: its KV pool,

@@ -122,6 +122,8 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 	}
 	best := eps[i]
 	best.noteSentLocked(l.idx, kept)
+	// Sent back over its limit (returnRoomLocked): acquireLocked counts it.
+	best.lanes[l.idx].overNext = best.roomLocked(l, now) == 0
 	d.rr = (d.rr + 1) % n
 	if !best.breakerClosed() {
 		best.probing = true
@@ -143,9 +145,10 @@ func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 	e.requests++
 	e.load.peak = max(e.load.peak, e.inflight)
 	el := &e.lanes[cl.lane.idx]
-	if el.ctl != nil && el.inflight >= el.ctl.Limit() {
+	if el.overNext {
 		cl.over = true
 		el.over++
+		el.overNext = false
 	}
 	el.inflight++
 	el.peak = max(el.peak, el.inflight)
