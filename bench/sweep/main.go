@@ -231,6 +231,7 @@ type cell struct {
 	hit, prefill       float64 // mean prefix-cache hit rate, prompt tokens computed
 	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
 	same               float64 // share of later turns answered by the endpoint of the turn before
+	later              bool    // the job had later turns (same is meaningful)
 }
 
 func summarise(runs []result) cell {
@@ -253,6 +254,7 @@ func summarise(runs []result) cell {
 		c.ttft99 += percentile(r.TTFT, 0.99) / n
 		if r.LaterTurns > 0 {
 			c.same += float64(r.SameEndpoint) / float64(r.LaterTurns) / n
+			c.later = true
 		}
 		if r.Stopped {
 			c.stopped++
@@ -299,6 +301,10 @@ func printTable(w workload, runs [][]result, speed float64) {
 		for _, p := range c.split {
 			split = append(split, fmt.Sprintf("%dk pool: %.2fM", p.KV/1000, float64(p.Tokens)/1e6))
 		}
+		same := "-"
+		if c.later {
+			same = fmt.Sprintf("%.0f%%", 100*c.same)
+		}
 		flag := ""
 		if c.effSpeed < 0.9*speed {
 			flag, slow = "*", true
@@ -307,8 +313,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%.0f%%\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, 100*c.same, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, same, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {
