@@ -313,8 +313,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 		return b.start.Compare(a.start)
 	})
 	need := (kv - target) * e.load.capacity
-	freed := 0.0
-	n := 0
+	freed, n := 0.0, 0
 	for _, cl := range running {
 		if freed >= need {
 			break
