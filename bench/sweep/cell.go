@@ -25,6 +25,7 @@ type env struct {
 	prompts        string // the prompts file
 	conversations  string // the multi-turn conversations file
 	samples        int
+	conversationsN int // conversations in it
 	speed          float64
 	probe          time.Duration // monitor.probe_every, real time
 	regenBin       string        // for supervised servers
@@ -49,6 +50,9 @@ type result struct {
 	// The servers' prefix caches: prompt tokens asked for and found cached.
 	Prompt, Cached float64
 	TTFT           []float64 // every stored answer's time to first token, simulated seconds
+	// Turns after a conversation's first, and how many of them the
+	// endpoint of the turn before answered.
+	LaterTurns, SameEndpoint int
 }
 
 // hitRate is the share of prompt tokens the servers found cached.
@@ -92,19 +96,49 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-
-	var urls []string
-	var servers []*sim.Server
+	urls, servers, serverYAML, err := startServers(ctx, e, w)
 	defer func() {
 		for _, s := range servers {
 			s.Close()
 		}
 	}()
-	var serverYAML string
+	if err != nil {
+		return result{}, err
+	}
+	spec, err := writeJob(e, w, s, dir, serverYAML)
+	if err != nil {
+		return result{}, err
+	}
+	st, err := sqlite.Open(filepath.Join(dir, "sweep.db"))
+	if err != nil {
+		return result{}, err
+	}
+	defer st.Close()
+
+	clocks := newClockWatch(urls, e.speed)
+	t0 := time.Now()
+	stopped, runErr := runJob(ctx, e, spec, st, clocks)
+	wall := time.Since(t0)
+	if runErr != nil && !stopped {
+		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
+	}
+	tot := clocks.totals()
+	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: tot.retracted, Stopped: stopped,
+		Prompt: tot.prompt, Cached: tot.cached}
+	if err := collect(ctx, e, w, st, urls, t0, &r); err != nil {
+		return result{}, err
+	}
+	return r, nil
+}
+
+// startServers starts a multi-server workload's servers here and lists
+// them as endpoints, or describes the single server regen launches; it
+// returns the servers' URLs and the job file's server section.
+func startServers(ctx context.Context, e env, w workload) (urls []string, servers []*sim.Server, serverYAML string, err error) {
 	if len(w.Servers) == 1 {
 		port, err := freePort()
 		if err != nil {
-			return result{}, err
+			return nil, nil, "", err
 		}
 		urls = []string{fmt.Sprintf("http://127.0.0.1:%d", port)}
 		serverYAML = fmt.Sprintf("server:\n  engine: sim\n  port: %d\n  ready_timeout: 2m\n  hang_timeout: 60s\n  restart: {max: 10, window: %s, backoff: %s}\n", port, simDuration(30*time.Minute, e.speed), simDuration(30*time.Second, e.speed))
@@ -112,30 +146,35 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 			serverYAML += fmt.Sprintf("  command: [%q, sim]\n", e.regenBin)
 		}
 		serverYAML += "  sim:\n" + yamlMap(simKnobs(e, w, w.Servers[0]), "    ")
-	} else {
-		// Several servers: started here, listed as endpoints (regen probes
-		// them; nothing restarts them, so these workloads have no faults).
-		serverYAML = "endpoints:\n"
-		for _, sv := range w.Servers {
-			cfg := sim.DefaultConfig()
-			cfg.ModelName = "sim"
-			if err := cfg.Apply(simKnobs(e, w, sv)); err != nil {
-				return result{}, err
-			}
-			srv, err := sim.New(cfg, io.Discard)
-			if err != nil {
-				return result{}, err
-			}
-			servers = append(servers, srv)
-			url, err := srv.Start(ctx, "127.0.0.1:0")
-			if err != nil {
-				return result{}, err
-			}
-			<-srv.Ready()
-			urls = append(urls, url)
-			serverYAML += fmt.Sprintf("  - {url: %q, engine: sim}\n", url)
-		}
+		return urls, nil, serverYAML, nil
 	}
+	// Several servers: started here, listed as endpoints (regen probes
+	// them; nothing restarts them, so these workloads have no faults).
+	serverYAML = "endpoints:\n"
+	for _, sv := range w.Servers {
+		cfg := sim.DefaultConfig()
+		cfg.ModelName = "sim"
+		if err := cfg.Apply(simKnobs(e, w, sv)); err != nil {
+			return nil, servers, "", err
+		}
+		srv, err := sim.New(cfg, io.Discard)
+		if err != nil {
+			return nil, servers, "", err
+		}
+		servers = append(servers, srv)
+		url, err := srv.Start(ctx, "127.0.0.1:0")
+		if err != nil {
+			return nil, servers, "", err
+		}
+		<-srv.Ready()
+		urls = append(urls, url)
+		serverYAML += fmt.Sprintf("  - {url: %q, engine: sim}\n", url)
+	}
+	return urls, servers, serverYAML, nil
+}
+
+// writeJob writes the cell's job file in dir and loads it.
+func writeJob(e env, w workload, s setting, dir, serverYAML string) (*job.Spec, error) {
 	source, maxPrompt := fmt.Sprintf("{partition: p, path: %q, prompt: prompt, id: id}", e.prompts), shortMaxPrompt
 	if w.MultiTurn {
 		// Every turn in the short lane: a conversation's turns share its prefix.
@@ -157,22 +196,22 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 		filepath.Join(dir, "sweep.db"), e.probe, serverYAML)
 	jobPath := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(jobPath, []byte(jobYAML), 0o644); err != nil {
-		return result{}, err
+		return nil, err
 	}
 	spec, err := job.Load(jobPath)
 	if err != nil {
-		return result{}, fmt.Errorf("job file:\n%s\n%w", jobYAML, err)
+		return nil, fmt.Errorf("job file:\n%s\n%w", jobYAML, err)
 	}
-	st, err := sqlite.Open(filepath.Join(dir, "sweep.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer st.Close()
+	return spec, nil
+}
 
-	clocks := newClockWatch(urls, e.speed)
+// runJob runs the job through regen's runner while clocks follows the
+// servers; stopped reports a cell stopped after maxRestarts.
+func runJob(ctx context.Context, e env, spec *job.Spec, st *sqlite.Store, clocks *clockWatch) (stopped bool, err error) {
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	pollDone := make(chan struct{})
 	go func() { defer close(pollDone); clocks.run(pollCtx) }()
+	defer func() { stopPoll(); <-pollDone }()
 
 	logger := slog.New(slog.DiscardHandler)
 	if e.verbose {
@@ -194,27 +233,27 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 			}
 		}
 	}()
-	t0 := time.Now()
-	_, runErr := runner.Run(runCtx, runner.Options{Spec: spec, Store: st, Logger: logger, NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
-	wall := time.Since(t0)
-	stopPoll()
-	<-pollDone
-	stopped := runErr != nil && ctx.Err() == nil && runCtx.Err() != nil
-	if runErr != nil && !stopped {
-		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
-	}
+	_, err = runner.Run(runCtx, runner.Options{Spec: spec, Store: st, Logger: logger, NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
+	return err != nil && ctx.Err() == nil && runCtx.Err() != nil, err
+}
 
-	tot := clocks.totals()
-	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: tot.retracted, Stopped: stopped,
-		Prompt: tot.prompt, Cached: tot.cached}
-	kv := map[string]int{}
-	for i, u := range urls {
-		kv[u] = w.Servers[i].KVTokens
-	}
+// collect reads the stored answers and events into r: tokens per
+// endpoint, TTFT, crashes and the final limits.
+func collect(ctx context.Context, e env, w workload, st *sqlite.Store, urls []string, t0 time.Time, r *result) error {
 	per := map[string]int64{}
 	var rows []store.Row
-	err = st.Finished(ctx, func(row store.Row) error {
+	err := st.Finished(ctx, func(row store.Row) error {
 		r.Samples++
+		for i := 1; i <= len(row.Prior); i++ {
+			prev, this := row.Prior[i-1].Endpoint, row.Result.Endpoint
+			if i < len(row.Prior) {
+				this = row.Prior[i].Endpoint
+			}
+			r.LaterTurns++
+			if this == prev {
+				r.SameEndpoint++
+			}
+		}
 		for _, res := range append(row.Prior, row.Result) {
 			r.Tokens += int64(res.CompletionTokens)
 			per[res.Endpoint] += int64(res.CompletionTokens)
@@ -229,17 +268,17 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 		return nil
 	})
 	if err != nil {
-		return result{}, err
+		return err
 	}
 	if e.verbose {
 		logTail(e.logWriter, rows, urls, t0, e.speed)
 	}
-	for _, u := range urls {
-		r.PerEndpoint = append(r.PerEndpoint, endpointShare{URL: u, KV: kv[u], Tokens: per[u]})
+	for i, u := range urls {
+		r.PerEndpoint = append(r.PerEndpoint, endpointShare{URL: u, KV: w.Servers[i].KVTokens, Tokens: per[u]})
 	}
 	events, err := st.Events(ctx, 0)
 	if err != nil {
-		return result{}, err
+		return err
 	}
 	for _, ev := range events {
 		if ev.Kind == "endpoint_state" && ev.State == "DOWN" {
@@ -249,7 +288,7 @@ monitor: {heartbeat_every: 1s, dead_after: 1m, stall_after: 5m, hang_after: 60s,
 			r.Limits = append(r.Limits, ev.Subject+": "+ev.Evidence)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func laneConcurrency(n int) string {

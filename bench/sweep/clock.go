@@ -16,7 +16,9 @@ import (
 // server through restarts. Between two scrapes of the same incarnation the
 // job advanced by the clock's difference; across a restart (the clock went
 // back) or while the server did not answer, by the real time passed times
-// the speed, which is what a down server costs in simulated time.
+// the speed, which is what a down server costs in simulated time. The
+// simulator's clock reads the present also while it idles, so a server
+// that waited for the others to start does not count its wait.
 type clockWatch struct {
 	urls  []string
 	speed float64
@@ -97,9 +99,11 @@ func (c *clockWatch) observe(i int, clock float64, cs counters, ok bool, now tim
 		s.total = s.total.plus(cs.since(s.last))
 		s.downFor = 0
 	case ok:
-		// A new incarnation: its own clock and counters started at zero.
+		// A new incarnation: its counters started at zero, and its clock
+		// (its loading, the simulator's clock reads the present) ran within
+		// the real time since the last scrape, which is what is counted.
 		s.restarts++
-		s.elapsed += now.Sub(s.at).Seconds()*c.speed + clock
+		s.elapsed += now.Sub(s.at).Seconds() * c.speed
 		s.total = s.total.plus(cs)
 		s.downFor = 0
 	default:

@@ -20,7 +20,9 @@ func TestClockWatch(t *testing.T) {
 	}{
 		{"clock advances", []obs{{0, 5, true}, {time.Second, 15, true}, {2 * time.Second, 25, true}}, 20, 0},
 		{"a failed scrape of a live server counts once", []obs{{0, 5, true}, {time.Second, 0, false}, {2 * time.Second, 25, true}}, 20, 0},
-		{"a server down 3 s then restarted", []obs{{0, 5, true}, {time.Second, 0, false}, {3 * time.Second, 0, false}, {4 * time.Second, 2, true}}, 40 + 2, 1},
+		// The new incarnation's clock (2 s: its loading) passed within the
+		// 4 s since the last good scrape: it is not counted again.
+		{"a server down 3 s then restarted", []obs{{0, 5, true}, {time.Second, 0, false}, {3 * time.Second, 0, false}, {4 * time.Second, 2, true}, {5 * time.Second, 12, true}}, 40 + 10, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

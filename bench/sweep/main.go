@@ -3,7 +3,7 @@
 // (completion tokens per simulated second), retractions and crashes per
 // setting, so the adaptive limiter's claims can be reproduced:
 //
-//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash,mt1,mt2,mt4] [-samples 800] [-speed 50] [-balance tokens,affinity]
+//	go run ./bench/sweep [-workloads kv231k,kv116k,short,pair,kv58k,crash,mt1,mt2,mt4] [-samples 800] [-conversations 3200] [-speed 50] [-balance tokens,affinity]
 //
 // Every cell is the whole job end to end through regen's runner (ingest,
 // the fleet, probes, the dispatcher, SQLite), on fresh servers and a fresh
@@ -30,6 +30,7 @@ func main() {
 	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash,mt1,mt2,mt4", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash, mt1, mt2, mt4")
 	balance := flag.String("balance", "tokens,affinity", "the job's balance settings to run each setting at (tokens = token-aware balancing alone, affinity = conversation and prefix affinity)")
 	samples := flag.Int("samples", 800, "prompts per job")
+	conversations := flag.Int("conversations", 3200, "conversations per job of the multi-turn workloads (mt1, mt2, mt4)")
 	speed := flag.Float64("speed", 100, "simulator speed (simulated seconds per real second)")
 	probe := flag.Duration("probe-every", 5*time.Second, "probe period in simulated time (the job's monitor.probe_every is this / speed)")
 	grid := flag.String("grid", "", "fixed settings to run instead of each workload's grid, e.g. 32/8,150/32 (\"none\" = auto only)")
@@ -67,16 +68,70 @@ func main() {
 			simOverride[k] = v
 		}
 	}
-	if err := run(*names, *samples, *speed, *probe, *grid, !*noAuto, *verbose, max(*repeat, 1), *streamInterval, strings.Split(*balance, ",")); err != nil {
+	e := env{samples: *samples, conversationsN: *conversations, speed: *speed, probe: (time.Duration(float64(*probe) / *speed)).Round(time.Millisecond),
+		verbose: *verbose, logWriter: os.Stderr, streamInterval: *streamInterval}
+	if err := run(e, *names, *probe, *grid, !*noAuto, max(*repeat, 1), strings.Split(*balance, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(names string, samples int, speed float64, probe time.Duration, grid string, withAuto, verbose bool, repeat, streamInterval int, balances []string) error {
+func run(e env, names string, probe time.Duration, grid string, withAuto bool, repeat int, balances []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	selected, err := selectWorkloads(names)
+	if err != nil {
+		return err
+	}
+	custom, err := parseGrid(grid)
+	if err != nil {
+		return err
+	}
+	if e.dir, err = os.MkdirTemp("", "regen-sweep-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(e.dir)
+	e.prompts = filepath.Join(e.dir, "prompts.jsonl")
+	if err := writePrompts(e.prompts, e.samples, 1); err != nil {
+		return err
+	}
+	e.conversations = filepath.Join(e.dir, "conversations.jsonl")
+	if err := writeConversations(e.conversations, e.conversationsN, 1); err != nil {
+		return err
+	}
+	for _, w := range selected {
+		if w.Supervised && e.regenBin == "" {
+			e.regenBin = filepath.Join(e.dir, "regen")
+			fmt.Fprintln(os.Stderr, "building regen for supervised servers...")
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", e.regenBin, "github.com/regen-dev/regen/cmd/regen")
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("build regen: %w", err)
+			}
+		}
+	}
+	fmt.Printf("regen sweep %s: %d prompts of 400-1,400 words, %d conversations (mt*); lanes short max_tokens %d (prompts <= %d est. tokens) / long %d; simulator speed %g, probes every %s simulated (%s real); load average %s\n",
+		time.Now().Format("2006-01-02 15:04"), e.samples, e.conversationsN, shortMaxTokens, shortMaxPrompt, longMaxTokens, e.speed, probe, e.probe, loadAverage())
+	start := time.Now()
+	for _, w := range selected {
+		settings := w.Grid
+		if custom != nil {
+			settings = custom
+		}
+		if withAuto {
+			settings = append(append([]setting{}, settings...), setting{})
+		}
+		if err := runWorkload(ctx, e, w, withBalances(settings, balances), repeat); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\ntotal %.0f s, load average %s\n", time.Since(start).Seconds(), loadAverage())
+	return nil
+}
+
+// selectWorkloads looks up the comma-separated names.
+func selectWorkloads(names string) ([]workload, error) {
 	var selected []workload
 	for _, n := range strings.Split(names, ",") {
 		found := false
@@ -87,73 +142,46 @@ func run(names string, samples int, speed float64, probe time.Duration, grid str
 			}
 		}
 		if !found {
-			return fmt.Errorf("unknown workload %q", n)
+			return nil, fmt.Errorf("unknown workload %q", n)
 		}
 	}
-	custom, err := parseGrid(grid)
-	if err != nil {
-		return err
+	return selected, nil
+}
+
+// runWorkload runs every setting of w repeat times and prints its table.
+func runWorkload(ctx context.Context, e env, w workload, settings []setting, repeat int) error {
+	fmt.Printf("\n%s: %s\n", w.Name, w.About)
+	if len(w.Servers[0].Sim) > 0 {
+		fmt.Printf("  simulator faults: %s\n", strings.TrimSpace(strings.ReplaceAll(yamlMap(w.Servers[0].Sim, ""), "\n", ", ")))
 	}
-	dir, err := os.MkdirTemp("", "regen-sweep-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	e := env{dir: dir, prompts: filepath.Join(dir, "prompts.jsonl"), samples: samples, speed: speed,
-		probe: (time.Duration(float64(probe) / speed)).Round(time.Millisecond), verbose: verbose, logWriter: os.Stderr, streamInterval: streamInterval}
-	if err := writePrompts(e.prompts, samples, 1); err != nil {
-		return err
-	}
-	e.conversations = filepath.Join(dir, "conversations.jsonl")
-	if err := writeConversations(e.conversations, samples, 1); err != nil {
-		return err
-	}
-	for _, w := range selected {
-		if w.Supervised && e.regenBin == "" {
-			e.regenBin = filepath.Join(dir, "regen")
-			fmt.Fprintln(os.Stderr, "building regen for supervised servers...")
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", e.regenBin, "github.com/regen-dev/regen/cmd/regen")
-			cmd.Stderr = os.Stderr
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("build regen: %w", err)
+	var cells [][]result
+	for i, s := range settings {
+		var runs []result
+		for k := range repeat {
+			fmt.Fprintf(os.Stderr, "%s %s (run %d of %d)...\n", w.Name, s, k+1, repeat)
+			r, err := runCell(ctx, e, w, s, i*repeat+k)
+			if err != nil {
+				return err
 			}
+			runs = append(runs, r)
+			fmt.Fprintf(os.Stderr, "  goodput %.0f tok/s, %d tokens in %.0f simulated s (%.1f s wall, %.0fx), %.0f retractions, %d crashes\n",
+				r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes)
 		}
+		cells = append(cells, runs)
 	}
-	fmt.Printf("regen sweep %s: %d prompts of 400-1,400 words; lanes short max_tokens %d (prompts <= %d est. tokens) / long %d; simulator speed %g, probes every %s simulated (%s real)\n",
-		time.Now().Format("2006-01-02 15:04"), samples, shortMaxTokens, shortMaxPrompt, longMaxTokens, speed, probe, e.probe)
-	start := time.Now()
-	for _, w := range selected {
-		settings := w.Grid
-		if custom != nil {
-			settings = custom
-		}
-		if withAuto {
-			settings = append(append([]setting{}, settings...), setting{})
-		}
-		settings = withBalances(settings, balances)
-		fmt.Printf("\n%s: %s\n", w.Name, w.About)
-		if len(w.Servers[0].Sim) > 0 {
-			fmt.Printf("  simulator faults: %s\n", strings.TrimSpace(strings.ReplaceAll(yamlMap(w.Servers[0].Sim, ""), "\n", ", ")))
-		}
-		var cells [][]result
-		for i, s := range settings {
-			var runs []result
-			for k := range repeat {
-				fmt.Fprintf(os.Stderr, "%s %s (run %d of %d)...\n", w.Name, s, k+1, repeat)
-				r, err := runCell(ctx, e, w, s, i*repeat+k)
-				if err != nil {
-					return err
-				}
-				runs = append(runs, r)
-				fmt.Fprintf(os.Stderr, "  goodput %.0f tok/s, %d tokens in %.0f simulated s (%.1f s wall, %.0fx), %.0f retractions, %d crashes\n",
-					r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes)
-			}
-			cells = append(cells, runs)
-		}
-		printTable(w, cells, speed)
-	}
-	fmt.Printf("\ntotal %.0f s\n", time.Since(start).Seconds())
+	printTable(w, cells, e.speed)
 	return nil
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages ("?" when
+// unreadable): the sweep shares its cores, and a busy machine slows the
+// simulator below the speed asked for.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 // withBalances runs every setting at each balance.
@@ -202,6 +230,8 @@ type cell struct {
 	stopped            int     // runs stopped after maxRestarts
 	hit, prefill       float64 // mean prefix-cache hit rate, prompt tokens computed
 	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
+	same               float64 // share of later turns answered by the endpoint of the turn before
+	later              bool    // the job had later turns (same is meaningful)
 }
 
 func summarise(runs []result) cell {
@@ -222,6 +252,10 @@ func summarise(runs []result) cell {
 		c.prefill += (r.Prompt - r.Cached) / n
 		c.ttft50 += percentile(r.TTFT, 0.5) / n
 		c.ttft99 += percentile(r.TTFT, 0.99) / n
+		if r.LaterTurns > 0 {
+			c.same += float64(r.SameEndpoint) / float64(r.LaterTurns) / n
+			c.later = true
+		}
 		if r.Stopped {
 			c.stopped++
 		}
@@ -252,7 +286,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tsame ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
 	slow, stoppedAny := false, false
 	for i, c := range cs {
 		rel := "-"
@@ -267,6 +301,10 @@ func printTable(w workload, runs [][]result, speed float64) {
 		for _, p := range c.split {
 			split = append(split, fmt.Sprintf("%dk pool: %.2fM", p.KV/1000, float64(p.Tokens)/1e6))
 		}
+		same := "-"
+		if c.later {
+			same = fmt.Sprintf("%.0f%%", 100*c.same)
+		}
 		flag := ""
 		if c.effSpeed < 0.9*speed {
 			flag, slow = "*", true
@@ -275,8 +313,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, same, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {

@@ -17,6 +17,16 @@ type epLane struct {
 	inflight int
 	peak     int               // most in flight at once since the last observation
 	ctl      *limit.Controller // nil for a lane with a fixed limit
+	// Requests sent here since the last observation, and how many of them
+	// for a prefix the affinity rule expects cached here; reuse is whether
+	// most did, in the last interval that sent any (limit.Sample.Reuse).
+	sent, kept int
+	reuse      bool
+	// over counts requests in flight that were sent over the limit
+	// (returnRoomLocked); the controller is fed the rest. overNext marks
+	// the endpoint pickLocked just chose that way.
+	over     int
+	overNext bool
 }
 
 // load is what the dispatcher knows of one endpoint's server: its KV pool,
@@ -160,7 +170,8 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 			if el.ctl == nil {
 				continue
 			}
-			s.InFlight, s.Peak = el.inflight, max(el.peak, el.inflight)
+			s.InFlight, s.Peak = el.inflight-el.over, max(el.peak, el.inflight)-el.over
+			s.Reuse = el.reuseLocked()
 			dec := el.ctl.Update(s)
 			raised = raised || dec.To > dec.From
 			out = append(out, LimitDecision{url, d.lanes[i].cfg.Name, dec})
@@ -286,8 +297,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 	}
 	slices.SortFunc(running, shedOrder)
 	need := (kv - target) * e.load.capacity
-	freed := 0.0
-	n := 0
+	freed, n := 0.0, 0
 	for _, cl := range running {
 		if freed >= need {
 			break

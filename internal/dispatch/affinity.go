@@ -83,8 +83,16 @@ func clearlyMoreLoaded(load, least float64, byTokens bool) bool {
 // choose applies the rule to candidates (in round-robin order, so ties
 // between equally loaded ones rotate) and returns the index chosen.
 func choose(cands []candidate, a affinity, byTokens bool) int {
+	i, _ := chooseKept(cands, a, byTokens)
+	return i
+}
+
+// chooseKept is choose, and whether the request went where its prefix is
+// expected cached (steps 1 and 2 of the rule) rather than to the least
+// loaded candidate.
+func chooseKept(cands []candidate, a affinity, byTokens bool) (int, bool) {
 	if len(cands) == 0 {
-		return -1
+		return -1, false
 	}
 	least := 0
 	for i, c := range cands {
@@ -97,7 +105,7 @@ func choose(cands []candidate, a affinity, byTokens bool) int {
 	}
 	if a.prev != "" {
 		if i := slices.IndexFunc(cands, func(c candidate) bool { return c.url == a.prev }); i >= 0 && ok(i) {
-			return i
+			return i, true
 		}
 	}
 	if a.prefix != 0 {
@@ -118,11 +126,53 @@ func choose(cands []candidate, a affinity, byTokens bool) int {
 		})
 		for _, i := range order {
 			if ok(i) {
-				return i
+				return i, true
 			}
 		}
 	}
-	return least
+	return least, false
+}
+
+// returnRoomLocked reports whether a conversation's next turn may go back
+// to e, the endpoint of the turn before, although its auto limit for lane
+// l is full. The slot its last turn freed there is taken, as often as not,
+// by another conversation's turn claimed first, whose own endpoint was
+// full; without this allowance next turns trade endpoints and miss their
+// cached prefix whenever the limits are in use, which under load is always.
+// The allowance is a tenth of the limit (at least one request), within
+// the breaker's and the crash ceiling's room; the controller is fed the
+// in-flight count without these requests, so it still cuts when it must.
+func (e *endpoint) returnRoomLocked(l *lane, now time.Time) bool {
+	if l.auto == nil || e.capacity(now) == 0 || !e.breakerClosed() {
+		return false
+	}
+	if e.ceiling > 0 && e.inflight >= e.ceiling {
+		return false
+	}
+	el := &e.lanes[l.idx]
+	return el.over < max(1, el.ctl.Limit()/10)
+}
+
+// reuseLocked reports whether most of the requests sent to el in the last
+// interval that sent any came for a prefix cached there (a conversation's
+// next turn on the endpoint of the turn before, a shared prefix on its
+// home), and starts a new interval.
+func (el *epLane) reuseLocked() bool {
+	if el.sent > 0 {
+		el.reuse = 2*el.kept >= el.sent
+	}
+	el.sent, el.kept = 0, 0
+	return el.reuse
+}
+
+// noteSentLocked counts a request of lane idx sent to e, and whether the
+// affinity rule sent it there for its cached prefix.
+func (e *endpoint) noteSentLocked(idx int, kept bool) {
+	el := &e.lanes[idx]
+	el.sent++
+	if kept {
+		el.kept++
+	}
 }
 
 // rendezvous is the weight of url for a prefix key (highest random weight

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/regen-dev/regen/internal/dispatch/limit"
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -167,5 +170,106 @@ func TestStartHold(t *testing.T) {
 				t.Errorf("hold = %v, want %v", hold, tc.want)
 			}
 		})
+	}
+}
+
+// autoPair is a dispatcher on http://a and http://b with one auto lane at
+// limit initial, both endpoints probed once with m (completed with a
+// 200,000-token pool and the fields present):
+// the next probe ends an interval.
+func autoPair(t *testing.T, initial int, m *engine.Metrics) (*Dispatcher, time.Time) {
+	t.Helper()
+	eps, _ := fleet(newTracker(), ok(time.Second), "http://a", "http://b")
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: initial}, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	m.MaxTotalTokens = 200000
+	m.Present = engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens
+	d.Observe("http://a", *m, now)
+	d.Observe("http://b", *m, now)
+	return d, now
+}
+
+// An endpoint whose requests mostly came for a prefix cached there (the
+// affinity rule kept them) has its auto limit keep a short queue at the
+// server (limit.Sample.Reuse): of the same probe, 60 running and 40
+// waiting, the band is 6-18 when the lane's requests were next turns kept
+// on it and 30-90 when they were balanced by load alone.
+func TestReuseTightensTheQueueBand(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    affinity
+		band string
+	}{
+		{"next turns kept on their endpoint", affinity{prev: "http://a"}, "band 6-18"},
+		{"balanced by load alone", affinity{}, "band 30-90"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := engine.Metrics{Running: 60, Queued: 40, TokenUsage: 0.5}
+			d, now := autoPair(t, 100, &m)
+			d.mu.Lock()
+			for range 10 {
+				e, _ := d.pickLocked(now, d.lanes[0], 1000, tc.a)
+				if tc.a.prev != "" && e.url != tc.a.prev {
+					t.Fatalf("next turn of %s went to %s", tc.a.prev, e.url)
+				}
+				d.acquireLocked(&call{ep: e, lane: d.lanes[0], est: 1000}, now)
+			}
+			d.mu.Unlock()
+			var got []string
+			for _, dec := range d.Observe("http://a", m, now.Add(5*time.Second)) {
+				got = append(got, dec.Reason)
+				if dec.Lane == "short" && strings.Contains(dec.Reason, tc.band) {
+					return
+				}
+			}
+			t.Errorf("decisions %q, want one with %s", got, tc.band)
+		})
+	}
+}
+
+// A next turn goes back to its endpoint although its auto limit is full,
+// at most a tenth of the limit (at least one) over it; other requests, and
+// next turns past the allowance, go where there is room. The controller
+// counts in flight without the requests sent over the limit.
+func TestNextTurnReturnsOverTheLimit(t *testing.T) {
+	m := engine.Metrics{Running: 4, Queued: 0, TokenUsage: 0.1}
+	d, now := autoPair(t, 4, &m)
+	d.mu.Lock()
+	a, l := d.epByURL["http://a"], d.lanes[0]
+	place := func(aff affinity) string {
+		e, _ := d.pickLocked(now, l, 1000, aff)
+		if e == nil {
+			return ""
+		}
+		d.acquireLocked(&call{ep: e, lane: l, est: 1000}, now)
+		return e.url
+	}
+	for range 4 {
+		a.lanes[0].inflight++ // a is at its limit of 4
+	}
+	got := []string{
+		place(affinity{}),                 // a first turn: where there is room
+		place(affinity{prev: "http://a"}), // back to a, over its limit
+		place(affinity{prev: "http://a"}), // past the allowance of one: b
+	}
+	over := a.lanes[0].over
+	d.mu.Unlock()
+	want := []string{"http://b", "http://a", "http://b"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("placements (-want +got):\n%s", diff)
+	}
+	if over != 1 {
+		t.Errorf("a has %d requests over its limit, want 1", over)
+	}
+	var reasons []string
+	for _, dec := range d.Observe("http://a", m, now.Add(5*time.Second)) {
+		if dec.Lane == "short" {
+			reasons = append(reasons, dec.Reason)
+		}
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "in flight 4/") {
+		t.Errorf("decisions %q: want one counting 4 in flight (5 less the one over the limit)", reasons)
 	}
 }

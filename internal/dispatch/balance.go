@@ -106,7 +106,7 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 	cands := make([]candidate, 0, n)
 	for i := range n {
 		c := d.eps[(d.rr+i)%n]
-		if c.roomLocked(l, now) == 0 {
+		if c.roomLocked(l, now) == 0 && (a.prev != c.url || !c.returnRoomLocked(l, now)) {
 			continue
 		}
 		score := float64(c.inflight)
@@ -116,11 +116,14 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 		eps = append(eps, c)
 		cands = append(cands, candidate{url: c.url, load: score, closed: c.breakerClosed()})
 	}
-	i := choose(cands, a, byTokens)
+	i, kept := chooseKept(cands, a, byTokens)
 	if i < 0 {
 		return nil, false
 	}
 	best := eps[i]
+	best.noteSentLocked(l.idx, kept)
+	// Sent back over its limit (returnRoomLocked): acquireLocked counts it.
+	best.lanes[l.idx].overNext = best.roomLocked(l, now) == 0
 	d.rr = (d.rr + 1) % n
 	if !best.breakerClosed() {
 		best.probing = true
@@ -142,6 +145,11 @@ func (d *Dispatcher) acquireLocked(cl *call, now time.Time) {
 	e.requests++
 	e.load.peak = max(e.load.peak, e.inflight)
 	el := &e.lanes[cl.lane.idx]
+	if el.overNext {
+		cl.over = true
+		el.over++
+		el.overNext = false
+	}
 	el.inflight++
 	el.peak = max(el.peak, el.inflight)
 	e.load.committed += cl.est
@@ -156,6 +164,9 @@ func (d *Dispatcher) releaseLocked(cl *call, ttft time.Duration, completion int,
 	delete(e.calls, cl)
 	e.inflight--
 	e.lanes[l.idx].inflight--
+	if cl.over {
+		e.lanes[l.idx].over--
+	}
 	e.load.committed = max(e.load.committed-cl.est, 0)
 	if ttft > 0 {
 		e.load.ttftSum += ttft

@@ -24,7 +24,11 @@
 // home endpoint, unless the endpoint is not closed or clearly more loaded
 // than the least loaded one; the store hands out next turns ahead of new
 // samples, and claims wait at start (at most 5 s) until every endpoint
-// paused for its start is resumed, so a restarted runner keeps them too. When the store has no more of a lane, requests of that
+// paused for its start is resumed, so a restarted runner keeps them too.
+// A next turn may go back to its endpoint over its auto limit (by at most a
+// tenth of it), since the slot its last turn freed is often taken by
+// another turn first; and an endpoint whose requests mostly came back for
+// a cached prefix keeps a short queue at its server (limit's cache band). When the store has no more of a lane, requests of that
 // lane still waiting in one server's queue (no token yet) move to a server
 // with room and an empty queue, without spending an attempt. Failure handling: a server-down error
 // releases the sample without spending an attempt and opens that endpoint's

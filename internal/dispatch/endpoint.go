@@ -79,6 +79,7 @@ type call struct {
 	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
 	moved     bool         // cancelled to go to a server with room (guarded by Dispatcher.mu)
 	backup    bool         // a backup in an escalation lane (hedge.go)
+	over      bool         // a next turn sent back to its endpoint over the limit (affinity.go)
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
 	hedge *hedge

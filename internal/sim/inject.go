@@ -111,7 +111,7 @@ func (sc *scheduler) waitHang(ctx context.Context) bool {
 	if until <= sc.simNow {
 		until = sc.simNow
 	}
-	start := time.Now()
+	start := sc.startIdle()
 	if !sc.sleep(ctx, max(sc.realDelay(until-sc.simNow), 0)) {
 		return false
 	}

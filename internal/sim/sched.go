@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -118,7 +119,12 @@ type scheduler struct {
 	hangCode  int
 	dead      bool
 
-	simClock     atomic.Int64 // simNow published for handlers
+	simClock atomic.Int64 // simNow published for handlers
+	// idleAt is when the scheduler began waiting (zero while it works), so
+	// the clock on /metrics reads the present while it idles; clockMu
+	// keeps it and simClock consistent for that reader.
+	clockMu      sync.Mutex
+	idleAt       time.Time
 	tokensPub    atomic.Int64
 	lastProgress atomic.Int64 // real unix nanos of the last token produced
 	stuck        atomic.Bool  // hung or dead: health probes cannot pass
@@ -158,11 +164,38 @@ func (sc *scheduler) reanchor() {
 	sc.realStart = time.Now().Add(-sc.realDelay(sc.simNow))
 }
 
+// startIdle marks the start of a wait that passIdle ends.
+func (sc *scheduler) startIdle() time.Time {
+	sc.clockMu.Lock()
+	defer sc.clockMu.Unlock()
+	sc.idleAt = time.Now()
+	return sc.idleAt
+}
+
 // passIdle adds the real time spent since t, scaled, to the simulated clock.
 func (sc *scheduler) passIdle(t time.Time) {
+	sc.clockMu.Lock()
 	sc.simNow += time.Duration(float64(time.Since(t)) * sc.cfg.Speed)
 	sc.simClock.Store(int64(sc.simNow))
+	sc.idleAt = time.Time{}
+	sc.clockMu.Unlock()
 	sc.reanchor()
+}
+
+// clockNow is the simulated time now, as /metrics shows it: the clock of
+// the last step, and while the scheduler waits for work, that plus the
+// wait so far, scaled. Without the wait a scrape of an idle server read
+// the time it went idle, and the first request after a long wait made the
+// clock jump by all of it: a server started long before a job counted its
+// wait for the others as the job's time (bench/sweep).
+func (sc *scheduler) clockNow() time.Duration {
+	sc.clockMu.Lock()
+	defer sc.clockMu.Unlock()
+	c := time.Duration(sc.simClock.Load())
+	if !sc.idleAt.IsZero() {
+		c += time.Duration(float64(time.Since(sc.idleAt)) * sc.cfg.Speed)
+	}
+	return c
 }
 
 // advance spends d of simulated time, sleeping until the real deadline so
@@ -265,7 +298,7 @@ func (sc *scheduler) idle(ctx context.Context) bool {
 		timeout = sc.timer.C
 		defer sc.timer.Stop()
 	}
-	start := time.Now()
+	start := sc.startIdle()
 	select {
 	case <-ctx.Done():
 		return false

@@ -111,7 +111,7 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 	s.sched = newScheduler(s)
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: ClockMetric,
 		Help: "Simulated seconds since this server started (regen's simulator only; no engine has it)."},
-		func() float64 { return time.Duration(s.sched.simClock.Load()).Seconds() }))
+		func() float64 { return s.sched.clockNow().Seconds() }))
 	s.readySim.Store(0)
 	s.markReady()
 	s.mux = s.routes()

@@ -19,6 +19,15 @@
 // to 0.15) kept KV usage near 0.9 instead of the server's own 0.95 and lost
 // 5 to 7% of goodput on a 231,120-token pool.
 //
+// Work that comes back for a cached prefix (Sample.Reuse: a conversation's
+// next turn on the server that answered the turn before, rows sharing a
+// system prompt) gets a band of 0.1 to 0.3 times the running requests: a
+// request waiting in the server's queue does not hold its prefix, and the
+// running requests evict it as the pool fills. On bench/sweep's mt4 (four
+// servers, 3,200 glaive-shaped conversations) the default band kept 50-70
+// waiting behind 60-75 running, each turn waited about 13 simulated
+// seconds, and the prefix-cache hit rate fell to 37%.
+//
 // A slot-bound server (llama-server: --parallel N slots, each a fixed
 // share of the context) has no pool to fill: its slots are its hard
 // limit and a waiting request only waits. When the probe reports slots

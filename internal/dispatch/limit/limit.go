@@ -39,7 +39,13 @@ type Sample struct {
 	Queued  float64 // requests waiting at the server
 	// Slots is the most requests the server decodes at once when that is
 	// its hard limit (llama-server's --parallel); 0 = a KV-pool server.
-	Slots       float64
+	Slots float64
+	// Reuse: the lane's requests come back to this server for a prefix it
+	// holds in its cache (a conversation's next turn, a shared system
+	// prompt). A request waiting in the server's queue does not hold its
+	// prefix, which the running requests evict as the pool fills, so the
+	// queue is kept to the CacheQueue band.
+	Reuse       bool
 	KVUsage     float64 // 0..1
 	Retractions float64 // retracted or preempted requests during the interval
 }
@@ -82,6 +88,9 @@ type Params struct {
 	// above QueueHigh the excess is taken off the limit.
 	QueueLow, QueueLowMin   float64
 	QueueHigh, QueueHighMin float64
+	// CacheQueueLow and CacheQueueHigh replace QueueLow and QueueHigh
+	// while the lane's requests reuse a cached prefix (Sample.Reuse).
+	CacheQueueLow, CacheQueueHigh float64
 	// RetractBurst is the share of running requests retracted in one
 	// interval (at least RetractBurstMin) that counts as a burst.
 	RetractBurst    float64
@@ -131,6 +140,7 @@ const slowStartGain = 3
 var DefaultParams = Params{
 	QueueLow: 0.5, QueueLowMin: 4,
 	QueueHigh: 1.5, QueueHighMin: 12,
+	CacheQueueLow: 0.1, CacheQueueHigh: 0.3,
 	RetractBurst: 0.1, RetractBurstMin: 5,
 	KVHigh: 0.99, KVPinned: 3,
 	TTFTSpike: 2.5,
@@ -241,8 +251,12 @@ func (c *Controller) Update(s Sample) Decision {
 
 func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 	running := math.Max(s.Running, 0)
-	qLow := math.Max(c.p.QueueLowMin, c.p.QueueLow*running)
-	qHigh := math.Max(c.p.QueueHighMin, c.p.QueueHigh*running)
+	low, high := c.p.QueueLow, c.p.QueueHigh
+	if s.Reuse {
+		low, high = c.p.CacheQueueLow, c.p.CacheQueueHigh
+	}
+	qLow := math.Max(c.p.QueueLowMin, low*running)
+	qHigh := math.Max(c.p.QueueHighMin, high*running)
 	if s.Slots > 0 {
 		// A slot-bound server: the slots are the whole capacity and a
 		// waiting request only waits, so the target is the slot count

@@ -485,3 +485,31 @@ func TestSlotBoundCapsAHighStart(t *testing.T) {
 		t.Errorf("decision %v, want the limit cut to the 8 slots", d)
 	}
 }
+
+// While the lane's requests reuse a cached prefix (Sample.Reuse), the
+// queue is held to the cache band, 0.1 to 0.3 times the running requests:
+// the same queue the default band holds is cut, and the controller settles
+// with a short queue.
+func TestReuseKeepsTheQueueShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := steady(t) // 60 running, 40 queued: in the default band 30-90
+		time.Sleep(step)
+		d := c.Update(sample(func(s *Sample) { s.Reuse = true }))
+		if d.Action != BackOff || d.To >= 100 || !strings.Contains(d.Reason, "queue above the band (queue 40 (band 6-18)") {
+			t.Errorf("queue 40 reusing a cached prefix: %v, want a back off with band 6-18 as evidence", d)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		srv := toyServer{slots: 60}
+		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
+		for range 60 {
+			time.Sleep(step)
+			s := srv.sample(c.Limit())
+			s.Reuse = true
+			c.Update(s)
+		}
+		if q := float64(c.Limit()) - srv.slots; q < 6-1 || q > 18+1 {
+			t.Errorf("settled at limit %d on 60 slots: queue %.0f, want 6-18", c.Limit(), q)
+		}
+	})
+}
