@@ -93,13 +93,22 @@ const ingestBatch = 1000
 // ingesting, to take over if that worker dies.
 const ingestPoll = time.Second
 
+// Store is what ingesting needs of the store: the intake, the named lock
+// that lets one worker of several read a file, and the duplicate count it
+// reports.
+type Store interface {
+	store.Intake
+	TryLock(ctx context.Context, name string) (unlock func() error, ok bool, err error)
+	IngestDuplicates(ctx context.Context, limit int) (store.Duplicates, error)
+}
+
 // Ingester brings a job's sources into the store once: a manifest entry
 // per source file says it is complete, so an unchanged file is not read
 // again, and a named lock per file makes one worker of several read it
 // while the others go on to other files (or dispatch).
 type Ingester struct {
 	spec *job.Spec
-	st   store.Store
+	st   Store
 	log  *slog.Logger
 	// wake is called after every committed batch: new samples to claim.
 	wake  func()
@@ -108,7 +117,7 @@ type Ingester struct {
 
 // New returns an ingester of spec's sources into st; wake, when not nil,
 // is called after every committed batch (new samples to claim).
-func New(spec *job.Spec, st store.Store, log *slog.Logger, wake func()) *Ingester {
+func New(spec *job.Spec, st Store, log *slog.Logger, wake func()) *Ingester {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -118,7 +127,7 @@ func New(spec *job.Spec, st store.Store, log *slog.Logger, wake func()) *Ingeste
 // Run reads every source file not yet fully ingested and stores new
 // samples and bad rows. It is idempotent: samples already stored are
 // skipped by id, bad rows by origin, whole unchanged files by the manifest.
-func Run(ctx context.Context, spec *job.Spec, st store.Store) (Stats, error) {
+func Run(ctx context.Context, spec *job.Spec, st Store) (Stats, error) {
 	in := New(spec, st, nil, nil)
 	plan, err := in.Plan()
 	if err != nil {

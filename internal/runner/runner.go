@@ -71,7 +71,7 @@ type IngestStats = ingest.Stats
 type SourceError = ingest.SourceError
 
 // Ingest reads every source file not yet fully ingested (see ingest.Run).
-func Ingest(ctx context.Context, spec *job.Spec, st store.Store) (IngestStats, error) {
+func Ingest(ctx context.Context, spec *job.Spec, st ingest.Store) (IngestStats, error) {
 	return ingest.Run(ctx, spec, st)
 }
 
