@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/regen-dev/regen/internal/job"
-	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -57,7 +55,7 @@ func (r *runState) configure(ctx context.Context) error {
 	if r.o.NewConfig && hadOne && prev.Fingerprint != fp.Hash {
 		var live []string
 		if err := r.untilStore(ctx, func(ctx context.Context) (err error) {
-			live, err = r.liveOthers(ctx)
+			live, err = r.crew.LiveOthers(ctx)
 			return err
 		}); err != nil {
 			return err
@@ -103,22 +101,4 @@ func (r *runState) configure(ctx context.Context) error {
 		r.o.Logger.Info("new configuration generation", "generation", g.N, "fingerprint", g.Fingerprint, "requeued", g.Requeued)
 	}
 	return nil
-}
-
-// liveOthers lists the other workers running the job now: a new
-// generation waits for them to stop, or they would go on storing answers
-// of the old configuration.
-func (r *runState) liveOthers(ctx context.Context) ([]string, error) {
-	hbs, err := r.o.Store.Heartbeats(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read heartbeats: %w", err)
-	}
-	var live []string
-	for _, hb := range hbs {
-		if hb.Owner == r.id.owner || monitor.WorkerGone(hb, r.id.host, time.Now(), r.o.Spec.Monitor.DeadAfter, true) {
-			continue
-		}
-		live = append(live, fmt.Sprintf("pid %d on %s", hb.PID, hb.Host))
-	}
-	return live, nil
 }

@@ -10,12 +10,9 @@
 // policy. Endpoints (their health, breaker verdicts, limits, model check,
 // pause and resume) live in fleet, ingest in ingest, retries and limits in
 // dispatch, process handling in supervise, states, alert hooks and the
-// store's outage accounting in monitor. The runner keeps the job's own
-// state, its heartbeat, the view's frames and the workers' hand-offs
-// (takeover, rescue of dead workers' leases, the export lock). A runner that
-// is killed at any point loses nothing: a re-run releases the dead runner's
-// leases without spending attempts and resumes. On a store that is not
-// shared (SQLite) the runner holds the store's "runner" lock (a flock the
-// kernel drops when the process dies) for its whole life: no heartbeat
-// read can make taking over atomic, a lock can.
+// store's outage accounting in monitor, the workers' hand-offs (the runner
+// lock, takeover, rescue of gone workers' leases, who exports) in crew. The
+// runner keeps the job's own state, its heartbeat and the view's frames. A
+// runner that is killed at any point loses nothing: a re-run releases the
+// dead runner's leases without spending attempts and resumes.
 package runner

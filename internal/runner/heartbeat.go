@@ -103,7 +103,7 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 			r.recordHistory(ctx, l.Now)
 		}
 		if r.id.shared && l.StoreDown == "" {
-			if err := r.rescueDead(ctx, false); err != nil {
+			if err := r.rescueDead(ctx); err != nil {
 				r.storeFailed(ctx, err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regen-dev/regen/internal/crew"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -30,7 +31,7 @@ func TestTakeoverRefusesLiveRunnerWithStaleHeartbeat(t *testing.T) {
 	defer func() { other.Process.Kill(); other.Wait() }()
 	// The stand-in's lock: flock belongs to an open file, so one taken
 	// here conflicts with the runner's as another process's would.
-	unlock, ok, err := st.TryLock(context.Background(), runnerLock)
+	unlock, ok, err := st.TryLock(context.Background(), crew.RunnerLock)
 	if err != nil || !ok {
 		t.Fatalf("take the runner lock: %v %v", ok, err)
 	}
@@ -79,7 +80,7 @@ func TestTakeoverByRunnerLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	putBeat(gone.Process.Pid)
-	unlock, ok, err := st.TryLock(context.Background(), runnerLock)
+	unlock, ok, err := st.TryLock(context.Background(), crew.RunnerLock)
 	if err != nil || !ok {
 		t.Fatalf("take the runner lock: %v %v", ok, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/regen-dev/regen/internal/crew"
 	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/export"
@@ -88,7 +89,7 @@ type runState struct {
 	fleet    *fleet.Fleet
 	alerts   *monitor.AlertQueue
 	health   monitor.StoreHealth
-	workers  workers
+	crew     *crew.Crew
 	beats    beats
 	drain    drain
 	ingested ingested
@@ -103,16 +104,6 @@ type worker struct {
 	started time.Time
 	shared  bool             // several workers may run the job at once
 	gen     store.Generation // the configuration generation this run generates
-}
-
-// workers is what this runner keeps of the job's other workers.
-type workers struct {
-	// rescued remembers the heartbeat time at which a dead worker's leases
-	// were released (owned by the heartbeat loop after start).
-	rescued map[string]time.Time
-	// disown releases the runner lock of a single-runner store (nil until
-	// taken; see own).
-	disown func() error
 }
 
 // beats orders heartbeat writes; after an abort's last heartbeat (final
@@ -163,11 +154,11 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r.alerts = monitor.StartAlerts(context.WithoutCancel(ctx), &monitor.Alerter{Command: o.Spec.Alerts.Command, Webhook: o.Spec.Alerts.Webhook}, r.alertFailed)
 	defer r.alerts.Stop()
 
-	if err := r.untilStore(ctx, r.takeOver); err != nil {
-		r.release()
+	if err := r.untilStore(ctx, r.crew.Join); err != nil {
+		r.crew.Leave()
 		return sum, err
 	}
-	defer r.release()
+	defer r.crew.Leave()
 	defer r.forgetStoreNote()
 	// Before anything is ingested, sent or announced by a heartbeat.
 	if err := r.configure(ctx); err != nil {
@@ -206,9 +197,11 @@ func newRunState(o Options) *runState {
 	r := &runState{o: o, id: worker{host: host, owner: newOwner(host), started: time.Now(), shared: o.Store.Info().Shared},
 		view:     jobView{state: monitor.Starting},
 		sig:      signals{changed: make(chan struct{}, 1), redraw: make(chan struct{}, 1)},
-		workers:  workers{rescued: map[string]time.Time{}},
 		ingested: ingested{done: make(chan struct{})}}
 	r.beats.hist = &history{worker: r.id.owner, started: r.id.started}
+	r.crew = crew.New(crew.Config{Store: o.Store, Job: o.Spec.Name, LockFile: o.Spec.Rel(o.Store.Info().Location),
+		Owner: r.id.owner, Host: r.id.host, Started: r.id.started, Shared: r.id.shared, DeadAfter: o.Spec.Monitor.DeadAfter,
+		Logger: o.Logger, Event: r.event})
 	return r
 }
 
