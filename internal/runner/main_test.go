@@ -339,6 +339,9 @@ func checkExactlyOnce(t *testing.T, spec *job.Spec, st store.Store, sum Summary,
 			t.Errorf("sample %s: state %s (%s), want done", r.ID, r.State, r.Reason)
 		}
 		byAttempts[r.Attempts]++
+		if r.Attempts != wantAttempts {
+			t.Logf("sample %s: %d attempts", r.ID, r.Attempts)
+		}
 	}
 	if want := map[int]int{wantAttempts: n}; !mapsEqual(byAttempts, want) {
 		t.Errorf("samples per attempt count: got %v, want %v", byAttempts, want)
