@@ -31,7 +31,7 @@ import (
 // backlogPerEndpoint is how many claimed samples an auto lane keeps unsent
 // per endpoint: with four endpoints and homes spread evenly, a slot that
 // frees finds a sample homed on it in all but (3/4)^32 of cases.
-const backlogPerEndpoint = 8
+const backlogPerEndpoint = 32
 
 // waiting is a claimed sample not yet sent, with its affinity read once.
 type waiting struct {
@@ -95,6 +95,32 @@ func (d *Dispatcher) awayFromHomeLocked(now time.Time, l *lane, w waiting) bool 
 		return false
 	}
 	return w.a.prev != home.url || !home.returnRoomLocked(l, now)
+}
+
+// sendQueue offers queue's samples of lane l to start, which reports
+// whether it sent one: first, in order, those whose home has room or that
+// have none (every sample when keep is 0), then the others, to whatever
+// room is left. It returns the samples not sent, in order.
+func (d *Dispatcher) sendQueue(l *lane, queue []waiting, keep int, start func(waiting) bool) []waiting {
+	var away, unsent []waiting
+	for _, w := range queue {
+		d.mu.Lock()
+		wait := keep > 0 && d.awayFromHomeLocked(d.now(), l, w)
+		d.mu.Unlock()
+		switch {
+		case wait:
+			away = append(away, w)
+		case !start(w):
+			unsent = append(unsent, w)
+		}
+	}
+	for _, w := range away {
+		if !start(w) {
+			unsent = append(unsent, w)
+		}
+	}
+	laterFirst(unsent)
+	return unsent
 }
 
 // releaseBacklog returns every lane's kept samples to pending.

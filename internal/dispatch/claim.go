@@ -315,29 +315,14 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 	queue := queueLocked(l, fresh)
 	d.mu.Unlock()
 	started := 0
-	var away, unstarted []waiting
-	for _, w := range queue {
-		d.mu.Lock()
-		wait := keep > 0 && d.awayFromHomeLocked(d.now(), l, w)
-		d.mu.Unlock()
-		switch {
-		case wait:
-			away = append(away, w)
-		case d.startOne(workCtx, storeCtx, l, w):
-			started++
-		default:
-			unstarted = append(unstarted, w)
-		}
-	}
-	for _, w := range away {
+	unstarted := d.sendQueue(l, queue, keep, func(w waiting) bool {
 		if d.startOne(workCtx, storeCtx, l, w) {
 			started++
-		} else {
-			unstarted = append(unstarted, w)
+			return true
 		}
-	}
+		return false
+	})
 	d.mu.Lock()
-	laterFirst(unstarted)
 	n := min(keep, len(unstarted))
 	l.backlog = append(l.backlog, unstarted[:n]...)
 	d.mu.Unlock()
