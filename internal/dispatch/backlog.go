@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -114,6 +115,13 @@ func (d *Dispatcher) sendQueue(l *lane, queue []waiting, keep int, start func(wa
 			unsent = append(unsent, w)
 		}
 	}
+	d.mu.Lock()
+	rank := make(map[string]int, len(away))
+	for _, w := range away {
+		rank[w.c.ID] = d.spillRankLocked(d.now(), l, w.a)
+	}
+	d.mu.Unlock()
+	slices.SortStableFunc(away, func(x, y waiting) int { return rank[x.c.ID] - rank[y.c.ID] })
 	for _, w := range away {
 		if !start(w) {
 			unsent = append(unsent, w)
@@ -121,6 +129,27 @@ func (d *Dispatcher) sendQueue(l *lane, queue []waiting, keep int, start func(wa
 	}
 	laterFirst(unsent)
 	return unsent
+}
+
+// spillRankLocked is how far down a's prefix order (the rendezvous order
+// of every endpoint's URL) the first endpoint with room for lane l is: a
+// sample whose home is full spills to its next choice first, so a prefix
+// that does not fit its home meets on one more server, not on all of
+// them. A sample without a prefix ranks last.
+func (d *Dispatcher) spillRankLocked(now time.Time, l *lane, a affinity) int {
+	if a.prefix == 0 {
+		return len(d.eps)
+	}
+	order := slices.Clone(d.eps)
+	slices.SortFunc(order, func(x, y *endpoint) int {
+		return cmp.Compare(rendezvous(a.prefix, y.url), rendezvous(a.prefix, x.url))
+	})
+	for i, e := range order {
+		if e.roomLocked(l, now) > 0 {
+			return i
+		}
+	}
+	return len(d.eps)
 }
 
 // releaseBacklog returns every lane's kept samples to pending.

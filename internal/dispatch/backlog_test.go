@@ -173,3 +173,56 @@ func TestKeptSamplesAreReleasedWhenRunStops(t *testing.T) {
 		}
 	}
 }
+
+// A sample whose home is full spills to the next endpoint in its prefix's
+// order first: of two samples homed on a full a, the one whose next choice
+// is b takes b's one free slot, although the other was claimed first.
+func TestSpillGoesToTheNextChoiceFirst(t *testing.T) {
+	const a, b, c = "http://a", "http://b", "http://c"
+	urls := []string{a, b, c}
+	key := func(second string) uint64 {
+		for k := uint64(1); ; k++ {
+			if homeOf(k, urls...) == a && secondOf(k, urls...) == second {
+				return k
+			}
+		}
+	}
+	eps, _ := fleet(newTracker(), ok(time.Second), urls...)
+	cfg := baseConfig(newFakeStore(), eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 2}, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	now := time.Unix(1000, 0)
+	m := engine.Metrics{Running: 2, TokenUsage: 0.1, MaxTotalTokens: 200000,
+		Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
+	for _, u := range urls {
+		d.Observe(u, m, now)
+	}
+	d.mu.Lock()
+	l := d.lanes[0]
+	d.epByURL[a].lanes[0].inflight = 2
+	d.epByURL[b].lanes[0].inflight = 1
+	d.epByURL[c].lanes[0].inflight = 2
+	d.mu.Unlock()
+	queue := []waiting{
+		{c: store.Claimed{ID: "X"}, a: affinity{prefix: key(c)}},
+		{c: store.Claimed{ID: "Y"}, a: affinity{prefix: key(b)}},
+	}
+	var sent []string
+	unsent := d.sendQueue(l, queue, 8, func(w waiting) bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		e, _ := d.pickLocked(now, l, 1000, w.a)
+		if e == nil {
+			return false
+		}
+		d.acquireLocked(&call{ep: e, lane: l, est: 1000}, now)
+		sent = append(sent, w.c.ID+"@"+e.url)
+		return true
+	})
+	if diff := cmp.Diff([]string{"Y@" + b}, sent); diff != "" {
+		t.Errorf("sent (-want +got):\n%s", diff)
+	}
+	if len(unsent) != 1 || unsent[0].c.ID != "X" {
+		t.Errorf("unsent %v, want X", unsent)
+	}
+}
