@@ -22,6 +22,22 @@ func keyHomedOn(want string, urls ...string) uint64 {
 	}
 }
 
+// place is a sendQueue start function that sends w where pickLocked
+// chooses, counts it there, and appends "id@endpoint" to sent.
+func place(d *Dispatcher, now time.Time, l *lane, sent *[]string) func(waiting) bool {
+	return func(w waiting) bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		e, _ := d.pickLocked(now, l, 1000, w.a)
+		if e == nil {
+			return false
+		}
+		d.acquireLocked(&call{ep: e, lane: l, est: 1000}, now)
+		*sent = append(*sent, w.c.ID+"@"+e.url)
+		return true
+	}
+}
+
 // A slot that frees on an endpoint takes first the kept samples homed on
 // it (or with no home), then the others; samples homed on a full endpoint
 // wait while nothing else has room. a is at its auto limit of 2, b has
@@ -64,17 +80,7 @@ func TestSendQueuePrefersWorkHomedOnTheEndpointWithRoom(t *testing.T) {
 			d.epByURL[b].lanes[0].inflight = 2 - tc.free
 			d.mu.Unlock()
 			var sent []string
-			unsent := d.sendQueue(l, tc.queue, tc.keep, func(w waiting) bool {
-				d.mu.Lock()
-				defer d.mu.Unlock()
-				e, _ := d.pickLocked(now, l, 1000, w.a)
-				if e == nil {
-					return false
-				}
-				d.acquireLocked(&call{ep: e, lane: l, est: 1000}, now)
-				sent = append(sent, w.c.ID+"@"+e.url)
-				return true
-			})
+			unsent := d.sendQueue(l, tc.queue, tc.keep, place(d, now, l, &sent))
 			var ids []string
 			for _, w := range unsent {
 				ids = append(ids, w.c.ID)
@@ -208,17 +214,7 @@ func TestSpillGoesToTheNextChoiceFirst(t *testing.T) {
 		{c: store.Claimed{ID: "Y"}, a: affinity{prefix: key(b)}},
 	}
 	var sent []string
-	unsent := d.sendQueue(l, queue, 8, func(w waiting) bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		e, _ := d.pickLocked(now, l, 1000, w.a)
-		if e == nil {
-			return false
-		}
-		d.acquireLocked(&call{ep: e, lane: l, est: 1000}, now)
-		sent = append(sent, w.c.ID+"@"+e.url)
-		return true
-	})
+	unsent := d.sendQueue(l, queue, 8, place(d, now, l, &sent))
 	if diff := cmp.Diff([]string{"Y@" + b}, sent); diff != "" {
 		t.Errorf("sent (-want +got):\n%s", diff)
 	}
