@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/runner"
 	"github.com/regen-dev/regen/internal/sim"
@@ -53,6 +54,10 @@ type result struct {
 	// Turns after a conversation's first, and how many of them the
 	// endpoint of the turn before answered.
 	LaterTurns, SameEndpoint int
+	// Groups is the mean number of distinct shared prefixes (system
+	// prompt and tools) each endpoint answered a turn of: how many
+	// prefixes each server's cache had to hold.
+	Groups float64
 }
 
 // hitRate is the share of prompt tokens the servers found cached.
@@ -241,9 +246,18 @@ func runJob(ctx context.Context, e env, spec *job.Spec, st *sqlite.Store, clocks
 // endpoint, TTFT, crashes and the final limits.
 func collect(ctx context.Context, e env, w workload, st *sqlite.Store, urls []string, t0 time.Time, r *result) error {
 	per := map[string]int64{}
+	groups := map[string]map[uint64]bool{}
 	var rows []store.Row
 	err := st.Finished(ctx, func(row store.Row) error {
 		r.Samples++
+		if key, _ := conversation.SharedPrefix(row.Body); key != 0 {
+			for _, res := range append(row.Prior, row.Result) {
+				if groups[res.Endpoint] == nil {
+					groups[res.Endpoint] = map[uint64]bool{}
+				}
+				groups[res.Endpoint][key] = true
+			}
+		}
 		for i := 1; i <= len(row.Prior); i++ {
 			prev, this := row.Prior[i-1].Endpoint, row.Result.Endpoint
 			if i < len(row.Prior) {
@@ -272,6 +286,9 @@ func collect(ctx context.Context, e env, w workload, st *sqlite.Store, urls []st
 	}
 	if e.verbose {
 		logTail(e.logWriter, rows, urls, t0, e.speed)
+	}
+	for _, g := range groups {
+		r.Groups += float64(len(g)) / float64(len(groups))
 	}
 	for i, u := range urls {
 		r.PerEndpoint = append(r.PerEndpoint, endpointShare{URL: u, KV: w.Servers[i].KVTokens, Tokens: per[u]})

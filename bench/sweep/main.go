@@ -232,6 +232,7 @@ type cell struct {
 	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
 	same               float64 // share of later turns answered by the endpoint of the turn before
 	later              bool    // the job had later turns (same is meaningful)
+	groups             float64 // mean distinct shared prefixes per endpoint
 }
 
 func summarise(runs []result) cell {
@@ -252,6 +253,7 @@ func summarise(runs []result) cell {
 		c.prefill += (r.Prompt - r.Cached) / n
 		c.ttft50 += percentile(r.TTFT, 0.5) / n
 		c.ttft99 += percentile(r.TTFT, 0.99) / n
+		c.groups += r.Groups / n
 		if r.LaterTurns > 0 {
 			c.same += float64(r.SameEndpoint) / float64(r.LaterTurns) / n
 			c.later = true
@@ -286,7 +288,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tsame ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tsame ep\tprefixes/ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
 	slow, stoppedAny := false, false
 	for i, c := range cs {
 		rel := "-"
@@ -301,9 +303,12 @@ func printTable(w workload, runs [][]result, speed float64) {
 		for _, p := range c.split {
 			split = append(split, fmt.Sprintf("%dk pool: %.2fM", p.KV/1000, float64(p.Tokens)/1e6))
 		}
-		same := "-"
+		same, groups := "-", "-"
 		if c.later {
 			same = fmt.Sprintf("%.0f%%", 100*c.same)
+		}
+		if c.groups > 0 {
+			groups = fmt.Sprintf("%.0f", c.groups)
 		}
 		flag := ""
 		if c.effSpeed < 0.9*speed {
@@ -313,8 +318,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, same, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {

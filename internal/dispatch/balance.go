@@ -96,26 +96,7 @@ func (e *endpoint) fixedInflightLocked() int {
 // breaker lets through.
 func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity) (e *endpoint, probe bool) {
 	n := len(d.eps)
-	byTokens := true
-	for _, c := range d.eps {
-		if c.roomLocked(l, now) > 0 && c.load.capacity <= 0 {
-			byTokens = false
-		}
-	}
-	eps := make([]*endpoint, 0, n)
-	cands := make([]candidate, 0, n)
-	for i := range n {
-		c := d.eps[(d.rr+i)%n]
-		if c.roomLocked(l, now) == 0 && (a.prev != c.url || !c.returnRoomLocked(l, now)) {
-			continue
-		}
-		score := float64(c.inflight)
-		if byTokens {
-			score = (c.load.committed + est) / c.load.capacity
-		}
-		eps = append(eps, c)
-		cands = append(cands, candidate{url: c.url, load: score, closed: c.breakerClosed()})
-	}
+	eps, cands, byTokens := d.candidatesLocked(now, l, est, a, true)
 	i, kept := chooseKept(cands, a, byTokens)
 	if i < 0 {
 		return nil, false
@@ -130,6 +111,47 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 		return best, true
 	}
 	return best, false
+}
+
+// candidatesLocked lists the endpoints a request of lane l with footprint
+// est and affinity a may go to, in round-robin order, with their loads as
+// the affinity rule sees them, and whether the loads are pool fills
+// (byTokens) or requests in flight. inLimits keeps only those with room for
+// the lane (or the return allowance of a's previous endpoint); otherwise
+// every available endpoint is listed (homeLocked).
+func (d *Dispatcher) candidatesLocked(now time.Time, l *lane, est float64, a affinity, inLimits bool) ([]*endpoint, []candidate, bool) {
+	n := len(d.eps)
+	fits := func(c *endpoint) bool {
+		if !inLimits {
+			return c.capacity(now) > 0
+		}
+		return c.roomLocked(l, now) > 0 || (a.prev == c.url && c.returnRoomLocked(l, now))
+	}
+	byTokens := true
+	for _, c := range d.eps {
+		counted := c.capacity(now) > 0
+		if inLimits {
+			counted = c.roomLocked(l, now) > 0
+		}
+		if counted && c.load.capacity <= 0 {
+			byTokens = false
+		}
+	}
+	eps := make([]*endpoint, 0, n)
+	cands := make([]candidate, 0, n)
+	for i := range n {
+		c := d.eps[(d.rr+i)%n]
+		if !fits(c) {
+			continue
+		}
+		score := float64(c.inflight)
+		if byTokens {
+			score = (c.load.committed + est) / c.load.capacity
+		}
+		eps = append(eps, c)
+		cands = append(cands, candidate{url: c.url, load: score, closed: c.breakerClosed()})
+	}
+	return eps, cands, byTokens
 }
 
 // acquireLocked registers a started request with its endpoint and counts

@@ -121,63 +121,96 @@ func (d *Dispatcher) claimRound(loopCtx, workCtx, storeCtx context.Context, star
 		if !d.serves(l.cfg.Name) {
 			continue
 		}
-		now := d.now()
-		d.mu.Lock()
-		free, capacity := d.laneRoomLocked(l, now)
-		skip := free == 0 || (l.short && now.Before(l.nextPoll))
-		d.mu.Unlock()
-		if capacity == 0 {
-			return started, false, nil
-		}
-		if skip {
-			continue
-		}
-		if err := d.reconcile(loopCtx, storeCtx); err != nil {
+		n, more, stop, err := d.claimLane(loopCtx, workCtx, storeCtx, l)
+		started += n
+		again = again || more
+		if err != nil || stop {
 			return started, false, err
-		}
-		n := min(free, capacity, maxClaim)
-		// The guard's count and the requests in flight are read together
-		// under d.mu: a settle records a refusal before it retires the
-		// sample (under d.mu), so no pair read here counts the sample in
-		// neither.
-		d.mu.Lock()
-		b, guarded := d.guard.budget()
-		if guarded {
-			n = min(n, b-d.inflight)
-		}
-		d.mu.Unlock()
-		if guarded && n <= 0 {
-			continue
-		}
-		claimed, err := d.claim(loopCtx, storeCtx, l, n, guarded)
-		if err != nil {
-			return started, false, err
-		}
-		d.mu.Lock()
-		for _, c := range claimed {
-			d.held[c.ID] = c.Token
-		}
-		if len(claimed) < n {
-			d.moveQueuedLocked(l, now)
-			l.short = true
-			l.nextPoll = now.Add(l.backoff)
-			l.backoff = min(2*l.backoff, maxPoll)
-		} else {
-			l.short = false
-		}
-		if len(claimed) > 0 {
-			l.backoff = minPoll
-		}
-		d.mu.Unlock()
-		started += d.startAll(workCtx, storeCtx, l, claimed)
-		d.mu.Lock()
-		free, _ = d.laneRoomLocked(l, d.now())
-		d.mu.Unlock()
-		if len(claimed) == n && free > 0 {
-			again = true
 		}
 	}
 	return started, again, nil
+}
+
+// claimLane claims work for lane l if it has free slots and starts it with
+// the samples it kept (backlog.go). more reports that it got all it asked
+// for and still has room; stop that no endpoint takes work at all.
+func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *lane) (started int, more, stop bool, err error) {
+	now := d.now()
+	d.mu.Lock()
+	free, capacity := d.laneRoomLocked(l, now)
+	short := l.short && now.Before(l.nextPoll)
+	keep, kept := d.backlogCapLocked(l), len(l.backlog)
+	d.mu.Unlock()
+	if capacity == 0 {
+		d.releaseBacklog(storeCtx) // no lease is held for work nobody takes
+		return 0, false, true, nil
+	}
+	if free == 0 || (short && kept == 0) {
+		return 0, false, false, nil
+	}
+	if err := d.reconcile(loopCtx, storeCtx); err != nil {
+		return 0, false, false, err
+	}
+	n := min(free, capacity, maxClaim)
+	if keep > 0 {
+		n = min(max(free+keep-kept, 0), maxClaim)
+	}
+	if short {
+		n = 0 // the store had no more: only the kept samples start
+	}
+	// The guard's count and the requests in flight are read together
+	// under d.mu: a settle records a refusal before it retires the
+	// sample (under d.mu), so no pair read here counts the sample in
+	// neither.
+	d.mu.Lock()
+	b, guarded := d.guard.budget()
+	if guarded {
+		n, keep = min(n, b-d.inflight), 0
+	}
+	d.mu.Unlock()
+	if guarded {
+		// Kept samples would hide from the guard's claim what is left to try.
+		d.releaseBacklog(storeCtx)
+		if n <= 0 {
+			return 0, false, false, nil
+		}
+	}
+	var claimed []store.Claimed
+	if n > 0 {
+		if claimed, err = d.claim(loopCtx, storeCtx, l, n, guarded); err != nil {
+			return 0, false, false, err
+		}
+		d.noteClaimed(l, claimed, n, now, kept == 0)
+	}
+	started = d.startAll(workCtx, storeCtx, l, claimed, keep)
+	d.mu.Lock()
+	free, _ = d.laneRoomLocked(l, d.now())
+	d.mu.Unlock()
+	return started, n > 0 && len(claimed) == n && free > 0, false, nil
+}
+
+// noteClaimed records the samples claimed for lane l (n asked for) and
+// whether the store had no more; at the end of the lane (and with none
+// kept, moveable) requests queued at a busy server may move to an idle one.
+func (d *Dispatcher) noteClaimed(l *lane, claimed []store.Claimed, n int, now time.Time, moveable bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range claimed {
+		d.held[c.ID] = c.Token
+	}
+	if len(claimed) < n {
+		if moveable {
+			d.moveQueuedLocked(l, now)
+		}
+		l.short = true
+		l.nextPoll = now.Add(l.backoff)
+		l.backoff = min(2*l.backoff, maxPoll)
+	} else {
+		l.short = false
+	}
+	if len(claimed) > 0 {
+		l.backoff = minPoll
+	}
 }
 
 // claim leases up to n samples of lane l. While the poison guard is armed
@@ -264,62 +297,72 @@ func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
 	return nil
 }
 
-// startAll starts a worker per claimed sample. Samples that cannot start
-// after all (the limit shrank, or every endpoint was paused since the claim)
-// are released at once: no lease is held for work that is not running.
-func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claimed []store.Claimed) int {
-	var unstarted []string
-	started := 0
-	for _, c := range claimed {
-		if l.auto == nil && !l.lim.TryAcquire() {
-			unstarted = append(unstarted, c.ID)
-			continue
-		}
-		var aff affinity
+// startAll starts a worker per claimed sample, after the samples lane l
+// kept from earlier claims (backlog.go): first those whose home has room
+// or that have none, then, while any endpoint has room, the others. Up to
+// keep samples that found no room stay claimed for the next round; the
+// rest (the limit shrank, or every endpoint was paused since the claim)
+// are released at once: no lease is held for work that waits otherwise.
+func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claimed []store.Claimed, keep int) int {
+	fresh := make([]waiting, len(claimed))
+	for i, c := range claimed {
+		fresh[i].c = c
 		if !d.cfg.NoAffinity {
-			aff = affinityOf(c)
+			fresh[i].a = affinityOf(c)
 		}
-		now := d.now()
-		d.mu.Lock()
-		est := d.estimateLocked(l, c)
-		e, probe := d.pickLocked(now, l, est, aff)
-		if e == nil {
-			d.mu.Unlock()
-			if l.auto == nil {
-				l.lim.Release()
-			}
-			unstarted = append(unstarted, c.ID)
-			continue
-		}
-		reqCtx, cancel := context.WithCancelCause(workCtx)
-		cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est, prompt: float64(max(c.PromptTokens, 0))}
-		d.acquireLocked(cl, now)
-		d.inflight++
-		d.mu.Unlock()
-		started++
-		d.workers.Add(1)
-		go func() {
-			defer d.workers.Done()
-			d.work(workCtx, reqCtx, storeCtx, cl, l, c)
-		}()
 	}
-	if len(unstarted) > 0 {
-		err := d.storeDo(storeCtx, nil, func(ctx context.Context) error {
-			return d.cfg.Store.Release(ctx, unstarted, d.cfg.Owner)
-		})
-		if err != nil && !errors.Is(err, store.ErrNotLeased) {
-			// Only an aborted drain gives up on the store; the leases expire.
-			d.log.Warn("unstarted samples not released", "samples", len(unstarted), "err", err)
+	d.mu.Lock()
+	queue := queueLocked(l, fresh)
+	d.mu.Unlock()
+	started := 0
+	unstarted := d.sendQueue(l, queue, keep, func(w waiting) bool {
+		if d.startOne(workCtx, storeCtx, l, w) {
+			started++
+			return true
 		}
-		d.mu.Lock()
-		d.counters.Released += int64(len(unstarted))
-		l.short = false
-		for _, id := range unstarted {
-			delete(d.held, id)
-		}
-		d.mu.Unlock()
+		return false
+	})
+	d.mu.Lock()
+	n := min(keep, len(unstarted))
+	l.backlog = append(l.backlog, unstarted[:n]...)
+	d.mu.Unlock()
+	var ids []string
+	for _, w := range unstarted[n:] {
+		ids = append(ids, w.c.ID)
 	}
+	d.releaseUnstarted(storeCtx, ids)
 	return started
+}
+
+// startOne starts a worker for w on the endpoint pickLocked chooses and
+// reports whether it did (false: no endpoint has room for it now).
+func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w waiting) bool {
+	if l.auto == nil && !l.lim.TryAcquire() {
+		return false
+	}
+	c := w.c
+	now := d.now()
+	d.mu.Lock()
+	est := d.estimateLocked(l, c)
+	e, probe := d.pickLocked(now, l, est, w.a)
+	if e == nil {
+		d.mu.Unlock()
+		if l.auto == nil {
+			l.lim.Release()
+		}
+		return false
+	}
+	reqCtx, cancel := context.WithCancelCause(workCtx)
+	cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est, prompt: float64(max(c.PromptTokens, 0))}
+	d.acquireLocked(cl, now)
+	d.inflight++
+	d.mu.Unlock()
+	d.workers.Add(1)
+	go func() {
+		defer d.workers.Done()
+		d.work(workCtx, reqCtx, storeCtx, cl, l, c)
+	}()
+	return true
 }
 
 // ingestDone reports whether every sample of the job is in the store: until

@@ -107,6 +107,9 @@ type lane struct {
 	short    bool
 	nextPoll time.Time
 	backoff  time.Duration
+	// backlog is claimed samples kept unsent until an endpoint they are
+	// homed on has room (backlog.go).
+	backlog []waiting
 
 	// durations of the lane's last answered requests, for the views' ETA
 	// of the work in flight (tail.go).
@@ -285,6 +288,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 
 	err := d.loop(loopCtx, workCtx, storeCtx)
+	d.releaseBacklog(storeCtx)
 	d.mu.Lock()
 	d.stopping = true // no new backups: what runs now only finishes
 	d.mu.Unlock()

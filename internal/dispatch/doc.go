@@ -8,7 +8,11 @@
 // its requests saw since (tokens, time to first token, errors). Samples are
 // claimed from the store only when a lane slot and an endpoint that can take
 // a request both exist, about as many as there are free slots, so no lease
-// is held for work that is not running. NoteCrash lowers an endpoint's
+// is held for work that is not running; the exception is an auto lane with
+// affinity over two or more endpoints, which keeps up to 32 claimed samples
+// per endpoint so a slot that frees takes work homed on its endpoint
+// (backlog.go), and gives them back when no endpoint takes work, while the
+// poison guard is armed, and when Run stops. NoteCrash lowers an endpoint's
 // adaptive ceilings after a CUDA out-of-memory crash that followed high KV
 // usage, and the auto lanes' sum is held to it; Observe sheds load from an
 // endpoint whose KV usage stays pinned at the top (adaptive.go). Balancing is by tokens: each request goes to the endpoint with room
@@ -130,7 +134,7 @@
 // every request as one typed store.Transition. Files: dispatch.go (the
 // Dispatcher, New, Run, drain), config.go, claim.go (the claim loop),
 // work.go and turn.go (one request), outcome.go (verdict and transition),
-// hedge.go (backups), balance.go and affinity.go, adaptive.go and
+// hedge.go (backups), balance.go, affinity.go and backlog.go, adaptive.go and
 // limiter.go, storecall.go (store calls that outlast an outage),
 // control.go (Pause, Resume, SetLaneLimit, Snapshot).
 //
