@@ -92,11 +92,6 @@ type Config struct {
 
 // fill gives cfg's zero durations and counts their Default* values.
 func (cfg *Config) fill() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
 	if cfg.HangTimeout <= 0 {
 		cfg.HangTimeout = cfg.Server.HangTimeout
 	}
@@ -112,18 +107,10 @@ func (cfg *Config) fill() {
 	def(&cfg.ChildMinAge, DefaultChildMinAge)
 	def(&cfg.GPUReleaseTimeout, DefaultGPUReleaseTimeout)
 	def(&cfg.MaxBackoff, DefaultMaxBackoff)
-	if cfg.ProbeFailures <= 0 {
-		cfg.ProbeFailures = DefaultProbeFailures
-	}
-	if cfg.RetractsPerMinute <= 0 {
-		cfg.RetractsPerMinute = DefaultRetractsPerMinute
-	}
-	if cfg.LogMaxBytes <= 0 {
-		cfg.LogMaxBytes = DefaultLogMaxBytes
-	}
-	if cfg.LogKeep <= 0 {
-		cfg.LogKeep = DefaultLogKeep
-	}
+	def(&cfg.ProbeFailures, DefaultProbeFailures)
+	def(&cfg.RetractsPerMinute, DefaultRetractsPerMinute)
+	def(&cfg.LogMaxBytes, DefaultLogMaxBytes)
+	def(&cfg.LogKeep, DefaultLogKeep)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,5 +130,12 @@ func (cfg *Config) fill() {
 	def(&cfg.reapGrace, 10*time.Second)
 	if cfg.reap == nil {
 		cfg.reap = (*exec.Cmd).Wait
+	}
+}
+
+// def sets an unset (zero or negative) setting to its default.
+func def[T int | int64 | time.Duration](p *T, v T) {
+	if *p <= 0 {
+		*p = v
 	}
 }
