@@ -232,6 +232,20 @@ func observeKV(d *Dispatcher, url string, kv float64, n int, at *time.Time) {
 	}
 }
 
+// underPressure holds 40 streaming calls of 1,000-token prompts on e (36
+// in d's first lane, 4 in its second) and has three probes read KV usage
+// 0.94: a crash now is one under pressure. It returns the calls to release.
+func underPressure(d *Dispatcher, e *endpoint, now *time.Time) []*call {
+	calls := holdCalls(d, e, *now, 40, func(i int) *lane {
+		if i >= 36 {
+			return d.lanes[1]
+		}
+		return d.lanes[0]
+	}, func(cl *call) { cl.prompt = 1000; cl.streaming.Store(true) })
+	observeKV(d, e.url, 0.94, 3, now)
+	return calls
+}
+
 func TestNoteCrash(t *testing.T) {
 	d := oneEndpoint(t, LaneConfig{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 64}, MaxTokens: 100}, LaneConfig{Name: "long", Concurrency: 16, MaxTokens: 1000})
 	at := time.Unix(1000, 0)
@@ -436,13 +450,7 @@ func TestCrashCeilingIsTheEndpoints(t *testing.T) {
 	now := time.Unix(1000, 0)
 	e := d.epByURL["http://a"]
 	short, long := d.lanes[0], d.lanes[1]
-	calls := holdCalls(d, e, now, 40, func(i int) *lane {
-		if i >= 36 {
-			return long
-		}
-		return short
-	}, func(cl *call) { cl.prompt = 1000; cl.streaming.Store(true) })
-	observeKV(d, "http://a", 0.94, 3, &now)
+	calls := underPressure(d, e, &now)
 	got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now)
 	if len(got) != 2 || got[0].Decision.Action != limit.Ceiling || e.ceiling != 30 {
 		t.Fatalf("crash with 40 in flight (36 short, 4 long): %v, endpoint ceiling %d; want 30 (0.75 x 40) for both lanes", got, e.ceiling)

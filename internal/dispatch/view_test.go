@@ -22,14 +22,7 @@ func TestEndpointAutoLimitHeldToTheSharedCeiling(t *testing.T) {
 	if !ok || before.AutoLimit != 8 {
 		t.Fatalf("before a crash: AutoLimit %d (found %v), want 8 (4 + 4)", before.AutoLimit, ok)
 	}
-	short, long := d.lanes[0], d.lanes[1]
-	calls := holdCalls(d, e, now, 40, func(i int) *lane {
-		if i >= 36 {
-			return long
-		}
-		return short
-	}, func(cl *call) { cl.prompt = 1000; cl.streaming.Store(true) })
-	observeKV(d, "http://a", 0.94, 3, &now)
+	calls := underPressure(d, e, &now)
 	if got := d.NoteCrash("http://a", engine.CauseCUDAOOM, now); len(got) != 2 {
 		t.Fatalf("crash with 40 in flight: %v, want a ceiling decision per lane", got)
 	}
