@@ -14,6 +14,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/runner"
 	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
@@ -58,6 +59,9 @@ type result struct {
 	// prompt and tools) each endpoint answered a turn of: how many
 	// prefixes each server's cache had to hold.
 	Groups float64
+	// The same cache from the stored answers' usage, split by turn:
+	// prompt tokens and cached tokens of first turns and of later ones.
+	FirstPrompt, FirstCached, LaterPrompt, LaterCached float64
 }
 
 // hitRate is the share of prompt tokens the servers found cached.
@@ -269,6 +273,15 @@ func collect(ctx context.Context, e env, w workload, st *sqlite.Store, urls []st
 			}
 		}
 		for _, res := range append(row.Prior, row.Result) {
+			if rec, err := reply.Decode(res); err == nil && rec.Usage.PromptTokens > 0 {
+				if res.Turn == 0 {
+					r.FirstPrompt += float64(rec.Usage.PromptTokens)
+					r.FirstCached += float64(rec.Usage.CachedTokens)
+				} else {
+					r.LaterPrompt += float64(rec.Usage.PromptTokens)
+					r.LaterCached += float64(rec.Usage.CachedTokens)
+				}
+			}
 			r.Tokens += int64(res.CompletionTokens)
 			per[res.Endpoint] += int64(res.CompletionTokens)
 			if res.TTFT > 0 {

@@ -233,6 +233,7 @@ type cell struct {
 	same               float64 // share of later turns answered by the endpoint of the turn before
 	later              bool    // the job had later turns (same is meaningful)
 	groups             float64 // mean distinct shared prefixes per endpoint
+	hitFirst, hitLater float64 // mean hit rate of first turns and of later ones, from the stored usage
 }
 
 func summarise(runs []result) cell {
@@ -254,6 +255,12 @@ func summarise(runs []result) cell {
 		c.ttft50 += percentile(r.TTFT, 0.5) / n
 		c.ttft99 += percentile(r.TTFT, 0.99) / n
 		c.groups += r.Groups / n
+		if r.FirstPrompt > 0 {
+			c.hitFirst += r.FirstCached / r.FirstPrompt / n
+		}
+		if r.LaterPrompt > 0 {
+			c.hitLater += r.LaterCached / r.LaterPrompt / n
+		}
 		if r.LaterTurns > 0 {
 			c.same += float64(r.SameEndpoint) / float64(r.LaterTurns) / n
 			c.later = true
@@ -288,7 +295,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\tprefill\tTTFT p50\tp99\tsame ep\tprefixes/ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\t1st / later\tprefill\tTTFT p50\tp99\tsame ep\tprefixes/ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
 	slow, stoppedAny := false, false
 	for i, c := range cs {
 		rel := "-"
@@ -303,9 +310,10 @@ func printTable(w workload, runs [][]result, speed float64) {
 		for _, p := range c.split {
 			split = append(split, fmt.Sprintf("%dk pool: %.2fM", p.KV/1000, float64(p.Tokens)/1e6))
 		}
-		same, groups := "-", "-"
+		same, groups, split1 := "-", "-", "-"
 		if c.later {
 			same = fmt.Sprintf("%.0f%%", 100*c.same)
+			split1 = fmt.Sprintf("%.0f%% / %.0f%%", 100*c.hitFirst, 100*c.hitLater)
 		}
 		if c.groups > 0 {
 			groups = fmt.Sprintf("%.0f", c.groups)
@@ -318,8 +326,8 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, 100*c.hit, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%s\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+			c.bulk, 100*c.hit, split1, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {
