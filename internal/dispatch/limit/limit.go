@@ -106,6 +106,11 @@ type Params struct {
 	// errors; Cooldown samples follow without a raise.
 	BackOff  float64
 	Cooldown int
+	// SlowStartKV ends slow start at this KV usage even while the queue
+	// is below the band: a request's KV grows as it decodes, so the queue
+	// shows a full pool one or two probes after the tripling that
+	// overfilled it.
+	SlowStartKV float64
 	// Growth is the share added per interval once out of slow start (at
 	// least one request); EmptyGrowth while the server's queue is empty,
 	// FastGrowth while it is empty and KV usage is below RoomKV.
@@ -145,7 +150,8 @@ var DefaultParams = Params{
 	KVHigh: 0.99, KVPinned: 3,
 	TTFTSpike: 2.5,
 	BackOff:   0.8, Cooldown: 2,
-	Growth: 0.05, EmptyGrowth: 0.25, FastGrowth: 0.5, RoomKV: 0.7,
+	SlowStartKV: 0.5,
+	Growth:      0.05, EmptyGrowth: 0.25, FastGrowth: 0.5, RoomKV: 0.7,
 	Plateau: 0.2, PlateauHold: 12,
 	CrashCeiling: 0.75, CrashKV: 0.9, CrashMargin: 0.05, CrashRoom: 0.1,
 }
@@ -384,7 +390,7 @@ func (c *Controller) cutToBand(s Sample, qLow, qHigh float64) (Action, string) {
 }
 
 // raise grows a limit the lane fills on a server with room: tripled in
-// slow start, by a quarter or a half while the queue is empty, else by
+// slow start (until KV usage reaches SlowStartKV), by a quarter or a half while the queue is empty, else by
 // Growth.
 func (c *Controller) raise(s Sample) (Action, string) {
 	p := c.p
@@ -392,6 +398,10 @@ func (c *Controller) raise(s Sample) (Action, string) {
 	c.limit = math.Max(c.limit, c.clamp(float64(s.InFlight)))
 	c.raisedFrom, c.raisedGood = c.limit, c.goodAvg
 	switch {
+	case c.slowStart && p.SlowStartKV > 0 && s.KVUsage >= p.SlowStartKV:
+		c.slowStart = false
+		c.limit = c.clamp(c.limit + math.Max(1, p.Growth*c.limit))
+		return Raise, fmt.Sprintf("slow start ends at KV usage %.2f", s.KVUsage)
 	case c.slowStart:
 		c.limit = c.clamp(c.limit * slowStartGain)
 		return Raise, "slow start"

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -66,6 +67,41 @@ func TestConvergesFromFour(t *testing.T) {
 			t.Errorf("last decision at %v, want %v (one per sample)", got, 60*step)
 		}
 	})
+}
+
+// Slow start triples while the pool is less than half full and ends at
+// SlowStartKV with the queue still empty: the KV of requests admitted by
+// the last tripling is still growing, and one more would overshoot.
+func TestSlowStartEndsAtHalfThePool(t *testing.T) {
+	for _, tc := range []struct {
+		kv        float64
+		want      int
+		slowStart bool
+	}{
+		{kv: 0.2, want: 36, slowStart: true},
+		{kv: 0.49, want: 36, slowStart: true},
+		{kv: 0.5, want: 13, slowStart: false}, // 12 + max(1, 5%)
+		{kv: 0.8, want: 13, slowStart: false},
+	} {
+		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Unix(0, 0))
+		at := func(i int, kv float64) Decision {
+			return c.Update(Sample{Time: time.Unix(int64(5*i), 0), InFlight: c.Limit(), Peak: c.Limit(), EndpointInFlight: c.Limit(),
+				Goodput: float64(1000 * (i + 1)), Running: float64(c.Limit()), Queued: 0, KVUsage: kv})
+		}
+		if d := at(1, 0.1); d.To != 12 {
+			t.Fatalf("first probe at KV 0.1: %v, want slow start to 12", d)
+		}
+		d := at(2, tc.kv)
+		if d.To != tc.want {
+			t.Errorf("KV %.2f: %v, want %d", tc.kv, d, tc.want)
+		}
+		if got := c.slowStart; got != tc.slowStart {
+			t.Errorf("KV %.2f: slow start %v after it, want %v", tc.kv, got, tc.slowStart)
+		}
+		if !tc.slowStart && !strings.Contains(d.Reason, fmt.Sprintf("slow start ends at KV usage %.2f", tc.kv)) {
+			t.Errorf("KV %.2f: reason %q does not say slow start ended at that KV usage", tc.kv, d.Reason)
+		}
+	}
 }
 
 // The server shrinks (restarted with half the pool): the queue grows, the
@@ -300,9 +336,9 @@ func TestPlateauHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Bounds{Min: 1, Initial: 4}, DefaultParams, time.Now())
 		flat := func(s *Sample) {
-			s.InFlight, s.Peak, s.EndpointInFlight, s.Queued, s.Running, s.Goodput, s.KVUsage = c.Limit(), c.Limit(), c.Limit(), 0, float64(c.Limit()), 500, 0.5
+			s.InFlight, s.Peak, s.EndpointInFlight, s.Queued, s.Running, s.Goodput, s.KVUsage = c.Limit(), c.Limit(), c.Limit(), 0, float64(c.Limit()), 500, 0.3
 		}
-		// 4 -> 12 -> 36 with goodput flat: the second flat raise starts the hold.
+		// 4 -> 12 -> 36 with goodput flat (KV usage below SlowStartKV): the second flat raise starts the hold.
 		var d Decision
 		for range 3 {
 			time.Sleep(step)
