@@ -390,8 +390,8 @@ func (c *Controller) cutToBand(s Sample, qLow, qHigh float64) (Action, string) {
 }
 
 // raise grows a limit the lane fills on a server with room: tripled in
-// slow start (until KV usage reaches SlowStartKV), by a quarter or a half while the queue is empty, else by
-// Growth.
+// slow start (until KV usage reaches SlowStartKV), by a quarter or a half
+// while the queue is empty, else by Growth.
 func (c *Controller) raise(s Sample) (Action, string) {
 	p := c.p
 	// A limit cut below what runs without a queue was cut too deep.
