@@ -193,7 +193,7 @@ func TestCrashOnLoad(t *testing.T) {
 	}
 	for _, r := range finishedRows(t, st) {
 		if r.Attempts != 1 {
-			t.Errorf("done sample %s: %d attempts, want 1", r.ID, r.Attempts)
+			t.Errorf("done sample %s: %d attempts, want 1 (%s)", r.ID, r.Attempts, spentOn(t, st, r.ID))
 		}
 	}
 	rep, err := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter})

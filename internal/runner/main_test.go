@@ -325,6 +325,22 @@ func finishedRows(t *testing.T, st store.Store) []store.Row {
 	return rows
 }
 
+// spentOn is the last error the store recorded for sample id (a retry or
+// a dead letter spends an attempt and records why), for a failure message.
+func spentOn(t *testing.T, st store.Store, id string) string {
+	t.Helper()
+	rows, err := st.LastErrors(context.Background(), 0)
+	if err != nil {
+		return "last errors: " + err.Error()
+	}
+	for _, r := range rows {
+		if r.ID == id {
+			return "last error: " + r.Reason
+		}
+	}
+	return "no error recorded"
+}
+
 // checkExactlyOnce checks that every one of n samples is done once with
 // wantAttempts attempts, and that the export holds each id once.
 func checkExactlyOnce(t *testing.T, spec *job.Spec, st store.Store, sum Summary, n, wantAttempts int) {
@@ -340,7 +356,7 @@ func checkExactlyOnce(t *testing.T, spec *job.Spec, st store.Store, sum Summary,
 		}
 		byAttempts[r.Attempts]++
 		if r.Attempts != wantAttempts {
-			t.Logf("sample %s: %d attempts", r.ID, r.Attempts)
+			t.Logf("sample %s: %d attempts (%s)", r.ID, r.Attempts, spentOn(t, st, r.ID))
 		}
 	}
 	if want := map[int]int{wantAttempts: n}; !mapsEqual(byAttempts, want) {
