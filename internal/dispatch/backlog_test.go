@@ -159,6 +159,15 @@ func TestKeptSamplesAreReleasedWhenRunStops(t *testing.T) {
 			if got := st.states(); got[store.Leased] <= 6 {
 				t.Errorf("states %v: want more than the 4 running leased", got)
 			}
+			// The view tells the kept from the requests on the wire (the
+			// progress ETA would read leased > in flight as escalation).
+			d.mu.Lock()
+			kept := len(d.lanes[0].backlog)
+			ls := d.laneStatsLocked(d.now())[0]
+			d.mu.Unlock()
+			if kept == 0 || ls.Kept != kept || ls.InFlight > 4 {
+				t.Errorf("lane stats: %d in flight, %d kept; want at most 4 in flight and the %d kept", ls.InFlight, ls.Kept, kept)
+			}
 			cancel()
 		}
 		if err := wait(); err != nil && stopAfter == 0 {

@@ -121,6 +121,10 @@ type LaneStats struct {
 	EscalateTo string `json:"escalate_to"`
 	Answered   int64  `json:"answered"`
 	Escalated  int64  `json:"escalated"`
+	// Kept is the lane's claimed samples waiting here for a slot on the
+	// endpoint that caches their prefix (backlog.go): leased in the store,
+	// not yet sent.
+	Kept int `json:"kept"`
 }
 
 // Counters count sample outcomes since Run started, each after the store

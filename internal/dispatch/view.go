@@ -146,7 +146,7 @@ func (d *Dispatcher) laneStatsLocked(now time.Time) []LaneStats {
 		a := ages[l]
 		out = append(out, LaneStats{Name: l.cfg.Name, InFlight: used, Limit: limit, Auto: l.auto != nil,
 			MeanDuration: l.durations.mean(), Tail: l.durations.tail(a.youngest, a.oldest, a.n),
-			EscalateTo: l.cfg.EscalateTo, Answered: l.answered, Escalated: l.escalated})
+			EscalateTo: l.cfg.EscalateTo, Answered: l.answered, Escalated: l.escalated, Kept: len(l.backlog)})
 	}
 	return out
 }

@@ -36,4 +36,8 @@ type LaneTiming struct {
 	// escalation lane (a truncated last answer is sent there at once, under
 	// its lease, before the store moves it).
 	InFlight int
+	// Kept is the lane's samples claimed ahead and held for a slot on the
+	// endpoint that caches their prefix: leased too, but not answered
+	// anywhere yet.
+	Kept int
 }

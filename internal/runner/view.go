@@ -56,7 +56,7 @@ func (r *runState) draw(ctx context.Context, skip string) string {
 		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
 		for _, ls := range r.disp.LaneStats() {
 			f.Lanes = append(f.Lanes, monitor.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail,
-				EscalateTo: ls.EscalateTo, Answered: ls.Answered, Escalated: ls.Escalated, InFlight: ls.InFlight})
+				EscalateTo: ls.EscalateTo, Answered: ls.Answered, Escalated: ls.Escalated, InFlight: ls.InFlight, Kept: ls.Kept})
 		}
 	} else {
 		counts, err := r.o.Store.Counts(ctx)

@@ -281,7 +281,7 @@ func (p *Progress) etaOf(f monitor.Frame, r partRow) string {
 		if n[0] > 0 {
 			t = lt.MeanDuration
 		}
-		if target, ok := laneTiming(f.Lanes, lt.EscalateTo); ok && lt.InFlight < leased[lane] {
+		if target, ok := laneTiming(f.Lanes, lt.EscalateTo); ok && lt.InFlight+lt.Kept < leased[lane] {
 			t = max(t, target.Tail) // some of its samples are being answered there
 		}
 		// Then the escalations still to come among its last requests

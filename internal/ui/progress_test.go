@@ -88,19 +88,23 @@ func TestProgressETAEscalationTail(t *testing.T) {
 		onWire              int           // short requests on the wire (11 samples leased in short)
 		longTail            time.Duration // the long lane's in-flight tail
 		want                string
+		kept                int // short samples claimed ahead, held for their endpoint
 	}{
-		{"13% escalate", 300, 40, 11, 0, "eta=9s"}, // 1s + (1 - 0.867^11) x 10s
-		{"none escalate", 300, 0, 11, 0, "eta=1s"},
-		{"no answer yet", 0, 0, 11, 0, "eta=1s"},
+		{"13% escalate", 300, 40, 11, 0, "eta=9s", 0}, // 1s + (1 - 0.867^11) x 10s
+		{"none escalate", 300, 0, 11, 0, "eta=1s", 0},
+		{"no answer yet", 0, 0, 11, 0, "eta=1s", 0},
 		// The demo's tail: the last 11 were truncated and re-sent to the
 		// long lane under their leases; the store still counts them short.
-		{"being answered in the long lane", 327, 0, 0, 12 * time.Second, "eta=12s"},
+		{"being answered in the long lane", 327, 0, 0, 12 * time.Second, "eta=12s", 0},
+		// Leased but not on the wire because the dispatcher holds them for
+		// the endpoint that caches their prefix, not because they escalated.
+		{"kept for their endpoint", 327, 0, 5, 12 * time.Second, "eta=1s", 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
 			p := NewProgress(&b, false)
 			lanes := []monitor.LaneTiming{
-				{Name: "short", MeanDuration: 2 * time.Second, Tail: time.Second, EscalateTo: "long", Answered: tc.answered, Escalated: tc.escalated, InFlight: tc.onWire},
+				{Name: "short", MeanDuration: 2 * time.Second, Tail: time.Second, EscalateTo: "long", Answered: tc.answered, Escalated: tc.escalated, InFlight: tc.onWire, Kept: tc.kept},
 				{Name: "long", MeanDuration: 10 * time.Second, Tail: tc.longTail},
 			}
 			p.Update(monitor.Frame{Time: t0, Job: "demo", State: monitor.Running, Cells: cells(200, 20), Lanes: lanes})
