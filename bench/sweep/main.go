@@ -310,10 +310,10 @@ func printTable(w workload, runs [][]result, speed float64) {
 		for _, p := range c.split {
 			split = append(split, fmt.Sprintf("%dk pool: %.2fM", p.KV/1000, float64(p.Tokens)/1e6))
 		}
-		same, groups, split1 := "-", "-", "-"
+		same, groups, hitSplit := "-", "-", "-"
 		if c.later {
 			same = fmt.Sprintf("%.0f%%", 100*c.same)
-			split1 = fmt.Sprintf("%.0f%% / %.0f%%", 100*c.hitFirst, 100*c.hitLater)
+			hitSplit = fmt.Sprintf("%.0f%% / %.0f%%", 100*c.hitFirst, 100*c.hitLater)
 		}
 		if c.groups > 0 {
 			groups = fmt.Sprintf("%.0f", c.groups)
@@ -327,7 +327,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 			stoppedAny = true
 		}
 		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%s\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
-			c.bulk, 100*c.hit, split1, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
+			c.bulk, 100*c.hit, hitSplit, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
 	if stoppedAny {
