@@ -36,10 +36,13 @@ type Manifest struct {
 	// Configuration is the job's settings that shape the answers (model,
 	// sources, lanes, generation, quality), as the job file has them.
 	Configuration json.RawMessage `json:"configuration,omitempty"`
-	Servers       []Server        `json:"servers"`
-	Totals        Totals          `json:"totals"`
-	Cells         []Cell          `json:"cells"`
-	Rejects       []RejectCell    `json:"rejects"`
+	// Export is what the records were rendered with (Verify renders them
+	// again the same way).
+	Export  *ExportSettings `json:"export,omitempty"`
+	Servers []Server        `json:"servers"`
+	Totals  Totals          `json:"totals"`
+	Cells   []Cell          `json:"cells"`
+	Rejects []RejectCell    `json:"rejects"`
 	// Generations counts done samples per configuration generation, when
 	// the store records generations.
 	Generations []GenerationCount `json:"generations,omitempty"`
@@ -369,7 +372,8 @@ func (f fileSink) files() []*output  { return []*output{f.out} }
 // describe writes the card and the manifest of the synced files outs to
 // temporary files and returns them, synced, for the caller to rename after
 // outs. A README.md regen did not write is kept: no card, a warning.
-func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+func describe(ctx context.Context, st Store, dir, name string, o Options, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+	d := o.Describe
 	now := d.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -377,6 +381,7 @@ func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *
 	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
+	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs}
 	if sum.TokenIDs+sum.TokenIDsUnavailable > 0 { // output.token_ids, with done records
 		m.Totals.TokenIDs = &TokenIDCounts{With: sum.TokenIDs, Unavailable: sum.TokenIDsUnavailable}
 	}
@@ -400,22 +405,22 @@ func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *
 	case err != nil:
 		return nil, err
 	default:
-		o, err := wholeFile(readme, FormatCard, 0, card(m))
+		c, err := wholeFile(readme, FormatCard, 0, card(m))
 		if err != nil {
 			return nil, err
 		}
-		written = append(written, o)
-		m.Files = append(m.Files, manifestFile(o))
+		written = append(written, c)
+		m.Files = append(m.Files, manifestFile(c))
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return written, fmt.Errorf("manifest: %w", err)
 	}
-	o, err := wholeFile(filepath.Join(dir, name+".manifest.json"), FormatManifest, 0, append(b, '\n'))
+	mf, err := wholeFile(ManifestPath(dir, name), FormatManifest, 0, append(b, '\n'))
 	if err != nil {
 		return written, err
 	}
-	return append(written, o), nil
+	return append(written, mf), nil
 }
 
 func manifestFile(o *output) ManifestFile {

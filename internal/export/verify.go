@@ -1,0 +1,227 @@
+package export
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// ErrMismatch says an export's files are not what its manifest and the
+// store say they are; the Report names each file and the first mismatch.
+var ErrMismatch = errors.New("export does not verify")
+
+// Problem is one mismatch: a file (relative to the output directory), the
+// line (or Parquet row, from 1) where it shows, the sample id there when
+// known, and what differs.
+type Problem struct {
+	Path string
+	Line int
+	ID   string
+	What string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.Path)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, " line %d", p.Line)
+	}
+	if p.ID != "" {
+		fmt.Fprintf(&b, " (%s)", p.ID)
+	}
+	return b.String() + ": " + p.What
+}
+
+// Report is what Verify checked and what it found.
+type Report struct {
+	Manifest string // the manifest's path
+	Files    int    // files the manifest lists, each checked
+	Rows     int    // rows of the listed files, counted
+	Records  int    // store records compared with the files
+	Problems []Problem
+}
+
+// Err is nil when every check passed, else ErrMismatch wrapped with the
+// first problem and how many more there are.
+func (r Report) Err() error {
+	if len(r.Problems) == 0 {
+		return nil
+	}
+	more := ""
+	if n := len(r.Problems) - 1; n > 0 {
+		more = fmt.Sprintf(" (and %d more)", n)
+	}
+	return fmt.Errorf("%w: %s%s", ErrMismatch, r.Problems[0], more)
+}
+
+// ExportSettings are the options an export's records were rendered with,
+// kept in the manifest so Verify renders them the same way.
+type ExportSettings struct {
+	Metadata string `json:"metadata"`
+	TokenIDs bool   `json:"token_ids,omitempty"`
+}
+
+// ManifestPath is where an export into dir writes name's manifest.
+func ManifestPath(dir, name string) string { return filepath.Join(dir, name+".manifest.json") }
+
+// Verify checks the export of name in dir: every file its manifest lists
+// (present, bytes, SHA-256, rows), no regen-written file left out of the
+// manifest, and every record of the training, rejected, dead and batch
+// files against the store's current answer, in order. o gives what the
+// records were rendered with when the manifest does not say (JobDir,
+// EngineOf, and Metadata and TokenIDs for manifests older than the
+// "export" field). A mismatch is a Problem in the Report, not an error;
+// the error is for what stopped the check (no manifest, a store failure).
+func Verify(ctx context.Context, st Store, dir, name string, o Options) (Report, error) {
+	return verify(ctx, st, dir, name, o, time.Time{})
+}
+
+// verify is Verify; a non-zero since skips the store's records finished
+// after it, and the file's line for the same sample when present: the
+// check at the end of an export of a running job, whose store moves on.
+func verify(ctx context.Context, st Store, dir, name string, o Options, since time.Time) (Report, error) {
+	r := Report{Manifest: ManifestPath(dir, name)}
+	b, err := os.ReadFile(r.Manifest)
+	if err != nil {
+		return r, fmt.Errorf("verify: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return r, fmt.Errorf("verify: %s: %w", r.Manifest, err)
+	}
+	if m.Schema != ManifestSchema {
+		return r, fmt.Errorf("verify: %s: schema %q, want %q", r.Manifest, m.Schema, ManifestSchema)
+	}
+	if m.Export != nil {
+		o.Metadata, o.TokenIDs = m.Export.Metadata, m.Export.TokenIDs
+	}
+	for _, f := range m.Files {
+		r.Files++
+		rows, p := checkFile(dir, f)
+		r.Rows += rows
+		r.Problems = append(r.Problems, p...)
+	}
+	r.Problems = append(r.Problems, unlisted(dir, name, m.Files)...)
+	records, problems, err := checkRecords(ctx, st, dir, name, m.Files, o, since)
+	if err != nil {
+		return r, fmt.Errorf("verify: %w", err)
+	}
+	r.Records = records
+	r.Problems = append(r.Problems, problems...)
+	return r, nil
+}
+
+// lineFormats are the formats whose rows are lines.
+var lineFormats = []string{FormatShareGPT, FormatOpenAIBatch, FormatOpenAIBatch + "-errors", FormatRejected, FormatDead}
+
+// checkFile compares one listed file with its manifest entry: present,
+// bytes, SHA-256 and rows. A format without a row rule here (the card, or
+// a later kind such as captured hidden-state files) is checked by bytes
+// and SHA-256; a kind with more to check (a tensor's shape) adds its rule
+// beside the row counts below.
+func checkFile(dir string, f ManifestFile) (int, []Problem) {
+	path := filepath.Join(dir, filepath.FromSlash(f.Path))
+	bad := func(format string, a ...any) []Problem {
+		return []Problem{{Path: f.Path, What: fmt.Sprintf(format, a...)}}
+	}
+	fh, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, bad("listed in the manifest but missing")
+	}
+	if err != nil {
+		return 0, bad("%v", err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	lines := &lineCounter{}
+	n, err := io.Copy(io.MultiWriter(h, lines), fh)
+	if err != nil {
+		return 0, bad("read: %v", err)
+	}
+	var out []Problem
+	if n != f.Bytes {
+		out = append(out, bad("%d bytes, the manifest says %d (cut short or grown)", n, f.Bytes)...)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
+		out = append(out, bad("SHA-256 %s, the manifest says %s (the bytes changed since the export)", sum, f.SHA256)...)
+	}
+	rows := -1
+	switch {
+	case slices.Contains(lineFormats, f.Format):
+		rows = lines.n
+	case f.Format == FormatParquet:
+		if rows, err = parquetRows(fh, n); err != nil {
+			return 0, append(out, bad("read Parquet: %v", err)...)
+		}
+	}
+	if rows >= 0 && rows != f.Rows {
+		out = append(out, bad("%d rows, the manifest says %d", rows, f.Rows)...)
+	}
+	return max(rows, 0), out
+}
+
+type lineCounter struct{ n int }
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	for _, b := range p {
+		if b == '\n' {
+			c.n++
+		}
+	}
+	return len(p), nil
+}
+
+func parquetRows(f *os.File, size int64) (int, error) {
+	pf, err := parquet.OpenFile(f, size)
+	if err != nil {
+		return 0, err
+	}
+	return int(pf.NumRows()), nil
+}
+
+// unlisted names the files regen writes for name that are in dir but not
+// in the manifest: a manifest describes every file regen wrote there.
+func unlisted(dir, name string, files []ManifestFile) []Problem {
+	var out []Problem
+	for _, base := range regenFiles(name) {
+		listed := slices.ContainsFunc(files, func(f ManifestFile) bool { return f.Path == base })
+		if _, err := os.Stat(filepath.Join(dir, base)); err == nil && !listed {
+			out = append(out, Problem{Path: base, What: "written by regen but not in the manifest"})
+		}
+	}
+	return out
+}
+
+// regenFiles are the data file names an export of name writes.
+func regenFiles(name string) []string {
+	var out []string
+	for _, f := range Formats {
+		out = append(out, formatFiles(name, f)...)
+	}
+	return append(out, name+rejectedSuffix, name+deadSuffix)
+}
+
+// formatFiles are the files one format of name writes.
+func formatFiles(name, format string) []string {
+	switch format {
+	case FormatShareGPT:
+		return []string{name + ".sharegpt.jsonl"}
+	case FormatOpenAIBatch:
+		return []string{name + ".openai-batch.jsonl", name + ".errors.jsonl"}
+	case FormatParquet:
+		return []string{name + ".parquet"}
+	}
+	return nil
+}
