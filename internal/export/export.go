@@ -58,8 +58,10 @@ type Summary struct {
 	Truncated int // done with finish_reason "length" (only when the truncated rule is off)
 	Ended     int // done conversations that ended before their last planned turn
 	Rejected  int
-	Dead      int // dead samples
-	BadRows   int // source rows that never became samples (ingest errors)
+	// RejectedBy counts the rejected samples by quality rule.
+	RejectedBy map[string]int
+	Dead       int // dead samples
+	BadRows    int // source rows that never became samples (ingest errors)
 	// Warnings are what the export left undone on purpose (a README.md
 	// regen did not write is kept, and no card written).
 	Warnings []string
@@ -351,6 +353,10 @@ func (x *exporter) row(row store.Row) error {
 	case store.Rejected:
 		x.seen.addRecord(rec)
 		x.sum.Rejected++
+		if x.sum.RejectedBy == nil {
+			x.sum.RejectedBy = map[string]int{}
+		}
+		x.sum.RejectedBy[rec.row.Rule]++
 	case store.Dead:
 		x.sum.Dead++
 	default:

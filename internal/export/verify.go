@@ -225,3 +225,20 @@ func formatFiles(name, format string) []string {
 	}
 	return nil
 }
+
+// ExportedRejects is the number of rejected samples the manifest of the
+// last export of name in dir counts, 0 when there is none (a run stopped
+// before its export) or it cannot be read.
+func ExportedRejects(dir, name string) int {
+	b, err := os.ReadFile(ManifestPath(dir, name))
+	if err != nil {
+		return 0
+	}
+	var m struct {
+		Totals Totals `json:"totals"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return 0
+	}
+	return m.Totals.Rejected
+}
