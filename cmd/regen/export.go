@@ -155,7 +155,7 @@ func writeExportNotes(w io.Writer, spec *job.Spec, sum export.Summary) {
 func doneText(sum export.Summary) string {
 	var parts []string
 	if sum.Truncated > 0 {
-		parts = append(parts, fmt.Sprintf("%d kept truncated at max_tokens (the truncated rule is off; flagged in each record)", sum.Truncated))
+		parts = append(parts, fmt.Sprintf("%d of them cut at max_tokens, kept because the truncated rule is off", sum.Truncated))
 	}
 	if sum.Ended > 0 {
 		parts = append(parts, fmt.Sprintf("%d conversations ended early", sum.Ended))
