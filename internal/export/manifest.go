@@ -10,6 +10,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -52,10 +53,18 @@ type Manifest struct {
 
 // JobInfo names the job an export came from.
 type JobInfo struct {
-	Name   string `json:"name"`
-	File   string `json:"file,omitempty"` // the job file, relative to the output directory
-	Model  string `json:"model"`
-	Engine string `json:"engine,omitempty"` // of the server regen launches, or of the endpoints
+	Name  string `json:"name"`
+	File  string `json:"file,omitempty"` // the job file, relative to the output directory
+	Model string `json:"model"`
+	// Engine is what the servers that answered reported (comma-separated
+	// when they differ), else the engine the job names; never the default
+	// of an endpoint whose engine regen detects.
+	Engine string `json:"engine,omitempty"`
+	// The dataset card's metadata from the job's output block.
+	License        string   `json:"license,omitempty"`
+	Language       []string `json:"language,omitempty"`
+	PrettyName     string   `json:"pretty_name,omitempty"`
+	SourceDatasets []string `json:"source_datasets,omitempty"`
 }
 
 // Server is one endpoint that answered samples of this export, from the
@@ -165,7 +174,9 @@ type Describe struct {
 // file (relative to the output directory) and the settings that shape the
 // answers, with paths relative to the job file.
 func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
-	d := Describe{RegenVersion: regenVersion, Job: JobInfo{Name: spec.Name, Model: spec.Model}}
+	o := spec.Output
+	d := Describe{RegenVersion: regenVersion, Job: JobInfo{Name: spec.Name, Model: spec.Model,
+		License: o.License, Language: o.Language, PrettyName: o.PrettyName, SourceDatasets: o.SourceDatasets}}
 	if spec.Path != "" {
 		if rel, err := filepath.Rel(spec.Output.Dir, spec.Path); err == nil {
 			d.Job.File = filepath.ToSlash(rel)
@@ -174,7 +185,7 @@ func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
 	switch {
 	case spec.Server != nil:
 		d.Job.Engine = spec.Server.Engine
-	case len(spec.Endpoints) > 0:
+	case len(spec.Endpoints) > 0 && !spec.Endpoints[0].Detect:
 		d.Job.Engine = spec.Endpoints[0].Engine
 	}
 	sources := slices.Clone(spec.Sources)
@@ -388,6 +399,9 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 	if m.Job.Name == "" {
 		m.Job.Name = name
 	}
+	if e := servedEngines(m.Servers); e != "" {
+		m.Job.Engine = e
+	}
 	if err := storeFacts(ctx, st, m); err != nil {
 		return nil, err
 	}
@@ -443,4 +457,17 @@ func wholeFile(final, format string, rows int, b []byte) (*output, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// servedEngines names the engines the servers reported with their
+// answers, "" when none did.
+func servedEngines(servers []Server) string {
+	var names []string
+	for _, s := range servers {
+		if s.Engine != "" && !slices.Contains(names, s.Engine) {
+			names = append(names, s.Engine)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
