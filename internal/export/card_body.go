@@ -81,7 +81,7 @@ func cardHowMade(b *strings.Builder, m *Manifest) {
 		fmt.Fprintf(b, "- Reasoning (`%s`): %s.\n", g.Reasoning, mode)
 	}
 	if rules := qualityRules(c.Quality); len(rules) > 0 {
-		fmt.Fprintf(b, "- Answers were rejected by the quality rules %s (rejected samples are not in the training files).\n", strings.Join(rules, ", "))
+		fmt.Fprintf(b, "- Quality rules: %s (a sample whose answer fails one is rejected and left out of the training files).\n", strings.Join(rules, ", "))
 	}
 	if m.Generation > 0 {
 		fmt.Fprintf(b, "- Configuration generation %d, fingerprint `%.12s`.\n", m.Generation, m.Fingerprint)

@@ -194,7 +194,7 @@ func TestCardNamesWhatAnswered(t *testing.T) {
 	_, body, _ := strings.Cut(strings.TrimPrefix(text, "---\n"), "\n---\n")
 	// The first sentence: the line after the title.
 	first := strings.SplitN(strings.TrimSpace(body), "\n", 4)[2]
-	for _, want := range []string{"`moonshotai/Kimi-K2.5` (the job asked for `sim-model`", "served by llamacpp"} {
+	for _, want := range []string{"`moonshotai/Kimi-K2.5` (the job asked for `sim-model`", "served by llamacpp b6000"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("first sentence lacks %q:\n%s", want, first)
 		}
