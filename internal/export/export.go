@@ -136,6 +136,7 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 		return Summary{}, fmt.Errorf("export: create %s: %w", dir, err)
 	}
 	start := time.Now()
+	damaged := damagedFiles(dir, name)
 	refreshed := earlierFormats(dir, name, want)
 	w, err := openWriters(createAtomic, dir, name, want, o)
 	if err != nil {
@@ -148,6 +149,7 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 		}
 	}()
 	x := &exporter{w: w, o: o, seen: serverTally{}}
+	x.sum.Warnings = damaged
 	if err := x.stream(ctx, st); err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}

@@ -242,3 +242,28 @@ func ExportedRejects(dir, name string) int {
 	}
 	return m.Totals.Rejected
 }
+
+// damagedFiles checks the files of the previous export of name in dir
+// against its manifest (bytes and SHA-256) before an export replaces them,
+// so a damaged file is reported, not silently overwritten: one warning per
+// file that no longer matches.
+func damagedFiles(dir, name string) []string {
+	b, err := os.ReadFile(ManifestPath(dir, name))
+	if err != nil {
+		return nil
+	}
+	var m Manifest
+	if json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	var out []string
+	for _, f := range m.Files {
+		if f.Format == FormatCard {
+			continue // a person may take the card over (CardMarker) and edit it
+		}
+		if _, problems := checkFile(dir, f); len(problems) > 0 {
+			out = append(out, fmt.Sprintf("the previous export's %s did not match its manifest (%s); written again from the store", f.Path, problems[0].What))
+		}
+	}
+	return out
+}

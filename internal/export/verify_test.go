@@ -224,3 +224,21 @@ func TestVerifyAfterExportSkipsNewer(t *testing.T) {
 		t.Errorf("strict Verify = %v, want P1/a15 named", err)
 	}
 }
+
+// TestExportReportsDamagedPrevious: an export that replaces a file of the
+// previous export which no longer matched its manifest says so.
+func TestExportReportsDamagedPrevious(t *testing.T) {
+	st := fixture(t)
+	dir := exportFixture(t, st)
+	editFile(t, filepath.Join(dir, "demo.dead.jsonl"), func(b []byte) []byte { return append(b, "x\n"...) })
+	sum, err := Export(context.Background(), st, dir, Formats, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Warnings) != 1 || !strings.HasPrefix(sum.Warnings[0], "the previous export's demo.dead.jsonl did not match its manifest (") {
+		t.Errorf("warnings %q, want one naming demo.dead.jsonl", sum.Warnings)
+	}
+	if err := mustVerify(t, st, dir).Err(); err != nil {
+		t.Errorf("after the export: %v", err)
+	}
+}
