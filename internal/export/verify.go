@@ -123,14 +123,24 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 	return r, nil
 }
 
-// lineFormats are the formats whose rows are lines.
-var lineFormats = []string{FormatShareGPT, FormatOpenAIBatch, FormatOpenAIBatch + "-errors", FormatRejected, FormatDead}
+// rowRules count a listed file's rows by its format. A format without a
+// rule (the card) is checked by bytes and SHA-256 alone; a later kind of
+// file adds its rule here (captured hidden-state files: their shape from
+// the file's header against the manifest's), and Verify checks it with the
+// rest.
+var rowRules = map[string]func(f *os.File, size int64, lines int) (int, error){
+	FormatShareGPT:                countedLines,
+	FormatOpenAIBatch:             countedLines,
+	FormatOpenAIBatch + "-errors": countedLines,
+	FormatRejected:                countedLines,
+	FormatDead:                    countedLines,
+	FormatParquet:                 parquetRows,
+}
+
+func countedLines(_ *os.File, _ int64, lines int) (int, error) { return lines, nil }
 
 // checkFile compares one listed file with its manifest entry: present,
-// bytes, SHA-256 and rows. A format without a row rule here (the card, or
-// a later kind such as captured hidden-state files) is checked by bytes
-// and SHA-256; a kind with more to check (a tensor's shape) adds its rule
-// beside the row counts below.
+// bytes, SHA-256, and rows by its format's rule.
 func checkFile(dir string, f ManifestFile) (int, []Problem) {
 	path := filepath.Join(dir, filepath.FromSlash(f.Path))
 	bad := func(format string, a ...any) []Problem {
@@ -157,19 +167,18 @@ func checkFile(dir string, f ManifestFile) (int, []Problem) {
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
 		out = append(out, bad("SHA-256 %s, the manifest says %s (the bytes changed since the export)", sum, f.SHA256)...)
 	}
-	rows := -1
-	switch {
-	case slices.Contains(lineFormats, f.Format):
-		rows = lines.n
-	case f.Format == FormatParquet:
-		if rows, err = parquetRows(fh, n); err != nil {
-			return 0, append(out, bad("read Parquet: %v", err)...)
-		}
+	rule := rowRules[f.Format]
+	if rule == nil {
+		return 0, out
 	}
-	if rows >= 0 && rows != f.Rows {
+	rows, err := rule(fh, n, lines.n)
+	if err != nil {
+		return 0, append(out, bad("read %s: %v", f.Format, err)...)
+	}
+	if rows != f.Rows {
 		out = append(out, bad("%d rows, the manifest says %d", rows, f.Rows)...)
 	}
-	return max(rows, 0), out
+	return rows, out
 }
 
 type lineCounter struct{ n int }
@@ -183,7 +192,7 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func parquetRows(f *os.File, size int64) (int, error) {
+func parquetRows(f *os.File, size int64, _ int) (int, error) {
 	pf, err := parquet.OpenFile(f, size)
 	if err != nil {
 		return 0, err

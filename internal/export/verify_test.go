@@ -242,3 +242,21 @@ func TestExportReportsDamagedPrevious(t *testing.T) {
 		t.Errorf("after the export: %v", err)
 	}
 }
+
+// TestVerifyUsesManifestSettings: records exported with full metadata and
+// token ids verify although the caller's options say neither (the
+// manifest's export block says how they were rendered); no manifest is an
+// error, not a clean result.
+func TestVerifyUsesManifestSettings(t *testing.T) {
+	st := fixture(t)
+	dir := t.TempDir()
+	if _, err := ExportWith(context.Background(), st, dir, Formats, "demo", Options{Metadata: MetadataFull, TokenIDs: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustVerify(t, st, dir).Err(); err != nil {
+		t.Errorf("Verify with the caller's minimal options: %v", err)
+	}
+	if _, err := Verify(context.Background(), st, t.TempDir(), "demo", Options{}); err == nil || !strings.Contains(err.Error(), "demo.manifest.json") {
+		t.Errorf("Verify without a manifest = %v, want an error naming it", err)
+	}
+}
