@@ -13,6 +13,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -213,6 +214,34 @@ func TestCardNamesWhatAnswered(t *testing.T) {
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("card lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestDescribeJobDetectedEngine: an endpoint whose engine regen detects
+// gives the manifest no engine from the job (not the sglang default); one
+// the job names gives that one; output's card fields reach the job block.
+func TestDescribeJobDetectedEngine(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ endpoint, want string }{
+		{"{url: http://127.0.0.1:8080}", ""},
+		{"{url: http://127.0.0.1:8080, engine: vllm}", "vllm"},
+	} {
+		src := "name: d\nmodel: m\nsources: [{partition: p, path: p.jsonl, prompt: q}]\nendpoints: [" + tc.endpoint + "]\n" +
+			"output: {license: mit, language: [en], pretty_name: Nice, source_datasets: [org/set]}\n"
+		spec, err := job.Parse(filepath.Join(dir, "job.yaml"), []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := DescribeJob(spec, "v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Job.Engine != tc.want {
+			t.Errorf("%s: engine %q, want %q", tc.endpoint, d.Job.Engine, tc.want)
+		}
+		if d.Job.License != "mit" || !slices.Equal(d.Job.Language, []string{"en"}) || d.Job.PrettyName != "Nice" || !slices.Equal(d.Job.SourceDatasets, []string{"org/set"}) {
+			t.Errorf("job block %+v lacks the output's card fields", d.Job)
 		}
 	}
 }
