@@ -16,7 +16,7 @@ import (
 // (old, new pairs applied in order).
 func demoJob(t *testing.T, dir string, replace ...string) {
 	t.Helper()
-	copyTree(t, "../../examples/demo/data", filepath.Join(dir, "data"))
+	copyExample(t, "demo/data", filepath.Join(dir, "data"))
 	b, err := os.ReadFile("../../examples/demo/job.yaml")
 	if err != nil {
 		t.Fatal(err)

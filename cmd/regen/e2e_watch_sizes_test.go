@@ -30,7 +30,7 @@ type watchSize struct {
 func TestE2EWatchSizes(t *testing.T) {
 	bin := needTool(t, "tmux", "tmux")
 	dir := t.TempDir()
-	copyTree(t, "../../examples/demo", dir)
+	copyExample(t, "demo", dir)
 	jobPath := filepath.Join(dir, "job.yaml")
 	src, err := os.ReadFile(jobPath)
 	if err != nil {

@@ -150,7 +150,7 @@ var dashboardURL = regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`)
 func TestE2EDashboard(t *testing.T) {
 	bctx := startBrowser(t)
 	dir := t.TempDir()
-	copyTree(t, "../../examples/demo/data", filepath.Join(dir, "data"))
+	copyExample(t, "demo/data", filepath.Join(dir, "data"))
 	job, err := os.ReadFile("../../examples/demo/job.yaml")
 	if err != nil {
 		t.Fatal(err)
