@@ -41,6 +41,7 @@ func demoJob(t *testing.T, dir string, replace ...string) {
 // generated ones, and Parquet holds the same. With the history stripped
 // of reasoning the multi-turn records say why they have none instead.
 func TestE2ETokenIDs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	demoJob(t, dir, "speed: 40 ", "speed: 200 ",
 		"    thinking: true\n", "    thinking: true\n  reasoning: keep\n",

@@ -28,6 +28,7 @@ type watchSize struct {
 // use its height. Then the runner is SIGKILLed (its simulator dies with
 // it) and every view must mark the endpoints as of the runner's death.
 func TestE2EWatchSizes(t *testing.T) {
+	t.Parallel()
 	bin := needTool(t, "tmux", "tmux")
 	dir := t.TempDir()
 	copyExample(t, "demo", dir)

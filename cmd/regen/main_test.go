@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
@@ -18,8 +19,17 @@ import (
 // test, the race detector covers the packages' own tests.
 var regenBin string
 
+// e2eParallel is how many of this package's parallel tests run at once
+// when go test is given no -parallel (whose default, GOMAXPROCS, is 2 on a
+// 2-core machine). The end-to-end tests spend most of their time waiting on
+// regen subprocesses, simulated decoding, kills and deadlines, not on the
+// test's own CPU, so more of them than cores fit at once (issue 30: the
+// package took past 10 minutes one at a time).
+const e2eParallel = 6
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	raiseParallel()
 	dir, err := os.MkdirTemp("", "regen-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "create binary dir:", err)
@@ -41,6 +51,16 @@ func TestMain(m *testing.M) {
 	pgtest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// raiseParallel sets -test.parallel to e2eParallel unless the command line
+// chose a value (or asked for more).
+func raiseParallel() {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set && runtime.GOMAXPROCS(0) < e2eParallel {
+		_ = flag.Set("test.parallel", strconv.Itoa(e2eParallel))
+	}
 }
 
 // goTool finds the go command that runs this test.

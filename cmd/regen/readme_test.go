@@ -98,6 +98,7 @@ func checkCIRunsREADME(t *testing.T) {
 // every good input sample comes out exactly once, the broken rows are dead
 // letters with their file:line in source order, and the re-run adds nothing.
 func TestREADME(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
