@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,14 +35,13 @@ func copyExample(t *testing.T, sub, dst string) {
 // unpacked archive) it is every file except what a run leaves behind
 // (runLeftover). Elsewhere (a test's own temporary folder) it is every file.
 func shippedFiles(src string) ([]string, error) {
-	files, err := gitTracked(src)
-	switch {
-	case err == nil && len(files) == 0:
-		return nil, fmt.Errorf("git tracks no file under %s: git add what the tests copy", src)
-	case err == nil:
+	// git fails when there is no git, src is in no checkout, or it refuses
+	// the checkout (owned by another user): then the rule without git.
+	if files, err := gitTracked(src); err == nil {
+		if len(files) == 0 {
+			return nil, fmt.Errorf("git tracks no file under %s: git add what the tests copy", src)
+		}
 		return files, nil
-	case !errors.Is(err, errNoGit):
-		return nil, err
 	}
 	inRepo, err := underRepo(src)
 	if err != nil {
@@ -52,25 +50,12 @@ func shippedFiles(src string) ([]string, error) {
 	return walkFiles(src, inRepo)
 }
 
-// errNoGit says git cannot answer for src: no git command, or src is not in
-// a git work tree.
-var errNoGit = errors.New("not a git checkout")
-
 // gitTracked lists the files under src that git tracks and that exist in
 // the work tree (a tracked file deleted on disk is not copied).
 func gitTracked(src string) ([]string, error) {
-	if _, err := exec.LookPath("git"); err != nil {
-		return nil, errNoGit
-	}
-	var stderr bytes.Buffer
-	cmd := exec.Command("git", "-C", src, "ls-files", "-z", "--cached", "--", ".")
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := exec.Command("git", "-C", src, "ls-files", "-z", "--cached", "--", ".").Output()
 	if err != nil {
-		if strings.Contains(stderr.String(), "not a git repository") {
-			return nil, errNoGit
-		}
-		return nil, fmt.Errorf("git ls-files in %s: %v: %s", src, err, stderr.String())
+		return nil, fmt.Errorf("git ls-files in %s: %w", src, err)
 	}
 	var files []string
 	for _, f := range strings.Split(string(out), "\x00") {
@@ -264,6 +249,13 @@ func TestCopyTreeLeavesRunsBehind(t *testing.T) {
 		t.Errorf("without git, a copy takes %q (%v), want %q", got, err, want)
 	}
 
+	// The rule without git applies under the repository only.
+	if in, err := underRepo(filepath.Join(examplesDir, "demo")); err != nil || !in {
+		t.Errorf("examples/demo is not under the repository: %v", err)
+	}
+	if in, err := underRepo(src); err != nil || in {
+		t.Errorf("a temporary folder is under the repository: %v", err)
+	}
 	if err := os.RemoveAll(filepath.Join(src, ".git")); err != nil {
 		t.Fatal(err)
 	}
