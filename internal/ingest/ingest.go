@@ -37,6 +37,9 @@ type Stats struct {
 	// Copies are the samples beyond one per row that samples_per_prompt
 	// made from the rows that are samples (not from duplicates).
 	Copies int
+	// Dropped are samples stored under an earlier mapping whose rows now
+	// map to other ids (a new configuration changed an id-less body).
+	Dropped int
 	// Merged is the samples_per_prompt of the sources without an id
 	// mapping whose identical prompts were merged (0 when none were): their
 	// duplicates are the k samples of one prompt, which the summary says.
@@ -51,6 +54,9 @@ func (s Stats) Samples() int { return s.Read - s.Bad - s.Duplicates + s.Copies }
 func (s Stats) String() string {
 	out := s.rowsText() + fmt.Sprintf(": %d new samples, %d already stored, %d bad rows (dead letters)",
 		s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
+	if s.Dropped > 0 {
+		out += fmt.Sprintf(", %d samples of the earlier mapping dropped (their rows now make other samples)", s.Dropped)
+	}
 	if s.Duplicates > 0 {
 		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
 		if s.Merged > 1 {
@@ -218,11 +224,53 @@ func (in *Ingester) Unread(ctx context.Context, plan []SourcePlan) (int, error) 
 	return n, nil
 }
 
+// CopiesAsIngested reports whether every source of plan with
+// samples_per_prompt above 1 has a file in the manifest ingested with
+// that many copies (the file fingerprint holds them). A store from before
+// the configuration fingerprint held samples_per_prompt is then known to
+// hold this job's samples.
+func (in *Ingester) CopiesAsIngested(ctx context.Context, plan []SourcePlan) (bool, error) {
+	for _, p := range plan {
+		if p.src.SamplesPerPrompt <= 1 {
+			continue
+		}
+		same := false
+		for _, path := range p.files {
+			m, ok, err := in.st.SourceFile(ctx, p.src.Partition, path)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				continue
+			}
+			info, err := source.Fingerprint(p.src, path)
+			if err != nil {
+				return false, in.sourceError(ctx, path, fmt.Errorf("fingerprint %s: %w", path, err))
+			}
+			if same = m.Fingerprint == info.Fingerprint; same {
+				break
+			}
+		}
+		if !same {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (in *Ingester) Run(ctx context.Context, plan []SourcePlan) (Stats, error) {
 	for _, p := range plan {
 		if err := in.source(ctx, p); err != nil {
 			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
 		}
+		// Every file of the source is in: a sample a new configuration held
+		// back that no row rebuilt has no row any more (its id was a hash of
+		// the old body).
+		n, err := in.st.DropStale(ctx, p.src.Partition)
+		if err != nil {
+			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
+		}
+		in.stats.Dropped += n
 	}
 	d, err := in.st.IngestDuplicates(ctx, 1)
 	if err != nil {
@@ -376,6 +424,11 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 	limit := 0
 	if src.Limit > 0 {
 		limit = src.Limit - used
+	}
+	// Rows bad in an earlier read (a file cut short while it was written)
+	// may be good now: this read records the file's bad rows afresh.
+	if err := in.st.ForgetIngestErrors(ctx, path); err != nil {
+		return 0, false, err
 	}
 	st, err := in.read(ctx, src, path, limit)
 	if err != nil {

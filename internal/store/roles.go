@@ -117,10 +117,20 @@ type Requeue interface {
 // which source files are already fully ingested.
 type Intake interface {
 	// Ingest inserts samples whose ID is not yet present and returns how many
-	// were new. Re-ingesting the same samples inserts nothing.
+	// were new. Re-ingesting the same samples inserts nothing, except that a
+	// sample held back for rebuilding (ConfigureOptions.Rebuild) takes the
+	// new body, prompt tokens, lane and origin and becomes claimable.
 	Ingest(ctx context.Context, samples []NewSample) (inserted int, err error)
+	// DropStale deletes partition's samples still held back for rebuilding
+	// (no source row gave their id again) and reports how many; ingest
+	// calls it once every file of the partition is read.
+	DropStale(ctx context.Context, partition string) (int, error)
 	// AddIngestErrors records bad source rows; duplicates (same Origin) are ignored.
 	AddIngestErrors(ctx context.Context, errs []IngestError) error
+	// ForgetIngestErrors drops the bad rows recorded for the source file
+	// named by origin prefix file (origins "file:..."), before the file is
+	// read again: a row bad in a truncated read may be good now.
+	ForgetIngestErrors(ctx context.Context, file string) error
 	// SourceFile returns the manifest entry of path in partition.
 	SourceFile(ctx context.Context, partition, path string) (f SourceFile, ok bool, err error)
 	// PutSourceFile records f, replacing the entry of its partition and path.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ var configTests = []struct {
 	{"NewGenerationRequeuesEverything", testNewGeneration},
 	{"ServedModelRecordedOnce", testServedModel},
 	{"AnswersKeepTheirGeneration", testAnswerGeneration},
+	{"NewGenerationRebuildsBodies", testRebuild},
+	{"LegacyFingerprintReplaced", testLegacyFingerprint},
+	{"ForgetIngestErrorsOfOneFile", testForgetIngestErrors},
 }
 
 var (
@@ -234,5 +238,90 @@ func testAnswerGeneration(t *testing.T, s store.Store) {
 	got := []int{row.Prior[0].Generation, row.Result.Generation, fin[0].Prior[0].Generation, fin[0].Result.Generation, listed[0].Result.Generation}
 	if diff := cmp.Diff([]int{3, 4, 3, 4, 4}, got); diff != "" {
 		t.Errorf("generations of the stored answers via Sample, Finished and Samples (-want +got):\n%s", diff)
+	}
+}
+
+// A new generation that rebuilds partition p holds its samples back from
+// claims and forgets its files, bad rows and duplicates; ingest gives a
+// held sample its new body and frees it; DropStale removes the ones no row
+// gave again. Partition q is untouched.
+func testRebuild(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	ingest(t, s, append(samples("p", "short", "p/keep", "p/gone"), sample("q", "short", "q/other")))
+	must(t, s.Complete(ctx, claimOne(t, s, "short", "w", "p/keep").ID, "w", result("p/keep")))
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{{Partition: "p", Origin: "p.jsonl:9", Reason: "bad"},
+		{Partition: "q", Origin: "q.jsonl:9", Reason: "bad"}}))
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "p.jsonl", Fingerprint: "f", Complete: true}))
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "q", Path: "q.jsonl", Fingerprint: "f", Complete: true}))
+
+	configure(t, s, cfgB, store.ConfigureOptions{NewGeneration: true, Rebuild: []string{"p"}, Now: at.Add(time.Hour)})
+	if got := claim(t, s, "short", 10, "w2"); !slices.Equal(ids(got), []string{"q/other"}) {
+		t.Errorf("claimed %v while p is rebuilt, want only q/other", ids(got))
+	}
+	if _, ok, err := s.SourceFile(ctx, "p", "p.jsonl"); err != nil || ok {
+		t.Errorf("manifest entry of a rebuilt partition: ok=%v err=%v, want gone", ok, err)
+	}
+	if _, ok, err := s.SourceFile(ctx, "q", "q.jsonl"); err != nil || !ok {
+		t.Errorf("manifest entry of q: ok=%v err=%v, want kept", ok, err)
+	}
+	if errs, err := s.IngestErrors(ctx, 0); err != nil || len(errs) != 1 || errs[0].Partition != "q" {
+		t.Errorf("bad rows after rebuilding p = %v, %v; want q's only", errs, err)
+	}
+
+	rebuilt := sample("p", "long", "p/keep")
+	rebuilt.Body = []byte(`{"messages":[{"role":"system","content":"new"},{"role":"user","content":"p/keep"}]}`)
+	rebuilt.PromptTokens = 40
+	n, err := s.Ingest(ctx, []store.NewSample{rebuilt, sample("p", "short", "p/new")})
+	if err != nil || n != 1 {
+		t.Fatalf("Ingest of a rebuilt and a new sample = %d, %v; want 1 new", n, err)
+	}
+	c := claimOne(t, s, "long", "w2", "p/keep")
+	if string(c.Body) != string(rebuilt.Body) || c.PromptTokens != 40 {
+		t.Errorf("rebuilt sample claimed with body %s, %d prompt tokens; want %s, 40", c.Body, c.PromptTokens, rebuilt.Body)
+	}
+	dropped, err := s.DropStale(ctx, "p")
+	if err != nil || dropped != 1 {
+		t.Errorf("DropStale(p) = %d, %v; want p/gone dropped", dropped, err)
+	}
+	if again, err := s.DropStale(ctx, "p"); err != nil || again != 0 {
+		t.Errorf("DropStale(p) again = %d, %v; want 0", again, err)
+	}
+	wantStates(t, s, map[string]int{"p/long/leased": 1, "p/short/pending": 1, "q/short/leased": 1})
+	if _, ok, err := s.Sample(ctx, "p/gone"); err != nil || ok {
+		t.Errorf("Sample(p/gone) after DropStale: ok=%v err=%v, want gone", ok, err)
+	}
+}
+
+// A current generation whose fingerprint is the configuration's legacy
+// form takes the new fingerprint and stays the same generation.
+func testLegacyFingerprint(t *testing.T, s store.Store) {
+	configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	g := configure(t, s, cfgB, store.ConfigureOptions{Legacy: cfgA.Fingerprint, Now: at.Add(time.Hour)})
+	want := store.Generation{N: 1, Fingerprint: cfgB.Fingerprint, Config: cfgB.Canonical, Started: at}
+	if diff := cmp.Diff(want, g); diff != "" {
+		t.Errorf("Configure with the legacy fingerprint (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]store.Generation{want}, generations(t, s)); diff != "" {
+		t.Errorf("Generations (-want +got):\n%s", diff)
+	}
+}
+
+// ForgetIngestErrors drops one file's bad rows, not those of a file whose
+// name it prefixes.
+func testForgetIngestErrors(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{
+		{Partition: "p", Origin: "data/a.jsonl:3", Reason: "cut"}, {Partition: "p", Origin: "data/a.jsonl:12", Reason: "cut"},
+		{Partition: "p", Origin: "data/a.jsonl.gz:3", Reason: "bad"}, {Partition: "p", Origin: "data/b.jsonl:1", Reason: "bad"},
+	}))
+	must(t, s.ForgetIngestErrors(ctx, "data/a.jsonl"))
+	errs, err := s.IngestErrors(ctx, 0)
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Origin)
+	}
+	if want := []string{"data/a.jsonl.gz:3", "data/b.jsonl:1"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("bad rows after forgetting data/a.jsonl = %v, %v; want %v", got, err, want)
 	}
 }
