@@ -1,7 +1,9 @@
 // Package ingest brings a job's sources into the store, once: a manifest
 // entry per source file says it is complete, so an unchanged file is not
-// read again; a named lock per file lets one worker of several read it
-// while the others go on. It reads through internal/source and writes
+// read again; files are named relative to the job file (absolute outside
+// its folder) in the manifest and in origins, so a job folder moved with
+// its store is the same job; a named lock per file lets one worker of
+// several read it while the others go on. It reads through internal/source and writes
 // through the store; it never dispatches (the runner wakes the dispatcher
 // through the wake callback after each committed batch).
 package ingest
@@ -236,7 +238,7 @@ func (in *Ingester) CopiesAsIngested(ctx context.Context, plan []SourcePlan) (bo
 		}
 		same := false
 		for _, path := range p.files {
-			m, ok, err := in.st.SourceFile(ctx, p.src.Partition, path)
+			m, ok, err := in.st.SourceFile(ctx, p.src.Partition, in.spec.Rel(path))
 			if err != nil {
 				return false, err
 			}
@@ -402,7 +404,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 		}
 		return m.Rows, ok, err
 	}
-	unlock, ok, err := in.st.TryLock(ctx, "ingest:"+src.Partition+":"+path)
+	unlock, ok, err := in.st.TryLock(ctx, "ingest:"+src.Partition+":"+in.spec.Rel(path))
 	if err != nil {
 		return 0, false, err
 	}
@@ -427,7 +429,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 	}
 	// Rows bad in an earlier read (a file cut short while it was written)
 	// may be good now: this read records the file's bad rows afresh.
-	if err := in.st.ForgetIngestErrors(ctx, path); err != nil {
+	if err := in.st.ForgetIngestErrors(ctx, in.spec.Rel(path)); err != nil {
 		return 0, false, err
 	}
 	st, err := in.read(ctx, src, path, limit)
@@ -436,7 +438,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 	}
 	// Complete only now: a worker killed mid-file leaves no entry, and the
 	// next one reads the file again (inserting only what is missing).
-	f := store.SourceFile{Partition: src.Partition, Path: path, Size: info.Size, ModTime: info.ModTime,
+	f := store.SourceFile{Partition: src.Partition, Path: in.spec.Rel(path), Size: info.Size, ModTime: info.ModTime,
 		Fingerprint: info.Fingerprint, Rows: st.Good, Bad: st.Bad, Complete: true}
 	if err := in.st.PutSourceFile(ctx, f); err != nil {
 		return 0, false, err
@@ -447,7 +449,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 // complete returns path's manifest entry if it says the file, as it is
 // now, is fully in the store.
 func (in *Ingester) complete(ctx context.Context, src job.Source, path string, info source.FileInfo) (store.SourceFile, bool, error) {
-	m, ok, err := in.st.SourceFile(ctx, src.Partition, path)
+	m, ok, err := in.st.SourceFile(ctx, src.Partition, in.spec.Rel(path))
 	if err != nil || !ok {
 		return store.SourceFile{}, false, err
 	}
@@ -516,7 +518,7 @@ func (in *Ingester) read(ctx context.Context, src job.Source, path string, limit
 		}
 		return nil
 	}
-	st, err := source.Options{}.ReadFile(ctx, src, path, limit, emit, onBad)
+	st, err := source.Options{OriginName: in.spec.Rel(path)}.ReadFile(ctx, src, path, limit, emit, onBad)
 	if err != nil {
 		return st, in.sourceError(ctx, path, err)
 	}

@@ -29,6 +29,7 @@ type Store interface {
 	Intake
 	Journal
 	Reader
+	Ownership
 
 	// Info describes the backend.
 	Info() Info
@@ -135,6 +136,24 @@ type Intake interface {
 	SourceFile(ctx context.Context, partition, path string) (f SourceFile, ok bool, err error)
 	// PutSourceFile records f, replacing the entry of its partition and path.
 	PutSourceFile(ctx context.Context, f SourceFile) error
+}
+
+// Ownership is what records which job a store belongs to (package crew
+// decides), and renames the source files the store names when the names
+// an earlier regen stored absolute become relative to the job file.
+type Ownership interface {
+	// Meta returns the value recorded under key, ok=false when none is.
+	Meta(ctx context.Context, key string) (value string, ok bool, err error)
+	// SetMeta records value under key, unless one is recorded and replace
+	// is false, and returns the value recorded now (of several callers at
+	// once, the first wins).
+	SetMeta(ctx context.Context, key, value string, replace bool) (string, error)
+	// OriginFiles lists the source file names the store holds (origins and
+	// the ingest manifest), sorted.
+	OriginFiles(ctx context.Context) ([]string, error)
+	// Relocate strips folder from (and its separator) off every stored
+	// source file name under it, and reports how many names changed.
+	Relocate(ctx context.Context, from string) (int, error)
 }
 
 // JournalReader reads the workers' journal: heartbeats, events and the

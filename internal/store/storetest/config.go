@@ -27,6 +27,8 @@ var configTests = []struct {
 	{"NewGenerationRebuildsBodies", testRebuild},
 	{"LegacyFingerprintReplaced", testLegacyFingerprint},
 	{"ForgetIngestErrorsOfOneFile", testForgetIngestErrors},
+	{"MetaFirstWriterWins", testMeta},
+	{"RelocateNamesFilesRelative", testRelocate},
 }
 
 var (
@@ -323,5 +325,80 @@ func testForgetIngestErrors(t *testing.T, s store.Store) {
 	}
 	if want := []string{"data/a.jsonl.gz:3", "data/b.jsonl:1"}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("bad rows after forgetting data/a.jsonl = %v, %v; want %v", got, err, want)
+	}
+}
+
+func testMeta(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, ok, err := s.Meta(ctx, "owner"); err != nil || ok {
+		t.Fatalf("Meta on a new store: ok=%v err=%v, want none", ok, err)
+	}
+	if got, err := s.SetMeta(ctx, "owner", "a.yaml", false); err != nil || got != "a.yaml" {
+		t.Errorf("first SetMeta = %q, %v; want a.yaml", got, err)
+	}
+	if got, err := s.SetMeta(ctx, "owner", "b.yaml", false); err != nil || got != "a.yaml" {
+		t.Errorf("second SetMeta without replace = %q, %v; want a.yaml kept", got, err)
+	}
+	if got, err := s.SetMeta(ctx, "owner", "c.yaml", true); err != nil || got != "c.yaml" {
+		t.Errorf("SetMeta with replace = %q, %v; want c.yaml", got, err)
+	}
+	if v, ok, err := s.Meta(ctx, "owner"); err != nil || !ok || v != "c.yaml" {
+		t.Errorf("Meta = %q, %v, %v; want c.yaml", v, ok, err)
+	}
+}
+
+// Names an earlier regen stored absolute under a folder become relative
+// to it in origins, the manifest, bad rows and duplicates; names outside
+// it stay as they are.
+func testRelocate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	smp := sample("p", "short", "p/a")
+	smp.Origin = "/old/job/data/a.jsonl:1"
+	dup := smp
+	dup.Origin = "/old/job/data/a.jsonl:2"
+	out := sample("p", "short", "p/b")
+	out.Origin = "/shared/b.jsonl:1"
+	if _, err := s.Ingest(ctx, []store.NewSample{smp, out}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(ctx, []store.NewSample{dup}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{{Partition: "p", Origin: "/old/job/data/a.jsonl:3", Reason: "bad"}}))
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "/old/job/data/a.jsonl", Fingerprint: "f", Complete: true}))
+	files, err := s.OriginFiles(ctx)
+	if want := []string{"/old/job/data/a.jsonl", "/shared/b.jsonl"}; err != nil || !slices.Equal(files, want) {
+		t.Errorf("OriginFiles = %v, %v; want %v", files, err, want)
+	}
+	n, err := s.Relocate(ctx, "/old/job")
+	// origins 1, manifest 1, bad row 1, duplicate origin and first origin 2
+	if err != nil || n != 5 {
+		t.Errorf("Relocate = %d, %v; want 5 names changed", n, err)
+	}
+	files, err = s.OriginFiles(ctx)
+	if want := []string{"/shared/b.jsonl", "data/a.jsonl"}; err != nil || !slices.Equal(files, want) {
+		t.Errorf("OriginFiles after Relocate = %v, %v; want %v", files, err, want)
+	}
+	if row, ok, err := s.Sample(ctx, "p/a"); err != nil || !ok || row.Origin != "data/a.jsonl:1" {
+		t.Errorf("Sample(p/a).Origin = %q (ok %v, %v), want data/a.jsonl:1", row.Origin, ok, err)
+	}
+	if _, ok, err := s.SourceFile(ctx, "p", "data/a.jsonl"); err != nil || !ok {
+		t.Errorf("manifest entry by its relative name: ok=%v err=%v", ok, err)
+	}
+	if errs, err := s.IngestErrors(ctx, 0); err != nil || len(errs) != 1 || errs[0].Origin != "data/a.jsonl:3" {
+		t.Errorf("bad rows after Relocate = %v, %v; want data/a.jsonl:3", errs, err)
+	}
+	d, err := s.IngestDuplicates(ctx, 10)
+	if err != nil || len(d.Examples) != 1 || d.Examples[0].Origin != "data/a.jsonl:2" || d.Examples[0].FirstOrigin != "data/a.jsonl:1" {
+		t.Errorf("duplicates after Relocate = %+v, %v; want data/a.jsonl:2 first at data/a.jsonl:1", d, err)
+	}
+	// The same file read again under its relative name is the same row.
+	again := smp
+	again.Origin = "data/a.jsonl:1"
+	if n, err := s.Ingest(ctx, []store.NewSample{again}); err != nil || n != 0 {
+		t.Errorf("Ingest of the same row by its relative name = %d, %v; want 0", n, err)
+	}
+	if d, err := s.IngestDuplicates(ctx, 0); err != nil || d.Total != 1 {
+		t.Errorf("duplicates after reading the row again = %d, %v; want still 1", d.Total, err)
 	}
 }
