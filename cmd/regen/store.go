@@ -60,7 +60,7 @@ func own(ctx context.Context, spec *job.Spec, st store.Store, t backend.Target, 
 // (hosts mount the job's folder in different places).
 func ownerOf(spec *job.Spec, t backend.Target) crew.Owner {
 	file := filepath.Join(spec.Dir, filepath.Base(spec.Path))
-	o := crew.Owner{JobFile: filepath.Base(file), JobPath: spec.Path, Dir: spec.Dir}
+	o := crew.Owner{JobFile: filepath.Base(file), JobPath: spec.Path, Dir: spec.Dir, Shared: t.Shared()}
 	if !t.Shared() {
 		if abs, err := filepath.Abs(t.Path); err == nil {
 			if rel, err := filepath.Rel(filepath.Dir(abs), file); err == nil {

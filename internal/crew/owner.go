@@ -27,6 +27,9 @@ type Owner struct {
 	Dir     string `json:"dir"`
 	// Sources are "partition: path" as the job file writes them.
 	Sources []string `json:"sources"`
+	// Shared: several hosts run the job, each from its own folder, so the
+	// folder is not the job's (a move is not recorded).
+	Shared bool `json:"shared,omitempty"`
 }
 
 // Meta keys.
@@ -106,6 +109,9 @@ func Own(ctx context.Context, st OwnerStore, want Owner, names func() []string, 
 	if res.Relocated, err = relocate(ctx, st, want.Dir, names); err != nil {
 		return res, err
 	}
+	if want.Shared {
+		rec.Dir, rec.JobPath = want.Dir, want.JobPath
+	}
 	if rec.Dir != want.Dir || !slices.Equal(rec.Sources, want.Sources) || rec.JobPath != want.JobPath {
 		if !res.Adopted && rec.Dir != want.Dir {
 			res.MovedFrom = rec.Dir
@@ -139,9 +145,14 @@ func parseOwner(v string) (Owner, error) {
 }
 
 // foreign names both job files relative to want's folder.
+// A shared store's owner is named by its base name: its folder is on
+// another host.
 func foreign(storeName string, rec, want Owner) *ForeignJobError {
-	return &ForeignJobError{Store: storeName, Owner: rec, Want: want,
-		Recorded: relTo(want.Dir, filepath.Join(rec.Dir, filepath.Base(rec.JobPath))), Requested: relTo(want.Dir, want.JobPath)}
+	recorded := relTo(want.Dir, filepath.Join(rec.Dir, filepath.Base(rec.JobPath)))
+	if want.Shared {
+		recorded = rec.JobFile
+	}
+	return &ForeignJobError{Store: storeName, Owner: rec, Want: want, Recorded: recorded, Requested: relTo(want.Dir, want.JobPath)}
 }
 
 func relTo(dir, p string) string {
