@@ -106,8 +106,8 @@ func TestIngestWaitsForAFileAnotherWorkerHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	a := filepath.Join(spec.Dir, "data", "a.jsonl")
-	unlock, ok, err := other.TryLock(context.Background(), "ingest:p:"+a)
+	// The store names files relative to the job file.
+	unlock, ok, err := other.TryLock(context.Background(), "ingest:p:"+filepath.Join("data", "a.jsonl"))
 	if err != nil || !ok {
 		t.Fatalf("take a's ingest lock: %v %v", ok, err)
 	}
@@ -116,7 +116,7 @@ func TestIngestWaitsForAFileAnotherWorkerHolds(t *testing.T) {
 	// b gets ingested meanwhile; a waits for its holder.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		f, ok, err := st.SourceFile(context.Background(), "p", filepath.Join(spec.Dir, "data", "b.jsonl"))
+		f, ok, err := st.SourceFile(context.Background(), "p", filepath.Join("data", "b.jsonl"))
 		if err != nil {
 			t.Fatal(err)
 		}
