@@ -3,9 +3,10 @@
 // read again; files are named relative to the job file (absolute outside
 // its folder) in the manifest and in origins, so a job folder moved with
 // its store is the same job; a named lock per file lets one worker of
-// several read it while the others go on. It reads through internal/source and writes
-// through the store; it never dispatches (the runner wakes the dispatcher
-// through the wake callback after each committed batch).
+// several read it while the others go on. It reads through
+// internal/source and writes through the store; it never dispatches (the
+// runner wakes the dispatcher through the wake callback after each
+// committed batch).
 package ingest
 
 import (
