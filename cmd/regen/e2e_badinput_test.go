@@ -36,7 +36,7 @@ func TestE2EBadInput(t *testing.T) {
 	}
 
 	want := []string{"P/p1", "P/p2", "P/p6", "P/huge", "P/p7", "C/c1", "C/c6", "C/c7"}
-	// Origins are relative to the job file, though the store keeps them absolute.
+	// Origins are relative to the job file, in the store and in the files.
 	a := filepath.Join("prompts", "a.jsonl")
 	chats := "chats.jsonl"
 	wantDead := []deadRow{

@@ -311,15 +311,22 @@ func TestE2EPostgresPasswordNeverPrinted(t *testing.T) {
 }
 
 // TestE2EPostgresOtherJobFile: while one worker runs the job on a shared
-// store, a second worker started with a job file that changes the answers
-// (here the temperature) is refused before any request, exit 1, with the
-// difference; --new-config is refused too while the first worker runs,
-// since it would go on storing answers of the old configuration.
+// store, a second worker (another host's copy of the job folder) started
+// with a job file that changes the answers (here the temperature) is
+// refused before any request, exit 1, with the difference; --new-config is
+// refused too while the first worker runs, since it would go on storing
+// answers of the old configuration. Another job file of the same name in
+// the first worker's folder is refused as another job's.
 func TestE2EPostgresOtherJobFile(t *testing.T) {
 	t.Parallel()
 	dir, _, env, _ := pgJob(t, "otherjob", 200, 2)
 	changed := strings.Replace(fmt.Sprintf(sharedJob, "otherjob", 2), "quality:", "generation: {temperature: 1.3}\nquality:", 1)
 	if err := os.WriteFile(filepath.Join(dir, "hot.yaml"), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := t.TempDir()
+	copyTree(t, dir, host)
+	if err := os.WriteFile(filepath.Join(host, "job.yaml"), []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	first := startRegenEnv(t, dir, env, "run", "--drain-timeout", "1s", "job.yaml")
@@ -330,11 +337,15 @@ func TestE2EPostgresOtherJobFile(t *testing.T) {
 	if !first.waitLine("ingest: ") {
 		t.Fatalf("first worker ended before ingesting:\n%s", first.wait(t))
 	}
-	second := regenEnv(t, dir, env, "run", "hot.yaml")
+	second := regenEnv(t, host, env, "run", "job.yaml")
 	if second.code != 1 || !strings.Contains(second.stderr, "  generation.temperature: (unset) -> 1.3\n") {
 		t.Fatalf("second worker with another job file: want exit 1 and the difference\n%s", second)
 	}
-	forced := regenEnv(t, dir, env, "run", "--new-config", "hot.yaml")
+	sameFolder := regenEnv(t, dir, env, "run", "hot.yaml")
+	if sameFolder.code != 1 || !strings.Contains(sameFolder.stderr, "belongs to job file job.yaml") {
+		t.Errorf("another job file of the same name beside the first: want exit 1, refused as another job's\n%s", sameFolder)
+	}
+	forced := regenEnv(t, host, env, "run", "--new-config", "job.yaml")
 	if forced.code != 1 || !strings.Contains(forced.stderr, "stop every worker first") {
 		t.Fatalf("--new-config beside a running worker: want exit 1, refused\n%s", forced)
 	}
