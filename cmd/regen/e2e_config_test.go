@@ -221,6 +221,7 @@ quality: {truncated: false}
 // prompts once, every record with the new system prompt and generation 2,
 // and the store holds no sample of the old prompt.
 func TestE2ENewConfigRebuildKills(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rng := chaosRNG(t, 29)
 	writeChaosSource(t, filepath.Join(dir, "q.jsonl"), "Q", 300, rng)

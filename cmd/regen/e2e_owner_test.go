@@ -42,6 +42,7 @@ func storeSnapshot(t *testing.T, path string) map[string]string {
 // refused by run, status and export with both job files named, and
 // nothing is written to the store.
 func TestE2ETwoJobFilesOneStore(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	copyTree(t, "testdata/badinput", dir)
 	job, err := os.ReadFile(filepath.Join(dir, "job.yaml"))
@@ -98,6 +99,7 @@ func TestE2ETwoJobFilesOneStore(t *testing.T) {
 // same holds for a store written by a regen that named source files
 // absolute, moved before this regen first opened it.
 func TestE2EMovedJobFolder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		absolute bool // rewrite the store as an earlier regen left it
