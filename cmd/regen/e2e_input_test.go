@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestE2EAliasBombByBytes: the issue's job file (a 1 MiB string anchored in
+// generation.extra and 3,000 aliases of it: 1 MB written, 3 GB expanded,
+// which validate once printed as ok on its way to 23 GB of memory) is
+// refused by validate and run with file:line, field and the byte figure.
+func TestE2EAliasBombByBytes(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("name: bomb\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\ngeneration:\n  extra:\n")
+	fmt.Fprintf(&b, "    s: &s \"%s\"\n    l:\n", strings.Repeat("x", 1<<20))
+	b.WriteString(strings.Repeat("      - *s\n", 3000))
+	writeFiles(t, dir, map[string]string{"job.yaml": b.String(), "a.jsonl": `{"q":"hi"}` + "\n"})
+	// Line 9 anchors s, line 10 opens l; its fifth alias (line 15) takes
+	// the expanded text to 5 MiB.
+	const want = "job.yaml:15:9: generation.extra.l[4]: alias *s repeats 1048576 bytes, which takes the file's aliases past 4194304 bytes (4 MiB)"
+	for _, cmd := range []string{"validate", "run"} {
+		res := regen(t, dir, cmd, "job.yaml")
+		t.Logf("regen %s refused the %d-byte bomb in %s, peak RSS %d MiB", cmd, b.Len(), res.dur.Round(time.Millisecond), res.maxRSS>>20)
+		if res.code != 1 || !strings.Contains(res.stderr, want) {
+			t.Errorf("regen %s: want exit 1 and %q\n%s", cmd, want, res.stderr[:min(len(res.stderr), 2000)])
+		}
+		if len(res.stdout)+len(res.stderr) > 4096 {
+			t.Errorf("regen %s printed %d bytes for a refused file, want a few lines", cmd, len(res.stdout)+len(res.stderr))
+		}
+		if res.maxRSS > 512<<20 {
+			t.Errorf("regen %s peaked at %d MiB of RSS, want far less than the 3 GB the aliases stand for", cmd, res.maxRSS>>20)
+		}
+	}
+}
+
+// TestE2EValidateSIGTERM: validate reading a source that never delivers
+// (a named pipe nobody writes) ends at once on SIGTERM, as on SIGINT:
+// it has nothing to drain.
+func TestE2EValidateSIGTERM(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{"job.yaml": "name: slow\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\n"})
+			if err := syscall.Mkfifo(filepath.Join(dir, "a.jsonl"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := startRegen(t, dir, "validate", "job.yaml")
+			// Let it reach the pipe (opening it blocks for ever); an earlier
+			// signal is obeyed the same way, so the wait is not a race.
+			time.Sleep(500 * time.Millisecond)
+			if p.exited() {
+				t.Fatalf("validate ended before the signal:\n%s", p.wait(t))
+			}
+			sent := time.Now()
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			res := p.wait(t)
+			t.Logf("validate ended %s after %s (exit %d)", time.Since(sent).Round(time.Millisecond), sig, res.code)
+			if res.code != 1 || !strings.Contains(res.stderr, "interrupted") {
+				t.Errorf("want exit 1 saying it was interrupted\n%s", res)
+			}
+		})
+	}
+}
+
+// TestE2EValidateClipsValues: a job whose generation.extra holds a 1 MiB
+// string validates, and no line validate prints is longer than a screen's
+// worth: the value is cut with a marker.
+func TestE2EValidateClipsValues(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("y", 1<<20)
+	writeFiles(t, dir, map[string]string{
+		"job.yaml": "name: long\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\ngeneration:\n  extra:\n    note: \"" + long + "\"\n",
+		"a.jsonl":  `{"q":"hi"}` + "\n",
+	})
+	res := regen(t, dir, "validate", "job.yaml")
+	if res.code != 0 || !strings.Contains(res.stdout, "more bytes]") {
+		t.Fatalf("want ok with the long value clipped\n%s", res.stdout[:min(len(res.stdout), 2000)])
+	}
+	for _, line := range strings.Split(res.stdout, "\n") {
+		if len(line) > 400 {
+			t.Errorf("validate printed a %d-byte line: %.200s...", len(line), line)
+		}
+	}
+}
