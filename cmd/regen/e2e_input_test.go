@@ -89,3 +89,27 @@ func TestE2EValidateClipsValues(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ERunNoSampleExits1: a source mapped with prompt: on a message-list
+// column ingests no sample (every row a bad-row dead letter); the run says
+// so and exits 1 instead of calling empty training files a success.
+func TestE2ERunNoSampleExits1(t *testing.T) {
+	dir := t.TempDir()
+	var rows strings.Builder
+	for i := range 5 {
+		fmt.Fprintf(&rows, `{"messages":[{"role":"user","content":"hi %d"}]}`+"\n", i)
+	}
+	writeFiles(t, dir, map[string]string{
+		"job.yaml": "name: none\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: messages}\n",
+		"a.jsonl":  rows.String(),
+	})
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 1 {
+		t.Fatalf("a run with no sample: exit %d, want 1\n%s", res.code, res)
+	}
+	for _, want := range []string{"0 samples", "5 bad source rows", "job has no sample: all 5 source rows read are bad", "training files are empty"} {
+		if !strings.Contains(res.stdout+res.stderr, want) {
+			t.Errorf("output lacks %q\n%s", want, res)
+		}
+	}
+}

@@ -179,12 +179,31 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int, known []error
 		if len(in.Bad) > 0 {
 			found[i].firstBad = spec.Rel(in.Bad[0].Origin) + ": " + job.Clip(in.Bad[0].Reason, job.MaxShownBytes)
 		}
+		if in.Rows > 0 && in.Good == 0 && len(in.Missing) == 0 {
+			problems = append(problems, allBad(spec, p, in))
+		}
 		for _, m := range in.Missing {
 			problems = append(problems, spec.FieldErrorf(p+"."+m.Option, "field %q is in none of the first %d rows (they have: %s)",
 				m.Field, in.Rows, strings.Join(m.Seen, ", ")))
 		}
 	}
 	return found, problems
+}
+
+// allBad is the problem of a source none of whose rows read can become a
+// sample: a run would ingest nothing from it. It names the mapping option
+// at fault and the likely fix when the rows' shape says it.
+func allBad(spec *job.Spec, p string, in source.Inspection) error {
+	field := p + ".path"
+	if in.Hint.Option != "" {
+		field = p + "." + in.Hint.Option
+	}
+	msg := fmt.Sprintf("none of the first %d rows can become a sample (first: %s: %s)",
+		in.Rows, spec.Rel(in.Bad[0].Origin), job.Clip(in.Bad[0].Reason, job.MaxShownBytes))
+	if h := in.Hint.String(); h != "" {
+		msg += "; " + h
+	}
+	return spec.FieldErrorf(field, "%s", msg)
 }
 
 // writeSpecSummary prints what the job will do, one aligned line per fact,
