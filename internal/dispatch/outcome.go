@@ -104,6 +104,9 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		l.lim.Release()
 	}
 	d.retire(c, err, func() { d.count(v, res, l, target) })
+	if err == nil && v.out == outDead {
+		d.logDead(cl, c, v, reqErr)
+	}
 }
 
 // refine applies what one request cannot tell alone: while the poison
@@ -339,4 +342,20 @@ func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr erro
 	})
 	pe.RequeueOK = err == nil
 	d.fatal(pe)
+}
+
+// logDead writes a dead letter's log line, sent or not (a prompt too long
+// for every context never is). Unlike a retry's, it is not rate-limited:
+// a sample dies once, so the lines are bounded by the job's samples, and
+// the log then accounts for every one with its reason.
+func (d *Dispatcher) logDead(cl *call, c store.Claimed, v verdict, reqErr error) {
+	d.mu.Lock()
+	total := d.counters.DeadLettered
+	d.mu.Unlock()
+	args := []any{"endpoint", cl.ep.url, "sample", c.ID, "sent", !v.unsent}
+	if !v.unsent {
+		args = append(args, "attempts", c.Attempts+1)
+	}
+	args = append(args, "class", v.class.String(), "err", reqErr, "dead_letters", total)
+	d.log.Warn("sample dead-lettered", args...)
 }
