@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -111,5 +112,71 @@ func TestE2ERunNoSampleExits1(t *testing.T) {
 		if !strings.Contains(res.stdout+res.stderr, want) {
 			t.Errorf("output lacks %q\n%s", want, res)
 		}
+	}
+}
+
+// TestE2EHangupDrains: SIGHUP (a dropped SSH session) stops a run the way
+// SIGTERM does: the requests in flight finish and are stored, the samples
+// not yet sent stay pending, and the run exits 130 as interrupted (it used
+// to die at once of the signal, exit 129, with nothing drained). Started
+// under nohup, the run ignores SIGHUP and finishes the job.
+func TestE2EHangupDrains(t *testing.T) {
+	const rows, lane, first = 40, 16, 8
+	for _, nohup := range []bool{false, true} {
+		t.Run(map[bool]string{false: "hangup", true: "nohup"}[nohup], func(t *testing.T) {
+			srv := startAnswerServer(t, "The answer is four.")
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{"job.yaml": ownJob(srv.url, lane)})
+			writePrompts(t, filepath.Join(dir, "prompts.jsonl"), rows)
+			srv.holdAfter(first) // the first answers come at once, the rest wait
+			var wrapper []string
+			if nohup {
+				wrapper = []string{"nohup"}
+			}
+			p := startRegenVia(t, wrapper, dir, nil, "run", "--drain-timeout", "1m", "job.yaml")
+			db := openStoreRO(t, filepath.Join(dir, "own.db"))
+			for {
+				c, err := storeCounts(context.Background(), db)
+				if err == nil && c["done"] >= first && srv.inFlight.Load() > 0 {
+					break
+				}
+				if p.exited() {
+					t.Fatalf("run ended before requests were held:\n%s", p.wait(t))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			if !nohup {
+				for !strings.Contains(p.stderr.String(), "draining") {
+					if p.exited() {
+						t.Fatalf("run ended without draining:\n%s", p.wait(t))
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			srv.release()
+			res := p.wait(t)
+			if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Fatalf("run died of %s, want a drain\n%s", ws.Signal(), res)
+			}
+			c, err := storeCounts(context.Background(), db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("after SIGHUP: exit %d, %v", res.code, c)
+			if nohup {
+				if res.code != 0 || c["done"] != rows {
+					t.Errorf("under nohup: exit %d with %v; want exit 0 and all %d done\n%s", res.code, c, rows, res)
+				}
+				return
+			}
+			// Done past the first answers: the held requests were answered
+			// after the signal and stored, not cut; the rest wait unspent.
+			if res.code != 130 || c["done"] <= first || c["done"]+c["pending"] != rows || c["done"] == rows {
+				t.Errorf("exit %d with %v; want exit 130, more than %d done (the drained ones) and the rest pending\n%s", res.code, c, first, res)
+			}
+		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,7 +57,8 @@ the results when every sample is finished.
 
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
-exits at once. Either way, run the same command again to resume.
+exits at once. SIGTERM and SIGHUP (a dropped SSH session; not under nohup)
+count as Ctrl-C. Either way, run the same command again to resume.
 
 A re-run whose job file changes what answers would be (model, generation
 settings, max_tokens, source mappings, quality rules) is refused before any
@@ -258,7 +258,7 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 // above its frame, where a line written here would be drawn over.
 func onSignals(terminal bool) (abort chan chan struct{}, stop func()) {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals()...)
 	abort = make(chan chan struct{}, 1)
 	go func() {
 		<-sigs
