@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -176,6 +177,32 @@ func TestE2EHangupDrains(t *testing.T) {
 			// after the signal and stored, not cut; the rest wait unspent.
 			if res.code != 130 || c["done"] <= first || c["done"]+c["pending"] != rows || c["done"] == rows {
 				t.Errorf("exit %d with %v; want exit 130, more than %d done (the drained ones) and the rest pending\n%s", res.code, c, first, res)
+			}
+		})
+	}
+}
+
+// TestE2ERunMissingSource: run refuses a source path that matches no file
+// with the job file's line and field, as validate does, before it makes a
+// store.
+func TestE2ERunMissingSource(t *testing.T) {
+	for _, tt := range []struct{ path, want string }{
+		{"missing.jsonl", "job.yaml:7: sources[1].path: source b: stat missing.jsonl: no such file or directory"},
+		{"data/*.jsonl", "job.yaml:7: sources[1].path: source b path data/*.jsonl: no files match"},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{
+				"job.yaml": "name: miss\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\n  - {partition: b, path: \"" + tt.path + "\", prompt: q}\n",
+				"a.jsonl":  `{"q":"hi"}` + "\n",
+			})
+			for _, cmd := range []string{"validate", "run"} {
+				if res := regen(t, dir, cmd, "job.yaml"); res.code != 1 || !strings.Contains(res.stderr, tt.want) {
+					t.Errorf("regen %s: want exit 1 and %q\n%s", cmd, tt.want, res)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "miss.db")); !os.IsNotExist(err) {
+				t.Errorf("run made a store for a job whose source is missing (stat: %v)", err)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
 	"github.com/regen-dev/regen/internal/store"
@@ -106,8 +107,8 @@ func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, 
 }
 
 // checkRun refuses a run that could not finish, before any request: a
-// --lanes name the job lacks, a bad --web, an output folder the export at
-// the end could not write.
+// --lanes name the job lacks, a bad --web, a source path matching no file,
+// an output folder the export at the end could not write.
 func checkRun(spec *job.Spec, o *runOptions) error {
 	for _, l := range o.lanes {
 		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
@@ -117,10 +118,25 @@ func checkRun(spec *job.Spec, o *runOptions) error {
 	if err := o.web.resolve(); err != nil {
 		return err
 	}
+	if err := sourcesFound(spec); err != nil {
+		return err
+	}
 	if o.noExport {
 		return nil
 	}
 	return outputProblem(spec)
+}
+
+// sourcesFound refuses a job a source path of which matches no file (a
+// typo, a folder not mounted), naming the job file's line as validate
+// does, before a store is made for a job that cannot ingest.
+func sourcesFound(spec *job.Spec) error {
+	for i, src := range spec.Sources {
+		if _, err := source.Files(src, spec.Dir); err != nil {
+			return spec.FieldErrorf(fmt.Sprintf("sources[%d].path", i), "%s", spec.RelText(err.Error()))
+		}
+	}
+	return nil
 }
 
 func runRun(ctx context.Context, path string, o runOptions) error {
