@@ -226,8 +226,10 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 	default:
 		if v.class != 0 {
 			e.errors[v.class]++
-			d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
-				"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+			if v.out != outDead { // a dead letter has its own line (logDead)
+				d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
+					"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+			}
 		} else {
 			e.servedAt, e.pressN = now, 0
 			e.fixedCap = recoverCap(e.fixedCap, d.fixedLimitSum())
