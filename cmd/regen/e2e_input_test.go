@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -205,5 +206,47 @@ func TestE2ERunMissingSource(t *testing.T) {
 				t.Errorf("run made a store for a job whose source is missing (stat: %v)", err)
 			}
 		})
+	}
+}
+
+// TestE2EInvalidTextDeadLettered: rows whose text is not valid Unicode (a
+// Latin-1 byte, a lone \ud800) are dead letters with file:line and the
+// byte, not prompts sent with U+FFFD in them; the good row is answered and
+// no exported or sent text holds U+FFFD.
+func TestE2EInvalidTextDeadLettered(t *testing.T) {
+	srv := startAnswerServer(t, "The answer is four.")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"job.yaml": ownJob(srv.url, 4),
+		"prompts.jsonl": `{"id": "q0", "question": "fine"}` + "\n" +
+			"{\"id\": \"q1\", \"question\": \"caf\xe9\"}\n" +
+			`{"id": "q2", "question": "x\ud800y"}` + "\n",
+	})
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 || !strings.Contains(res.stdout, "1 done") || !strings.Contains(res.stdout, "2 bad source rows") {
+		t.Fatalf("want exit 0, 1 done, 2 bad source rows\n%s", res)
+	}
+	dead := map[string]string{}
+	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "own.dead.jsonl")) {
+		var d deadRow
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		dead[d.Origin] = d.Reason
+	}
+	for origin, want := range map[string]string{
+		"prompts.jsonl:2": "invalid UTF-8 at byte 30 (0xe9)",
+		"prompts.jsonl:3": `lone UTF-16 surrogate \ud800 at byte 28`,
+	} {
+		if !strings.HasPrefix(dead[origin], want) {
+			t.Errorf("dead letter at %s = %q, want %q (all: %v)", origin, dead[origin], want, dead)
+		}
+	}
+	out, err := os.ReadFile(filepath.Join(dir, "out", "own.sharegpt.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsRune(string(out), '\uFFFD') {
+		t.Errorf("the export holds U+FFFD:\n%s", out)
 	}
 }
