@@ -65,8 +65,8 @@ func TestE2EValidateSIGTERM(t *testing.T) {
 			}
 			res := p.wait(t)
 			t.Logf("validate ended %s after %s (exit %d)", time.Since(sent).Round(time.Millisecond), sig, res.code)
-			if res.code != 1 || !strings.Contains(res.stderr, "interrupted") {
-				t.Errorf("want exit 1 saying it was interrupted\n%s", res)
+			if res.code != 130 || !strings.Contains(res.stderr, "interrupted") {
+				t.Errorf("want exit 130 saying it was interrupted\n%s", res)
 			}
 		})
 	}

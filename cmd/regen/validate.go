@@ -48,7 +48,8 @@ read through the field mapping, so a mapped field that no row has, or a
 Parquet column that does not exist, is reported before a run; and at
 output.dir, which must be a folder regen can write (or be creatable).
 
-Exits 1 when there is any problem.`,
+Exits 1 when there is any problem; an interrupt (Ctrl-C, SIGTERM, SIGHUP)
+ends it at once, whatever it is reading, with exit 130.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runValidate(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o)
@@ -86,7 +87,7 @@ func runValidate(ctx context.Context, out, errOut io.Writer, path string, o vali
 		}
 		return d.err
 	case <-ctx.Done():
-		return &exitError{code: 1, err: fmt.Errorf("validate %s: interrupted: %w", path, context.Cause(ctx))}
+		return &exitError{code: 130, err: fmt.Errorf("validate %s: interrupted: %w", path, context.Cause(ctx))}
 	}
 }
 
