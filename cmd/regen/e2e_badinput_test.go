@@ -20,6 +20,7 @@ import (
 // each bad row is a dead letter with its file:line and field, and a second
 // run adds nothing.
 func TestE2EBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	copyTree(t, "testdata/badinput", dir)
 	// A ~2 MB line is a good row: far below the reader's 64 MiB line cap.
@@ -126,6 +127,7 @@ func checkBadRows(t *testing.T, got, want []deadRow) {
 // come in one run: a bad key or setting does not hide the sources' and
 // the output folder's (issue 21: four problems took three runs).
 func TestE2EValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file string
 		want []string // "line field" of each problem, in output order

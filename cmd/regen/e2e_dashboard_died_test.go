@@ -23,6 +23,7 @@ var pastRate = regexp.MustCompile(`^0 now \(the runner died\)(\d+\.\d+) in its l
 // the rate of its last minute beside, and its 5 leases are "(5)", not in
 // flight; the live runner's are plain.
 func TestE2EDashboardRunnerDied(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	for _, c := range []struct {
 		name string

@@ -75,6 +75,7 @@ func must(t *testing.T, err error) {
 // marked so; the dataset's markup is shown as text, never run; and
 // `regen show` prints the same turns.
 func TestE2EReviewPage(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	dir := t.TempDir()
 	writeReviewChats(t, filepath.Join(dir, "chats.jsonl"))

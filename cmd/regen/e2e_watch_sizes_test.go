@@ -28,9 +28,10 @@ type watchSize struct {
 // use its height. Then the runner is SIGKILLed (its simulator dies with
 // it) and every view must mark the endpoints as of the runner's death.
 func TestE2EWatchSizes(t *testing.T) {
+	t.Parallel()
 	bin := needTool(t, "tmux", "tmux")
 	dir := t.TempDir()
-	copyTree(t, "../../examples/demo", dir)
+	copyExample(t, "demo", dir)
 	jobPath := filepath.Join(dir, "job.yaml")
 	src, err := os.ReadFile(jobPath)
 	if err != nil {

@@ -234,9 +234,7 @@ func printRunSummary(spec *job.Spec, sum runner.Summary) {
 	for _, f := range sum.Export.Files {
 		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
-	for _, w := range sum.Export.Warnings {
-		fmt.Println("warning:", w)
-	}
+	writeExportNotes(os.Stdout, spec, sum.Export)
 	writeTokenSummary(os.Stdout, sum.Export)
 }
 

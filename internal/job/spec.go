@@ -164,6 +164,15 @@ type Output struct {
 	// (engines that can give them on streamed chat completions: vLLM and
 	// SGLang) and exports input_ids and loss_mask per conversation.
 	TokenIDs bool `yaml:"token_ids"`
+	// The dataset card's Hugging Face metadata: License is a Hub license
+	// id (unset: "other", and the card says no license was given);
+	// Language the ISO 639 codes of the data; PrettyName the card's title
+	// (default: the job's name); SourceDatasets the Hub ids of the
+	// datasets the sources come from.
+	License        string   `yaml:"license"`
+	Language       []string `yaml:"language"`
+	PrettyName     string   `yaml:"pretty_name"`
+	SourceDatasets []string `yaml:"source_datasets"`
 }
 
 // Retry is the per-sample retry policy for retryable errors.

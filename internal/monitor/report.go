@@ -194,6 +194,9 @@ type Report struct {
 	// RejectedFile is where export writes the rejected samples, relative
 	// to the job file ("" when the caller does not know the job file).
 	RejectedFile string `json:"rejected_file"`
+	// RejectedExported is how many rejected samples the last export's
+	// manifest counts (0 when nothing was exported yet).
+	RejectedExported int `json:"rejected_exported"`
 	// Generations are the job's configuration generations, oldest first;
 	// the last is the one the job runs with (empty before the first run).
 	Generations []store.Generation `json:"generations"`

@@ -48,11 +48,7 @@ func StatusText(job string, r monitor.Report) string {
 			}
 			fmt.Fprintf(&b, " %s %d", rc.Rule, rc.N)
 		}
-		file := r.RejectedFile
-		if file == "" {
-			file = "the output folder's <job name>.rejected.jsonl"
-		}
-		fmt.Fprintf(&b, " (exported to %s with the evidence; `regen requeue --rejected --rule R` sends them back)\n", file)
+		fmt.Fprintf(&b, " (%s; `regen requeue --rejected --rule R` sends them back)\n", rejectedWhere(r))
 	}
 	if r.Average != nil {
 		a := r.Average
@@ -253,4 +249,24 @@ func writeGenerations(b *strings.Builder, gens []store.Generation) {
 		fmt.Fprintf(b, "  generation %d (fingerprint %.12s): %d answers superseded, kept in the history, not exported\n",
 			g.N, g.Fingerprint, g.Superseded)
 	}
+}
+
+// rejectedWhere says where the rejected samples are with their evidence:
+// in the file the last export wrote, as far as it counted them.
+func rejectedWhere(r monitor.Report) string {
+	file := r.RejectedFile
+	if file == "" {
+		file = "the output folder's <job name>.rejected.jsonl"
+	}
+	total := 0
+	for _, rc := range r.Rejects {
+		total += rc.N
+	}
+	switch {
+	case r.RejectedExported == 0:
+		return "not exported yet: `regen export` writes them to " + file + " with the evidence"
+	case r.RejectedExported < total:
+		return fmt.Sprintf("%d of them exported to %s with the evidence, the rest at the next export", r.RejectedExported, file)
+	}
+	return "exported to " + file + " with the evidence"
 }
