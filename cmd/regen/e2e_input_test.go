@@ -17,6 +17,7 @@ import (
 // which validate once printed as ok on its way to 23 GB of memory) is
 // refused by validate and run with file:line, field and the byte figure.
 func TestE2EAliasBombByBytes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("name: bomb\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\ngeneration:\n  extra:\n")
@@ -45,6 +46,7 @@ func TestE2EAliasBombByBytes(t *testing.T) {
 // (a named pipe nobody writes) ends at once on SIGTERM, as on SIGINT:
 // it has nothing to drain.
 func TestE2EValidateSIGTERM(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -76,6 +78,7 @@ func TestE2EValidateSIGTERM(t *testing.T) {
 // string validates, and no line validate prints is longer than a screen's
 // worth: the value is cut with a marker.
 func TestE2EValidateClipsValues(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	long := strings.Repeat("y", 1<<20)
 	writeFiles(t, dir, map[string]string{
@@ -97,6 +100,7 @@ func TestE2EValidateClipsValues(t *testing.T) {
 // column ingests no sample (every row a bad-row dead letter); the run says
 // so and exits 1 instead of calling empty training files a success.
 func TestE2ERunNoSampleExits1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var rows strings.Builder
 	for i := range 5 {
@@ -123,6 +127,7 @@ func TestE2ERunNoSampleExits1(t *testing.T) {
 // to die at once of the signal, exit 129, with nothing drained). Started
 // under nohup, the run ignores SIGHUP and finishes the job.
 func TestE2EHangupDrains(t *testing.T) {
+	t.Parallel()
 	const rows, lane, first = 40, 16, 8
 	for _, nohup := range []bool{false, true} {
 		t.Run(map[bool]string{false: "hangup", true: "nohup"}[nohup], func(t *testing.T) {
@@ -187,6 +192,7 @@ func TestE2EHangupDrains(t *testing.T) {
 // with the job file's line and field, as validate does, before it makes a
 // store.
 func TestE2ERunMissingSource(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ path, want string }{
 		{"missing.jsonl", "job.yaml:7: sources[1].path: source b: stat missing.jsonl: no such file or directory"},
 		{"data/*.jsonl", "job.yaml:7: sources[1].path: source b path data/*.jsonl: no files match"},
@@ -214,6 +220,7 @@ func TestE2ERunMissingSource(t *testing.T) {
 // byte, not prompts sent with U+FFFD in them; the good row is answered and
 // no exported or sent text holds U+FFFD.
 func TestE2EInvalidTextDeadLettered(t *testing.T) {
+	t.Parallel()
 	srv := startAnswerServer(t, "The answer is four.")
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
