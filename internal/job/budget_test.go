@@ -288,3 +288,29 @@ func TestClip(t *testing.T) {
 		t.Errorf("a 1 MiB message printed as %d bytes, want it clipped with a marker", len(got))
 	}
 }
+
+// TestConfigDiffClipsLongValues: a changed 1 MiB system prompt is shown
+// cut, from a little before its first difference, so the change stays
+// visible in a line of a few hundred bytes.
+func TestConfigDiffClipsLongValues(t *testing.T) {
+	long := strings.Repeat("You are helpful. ", 60_000)
+	a := fmt.Sprintf(`{"sources":[{"system":%q}]}`, long+"Be kind.")
+	b := fmt.Sprintf(`{"sources":[{"system":%q}]}`, long+"Be terse.")
+	lines, err := ConfigDiff([]byte(a), []byte(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1 || len(lines[0]) > 1000 {
+		t.Fatalf("diff: %d lines, first %d bytes; want one line under 1000 bytes", len(lines), len(lines[0]))
+	}
+	for _, want := range []string{"bytes alike]...", "Be kind.", "Be terse."} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("diff line %q lacks %q", lines[0], want)
+		}
+	}
+	// Short values are shown whole, as before.
+	lines, _ = ConfigDiff([]byte(`{"generation":{"temperature":0.7}}`), []byte(`{"generation":{"temperature":1.3}}`))
+	if len(lines) != 1 || lines[0] != "generation.temperature: 0.7 -> 1.3" {
+		t.Errorf("short diff = %q", lines)
+	}
+}

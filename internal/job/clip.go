@@ -26,3 +26,25 @@ func Clip(s string, n int) string {
 	}
 	return fmt.Sprintf("%s...[%d more bytes]", s[:cut], len(s)-cut)
 }
+
+// clipPair is Clip for two versions of one value shown side by side (a
+// configuration change): past MaxShownBytes, both start a little before
+// their first difference, so the cut never hides what changed.
+func clipPair(a, b string) (string, string) {
+	if len(a) <= MaxShownBytes && len(b) <= MaxShownBytes {
+		return a, b
+	}
+	same := 0
+	for same < len(a) && same < len(b) && a[same] == b[same] {
+		same++
+	}
+	start := max(0, same-MaxShownBytes/4)
+	for start > 0 && !utf8.RuneStart(a[start]) {
+		start--
+	}
+	lead := ""
+	if start > 0 {
+		lead = fmt.Sprintf("[%d bytes alike]...", start)
+	}
+	return lead + Clip(a[start:], MaxShownBytes), lead + Clip(b[start:], MaxShownBytes)
+}
