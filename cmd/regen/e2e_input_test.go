@@ -75,19 +75,28 @@ func TestE2EValidateSIGTERM(t *testing.T) {
 }
 
 // TestE2EValidateClipsValues: a job whose generation.extra holds a 1 MiB
-// string validates, and no line validate prints is longer than a screen's
-// worth: the value is cut with a marker.
+// string (and a source a 200-character path away) validates, and no line
+// validate prints is longer than a few hundred bytes: long values are cut
+// with a marker, the path shown whole.
 func TestE2EValidateClipsValues(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	long := strings.Repeat("y", 1<<20)
 	writeFiles(t, dir, map[string]string{
-		"job.yaml": "name: long\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\ngeneration:\n  extra:\n    note: \"" + long + "\"\n",
+		"job.yaml": "name: long\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\n" +
+			"  - {partition: b, path: \"" + strings.Repeat("d/", 100) + "b.jsonl\", prompt: q}\ngeneration:\n  extra:\n    note: \"" + long + "\"\n",
 		"a.jsonl":  `{"q":"hi"}` + "\n",
 	})
+	if err := os.MkdirAll(filepath.Join(dir, strings.Repeat("d/", 100)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{strings.Repeat("d/", 100) + "b.jsonl": `{"q":"hi"}` + "\n"})
 	res := regen(t, dir, "validate", "job.yaml")
 	if res.code != 0 || !strings.Contains(res.stdout, "more bytes]") {
 		t.Fatalf("want ok with the long value clipped\n%s", res.stdout[:min(len(res.stdout), 2000)])
+	}
+	if !strings.Contains(res.stdout, strings.Repeat("d/", 100)+"b.jsonl") {
+		t.Errorf("the 207-byte path is not shown whole:\n%s", res.stdout[:min(len(res.stdout), 2000)])
 	}
 	for _, line := range strings.Split(res.stdout, "\n") {
 		if len(line) > 400 {

@@ -211,7 +211,15 @@ func allBad(spec *job.Spec, p string, in source.Inspection) error {
 // with what was found of the sources when they were looked at.
 func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	// Every cell is cut past a line's worth, whatever value it shows (a
+	// path, a URL, a name): a job file may hold megabyte strings.
+	p := func(format string, args ...any) {
+		cells := strings.Split(fmt.Sprintf(format, args...), "\t")
+		for i, c := range cells {
+			cells[i] = job.Clip(c, 4*job.MaxShownBytes)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
 	if ok {
 		p("%s: ok", s.Path)
 	} else {
