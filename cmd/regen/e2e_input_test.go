@@ -85,7 +85,7 @@ func TestE2EValidateClipsValues(t *testing.T) {
 	writeFiles(t, dir, map[string]string{
 		"job.yaml": "name: long\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\n" +
 			"  - {partition: b, path: \"" + strings.Repeat("d/", 100) + "b.jsonl\", prompt: q}\ngeneration:\n  extra:\n    note: \"" + long + "\"\n",
-		"a.jsonl":  `{"q":"hi"}` + "\n",
+		"a.jsonl": `{"q":"hi"}` + "\n",
 	})
 	if err := os.MkdirAll(filepath.Join(dir, strings.Repeat("d/", 100)), 0o755); err != nil {
 		t.Fatal(err)

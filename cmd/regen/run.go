@@ -16,9 +16,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/regen-dev/regen/internal/job"
-	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
+	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/backend"
 	"github.com/regen-dev/regen/internal/ui"
