@@ -42,6 +42,7 @@ type result struct {
 	stderr string
 	code   int
 	dur    time.Duration
+	maxRSS int64 // peak resident memory in bytes (from the kernel's rusage)
 }
 
 func (r result) String() string {
@@ -196,6 +197,9 @@ func (p *proc) wait(t *testing.T) result {
 		p.guard.Stop()
 		p.res = result{args: p.args, stdout: p.stdout(), stderr: p.stderr.String(), dur: time.Since(p.start)}
 		p.res.code = p.cmd.ProcessState.ExitCode()
+		if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			p.res.maxRSS = ru.Maxrss << 10 // KiB on Linux
+		}
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
 			t.Errorf("wait for regen %s: %v", strings.Join(p.args, " "), err)

@@ -19,7 +19,9 @@ import (
 
 // TestValidateGolden: validate's summary and problems, golden. The demo is
 // ok with its sources looked at; a job with typos gets every one in one
-// run; a job whose sources do not match says so with counts and fields.
+// run; a job whose sources do not match says so with counts and fields; a
+// source none of whose rows fits its mapping is a problem with the likely
+// fix, found beside another source's setting error.
 func TestValidateGolden(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -32,6 +34,7 @@ func TestValidateGolden(t *testing.T) {
 		{"typos", "testdata/validate/typos.yaml", validateOptions{rows: 20}, 1},
 		{"sources", "testdata/validate/sources.yaml", validateOptions{rows: 20}, 1},
 		{"sources-offline", "testdata/validate/sources.yaml", validateOptions{offline: true}, 0},
+		{"shapes", "testdata/validate/shapes.yaml", validateOptions{rows: 20}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,8 @@ func TestSlotContext(t *testing.T) {
 				{Name: "long", Concurrency: 2, MaxTokens: 8000},
 			}
 			c.Quality = quality.Rules{Truncated: true}
+			var logs logLines
+			c.Logger = logs.logger()
 			d := mustNew(t, c)
 			if known {
 				d.observeProbe(t, ep.URL)
@@ -70,6 +73,10 @@ func TestSlotContext(t *testing.T) {
 			}
 			if !known && (huge.state != store.Dead || sent[long] != 1 || !strings.Contains(huge.reason, "exceeds the available context size (512 tokens)")) {
 				t.Errorf("huge: %s after %d requests, reason %q; want dead after the server's refusal", huge.state, sent[long], huge.reason)
+			}
+			// The dead letter reaches the log, sent or not.
+			if got := logs.with("sample dead-lettered", "sample=huge", fmt.Sprintf("sent=%t", !known)); len(got) != 1 {
+				t.Errorf("huge: %d dead-letter log lines (sent=%t), want 1", len(got), !known)
 			}
 		})
 	}

@@ -104,6 +104,9 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		l.lim.Release()
 	}
 	d.retire(c, err, func() { d.count(v, res, l, target) })
+	if err == nil && v.out == outDead {
+		d.logDead(cl, c, v, reqErr)
+	}
 }
 
 // refine applies what one request cannot tell alone: while the poison
@@ -223,8 +226,10 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 	default:
 		if v.class != 0 {
 			e.errors[v.class]++
-			d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
-				"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+			if v.out != outDead { // a dead letter has its own line (logDead)
+				d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
+					"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+			}
 		} else {
 			e.servedAt, e.pressN = now, 0
 			e.fixedCap = recoverCap(e.fixedCap, d.fixedLimitSum())
@@ -339,4 +344,20 @@ func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr erro
 	})
 	pe.RequeueOK = err == nil
 	d.fatal(pe)
+}
+
+// logDead writes a dead letter's log line, sent or not (a prompt too long
+// for every context never is). Unlike a retry's, it is not rate-limited:
+// a sample dies once, so the lines are bounded by the job's samples, and
+// the log then accounts for every one with its reason.
+func (d *Dispatcher) logDead(cl *call, c store.Claimed, v verdict, reqErr error) {
+	d.mu.Lock()
+	total := d.counters.DeadLettered
+	d.mu.Unlock()
+	args := []any{"endpoint", cl.ep.url, "sample", c.ID, "sent", !v.unsent}
+	if !v.unsent {
+		args = append(args, "attempts", c.Attempts+1)
+	}
+	args = append(args, "class", v.class.String(), "err", reqErr, "dead_letters", total)
+	d.log.Warn("sample dead-lettered", args...)
 }

@@ -210,7 +210,7 @@ func TestCardNamesWhatAnswered(t *testing.T) {
 		"- chat_template_kwargs: `{\"thinking\":true}`.",
 		"- Reasoning (`strip_history`): kept in the records",
 		"`input_ids` list<int32>, `loss_mask` list<int8>, `token_ids` string?", // Parquet with token ids
-		"`partition` string, `truncated` bool, `input_ids` list<int32>",      // ShareGPT with token ids
+		"`partition` string, `truncated` bool, `input_ids` list<int32>",        // ShareGPT with token ids
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("card lacks %q:\n%s", want, text)

@@ -284,6 +284,7 @@ func ConfigDiff(from, to []byte) ([]string, error) {
 		if !okb {
 			vb = "(unset)"
 		}
+		va, vb = clipPair(va, vb)
 		out = append(out, fmt.Sprintf("%s: %s -> %s", k, va, vb))
 	}
 	return out, nil

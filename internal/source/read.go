@@ -399,6 +399,9 @@ type decoder struct {
 }
 
 func (d *decoder) object(line []byte) (map[string]any, string) {
+	if reason := invalidText(line); reason != "" {
+		return nil, reason
+	}
 	d.r.Reset(line)
 	dec := json.NewDecoder(&d.r)
 	dec.UseNumber()
@@ -466,7 +469,7 @@ func (r *reader) parquetFile(path string) error {
 		}
 		n, err := pr.Read(rows)
 		for _, m := range rows[:n] {
-			if rerr := r.row(m, r.originName(path)+":row "+strconv.Itoa(index)); rerr != nil {
+			if rerr := r.parquetRow(m, r.originName(path)+":row "+strconv.Itoa(index)); rerr != nil {
 				return rerr
 			}
 			index++
@@ -478,6 +481,16 @@ func (r *reader) parquetFile(path string) error {
 			return fmt.Errorf("read parquet %s row %d: %w", path, index, err)
 		}
 	}
+}
+
+// parquetRow is row for a Parquet row, whose strings are checked first:
+// the reader does not validate them.
+func (r *reader) parquetRow(m map[string]any, origin string) error {
+	if field, reason := invalidString(m, ""); reason != "" {
+		r.stats.Rows++
+		return r.badRow(origin, field, reason)
+	}
+	return r.row(m, origin)
 }
 
 // checkColumns fails early when a mapped field is not a top-level column:
