@@ -107,13 +107,12 @@ func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context)
 			return ui.WatchSnapshot{}, err
 		}
 		now := time.Now()
-		// The report already read the newest heartbeat: the axis needs
-		// only its start and time.
-		var hb store.Heartbeat
-		if r.Heartbeat != nil {
-			hb.Time, hb.Started = r.Heartbeat.Time, r.Heartbeat.Started
+		// The report already chose the run the charts are over.
+		var span monitor.RunSpan
+		if r.RatesRun != nil {
+			span = *r.RatesRun
 		}
-		h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, r.Heartbeat != nil, now, 0), now)
+		h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(span, r.RatesRun != nil, now, 0), now)
 		if err != nil {
 			return ui.WatchSnapshot{}, err
 		}

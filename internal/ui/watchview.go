@@ -200,9 +200,15 @@ func rateLines(s WatchSnapshot, width int) (lines []string, caption string) {
 	case r.State == monitor.Done:
 		eta = "done"
 	}
-	tok := fmt.Sprintf("%.1f now (1m), %.1f over 10m", r.Rate1m.TokensPerSec, r.Rate10m.TokensPerSec)
+	tok := fmt.Sprintf("%.1f now (%s), %.1f over %s", r.Rate1m.TokensPerSec, windowLabel(r.Rate1m.Window, time.Minute),
+		r.Rate10m.TokensPerSec, windowLabel(r.Rate10m.Window, 10*time.Minute))
 	req := fmt.Sprintf("%.2f now", last(s.History.RequestsPerSec))
-	if noLiveRunner(r) {
+	earlier := r.RatesRun != nil && r.RatesRun.Earlier
+	switch {
+	case earlier:
+		tok = fmt.Sprintf("0 now (%s); %s, %s", idleRun(r), runName(*r.RatesRun), pastRates(r, "%.1f", func(x monitor.Rate) float64 { return x.TokensPerSec }))
+		req = "0.00 now"
+	case noLiveRunner(r):
 		how := "died"
 		if r.RunnerExited {
 			how = "exited"
@@ -224,13 +230,18 @@ func rateLines(s WatchSnapshot, width int) (lines []string, caption string) {
 		}
 		out = append(out, wrap(line, width, 12)...)
 	}
-	samples := fmt.Sprintf("%.2f (1m), %.2f (10m)", r.Rate1m.SamplesPerSec, r.Rate10m.SamplesPerSec)
-	if noLiveRunner(r) {
+	samples := fmt.Sprintf("%.2f (%s), %.2f (%s)", r.Rate1m.SamplesPerSec, windowLabel(r.Rate1m.Window, time.Minute),
+		r.Rate10m.SamplesPerSec, windowLabel(r.Rate10m.Window, 10*time.Minute))
+	if noLiveRunner(r) || earlier {
 		samples = "0 now; " + pastRates(r, "%.2f", func(x monitor.Rate) float64 { return x.SamplesPerSec })
 	}
 	out = append(out, wrap(fmt.Sprintf("samples/s   %s   ETA %s", samples, eta), width, 12)...)
 	if sparkW >= 10 {
-		caption = styleMuted.Render(sparkNote(s.History, sparkW))
+		note := sparkNote(s.History, sparkW)
+		if earlier {
+			note += " (" + runName(*r.RatesRun) + ")"
+		}
+		caption = styleMuted.Render(note)
 	}
 	return out, caption
 }
@@ -243,6 +254,16 @@ func pastRates(r monitor.Report, format string, of func(monitor.Rate) float64) s
 		return one
 	}
 	return one + fmt.Sprintf(", "+format+" in its last %s", of(r.Rate10m), fmtWindow(r.Rate10m.Window))
+}
+
+// windowLabel names a rate's window: full ("1m") once the run is older
+// than it (or with no rate yet), "its first 12s" while it is younger, so a young run's rate is
+// never read as a minute's.
+func windowLabel(w, full time.Duration) string {
+	if w <= 0 || w >= full { // 0: no rate known yet
+		return fmtWindow(full)
+	}
+	return "its first " + fmtWindow(w)
 }
 
 // fmtWindow is a rate's window, short: 1m, 10m, 45s, 2m30s.

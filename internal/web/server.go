@@ -195,15 +195,16 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		}
 		window = d
 	}
-	hb, ok, err := s.o.Store.LastHeartbeat(r.Context())
+	hbs, err := s.o.Store.Heartbeats(r.Context())
 	if err != nil {
 		s.fail(w, "history", err)
 		return
 	}
+	span, ok := monitor.SpanOf(hbs)
 	now := s.o.Now()
-	a := monitor.JobAxis(hb, ok, now, window)
+	a := monitor.JobAxis(span, ok, now, window)
 	if a.Window() > maxHistory {
-		a = monitor.JobAxis(hb, ok, now, maxHistory)
+		a = monitor.JobAxis(span, ok, now, maxHistory)
 	}
 	h, err := monitor.ReadHistory(r.Context(), s.o.Store, a, now)
 	if err != nil {
