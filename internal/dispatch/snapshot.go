@@ -45,11 +45,15 @@ type EndpointStats struct {
 	// TokensTotal sums the counts passed to onDelta (llm.Client passes 1 per
 	// chunk carrying content, reasoning or a tool-call delta).
 	TokensTotal int64 `json:"tokens_total"`
-	// CompletionTokens sums the usage of every answer received: the one
-	// count of tokens the views chart and rate (chunks undercount it when
-	// a server puts several tokens in one).
+	// CompletionTokens sums the usage of every answer received (chunks
+	// undercount it when a server puts several tokens in one).
 	CompletionTokens int64 `json:"completion_tokens"`
-	Requests         int64 `json:"requests"`
+	// StreamedTokens counts tokens as they stream (chunks at the
+	// endpoint's learnt tokens per chunk), each answer topped up to its
+	// usage when it completes; a failed request keeps what it streamed
+	// (the server decoded it). The views' rates and charts use it.
+	StreamedTokens int64 `json:"streamed_tokens"`
+	Requests       int64 `json:"requests"`
 	// Errors counts failed requests by llm.Class name ("retryable",
 	// "server-down", "bad-request", "malformed"); cancellations by Pause or
 	// drain are not errors.

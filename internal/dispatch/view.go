@@ -75,6 +75,7 @@ func (d *Dispatcher) endpointStatsLocked(e *endpoint, now time.Time) EndpointSta
 		BreakerOpenUntil: e.openUntil,
 		TokensTotal:      e.tokens.Load(),
 		CompletionTokens: e.completion.Load(),
+		StreamedTokens:   e.streamed.Load(),
 		Requests:         e.requests,
 		LastServerDown:   e.lastDown,
 		AutoLimit:        e.autoLimitLocked(),

@@ -38,7 +38,7 @@ func tallyOf(s dispatch.Snapshot) tally {
 		for _, n := range e.Errors {
 			errs += n
 		}
-		t.endpoints[e.URL] = epTally{tokens: e.CompletionTokens, requests: e.Requests, errors: errs}
+		t.endpoints[e.URL] = epTally{tokens: e.StreamedTokens, requests: e.Requests, errors: errs}
 	}
 	return t
 }

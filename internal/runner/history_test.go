@@ -12,14 +12,16 @@ import (
 
 // TestHistoryRowsPerMinute: in a run older than an hour each minute's
 // rows hold what happened within it; the current minute is rewritten as
-// it grows. Tokens are the answers' completion tokens, not chunks.
+// it grows. Tokens are those streamed (dispatch StreamedTokens: counted as
+// they arrive, each answer topped up to its usage), neither raw chunks nor
+// only the finished answers' usage.
 func TestHistoryRowsPerMinute(t *testing.T) {
 	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 	h := &history{worker: "w", started: t0.Add(-2 * time.Hour)}
 	snap := func(done, tokens, requests int64, errs map[string]int64, inFlight int) dispatch.Snapshot {
 		// Rejects finish samples too; answers that led to a next turn do not.
 		return dispatch.Snapshot{Counters: dispatch.Counters{Done: done, DeadLettered: 1, Rejected: done / 2, Turns: 3 * done},
-			Endpoints: []dispatch.EndpointStats{{URL: "http://a", TokensTotal: 7 * tokens, CompletionTokens: tokens, Requests: requests, Errors: errs, InFlight: inFlight}}}
+			Endpoints: []dispatch.EndpointStats{{URL: "http://a", TokensTotal: 7 * tokens, CompletionTokens: tokens / 2, StreamedTokens: tokens, Requests: requests, Errors: errs, InFlight: inFlight}}}
 	}
 	load := func(string) (float64, float64, float64) { return 0.5, 2, 8 }
 	row := func(min int, endpoint string, samples int, tokens, requests, errs int64, inFlight int) store.Minute {
@@ -60,7 +62,7 @@ func TestHistoryRowsFineSlots(t *testing.T) {
 	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 	h := &history{worker: "w", started: t0}
 	snap := func(tokens int64) dispatch.Snapshot {
-		return dispatch.Snapshot{Endpoints: []dispatch.EndpointStats{{URL: "http://a", CompletionTokens: tokens}}}
+		return dispatch.Snapshot{Endpoints: []dispatch.EndpointStats{{URL: "http://a", StreamedTokens: tokens}}}
 	}
 	load := func(string) (float64, float64, float64) { return -1, -1, -1 }
 	for _, s := range []struct {
