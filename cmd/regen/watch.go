@@ -68,7 +68,7 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 	}
 	st, err := openWaiting(ctx, spec, func() (store.Store, error) { return openExisting(ctx, spec, "it was never run") })
 	if errors.Is(err, store.ErrNoStore) {
-		return &exitError{code: 2, err: err}
+		st, err = waitForRunner(ctx, spec, path, os.Stderr, err, 500*time.Millisecond)
 	}
 	if err != nil {
 		return err
@@ -96,6 +96,33 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 		every = 10 * time.Second
 	}
 	return printStatusEvery(ctx, out, spec.Name, report, every)
+}
+
+// waitForRunner waits, polling every gap, for the first `regen run` of a
+// job that has none yet (noStore says so) to create its store, and says
+// that it waits: watch started before run is not an error. Interrupted, it
+// exits 2 with noStore, as status does.
+func waitForRunner(ctx context.Context, spec *job.Spec, path string, msgs io.Writer, noStore error, gap time.Duration) (store.Store, error) {
+	fmt.Fprintf(msgs, "regen: %v\nregen: waiting for a runner to start it (`regen run %s`); Ctrl-C to stop\n", noStore, path)
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, &exitError{code: 2, err: noStore}
+		case <-time.After(gap):
+		}
+		st, err := openExisting(ctx, spec, "it was never run")
+		switch {
+		case err == nil:
+			fmt.Fprintf(msgs, "regen: job %s has a store now; watching\n", spec.Name)
+			return st, nil
+		case errors.Is(err, store.ErrNoStore):
+		case failures < 10: // a store being created may not open at once
+			failures++
+		default:
+			return nil, err
+		}
+	}
 }
 
 // watchSnapshots reads what the full-screen view draws: the report, the
