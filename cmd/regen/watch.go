@@ -75,12 +75,18 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 	}
 	defer st.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("job", spec.Name)
+	var dashboard string
 	if o.web.addr != "" {
-		stop, err := startDashboard(spec, st, o.web, nil, os.Stderr, log)
+		o.web.servedBy, o.web.jobFile = "watch", path
+		stop, url, err := startDashboard(spec, st, o.web, nil, os.Stderr, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		// The full-screen view hides what was printed before it: it shows
+		// the address itself, and it is printed again when the view ends.
+		dashboard = url + " (metrics at /metrics)"
+		defer fmt.Fprintf(os.Stderr, "regen: the dashboard at %s ended with this watch\n", url)
 	}
 	report := reportFunc(spec, st)
 	f, isFile := out.(*os.File)
@@ -89,7 +95,7 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 		if every <= 0 {
 			every = 500 * time.Millisecond
 		}
-		return ui.RunWatch(ctx, in, out, every, watchSnapshots(spec, st, report))
+		return ui.RunWatch(ctx, in, out, every, watchSnapshots(spec, st, report, dashboard))
 	}
 	every := o.every
 	if every <= 0 {
@@ -127,7 +133,7 @@ func waitForRunner(ctx context.Context, spec *job.Spec, path string, msgs io.Wri
 
 // watchSnapshots reads what the full-screen view draws: the report, the
 // history on the job's axis and the newest events.
-func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context) (monitor.Report, error)) func(context.Context) (ui.WatchSnapshot, error) {
+func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context) (monitor.Report, error), dashboard string) func(context.Context) (ui.WatchSnapshot, error) {
 	return func(ctx context.Context) (ui.WatchSnapshot, error) {
 		r, err := report(ctx)
 		if err != nil {
@@ -152,7 +158,7 @@ func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context)
 		for _, e := range evs {
 			events = append(events, monitor.EventOf(e))
 		}
-		return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events}, nil
+		return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events, Dashboard: dashboard}, nil
 	}
 }
 

@@ -50,3 +50,14 @@ func TestViewsNameTheEarlierRun(t *testing.T) {
 		t.Errorf("watch lacks %q:\n%s", want, screen)
 	}
 }
+
+// TestWatchShowsDashboardAddress (issue 30 item 4): `regen watch --web`
+// shows where its dashboard is inside the full-screen view, which hides
+// what was printed before it.
+func TestWatchShowsDashboardAddress(t *testing.T) {
+	s := WatchSnapshot{Job: "demo", Now: time.Now(), Report: monitor.Report{State: monitor.Running}, Dashboard: "http://127.0.0.1:8080/ (metrics at /metrics)"}
+	screen := ansi.Strip(RenderWatch(s, PaneProgress, 120, 40))
+	if !strings.Contains(screen, "dashboard at http://127.0.0.1:8080/ (metrics at /metrics)") {
+		t.Errorf("watch view lacks the dashboard's address:\n%s", screen)
+	}
+}

@@ -62,6 +62,9 @@ func headLines(s WatchSnapshot, width int) []string {
 	} else {
 		out = append(wrap(head, width, 2), wrap(styleMuted.Render(" "+hb), width, 3)...)
 	}
+	if s.Dashboard != "" {
+		out = append(out, wrap(styleMuted.Render("  dashboard at "+s.Dashboard), width, 4)...)
+	}
 	for _, e := range r.Evidence {
 		out = append(out, wrap("  ! "+e, width, 4)...)
 	}

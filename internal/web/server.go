@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -46,6 +47,11 @@ type Options struct {
 	// JobDir is the job file's folder: source origins are served relative
 	// to it (job.RelTo), also those stored absolute by older versions.
 	JobDir string
+	// ServedBy is the command serving the page, "run" or "watch": a page
+	// served by `regen run` ends with that run, and says so. JobFile is the
+	// job file as the user named it, for the command the page suggests.
+	ServedBy string
+	JobFile  string
 }
 
 // Server is the dashboard's handler set.
@@ -97,6 +103,7 @@ func New(o Options) (*Server, error) {
 	mux.HandleFunc("GET /api/samples/{id...}", s.sample)
 	mux.HandleFunc("GET /api/ingest-errors", s.ingestErrors)
 	mux.HandleFunc("GET /api/stream", s.stream)
+	mux.HandleFunc("GET /api/server", s.server)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Metrics.Registry(), promhttp.HandlerOpts{}))
 
 	var h http.Handler = mux
@@ -179,6 +186,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, rep)
+}
+
+// server says who serves the page: the command and its process, so a
+// page left open knows what it lost when the connection goes.
+func (s *Server) server(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, struct {
+		ServedBy string `json:"served_by"`
+		PID      int    `json:"pid"`
+		JobFile  string `json:"job_file"`
+	}{s.o.ServedBy, os.Getpid(), s.o.JobFile})
 }
 
 // history serves the job's series. Without window= (or with
