@@ -38,6 +38,10 @@ type endpoint struct {
 	holdUntil time.Time
 	pressN    int
 	fixedCap  int
+	// holdSince and holdReason are the last hold's start and the answer
+	// that began it, for the views.
+	holdSince  time.Time
+	holdReason string
 
 	// Breaker: closed when openUntil is zero; open until openUntil; after
 	// that half-open, letting one probe request through.

@@ -63,6 +63,13 @@ type EndpointStats struct {
 	// HeldUntil: the server asked for less load (429, or 503 with
 	// Retry-After) and gets no new request before this; zero when not held.
 	HeldUntil time.Time `json:"held_until,omitzero"`
+	// HoldSince and HoldReason are the last hold's start and the answer
+	// that began it, and FixedCap the cap it put on the fixed lanes'
+	// requests here (it grows back by one per answer; 0 = none): set while
+	// held or capped.
+	HoldSince  time.Time `json:"hold_since,omitzero"`
+	HoldReason string    `json:"hold_reason,omitempty"`
+	FixedCap   int       `json:"fixed_cap,omitempty"`
 
 	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
 	// KVTokensSource where it came from: CapacityServer or CapacityJob.

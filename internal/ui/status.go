@@ -129,6 +129,9 @@ func writeEndpoints(b *strings.Builder, r monitor.Report) {
 		if e.LimitReason != "" {
 			fmt.Fprintf(b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
 		}
+		if e.Hold != nil {
+			fmt.Fprintf(b, "    %s\n", e.Hold.Text())
+		}
 	}
 }
 

@@ -358,6 +358,11 @@ func endpointLine(r monitor.Report, e monitor.EndpointStatus, width int) []strin
 		if e.Restarts > 0 {
 			parts = append(parts, fmt.Sprintf("restarts %d", e.Restarts))
 		}
+		if h := e.Hold; h != nil && !h.Until.IsZero() {
+			parts = append(parts, styleBad.Render("HELD until "+h.Until.UTC().Format("15:04:05")+" (server backpressure)"))
+		} else if h != nil && h.FixedCap > 0 {
+			parts = append(parts, styleBad.Render(fmt.Sprintf("capped at %d (server backpressure)", h.FixedCap)))
+		}
 		if e.Cause != "" {
 			parts = append(parts, "("+e.Cause+")")
 		}
@@ -384,6 +389,9 @@ func endpointDetail(s WatchSnapshot, e monitor.EndpointStatus, width int) []stri
 	}
 	for _, ev := range e.Evidence {
 		out = append(out, wrap("    "+ev, width, 6)...)
+	}
+	if e.Hold != nil {
+		out = append(out, wrap(styleBad.Render("    "+e.Hold.Text()), width, 6)...)
 	}
 	if e.LimitReason != "" {
 		out = append(out, wrap("    limit "+strconv.Itoa(e.Limit)+laneLimits(e)+": "+e.LimitReason, width, 6)...)
