@@ -70,6 +70,10 @@ type EndpointStats struct {
 	HoldSince  time.Time `json:"hold_since,omitzero"`
 	HoldReason string    `json:"hold_reason,omitempty"`
 	FixedCap   int       `json:"fixed_cap,omitempty"`
+	// Replays counts requests its client sent again on a fresh connection
+	// because the server closed the kept-alive one first (llm.Client's
+	// Replays; a keep-alive race, never an error).
+	Replays int64 `json:"replays,omitempty"`
 
 	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
 	// KVTokensSource where it came from: CapacityServer or CapacityJob.

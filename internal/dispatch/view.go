@@ -83,6 +83,9 @@ func (d *Dispatcher) endpointStatsLocked(e *endpoint, now time.Time) EndpointSta
 	if now.Before(e.holdUntil) {
 		es.HeldUntil = e.holdUntil
 	}
+	if r, ok := e.client.(interface{ Replays() int64 }); ok {
+		es.Replays = r.Replays()
+	}
 	if now.Before(e.holdUntil) || e.fixedCap > 0 {
 		es.HoldSince, es.HoldReason, es.FixedCap = e.holdSince, e.holdReason, e.fixedCap
 	}

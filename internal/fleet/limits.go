@@ -111,6 +111,7 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 	if st.LimitReason == "" && len(fixed) > 0 {
 		st.LimitReason = "fixed by the job file (" + strings.Join(fixed, ", ") + "; shared by all endpoints)"
 	}
+	st.Replays = e.Replays
 	st.Hold = nil
 	if !e.HoldSince.IsZero() {
 		st.Hold = &monitor.Hold{Since: e.HoldSince, Until: e.HeldUntil, Reason: e.HoldReason, FixedCap: e.FixedCap}

@@ -83,6 +83,10 @@ type EndpointStatus struct {
 	// 503 with Retry-After) and regen holds new requests, or still caps
 	// the fixed lanes' requests after it; nil otherwise.
 	Hold *Hold `json:"hold"`
+	// Replays counts requests sent again on a fresh connection because the
+	// server closed the kept-alive one before answering (llama-server does
+	// after every streamed answer); they cost no attempt and are no error.
+	Replays int64 `json:"replays"`
 }
 
 // Hold is backpressure from a server: no new request before Until (zero

@@ -41,3 +41,13 @@ func TestHoldShown(t *testing.T) {
 		t.Errorf("watch's endpoint line lacks the cap:\n%s", screen)
 	}
 }
+
+// TestReplaysShown (issue 30 item 8): keep-alive replays are printed on
+// the endpoint's status line.
+func TestReplaysShown(t *testing.T) {
+	r := monitor.Report{State: monitor.Running, Heartbeat: &monitor.HeartbeatInfo{PID: 7},
+		Endpoints: []monitor.EndpointStatus{{URL: "http://127.0.0.1:8080", State: monitor.Ready, Replays: 41}}}
+	if text := StatusText("demo", r); !strings.Contains(text, "http://127.0.0.1:8080 READY, in flight 0, 41 keep-alive replays") {
+		t.Errorf("status lacks the replays:\n%s", text)
+	}
+}

@@ -116,6 +116,9 @@ func writeEndpoints(b *strings.Builder, r monitor.Report) {
 		if e.Restarts > 0 {
 			fmt.Fprintf(b, ", %d restarts", e.Restarts)
 		}
+		if e.Replays > 0 {
+			fmt.Fprintf(b, ", %d keep-alive replays", e.Replays)
+		}
 		if e.Cause != "" {
 			fmt.Fprintf(b, ", cause: %s", e.Cause)
 		}

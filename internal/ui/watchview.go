@@ -396,6 +396,9 @@ func endpointDetail(s WatchSnapshot, e monitor.EndpointStatus, width int) []stri
 	if e.LimitReason != "" {
 		out = append(out, wrap("    limit "+strconv.Itoa(e.Limit)+laneLimits(e)+": "+e.LimitReason, width, 6)...)
 	}
+	if e.Replays > 0 {
+		out = append(out, wrap(fmt.Sprintf("    %d requests sent again after the server closed a kept-alive connection (keep-alive replays; no attempt spent)", e.Replays), width, 6)...)
+	}
 	if e.KVTokens > 0 {
 		out = append(out, fmt.Sprintf("    KV pool %d tokens (%s)", e.KVTokens, e.KVTokensSource))
 	}
