@@ -96,6 +96,26 @@ func TestE2EDashboardViews(t *testing.T) {
 	run(p, "history", chromedp.Poll[bool](`!!document.body.dataset.statusAt && !!document.body.dataset.historyAt`, chromedp.WithPollingInterval(100*time.Millisecond)))
 	checkNoOpPage(t, p, rep)
 	p.screenshot("noop-rerun")
+	checkHoldOnPage(t, p)
+}
+
+// checkHoldOnPage: an endpoint's backpressure hold and keep-alive replays
+// (issue 30 item 8) are in its row's cause, drawn from a status document
+// that has them.
+func checkHoldOnPage(t *testing.T, p page) {
+	t.Helper()
+	cause := run(p, "held endpoint", chromedp.Evaluate[string](`(() => {
+		const x = new XMLHttpRequest(); x.open("GET", "/api/status", false); x.send();
+		const doc = JSON.parse(x.responseText);
+		doc.runner_exited = false; doc.runner_died = false;
+		doc.endpoints = [{url: "http://127.0.0.1:1", state: "READY", in_flight: 1, limit: 8, replays: 3, evidence: [], lanes: [],
+			hold: {since: "2026-12-06T01:02:03Z", until: "2026-12-06T01:02:05Z", reason: "backpressure (HTTP 429): Too Many Requests (Retry-After 2s)", fixed_cap: 1}}];
+		applyStatus(doc);
+		return document.querySelector("#endpoints tbody tr").cells[10].textContent; })()`))
+	want := "held by the server since 01:02:03 until 01:02:05 UTC: backpressure (HTTP 429): Too Many Requests (Retry-After 2s); fixed lanes capped at 1 requests, one more per answer; 3 keep-alive replays"
+	if cause != want {
+		t.Errorf("held endpoint's cause cell = %q, want %q", cause, want)
+	}
 }
 
 // checkRunPageEnded: the page of a `regen run --web` that ended says so.

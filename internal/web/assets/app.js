@@ -272,7 +272,8 @@ function showEndpoints(doc, gone) {
     };
     const inFlight = gone ? `${e.in_flight} when it ${gone}` : e.in_flight;
     return row([e.url, s, fmtTime(e.since), inFlight, e.limit || "-", aged(g(l && l.kv_usage, true)), aged(g(l && l.queued)), aged(g(l && l.running)),
-      pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
+      pool, e.restarts || 0, [e.cause, ...(e.evidence || []), holdText(e.hold), e.replays ? `${e.replays} keep-alive replays` : ""].filter(Boolean).join("; "),
+      e.limit_reason || ""]);
   }));
 }
 
@@ -280,6 +281,14 @@ function showEndpoints(doc, gone) {
 // served by `regen run` ends with that run.
 let lastStatus = null;
 let server = { served_by: "" };
+
+// holdText is a server's backpressure hold as status prints it (UTC).
+function holdText(h) {
+  if (!h) return "";
+  const cap = h.fixed_cap ? `; fixed lanes capped at ${h.fixed_cap} requests, one more per answer` : "";
+  return h.until ? `held by the server since ${fmtTime(h.since)} until ${fmtTime(h.until)} UTC: ${h.reason}${cap}`
+    : `after the server's backpressure at ${fmtTime(h.since)} UTC (${h.reason})${cap}`;
+}
 
 function startStream() {
   getJSON("/api/server").then((s) => { server = s; }).catch(() => {});
