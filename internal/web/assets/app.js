@@ -136,7 +136,10 @@ function applyStatus(doc) {
   $("ingest-errors").textContent = doc.ingest_errors || 0;
   setRate($("rate-tokens"), doc, gone, (r) => fmtNum(r && r.tokens_per_sec, 1));
   setRate($("rate-samples"), doc, gone, (r) => fmtNum(r && r.samples_per_sec, 2));
-  for (const k of ["tokens", "samples"]) $("rate-" + k + "-label").textContent = (k === "tokens" ? "tok/s" : "samples/s") + ` (${windowLabel(doc.rate_1m)})`;
+  // With no live runner, or an idle one, the tile is "0 now" and names the
+  // past rate's window itself.
+  const win = gone || earlierRun(doc) ? "now" : windowLabel(doc.rate_1m);
+  for (const k of ["tokens", "samples"]) $("rate-" + k + "-label").textContent = (k === "tokens" ? "tok/s" : "samples/s") + ` (${win})`;
   lastStatus = doc;
   showChartNote();
   // Rejected samples per quality rule, most first, each a link to them.
