@@ -165,6 +165,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s, store %s, log %s%s\n", spec.Name, spec.Rel(st.Info().Location), spec.Rel(spec.LogPath()), relNote(spec))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
+		o.web.servedBy, o.web.jobFile = "run", path
 		stop, m, err := runDashboard(ctx, spec, o.web, log)
 		if err != nil {
 			return err
@@ -256,7 +257,7 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 		return nil, nil, fmt.Errorf("dashboard: %w", err)
 	}
 	m = monitor.NewMetrics(reportFunc(spec, st))
-	stopWeb, err := startDashboard(spec, st, o, m, os.Stdout, log)
+	stopWeb, _, err := startDashboard(spec, st, o, m, os.Stdout, log)
 	if err != nil {
 		st.Close()
 		return nil, nil, err

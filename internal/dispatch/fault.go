@@ -239,6 +239,10 @@ func (d *Dispatcher) backpressureLocked(cl *call, fixed int, reqErr error, now t
 	e.pressN++
 	hold := pressureHold(e.pressN, ra, d.cfg.BreakerCooldown, d.cfg.MaxDelay)
 	e.holdUntil = now.Add(hold)
+	e.holdSince, e.holdReason = now, reqErr.Error()
+	if ra > 0 {
+		e.holdReason += fmt.Sprintf(" (Retry-After %s)", ra)
+	}
 	args := []any{"endpoint", e.url, "retry_after", ra, "hold", hold, "in_flight", e.inflight + 1, "err", reqErr}
 	if cl.lane.auto == nil {
 		e.fixedCap = pressureCap(e.fixedCap, fixed)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/quality"
 	"github.com/regen-dev/regen/internal/store"
@@ -285,7 +286,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		reason += " (the fault follows this sample: " + v.fault + ")"
 	}
 	if c.Turn > 0 {
-		reason = fmt.Sprintf("turn %d: %s", c.Turn, reason)
+		reason = fmt.Sprintf("turn %d: %s", conversation.Ordinal(c.Turn), reason)
 	}
 	return l, "dead-letter", commit(store.Transition{Op: store.OpDead, Reason: reason})
 }

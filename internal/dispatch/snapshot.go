@@ -45,11 +45,15 @@ type EndpointStats struct {
 	// TokensTotal sums the counts passed to onDelta (llm.Client passes 1 per
 	// chunk carrying content, reasoning or a tool-call delta).
 	TokensTotal int64 `json:"tokens_total"`
-	// CompletionTokens sums the usage of every answer received: the one
-	// count of tokens the views chart and rate (chunks undercount it when
-	// a server puts several tokens in one).
+	// CompletionTokens sums the usage of every answer received (chunks
+	// undercount it when a server puts several tokens in one).
 	CompletionTokens int64 `json:"completion_tokens"`
-	Requests         int64 `json:"requests"`
+	// StreamedTokens counts tokens as they stream (chunks at the
+	// endpoint's learnt tokens per chunk), each answer topped up to its
+	// usage when it completes; a failed request keeps what it streamed
+	// (the server decoded it). The views' rates and charts use it.
+	StreamedTokens int64 `json:"streamed_tokens"`
+	Requests       int64 `json:"requests"`
 	// Errors counts failed requests by llm.Class name ("retryable",
 	// "server-down", "bad-request", "malformed"); cancellations by Pause or
 	// drain are not errors.
@@ -59,6 +63,17 @@ type EndpointStats struct {
 	// HeldUntil: the server asked for less load (429, or 503 with
 	// Retry-After) and gets no new request before this; zero when not held.
 	HeldUntil time.Time `json:"held_until,omitzero"`
+	// HoldSince and HoldReason are the last hold's start and the answer
+	// that began it, and FixedCap the cap it put on the fixed lanes'
+	// requests here (it grows back by one per answer; 0 = none): set while
+	// held or capped.
+	HoldSince  time.Time `json:"hold_since,omitzero"`
+	HoldReason string    `json:"hold_reason,omitempty"`
+	FixedCap   int       `json:"fixed_cap,omitempty"`
+	// Replays counts requests its client sent again on a fresh connection
+	// because the server closed the kept-alive one first (llm.Client's
+	// Replays; a keep-alive race, never an error).
+	Replays int64 `json:"replays,omitempty"`
 
 	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
 	// KVTokensSource where it came from: CapacityServer or CapacityJob.

@@ -59,6 +59,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))
+		e.streamChunks(cl, n)
 		if onChunk != nil {
 			onChunk(n)
 		}
@@ -68,6 +69,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 	} else {
 		d.guard.accepted()
 		e.completion.Add(int64(res.Usage.CompletionTokens))
+		e.streamDone(cl, res.Usage.CompletionTokens)
 	}
 	cl.cancel(nil)
 	d.observe(l.cfg.Name, e.url, start, res, err, cause)

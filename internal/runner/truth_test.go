@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -55,6 +56,12 @@ func TestRerunFinishedJob(t *testing.T) {
 	}
 	if rep.ETA != 0 || rep.ETANote != "done" {
 		t.Errorf("status after the re-run: eta %s %q, want none: done", rep.ETA, rep.ETANote)
+	}
+	// Its rates are the first run's, said so (issue 30 item 3): not the
+	// first run's rows over the re-run's fraction of a second.
+	if rr := rep.RatesRun; rr == nil || !rr.Earlier || rr.IdlePID != os.Getpid() ||
+		rep.Rate1m.Tokens <= 0 || rep.Rate1m.Window != max(rr.Ended.Sub(rr.Started), time.Second) { // a second at least
+		t.Errorf("status after the re-run: rates_run %+v, rate_1m %+v; want the first run's tokens over its own span", rr, rep.Rate1m)
 	}
 }
 

@@ -76,7 +76,7 @@ func (tr Transition) describe() string {
 		}
 		return "complete " + tr.ID
 	case OpTurn:
-		return fmt.Sprintf("complete turn %d of %s", tr.Result.Turn, tr.ID)
+		return fmt.Sprintf("complete turn %d of %s", tr.Result.Turn+1, tr.ID) // 1-based for people, as conversation.Ordinal
 	case OpRetry:
 		return "retry " + tr.ID
 	case OpDead:

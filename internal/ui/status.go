@@ -59,6 +59,9 @@ func StatusText(job string, r monitor.Report) string {
 			r.Rate1m.TokensPerSec, r.Rate1m.SamplesPerSec, r.Rate1m.Window.Round(time.Second),
 			r.Rate10m.TokensPerSec, r.Rate10m.SamplesPerSec, r.Rate10m.Window.Round(time.Second))
 	}
+	if n := spanNote(r); n != "" {
+		fmt.Fprintf(&b, "%s\n", n)
+	}
 	switch {
 	case r.ETA > 0:
 		fmt.Fprintf(&b, "eta: %s\n", r.ETA.Round(time.Second))
@@ -109,6 +112,9 @@ func writeEndpoints(b *strings.Builder, r monitor.Report) {
 		if e.Restarts > 0 {
 			fmt.Fprintf(b, ", %d restarts", e.Restarts)
 		}
+		if e.Replays > 0 {
+			fmt.Fprintf(b, ", %d keep-alive replays", e.Replays)
+		}
 		if e.Cause != "" {
 			fmt.Fprintf(b, ", cause: %s", e.Cause)
 		}
@@ -121,6 +127,9 @@ func writeEndpoints(b *strings.Builder, r monitor.Report) {
 		}
 		if e.LimitReason != "" {
 			fmt.Fprintf(b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
+		}
+		if e.Hold != nil {
+			fmt.Fprintf(b, "    %s\n", e.Hold.Text())
 		}
 	}
 }
@@ -137,6 +146,39 @@ func inFlightCell(r monitor.Report, n int) string {
 
 // noLiveRunner reports whether the job's leases are held by a runner that
 // is gone (it died, or exited without releasing them).
+// spanNote says whose figures the rates and charts are when the newest
+// run did no work; "" when they are its own.
+func spanNote(r monitor.Report) string {
+	sp := r.RatesRun
+	if sp == nil || !sp.Earlier {
+		return ""
+	}
+	return fmt.Sprintf("rates and charts: %s (%s)", runName(*sp), idleRun(r))
+}
+
+// runName names an earlier run the rates are over: "the last run that
+// did work, pid 16204, 00:43:04 to 00:43:26 UTC".
+func runName(sp monitor.RunSpan) string {
+	pids := make([]string, len(sp.PIDs))
+	for i, p := range sp.PIDs {
+		pids[i] = strconv.Itoa(p)
+	}
+	return fmt.Sprintf("the last run that did work, pid %s, %s to %s UTC", strings.Join(pids, ", "),
+		sp.Started.UTC().Format("15:04:05"), sp.Ended.UTC().Format("15:04:05"))
+}
+
+// idleRun says that the newest run did nothing, or has done nothing yet.
+func idleRun(r monitor.Report) string {
+	pid := 0
+	if r.RatesRun != nil {
+		pid = r.RatesRun.IdlePID
+	}
+	if noLiveRunner(r) {
+		return fmt.Sprintf("the newest run, pid %d, sent nothing", pid)
+	}
+	return fmt.Sprintf("the newest run, pid %d, has sent nothing yet", pid)
+}
+
 func noLiveRunner(r monitor.Report) bool {
 	return r.Heartbeat != nil && (r.RunnerDied || r.RunnerExited)
 }

@@ -325,5 +325,5 @@ func outcomeErr(outs []outcome) error {
 	if outs[0].ok {
 		return nil
 	}
-	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, outs[0].turn)
+	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, outs[0].turn+1) // 1-based for people, as conversation.Ordinal
 }

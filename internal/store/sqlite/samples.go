@@ -475,7 +475,7 @@ func (s *Store) heldAt(ctx context.Context, tx *sql.Tx, res sql.Result, err erro
 	case serr != nil:
 		return serr
 	}
-	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, turn)
+	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, turn+1) // 1-based for people, as conversation.Ordinal
 }
 
 // held turns an UPDATE guarded by the lease into ErrNotLeased when it
