@@ -14,6 +14,11 @@ import (
 type Server struct {
 	Engine  string // the engine kind (sglang, vllm, llamacpp, sim)
 	Version string // as the server reports it; "" when it did not say
+	// TokenIDFields are the request fields that ask this engine for token
+	// ids (engine.Dialect.TokenIDFields), when the job exports them: they
+	// follow the engine the server turned out to be, not the one assumed
+	// before it answered.
+	TokenIDFields []string
 }
 
 // SetServer records what the server at url reports itself to be, for the

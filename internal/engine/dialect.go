@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -297,4 +298,37 @@ func SimAs(mode string) (Dialect, error) {
 	}
 	d.Name, d.Command, d.ModelFlag, d.Flags, d.ReadyLine = s.Name, nil, s.ModelFlag, nil, ""
 	return d, nil
+}
+
+// TokenIDWarnings lists, for a job that exports token ids
+// (output.token_ids), each engine it names that cannot return them on a
+// streamed chat completion, at the field that names it. An endpoint left
+// for detection is judged when its server answers (fleet), not here.
+func TokenIDWarnings(s *job.Spec) []*job.FieldError {
+	if !s.Output.TokenIDs {
+		return nil
+	}
+	var out []*job.FieldError
+	warn := func(field string, d Dialect) {
+		if d.TokenIDFields == nil {
+			out = append(out, s.FieldErrorf(field, "warning: %s cannot return token ids on streamed chat completions; with output.token_ids its records export token_ids: unavailable (sglang and vllm return them)", d.Name))
+		}
+	}
+	for i, e := range s.Endpoints {
+		if d, err := Lookup(e.Engine); e.Engine != "" && err == nil {
+			warn(fmt.Sprintf("endpoints[%d].engine", i), d)
+		}
+	}
+	if srv := s.Server; srv != nil {
+		d, err := Lookup(srv.Engine)
+		if srv.Engine == Sim {
+			mode, _ := srv.Sim["engine"].(string)
+			d, err = SimAs(mode)
+			d.Name = cmp.Or(mode, Sim)
+		}
+		if err == nil {
+			warn("server.engine", d)
+		}
+	}
+	return out
 }

@@ -110,17 +110,35 @@ func (f *Fleet) engineDetected(url, evidence string) {
 	f.note("regen: " + url + ": " + evidence)
 }
 
-// tokenIDFields are the request fields that ask url's engine for token ids
-// when the job exports them; an engine that cannot give them is told once.
+// TokenIDFields are the request fields that ask url's engine, as known
+// now (named by the job or detected), for token ids when the job exports
+// them; nil when it exports none or the engine cannot give them.
 func (f *Fleet) TokenIDFields(url string) []string {
 	if !f.cfg.Spec.Output.TokenIDs {
 		return nil
 	}
 	d, _ := f.Engine(url)
-	if d.TokenIDFields == nil {
-		f.note(fmt.Sprintf("regen: %s (%s) cannot return token ids on streamed chat completions; its records export token_ids: unavailable", url, d.Name))
-	}
 	return d.TokenIDFields
+}
+
+// tellNoTokenIDs says once per endpoint, when it is first identified, that
+// its engine cannot return the token ids the job exports: at the start of
+// the run, not when the export finds every record without them.
+func (f *Fleet) tellNoTokenIDs(url string, d engine.Dialect) {
+	if !f.cfg.Spec.Output.TokenIDs || d.TokenIDFields != nil {
+		return
+	}
+	f.mu.Lock()
+	told := f.toldNoIDs[url]
+	f.toldNoIDs[url] = true
+	f.mu.Unlock()
+	if told {
+		return
+	}
+	msg := fmt.Sprintf("%s cannot return token ids on streamed chat completions; the records of %s export token_ids: unavailable (output.token_ids in %s)",
+		d.Name, url, filepath.Base(f.cfg.Spec.Path))
+	f.log.Warn("no token ids", "endpoint", url, "engine", d.Name)
+	f.note("regen: " + url + ": " + msg)
 }
 
 // checkModel asks a server that just became ready what it is (its
@@ -239,5 +257,6 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v})
+	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url)})
+	f.tellNoTokenIDs(url, d)
 }
