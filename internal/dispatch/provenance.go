@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
@@ -19,6 +20,9 @@ type Server struct {
 	// follow the engine the server turned out to be, not the one assumed
 	// before it answered.
 	TokenIDFields []string
+	// Tokenizer is the engine's tokenizer route, for the context check
+	// of a prompt near the limit (tooLong); zero when it has none.
+	Tokenizer engine.Tokenizer
 }
 
 // SetServer records what the server at url reports itself to be, for the

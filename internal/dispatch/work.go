@@ -16,7 +16,7 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
-	if why := d.tooLong(c, t); why != "" {
+	if why := d.tooLong(reqCtx, e, c, t); why != "" {
 		cl.cancel(nil)
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
 		return

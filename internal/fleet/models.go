@@ -153,6 +153,7 @@ func (f *Fleet) tellNoTokenIDs(url string, d engine.Dialect) {
 func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 	d, key := f.Engine(url)
 	f.identify(ctx, url, d)
+	f.readCapacity(ctx, url, d)
 	served, err := servedModels(ctx, url, key)
 	if err != nil || len(served) == 0 {
 		f.log.Info("model check skipped", "endpoint", url, "err", err)
@@ -257,6 +258,26 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url)})
+	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer})
 	f.tellNoTokenIDs(url, d)
+}
+
+// readCapacity reads the server's pool and context as it becomes ready,
+// before the dispatcher resumes it: the first load probe may come a probe
+// interval later (or never succeed, on a server without /metrics), and a
+// prompt claimed meanwhile would be sent past the context and refused. A
+// server whose /metrics does not answer is read at its capacity routes
+// alone (probe.Capacity).
+func (f *Fleet) readCapacity(ctx context.Context, url string, d engine.Dialect) {
+	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
+	defer cancel()
+	at := time.Now()
+	m, err := probe.Metrics(ctx, nil, url, d)
+	if err != nil {
+		if m = probe.Capacity(ctx, nil, url, d); m.Present == 0 {
+			f.log.Info("capacity unknown at readiness", "endpoint", url, "err", err)
+			return
+		}
+	}
+	f.observe(url, probe.Snapshot{URL: url, Time: at, Metrics: m})
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,13 +80,34 @@ output: {formats: [sharegpt], token_ids: true}
 	}
 }
 
-// recordedSim starts the simulator in mode behind a proxy that keeps the
-// body of every chat request; bodies returns them so far.
+// simRecorder is a proxy in front of the simulator that keeps the body of
+// every chat request and counts the tokenizer requests; routes listed in
+// off answer 501, as llama-server does for /metrics without --metrics.
+type simRecorder struct {
+	URL       string
+	mu        sync.Mutex
+	chats     [][]byte
+	tokenizes int
+}
+
+func (r *simRecorder) bodies() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]byte(nil), r.chats...)
+}
+
+// recordedSim starts the simulator in mode behind a recording proxy;
+// bodies returns the chat request bodies so far.
 func recordedSim(t *testing.T, mode string) (proxyURL string, bodies func() [][]byte) {
+	rec := recordSim(t, map[string]any{"engine": mode, "speed": 50, "output_mean": 60, "load_time": "0s", "warmup_time": "0s"})
+	return rec.URL, rec.bodies
+}
+
+func recordSim(t *testing.T, settings map[string]any, off ...string) *simRecorder {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "m"
-	if err := cfg.Apply(map[string]any{"engine": mode, "speed": 50, "output_mean": 60, "load_time": "0s", "warmup_time": "0s"}); err != nil {
+	if err := cfg.Apply(settings); err != nil {
 		t.Fatal(err)
 	}
 	s, err := sim.New(cfg, io.Discard)
@@ -101,25 +123,30 @@ func recordedSim(t *testing.T, mode string) (proxyURL string, bodies func() [][]
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var kept [][]byte
+	rec := &simRecorder{}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		if slices.Contains(off, r.URL.Path) {
+			http.Error(w, `{"error":{"code":501,"message":"This server does not support metrics endpoint. Start it with `+"`--metrics`"+`","type":"not_supported_error"}}`, http.StatusNotImplemented)
+			return
+		}
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
 			b, _ := io.ReadAll(r.Body)
-			mu.Lock()
-			kept = append(kept, b)
-			mu.Unlock()
+			rec.mu.Lock()
+			rec.chats = append(rec.chats, b)
+			rec.mu.Unlock()
 			r.Body = io.NopCloser(bytes.NewReader(b))
+		case r.URL.Path == "/tokenize":
+			rec.mu.Lock()
+			rec.tokenizes++
+			rec.mu.Unlock()
 		}
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL, func() [][]byte {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([][]byte(nil), kept...)
-	}
+	rec.URL = srv.URL
+	return rec
 }
 
 // exportedRecord is the part of a ShareGPT line the token-id tests read.
