@@ -27,8 +27,9 @@ import (
 // the engine detected from it, and its records name that engine. The
 // simulator in llama.cpp mode (which returns no ids) is sent no SGLang
 // field and its records say "unavailable: llamacpp"; in its SGLang mode it
-// is sent SGLang's fields and its records carry ids. A recording proxy in
-// front of the simulator keeps every chat request body.
+// is sent SGLang's fields and its records carry ids; the dataset card
+// names the engine that served. A recording proxy in front of the
+// simulator keeps every chat request body.
 func TestTokenIDsFollowDetectedEngine(t *testing.T) {
 	for _, tc := range []struct {
 		mode       string
@@ -74,6 +75,10 @@ output: {formats: [sharegpt], token_ids: true}
 				if rec.TokenIDs != tc.wantIDs || (tc.wantIDs == "") != (len(rec.InputIDs) > 0) {
 					t.Errorf("%s: token_ids %q with %d input ids; want %q", rec.ID, rec.TokenIDs, len(rec.InputIDs), tc.wantIDs)
 				}
+			}
+			card, err := os.ReadFile(filepath.Join(dir, "out", "README.md"))
+			if err != nil || !strings.Contains(string(card), "served by "+tc.mode) {
+				t.Errorf("dataset card (%v) does not say it was served by %s:\n%s", err, tc.mode, card)
 			}
 			t.Logf("%s: %d chat requests, first %d bytes; records' token_ids %q", tc.mode, len(sent), len(sent[0]), records[0].TokenIDs)
 		})
