@@ -117,7 +117,9 @@ func (c *countingChatter) CountTokens(ctx context.Context, path string, chat boo
 // counted by the engine's tokenizer, refused when the count reaches the
 // context. Later turns and engines without a tokenizer are not counted.
 func TestTooLongTokenizer(t *testing.T) {
-	body := func(n int) []byte { return []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("7", n) + `"}]}`) }
+	body := func(n int) []byte {
+		return []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("7", n) + `"}]}`)
+	}
 	for _, tc := range []struct {
 		name      string
 		estimate  int
