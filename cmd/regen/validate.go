@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/store/backend"
@@ -119,6 +120,9 @@ func validate(ctx context.Context, out, errOut io.Writer, path string, o validat
 	if fileOK { // a job file with problems has no summary worth reading
 		if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
 			return err
+		}
+		for _, w := range engine.TokenIDWarnings(spec) {
+			fmt.Fprintln(errOut, w)
 		}
 	}
 	if len(problems) > 0 {

@@ -21,7 +21,8 @@ import (
 // ok with its sources looked at; a job with typos gets every one in one
 // run; a job whose sources do not match says so with counts and fields; a
 // source none of whose rows fits its mapping is a problem with the likely
-// fix, found beside another source's setting error.
+// fix, found beside another source's setting error; a job exporting token
+// ids from an engine that cannot return them is warned.
 func TestValidateGolden(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -35,6 +36,8 @@ func TestValidateGolden(t *testing.T) {
 		{"sources", "testdata/validate/sources.yaml", validateOptions{rows: 20}, 1},
 		{"sources-offline", "testdata/validate/sources.yaml", validateOptions{offline: true}, 0},
 		{"shapes", "testdata/validate/shapes.yaml", validateOptions{rows: 20}, 1},
+		// A warning, not a problem: llama-server returns no token ids.
+		{"token-ids", "testdata/validate/token-ids.yaml", validateOptions{offline: true}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -18,6 +18,13 @@ type Chatter interface {
 	Chat(ctx context.Context, req llm.Request, onDelta func(tokens int)) (llm.Result, error)
 }
 
+// TokenCounter is a Chatter that can also count a request body's prompt
+// tokens with the server's tokenizer (llm.Client.CountTokens); the
+// context check of a prompt near the limit uses it when the client has it.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, path string, chat bool, model string, body json.RawMessage) (int, error)
+}
+
 // Endpoint is one server URL and the client that talks to it.
 type Endpoint struct {
 	URL    string

@@ -16,7 +16,7 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
-	if why := d.tooLong(c, t); why != "" {
+	if why := d.tooLong(reqCtx, e, c, t); why != "" {
 		cl.cancel(nil)
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
 		return
@@ -52,6 +52,9 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(chunks int64)) (res llm.Result, err, cause error) {
 	e, l := cl.ep, cl.lane
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	if s := e.server.Load(); s != nil {
+		req.TokenIDFields = s.TokenIDFields
+	}
 	start := d.now()
 	res, err = e.client.Chat(ctx, req, func(tokens int) {
 		cl.streaming.Store(true)

@@ -68,9 +68,14 @@ func (r *record) tokens() tokenSeq {
 	return *r.toks
 }
 
-// engineOf names the engine of the endpoint that answered turn k, or the
+// engineOf names the engine that answered turn k: the one its server
+// reported when it answered (the stored provenance, which follows a
+// detected engine), else the job's name for the endpoint, else the
 // endpoint's URL when the job no longer lists it.
 func (r *record) engineOf(k int) string {
+	if k < len(r.provs) && r.provs[k].Engine != "" {
+		return r.provs[k].Engine
+	}
 	url := r.row.Result.Endpoint
 	if k < len(r.row.Prior) {
 		url = r.row.Prior[k].Endpoint

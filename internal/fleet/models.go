@@ -110,17 +110,35 @@ func (f *Fleet) engineDetected(url, evidence string) {
 	f.note("regen: " + url + ": " + evidence)
 }
 
-// tokenIDFields are the request fields that ask url's engine for token ids
-// when the job exports them; an engine that cannot give them is told once.
+// TokenIDFields are the request fields that ask url's engine, as known
+// now (named by the job or detected), for token ids when the job exports
+// them; nil when it exports none or the engine cannot give them.
 func (f *Fleet) TokenIDFields(url string) []string {
 	if !f.cfg.Spec.Output.TokenIDs {
 		return nil
 	}
 	d, _ := f.Engine(url)
-	if d.TokenIDFields == nil {
-		f.note(fmt.Sprintf("regen: %s (%s) cannot return token ids on streamed chat completions; its records export token_ids: unavailable", url, d.Name))
-	}
 	return d.TokenIDFields
+}
+
+// tellNoTokenIDs says once per endpoint, when it is first identified, that
+// its engine cannot return the token ids the job exports: at the start of
+// the run, not when the export finds every record without them.
+func (f *Fleet) tellNoTokenIDs(url string, d engine.Dialect) {
+	if !f.cfg.Spec.Output.TokenIDs || d.TokenIDFields != nil {
+		return
+	}
+	f.mu.Lock()
+	told := f.toldNoIDs[url]
+	f.toldNoIDs[url] = true
+	f.mu.Unlock()
+	if told {
+		return
+	}
+	msg := fmt.Sprintf("%s cannot return token ids on streamed chat completions; the records of %s export token_ids: unavailable (output.token_ids in %s)",
+		d.Name, url, filepath.Base(f.cfg.Spec.Path))
+	f.log.Warn("no token ids", "endpoint", url, "engine", d.Name)
+	f.note("regen: " + url + ": " + msg)
 }
 
 // checkModel asks a server that just became ready what it is (its
@@ -135,6 +153,7 @@ func (f *Fleet) TokenIDFields(url string) []string {
 func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 	d, key := f.Engine(url)
 	f.identify(ctx, url, d)
+	f.readCapacity(ctx, url, d)
 	served, err := servedModels(ctx, url, key)
 	if err != nil || len(served) == 0 {
 		f.log.Info("model check skipped", "endpoint", url, "err", err)
@@ -239,5 +258,26 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v})
+	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer})
+	f.tellNoTokenIDs(url, d)
+}
+
+// readCapacity reads the server's pool and context as it becomes ready,
+// before the dispatcher resumes it: the first load probe may come a probe
+// interval later (or never succeed, on a server without /metrics), and a
+// prompt claimed meanwhile would be sent past the context and refused. A
+// server whose /metrics does not answer is read at its capacity routes
+// alone (probe.Capacity).
+func (f *Fleet) readCapacity(ctx context.Context, url string, d engine.Dialect) {
+	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
+	defer cancel()
+	at := time.Now()
+	m, err := probe.Metrics(ctx, nil, url, d)
+	if err != nil {
+		if m = probe.Capacity(ctx, nil, url, d); m.Present == 0 {
+			f.log.Info("capacity unknown at readiness", "endpoint", url, "err", err)
+			return
+		}
+	}
+	f.observe(url, probe.Snapshot{URL: url, Time: at, Metrics: m})
 }

@@ -478,6 +478,9 @@ func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 	for _, f := range tokenIDs {
 		obj[f] = json.RawMessage("true")
 	}
+	for _, f := range req.TokenIDFields {
+		obj[f] = json.RawMessage("true")
+	}
 	obj["stream"] = json.RawMessage("true")
 	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)
 	var buf bytes.Buffer

@@ -19,6 +19,10 @@ type Request struct {
 	// over Body's keys. model, stream, stream_options and max_tokens are set
 	// by the client.
 	Params map[string]json.RawMessage
+	// TokenIDFields are sent as true beside Config.TokenIDFields: the
+	// fields of the engine the server turned out to be (detected after the
+	// client was built), so the caller names them per request.
+	TokenIDFields []string
 }
 
 // Usage is the server-reported token accounting.

@@ -387,8 +387,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: fleet.MaxConns(spec),
 			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
-			TokenIDFields: r.fleet.TokenIDFields(url),
-		})})
+		})}) // token id fields go per request, once the server's engine is known (dispatch.Server)
 	}
 	params, err := spec.Generation.Params()
 	if err != nil {

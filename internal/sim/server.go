@@ -353,6 +353,7 @@ func (s *Server) routes() *http.ServeMux {
 		return mux
 	case EngineVLLM:
 		h("GET /health", s.handleVLLMHealth)
+		h("POST /tokenize", s.handleVLLMTokenize)
 		h("GET /version", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, map[string]string{"version": "0.11.0"})
 		})
