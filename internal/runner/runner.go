@@ -386,7 +386,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		_, key := r.fleet.Engine(url)
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: fleet.MaxConns(spec),
-			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
+			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout, HeaderTimeout: spec.Generation.HeaderTimeout,
 			TokenIDFields: r.fleet.TokenIDFields(url),
 		})})
 	}
@@ -413,7 +413,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
-		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
+		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter, BrokenAfter: spec.Monitor.BrokenAfter,
 		NoAffinity: spec.Balance == job.BalanceTokens,
 	})
 	if err != nil {
