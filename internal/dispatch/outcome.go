@@ -361,7 +361,9 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 // it refused without dead-lettering (released) are pending already.
 func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr error, released bool) {
 	msg := reqErr.Error()
-	pe := &PoisonError{Samples: d.guard.streak(), Message: msg, Endpoint: url, Status: statusOf(reqErr), Params: mentionedParams(msg, d.cfg.Params)}
+	var le *llm.Error
+	pe := &PoisonError{Samples: d.guard.streak(), Message: msg, Endpoint: url, Status: statusOf(reqErr), Params: mentionedParams(msg, d.cfg.Params),
+		EndpointFault: errors.As(reqErr, &le) && le.EndpointFault}
 	if released {
 		pe.Requeued, pe.RequeueOK = pe.Samples, true
 		d.fatal(pe)
