@@ -13,7 +13,7 @@ import (
 )
 
 // A run must not sit on a typo. Two judgements end it early with a
-// FailedError, both pure functions of what the fleet saw:
+// RefusedError, both pure functions of what the fleet saw:
 //   - every endpoint refuses the job's configuration (a model it does not
 //     serve, a key it rejects): nothing can progress, so the run stops at
 //     once, naming the job file's line to fix;
@@ -112,7 +112,7 @@ func (f *Fleet) startVerdict(now time.Time) error {
 	}
 	f.mu.Unlock()
 	if len(refused) == len(urls) && len(urls) > 0 {
-		return &FailedError{Cause: "every endpoint refuses the job's configuration: " + strings.Join(refused, "; "), Evidence: refused}
+		return &RefusedError{Cause: "every endpoint refuses the job's configuration: " + strings.Join(refused, "; "), Evidence: refused}
 	}
 	deadline := f.cfg.Spec.Monitor.StartDeadline
 	if f.cfg.Spec.Server != nil || deadline <= 0 || now.Sub(f.start.started) < deadline {
@@ -132,7 +132,7 @@ func (f *Fleet) startVerdict(now time.Time) error {
 		ev = append(ev, line)
 	}
 	f.start.mu.Unlock()
-	return &FailedError{Cause: fmt.Sprintf("no endpoint answered in the %s since the run started (monitor.start_deadline at %s): %s",
+	return &RefusedError{Cause: fmt.Sprintf("no endpoint answered in the %s since the run started (monitor.start_deadline at %s): %s",
 		deadline, f.where("monitor.start_deadline"), strings.Join(ev, "; ")), Evidence: ev}
 }
 
@@ -156,8 +156,9 @@ func (f *Fleet) guardStart(ctx context.Context, stop context.CancelCauseFunc) {
 }
 
 // Run keeps the endpoints up until ctx ends; it returns a *FailedError
-// when no endpoint can be brought back, when every endpoint refuses the
-// job's configuration, or when none answered by monitor.start_deadline.
+// when no endpoint can be brought back, and a *RefusedError when every
+// endpoint refuses the job's configuration or none answered by
+// monitor.start_deadline.
 func (f *Fleet) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -166,10 +167,21 @@ func (f *Fleet) Run(ctx context.Context) error {
 	err := f.keeper.Run(ctx)
 	stop(nil)
 	wg.Wait()
-	var failed *FailedError
-	if errors.As(context.Cause(ctx), &failed) {
-		return failed
+	var refused *RefusedError
+	if errors.As(context.Cause(ctx), &refused) {
+		return refused
 	}
 	return err
 }
+
+// RefusedError is returned by Run when the run cannot go on as configured:
+// every endpoint refuses the job's configuration, or none answered by
+// monitor.start_deadline. Unlike a FailedError nothing failed: the job
+// file is to be fixed (Cause names its line) and the run started again.
+type RefusedError struct {
+	Cause    string
+	Evidence []string
+}
+
+func (e *RefusedError) Error() string { return e.Cause }
 

@@ -64,9 +64,9 @@ func TestStartVerdict(t *testing.T) {
 				}
 				return
 			}
-			var fe *FailedError
-			if !errors.As(err, &fe) {
-				t.Fatalf("verdict = %v, want a FailedError", err)
+			var re *RefusedError
+			if !errors.As(err, &re) {
+				t.Fatalf("verdict = %v, want a RefusedError", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
