@@ -82,6 +82,11 @@ var ErrInterrupted = errors.New("interrupted; re-run the same command to resume"
 // FailedError is returned when the job cannot go on (every endpoint FAILED).
 type FailedError = fleet.FailedError
 
+// RefusedError is returned when the run cannot go on as configured: every
+// endpoint refuses the job's configuration, or none answered by
+// monitor.start_deadline.
+type RefusedError = fleet.RefusedError
+
 type runState struct {
 	o        Options
 	id       worker
