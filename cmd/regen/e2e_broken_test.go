@@ -61,51 +61,68 @@ func checkBrokenStop(t *testing.T, dir string, res result, rows int, wantErr str
 	if states["dead"] != 0 || states["done"]+states["pending"] != rows || states["done"] == 0 {
 		t.Errorf("store states %v: want no dead letter, the rest of %d done or pending, some done", states, rows)
 	}
-	rep, _ := status(t, dir, "job.yaml")
-	if rep.Total.Dead != 0 {
-		t.Errorf("status counts %d dead, want 0", rep.Total.Dead)
+	rep, st := status(t, dir, "job.yaml")
+	if rep.Total.Dead != 0 || rep.State == "DONE" {
+		t.Errorf("status says %s with %d dead, want not DONE and 0 dead:\n%s", rep.State, rep.Total.Dead, st.stdout)
 	}
+	t.Logf("status: %s, exit %d", rep.State, st.code)
 	return states["done"]
 }
 
 // TestE2EBrokenMidJobStandin: a stand-in that answers for 1.5 s and then
-// says HTTP 500 "internal boom" to every request for ever: the run spends
-// no attempt on it, dead-letters nothing, and stops with exit 1 once the
-// endpoint has been broken for broken_after.
+// says HTTP 500 "internal boom" (or sends a web page) to every request for
+// ever: the run spends no attempt on it, dead-letters nothing, and stops
+// with exit 1 once the endpoint has been broken for broken_after.
 func TestE2EBrokenMidJobStandin(t *testing.T) {
-	var chats, failed atomic.Int64
-	var first atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-		case "/v1/models":
-			fmt.Fprint(w, `{"object":"list","data":[{"id":"sim-model"}]}`)
-		case "/v1/chat/completions":
-			chats.Add(1)
-			first.CompareAndSwap(0, time.Now().UnixNano())
-			if time.Since(time.Unix(0, first.Load())) > 1500*time.Millisecond {
-				failed.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusInternalServerError)
-				fmt.Fprint(w, `{"error":{"message":"internal boom"}}`)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"four\"},\"finish_reason\":null}]}\n\n")
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n")
-			fmt.Fprint(w, "data: [DONE]\n\n")
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	const rows = 300
-	dir := writeBrokenJob(t, srv.URL, "sglang", "3s", rows)
-	res := regen(t, dir, "run", "job.yaml")
-	done := checkBrokenStop(t, dir, res, rows, "HTTP 500): internal boom")
-	t.Logf("stopped after %s, exit %d: %d done, %d pending, 0 dead; %d requests, %d of them answered 500",
-		res.dur.Round(time.Millisecond), res.code, done, rows-done, chats.Load(), failed.Load())
+	tests := []struct {
+		name    string
+		fail    func(w http.ResponseWriter)
+		wantErr string
+	}{
+		{"500", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"error":{"message":"internal boom"}}`)
+		}, "HTTP 500): internal boom"},
+		{"web page", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html><body>502 Bad Gateway</body></html>")
+		}, "answered 200 with text/html, not an event stream: is this an OpenAI-compatible endpoint?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var chats, failed, first atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/health":
+				case "/v1/models":
+					fmt.Fprint(w, `{"object":"list","data":[{"id":"sim-model"}]}`)
+				case "/v1/chat/completions":
+					chats.Add(1)
+					first.CompareAndSwap(0, time.Now().UnixNano())
+					if time.Since(time.Unix(0, first.Load())) > 1500*time.Millisecond {
+						failed.Add(1)
+						tt.fail(w)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+					w.Header().Set("Content-Type", "text/event-stream")
+					fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"four\"},\"finish_reason\":null}]}\n\n")
+					fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n")
+					fmt.Fprint(w, "data: [DONE]\n\n")
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			const rows = 300
+			dir := writeBrokenJob(t, srv.URL, "sglang", "3s", rows)
+			res := regen(t, dir, "run", "job.yaml")
+			done := checkBrokenStop(t, dir, res, rows, tt.wantErr)
+			t.Logf("stopped after %s, exit %d: %d done, %d pending, 0 dead; %d requests, %d of them failed",
+				res.dur.Round(time.Millisecond), res.code, done, rows-done, chats.Load(), failed.Load())
+		})
+	}
 }
 
 // TestE2EBrokenMidJobSim: the simulator's broken fault (every answer a
