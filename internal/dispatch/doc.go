@@ -143,7 +143,7 @@
 // extend leases, Commit, release, expire, counts, requeue dead; its test
 // fake implements only that and passes storetest.RunQueue), and settles
 // every request as one typed store.Transition. Files: dispatch.go (the
-// Dispatcher, New, Run, drain), config.go, claim.go (the claim loop),
+// Dispatcher, New, Run, drain), config.go, burn.go (the burn guard), claim.go (the claim loop),
 // work.go and turn.go (one request), outcome.go (verdict and transition),
 // hedge.go (backups), balance.go, affinity.go and backlog.go, adaptive.go and
 // limiter.go, storecall.go (store calls that outlast an outage),
