@@ -189,7 +189,9 @@ func (d *Dispatcher) answeredLocked(e *endpoint, start time.Time) {
 }
 
 // brokenLocked returns the error that stops Run once every endpoint has
-// been broken for BrokenAfter, else nil; d.mu is held.
+// been broken for BrokenAfter, else nil; d.mu is held. An endpoint its
+// keeper paused (down, restarting, stalled) is in the keeper's hands: the
+// run waits for the keeper's verdict instead.
 func (d *Dispatcher) brokenLocked(now time.Time) error {
 	if d.cfg.BrokenAfter <= 0 || d.cfg.PoisonAfter <= 0 {
 		return nil
@@ -197,7 +199,7 @@ func (d *Dispatcher) brokenLocked(now time.Time) error {
 	be := &BrokenError{After: d.cfg.BrokenAfter}
 	var latest time.Time
 	for _, e := range d.eps {
-		if e.brokenSince.IsZero() {
+		if e.brokenSince.IsZero() || e.paused {
 			return nil
 		}
 		if e.brokenSince.After(latest) {

@@ -238,3 +238,41 @@ func TestOneBrokenEndpointOfTwo(t *testing.T) {
 		t.Logf("requests to the broken endpoint: %d", tr.epCallsOf("http://b"))
 	})
 }
+
+// TestBrokenWaitsForItsKeeper: a broken endpoint its keeper paused (a
+// restart) does not stop the run; once resumed, broken_after runs again.
+func TestBrokenWaitsForItsKeeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.add("short", "s", 100)
+		tr := newTracker()
+		fn, _ := breakingServer(10, &llm.Error{Class: llm.Retryable, Status: 500, Msg: "internal boom"}, time.Time{})
+		eps, _ := fleet(tr, fn, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.PoisonAfter, cfg.BrokenAfter = 5, time.Minute
+		d := mustNew(t, cfg)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- d.Run(t.Context()) }()
+		time.Sleep(30 * time.Second)
+		if e, _ := d.Endpoint("http://a"); e.BrokenSince.IsZero() {
+			t.Fatalf("not broken after 30 s of 500s: %+v", e)
+		}
+		d.Pause("http://a", "RESTARTING")
+		time.Sleep(5 * time.Minute) // a long restart: no stop meanwhile
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended while its endpoint was paused by its keeper: %v", err)
+		default:
+		}
+		d.Resume("http://a")
+		err := <-done
+		var be *BrokenError
+		if !errors.As(err, &be) {
+			t.Fatalf("Run = %v, want a BrokenError", err)
+		}
+		if took := time.Since(start); took < 6*time.Minute+30*time.Second {
+			t.Errorf("stopped %s after the start, want broken_after (1m) after the resume at 5m30s", took)
+		}
+	})
+}
