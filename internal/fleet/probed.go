@@ -33,10 +33,10 @@ type probeFleet struct {
 	// endpoint that never answered is ("" once it did); both set before Run.
 	onProbe func(url string, snap probe.Snapshot)
 	silent  func(url string) string
-	every    time.Duration
-	hang     time.Duration
-	client   *http.Client
-	log      *slog.Logger
+	every   time.Duration
+	hang    time.Duration
+	client  *http.Client
+	log     *slog.Logger
 }
 
 const probeFailures = 3

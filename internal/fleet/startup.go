@@ -184,4 +184,3 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string { return e.Cause }
-

@@ -23,7 +23,7 @@ const (
 	DefaultIdleTimeout     = 120 * time.Second
 	DefaultHeaderTimeout   = 20 * time.Second
 	DefaultBrokenAfter     = 10 * time.Minute
-	DefaultStartDeadline   = 10 * time.Minute
+	DefaultStartDeadline   = 30 * time.Minute // as long as a launched server's default ready_timeout: a big model loads for that long
 	DefaultEngine          = "sglang"
 	DefaultHost            = "127.0.0.1"
 	DefaultPort            = 30000

@@ -176,7 +176,11 @@ func TestBroken(t *testing.T) {
 		recover bool
 	}{
 		{"for ever", func(c *Config) { c.BrokenAfterRequests = 3 }, false},
-		{"for a while", func(c *Config) { c.BrokenAfterRequests = 3; c.BrokenFor = 1500 * time.Second; c.BrokenMessage = "internal boom" }, true},
+		{"for a while", func(c *Config) {
+			c.BrokenAfterRequests = 3
+			c.BrokenFor = 1500 * time.Second
+			c.BrokenMessage = "internal boom"
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
