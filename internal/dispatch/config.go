@@ -87,6 +87,10 @@ type Config struct {
 	// with the same bad-request error before any request was accepted, and
 	// caps requests in flight at that many until one is; 0 = off.
 	PoisonAfter int
+	// BrokenAfter stops Run with a BrokenError once every endpoint has been
+	// broken this long (burn.go: PoisonAfter samples in a row failed there
+	// with the same server error, nothing answered); 0 = never.
+	BrokenAfter time.Duration
 
 	MaxAttempts int           // attempts per sample for retryable errors; default 5
 	BaseDelay   time.Duration // first retry delay ceiling; default 2s

@@ -42,6 +42,13 @@ type endpoint struct {
 	// that began it, for the views.
 	holdSince  time.Time
 	holdReason string
+	// The burn guard (burn.go): the run of server errors since the last
+	// answer, the start of the latest request answered, and since when the
+	// endpoint is broken (zero: it is not) after how many samples in a row.
+	streak        burnStreak
+	okStart       time.Time
+	brokenSince   time.Time
+	brokenSamples int
 
 	// Breaker: closed when openUntil is zero; open until openUntil; after
 	// that half-open, letting one probe request through.

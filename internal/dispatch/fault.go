@@ -155,7 +155,10 @@ func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Ti
 // the sample goes back without spending an attempt.
 func isRefusal(err error) bool {
 	st := statusOf(err)
+	var le *llm.Error
 	switch {
+	case errors.As(err, &le) && le.EndpointFault:
+		return true
 	case st == 401, st == 403, st == 404:
 		return true
 	case st >= 500 && llm.ClassOf(err) == llm.Retryable:

@@ -60,6 +60,12 @@ type EndpointStats struct {
 	Errors map[string]int64 `json:"errors,omitempty"`
 	// LastServerDown is the last server-down error from this endpoint.
 	LastServerDown string `json:"last_server_down,omitempty"`
+	// BrokenSince: samples in a row failed here with the same server error
+	// while nothing succeeded (burn.go), BrokenSamples of them; the
+	// endpoint is paused behind its breaker and probed with one request at
+	// a time. Zero when it is not broken.
+	BrokenSince   time.Time `json:"broken_since,omitzero"`
+	BrokenSamples int       `json:"broken_samples,omitempty"`
 	// HeldUntil: the server asked for less load (429, or 503 with
 	// Retry-After) and gets no new request before this; zero when not held.
 	HeldUntil time.Time `json:"held_until,omitzero"`
@@ -172,4 +178,7 @@ type Counters struct {
 	// truncated. The others were cancelled.
 	Backups     int64 `json:"backups"`
 	BackupsUsed int64 `json:"backups_used"`
+	// Burnt counts server errors judged the endpoint's, not the sample's
+	// (burn.go): each sample went back without spending an attempt.
+	Burnt int64 `json:"burnt,omitempty"`
 }

@@ -81,6 +81,8 @@ func (d *Dispatcher) endpointStatsLocked(e *endpoint, now time.Time) EndpointSta
 		Requests:         e.requests,
 		LastServerDown:   e.lastDown,
 		AutoLimit:        e.autoLimitLocked(),
+		BrokenSince:      e.brokenSince,
+		BrokenSamples:    e.brokenSamples,
 	}
 	if now.Before(e.holdUntil) {
 		es.HeldUntil = e.holdUntil

@@ -40,7 +40,7 @@ func servedModels(ctx context.Context, url, apiKey string) ([]string, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+		return nil, httpStatus(resp.StatusCode)
 	}
 	var list struct {
 		Data []struct {
@@ -55,6 +55,28 @@ func servedModels(ctx context.Context, url, apiKey string) ([]string, error) {
 		names = append(names, m.ID)
 	}
 	return names, nil
+}
+
+// httpStatus is a non-200 answer to a fleet request.
+type httpStatus int
+
+func (s httpStatus) Error() string { return fmt.Sprintf("HTTP %d", int(s)) }
+
+// credentialRefusal is the refusal of a server that answers the model list
+// with 401 or 403: every request would be refused the same way.
+func (f *Fleet) credentialRefusal(url string, err error) string {
+	var st httpStatus
+	if !errors.As(err, &st) || (st != http.StatusUnauthorized && st != http.StatusForbidden) {
+		return ""
+	}
+	p := f.endpointPath(url)
+	for _, e := range f.cfg.Spec.Endpoints {
+		if e.URL == url && e.APIKeyEnv != "" {
+			p += ".api_key_env"
+		}
+	}
+	return fmt.Sprintf("refuses the job's credentials (%s at %s): check api_key_env (%s at %s) and the key it names",
+		st, engine.ModelsPath, p, f.where(p))
 }
 
 // serverDialect is the dialect of the server a job launches: the
@@ -155,6 +177,11 @@ func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 	f.identify(ctx, url, d)
 	f.readCapacity(ctx, url, d)
 	served, err := servedModels(ctx, url, key)
+	if refusal := f.credentialRefusal(url, err); refusal != "" {
+		f.log.Warn("credentials refused", "endpoint", url, "err", err)
+		f.note("regen: " + url + " refused: " + refusal)
+		return refusal
+	}
 	if err != nil || len(served) == 0 {
 		f.log.Info("model check skipped", "endpoint", url, "err", err)
 		return ""
@@ -174,8 +201,8 @@ func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 	}
 	list := `"` + strings.Join(served, `", "`) + `"`
 	if d.RejectsUnknownModel {
-		refusal = fmt.Sprintf("serves %s, not the job's model %q: %s answers 404 to every request; set model: in %s",
-			list, want, d.Name, f.cfg.Spec.Path)
+		refusal = fmt.Sprintf("serves %s, not the job's model %q: %s answers 404 to every request; set model: at %s",
+			list, want, d.Name, f.where("model"))
 		f.log.Warn("model not served", "endpoint", url, "served", served, "model", want)
 		f.note("regen: " + url + " refused: " + refusal)
 		return refusal
@@ -196,16 +223,28 @@ func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 // cause, and the server's own list says what to write instead.
 func (f *Fleet) ExplainRefusal(ctx context.Context, err error) error {
 	var pe *dispatch.PoisonError
-	if !errors.As(err, &pe) || pe.Status != http.StatusNotFound || pe.Endpoint == "" {
+	if !errors.As(err, &pe) || pe.Endpoint == "" {
+		return err
+	}
+	switch pe.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		p := f.endpointPath(pe.Endpoint)
+		return fmt.Errorf("%w (%s at %s)", err, p, f.where(p))
+	case http.StatusNotFound:
+	default:
+		if pe.EndpointFault {
+			p := f.endpointPath(pe.Endpoint) + ".url"
+			return fmt.Errorf("%w (%s at %s)", err, p, f.where(p))
+		}
 		return err
 	}
 	_, key := f.Engine(pe.Endpoint)
 	served, merr := servedModels(ctx, pe.Endpoint, key)
 	if merr != nil || len(served) == 0 {
-		return fmt.Errorf("%w; %s lists no models at %s (%v)", err, pe.Endpoint, engine.ModelsPath, merr)
+		return fmt.Errorf("%w; %s lists no models at %s (%v); model: is at %s", err, pe.Endpoint, engine.ModelsPath, merr, f.where("model"))
 	}
-	return fmt.Errorf("%w; %s serves %s, the job asks for %q (model: in %s)",
-		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, f.cfg.Spec.Model, filepath.Base(f.cfg.Spec.Path))
+	return fmt.Errorf("%w; %s serves %s, the job asks for %q (model: at %s)",
+		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, f.cfg.Spec.Model, f.where("model"))
 }
 
 // servedModel is the model id a server answers with: the one it lists, or

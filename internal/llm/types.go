@@ -113,6 +113,11 @@ type Error struct {
 	// stream (llama-server, vLLM and SGLang do for errors met while
 	// generating), not as an HTTP status.
 	InStream bool
+	// EndpointFault: the error describes the endpoint, not the request:
+	// a 200 that is not an event stream (a web page, a whole JSON body,
+	// nothing) or no response headers at all. A wrong URL or a broken
+	// server, never the sample's fault.
+	EndpointFault bool
 }
 
 func (e *Error) Error() string {

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -191,9 +192,10 @@ func TestEndpointDownShownAtOnce(t *testing.T) {
 }
 
 // TestModelCheckedAtReadiness: a vLLM endpoint that does not serve the
-// job's model would answer 404 to every request, so it is DOWN at
-// readiness with the names it serves and nothing is sent to it; an SGLang
-// endpoint answers any name, so the job runs with a warning shown.
+// job's model would answer 404 to every request, so it is refused at
+// readiness with the names it serves and nothing is sent to it; with no
+// other endpoint the run stops at once, naming the job file's line; an
+// SGLang endpoint answers any name, so the job runs with a warning shown.
 func TestModelCheckedAtReadiness(t *testing.T) {
 	t.Run("vllm refuses", func(t *testing.T) {
 		cfg := slowSim()
@@ -203,15 +205,15 @@ func TestModelCheckedAtReadiness(t *testing.T) {
 		spec := externalJob(t, srv.URL, "vllm", "job-model", 20, "{heartbeat_every: 100ms}")
 		st := openStore(t, spec)
 		r := startRun(t, spec, st, true)
-		var rep monitor.Report
-		waitFor(t, r, 60*time.Second, "the job DOWN for the model", func() bool {
-			var err error
-			rep, err = monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter})
-			return err == nil && rep.State == monitor.Down && rep.Endpoints[0].Cause == "model not served"
-		})
-		e := rep.Endpoints[0]
-		if e.Cause != "model not served" || len(e.Evidence) == 0 || !strings.Contains(e.Evidence[0], `serves "served-model", not the job's model "job-model"`) {
-			t.Errorf("endpoint %+v; want DOWN for the model, naming what it serves", e)
+		_, err := r.wait(t, time.Minute)
+		var refused *RefusedError
+		if !errors.As(err, &refused) || !strings.Contains(err.Error(), `serves "served-model", not the job's model "job-model"`) ||
+			!strings.Contains(err.Error(), "set model: at job.yaml:2") {
+			t.Fatalf("run = %v; want a refusal naming what the server serves and the model: line", err)
+		}
+		rep, aerr := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter})
+		if aerr != nil {
+			t.Fatal(aerr)
 		}
 		if rep.Total.Done+rep.Total.Dead+rep.Total.InFlight != 0 {
 			t.Errorf("requests went to an endpoint that refuses the model: %+v", rep.Total)

@@ -13,8 +13,9 @@ import (
 //
 // Attempts: Complete, CompleteTurn, Reject, Retry and DeadLetter (and the
 // Commits they stand for) each spend one attempt (so a sample done at the
-// first try has Attempts 1); Release, ReleaseOwner, Escalate, Relane and
-// ExpireLeases never spend one. Attempts count per turn: CompleteTurn
+// first try has Attempts 1); Release, ReleaseOwner, Escalate, Relane,
+// ExpireLeases and a Commit of OpDefer (pending after a time, a server
+// error that was not the sample's) never spend one. Attempts count per turn: CompleteTurn
 // records the turn's attempts with its answer and starts the next turn at
 // zero. A limit <= 0 in IngestErrors, LastErrors, Events and
 // IngestDuplicates means no limit. All methods are safe for concurrent use.

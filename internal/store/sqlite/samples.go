@@ -58,6 +58,10 @@ const (
 			SET state = 'pending', attempts = attempts + 1, not_before = ?,
 				last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	deferSQL = `UPDATE samples
+			SET state = 'pending', not_before = ?,
+				last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 	deadSQL = `UPDATE samples
 			SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
 				finished_at = ?, lease_owner = NULL, lease_until = NULL
@@ -70,7 +74,7 @@ const (
 
 // txQueries lists them for Open.
 var txQueries = []string{insertSampleSQL, rebuildSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
-	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deadSQL, escalateSQL, relaneSQL}
+	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deferSQL, deadSQL, escalateSQL, relaneSQL}
 
 // Ingest inserts the samples whose ID is new, and counts them, all in one
 // transaction.
