@@ -74,6 +74,7 @@ func checkBrokenStop(t *testing.T, dir string, res result, rows int, wantErr str
 // ever: the run spends no attempt on it, dead-letters nothing, and stops
 // with exit 1 once the endpoint has been broken for broken_after.
 func TestE2EBrokenMidJobStandin(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		fail    func(w http.ResponseWriter)
@@ -128,6 +129,7 @@ func TestE2EBrokenMidJobStandin(t *testing.T) {
 // TestE2EBrokenMidJobSim: the simulator's broken fault (every answer a
 // 500 after 60 requests, /health healthy) is stopped the same way.
 func TestE2EBrokenMidJobSim(t *testing.T) {
+	t.Parallel()
 	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0, "output_mean": 20, "truncate_fraction": 0,
 		"broken_after_requests": 60, "broken_message": "internal boom"})
 	const rows = 300
@@ -142,6 +144,7 @@ func TestE2EBrokenMidJobSim(t *testing.T) {
 // requests comes back; the endpoint resumes at its first answer and every
 // sample is done exactly once, in one attempt.
 func TestE2EBrokenRecovers(t *testing.T) {
+	t.Parallel()
 	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0, "output_mean": 20, "truncate_fraction": 0,
 		"broken_after_requests": 60, "broken_for": "200s", "broken_message": "internal boom"}) // 4 s of wall time
 	const rows = 300

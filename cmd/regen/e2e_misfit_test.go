@@ -31,6 +31,7 @@ monitor: {heartbeat_every: 200ms, dead_after: 2s}
 // in its own words; the run stops with exit 1 within seconds, no sample
 // is dead and none spent an attempt.
 func TestE2EServerSpeaksSomethingElse(t *testing.T) {
+	t.Parallel()
 	pad := strings.Repeat("x", 8000)
 	tests := []struct {
 		name    string

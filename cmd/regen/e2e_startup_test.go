@@ -64,6 +64,7 @@ func checkStartupStop(t *testing.T, dir string, res result, limit time.Duration,
 // and a job asking for Qwen/Qwen3-8b: refused at readiness, no request
 // sent, exit 1 within seconds naming the model: line.
 func TestE2EWrongModelVLLMSim(t *testing.T) {
+	t.Parallel()
 	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0, "engine": "vllm", "served_model_name": "Qwen/Qwen3-8B"})
 	dir := writeStartupJob(t, "Qwen/Qwen3-8b", rs.url, "vllm", "")
 	res := regen(t, dir, "run", "job.yaml")
@@ -79,6 +80,7 @@ func TestE2EWrongModelVLLMSim(t *testing.T) {
 // request), and a wrong port: each stops the run with exit 1 and the job
 // file's line.
 func TestE2EStartupRefusals(t *testing.T) {
+	t.Parallel()
 	standin := func(t *testing.T, needKey bool) (string, *atomic.Int64) {
 		var chats atomic.Int64
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -114,9 +116,8 @@ func TestE2EStartupRefusals(t *testing.T) {
 	})
 	t.Run("key refused", func(t *testing.T) {
 		url, chats := standin(t, true)
-		t.Setenv("STARTUP_TEST_KEY", "wrong")
 		dir := writeStartupJob(t, "real-model", url, "vllm", "\n    api_key_env: STARTUP_TEST_KEY")
-		res := regen(t, dir, "run", "job.yaml")
+		res := regenEnv(t, dir, []string{"STARTUP_TEST_KEY=wrong"}, "run", "job.yaml")
 		checkStartupStop(t, dir, res, 20*time.Second, "refuses the job's credentials (HTTP 401 at /v1/models)",
 			"endpoints[0].api_key_env at job.yaml:6")
 		if n := chats.Load(); n != 0 {

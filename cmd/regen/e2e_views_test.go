@@ -41,6 +41,7 @@ output:
 // working run's figures, labelled so; times are UTC and the x axis ticks
 // on whole buckets.
 func TestE2EDashboardViews(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	dir := t.TempDir()
 	var rows strings.Builder

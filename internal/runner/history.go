@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/regen-dev/regen/internal/dispatch"
@@ -15,6 +16,9 @@ import (
 // in a run's first hour, a minute after): each heartbeat rewrites the
 // current slot's rows, so a crash loses at most one heartbeat of history.
 type history struct {
+	// mu: the periodic heartbeat and the ones written on a state change or
+	// at exit run on different goroutines.
+	mu      sync.Mutex
 	worker  string
 	started time.Time
 	minute  time.Time // the current slot's start
@@ -54,6 +58,8 @@ func tallyOf(s dispatch.Snapshot) tally {
 // between two and three heartbeats' worth, a steady stream charted as a
 // sawtooth.
 func (h *history) rows(now time.Time, snap dispatch.Snapshot, load func(url string) (kv, queued, running float64)) []store.Minute {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	cur := tallyOf(snap)
 	minute, _ := stats.SlotAt(now, h.started)
 	var closed []store.Minute

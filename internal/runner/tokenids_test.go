@@ -36,7 +36,7 @@ func TestTokenIDsFollowDetectedEngine(t *testing.T) {
 		wantFields bool   // SGLang's sglext fields on every chat request
 		wantIDs    string // "" when every record has input_ids, else its token_ids reason's prefix
 	}{
-		{"llamacpp", false, "unavailable: llamacpp (turn 0 has no token ids)"},
+		{"llamacpp", false, "unavailable: llamacpp (turn 1 has no token ids)"},
 		{"sglang", true, ""},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
