@@ -158,8 +158,11 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 				b.WriteString("\n`endpoint`, `seed`, `generation`, `model`, `engine`, `engine_version`, `system_fingerprint` and `sampling` are null: the export ran with `output.metadata: minimal`.\n")
 			}
 		case FormatShareGPT:
-			b.WriteString("One JSON object per line; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content?, tool_calls?, tool_call_id?, name?}`; `tools` (the OpenAI tool list) and `truncated` only on rows that have them.\n\n")
+			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
 			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens)...)
+			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {
+				fmt.Fprintf(b, "\n%d conversations have no token ids (`token_ids` says why): they are in `%s`, with the same keys and `token_ids` in place of `input_ids` and `loss_mask`, not in this config.\n", t.Unavailable, noIDsFile(m))
+			}
 		}
 		b.WriteString("\n")
 	}
@@ -174,7 +177,17 @@ func shareGPTSkip(full, tokens bool) []string {
 	if !tokens {
 		skip = append(skip, "tokenFields")
 	}
-	return skip
+	return append(skip, "missingTokens") // only in the no-token-ids file
+}
+
+// noIDsFile is the manifest's no-token-ids file.
+func noIDsFile(m *Manifest) string {
+	for _, f := range m.Files {
+		if f.Format == FormatShareGPTNoTokenIDs {
+			return f.Path
+		}
+	}
+	return ""
 }
 
 // writeColumns lists a record type's fields by their tag key's name with

@@ -26,9 +26,15 @@ const (
 	FormatDead     = "dead"
 )
 
+// FormatShareGPTNoTokenIDs is the ShareGPT file of the done samples whose
+// token ids are unavailable, written beside the training file when
+// Options.TokenIDs is on: a trainer reads a file as all-ids or no-ids.
+const FormatShareGPTNoTokenIDs = FormatShareGPT + "-no-token-ids"
+
 const (
 	rejectedSuffix = ".rejected.jsonl"
 	deadSuffix     = ".dead.jsonl"
+	noIDsSuffix    = ".sharegpt.no-token-ids.jsonl"
 )
 
 // Formats of the files that describe an export (File.Format); their Rows is 0.
@@ -46,7 +52,7 @@ func RejectedFile(dir, name string) string { return filepath.Join(dir, name+reje
 
 // File is one file an export wrote.
 type File struct {
-	Format string // sharegpt, openai-batch, openai-batch-errors, parquet or dead
+	Format string // sharegpt, sharegpt-no-token-ids, openai-batch, openai-batch-errors, parquet, rejected or dead
 	Path   string
 	Rows   int // lines (rows for Parquet)
 }
@@ -66,7 +72,8 @@ type Summary struct {
 	// regen did not write is kept, and no card written).
 	Warnings []string
 	// With Options.TokenIDs: done samples exported with input_ids and
-	// loss_mask, and those whose record says token_ids: unavailable.
+	// loss_mask, and those whose record says token_ids: unavailable (in
+	// the sharegpt-no-token-ids file, not the training file).
 	TokenIDs            int
 	TokenIDsUnavailable int
 	// Refreshed are the formats not asked for that an earlier export had
@@ -171,6 +178,9 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	if err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
+	if err := removeStaleNoIDs(dir, name, want, o); err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
 	x.sum.Files, x.sum.Refreshed = files, refreshed
 	if err := syncDir(dir); err != nil {
 		return x.sum, fmt.Errorf("export: %w", err)
@@ -186,6 +196,19 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	}
 	x.sum.Verified = rep
 	return x.sum, nil
+}
+
+// removeStaleNoIDs removes the no-token-ids file an earlier export with
+// token ids left when this one writes ShareGPT without them: the file
+// holds nothing this export's manifest describes.
+func removeStaleNoIDs(dir, name string, want map[string]bool, o Options) error {
+	if !want[FormatShareGPT] || o.TokenIDs {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(dir, name+noIDsSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the earlier %s: %w", name+noIDsSuffix, err)
+	}
+	return nil
 }
 
 // ErrUnknownFormat is a format Export does not write.
@@ -234,7 +257,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(create, path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, path(".sharegpt.jsonl"), path(noIDsSuffix), full, o.TokenIDs)); err != nil {
 			return nil, err
 		}
 	}

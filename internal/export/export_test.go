@@ -254,7 +254,7 @@ func TestExportGolden(t *testing.T) {
 			ToolCalls:    s(`[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]`),
 			FinishReason: "tool_calls", PromptTokens: 20, CompletionTokens: 9},
 		{ID: "P1/a3", SourceID: "a3", Partition: "P1", Lane: "short", Messages: []ParquetMessage{
-			{Role: "user", Content: s(`[{"type":"text","text":"part"}]`)},
+			{Role: "user", Content: s("part")}, // content parts written as their text
 			{Role: "assistant", ToolCalls: s(`[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]`)},
 			{Role: "tool", Content: s("42"), ToolCallID: s("c"), Name: s("f")},
 			{Role: "user", Content: s("go on")},

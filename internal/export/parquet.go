@@ -40,8 +40,8 @@ type ParquetRow struct {
 	Sampling          *string `parquet:"sampling,optional"`
 }
 
-// ParquetMessage is one input turn. Content is the text, or the JSON of a
-// list of content parts; null when the message had none.
+// ParquetMessage is one input turn. Content is the text (content parts
+// flattened to their text); null when the message had none.
 type ParquetMessage struct {
 	Role       string  `parquet:"role"`
 	Content    *string `parquet:"content,optional"`
@@ -187,13 +187,9 @@ func parquetRow(r *record) (ParquetRow, error) {
 			Name:             optional(m.Name),
 			ReasoningContent: optional(m.ReasoningContent),
 		}
-		var text string
-		switch {
-		case rawText(m.Content) == nil:
-		case json.Unmarshal(m.Content, &text) == nil:
+		if rawText(m.Content) != nil {
+			text := contentText(m.Content) // content parts as their text
 			pm.Content = &text
-		default:
-			pm.Content = rawText(m.Content) // content parts stay JSON
 		}
 		row.Messages = append(row.Messages, pm)
 	}

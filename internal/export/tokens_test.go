@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,15 +143,34 @@ func TestExportTokenIDs(t *testing.T) {
 		"P1/n": {TokenIDs: "unavailable: llamacpp (turn 0 has no token ids)"},
 		"P1/s": {InputIDs: ids(5, 6, 7), LossMask: []int8{0, 0, 1}},
 	}
+	// The rows without ids are in a file of their own: each file is
+	// all-ids or no-ids.
 	got := map[string]view{}
-	for _, m := range readLines(t, filepath.Join(dir, "j.sharegpt.jsonl")) {
-		b, _ := json.Marshal(m)
-		var v view
-		json.Unmarshal(b, &v)
-		got[m["id"].(string)] = v
+	for file, keys := range map[string][]string{"j.sharegpt.jsonl": {"input_ids", "loss_mask"}, "j.sharegpt.no-token-ids.jsonl": {"token_ids"}} {
+		for _, m := range readLines(t, filepath.Join(dir, file)) {
+			var has []string
+			for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
+				if _, ok := m[k]; ok {
+					has = append(has, k)
+				}
+			}
+			if !slices.Equal(has, keys) {
+				t.Errorf("%s: %s has token keys %v, want %v", file, m["id"], has, keys)
+			}
+			b, _ := json.Marshal(m)
+			var v view
+			json.Unmarshal(b, &v)
+			got[m["id"].(string)] = v
+		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sharegpt token fields (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]File{
+		{Format: FormatShareGPT, Path: filepath.Join(dir, "j.sharegpt.jsonl"), Rows: 2},
+		{Format: FormatShareGPTNoTokenIDs, Path: filepath.Join(dir, "j.sharegpt.no-token-ids.jsonl"), Rows: 1},
+	}, sum.Files[:2]); diff != "" {
+		t.Errorf("summary files (-want +got):\n%s", diff)
 	}
 	rows, err := parquet.ReadFile[ParquetTokenRow](filepath.Join(dir, "j.parquet"))
 	if err != nil {
@@ -177,12 +197,23 @@ func TestExportTokenIDs(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(off, "j.manifest.json")); strings.Contains(string(b), "token_ids") {
 		t.Errorf("manifest counts token ids with token_ids off")
 	}
+	if _, err := os.Stat(filepath.Join(off, "j.sharegpt.no-token-ids.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("no-token-ids file with token_ids off: %v", err)
+	}
 	for _, m := range readLines(t, filepath.Join(off, "j.sharegpt.jsonl")) {
 		for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
 			if _, ok := m[k]; ok {
 				t.Errorf("%s has %s with token_ids off", m["id"], k)
 			}
 		}
+	}
+	// Exported again without ids into the folder that had them: the side
+	// file goes, and the export verifies (no file left out of the manifest).
+	if _, err := ExportWith(context.Background(), fs, dir, []string{FormatShareGPT}, "j", Options{}); err != nil {
+		t.Fatalf("export without ids over an export with them: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "j.sharegpt.no-token-ids.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("stale no-token-ids file after an export without ids: %v", err)
 	}
 	pf, err := parquet.ReadFile[ParquetRow](filepath.Join(off, "j.parquet"))
 	if err != nil || len(pf) != 3 {

@@ -130,6 +130,7 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 // rest.
 var rowRules = map[string]func(f *os.File, size int64, lines int) (int, error){
 	FormatShareGPT:                countedLines,
+	FormatShareGPTNoTokenIDs:      countedLines,
 	FormatOpenAIBatch:             countedLines,
 	FormatOpenAIBatch + "-errors": countedLines,
 	FormatRejected:                countedLines,
@@ -226,7 +227,7 @@ func regenFiles(name string) []string {
 func formatFiles(name, format string) []string {
 	switch format {
 	case FormatShareGPT:
-		return []string{name + ".sharegpt.jsonl"}
+		return []string{name + ".sharegpt.jsonl", name + noIDsSuffix}
 	case FormatOpenAIBatch:
 		return []string{name + ".openai-batch.jsonl", name + ".errors.jsonl"}
 	case FormatParquet:
