@@ -175,6 +175,9 @@ func toolNames(raw json.RawMessage) (map[string]bool, error) {
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return nil, fmt.Errorf("tools: not a list of tool objects: %w", err)
 	}
+	if len(tools) == 0 {
+		return nil, nil // "[]": no tools given, as when the key is absent
+	}
 	names := map[string]bool{}
 	for i, t := range tools {
 		if t.Type != "function" || t.Function == nil || t.Function.Name == "" {
