@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/regen-dev/regen/internal/export"
+)
+
+// TestE2ETrainingFilesOneRowSchema runs the demo (glaive rows with and
+// without tools, multi-turn thinking rows, reasoning stripped from the
+// history so some rows have no token ids) with full metadata and token
+// ids, and reads every ShareGPT file the manifest lists with DuckDB's JSON
+// reader typing the columns from the first row only (sample_size=1): a
+// key at any depth that the first row lacks fails the read, as it fails
+// Hugging Face datasets' loader after its first block.
+func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
+	t.Parallel()
+	query := duckDB(t)
+	dir := t.TempDir()
+	demoJob(t, dir, "speed: 40 ", "speed: 200 ",
+		"  formats: [sharegpt, openai-batch, parquet]\n", "  formats: [sharegpt, openai-batch, parquet]\n  metadata: full\n  token_ids: true\n")
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 {
+		t.Fatalf("run: %s", res)
+	}
+	out := filepath.Join(dir, "out")
+	var m export.Manifest
+	b, err := os.ReadFile(filepath.Join(out, "demo.manifest.json"))
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		t.Fatalf("manifest: %v\n%s", err, b)
+	}
+	read := map[string]int{}
+	for _, f := range m.Files {
+		if f.Format != export.FormatShareGPT && f.Format != export.FormatShareGPTNoTokenIDs {
+			continue
+		}
+		path := filepath.Join(out, f.Path)
+		src := fmt.Sprintf(`read_json('%s', sample_size=1)`, path)
+		r := query(
+			fmt.Sprintf(`SELECT count(*)::INTEGER AS n, count(*) FILTER (WHERE tools = '[]')::INTEGER AS no_tools FROM %s`, src),
+			fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM (SELECT unnest(conversations) AS m FROM %s) WHERE m.tool_calls IS NOT NULL`, src),
+		)
+		n, noTools, calls := r[0][0]["n"], r[0][0]["no_tools"], r[1][0]["n"]
+		t.Logf("%s: DuckDB (sample_size=1) reads %v rows, %v without tools, %v messages with tool calls", f.Path, n, noTools, calls)
+		if n != float64(f.Rows) || f.Rows == 0 {
+			t.Errorf("%s: DuckDB reads %v rows; manifest says %d", f.Path, n, f.Rows)
+		}
+		read[f.Format] = f.Rows
+		if f.Format == export.FormatShareGPT && (noTools == float64(0) || noTools == n || calls == float64(0)) {
+			t.Errorf("%s: %v of %v rows without tools, %v tool calls; want the demo's mix of rows with and without tools", f.Path, noTools, n, calls)
+		}
+	}
+	if read[export.FormatShareGPT] == 0 || read[export.FormatShareGPTNoTokenIDs] == 0 {
+		t.Errorf("ShareGPT files read %v; want the training file and the no-token-ids file, both with rows", read)
+	}
+	if want := fmt.Sprintf("%d without them, in demo.sharegpt.no-token-ids.jsonl", read[export.FormatShareGPTNoTokenIDs]); !strings.Contains(res.stdout, want) {
+		t.Errorf("run does not say %q:\n%s", want, res.stdout)
+	}
+}
