@@ -14,10 +14,12 @@ import (
 // TestE2ETrainingFilesOneRowSchema runs the demo (glaive rows with and
 // without tools, multi-turn thinking rows, reasoning stripped from the
 // history so some rows have no token ids) with full metadata and token
-// ids, and reads every ShareGPT file the manifest lists with DuckDB's JSON
-// reader typing the columns from the first row only (sample_size=1): a
-// key at any depth that the first row lacks fails the read, as it fails
-// Hugging Face datasets' loader after its first block.
+// ids, and reads every column of every ShareGPT file the manifest lists
+// with DuckDB's JSON reader typing the columns from the first row only
+// (sample_size=1): a key at any depth that the first row lacks fails the
+// read, as it fails Hugging Face datasets' loader after its first block.
+// The demo exported by regen before issue 33 fails it at line 6 (usage's
+// "cached_tokens").
 func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 	t.Parallel()
 	query := duckDB(t)
@@ -42,12 +44,14 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 		path := filepath.Join(out, f.Path)
 		src := fmt.Sprintf(`read_json('%s', sample_size=1)`, path)
 		r := query(
-			fmt.Sprintf(`SELECT count(*)::INTEGER AS n, count(*) FILTER (WHERE tools = '[]')::INTEGER AS no_tools FROM %s`, src),
+			// to_json(t) reads every column of every row: a bare count(*)
+			// reads none and so types nothing.
+			fmt.Sprintf(`SELECT count(*)::INTEGER AS n, count(*) FILTER (WHERE tools = '[]')::INTEGER AS no_tools, sum(length(to_json(t)))::BIGINT AS bytes FROM %s t`, src),
 			fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM (SELECT unnest(conversations) AS m FROM %s) WHERE m.tool_calls IS NOT NULL`, src),
 		)
 		n, noTools, calls := r[0][0]["n"], r[0][0]["no_tools"], r[1][0]["n"]
-		t.Logf("%s: DuckDB (sample_size=1) reads %v rows, %v without tools, %v messages with tool calls", f.Path, n, noTools, calls)
-		if n != float64(f.Rows) || f.Rows == 0 {
+		t.Logf("%s: DuckDB (sample_size=1) reads %v rows (%v bytes as JSON), %v without tools, %v messages with tool calls", f.Path, n, r[0][0]["bytes"], noTools, calls)
+		if n != float64(f.Rows) || f.Rows == 0 || r[0][0]["bytes"] == nil {
 			t.Errorf("%s: DuckDB reads %v rows; manifest says %d", f.Path, n, f.Rows)
 		}
 		read[f.Format] = f.Rows

@@ -60,22 +60,21 @@ func usageOf(u llm.Usage) usageLine {
 // provenanceLine is store.Provenance with every key present ("" or null
 // when the server did not say).
 type provenanceLine struct {
-	Generation        int             `json:"generation"`
-	Model             string          `json:"model"`
-	SystemFingerprint string          `json:"system_fingerprint"`
-	Engine            string          `json:"engine"`
-	EngineVersion     string          `json:"engine_version"`
-	Sampling          json.RawMessage `json:"sampling"`
-	Seed              *int64          `json:"seed"`
+	Generation        int    `json:"generation"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Engine            string `json:"engine"`
+	EngineVersion     string `json:"engine_version"`
+	// Sampling is the request's sampling parameters as JSON text (null
+	// when unknown), as in Parquet: the object's keys change with the
+	// configuration, a string column does not.
+	Sampling *string `json:"sampling"`
+	Seed     *int64  `json:"seed"`
 }
 
 func provenanceOf(p store.Provenance) provenanceLine {
-	s := p.Sampling
-	if len(s) == 0 {
-		s = json.RawMessage("null")
-	}
 	return provenanceLine{Generation: p.Generation, Model: p.Model, SystemFingerprint: p.SystemFingerprint,
-		Engine: p.Engine, EngineVersion: p.EngineVersion, Sampling: s, Seed: p.Seed}
+		Engine: p.Engine, EngineVersion: p.EngineVersion, Sampling: rawText(p.Sampling), Seed: p.Seed}
 }
 
 func sharegptMessages(conv []conversation.Message) []sharegptMessage {
