@@ -161,7 +161,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
 			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens)...)
 			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {
-				fmt.Fprintf(b, "\n%d conversations have no token ids (`token_ids` says why): they are in `%s`, with the same keys and `token_ids` in place of `input_ids` and `loss_mask`, not in this config.\n", t.Unavailable, noIDsFile(m))
+				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", t.Unavailable, noIDsFile(m))
 			}
 		}
 		b.WriteString("\n")

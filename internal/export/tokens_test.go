@@ -133,6 +133,22 @@ func TestExportTokenIDs(t *testing.T) {
 	if diff := cmp.Diff(&TokenIDCounts{With: 2, Unavailable: 1}, man.Totals.TokenIDs); diff != "" {
 		t.Errorf("manifest totals.token_ids (-want +got):\n%s", diff)
 	}
+	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Conversations without token ids: 1, in `j.sharegpt.no-token-ids.jsonl`", "| `j.sharegpt.no-token-ids.jsonl` | sharegpt-no-token-ids | 1 |"} {
+		if !strings.Contains(string(card), want) {
+			t.Errorf("card does not say %q:\n%s", want, card)
+		}
+	}
+	var listed bool
+	for _, f := range man.Files {
+		listed = listed || f.Path == "j.sharegpt.no-token-ids.jsonl" && f.Rows == 1 && f.Format == FormatShareGPTNoTokenIDs
+	}
+	if !listed {
+		t.Errorf("manifest files %+v: want j.sharegpt.no-token-ids.jsonl with 1 row", man.Files)
+	}
 	type view struct {
 		InputIDs []int32 `json:"input_ids"`
 		LossMask []int8  `json:"loss_mask"`
