@@ -148,7 +148,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 		fmt.Fprintf(b, "### `%s` (`%s`%s)\n\n", c[0], c[1], def)
 		switch c[0] {
 		case FormatParquet:
-			b.WriteString("`messages` is the conversation before the last answer; the last answer is in `completion`, `reasoning_content` and `tool_calls` (JSON text); `tools` is JSON text.\n\n")
+			b.WriteString("The ShareGPT line's layout: `conversations` holds every message, the last answer included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (tool calls as `{id, type, function: {name, arguments}}`); `tools` is JSON text (`\"[]\"` when none); the other columns stand beside them.\n\n")
 			var t reflect.Type = reflect.TypeFor[ParquetRow]()
 			if tokens {
 				t = reflect.TypeFor[ParquetTokenRow]()

@@ -10,20 +10,20 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// ParquetRow is one done sample in the Parquet export. Messages are the
-// conversation before the last answer (earlier answers of a multi-turn
-// sample included); the last answer is in Completion, ReasoningContent and
-// ToolCalls. Endpoint is set only with full metadata.
+// ParquetRow is one done sample in the Parquet export, in the layout of
+// the ShareGPT line: Conversations is the whole conversation (every input
+// turn and every regenerated answer, the last one included), Tools the
+// tool list as JSON text ("[]" when none); the other columns stand beside
+// them. Endpoint, Seed and the provenance columns are set only with full
+// metadata.
 type ParquetRow struct {
 	ID               string           `parquet:"id"`
 	SourceID         string           `parquet:"source_id"`
+	Conversations    []ParquetMessage `parquet:"conversations,list"`
+	Tools            string           `parquet:"tools"`
 	Partition        string           `parquet:"partition"`
+	Truncated        bool             `parquet:"truncated"`
 	Lane             string           `parquet:"lane"`
-	Messages         []ParquetMessage `parquet:"messages,list"`
-	Tools            *string          `parquet:"tools,optional"` // JSON array, null when none
-	Completion       string           `parquet:"completion"`
-	ReasoningContent *string          `parquet:"reasoning_content,optional"`
-	ToolCalls        *string          `parquet:"tool_calls,optional"` // JSON array, null when none
 	FinishReason     string           `parquet:"finish_reason"`
 	PromptTokens     int64            `parquet:"prompt_tokens"`
 	CompletionTokens int64            `parquet:"completion_tokens"`
@@ -40,16 +40,26 @@ type ParquetRow struct {
 	Sampling          *string `parquet:"sampling,optional"`
 }
 
-// ParquetMessage is one input turn. Content is the text (content parts
-// flattened to their text); null when the message had none.
+// ParquetMessage is one message, with the ShareGPT line's fields: content
+// the text ("" beside tool calls, content parts as their text), the others
+// null when the message has none.
 type ParquetMessage struct {
-	Role       string  `parquet:"role"`
-	Content    *string `parquet:"content,optional"`
-	ToolCalls  *string `parquet:"tool_calls,optional"` // JSON array
-	ToolCallID *string `parquet:"tool_call_id,optional"`
-	Name       *string `parquet:"name,optional"`
-	// ReasoningContent is an earlier answer's thinking.
-	ReasoningContent *string `parquet:"reasoning_content,optional"`
+	Role             string            `parquet:"role"`
+	Content          string            `parquet:"content"`
+	ReasoningContent *string           `parquet:"reasoning_content,optional"`
+	ToolCalls        []ParquetToolCall `parquet:"tool_calls,optional,list"`
+	ToolCallID       *string           `parquet:"tool_call_id,optional"`
+	Name             *string           `parquet:"name,optional"`
+}
+
+// ParquetToolCall is an OpenAI tool call, arguments as JSON text.
+type ParquetToolCall struct {
+	ID       string `parquet:"id"`
+	Type     string `parquet:"type"`
+	Function struct {
+		Name      string `parquet:"name"`
+		Arguments string `parquet:"arguments"`
+	} `parquet:"function"`
 }
 
 // ParquetTokenRow is a ParquetRow with the conversation's token ids, the
@@ -125,10 +135,7 @@ func (s *parquetSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
-	row, err := parquetRow(r)
-	if err != nil {
-		return err
-	}
+	row := parquetRow(r)
 	if s.full {
 		row.Endpoint = optional(r.row.Result.Endpoint)
 		row.Seed = r.plan.Seed
@@ -158,42 +165,30 @@ func (s *parquetSink) close() error {
 	return nil
 }
 
-func parquetRow(r *record) (ParquetRow, error) {
+func parquetRow(r *record) ParquetRow {
 	row := ParquetRow{
 		ID:               r.row.ID,
 		SourceID:         r.sourceID(),
+		Conversations:    make([]ParquetMessage, len(r.conv)),
+		Tools:            toolsText(r.plan.Tools),
 		Partition:        r.row.Partition,
+		Truncated:        r.truncated(),
 		Lane:             r.row.Lane,
-		Messages:         make([]ParquetMessage, 0, len(r.conv)-1),
-		Tools:            rawText(r.plan.Tools),
-		Completion:       r.res.Content,
-		ReasoningContent: optional(r.res.ReasoningContent),
 		FinishReason:     r.res.FinishReason,
 		PromptTokens:     int64(r.res.Usage.PromptTokens),
 		CompletionTokens: int64(r.res.Usage.CompletionTokens),
 	}
-	if len(r.res.ToolCalls) > 0 {
-		b, err := json.Marshal(r.res.ToolCalls)
-		if err != nil {
-			return row, fmt.Errorf("parquet sample %s: tool calls: %w", r.row.ID, err)
+	// The same messages as the ShareGPT line, so both files agree.
+	for i, m := range sharegptMessages(r.conv) {
+		pm := ParquetMessage{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, c := range m.ToolCalls {
+			var pc ParquetToolCall
+			pc.ID, pc.Type, pc.Function.Name, pc.Function.Arguments = c.ID, c.Type, c.Function.Name, c.Function.Arguments
+			pm.ToolCalls = append(pm.ToolCalls, pc)
 		}
-		row.ToolCalls = optional(string(b))
+		row.Conversations[i] = pm
 	}
-	for _, m := range r.conv[:len(r.conv)-1] {
-		pm := ParquetMessage{
-			Role:             m.Role,
-			ToolCalls:        rawText(m.ToolCalls),
-			ToolCallID:       optional(m.ToolCallID),
-			Name:             optional(m.Name),
-			ReasoningContent: optional(m.ReasoningContent),
-		}
-		if rawText(m.Content) != nil {
-			text := contentText(m.Content) // content parts as their text
-			pm.Content = &text
-		}
-		row.Messages = append(row.Messages, pm)
-	}
-	return row, nil
+	return row
 }
 
 func optional(s string) *string {

@@ -86,7 +86,7 @@ func TestExportProvenance(t *testing.T) {
 		len(got.Turns) != 2 || !cmp.Equal(p0, *got.Turns[0].Provenance) || !cmp.Equal(p1, *got.Turns[1].Provenance) {
 		t.Errorf("multi-turn record's provenance = %+v, turns %+v; want %+v then %+v", got.Provenance, got.Turns, p0, p1)
 	}
-	if got := lines["P1/old"].Provenance; got == nil || !cmp.Equal(store.Provenance{Generation: 1, Model: "m0", }, *got) {
+	if got := lines["P1/old"].Provenance; got == nil || !cmp.Equal(store.Provenance{Generation: 1, Model: "m0"}, *got) {
 		t.Errorf("old record's provenance = %+v, want generation 1 from its column and the response's model", got)
 	}
 

@@ -2,15 +2,19 @@ package export
 
 import (
 	"bytes"
-	"cmp"
+	stdcmp "cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -33,6 +37,81 @@ var trainerChecks = map[string]func(rows []map[string]any) error{
 	"tools_on_every_row":       toolsOnEveryRow,
 	"content_is_text":          contentIsText,
 	"token_fields_all_or_none": tokenFieldsAllOrNone,
+	"conversations_column":     conversationsColumn,
+}
+
+// parquetExempt are the rules the Parquet file does not meet, and why.
+var parquetExempt = map[string]string{
+	// One Parquet file keeps every row; rows without ids have empty lists
+	// and the reason in token_ids (docs/training-data.md, "Token ids").
+	"token_fields_all_or_none": "rows without ids have empty input_ids and loss_mask",
+}
+
+func conversationsColumn(rows []map[string]any) error {
+	for i, r := range rows {
+		conv, ok := r["conversations"].([]any)
+		if !ok || len(conv) == 0 {
+			return fmt.Errorf("row %d: no conversations list", i+1)
+		}
+		if last, _ := conv[len(conv)-1].(map[string]any); last["role"] != "assistant" {
+			return fmt.Errorf("row %d: conversations end with %v, want the assistant's answer", i+1, last["role"])
+		}
+	}
+	return nil
+}
+
+// parquetMaps reads a Parquet export as maps keyed by column name, the
+// way a trainer's loader sees it: T is the file's row type (ParquetRow, or
+// ParquetTokenRow with token ids).
+func parquetMaps[T any](t *testing.T, path string) []map[string]any {
+	t.Helper()
+	rows, err := parquet.ReadFile[T](path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, r := range rows {
+		m := map[string]any{}
+		columns(reflect.ValueOf(r), m)
+		out = append(out, m)
+	}
+	return out
+}
+
+// columns puts a row struct's fields into m by their Parquet names.
+func columns(v reflect.Value, m map[string]any) {
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Anonymous {
+			columns(v.Field(i), m)
+			continue
+		}
+		m[parquetName(f)] = columnValue(v.Field(i))
+	}
+}
+
+func columnValue(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return nil
+		}
+		return columnValue(v.Elem())
+	case reflect.Slice:
+		if v.IsNil() && v.Type().Elem().Kind() == reflect.Struct {
+			return nil
+		}
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = columnValue(v.Index(i))
+		}
+		return out
+	case reflect.Struct:
+		m := map[string]any{}
+		columns(v, m)
+		return m
+	}
+	return v.Interface()
 }
 
 // sameKeys: every object at one place of the rows (the row, a message, a
@@ -182,19 +261,39 @@ func trainerStore(t *testing.T) *fakeStore {
 }
 
 // TestTrainingFilesMeetTrainerRules exports a mixed store with every
-// metadata and token-id setting and holds every training file to every
-// trainer rule of testdata/trainers/rules.json.
+// metadata and token-id setting and holds every training file (ShareGPT
+// and Parquet) to every trainer rule of testdata/trainers/rules.json.
 func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 	rules := loadTrainerRules(t)
 	for _, o := range []Options{{}, {Metadata: MetadataFull}, {TokenIDs: true}, {Metadata: MetadataFull, TokenIDs: true}} {
-		t.Run(fmt.Sprintf("%s,token_ids=%v", cmp.Or(o.Metadata, MetadataMinimal), o.TokenIDs), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s,token_ids=%v", stdcmp.Or(o.Metadata, MetadataMinimal), o.TokenIDs), func(t *testing.T) {
 			dir := t.TempDir()
-			sum, err := ExportWith(context.Background(), trainerStore(t), dir, []string{FormatShareGPT}, "j", o)
+			sum, err := ExportWith(context.Background(), trainerStore(t), dir, []string{FormatShareGPT, FormatParquet}, "j", o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var files int
+			jsonConv, pqConv := map[string]any{}, map[string]any{}
 			for _, f := range sum.Files {
+				if f.Format == FormatParquet {
+					rows := parquetMaps[ParquetRow](t, f.Path)
+					if o.TokenIDs {
+						rows = parquetMaps[ParquetTokenRow](t, f.Path)
+					}
+					for _, r := range rows {
+						pqConv[r["id"].(string)] = r["conversations"]
+					}
+					for _, r := range rules {
+						if why, ok := parquetExempt[r.Rule]; ok && o.TokenIDs {
+							t.Logf("%s: %s not held (%s)", filepath.Base(f.Path), r.Rule, why)
+							continue
+						}
+						if err := trainerChecks[r.Rule](rows); err != nil {
+							t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
+						}
+					}
+					continue
+				}
 				if f.Format != FormatShareGPT && f.Format != FormatShareGPTNoTokenIDs {
 					continue
 				}
@@ -204,6 +303,9 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 					t.Fatal(err)
 				}
 				rows := parseRows(t, strings.Split(string(bytes.TrimSpace(b)), "\n"))
+				for _, r := range rows {
+					jsonConv[r["id"].(string)] = r["conversations"]
+				}
 				if len(rows) == 0 || len(rows) != f.Rows {
 					t.Fatalf("%s: %d rows, manifest %d; want some", f.Path, len(rows), f.Rows)
 				}
@@ -217,6 +319,10 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 						t.Errorf("%s line %d: %v", filepath.Base(f.Path), i+1, err)
 					}
 				}
+			}
+			// Parquet holds the ShareGPT file's conversations, message for message.
+			if diff := cmp.Diff(jsonConv, pqConv); diff != "" || len(pqConv) != sum.Done {
+				t.Errorf("Parquet conversations (%d) differ from the ShareGPT files' (-jsonl +parquet):\n%s", len(pqConv), diff)
 			}
 			if want := map[bool]int{false: 1, true: 2}[o.TokenIDs]; files != want {
 				t.Errorf("%d ShareGPT files, want %d", files, want)

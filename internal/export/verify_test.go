@@ -165,7 +165,7 @@ func TestVerifyStoreMovedOn(t *testing.T) {
 	for _, want := range []string{
 		"demo.sharegpt.jsonl line 1 (P1/a1): differs from the store's current answer",
 		"demo.openai-batch.jsonl line 1 (P1/a1): differs",
-		"demo.parquet line 1 (P1/a1): column completion differs from the store's current answer",
+		"demo.parquet line 1 (P1/a1): column conversations differs from the store's current answer",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("problems do not say %q:\n%s", want, text)
