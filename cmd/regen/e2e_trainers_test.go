@@ -19,7 +19,8 @@ import (
 // (sample_size=1): a key at any depth that the first row lacks fails the
 // read, as it fails Hugging Face datasets' loader after its first block.
 // The demo exported by regen before issue 33 fails it at line 6 (usage's
-// "cached_tokens").
+// "cached_tokens"). Parquet has a conversations column ending with the
+// answer on every row.
 func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 	t.Parallel()
 	query := duckDB(t)
@@ -38,6 +39,16 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 	}
 	read := map[string]int{}
 	for _, f := range m.Files {
+		if f.Format == export.FormatParquet {
+			// Parquet in the JSONL's layout: a conversations column ending
+			// with the answer, which both trainers need.
+			r := query(fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM '%s' WHERE conversations[len(conversations)].role = 'assistant' AND json_valid(tools)`, filepath.Join(out, f.Path)))
+			if n := r[0][0]["n"]; n != float64(f.Rows) || f.Rows == 0 {
+				t.Errorf("%s: %v rows with a conversations column ending with the answer; manifest says %d", f.Path, n, f.Rows)
+			}
+			read[f.Format] = f.Rows
+			continue
+		}
 		if f.Format != export.FormatShareGPT && f.Format != export.FormatShareGPTNoTokenIDs {
 			continue
 		}
@@ -59,8 +70,8 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 			t.Errorf("%s: %v of %v rows without tools, %v tool calls; want the demo's mix of rows with and without tools", f.Path, noTools, n, calls)
 		}
 	}
-	if read[export.FormatShareGPT] == 0 || read[export.FormatShareGPTNoTokenIDs] == 0 {
-		t.Errorf("ShareGPT files read %v; want the training file and the no-token-ids file, both with rows", read)
+	if read[export.FormatShareGPT] == 0 || read[export.FormatShareGPTNoTokenIDs] == 0 || read[export.FormatParquet] == 0 {
+		t.Errorf("files read %v; want the ShareGPT training file, the no-token-ids file and Parquet, all with rows", read)
 	}
 	if want := fmt.Sprintf("%d without them, in demo.sharegpt.no-token-ids.jsonl", read[export.FormatShareGPTNoTokenIDs]); !strings.Contains(res.stdout, want) {
 		t.Errorf("run does not say %q:\n%s", want, res.stdout)
