@@ -39,7 +39,7 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 	}
 	read := map[string]int{}
 	for _, f := range m.Files {
-		if f.Format == export.FormatParquet {
+		if f.Format == export.FormatParquet || f.Format == export.FormatParquetNoTokenIDs {
 			// Parquet in the JSONL's layout: a conversations column ending
 			// with the answer, which both trainers need.
 			r := query(fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM '%s' WHERE conversations[len(conversations)].role = 'assistant' AND json_valid(tools)`, filepath.Join(out, f.Path)))
@@ -70,10 +70,10 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 			t.Errorf("%s: %v of %v rows without tools, %v tool calls; want the demo's mix of rows with and without tools", f.Path, noTools, n, calls)
 		}
 	}
-	if read[export.FormatShareGPT] == 0 || read[export.FormatShareGPTNoTokenIDs] == 0 || read[export.FormatParquet] == 0 {
-		t.Errorf("files read %v; want the ShareGPT training file, the no-token-ids file and Parquet, all with rows", read)
+	if len(read) != 4 || read[export.FormatShareGPT] != read[export.FormatParquet] || read[export.FormatShareGPTNoTokenIDs] != read[export.FormatParquetNoTokenIDs] {
+		t.Errorf("files read %v; want the ShareGPT and Parquet training files and their no-token-ids files, the same rows in each pair", read)
 	}
-	if want := fmt.Sprintf("%d without them, in demo.sharegpt.no-token-ids.jsonl", read[export.FormatShareGPTNoTokenIDs]); !strings.Contains(res.stdout, want) {
+	if want := fmt.Sprintf("%d without them, in demo.sharegpt.no-token-ids.jsonl and demo.no-token-ids.parquet", read[export.FormatShareGPTNoTokenIDs]); !strings.Contains(res.stdout, want) {
 		t.Errorf("run does not say %q:\n%s", want, res.stdout)
 	}
 }

@@ -120,13 +120,14 @@ func writeTokenSummary(w io.Writer, sum export.Summary) {
 	if n == 0 {
 		return
 	}
-	where := "(the reason is in each record)"
+	// A trainer reads a file as all-ids or no-ids: the rest are apart.
+	var files []string
 	for _, f := range sum.Files {
-		if f.Format == export.FormatShareGPTNoTokenIDs {
-			// A trainer reads a file as all-ids or no-ids: the rest are apart.
-			where = "in " + filepath.Base(f.Path) + " (token_ids says why; not in the training file)"
+		if f.Format == export.FormatShareGPTNoTokenIDs || f.Format == export.FormatParquetNoTokenIDs {
+			files = append(files, filepath.Base(f.Path))
 		}
 	}
+	where := "in " + strings.Join(files, " and ") + " (token_ids says why; not in the training files)"
 	fmt.Fprintf(w, "token ids: %d of %d done conversations with input_ids and loss_mask, %d without them, %s\n", sum.TokenIDs, n, sum.TokenIDsUnavailable, where)
 }
 

@@ -154,6 +154,9 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 				t = reflect.TypeFor[ParquetTokenRow]()
 			}
 			writeColumns(b, t, "parquet")
+			if n := m.Totals.TokenIDs; n != nil && n.Unavailable > 0 {
+				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", n.Unavailable, noIDsFile(m, FormatParquetNoTokenIDs))
+			}
 			if !full {
 				b.WriteString("\n`endpoint`, `seed`, `generation`, `model`, `engine`, `engine_version`, `system_fingerprint` and `sampling` are null: the export ran with `output.metadata: minimal`.\n")
 			}
@@ -161,7 +164,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
 			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens)...)
 			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {
-				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", t.Unavailable, noIDsFile(m))
+				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", t.Unavailable, noIDsFile(m, FormatShareGPTNoTokenIDs))
 			}
 		}
 		b.WriteString("\n")
@@ -180,10 +183,10 @@ func shareGPTSkip(full, tokens bool) []string {
 	return append(skip, "missingTokens") // only in the no-token-ids file
 }
 
-// noIDsFile is the manifest's no-token-ids file.
-func noIDsFile(m *Manifest) string {
+// noIDsFile is the manifest's no-token-ids file of format.
+func noIDsFile(m *Manifest, format string) string {
 	for _, f := range m.Files {
-		if f.Format == FormatShareGPTNoTokenIDs {
+		if f.Format == format {
 			return f.Path
 		}
 	}

@@ -17,14 +17,15 @@
 //     has nothing; tools and sampling as JSON text; content parts as
 //     text), because trainers read the file through loaders that take the
 //     columns from the first rows (rows.go). With Options.TokenIDs, lines
-//     without ids go to <name>.sharegpt.no-token-ids.jsonl, so each file
-//     is all-ids or no-ids.
+//     without ids go to <name>.sharegpt.no-token-ids.jsonl (Parquet rows
+//     to <name>.no-token-ids.parquet), so each file is all-ids or no-ids.
 //   - openai-batch: OpenAI batch output lines (custom_id, response.body as a
 //     chat.completion, error) for done samples, and a separate errors file
 //     for rejected and dead samples.
-//   - parquet: one row per done sample, zstd-compressed, messages (the
-//     conversation before the last answer) as the standard 3-level LIST
-//     that pyarrow and datasets read.
+//   - parquet: one row per done sample, zstd-compressed, in the ShareGPT
+//     line's layout (conversations, the whole conversation, as the
+//     standard 3-level LIST that pyarrow and datasets read; tools as JSON
+//     text) with run details and provenance as columns beside it.
 //
 // Only done (accepted) samples go to these training files. Rejected
 // samples are always written to <name>.rejected.jsonl with their rule,

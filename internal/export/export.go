@@ -31,10 +31,14 @@ const (
 // Options.TokenIDs is on: a trainer reads a file as all-ids or no-ids.
 const FormatShareGPTNoTokenIDs = FormatShareGPT + "-no-token-ids"
 
+// FormatParquetNoTokenIDs is the same for Parquet.
+const FormatParquetNoTokenIDs = FormatParquet + "-no-token-ids"
+
 const (
 	rejectedSuffix = ".rejected.jsonl"
 	deadSuffix     = ".dead.jsonl"
 	noIDsSuffix    = ".sharegpt.no-token-ids.jsonl"
+	noIDsParquet   = ".no-token-ids.parquet"
 )
 
 // Formats of the files that describe an export (File.Format); their Rows is 0.
@@ -52,7 +56,7 @@ func RejectedFile(dir, name string) string { return filepath.Join(dir, name+reje
 
 // File is one file an export wrote.
 type File struct {
-	Format string // sharegpt, sharegpt-no-token-ids, openai-batch, openai-batch-errors, parquet, rejected or dead
+	Format string // sharegpt, openai-batch, openai-batch-errors, parquet, their -no-token-ids files, rejected or dead
 	Path   string
 	Rows   int // lines (rows for Parquet)
 }
@@ -198,15 +202,20 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	return x.sum, nil
 }
 
-// removeStaleNoIDs removes the no-token-ids file an earlier export with
-// token ids left when this one writes ShareGPT without them: the file
-// holds nothing this export's manifest describes.
+// removeStaleNoIDs removes the no-token-ids files an earlier export with
+// token ids left when this one writes their format without them: they
+// hold nothing this export's manifest describes.
 func removeStaleNoIDs(dir, name string, want map[string]bool, o Options) error {
-	if !want[FormatShareGPT] || o.TokenIDs {
+	if o.TokenIDs {
 		return nil
 	}
-	if err := os.Remove(filepath.Join(dir, name+noIDsSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove the earlier %s: %w", name+noIDsSuffix, err)
+	for format, suffix := range map[string]string{FormatShareGPT: noIDsSuffix, FormatParquet: noIDsParquet} {
+		if !want[format] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the earlier %s: %w", name+suffix, err)
+		}
 	}
 	return nil
 }
@@ -268,7 +277,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	var err error
 	if want[FormatParquet] {
-		if w.pq, err = newParquet(create, path(".parquet"), full, o.TokenIDs); add(w.pq, err) != nil {
+		if w.pq, err = newParquet(create, path(".parquet"), path(noIDsParquet), full, o.TokenIDs); add(w.pq, err) != nil {
 			return nil, err
 		}
 	}

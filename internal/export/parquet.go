@@ -73,13 +73,23 @@ type ParquetTokenRow struct {
 	TokenIDs *string `parquet:"token_ids,optional"`
 }
 
+// ParquetNoIDsRow is a ParquetRow without token ids and the reason why, the
+// schema of <name>.no-token-ids.parquet when output.token_ids is on: the
+// Parquet file, like the ShareGPT one, is all-ids or no-ids.
+type ParquetNoIDsRow struct {
+	ParquetRow
+	TokenIDs *string `parquet:"token_ids,optional"`
+}
+
 // rowGroupRows bounds the rows held in memory before a row group is flushed.
 const rowGroupRows = 1024
 
+// parquetSink writes the Parquet file; with token ids, rows whose ids are
+// unavailable go to noIDs, a file of their own.
 type parquetSink struct {
-	out  *output
-	rows rowWriter
-	full bool
+	out, noIDs      *output
+	rows, noIDsRows rowWriter
+	full            bool
 }
 
 // rowWriter writes one row type: ParquetRow, or ParquetTokenRow with token ids.
@@ -112,7 +122,18 @@ func (w *tokenRows) write(r *record, row ParquetRow) error {
 	return err
 }
 
-func newParquet(create createFunc, path string, full, tokens bool) (*parquetSink, error) {
+type noIDsRows struct {
+	*parquet.GenericWriter[ParquetNoIDsRow]
+	buf []ParquetNoIDsRow
+}
+
+func (w *noIDsRows) write(r *record, row ParquetRow) error {
+	w.buf[0] = ParquetNoIDsRow{ParquetRow: row, TokenIDs: optional(r.tokens().Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+func newParquet(create createFunc, path, noIDsPath string, full, tokens bool) (*parquetSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
@@ -122,14 +143,28 @@ func newParquet(create createFunc, path string, full, tokens bool) (*parquetSink
 		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("regen", "", ""),
 	}
-	var rows rowWriter = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
-	if tokens {
-		rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
+	s := &parquetSink{out: &output{format: FormatParquet, af: af}, full: full}
+	if !tokens {
+		s.rows = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
+		return s, nil
 	}
-	return &parquetSink{out: &output{format: FormatParquet, af: af}, rows: rows, full: full}, nil
+	s.rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
+	side, err := create(noIDsPath)
+	if err != nil {
+		af.abort()
+		return nil, err
+	}
+	s.noIDs = &output{format: FormatParquetNoTokenIDs, af: side}
+	s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](side, opts...), make([]ParquetNoIDsRow, 1)}
+	return s, nil
 }
 
-func (s *parquetSink) files() []*output { return []*output{s.out} }
+func (s *parquetSink) files() []*output {
+	if s.noIDs == nil {
+		return []*output{s.out}
+	}
+	return []*output{s.out, s.noIDs}
+}
 
 func (s *parquetSink) write(r *record) error {
 	if r.row.State != store.Done {
@@ -145,22 +180,31 @@ func (s *parquetSink) write(r *record) error {
 		row.Model, row.Engine, row.EngineVersion = optional(p.Model), optional(p.Engine), optional(p.EngineVersion)
 		row.SystemFingerprint, row.Sampling = optional(p.SystemFingerprint), optional(string(p.Sampling))
 	}
-	if err := s.rows.write(r, row); err != nil {
+	out, rows := s.out, s.rows
+	if s.noIDs != nil && r.tokens().Missing != "" {
+		out, rows = s.noIDs, s.noIDsRows
+	}
+	if err := rows.write(r, row); err != nil {
 		return fmt.Errorf("parquet sample %s: %w", r.row.ID, err)
 	}
-	s.out.rows++
-	if s.out.rows%rowGroupRows == 0 {
-		if err := s.rows.Flush(); err != nil {
+	out.rows++
+	if out.rows%rowGroupRows == 0 {
+		if err := rows.Flush(); err != nil {
 			return fmt.Errorf("parquet flush: %w", err)
 		}
 	}
 	return nil
 }
 
-// close writes the footer; the atomic file is synced by the caller.
+// close writes the footers; the atomic files are synced by the caller.
 func (s *parquetSink) close() error {
 	if err := s.rows.Close(); err != nil {
 		return fmt.Errorf("parquet close: %w", err)
+	}
+	if s.noIDsRows != nil {
+		if err := s.noIDsRows.Close(); err != nil {
+			return fmt.Errorf("parquet close %s: %w", FormatParquetNoTokenIDs, err)
+		}
 	}
 	return nil
 }

@@ -137,7 +137,8 @@ func TestExportTokenIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Conversations without token ids: 1, in `j.sharegpt.no-token-ids.jsonl`", "| `j.sharegpt.no-token-ids.jsonl` | sharegpt-no-token-ids | 1 |"} {
+	for _, want := range []string{"Conversations without token ids: 1, in `j.sharegpt.no-token-ids.jsonl`", "| `j.sharegpt.no-token-ids.jsonl` | sharegpt-no-token-ids | 1 |",
+		"Conversations without token ids: 1, in `j.no-token-ids.parquet`", "| `j.no-token-ids.parquet` | parquet-no-token-ids | 1 |"} {
 		if !strings.Contains(string(card), want) {
 			t.Errorf("card does not say %q:\n%s", want, card)
 		}
@@ -194,15 +195,50 @@ func TestExportTokenIDs(t *testing.T) {
 	}
 	gotPQ := map[string]view{}
 	for _, r := range rows {
-		v := view{InputIDs: r.InputIDs, LossMask: r.LossMask}
-		if r.TokenIDs != nil {
-			v.TokenIDs = *r.TokenIDs
+		if r.TokenIDs != nil || len(r.InputIDs) == 0 {
+			t.Errorf("j.parquet: %s has %d ids, token_ids %v; want ids on every row", r.ID, len(r.InputIDs), r.TokenIDs)
 		}
-		gotPQ[r.ID] = v
+		gotPQ[r.ID] = view{InputIDs: r.InputIDs, LossMask: r.LossMask}
+	}
+	// Parquet too is all-ids or no-ids: the rows without are apart, with
+	// no input_ids or loss_mask column.
+	side := filepath.Join(dir, "j.no-token-ids.parquet")
+	if schema := parquetSchema(t, side); strings.Contains(schema, "input_ids") || strings.Contains(schema, "loss_mask") {
+		t.Errorf("j.no-token-ids.parquet has token columns:\n%s", schema)
+	}
+	sideRows, err := parquet.ReadFile[ParquetNoIDsRow](side)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range sideRows {
+		if r.TokenIDs != nil {
+			gotPQ[r.ID] = view{TokenIDs: *r.TokenIDs}
+		}
 	}
 	if diff := cmp.Diff(want, gotPQ, cmp.Comparer(func(a, b []int32) bool { return len(a) == len(b) && (len(a) == 0 || cmp.Equal(a, b)) }),
 		cmp.Comparer(func(a, b []int8) bool { return len(a) == len(b) && (len(a) == 0 || cmp.Equal(a, b)) })); diff != "" {
 		t.Errorf("parquet token columns (-want +got):\n%s", diff)
+	}
+
+	// Verify reads the no-token-ids Parquet row by row: the ids file put in
+	// its place is caught by its rows, not only by its checksum.
+	pqBytes, err := os.ReadFile(filepath.Join(dir, "j.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(side, pqBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(context.Background(), fs, dir, "j", Options{EngineOf: engineOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rowProblem bool
+	for _, p := range rep.Problems {
+		rowProblem = rowProblem || p.Path == "j.no-token-ids.parquet" && p.Line == 1
+	}
+	if !rowProblem {
+		t.Errorf("Verify with the ids file in place of j.no-token-ids.parquet: %v; want a problem at its row 1", rep.Problems)
 	}
 
 	// Off (the default): no token field in either file.
@@ -225,11 +261,13 @@ func TestExportTokenIDs(t *testing.T) {
 	}
 	// Exported again without ids into the folder that had them: the side
 	// file goes, and the export verifies (no file left out of the manifest).
-	if _, err := ExportWith(context.Background(), fs, dir, []string{FormatShareGPT}, "j", Options{}); err != nil {
+	if _, err := ExportWith(context.Background(), fs, dir, []string{FormatShareGPT, FormatParquet}, "j", Options{}); err != nil {
 		t.Fatalf("export without ids over an export with them: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "j.sharegpt.no-token-ids.jsonl")); !os.IsNotExist(err) {
-		t.Errorf("stale no-token-ids file after an export without ids: %v", err)
+	for _, f := range []string{"j.sharegpt.no-token-ids.jsonl", "j.no-token-ids.parquet"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("stale %s after an export without ids: %v", f, err)
+		}
 	}
 	pf, err := parquet.ReadFile[ParquetRow](filepath.Join(off, "j.parquet"))
 	if err != nil || len(pf) != 3 {

@@ -40,13 +40,6 @@ var trainerChecks = map[string]func(rows []map[string]any) error{
 	"conversations_column":     conversationsColumn,
 }
 
-// parquetExempt are the rules the Parquet file does not meet, and why.
-var parquetExempt = map[string]string{
-	// One Parquet file keeps every row; rows without ids have empty lists
-	// and the reason in token_ids (docs/training-data.md, "Token ids").
-	"token_fields_all_or_none": "rows without ids have empty input_ids and loss_mask",
-}
-
 func conversationsColumn(rows []map[string]any) error {
 	for i, r := range rows {
 		conv, ok := r["conversations"].([]any)
@@ -275,19 +268,18 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 			var files int
 			jsonConv, pqConv := map[string]any{}, map[string]any{}
 			for _, f := range sum.Files {
-				if f.Format == FormatParquet {
+				if f.Format == FormatParquet || f.Format == FormatParquetNoTokenIDs {
 					rows := parquetMaps[ParquetRow](t, f.Path)
-					if o.TokenIDs {
+					switch {
+					case f.Format == FormatParquetNoTokenIDs:
+						rows = parquetMaps[ParquetNoIDsRow](t, f.Path)
+					case o.TokenIDs:
 						rows = parquetMaps[ParquetTokenRow](t, f.Path)
 					}
 					for _, r := range rows {
 						pqConv[r["id"].(string)] = r["conversations"]
 					}
 					for _, r := range rules {
-						if why, ok := parquetExempt[r.Rule]; ok && o.TokenIDs {
-							t.Logf("%s: %s not held (%s)", filepath.Base(f.Path), r.Rule, why)
-							continue
-						}
 						if err := trainerChecks[r.Rule](rows); err != nil {
 							t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
 						}

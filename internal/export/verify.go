@@ -136,6 +136,7 @@ var rowRules = map[string]func(f *os.File, size int64, lines int) (int, error){
 	FormatRejected:                countedLines,
 	FormatDead:                    countedLines,
 	FormatParquet:                 parquetRows,
+	FormatParquetNoTokenIDs:       parquetRows,
 }
 
 func countedLines(_ *os.File, _ int64, lines int) (int, error) { return lines, nil }
@@ -231,7 +232,7 @@ func formatFiles(name, format string) []string {
 	case FormatOpenAIBatch:
 		return []string{name + ".openai-batch.jsonl", name + ".errors.jsonl"}
 	case FormatParquet:
-		return []string{name + ".parquet"}
+		return []string{name + ".parquet", name + noIDsParquet}
 	}
 	return nil
 }
