@@ -88,7 +88,7 @@ func details(r *record) *runDetails {
 
 // sharegptSink writes the ShareGPT training file; with token ids, rows
 // whose ids are unavailable go to a file of their own, so each file is
-// all-ids or no-ids (docs/training-data.md, "Token ids").
+// all-ids or no-ids (docs/training-data.md, "What the export writes").
 type sharegptSink struct {
 	out, noIDs    *output
 	enc, noIDsEnc lineEncoder

@@ -63,9 +63,9 @@ type ParquetToolCall struct {
 }
 
 // ParquetTokenRow is a ParquetRow with the conversation's token ids, the
-// schema of the export when output.token_ids is on: InputIDs and LossMask
-// as the ShareGPT line has them (empty lists when unavailable), TokenIDs
-// the reason when they are unavailable.
+// schema of <name>.parquet when output.token_ids is on: InputIDs and
+// LossMask as the ShareGPT line has them, on every row (the rows without
+// are in <name>.no-token-ids.parquet); TokenIDs stays null.
 type ParquetTokenRow struct {
 	ParquetRow
 	InputIDs []int32 `parquet:"input_ids,list"`
