@@ -153,7 +153,7 @@ func TestE2EConfigChange(t *testing.T) {
 		}
 		p := rec.Provenance
 		if p.Generation != 2 || p.Model != "other-model" || p.Engine != "sim" || p.EngineVersion == "" ||
-			string(p.Sampling) != `{"max_tokens":500,"temperature":1.3}` {
+			string(p.Sampling) != `"{\"max_tokens\":500,\"temperature\":1.3}"` { // JSON text, as in Parquet
 			t.Errorf("%s: provenance %+v (sampling %s), want generation 2, other-model from the sim, temperature 1.3, max_tokens 500",
 				rec.ID, p, p.Sampling)
 		}

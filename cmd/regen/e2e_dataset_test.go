@@ -140,7 +140,7 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 		fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM '%s'`, pq),
 		fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM '%s'`, jl),
 		fmt.Sprintf(`SELECT column_name FROM (DESCRIBE SELECT * FROM '%s')`, pq),
-		fmt.Sprintf(`SELECT id, len(messages)::INTEGER AS n, messages[1].role AS r1, messages[1].content AS c1, messages[2].role AS r2, messages[2].content AS c2, messages[3].role AS r3
+		fmt.Sprintf(`SELECT id, len(conversations)::INTEGER AS n, conversations[1].role AS r1, conversations[1].content AS c1, conversations[2].role AS r2, conversations[2].content AS c2, conversations[3].role AS r3
 			FROM '%s' WHERE id IN ('A/a-07#1', 'B/b-03') ORDER BY id`, pq),
 		fmt.Sprintf(`SELECT conversations[2].content AS c FROM '%s' WHERE id = 'A/a-07#1'`, jl),
 	)
@@ -154,15 +154,15 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 	for _, r := range res[2] {
 		cols = append(cols, r["column_name"].(string))
 	}
-	wantCols := []string{"id", "source_id", "partition", "lane", "messages", "tools", "completion", "reasoning_content",
-		"tool_calls", "finish_reason", "prompt_tokens", "completion_tokens", "endpoint", "seed",
+	wantCols := []string{"id", "source_id", "conversations", "tools", "partition", "truncated", "lane",
+		"finish_reason", "prompt_tokens", "completion_tokens", "endpoint", "seed",
 		"generation", "model", "engine", "engine_version", "system_fingerprint", "sampling"}
 	if diff := cmp.Diff(wantCols, cols); diff != "" {
 		t.Errorf("Parquet columns as DuckDB reads them (-want +got):\n%s", diff)
 	}
 	wantMsgs := []map[string]any{
-		{"id": "A/a-07#1", "n": float64(2), "r1": "system", "c1": "Be brief.", "r2": "user", "c2": "Question 7?", "r3": nil},
-		{"id": "B/b-03", "n": float64(3), "r1": "user", "c1": "Hi 3", "r2": "assistant", "r3": "user"},
+		{"id": "A/a-07#1", "n": float64(3), "r1": "system", "c1": "Be brief.", "r2": "user", "c2": "Question 7?", "r3": "assistant"},
+		{"id": "B/b-03", "n": float64(4), "r1": "user", "c1": "Hi 3", "r2": "assistant", "r3": "user"},
 	}
 	if len(res[3]) == 2 {
 		if c, _ := res[3][1]["c2"].(string); c == "" || c == "old" {

@@ -451,8 +451,9 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 		var ids []string
 		for _, r := range rows {
 			ids = append(ids, r.ID)
-			if r.Completion == "" && r.ToolCalls == nil {
-				t.Errorf("parquet %s: no completion and no tool calls", r.ID)
+			if n := len(r.Conversations); n == 0 || r.Conversations[n-1].Role != "assistant" ||
+				r.Conversations[n-1].Content == "" && r.Conversations[n-1].ToolCalls == nil {
+				t.Errorf("parquet %s: the conversation does not end with an answer or a tool call", r.ID)
 			}
 		}
 		checkIDs(t, "parquet", ids, doneIDs)

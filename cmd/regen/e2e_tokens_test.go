@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,29 +127,37 @@ func TestE2ETokenIDs(t *testing.T) {
 	strip := t.TempDir()
 	demoJob(t, strip, "speed: 40 ", "speed: 200 ",
 		"  formats: [sharegpt, openai-batch, parquet]\n", "  formats: [sharegpt]\n  metadata: full\n  token_ids: true\n")
-	if res := regen(t, strip, "run", "job.yaml"); res.code != 0 {
+	res = regen(t, strip, "run", "job.yaml")
+	if res.code != 0 {
 		t.Fatalf("run (strip_history): %s", res)
 	}
+	// The training file holds only rows with ids; the others are in the
+	// no-token-ids file, each saying why, and the run counts them.
 	var with, without int
-	for _, raw := range readJSONL(t, filepath.Join(strip, "out", "demo.sharegpt.jsonl")) {
-		var r struct {
-			ID       string  `json:"id"`
-			InputIDs []int32 `json:"input_ids"`
-			TokenIDs string  `json:"token_ids"`
-			Turns    []any   `json:"turns"`
-		}
-		json.Unmarshal(raw, &r)
-		switch {
-		case r.TokenIDs == "":
-			with++
-		case len(r.Turns) > 0 && strings.Contains(r.TokenIDs, "re-renders"):
-			without++
-		default:
-			t.Errorf("%s: token_ids %q", r.ID, r.TokenIDs)
+	for _, file := range []string{"demo.sharegpt.jsonl", "demo.sharegpt.no-token-ids.jsonl"} {
+		for _, raw := range readJSONL(t, filepath.Join(strip, "out", file)) {
+			var r struct {
+				ID       string  `json:"id"`
+				InputIDs []int32 `json:"input_ids"`
+				TokenIDs string  `json:"token_ids"`
+				Turns    []any   `json:"turns"`
+			}
+			json.Unmarshal(raw, &r)
+			switch {
+			case file == "demo.sharegpt.jsonl" && r.TokenIDs == "" && len(r.InputIDs) > 0:
+				with++
+			case file != "demo.sharegpt.jsonl" && len(r.InputIDs) == 0 && len(r.Turns) > 0 && strings.Contains(r.TokenIDs, "re-renders"):
+				without++
+			default:
+				t.Errorf("%s in %s: %d input_ids, token_ids %q", r.ID, file, len(r.InputIDs), r.TokenIDs)
+			}
 		}
 	}
 	t.Logf("strip_history: %d records with ids, %d multi-turn records unavailable (reasoning left out of the history)", with, without)
 	if without == 0 {
 		t.Error("strip_history: no multi-turn record says its ids do not line up")
+	}
+	if want := fmt.Sprintf("%d without them, in demo.sharegpt.no-token-ids.jsonl", without); !strings.Contains(res.stdout, want) {
+		t.Errorf("run does not say %q:\n%s", want, res.stdout)
 	}
 }

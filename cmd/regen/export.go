@@ -116,10 +116,19 @@ func outputProblem(spec *job.Spec) error {
 // writeTokenSummary says how many conversations have token ids, when the
 // job exports them.
 func writeTokenSummary(w io.Writer, sum export.Summary) {
-	if n := sum.TokenIDs + sum.TokenIDsUnavailable; n > 0 {
-		fmt.Fprintf(w, "token ids: %d of %d done conversations with input_ids and loss_mask, %d with token_ids: unavailable (the reason is in each record)\n",
-			sum.TokenIDs, n, sum.TokenIDsUnavailable)
+	n := sum.TokenIDs + sum.TokenIDsUnavailable
+	if n == 0 {
+		return
 	}
+	// A trainer reads a file as all-ids or no-ids: the rest are apart.
+	var files []string
+	for _, f := range sum.Files {
+		if f.Format == export.FormatShareGPTNoTokenIDs || f.Format == export.FormatParquetNoTokenIDs {
+			files = append(files, filepath.Base(f.Path))
+		}
+	}
+	where := "in " + strings.Join(files, " and ") + " (token_ids says why; not in the training files)"
+	fmt.Fprintf(w, "token ids: %d of %d done conversations with input_ids and loss_mask, %d without them, %s\n", sum.TokenIDs, n, sum.TokenIDsUnavailable, where)
 }
 
 // writeExportSummary prints the counts and one line per written file,

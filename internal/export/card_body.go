@@ -148,18 +148,24 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 		fmt.Fprintf(b, "### `%s` (`%s`%s)\n\n", c[0], c[1], def)
 		switch c[0] {
 		case FormatParquet:
-			b.WriteString("`messages` is the conversation before the last answer; the last answer is in `completion`, `reasoning_content` and `tool_calls` (JSON text); `tools` is JSON text.\n\n")
+			b.WriteString("The ShareGPT line's layout: `conversations` holds every message, the last answer included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (tool calls as `{id, type, function: {name, arguments}}`); `tools` is JSON text (`\"[]\"` when none); the other columns stand beside them.\n\n")
 			var t reflect.Type = reflect.TypeFor[ParquetRow]()
 			if tokens {
 				t = reflect.TypeFor[ParquetTokenRow]()
 			}
 			writeColumns(b, t, "parquet")
+			if n := m.Totals.TokenIDs; n != nil && n.Unavailable > 0 {
+				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", n.Unavailable, noIDsFile(m, FormatParquetNoTokenIDs))
+			}
 			if !full {
 				b.WriteString("\n`endpoint`, `seed`, `generation`, `model`, `engine`, `engine_version`, `system_fingerprint` and `sampling` are null: the export ran with `output.metadata: minimal`.\n")
 			}
 		case FormatShareGPT:
-			b.WriteString("One JSON object per line; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content?, tool_calls?, tool_call_id?, name?}`; `tools` (the OpenAI tool list) and `truncated` only on rows that have them.\n\n")
+			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
 			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens)...)
+			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {
+				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", t.Unavailable, noIDsFile(m, FormatShareGPTNoTokenIDs))
+			}
 		}
 		b.WriteString("\n")
 	}
@@ -174,7 +180,17 @@ func shareGPTSkip(full, tokens bool) []string {
 	if !tokens {
 		skip = append(skip, "tokenFields")
 	}
-	return skip
+	return append(skip, "missingTokens") // only in the no-token-ids file
+}
+
+// noIDsFile is the manifest's no-token-ids file of format.
+func noIDsFile(m *Manifest, format string) string {
+	for _, f := range m.Files {
+		if f.Format == format {
+			return f.Path
+		}
+	}
+	return ""
 }
 
 // writeColumns lists a record type's fields by their tag key's name with

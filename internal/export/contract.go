@@ -20,12 +20,14 @@ import (
 //     tool message follows an assistant message with tool_calls (or another
 //     tool message) and names one of its calls by tool_call_id; the last
 //     message is the assistant's;
-//   - reasoning_content, when present, is a string on an assistant message;
-//   - tool_calls appear on assistant messages only, each {id, type:
+//   - reasoning_content, when present and not null, is a string on an
+//     assistant message;
+//   - tool_calls (not null) appear on assistant messages only, each {id, type:
 //     "function", function: {name, arguments}} with arguments a string
 //     holding a JSON object, naming a tool of tools when tools are given;
 //   - content and reasoning_content hold no <think> or </think> marker;
-//   - tools, when present, is a list of {type: "function", function: {name}}.
+//   - tools, when present, is a list of {type: "function", function: {name}},
+//     or that list as JSON text (as regen writes it: both trainers take it).
 //
 // Other keys (partition, run details) are allowed: SpecForge ignores them.
 func CheckShareGPTLine(line []byte) error {
@@ -125,7 +127,7 @@ func messageFields(at string, m map[string]json.RawMessage) (string, error) {
 	if err := noThinkMarker(at+".content", content); err != nil {
 		return "", err
 	}
-	if _, ok := m["reasoning_content"]; ok {
+	if present(m["reasoning_content"]) {
 		var rc string
 		if role != "assistant" || json.Unmarshal(m["reasoning_content"], &rc) != nil {
 			return "", fmt.Errorf("%s.reasoning_content: only a string on an assistant message", at)
@@ -134,10 +136,16 @@ func messageFields(at string, m map[string]json.RawMessage) (string, error) {
 			return "", err
 		}
 	}
-	if _, ok := m["tool_calls"]; ok && role != "assistant" {
+	if present(m["tool_calls"]) && role != "assistant" {
 		return "", fmt.Errorf("%s.tool_calls: on a %s message", at, role)
 	}
 	return role, nil
+}
+
+// present is a key given a value other than null.
+func present(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && string(raw) != "null"
 }
 
 func noThinkMarker(at, s string) error {
@@ -151,8 +159,12 @@ func noThinkMarker(at, s string) error {
 
 // toolNames checks tools and returns their names (nil when absent).
 func toolNames(raw json.RawMessage) (map[string]bool, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if !present(raw) {
 		return nil, nil
+	}
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		raw = json.RawMessage(text)
 	}
 	var tools []struct {
 		Type     string `json:"type"`
@@ -162,6 +174,9 @@ func toolNames(raw json.RawMessage) (map[string]bool, error) {
 	}
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return nil, fmt.Errorf("tools: not a list of tool objects: %w", err)
+	}
+	if len(tools) == 0 {
+		return nil, nil // "[]": no tools given, as when the key is absent
 	}
 	names := map[string]bool{}
 	for i, t := range tools {
@@ -175,7 +190,7 @@ func toolNames(raw json.RawMessage) (map[string]bool, error) {
 
 // checkCalls checks an assistant message's tool_calls and returns their ids.
 func checkCalls(at string, raw json.RawMessage, tools map[string]bool) (map[string]bool, error) {
-	if len(raw) == 0 {
+	if !present(raw) {
 		return nil, nil
 	}
 	var calls []struct {

@@ -182,6 +182,14 @@ func TestContractCheckRefuses(t *testing.T) {
 		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]},{"role":"tool","content":"r","tool_call_id":"c"},{"role":"assistant","content":"a"}]}`:                                                  "not a JSON object",
 		`{"id":"x","tools":[{"type":"function","function":{"name":"g"}}],"conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"c"},{"role":"assistant","content":"a"}]}`: "is not among the tools",
 		`{"id":"x","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"d"},{"role":"assistant","content":"a"}]}`:                                                       `"d" answers no pending call`,
+		// tools as JSON text, as regen writes it, names the tools too.
+		`{"id":"x","tools":"[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]","conversations":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"c"},{"role":"assistant","content":"a"}]}`: "is not among the tools",
+		`{"id":"x","conversations":[{"role":"user","content":"q","tool_calls":[]},{"role":"assistant","content":"a"}]}`: "tool_calls: on a user message",
+	}
+	// null stands for absent (every line carries every key).
+	nulls := `{"id":"x","tools":"[]","conversations":[{"role":"user","content":"q","reasoning_content":null,"tool_calls":null,"tool_call_id":null,"name":null},{"role":"assistant","content":"a","reasoning_content":null,"tool_calls":null,"tool_call_id":null,"name":null}]}`
+	if err := CheckShareGPTLine([]byte(nulls)); err != nil {
+		t.Errorf("CheckShareGPTLine(%s) = %v, want nil", nulls, err)
 	}
 	keys := make([]string, 0, len(bad))
 	for k := range bad {

@@ -12,13 +12,20 @@
 //     details (lane, finish reason, usage, endpoint, attempts, per-turn
 //     details, why a conversation ended early) only with Options.Metadata
 //     full. A truncated answer (finish_reason "length") is only exported
-//     when the truncated rule is off, flagged "truncated": true.
+//     when the truncated rule is off, flagged "truncated": true. Every line
+//     has the same keys at every depth (null, "", false or [] where a row
+//     has nothing; tools and sampling as JSON text; content parts as
+//     text), because trainers read the file through loaders that take the
+//     columns from the first rows (rows.go). With Options.TokenIDs, lines
+//     without ids go to <name>.sharegpt.no-token-ids.jsonl (Parquet rows
+//     to <name>.no-token-ids.parquet), so each file is all-ids or no-ids.
 //   - openai-batch: OpenAI batch output lines (custom_id, response.body as a
 //     chat.completion, error) for done samples, and a separate errors file
 //     for rejected and dead samples.
-//   - parquet: one row per done sample, zstd-compressed, messages (the
-//     conversation before the last answer) as the standard 3-level LIST
-//     that pyarrow and datasets read.
+//   - parquet: one row per done sample, zstd-compressed, in the ShareGPT
+//     line's layout (conversations, the whole conversation, as the
+//     standard 3-level LIST that pyarrow and datasets read; tools as JSON
+//     text) with run details and provenance as columns beside it.
 //
 // Only done (accepted) samples go to these training files. Rejected
 // samples are always written to <name>.rejected.jsonl with their rule,

@@ -26,9 +26,19 @@ const (
 	FormatDead     = "dead"
 )
 
+// FormatShareGPTNoTokenIDs is the ShareGPT file of the done samples whose
+// token ids are unavailable, written beside the training file when
+// Options.TokenIDs is on: a trainer reads a file as all-ids or no-ids.
+const FormatShareGPTNoTokenIDs = FormatShareGPT + "-no-token-ids"
+
+// FormatParquetNoTokenIDs is the same for Parquet.
+const FormatParquetNoTokenIDs = FormatParquet + "-no-token-ids"
+
 const (
 	rejectedSuffix = ".rejected.jsonl"
 	deadSuffix     = ".dead.jsonl"
+	noIDsSuffix    = ".sharegpt.no-token-ids.jsonl"
+	noIDsParquet   = ".no-token-ids.parquet"
 )
 
 // Formats of the files that describe an export (File.Format); their Rows is 0.
@@ -46,7 +56,7 @@ func RejectedFile(dir, name string) string { return filepath.Join(dir, name+reje
 
 // File is one file an export wrote.
 type File struct {
-	Format string // sharegpt, openai-batch, openai-batch-errors, parquet or dead
+	Format string // sharegpt, openai-batch, openai-batch-errors, parquet, their -no-token-ids files, rejected or dead
 	Path   string
 	Rows   int // lines (rows for Parquet)
 }
@@ -66,7 +76,8 @@ type Summary struct {
 	// regen did not write is kept, and no card written).
 	Warnings []string
 	// With Options.TokenIDs: done samples exported with input_ids and
-	// loss_mask, and those whose record says token_ids: unavailable.
+	// loss_mask, and those whose record says token_ids: unavailable (in
+	// the sharegpt-no-token-ids file, not the training file).
 	TokenIDs            int
 	TokenIDsUnavailable int
 	// Refreshed are the formats not asked for that an earlier export had
@@ -171,6 +182,9 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	if err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
+	if err := removeStaleNoIDs(dir, name, want, o); err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
 	x.sum.Files, x.sum.Refreshed = files, refreshed
 	if err := syncDir(dir); err != nil {
 		return x.sum, fmt.Errorf("export: %w", err)
@@ -186,6 +200,24 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	}
 	x.sum.Verified = rep
 	return x.sum, nil
+}
+
+// removeStaleNoIDs removes the no-token-ids files an earlier export with
+// token ids left when this one writes their format without them: they
+// hold nothing this export's manifest describes.
+func removeStaleNoIDs(dir, name string, want map[string]bool, o Options) error {
+	if o.TokenIDs {
+		return nil
+	}
+	for format, suffix := range map[string]string{FormatShareGPT: noIDsSuffix, FormatParquet: noIDsParquet} {
+		if !want[format] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the earlier %s: %w", name+suffix, err)
+		}
+	}
+	return nil
 }
 
 // ErrUnknownFormat is a format Export does not write.
@@ -234,7 +266,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(create, path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, path(".sharegpt.jsonl"), path(noIDsSuffix), full, o.TokenIDs)); err != nil {
 			return nil, err
 		}
 	}
@@ -245,7 +277,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	var err error
 	if want[FormatParquet] {
-		if w.pq, err = newParquet(create, path(".parquet"), full, o.TokenIDs); add(w.pq, err) != nil {
+		if w.pq, err = newParquet(create, path(".parquet"), path(noIDsParquet), full, o.TokenIDs); add(w.pq, err) != nil {
 			return nil, err
 		}
 	}

@@ -246,27 +246,37 @@ func TestExportGolden(t *testing.T) {
 		t.Fatalf("read parquet: %v", err)
 	}
 	s := func(v string) *string { return &v }
+	call := func(id, name, args string) []ParquetToolCall {
+		c := ParquetToolCall{ID: id, Type: "function"}
+		c.Function.Name, c.Function.Arguments = name, args
+		return []ParquetToolCall{c}
+	}
+	// The ShareGPT line's layout: the whole conversation, the last answer
+	// included, in conversations; tools as JSON text.
 	want := []ParquetRow{
-		{ID: "P1/a1", SourceID: "a1", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "system", Content: s("be <brief> & kind")}, {Role: "user", Content: s("hi")}},
-			Completion: "hello", ReasoningContent: s("think"), FinishReason: "stop", PromptTokens: 12, CompletionTokens: 3},
-		{ID: "P1/a2", SourceID: "a2", Partition: "P1", Lane: "short", Messages: []ParquetMessage{{Role: "user", Content: s("weather?")}},
-			Tools:        s(`[{"type":"function","function":{"name":"get_weather"}}]`),
-			ToolCalls:    s(`[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]`),
-			FinishReason: "tool_calls", PromptTokens: 20, CompletionTokens: 9},
-		{ID: "P1/a3", SourceID: "a3", Partition: "P1", Lane: "short", Messages: []ParquetMessage{
-			{Role: "user", Content: s(`[{"type":"text","text":"part"}]`)},
-			{Role: "assistant", ToolCalls: s(`[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]`)},
-			{Role: "tool", Content: s("42"), ToolCallID: s("c"), Name: s("f")},
-			{Role: "user", Content: s("go on")},
-		}, Completion: "long answer cut", FinishReason: "length", PromptTokens: 40, CompletionTokens: 100},
+		{ID: "P1/a1", SourceID: "a1", Conversations: []ParquetMessage{{Role: "system", Content: "be <brief> & kind"}, {Role: "user", Content: "hi"},
+			{Role: "assistant", Content: "hello", ReasoningContent: s("think")}},
+			Tools: "[]", Partition: "P1", Lane: "short", FinishReason: "stop", PromptTokens: 12, CompletionTokens: 3},
+		{ID: "P1/a2", SourceID: "a2", Conversations: []ParquetMessage{{Role: "user", Content: "weather?"},
+			{Role: "assistant", ToolCalls: call("call_1", "get_weather", `{"city":"Paris"}`)}},
+			Tools:     `[{"type":"function","function":{"name":"get_weather"}}]`,
+			Partition: "P1", Lane: "short", FinishReason: "tool_calls", PromptTokens: 20, CompletionTokens: 9},
+		{ID: "P1/a3", SourceID: "a3", Conversations: []ParquetMessage{
+			{Role: "user", Content: "part"}, // content parts written as their text
+			{Role: "assistant", ToolCalls: call("c", "f", "{}")},
+			{Role: "tool", Content: "42", ToolCallID: s("c"), Name: s("f")},
+			{Role: "user", Content: "go on"},
+			{Role: "assistant", Content: "long answer cut"},
+		}, Tools: "[]", Partition: "P1", Truncated: true, Lane: "short", FinishReason: "length", PromptTokens: 40, CompletionTokens: 100},
 	}
 	if diff := cmp.Diff(want, rows); diff != "" {
 		t.Errorf("parquet rows mismatch (-want +got):\n%s", diff)
 	}
 }
 
-// TestParquetListShape checks messages use the standard 3-level LIST that
-// pyarrow writes and datasets expects.
+// TestParquetListShape checks conversations (and each message's
+// tool_calls) use the standard 3-level LIST that pyarrow writes and
+// datasets expects.
 func TestParquetListShape(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Export(context.Background(), fixture(t), dir, []string{FormatParquet}, "j"); err != nil {
@@ -274,7 +284,7 @@ func TestParquetListShape(t *testing.T) {
 	}
 	pf := openParquet(t, filepath.Join(dir, "j.parquet"))
 	schema := pf.Schema().String()
-	for _, want := range []string{"group messages (LIST)", "repeated group list", "group element", "optional binary content (STRING)"} {
+	for _, want := range []string{"group conversations (LIST)", "repeated group list", "group element", "required binary content (STRING)", "optional group tool_calls (LIST)"} {
 		if !strings.Contains(schema, want) {
 			t.Errorf("schema lacks %q:\n%s", want, schema)
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
@@ -25,46 +24,38 @@ type output struct {
 }
 
 // sharegptLine is one SpecForge/ShareGPT conversation: id and
-// conversations (role, content, optional reasoning_content, tool_calls,
-// tool_call_id), the tools the conversation may call, and the partition.
-// Run details come only with full metadata.
+// conversations, the tools the conversation may call (JSON text, "[]" when
+// none) and the partition. Every key is on every line of a file, null or
+// empty where a row has nothing (docs/training-data.md, "Same keys on
+// every row"). Run details come only with full metadata, token fields
+// only with token ids.
 type sharegptLine struct {
 	ID            string            `json:"id"`
 	SourceID      string            `json:"source_id"`
 	Conversations []sharegptMessage `json:"conversations"`
-	Tools         json.RawMessage   `json:"tools,omitempty"`
+	Tools         string            `json:"tools"`
 	Partition     string            `json:"partition"`
-	Truncated     bool              `json:"truncated,omitempty"`
+	Truncated     bool              `json:"truncated"`
 	*runDetails
 	*tokenFields
-}
-
-// sharegptMessage is one message of an exported conversation. Content is a
-// string ("" beside tool calls), or content parts as the source had them.
-type sharegptMessage struct {
-	Role             string          `json:"role"`
-	Content          json.RawMessage `json:"content"`
-	ReasoningContent string          `json:"reasoning_content,omitempty"`
-	ToolCalls        json.RawMessage `json:"tool_calls,omitempty"`
-	ToolCallID       string          `json:"tool_call_id,omitempty"`
-	Name             string          `json:"name,omitempty"`
+	*missingTokens
 }
 
 // runDetails is what output.metadata: full adds to a record.
 type runDetails struct {
 	Lane         string        `json:"lane"`
 	FinishReason string        `json:"finish_reason"`
-	Usage        llm.Usage     `json:"usage"`
+	Usage        usageLine     `json:"usage"`
 	Endpoint     string        `json:"endpoint"`
 	Attempts     int           `json:"attempts"`
-	EndReason    string        `json:"end_reason,omitempty"`
-	Turns        []turnDetails `json:"turns,omitempty"`
+	EndReason    string        `json:"end_reason"`
+	Turns        []turnDetails `json:"turns"` // empty for a one-turn conversation
 	// Seed is the sampling seed every request of the sample sent (one of
-	// samples_per_prompt answers to one prompt).
-	Seed *int64 `json:"seed,omitempty"`
+	// samples_per_prompt answers to one prompt), null when none.
+	Seed *int64 `json:"seed"`
 	// Provenance is where the last answer came from: configuration
 	// generation, model id, engine and version, sampling parameters.
-	Provenance *store.Provenance `json:"provenance,omitempty"`
+	Provenance provenanceLine `json:"provenance"`
 }
 
 // turnDetails is one answer of a multi-turn conversation.
@@ -72,58 +63,61 @@ type turnDetails struct {
 	Turn         int       `json:"turn"`
 	Lane         string    `json:"lane"`
 	FinishReason string    `json:"finish_reason"`
-	Usage        llm.Usage `json:"usage"`
+	Usage        usageLine `json:"usage"`
 	Endpoint     string    `json:"endpoint"`
 	Attempts     int       `json:"attempts"`
 	// Provenance is where this answer came from.
-	Provenance *store.Provenance `json:"provenance,omitempty"`
-}
-
-func sharegptMessages(conv []conversation.Message) []sharegptMessage {
-	out := make([]sharegptMessage, len(conv))
-	for i, m := range conv {
-		c := m.Content
-		if len(c) == 0 || string(c) == "null" {
-			c = json.RawMessage(`""`)
-		}
-		out[i] = sharegptMessage{Role: m.Role, Content: c, ReasoningContent: m.ReasoningContent,
-			ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
-	}
-	return out
+	Provenance provenanceLine `json:"provenance"`
 }
 
 func details(r *record) *runDetails {
-	d := &runDetails{Lane: r.row.Lane, FinishReason: r.res.FinishReason, Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint,
-		Attempts: r.row.Attempts, EndReason: r.row.Result.EndReason, Seed: r.plan.Seed}
-	last := r.last()
-	d.Provenance = &last
+	last := provenanceOf(r.last())
+	d := &runDetails{Lane: r.row.Lane, FinishReason: r.res.FinishReason, Usage: usageOf(r.res.Usage), Endpoint: r.row.Result.Endpoint,
+		Attempts: r.row.Attempts, EndReason: r.row.Result.EndReason, Seed: r.plan.Seed, Turns: []turnDetails{}, Provenance: last}
 	if len(r.row.Prior) == 0 {
 		return d
 	}
 	for i, p := range r.row.Prior {
 		d.Turns = append(d.Turns, turnDetails{Turn: p.Turn, Lane: p.Lane, FinishReason: r.answers[i].FinishReason,
-			Usage: r.answers[i].Usage, Endpoint: p.Endpoint, Attempts: p.Attempts, Provenance: &r.provs[i]})
+			Usage: usageOf(r.answers[i].Usage), Endpoint: p.Endpoint, Attempts: p.Attempts, Provenance: provenanceOf(r.provs[i])})
 	}
 	d.Turns = append(d.Turns, turnDetails{Turn: r.row.Result.Turn, Lane: r.row.Lane, FinishReason: r.res.FinishReason,
-		Usage: r.res.Usage, Endpoint: r.row.Result.Endpoint, Attempts: r.row.Attempts, Provenance: &last})
+		Usage: usageOf(r.res.Usage), Endpoint: r.row.Result.Endpoint, Attempts: r.row.Attempts, Provenance: last})
 	return d
 }
 
+// sharegptSink writes the ShareGPT training file; with token ids, rows
+// whose ids are unavailable go to a file of their own, so each file is
+// all-ids or no-ids (docs/training-data.md, "What the export writes").
 type sharegptSink struct {
-	out          *output
-	enc          lineEncoder
-	full, tokens bool
+	out, noIDs    *output
+	enc, noIDsEnc lineEncoder
+	full, tokens  bool
 }
 
-func newShareGPT(create createFunc, path string, full, tokens bool) (*sharegptSink, error) {
+func newShareGPT(create createFunc, path, noIDsPath string, full, tokens bool) (*sharegptSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}
-	return &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full, tokens: tokens}, nil
+	s := &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full, tokens: tokens}
+	if tokens {
+		side, err := create(noIDsPath)
+		if err != nil {
+			af.abort()
+			return nil, err
+		}
+		s.noIDs, s.noIDsEnc = &output{format: FormatShareGPTNoTokenIDs, af: side}, newLineEncoder(side)
+	}
+	return s, nil
 }
 
-func (s *sharegptSink) files() []*output { return []*output{s.out} }
+func (s *sharegptSink) files() []*output {
+	if s.noIDs == nil {
+		return []*output{s.out}
+	}
+	return []*output{s.out, s.noIDs}
+}
 
 func (s *sharegptSink) write(r *record) error {
 	if r.row.State != store.Done {
@@ -133,20 +127,26 @@ func (s *sharegptSink) write(r *record) error {
 		ID:            r.row.ID,
 		SourceID:      r.sourceID(),
 		Conversations: sharegptMessages(r.conv),
-		Tools:         r.plan.Tools,
+		Tools:         toolsText(r.plan.Tools),
 		Partition:     r.row.Partition,
 		Truncated:     r.truncated(),
 	}
 	if s.full {
 		line.runDetails = details(r)
 	}
+	out, enc := s.out, s.enc
 	if s.tokens {
-		line.tokenFields = r.tokenFields()
+		if t := r.tokens(); t.Missing == "" {
+			line.tokenFields = &tokenFields{InputIDs: t.InputIDs, LossMask: t.LossMask}
+		} else {
+			line.missingTokens = &missingTokens{TokenIDs: t.Missing}
+			out, enc = s.noIDs, s.noIDsEnc
+		}
 	}
-	if err := s.enc.write(line); err != nil {
+	if err := enc.write(line); err != nil {
 		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)
 	}
-	s.out.rows++
+	out.rows++
 	return nil
 }
 

@@ -10,20 +10,20 @@ import (
 	"github.com/regen-dev/regen/internal/store"
 )
 
-// ParquetRow is one done sample in the Parquet export. Messages are the
-// conversation before the last answer (earlier answers of a multi-turn
-// sample included); the last answer is in Completion, ReasoningContent and
-// ToolCalls. Endpoint is set only with full metadata.
+// ParquetRow is one done sample in the Parquet export, in the layout of
+// the ShareGPT line: Conversations is the whole conversation (every input
+// turn and every regenerated answer, the last one included), Tools the
+// tool list as JSON text ("[]" when none); the other columns stand beside
+// them. Endpoint, Seed and the provenance columns are set only with full
+// metadata.
 type ParquetRow struct {
 	ID               string           `parquet:"id"`
 	SourceID         string           `parquet:"source_id"`
+	Conversations    []ParquetMessage `parquet:"conversations,list"`
+	Tools            string           `parquet:"tools"`
 	Partition        string           `parquet:"partition"`
+	Truncated        bool             `parquet:"truncated"`
 	Lane             string           `parquet:"lane"`
-	Messages         []ParquetMessage `parquet:"messages,list"`
-	Tools            *string          `parquet:"tools,optional"` // JSON array, null when none
-	Completion       string           `parquet:"completion"`
-	ReasoningContent *string          `parquet:"reasoning_content,optional"`
-	ToolCalls        *string          `parquet:"tool_calls,optional"` // JSON array, null when none
 	FinishReason     string           `parquet:"finish_reason"`
 	PromptTokens     int64            `parquet:"prompt_tokens"`
 	CompletionTokens int64            `parquet:"completion_tokens"`
@@ -40,22 +40,32 @@ type ParquetRow struct {
 	Sampling          *string `parquet:"sampling,optional"`
 }
 
-// ParquetMessage is one input turn. Content is the text, or the JSON of a
-// list of content parts; null when the message had none.
+// ParquetMessage is one message, with the ShareGPT line's fields: content
+// the text ("" beside tool calls, content parts as their text), the others
+// null when the message has none.
 type ParquetMessage struct {
-	Role       string  `parquet:"role"`
-	Content    *string `parquet:"content,optional"`
-	ToolCalls  *string `parquet:"tool_calls,optional"` // JSON array
-	ToolCallID *string `parquet:"tool_call_id,optional"`
-	Name       *string `parquet:"name,optional"`
-	// ReasoningContent is an earlier answer's thinking.
-	ReasoningContent *string `parquet:"reasoning_content,optional"`
+	Role             string            `parquet:"role"`
+	Content          string            `parquet:"content"`
+	ReasoningContent *string           `parquet:"reasoning_content,optional"`
+	ToolCalls        []ParquetToolCall `parquet:"tool_calls,optional,list"`
+	ToolCallID       *string           `parquet:"tool_call_id,optional"`
+	Name             *string           `parquet:"name,optional"`
+}
+
+// ParquetToolCall is an OpenAI tool call, arguments as JSON text.
+type ParquetToolCall struct {
+	ID       string `parquet:"id"`
+	Type     string `parquet:"type"`
+	Function struct {
+		Name      string `parquet:"name"`
+		Arguments string `parquet:"arguments"`
+	} `parquet:"function"`
 }
 
 // ParquetTokenRow is a ParquetRow with the conversation's token ids, the
-// schema of the export when output.token_ids is on: InputIDs and LossMask
-// as the ShareGPT line has them (empty lists when unavailable), TokenIDs
-// the reason when they are unavailable.
+// schema of <name>.parquet when output.token_ids is on: InputIDs and
+// LossMask as the ShareGPT line has them, on every row (the rows without
+// are in <name>.no-token-ids.parquet); TokenIDs stays null.
 type ParquetTokenRow struct {
 	ParquetRow
 	InputIDs []int32 `parquet:"input_ids,list"`
@@ -63,13 +73,23 @@ type ParquetTokenRow struct {
 	TokenIDs *string `parquet:"token_ids,optional"`
 }
 
+// ParquetNoIDsRow is a ParquetRow without token ids and the reason why, the
+// schema of <name>.no-token-ids.parquet when output.token_ids is on: the
+// Parquet file, like the ShareGPT one, is all-ids or no-ids.
+type ParquetNoIDsRow struct {
+	ParquetRow
+	TokenIDs *string `parquet:"token_ids,optional"`
+}
+
 // rowGroupRows bounds the rows held in memory before a row group is flushed.
 const rowGroupRows = 1024
 
+// parquetSink writes the Parquet file; with token ids, rows whose ids are
+// unavailable go to noIDs, a file of their own.
 type parquetSink struct {
-	out  *output
-	rows rowWriter
-	full bool
+	out, noIDs      *output
+	rows, noIDsRows rowWriter
+	full            bool
 }
 
 // rowWriter writes one row type: ParquetRow, or ParquetTokenRow with token ids.
@@ -102,7 +122,18 @@ func (w *tokenRows) write(r *record, row ParquetRow) error {
 	return err
 }
 
-func newParquet(create createFunc, path string, full, tokens bool) (*parquetSink, error) {
+type noIDsRows struct {
+	*parquet.GenericWriter[ParquetNoIDsRow]
+	buf []ParquetNoIDsRow
+}
+
+func (w *noIDsRows) write(r *record, row ParquetRow) error {
+	w.buf[0] = ParquetNoIDsRow{ParquetRow: row, TokenIDs: optional(r.tokens().Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+func newParquet(create createFunc, path, noIDsPath string, full, tokens bool) (*parquetSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
@@ -112,23 +143,34 @@ func newParquet(create createFunc, path string, full, tokens bool) (*parquetSink
 		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("regen", "", ""),
 	}
-	var rows rowWriter = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
-	if tokens {
-		rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
+	s := &parquetSink{out: &output{format: FormatParquet, af: af}, full: full}
+	if !tokens {
+		s.rows = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
+		return s, nil
 	}
-	return &parquetSink{out: &output{format: FormatParquet, af: af}, rows: rows, full: full}, nil
+	s.rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
+	side, err := create(noIDsPath)
+	if err != nil {
+		af.abort()
+		return nil, err
+	}
+	s.noIDs = &output{format: FormatParquetNoTokenIDs, af: side}
+	s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](side, opts...), make([]ParquetNoIDsRow, 1)}
+	return s, nil
 }
 
-func (s *parquetSink) files() []*output { return []*output{s.out} }
+func (s *parquetSink) files() []*output {
+	if s.noIDs == nil {
+		return []*output{s.out}
+	}
+	return []*output{s.out, s.noIDs}
+}
 
 func (s *parquetSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
-	row, err := parquetRow(r)
-	if err != nil {
-		return err
-	}
+	row := parquetRow(r)
 	if s.full {
 		row.Endpoint = optional(r.row.Result.Endpoint)
 		row.Seed = r.plan.Seed
@@ -138,66 +180,59 @@ func (s *parquetSink) write(r *record) error {
 		row.Model, row.Engine, row.EngineVersion = optional(p.Model), optional(p.Engine), optional(p.EngineVersion)
 		row.SystemFingerprint, row.Sampling = optional(p.SystemFingerprint), optional(string(p.Sampling))
 	}
-	if err := s.rows.write(r, row); err != nil {
+	out, rows := s.out, s.rows
+	if s.noIDs != nil && r.tokens().Missing != "" {
+		out, rows = s.noIDs, s.noIDsRows
+	}
+	if err := rows.write(r, row); err != nil {
 		return fmt.Errorf("parquet sample %s: %w", r.row.ID, err)
 	}
-	s.out.rows++
-	if s.out.rows%rowGroupRows == 0 {
-		if err := s.rows.Flush(); err != nil {
+	out.rows++
+	if out.rows%rowGroupRows == 0 {
+		if err := rows.Flush(); err != nil {
 			return fmt.Errorf("parquet flush: %w", err)
 		}
 	}
 	return nil
 }
 
-// close writes the footer; the atomic file is synced by the caller.
+// close writes the footers; the atomic files are synced by the caller.
 func (s *parquetSink) close() error {
 	if err := s.rows.Close(); err != nil {
 		return fmt.Errorf("parquet close: %w", err)
 	}
+	if s.noIDsRows != nil {
+		if err := s.noIDsRows.Close(); err != nil {
+			return fmt.Errorf("parquet close %s: %w", FormatParquetNoTokenIDs, err)
+		}
+	}
 	return nil
 }
 
-func parquetRow(r *record) (ParquetRow, error) {
+func parquetRow(r *record) ParquetRow {
 	row := ParquetRow{
 		ID:               r.row.ID,
 		SourceID:         r.sourceID(),
+		Conversations:    make([]ParquetMessage, len(r.conv)),
+		Tools:            toolsText(r.plan.Tools),
 		Partition:        r.row.Partition,
+		Truncated:        r.truncated(),
 		Lane:             r.row.Lane,
-		Messages:         make([]ParquetMessage, 0, len(r.conv)-1),
-		Tools:            rawText(r.plan.Tools),
-		Completion:       r.res.Content,
-		ReasoningContent: optional(r.res.ReasoningContent),
 		FinishReason:     r.res.FinishReason,
 		PromptTokens:     int64(r.res.Usage.PromptTokens),
 		CompletionTokens: int64(r.res.Usage.CompletionTokens),
 	}
-	if len(r.res.ToolCalls) > 0 {
-		b, err := json.Marshal(r.res.ToolCalls)
-		if err != nil {
-			return row, fmt.Errorf("parquet sample %s: tool calls: %w", r.row.ID, err)
+	// The same messages as the ShareGPT line, so both files agree.
+	for i, m := range sharegptMessages(r.conv) {
+		pm := ParquetMessage{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, c := range m.ToolCalls {
+			var pc ParquetToolCall
+			pc.ID, pc.Type, pc.Function.Name, pc.Function.Arguments = c.ID, c.Type, c.Function.Name, c.Function.Arguments
+			pm.ToolCalls = append(pm.ToolCalls, pc)
 		}
-		row.ToolCalls = optional(string(b))
+		row.Conversations[i] = pm
 	}
-	for _, m := range r.conv[:len(r.conv)-1] {
-		pm := ParquetMessage{
-			Role:             m.Role,
-			ToolCalls:        rawText(m.ToolCalls),
-			ToolCallID:       optional(m.ToolCallID),
-			Name:             optional(m.Name),
-			ReasoningContent: optional(m.ReasoningContent),
-		}
-		var text string
-		switch {
-		case rawText(m.Content) == nil:
-		case json.Unmarshal(m.Content, &text) == nil:
-			pm.Content = &text
-		default:
-			pm.Content = rawText(m.Content) // content parts stay JSON
-		}
-		row.Messages = append(row.Messages, pm)
-	}
-	return row, nil
+	return row
 }
 
 func optional(s string) *string {

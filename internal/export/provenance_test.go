@@ -75,6 +75,11 @@ func TestExportProvenance(t *testing.T) {
 		if err := json.Unmarshal(raw, &l); err != nil {
 			t.Fatal(err)
 		}
+		// sampling is JSON text in the line; compared as the object it holds
+		samplingObject(t, l.Provenance)
+		for _, tu := range l.Turns {
+			samplingObject(t, tu.Provenance)
+		}
 		lines[l.ID] = l
 	}
 	if got := lines["P1/multi"]; got.Provenance == nil || !cmp.Equal(p1, *got.Provenance) ||
@@ -127,4 +132,20 @@ func TestExportProvenance(t *testing.T) {
 	if _, ok := keys["provenance"]; ok {
 		t.Errorf("minimal metadata record carries provenance: %s", min["P1/multi"])
 	}
+}
+
+// samplingObject turns a line's sampling (JSON text) back into the object.
+func samplingObject(t *testing.T, p *store.Provenance) {
+	t.Helper()
+	if p == nil || string(p.Sampling) == "null" {
+		if p != nil {
+			p.Sampling = nil
+		}
+		return
+	}
+	var text string
+	if err := json.Unmarshal(p.Sampling, &text); err != nil {
+		t.Fatalf("sampling %s: want JSON text: %v", p.Sampling, err)
+	}
+	p.Sampling = json.RawMessage(text)
 }

@@ -97,14 +97,15 @@ func countTokens(sum *Summary, r *record) {
 	}
 }
 
-// tokenFields are what Options.TokenIDs adds to a ShareGPT line.
+// tokenFields are what Options.TokenIDs adds to a ShareGPT line whose ids
+// are available; the line goes to the training file.
 type tokenFields struct {
-	InputIDs []int32 `json:"input_ids,omitempty"`
-	LossMask []int8  `json:"loss_mask,omitempty"`
-	TokenIDs string  `json:"token_ids,omitempty"` // "unavailable: why" when there are none
+	InputIDs []int32 `json:"input_ids"`
+	LossMask []int8  `json:"loss_mask"`
 }
 
-func (r *record) tokenFields() *tokenFields {
-	t := r.tokens()
-	return &tokenFields{InputIDs: t.InputIDs, LossMask: t.LossMask, TokenIDs: t.Missing}
+// missingTokens is what Options.TokenIDs adds to a ShareGPT line without
+// ids ("unavailable: why"); the line goes to the no-token-ids file.
+type missingTokens struct {
+	TokenIDs string `json:"token_ids"`
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,6 +133,23 @@ func TestExportTokenIDs(t *testing.T) {
 	if diff := cmp.Diff(&TokenIDCounts{With: 2, Unavailable: 1}, man.Totals.TokenIDs); diff != "" {
 		t.Errorf("manifest totals.token_ids (-want +got):\n%s", diff)
 	}
+	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Conversations without token ids: 1, in `j.sharegpt.no-token-ids.jsonl`", "| `j.sharegpt.no-token-ids.jsonl` | sharegpt-no-token-ids | 1 |",
+		"Conversations without token ids: 1, in `j.no-token-ids.parquet`", "| `j.no-token-ids.parquet` | parquet-no-token-ids | 1 |"} {
+		if !strings.Contains(string(card), want) {
+			t.Errorf("card does not say %q:\n%s", want, card)
+		}
+	}
+	var listed bool
+	for _, f := range man.Files {
+		listed = listed || f.Path == "j.sharegpt.no-token-ids.jsonl" && f.Rows == 1 && f.Format == FormatShareGPTNoTokenIDs
+	}
+	if !listed {
+		t.Errorf("manifest files %+v: want j.sharegpt.no-token-ids.jsonl with 1 row", man.Files)
+	}
 	type view struct {
 		InputIDs []int32 `json:"input_ids"`
 		LossMask []int8  `json:"loss_mask"`
@@ -142,15 +160,34 @@ func TestExportTokenIDs(t *testing.T) {
 		"P1/n": {TokenIDs: "unavailable: llamacpp (turn 1 has no token ids)"},
 		"P1/s": {InputIDs: ids(5, 6, 7), LossMask: []int8{0, 0, 1}},
 	}
+	// The rows without ids are in a file of their own: each file is
+	// all-ids or no-ids.
 	got := map[string]view{}
-	for _, m := range readLines(t, filepath.Join(dir, "j.sharegpt.jsonl")) {
-		b, _ := json.Marshal(m)
-		var v view
-		json.Unmarshal(b, &v)
-		got[m["id"].(string)] = v
+	for file, keys := range map[string][]string{"j.sharegpt.jsonl": {"input_ids", "loss_mask"}, "j.sharegpt.no-token-ids.jsonl": {"token_ids"}} {
+		for _, m := range readLines(t, filepath.Join(dir, file)) {
+			var has []string
+			for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
+				if _, ok := m[k]; ok {
+					has = append(has, k)
+				}
+			}
+			if !slices.Equal(has, keys) {
+				t.Errorf("%s: %s has token keys %v, want %v", file, m["id"], has, keys)
+			}
+			b, _ := json.Marshal(m)
+			var v view
+			json.Unmarshal(b, &v)
+			got[m["id"].(string)] = v
+		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sharegpt token fields (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]File{
+		{Format: FormatShareGPT, Path: filepath.Join(dir, "j.sharegpt.jsonl"), Rows: 2},
+		{Format: FormatShareGPTNoTokenIDs, Path: filepath.Join(dir, "j.sharegpt.no-token-ids.jsonl"), Rows: 1},
+	}, sum.Files[:2]); diff != "" {
+		t.Errorf("summary files (-want +got):\n%s", diff)
 	}
 	rows, err := parquet.ReadFile[ParquetTokenRow](filepath.Join(dir, "j.parquet"))
 	if err != nil {
@@ -158,15 +195,50 @@ func TestExportTokenIDs(t *testing.T) {
 	}
 	gotPQ := map[string]view{}
 	for _, r := range rows {
-		v := view{InputIDs: r.InputIDs, LossMask: r.LossMask}
-		if r.TokenIDs != nil {
-			v.TokenIDs = *r.TokenIDs
+		if r.TokenIDs != nil || len(r.InputIDs) == 0 {
+			t.Errorf("j.parquet: %s has %d ids, token_ids %v; want ids on every row", r.ID, len(r.InputIDs), r.TokenIDs)
 		}
-		gotPQ[r.ID] = v
+		gotPQ[r.ID] = view{InputIDs: r.InputIDs, LossMask: r.LossMask}
+	}
+	// Parquet too is all-ids or no-ids: the rows without are apart, with
+	// no input_ids or loss_mask column.
+	side := filepath.Join(dir, "j.no-token-ids.parquet")
+	if schema := parquetSchema(t, side); strings.Contains(schema, "input_ids") || strings.Contains(schema, "loss_mask") {
+		t.Errorf("j.no-token-ids.parquet has token columns:\n%s", schema)
+	}
+	sideRows, err := parquet.ReadFile[ParquetNoIDsRow](side)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range sideRows {
+		if r.TokenIDs != nil {
+			gotPQ[r.ID] = view{TokenIDs: *r.TokenIDs}
+		}
 	}
 	if diff := cmp.Diff(want, gotPQ, cmp.Comparer(func(a, b []int32) bool { return len(a) == len(b) && (len(a) == 0 || cmp.Equal(a, b)) }),
 		cmp.Comparer(func(a, b []int8) bool { return len(a) == len(b) && (len(a) == 0 || cmp.Equal(a, b)) })); diff != "" {
 		t.Errorf("parquet token columns (-want +got):\n%s", diff)
+	}
+
+	// Verify reads the no-token-ids Parquet row by row: the ids file put in
+	// its place is caught by its rows, not only by its checksum.
+	pqBytes, err := os.ReadFile(filepath.Join(dir, "j.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(side, pqBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(context.Background(), fs, dir, "j", Options{EngineOf: engineOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rowProblem bool
+	for _, p := range rep.Problems {
+		rowProblem = rowProblem || p.Path == "j.no-token-ids.parquet" && p.Line == 1
+	}
+	if !rowProblem {
+		t.Errorf("Verify with the ids file in place of j.no-token-ids.parquet: %v; want a problem at its row 1", rep.Problems)
 	}
 
 	// Off (the default): no token field in either file.
@@ -177,11 +249,24 @@ func TestExportTokenIDs(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(off, "j.manifest.json")); strings.Contains(string(b), "token_ids") {
 		t.Errorf("manifest counts token ids with token_ids off")
 	}
+	if _, err := os.Stat(filepath.Join(off, "j.sharegpt.no-token-ids.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("no-token-ids file with token_ids off: %v", err)
+	}
 	for _, m := range readLines(t, filepath.Join(off, "j.sharegpt.jsonl")) {
 		for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
 			if _, ok := m[k]; ok {
 				t.Errorf("%s has %s with token_ids off", m["id"], k)
 			}
+		}
+	}
+	// Exported again without ids into the folder that had them: the side
+	// file goes, and the export verifies (no file left out of the manifest).
+	if _, err := ExportWith(context.Background(), fs, dir, []string{FormatShareGPT, FormatParquet}, "j", Options{}); err != nil {
+		t.Fatalf("export without ids over an export with them: %v", err)
+	}
+	for _, f := range []string{"j.sharegpt.no-token-ids.jsonl", "j.no-token-ids.parquet"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("stale %s after an export without ids: %v", f, err)
 		}
 	}
 	pf, err := parquet.ReadFile[ParquetRow](filepath.Join(off, "j.parquet"))

@@ -130,11 +130,13 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 // rest.
 var rowRules = map[string]func(f *os.File, size int64, lines int) (int, error){
 	FormatShareGPT:                countedLines,
+	FormatShareGPTNoTokenIDs:      countedLines,
 	FormatOpenAIBatch:             countedLines,
 	FormatOpenAIBatch + "-errors": countedLines,
 	FormatRejected:                countedLines,
 	FormatDead:                    countedLines,
 	FormatParquet:                 parquetRows,
+	FormatParquetNoTokenIDs:       parquetRows,
 }
 
 func countedLines(_ *os.File, _ int64, lines int) (int, error) { return lines, nil }
@@ -226,11 +228,11 @@ func regenFiles(name string) []string {
 func formatFiles(name, format string) []string {
 	switch format {
 	case FormatShareGPT:
-		return []string{name + ".sharegpt.jsonl"}
+		return []string{name + ".sharegpt.jsonl", name + noIDsSuffix}
 	case FormatOpenAIBatch:
 		return []string{name + ".openai-batch.jsonl", name + ".errors.jsonl"}
 	case FormatParquet:
-		return []string{name + ".parquet"}
+		return []string{name + ".parquet", name + noIDsParquet}
 	}
 	return nil
 }

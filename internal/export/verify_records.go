@@ -54,13 +54,16 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 	if err != nil {
 		return 0, nil, err
 	}
-	var pq *parquetChecker
+	var pqs []*parquetChecker
 	if pqWanted {
-		if pq, err = openParquetChecker(filepath.Join(dir, name+".parquet"), o.TokenIDs); err != nil {
+		if w.pq, pqs, err = parquetCheckers(dir, name, listed, o); err != nil {
 			return 0, nil, err
 		}
-		defer pq.f.Close()
-		w.pq = &parquetSink{out: &output{format: FormatParquet}, rows: pq, full: o.Metadata == MetadataFull}
+		for _, c := range pqs {
+			if c.f != nil {
+				defer c.f.Close()
+			}
+		}
 		w.list = append(w.list, w.pq)
 	}
 	x := &exporter{w: w, o: o, seen: serverTally{}}
@@ -77,7 +80,7 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 		return 0, nil, err
 	}
 	var out []Problem
-	if pq != nil {
+	for _, pq := range pqs {
 		_ = pq.Close() // compares the rows left in the file
 		out = append(out, pq.problems()...)
 	}
@@ -85,6 +88,29 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 		out = append(out, c.finish()...)
 	}
 	return x.sum.Done + x.sum.Rejected + x.sum.Dead + x.sum.BadRows, out, nil
+}
+
+// parquetCheckers is the Parquet sink under Verify: checkers of the
+// Parquet file and, with token ids, of its no-token-ids file (checked as
+// empty when the manifest does not list it).
+func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parquetSink, []*parquetChecker, error) {
+	pq, err := openParquetChecker(filepath.Join(dir, name+".parquet"), o.TokenIDs)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &parquetSink{out: &output{format: FormatParquet}, rows: pq, full: o.Metadata == MetadataFull}
+	if !o.TokenIDs {
+		return s, []*parquetChecker{pq}, nil
+	}
+	side := &parquetChecker{path: name + noIDsParquet, bad: &Problem{}}
+	if listed[name+noIDsParquet] {
+		if side, err = openParquetChecker(filepath.Join(dir, name+noIDsParquet), true); err != nil {
+			_ = pq.f.Close() // read only
+			return nil, nil, err
+		}
+	}
+	s.noIDs, s.noIDsRows = &output{format: FormatParquetNoTokenIDs}, side
+	return s, []*parquetChecker{pq, side}, nil
 }
 
 // skipNewer passes over the line (row) of a sample that finished after the
@@ -100,6 +126,9 @@ func skipNewer(w *writers, id string) {
 			}
 		case *parquetSink:
 			s.rows.(*parquetChecker).skip(id)
+			if s.noIDsRows != nil {
+				s.noIDsRows.(*parquetChecker).skip(id)
+			}
 		default:
 			for _, o := range s.files() {
 				o.af.dst.(*lineChecker).skip(id)

@@ -87,8 +87,8 @@ func TestVerifyCatches(t *testing.T) {
 			`the file has 'ant","content":"iello"`,
 		}},
 		{"truncate", sg, func(b []byte) []byte { return b[:len(b)/2] }, []string{
-			"bytes, the manifest says 938 (cut short or grown)",
-			"demo.sharegpt.jsonl line 2 (P1/a2): cut short: the file ends 256 bytes into this line",
+			"bytes, the manifest says 1644 (cut short or grown)",
+			"demo.sharegpt.jsonl line 2 (P1/a2): cut short: the file ends 378 bytes into this line",
 		}},
 		{"delete a row", sg, func(b []byte) []byte {
 			l := lines(b)
@@ -165,7 +165,7 @@ func TestVerifyStoreMovedOn(t *testing.T) {
 	for _, want := range []string{
 		"demo.sharegpt.jsonl line 1 (P1/a1): differs from the store's current answer",
 		"demo.openai-batch.jsonl line 1 (P1/a1): differs",
-		"demo.parquet line 1 (P1/a1): column completion differs from the store's current answer",
+		"demo.parquet line 1 (P1/a1): column conversations differs from the store's current answer",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("problems do not say %q:\n%s", want, text)
