@@ -67,9 +67,20 @@ output: {formats: [sharegpt], token_ids: true}
 					t.Fatalf("request %d sglext fields %v, want %v: %s", i, has, tc.wantFields, b)
 				}
 			}
-			records := readRecords(t, filepath.Join(dir, "out", "ids.sharegpt.jsonl"))
+			// A training file is all-ids or no-ids: records without ids go to a
+			// file of their own.
+			file, other := "ids.sharegpt.jsonl", "ids.sharegpt.no-token-ids.jsonl"
+			if tc.wantIDs != "" {
+				file, other = other, file
+			}
+			records := readRecords(t, filepath.Join(dir, "out", file))
 			if len(records) != 12 {
-				t.Fatalf("%d records exported, want 12", len(records))
+				t.Fatalf("%d records exported to %s, want 12", len(records), file)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "out", other)); err == nil {
+				if n := len(readRecords(t, filepath.Join(dir, "out", other))); n != 0 {
+					t.Errorf("%d records in %s, want none", n, other)
+				}
 			}
 			for _, rec := range records {
 				if rec.TokenIDs != tc.wantIDs || (tc.wantIDs == "") != (len(rec.InputIDs) > 0) {
