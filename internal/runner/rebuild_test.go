@@ -136,8 +136,13 @@ func contentOf(m map[string]any, role string) string {
 	return ""
 }
 
+// toolName reads a request's tools (a list) or an exported record's (JSON
+// text, the same on every line of a training file).
 func toolName(m map[string]any) string {
 	tools, _ := m["tools"].([]any)
+	if text, ok := m["tools"].(string); ok {
+		_ = json.Unmarshal([]byte(text), &tools)
+	}
 	if len(tools) == 0 {
 		return ""
 	}
