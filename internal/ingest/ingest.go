@@ -430,7 +430,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 	}
 	// Rows bad in an earlier read (a file cut short while it was written)
 	// may be good now: this read records the file's bad rows afresh.
-	if err := in.st.ForgetIngestErrors(ctx, in.spec.Rel(path)); err != nil {
+	if err := in.st.ForgetIngestErrors(ctx, src.Partition, in.spec.Rel(path)); err != nil {
 		return 0, false, err
 	}
 	st, err := in.read(ctx, src, path, limit)

@@ -160,12 +160,13 @@ func (s *Store) DropStale(ctx context.Context, partition string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// ForgetIngestErrors drops the bad rows recorded for file: its origins
-// "file:..." sort between file+":" and file+";" (':' + 1) in the origin
-// column's C collation, a range of its index.
-func (s *Store) ForgetIngestErrors(ctx context.Context, file string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM ingest_errors WHERE origin >= $1 AND origin < $2`, text(file)+":", text(file)+";"); err != nil {
-		return fmt.Errorf("forget bad rows of %s: %w", file, err)
+// ForgetIngestErrors drops partition's bad rows recorded for file: its
+// origins "file:..." sort between file+":" and file+";" (':' + 1) in the
+// origin column's C collation, a range of its index.
+func (s *Store) ForgetIngestErrors(ctx context.Context, partition, file string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ingest_errors WHERE origin >= $1 AND origin < $2 AND partition = $3`,
+		text(file)+":", text(file)+";", text(partition)); err != nil {
+		return fmt.Errorf("forget bad rows of %s in %s: %w", file, partition, err)
 	}
 	return nil
 }
