@@ -388,7 +388,8 @@ quality: {truncated: false, empty: false}
 // TestNewConfigKeepsOtherSourcesBadRows: two sources read one file with
 // different mappings, each with bad rows of its own; --new-config on one
 // source reads the file again for it alone, and the other source's bad
-// rows (its file complete, not read again) stay recorded.
+// rows (its file complete, not read again) stay recorded; a row bad for
+// both is each one's.
 func TestNewConfigKeepsOtherSourcesBadRows(t *testing.T) {
 	srv := newRecordingSim(t)
 	dir := t.TempDir()
@@ -400,6 +401,9 @@ func TestNewConfigKeepsOtherSourcesBadRows(t *testing.T) {
 			delete(row, "question") // bad for p
 		case 3:
 			delete(row, "alt") // bad for q
+		}
+		if i == 5 {
+			delete(row, "alt") // bad for both
 		}
 		line, err := json.Marshal(row)
 		if err != nil {
@@ -419,7 +423,7 @@ output: {formats: [sharegpt]}
 quality: {truncated: false, empty: false, tool_args: false, tool_name: false}
 monitor: {heartbeat_every: 100ms}
 `
-	want := []string{"p rows.jsonl:2", "p rows.jsonl:6", "q rows.jsonl:4", "q rows.jsonl:8"}
+	want := []string{"p rows.jsonl:2", "p rows.jsonl:6", "q rows.jsonl:4", "q rows.jsonl:6", "q rows.jsonl:8"}
 	for i, system := range []string{"You are helpful.", "You are terse."} {
 		spec := loadJobYAML(t, dir, fmt.Sprintf(job, srv.URL, system))
 		runTo(t, spec, i > 0)

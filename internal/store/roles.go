@@ -127,7 +127,8 @@ type Intake interface {
 	// (no source row gave their id again) and reports how many; ingest
 	// calls it once every file of the partition is read.
 	DropStale(ctx context.Context, partition string) (int, error)
-	// AddIngestErrors records bad source rows; duplicates (same Origin) are ignored.
+	// AddIngestErrors records bad source rows; duplicates (same Partition and
+	// Origin) are ignored: one row may be bad for two sources reading its file.
 	AddIngestErrors(ctx context.Context, errs []IngestError) error
 	// ForgetIngestErrors drops partition's bad rows recorded for the source
 	// file named by origin prefix file (origins "file:..."), before the

@@ -240,7 +240,7 @@ func (s *Store) AddIngestErrors(ctx context.Context, errs []store.IngestError) e
 		SELECT origin, partition, field, reason, $5
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS v(origin, partition, field, reason, i)
 		ORDER BY i
-		ON CONFLICT (origin) DO NOTHING`, origins, parts, fields, reasons, ns(s.now()))
+		ON CONFLICT (origin, partition) DO NOTHING`, origins, parts, fields, reasons, ns(s.now()))
 	if err != nil {
 		return fmt.Errorf("add %d ingest errors: %w", n, err)
 	}

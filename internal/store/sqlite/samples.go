@@ -30,7 +30,7 @@ const (
 			ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + excluded.n`
 	insertIngestErrorSQL = `INSERT INTO ingest_errors
 			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (origin) DO NOTHING`
+			ON CONFLICT (origin, partition) DO NOTHING`
 	// The result is inserted only if the caller holds the sample at the
 	// result's turn; the sample row is updated after, in the same transaction.
 	insertResultSQL = `INSERT INTO results
