@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/regen-dev/regen/internal/crew"
 	"github.com/regen-dev/regen/internal/job"
-	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/backend"
 )
@@ -41,7 +39,7 @@ func openExisting(ctx context.Context, spec *job.Spec, hint string) (store.Store
 // own checks (and with write records) that st belongs to spec's job file;
 // it closes st when it does not.
 func own(ctx context.Context, spec *job.Spec, st store.Store, t backend.Target, write bool) error {
-	res, err := crew.Own(ctx, st, ownerOf(spec, t), func() []string { return sourceNames(spec) }, spec.Rel(t.String()), write)
+	res, err := crew.OwnJob(ctx, st, spec, crew.Place{Path: t.Path, Name: t.String(), Shared: t.Shared()}, write)
 	if err != nil {
 		st.Close()
 		return err
@@ -53,38 +51,4 @@ func own(ctx context.Context, spec *job.Spec, st store.Store, t backend.Target, 
 		fmt.Fprintf(os.Stderr, "regen: %d source file names in the store of job %s now relative to the job file\n", res.Relocated, spec.Name)
 	}
 	return nil
-}
-
-// ownerOf identifies spec's job file for its store at t: by its path
-// relative to a SQLite store's folder, by its base name for a shared store
-// (hosts mount the job's folder in different places).
-func ownerOf(spec *job.Spec, t backend.Target) crew.Owner {
-	file := filepath.Join(spec.Dir, filepath.Base(spec.Path))
-	o := crew.Owner{JobFile: filepath.Base(file), JobPath: spec.Path, Dir: spec.Dir, Shared: t.Shared()}
-	if !t.Shared() {
-		if abs, err := filepath.Abs(t.Path); err == nil {
-			if rel, err := filepath.Rel(filepath.Dir(abs), file); err == nil {
-				o.JobFile = rel
-			}
-		}
-	}
-	for _, src := range spec.Sources {
-		o.Sources = append(o.Sources, src.Partition+": "+spec.Rel(src.Path))
-	}
-	return o
-}
-
-// sourceNames lists the job's source files as the store names them.
-func sourceNames(spec *job.Spec) []string {
-	var out []string
-	for _, src := range spec.Sources {
-		files, err := source.Files(src, spec.Dir)
-		if err != nil {
-			continue // ingest reports it
-		}
-		for _, f := range files {
-			out = append(out, spec.Rel(f))
-		}
-	}
-	return out
 }

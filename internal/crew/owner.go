@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/source"
 )
 
 // A store belongs to one job file. Two job files with the same name in one
@@ -212,4 +215,50 @@ func storedUnder(files []string, dir string, names func() []string) string {
 		}
 	}
 	return ""
+}
+
+// Place is where a job's store is, as OwnJob needs it.
+type Place struct {
+	Path   string // SQLite: the database file
+	Name   string // the store as messages name it (no password)
+	Shared bool   // several hosts run the job (PostgreSQL)
+}
+
+// OwnJob is Own for spec's job file and its store at p: the job file is
+// identified relative to a SQLite store's folder, by its base name for a
+// shared store (hosts mount the job's folder in different places).
+func OwnJob(ctx context.Context, st OwnerStore, spec *job.Spec, p Place, write bool) (OwnResult, error) {
+	return Own(ctx, st, JobOwner(spec, p), func() []string { return sourceNames(spec) }, spec.Rel(p.Name), write)
+}
+
+// JobOwner identifies spec's job file for its store at p.
+func JobOwner(spec *job.Spec, p Place) Owner {
+	file := filepath.Join(spec.Dir, filepath.Base(spec.Path))
+	o := Owner{JobFile: filepath.Base(file), JobPath: spec.Path, Dir: spec.Dir, Shared: p.Shared}
+	if !p.Shared {
+		if abs, err := filepath.Abs(p.Path); err == nil {
+			if rel, err := filepath.Rel(filepath.Dir(abs), file); err == nil {
+				o.JobFile = rel
+			}
+		}
+	}
+	for _, src := range spec.Sources {
+		o.Sources = append(o.Sources, src.Partition+": "+spec.Rel(src.Path))
+	}
+	return o
+}
+
+// sourceNames lists the job's source files as the store names them.
+func sourceNames(spec *job.Spec) []string {
+	var out []string
+	for _, src := range spec.Sources {
+		files, err := source.Files(src, spec.Dir)
+		if err != nil {
+			continue // ingest reports it
+		}
+		for _, f := range files {
+			out = append(out, spec.Rel(f))
+		}
+	}
+	return out
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -77,6 +79,34 @@ func TestOwnRelocatesAbsoluteNames(t *testing.T) {
 			}
 			if v, _, _ := st.Meta(ctx, pathsKey); v != "relative" {
 				t.Errorf("paths = %q, want relative", v)
+			}
+		})
+	}
+}
+
+// JobOwner names the job file relative to a SQLite store's folder (a move
+// of the whole folder keeps the name) and by its base name for a shared
+// store, whose hosts mount the folder in different places.
+func TestJobOwnerNamesTheJobFileForItsStore(t *testing.T) {
+	dir := t.TempDir()
+	spec := &job.Spec{Path: filepath.Join(dir, "job.yaml"), Dir: dir,
+		Sources: []job.Source{{Partition: "p", Path: filepath.Join(dir, "data", "a.jsonl")}}}
+	for _, tc := range []struct {
+		name  string
+		place Place
+		want  string
+	}{
+		{"store beside the job file", Place{Path: filepath.Join(dir, "x.db")}, "job.yaml"},
+		{"store in a subfolder", Place{Path: filepath.Join(dir, ".regen", "x.db")}, filepath.Join("..", "job.yaml")},
+		{"shared store", Place{Path: "", Name: "postgres://h/db (schema x)", Shared: true}, "job.yaml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := JobOwner(spec, tc.place)
+			if o.JobFile != tc.want || o.Shared != tc.place.Shared || o.Dir != dir {
+				t.Errorf("JobOwner = %+v, want job file %s, shared %v, dir %s", o, tc.want, tc.place.Shared, dir)
+			}
+			if want := []string{"p: " + filepath.Join("data", "a.jsonl")}; !slices.Equal(o.Sources, want) {
+				t.Errorf("JobOwner sources = %v, want %v", o.Sources, want)
 			}
 		})
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/regen-dev/regen/internal/store"
 )
 
 // ErrMismatch says an export's files are not what its manifest and the
@@ -239,16 +241,25 @@ func formatFiles(name, format string) []string {
 
 // ExportedRejects is the number of rejected samples the manifest of the
 // last export of name in dir counts, 0 when there is none (a run stopped
-// before its export) or it cannot be read.
-func ExportedRejects(dir, name string) int {
+// before its export), it cannot be read, or it is an earlier configuration
+// generation's (gens are the store's; after --new-config the old export's
+// rejects are not this generation's).
+func ExportedRejects(dir, name string, gens []store.Generation) int {
 	b, err := os.ReadFile(ManifestPath(dir, name))
 	if err != nil {
 		return 0
 	}
 	var m struct {
-		Totals Totals `json:"totals"`
+		Fingerprint string `json:"fingerprint"`
+		Generation  int    `json:"generation"`
+		Totals      Totals `json:"totals"`
 	}
 	if json.Unmarshal(b, &m) != nil {
+		return 0
+	}
+	// A store without generations exports none (generationFacts): both zero.
+	cur, _ := store.Current(gens)
+	if m.Generation != cur.N || m.Fingerprint != cur.Fingerprint {
 		return 0
 	}
 	return m.Totals.Rejected

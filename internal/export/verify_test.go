@@ -260,3 +260,34 @@ func TestVerifyUsesManifestSettings(t *testing.T) {
 		t.Errorf("Verify without a manifest = %v, want an error naming it", err)
 	}
 }
+
+// TestExportedRejectsOfCurrentGeneration: status counts an export's rejects
+// only while the store is at the generation that export wrote; after
+// --new-config the old export's rejects are not the new generation's.
+func TestExportedRejectsOfCurrentGeneration(t *testing.T) {
+	g1 := store.Generation{N: 1, Fingerprint: "f1"}
+	g2 := store.Generation{N: 2, Fingerprint: "f2"}
+	for _, tc := range []struct {
+		name             string
+		exported, status []store.Generation
+		want             int
+	}{
+		{"same generation", []store.Generation{g1}, []store.Generation{g1}, 1},
+		{"no generations at all", nil, nil, 1},
+		{"a new generation since", []store.Generation{g1}, []store.Generation{g1, g2}, 0},
+		{"same number, other fingerprint", []store.Generation{g1}, []store.Generation{{N: 1, Fingerprint: "f9"}}, 0},
+		{"exported before generations", nil, []store.Generation{g1}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fixture(t)
+			st.gens = tc.exported
+			dir := exportFixture(t, st)
+			if got := ExportedRejects(dir, "demo", tc.status); got != tc.want {
+				t.Errorf("ExportedRejects = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if got := ExportedRejects(t.TempDir(), "demo", []store.Generation{g1}); got != 0 {
+		t.Errorf("ExportedRejects with no export = %d, want 0", got)
+	}
+}

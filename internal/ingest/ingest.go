@@ -227,12 +227,28 @@ func (in *Ingester) Unread(ctx context.Context, plan []SourcePlan) (int, error) 
 	return n, nil
 }
 
-// CopiesAsIngested reports whether every source of plan with
+// AdoptLegacy returns legacy, the fingerprint an earlier regen gave this
+// configuration without samples_per_prompt, when the store's files were
+// ingested with the job's samples_per_prompt (the same configuration,
+// fingerprinted the old way), else "": samples_per_prompt changed.
+func (in *Ingester) AdoptLegacy(ctx context.Context, legacy string) (string, error) {
+	plan, err := in.Plan()
+	if err != nil {
+		return "", nil // a missing source fails the run at ingest, with its own message
+	}
+	same, err := in.copiesAsIngested(ctx, plan)
+	if err != nil || !same {
+		return "", err
+	}
+	return legacy, nil
+}
+
+// copiesAsIngested reports whether every source of plan with
 // samples_per_prompt above 1 has a file in the manifest ingested with
 // that many copies (the file fingerprint holds them). A store from before
 // the configuration fingerprint held samples_per_prompt is then known to
 // hold this job's samples.
-func (in *Ingester) CopiesAsIngested(ctx context.Context, plan []SourcePlan) (bool, error) {
+func (in *Ingester) copiesAsIngested(ctx context.Context, plan []SourcePlan) (bool, error) {
 	for _, p := range plan {
 		if p.src.SamplesPerPrompt <= 1 {
 			continue
@@ -430,7 +446,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 	}
 	// Rows bad in an earlier read (a file cut short while it was written)
 	// may be good now: this read records the file's bad rows afresh.
-	if err := in.st.ForgetIngestErrors(ctx, in.spec.Rel(path)); err != nil {
+	if err := in.st.ForgetIngestErrors(ctx, src.Partition, in.spec.Rel(path)); err != nil {
 		return 0, false, err
 	}
 	st, err := in.read(ctx, src, path, limit)

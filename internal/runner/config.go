@@ -33,24 +33,14 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// legacySamePerPrompt returns legacy, the fingerprint an earlier regen gave
-// this configuration without samples_per_prompt, when the store's files
-// were ingested with the job's samples_per_prompt (the same configuration,
-// fingerprinted the old way), else "": samples_per_prompt changed.
-func (r *runState) legacySamePerPrompt(ctx context.Context, legacy string) (string, error) {
+// legacySamePerPrompt is ingest's AdoptLegacy, waiting for the store.
+func (r *runState) legacySamePerPrompt(ctx context.Context, legacy string) (adopted string, err error) {
 	in := ingest.New(r.o.Spec, r.o.Store, r.o.Logger, nil)
-	plan, err := in.Plan()
-	if err != nil {
-		return "", nil // a missing source fails the run at ingest, with its own message
-	}
-	var same bool
-	if err := r.untilStore(ctx, func(ctx context.Context) (err error) {
-		same, err = in.CopiesAsIngested(ctx, plan)
+	err = r.untilStore(ctx, func(ctx context.Context) (err error) {
+		adopted, err = in.AdoptLegacy(ctx, legacy)
 		return err
-	}); err != nil || !same {
-		return "", err
-	}
-	return legacy, nil
+	})
+	return adopted, err
 }
 
 // configure checks the job's configuration against the store's current

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -386,5 +387,62 @@ quality: {truncated: false, empty: false}
 	fp, _ := spec.Fingerprint()
 	if err != nil || len(gens) != 1 || gens[0].Fingerprint != fp.Hash || gens[0].Answers != 8 {
 		t.Errorf("generations = %+v, %v; want generation 1 with fingerprint %.12s and its 8 answers", gens, err, fp.Hash)
+	}
+}
+
+// TestNewConfigKeepsOtherSourcesBadRows: two sources read one file with
+// different mappings, each with bad rows of its own; --new-config on one
+// source reads the file again for it alone, and the other source's bad
+// rows (its file complete, not read again) stay recorded; a row bad for
+// both is each one's.
+func TestNewConfigKeepsOtherSourcesBadRows(t *testing.T) {
+	srv := newRecordingSim(t)
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 8 {
+		row := map[string]any{"question": fmt.Sprintf("Q%d?", i), "alt": fmt.Sprintf("A%d.", i)}
+		switch i % 4 {
+		case 1:
+			delete(row, "question") // bad for p
+		case 3:
+			delete(row, "alt") // bad for q
+		}
+		if i == 5 {
+			delete(row, "alt") // bad for both
+		}
+		line, err := json.Marshal(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(line, '\n'))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rows.jsonl"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := `name: twomaps
+model: m
+endpoints: [{url: %q, engine: sglang}]
+sources: [{partition: p, path: rows.jsonl, prompt: question}, {partition: q, path: rows.jsonl, prompt: alt, system: %q}]
+lanes: [{name: default, concurrency: 4, max_tokens: 64}]
+output: {formats: [sharegpt]}
+quality: {truncated: false, empty: false, tool_args: false, tool_name: false}
+monitor: {heartbeat_every: 100ms}
+`
+	want := []string{"p rows.jsonl:2", "p rows.jsonl:6", "q rows.jsonl:4", "q rows.jsonl:6", "q rows.jsonl:8"}
+	for i, system := range []string{"You are helpful.", "You are terse."} {
+		spec := loadJobYAML(t, dir, fmt.Sprintf(job, srv.URL, system))
+		runTo(t, spec, i > 0)
+		errs, err := openStore(t, spec).IngestErrors(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range errs {
+			got = append(got, e.Partition+" "+e.Origin)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("run %d (q's system %q): bad rows %v, want %v", i+1, system, got, want)
+		}
 	}
 }

@@ -127,12 +127,15 @@ type Intake interface {
 	// (no source row gave their id again) and reports how many; ingest
 	// calls it once every file of the partition is read.
 	DropStale(ctx context.Context, partition string) (int, error)
-	// AddIngestErrors records bad source rows; duplicates (same Origin) are ignored.
+	// AddIngestErrors records bad source rows; duplicates (same Partition and
+	// Origin) are ignored: one row may be bad for two sources reading its file.
 	AddIngestErrors(ctx context.Context, errs []IngestError) error
-	// ForgetIngestErrors drops the bad rows recorded for the source file
-	// named by origin prefix file (origins "file:..."), before the file is
-	// read again: a row bad in a truncated read may be good now.
-	ForgetIngestErrors(ctx context.Context, file string) error
+	// ForgetIngestErrors drops partition's bad rows recorded for the source
+	// file named by origin prefix file (origins "file:..."), before the
+	// partition reads the file again: a row bad in a truncated read may be
+	// good now. Another partition reading the same file with its own mapping
+	// keeps its bad rows: its read of the file is not repeated.
+	ForgetIngestErrors(ctx context.Context, partition, file string) error
 	// SourceFile returns the manifest entry of path in partition.
 	SourceFile(ctx context.Context, partition, path string) (f SourceFile, ok bool, err error)
 	// PutSourceFile records f, replacing the entry of its partition and path.

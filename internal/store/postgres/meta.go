@@ -65,7 +65,7 @@ var relocateSQL = []string{
 	`UPDATE source_files f SET path = substr(f.path, length($1) + 1) WHERE starts_with(f.path, $1)
 		AND NOT EXISTS (SELECT 1 FROM source_files x WHERE x.partition = f.partition AND x.path = substr(f.path, length($1) + 1))`,
 	`UPDATE ingest_errors e SET origin = substr(e.origin, length($1) + 1) WHERE starts_with(e.origin, $1)
-		AND NOT EXISTS (SELECT 1 FROM ingest_errors x WHERE x.origin = substr(e.origin, length($1) + 1))`,
+		AND NOT EXISTS (SELECT 1 FROM ingest_errors x WHERE x.partition = e.partition AND x.origin = substr(e.origin, length($1) + 1))`,
 	`UPDATE ingest_duplicates d SET origin = substr(d.origin, length($1) + 1) WHERE starts_with(d.origin, $1)
 		AND NOT EXISTS (SELECT 1 FROM ingest_duplicates x WHERE x.origin = substr(d.origin, length($1) + 1))`,
 	`UPDATE ingest_duplicates SET first_origin = substr(first_origin, length($1) + 1) WHERE starts_with(first_origin, $1)`,

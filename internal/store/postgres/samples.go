@@ -160,12 +160,13 @@ func (s *Store) DropStale(ctx context.Context, partition string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// ForgetIngestErrors drops the bad rows recorded for file: its origins
-// "file:..." sort between file+":" and file+";" (':' + 1) in the origin
-// column's C collation, a range of its index.
-func (s *Store) ForgetIngestErrors(ctx context.Context, file string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM ingest_errors WHERE origin >= $1 AND origin < $2`, text(file)+":", text(file)+";"); err != nil {
-		return fmt.Errorf("forget bad rows of %s: %w", file, err)
+// ForgetIngestErrors drops partition's bad rows recorded for file: its
+// origins "file:..." sort between file+":" and file+";" (':' + 1) in the
+// origin column's C collation, a range of its index.
+func (s *Store) ForgetIngestErrors(ctx context.Context, partition, file string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ingest_errors WHERE origin >= $1 AND origin < $2 AND partition = $3`,
+		text(file)+":", text(file)+";", text(partition)); err != nil {
+		return fmt.Errorf("forget bad rows of %s in %s: %w", file, partition, err)
 	}
 	return nil
 }
@@ -239,7 +240,7 @@ func (s *Store) AddIngestErrors(ctx context.Context, errs []store.IngestError) e
 		SELECT origin, partition, field, reason, $5
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS v(origin, partition, field, reason, i)
 		ORDER BY i
-		ON CONFLICT (origin) DO NOTHING`, origins, parts, fields, reasons, ns(s.now()))
+		ON CONFLICT (origin, partition) DO NOTHING`, origins, parts, fields, reasons, ns(s.now()))
 	if err != nil {
 		return fmt.Errorf("add %d ingest errors: %w", n, err)
 	}

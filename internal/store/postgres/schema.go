@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 7
+const schemaVersion = 8
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -302,6 +302,13 @@ CREATE TABLE store_meta (
 	key   text PRIMARY KEY,
 	value text NOT NULL
 );
+`,
+	// 7 -> 8: a bad row is one partition's: two sources reading one file
+	// with different mappings each record the rows bad for them (a row bad
+	// for both was recorded once, for the first to read it).
+	`
+ALTER TABLE ingest_errors DROP CONSTRAINT ingest_errors_origin_key;
+ALTER TABLE ingest_errors ADD UNIQUE (origin, partition);
 `,
 }
 

@@ -30,7 +30,7 @@ const (
 			ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + excluded.n`
 	insertIngestErrorSQL = `INSERT INTO ingest_errors
 			(origin, partition, field, reason, created_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (origin) DO NOTHING`
+			ON CONFLICT (origin, partition) DO NOTHING`
 	// The result is inserted only if the caller holds the sample at the
 	// result's turn; the sample row is updated after, in the same transaction.
 	insertResultSQL = `INSERT INTO results
@@ -230,16 +230,17 @@ func (s *Store) DropStale(ctx context.Context, partition string) (int, error) {
 	return int(n), nil
 }
 
-// ForgetIngestErrors drops the bad rows recorded for file: its origins
-// "file:..." sort between file+":" and file+";" (':' + 1), a range of
-// the origin index.
-func (s *Store) ForgetIngestErrors(ctx context.Context, file string) error {
+// ForgetIngestErrors drops partition's bad rows recorded for file: its
+// origins "file:..." sort between file+":" and file+";" (':' + 1), a range
+// of the origin index.
+func (s *Store) ForgetIngestErrors(ctx context.Context, partition, file string) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM ingest_errors WHERE origin >= ? AND origin < ?`, file+":", file+";")
+		_, err := tx.ExecContext(ctx, `DELETE FROM ingest_errors WHERE origin >= ? AND origin < ? AND partition = ?`,
+			file+":", file+";", partition)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("forget bad rows of %s: %w", file, err)
+		return fmt.Errorf("forget bad rows of %s in %s: %w", file, partition, err)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 8
+const schemaVersion = 9
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -423,6 +423,25 @@ CREATE TABLE store_meta (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL
 ) WITHOUT ROWID;
+`,
+	// 8 -> 9: a bad row is one partition's: two sources reading one file
+	// with different mappings each record the rows bad for them (a row bad
+	// for both was recorded once, for the first to read it). SQLite cannot
+	// drop a column's UNIQUE, so the table is copied.
+	`
+CREATE TABLE ingest_errors_9 (
+	seq        INTEGER PRIMARY KEY,
+	origin     TEXT    NOT NULL,
+	partition  TEXT    NOT NULL,
+	field      TEXT    NOT NULL,
+	reason     TEXT    NOT NULL,
+	created_at INTEGER NOT NULL,
+	UNIQUE (origin, partition)
+);
+INSERT INTO ingest_errors_9 (seq, origin, partition, field, reason, created_at)
+	SELECT seq, origin, partition, field, reason, created_at FROM ingest_errors;
+DROP TABLE ingest_errors;
+ALTER TABLE ingest_errors_9 RENAME TO ingest_errors;
 `,
 }
 

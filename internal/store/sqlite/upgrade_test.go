@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -200,5 +201,40 @@ func TestUpgradeFromSchema7(t *testing.T) {
 	}
 	if c := claimAll(t, s, "short"); len(c) != 1 || string(c[0].Body) != `{"new":1}` {
 		t.Errorf("claim after the rebuild = %+v, want p/1 with its new body", c)
+	}
+}
+
+// TestUpgradeFromSchema8 opens a file as schema 8 (bad rows unique by
+// origin alone) left it: its bad rows keep their order and fields, and the
+// same row bad for a second partition is recorded beside the first's.
+func TestUpgradeFromSchema8(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range append(append([]string{}, migrations[:8]...), `PRAGMA user_version = 8`,
+		`INSERT INTO ingest_errors (seq, origin, partition, field, reason, created_at) VALUES (4, 'a.jsonl:9', 'p', 'prompt', 'missing', 1)`,
+		`INSERT INTO ingest_errors (seq, origin, partition, field, reason, created_at) VALUES (7, 'a.jsonl:2', 'p', 'prompt', 'cut', 1)`) {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("build schema-8 store: %v\n%s", err, q)
+		}
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open of a schema-8 store: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.AddIngestErrors(ctx, []store.IngestError{{Partition: "q", Origin: "a.jsonl:9", Field: "alt", Reason: "missing"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.IngestErrors(ctx, 0)
+	want := []store.IngestError{{Partition: "p", Origin: "a.jsonl:9", Field: "prompt", Reason: "missing"},
+		{Partition: "p", Origin: "a.jsonl:2", Field: "prompt", Reason: "cut"}, {Partition: "q", Origin: "a.jsonl:9", Field: "alt", Reason: "missing"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("bad rows after the upgrade = %+v, %v; want %+v", got, err, want)
 	}
 }

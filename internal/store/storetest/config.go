@@ -26,7 +26,7 @@ var configTests = []struct {
 	{"AnswersKeepTheirGeneration", testAnswerGeneration},
 	{"NewGenerationRebuildsBodies", testRebuild},
 	{"LegacyFingerprintReplaced", testLegacyFingerprint},
-	{"ForgetIngestErrorsOfOneFile", testForgetIngestErrors},
+	{"ForgetIngestErrorsOfOnePartitionsFile", testForgetIngestErrors},
 	{"MetaFirstWriterWins", testMeta},
 	{"RelocateNamesFilesRelative", testRelocate},
 }
@@ -309,23 +309,43 @@ func testLegacyFingerprint(t *testing.T, s store.Store) {
 	}
 }
 
-// ForgetIngestErrors drops one file's bad rows, not those of a file whose
-// name it prefixes.
+// A bad row is recorded once per partition (two sources may read one file
+// with different mappings); ForgetIngestErrors drops one partition's bad
+// rows of one file: not those of a file whose name it prefixes, nor those
+// another partition recorded for the same file.
 func testForgetIngestErrors(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	must(t, s.AddIngestErrors(ctx, []store.IngestError{
 		{Partition: "p", Origin: "data/a.jsonl:3", Reason: "cut"}, {Partition: "p", Origin: "data/a.jsonl:12", Reason: "cut"},
 		{Partition: "p", Origin: "data/a.jsonl.gz:3", Reason: "bad"}, {Partition: "p", Origin: "data/b.jsonl:1", Reason: "bad"},
+		{Partition: "q", Origin: "data/a.jsonl:7", Reason: "no prompt"}, {Partition: "q", Origin: "data/a.jsonl:3", Reason: "cut"},
+		{Partition: "q", Origin: "data/a.jsonl:3", Reason: "cut"}, // once per partition
 	}))
-	must(t, s.ForgetIngestErrors(ctx, "data/a.jsonl"))
-	errs, err := s.IngestErrors(ctx, 0)
+	if want := []string{"p data/a.jsonl:3", "p data/a.jsonl:12", "p data/a.jsonl.gz:3", "p data/b.jsonl:1", "q data/a.jsonl:7", "q data/a.jsonl:3"}; !slices.Equal(badRows(t, s), want) {
+		t.Errorf("bad rows recorded = %v; want %v (a row bad for two partitions is each one's)", badRows(t, s), want)
+	}
+	must(t, s.ForgetIngestErrors(ctx, "p", "data/a.jsonl"))
+	if want := []string{"p data/a.jsonl.gz:3", "p data/b.jsonl:1", "q data/a.jsonl:7", "q data/a.jsonl:3"}; !slices.Equal(badRows(t, s), want) {
+		t.Errorf("bad rows after forgetting p's data/a.jsonl = %v; want %v", badRows(t, s), want)
+	}
+	must(t, s.ForgetIngestErrors(ctx, "q", "data/a.jsonl"))
+	if want := []string{"p data/a.jsonl.gz:3", "p data/b.jsonl:1"}; !slices.Equal(badRows(t, s), want) {
+		t.Errorf("bad rows after forgetting q's data/a.jsonl = %v; want %v", badRows(t, s), want)
+	}
+}
+
+// badRows lists the recorded bad rows as "partition origin".
+func badRows(t *testing.T, s store.Store) []string {
+	t.Helper()
+	errs, err := s.IngestErrors(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("IngestErrors: %v", err)
+	}
 	var got []string
 	for _, e := range errs {
-		got = append(got, e.Origin)
+		got = append(got, e.Partition+" "+e.Origin)
 	}
-	if want := []string{"data/a.jsonl.gz:3", "data/b.jsonl:1"}; err != nil || !slices.Equal(got, want) {
-		t.Errorf("bad rows after forgetting data/a.jsonl = %v, %v; want %v", got, err, want)
-	}
+	return got
 }
 
 func testMeta(t *testing.T, s store.Store) {

@@ -300,8 +300,9 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 		order = append(order, e.Origin)
 		batch = append(batch, e)
 		if i > 0 && i%400 == 0 {
-			// Re-send one already recorded row, changed: the first one stays.
-			batch = append(batch, store.IngestError{Partition: "other", Origin: origin(i - 1), Reason: "duplicate"})
+			// Re-send one already recorded row of its partition, changed: the
+			// first one stays (another partition's would be its own row).
+			batch = append(batch, store.IngestError{Partition: fmt.Sprintf("p%d", (i-1)%3), Origin: origin(i - 1), Reason: "duplicate"})
 			must(t, s.AddIngestErrors(ctx, batch))
 			batch = nil
 		}
@@ -309,7 +310,7 @@ func testIngestErrorCountAndEach(t *testing.T, s store.Store) {
 	empty := store.IngestError{Partition: "p0", Reason: "row as a whole"}
 	want[""] = empty
 	order = append(order, "")
-	batch = append(batch, empty, store.IngestError{Partition: "x", Origin: origin(5), Reason: "duplicate"})
+	batch = append(batch, empty, store.IngestError{Partition: "p2", Origin: origin(5), Reason: "duplicate"})
 	must(t, s.AddIngestErrors(ctx, batch))
 
 	n, err = s.IngestErrorCount(ctx)
