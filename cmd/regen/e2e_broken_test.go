@@ -22,15 +22,21 @@ sources:
   - {partition: P, path: prompts.jsonl, prompt: question, id: id}
 lanes:
   - {name: short, concurrency: 8, max_tokens: 4096}
-retry: {max_attempts: 4, base_delay: 100ms, max_delay: 1s}
+retry: {max_attempts: 4, base_delay: 100ms, max_delay: 1s%s}
 monitor: {heartbeat_every: 200ms, dead_after: 2s, broken_after: %s}
 output: {formats: [sharegpt]}
 `
 
 func writeBrokenJob(t *testing.T, url, engine, brokenAfter string, rows int) string {
 	t.Helper()
+	return writeBrokenJobRetry(t, url, engine, brokenAfter, "", rows)
+}
+
+// writeBrokenJobRetry is writeBrokenJob with more retry settings (", k: v").
+func writeBrokenJobRetry(t *testing.T, url, engine, brokenAfter, retry string, rows int) string {
+	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(brokenJob, url, engine, brokenAfter)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(brokenJob, url, engine, retry, brokenAfter)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), rows)
@@ -138,6 +144,21 @@ func TestE2EBrokenMidJobSim(t *testing.T) {
 	done := checkBrokenStop(t, dir, res, rows, "HTTP 500): internal boom")
 	t.Logf("stopped after %s, exit %d: %d done, %d pending, 0 dead; %d requests (%d after the break)",
 		res.dur.Round(time.Millisecond), res.code, done, rows-done, len(rs.requests()), len(rs.requests())-60)
+}
+
+// TestE2EBrokenPoisonOff: the poison guard turned off (retry.poison_after:
+// 0) leaves the burn guard on: the simulator broken mid-job still burns
+// nothing and the run stops.
+func TestE2EBrokenPoisonOff(t *testing.T) {
+	t.Parallel()
+	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0, "output_mean": 20, "truncate_fraction": 0,
+		"broken_after_requests": 60, "broken_message": "internal boom"})
+	const rows = 300
+	dir := writeBrokenJobRetry(t, rs.url, "sim", "3s", ", poison_after: 0", rows)
+	res := regen(t, dir, "run", "job.yaml")
+	done := checkBrokenStop(t, dir, res, rows, "HTTP 500): internal boom")
+	t.Logf("poison guard off: stopped after %s, exit %d: %d done, %d pending, 0 dead; %d requests",
+		res.dur.Round(time.Millisecond), res.code, done, rows-done, len(rs.requests()))
 }
 
 // TestE2EBrokenRecovers: the simulator broken for a while after 60
