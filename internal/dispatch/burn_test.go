@@ -52,6 +52,8 @@ func TestServerFault(t *testing.T) {
 		{&llm.Error{Class: llm.Retryable, Status: 500, Msg: "internal boom 4711"}, "500 internal boom ####", true},
 		{&llm.Error{Class: llm.Malformed, EndpointFault: true, Msg: "answered 200 with text/html"}, "0 answered ### with text/html", true},
 		{&llm.Error{Class: llm.ServerDown, EndpointFault: true, Msg: "no response headers"}, "0 no response headers", true},
+		{&llm.Error{Class: llm.Retryable, Status: 503, Msg: "busy"}, "503 busy", true},
+		{&llm.Error{Class: llm.Backpressure, Status: 503, Msg: "busy"}, "", false},
 		{&llm.Error{Class: llm.Retryable, Status: 429}, "", false},
 		{&llm.Error{Class: llm.Retryable, Msg: "past its budget"}, "", false},
 		{&llm.Error{Class: llm.Malformed, Msg: "bad chunk"}, "", false},
@@ -62,6 +64,11 @@ func TestServerFault(t *testing.T) {
 		key, ok := serverFault(tt.err)
 		if key != tt.wantKey || ok != tt.ok {
 			t.Errorf("serverFault(%v) = %q, %v; want %q, %v", tt.err, key, ok, tt.wantKey, tt.ok)
+		}
+		// The poison guard's refusals are the same server errors (plus
+		// 401/403/404, none here): one rule, not two that drift.
+		if isRefusal(tt.err) != ok {
+			t.Errorf("isRefusal(%v) = %v, serverFault says %v", tt.err, isRefusal(tt.err), ok)
 		}
 	}
 }
@@ -371,6 +378,46 @@ func TestBurnGuardWithoutPoisonGuard(t *testing.T) {
 					t.Errorf("guard off: Run = %v, states %v; want every failing sample dead after its attempts", err, states)
 				}
 			})
+		})
+	}
+}
+
+// TestServerDownBurnAgreesWithCut: a server-down error blamed on the
+// endpoint (no headers) on distinct samples, one at a time. While others
+// stream tokens the cut rule keeps the breaker closed (alive), so the burn
+// guard must not call the endpoint broken (DOWN while traffic flows); with
+// nothing streaming it is an outage, and the streak breaks it.
+func TestServerDownBurnAgreesWithCut(t *testing.T) {
+	for _, streaming := range []bool{true, false} {
+		t.Run(fmt.Sprint("others streaming ", streaming), func(t *testing.T) {
+			st := newFakeStore()
+			eps, _ := fleet(newTracker(), nil, "http://a")
+			cfg := baseConfig(st, eps)
+			cfg.BrokenStreak = 3
+			d := mustNew(t, cfg)
+			e := d.eps[0]
+			noHeaders := &llm.Error{Class: llm.ServerDown, EndpointFault: true, Msg: "chat: no response headers"}
+			t0 := time.Unix(1000, 0)
+			var v verdict
+			for i := range 5 {
+				start := t0.Add(time.Duration(i) * 10 * time.Second)
+				cl := &call{ep: e, start: start, tokens0: e.tokens.Load()}
+				if streaming {
+					e.tokens.Add(100) // another request's tokens while this one ran
+				}
+				v = d.refine(cl, store.Claimed{ID: fmt.Sprint("s", i)}, verdict{out: outRelease, class: llm.ServerDown}, noHeaders, start.Add(time.Second))
+			}
+			broken := !e.brokenSince.IsZero()
+			t.Logf("alive %v, broken %v, streak %d samples", v.alive, broken, len(e.streak.same))
+			if v.alive == broken {
+				t.Errorf("alive %v and broken %v: the breaker and the burn guard disagree", v.alive, broken)
+			}
+			if broken != !streaming {
+				t.Errorf("broken = %v with others streaming %v", broken, streaming)
+			}
+			if len(e.streak.same) != 3 {
+				t.Errorf("streak counts %d samples, want 3 (bounded by the count) either way", len(e.streak.same))
+			}
 		})
 	}
 }
