@@ -23,15 +23,18 @@ import (
 // behind its breaker (DOWN, the error as evidence), probed with one request
 // at a time, resumed at the first answer. Every endpoint broken for
 // BrokenAfter stops Run with a BrokenError; its samples are pending, no
-// attempt spent. Fewer samples never break an endpoint: a sample that
-// failed BrokenStreak times in a streak too small to break it is alone
-// with nothing to compare (the last samples of a job), and from then on
-// its failures are its own and spend attempts. A server that breaks with
-// fewer than BrokenStreak samples left so dead-letters at most those few,
-// each after BrokenStreak-1 free failures; that is the price of a job that
-// always ends. The rule is the same for the first request and the
-// ten-thousandth; until a first request is accepted the poison guard sees
-// these errors first.
+// attempt spent. While other work waits in the store, twice BrokenStreak
+// failures of fewer samples with nothing answered break it too (a slow
+// failure lets the same few deferred samples come back first). At the end
+// of a lane, when the store has no other sample to send, fewer samples
+// never break an endpoint: a sample that failed BrokenStreak times there
+// has nothing to compare with, and from then on its failures are its own
+// and spend attempts. A server that breaks with fewer than BrokenStreak
+// samples left so dead-letters at most those few, each after
+// BrokenStreak-1 free failures; that is the price of a job that always
+// ends. The rule is the same for the first request and the ten-thousandth;
+// until a first request is accepted the poison guard sees these errors
+// first.
 
 // burnEvidence is what the dispatcher knows about a server error of one
 // request when it settles.
@@ -42,10 +45,14 @@ type burnEvidence struct {
 	servedSince bool
 	// broken: the endpoint is already paused as broken.
 	broken bool
+	// lastLeft: the lane's latest claim found no more samples than it
+	// took, so nothing else is left to compare this one with.
+	lastLeft bool
 	// The endpoint's streak since it last answered, this failure included:
 	// distinct samples failing with the same error (distinct), with any
-	// server error (samples), and this sample's failures in it (tries).
-	distinct, samples, tries int
+	// server error (samples), failures of any of them (failures), and this
+	// sample's failures (tries).
+	distinct, samples, failures, tries int
 	// after is the trip count (Config.BrokenStreak).
 	after int
 }
@@ -66,10 +73,12 @@ func judgeBurn(ev burnEvidence) burnVerdict {
 		return burnEndpoint
 	case ev.repeat && ev.servedSince:
 		return burnSample
-	case ev.distinct >= ev.after || ev.samples >= 2*ev.after:
+	case ev.distinct >= ev.after:
 		return burnTrip
-	case ev.tries >= ev.after:
-		return burnSample // alone too long: nothing else left to blame
+	case ev.lastLeft && ev.tries >= ev.after:
+		return burnSample // alone too long with nothing else left to send
+	case !ev.lastLeft && ev.failures >= 2*ev.after:
+		return burnTrip
 	}
 	return burnEndpoint
 }
@@ -79,7 +88,7 @@ func (ev burnEvidence) String() string {
 	if ev.repeat && ev.servedSince {
 		return "failed again after the endpoint answered a request sent since its last failure"
 	}
-	return fmt.Sprintf("failed %d times in a row with nothing else answered and too few other samples failing (%d) to blame the server", ev.tries, ev.samples-1)
+	return fmt.Sprintf("failed %d times in a row with nothing else answered and no other sample left to send (%d others failed meanwhile)", ev.tries, ev.samples-1)
 }
 
 // serverFault returns the streak key of an error that may be its
@@ -109,10 +118,11 @@ func isServerError(e *llm.Error) bool {
 
 // burnStreak is an endpoint's run of server errors since it last answered.
 type burnStreak struct {
-	key   string
-	since time.Time       // its first failure
-	same  map[string]bool // samples failing with key
-	tries map[string]int  // failures per sample, any server error
+	key      string
+	since    time.Time       // its first failure
+	same     map[string]bool // samples failing with key
+	tries    map[string]int  // failures per sample, any server error
+	failures int
 }
 
 // add records sample id failing with key at now, okStart being the start
@@ -133,6 +143,7 @@ func (s *burnStreak) add(id, key string, now, okStart time.Time, bound int) {
 	if _, ok := s.tries[id]; ok || len(s.tries) < 2*bound {
 		s.tries[id]++
 	}
+	s.failures++
 }
 
 // faultMark is when a sample last failed with a server error.
@@ -164,14 +175,16 @@ func (d *Dispatcher) judgeBurnLocked(cl *call, id, key string, now time.Time) (b
 	e := cl.ep
 	mark, repeat := d.faulted[id]
 	e.streak.add(id, key, now, e.okStart, d.cfg.BrokenStreak)
+	l := cl.lane
 	ev := burnEvidence{repeat: repeat, servedSince: repeat && !e.okStart.IsZero() && !e.okStart.Before(mark.at), broken: !e.brokenSince.IsZero(),
-		distinct: len(e.streak.same), samples: len(e.streak.tries), tries: max(e.streak.tries[id], 1), after: d.cfg.BrokenStreak}
+		lastLeft: l != nil && !l.emptyAt.IsZero() && !l.emptyAt.Before(l.fullAt),
+		distinct: len(e.streak.same), samples: len(e.streak.tries), failures: e.streak.failures, tries: max(e.streak.tries[id], 1), after: d.cfg.BrokenStreak}
 	verdict := judgeBurn(ev)
 	d.markFaultedLocked(id, now)
 	if verdict == burnTrip {
 		e.brokenSince, e.brokenSamples = now, max(ev.distinct, 1)
 		d.log.Warn("endpoint broken: samples in a row fail with the same server error and nothing succeeds; pausing it, probing with one request at a time",
-			"endpoint", e.url, "samples", ev.distinct, "samples_any_error", ev.samples, "err", e.lastDown)
+			"endpoint", e.url, "samples", ev.distinct, "failures", ev.failures, "err", e.lastDown)
 	}
 	return verdict, ev
 }

@@ -22,19 +22,22 @@ func TestJudgeBurn(t *testing.T) {
 		ev   burnEvidence
 		want burnVerdict
 	}{
-		{"first failure", burnEvidence{distinct: 1, samples: 1, tries: 1, after: 10}, burnEndpoint},
-		{"repeat, nothing answered since", burnEvidence{repeat: true, distinct: 3, samples: 3, tries: 2, after: 10}, burnEndpoint},
-		{"repeat while others were answered: the sample's own", burnEvidence{repeat: true, servedSince: true, distinct: 1, samples: 1, tries: 1, after: 10}, burnSample},
-		{"streak of distinct samples trips", burnEvidence{distinct: 10, samples: 10, tries: 1, after: 10}, burnTrip},
-		{"distinct samples with varied server errors trip at twice the count", burnEvidence{distinct: 2, samples: 20, tries: 1, after: 10}, burnTrip},
-		{"varied errors, fewer samples: no trip", burnEvidence{distinct: 2, samples: 19, tries: 1, after: 10}, burnEndpoint},
-		// A streak of one sample never breaks the endpoint, however long.
-		{"one sample failing alone, below the count", burnEvidence{repeat: true, distinct: 1, samples: 1, tries: 9, after: 10}, burnEndpoint},
-		{"one sample failing alone at the count: its own", burnEvidence{repeat: true, distinct: 1, samples: 1, tries: 10, after: 10}, burnSample},
-		{"one sample failing alone far past the count: its own, no trip", burnEvidence{repeat: true, distinct: 1, samples: 1, tries: 40, after: 10}, burnSample},
-		{"a few samples left, each alone too long: its own", burnEvidence{repeat: true, distinct: 3, samples: 3, tries: 10, after: 10}, burnSample},
-		{"enough samples break it before any is alone too long", burnEvidence{repeat: true, distinct: 10, samples: 10, tries: 10, after: 10}, burnTrip},
-		{"broken: always the endpoint's", burnEvidence{repeat: true, servedSince: true, broken: true, distinct: 1, samples: 1, tries: 12, after: 10}, burnEndpoint},
+		{"first failure", burnEvidence{distinct: 1, samples: 1, failures: 1, tries: 1, after: 10}, burnEndpoint},
+		{"repeat, nothing answered since", burnEvidence{repeat: true, distinct: 3, samples: 3, failures: 5, tries: 2, after: 10}, burnEndpoint},
+		{"repeat while others were answered: the sample's own", burnEvidence{repeat: true, servedSince: true, distinct: 1, samples: 1, failures: 1, tries: 1, after: 10}, burnSample},
+		{"streak of distinct samples trips", burnEvidence{distinct: 10, samples: 10, failures: 10, tries: 1, after: 10}, burnTrip},
+		{"streak of distinct samples trips at the end of a lane too", burnEvidence{lastLeft: true, distinct: 10, samples: 10, failures: 10, tries: 1, after: 10}, burnTrip},
+		// Other work waits, yet the same few deferred samples keep failing
+		// (a slow failure lets them come back first): the server's.
+		{"other work waits, few samples fail twice the count", burnEvidence{repeat: true, distinct: 2, samples: 2, failures: 20, tries: 10, after: 10}, burnTrip},
+		{"other work waits, below twice the count", burnEvidence{repeat: true, distinct: 2, samples: 2, failures: 19, tries: 10, after: 10}, burnEndpoint},
+		// Nothing else left to send: a few samples never break the endpoint.
+		{"one sample failing alone, below the count", burnEvidence{repeat: true, lastLeft: true, distinct: 1, samples: 1, failures: 9, tries: 9, after: 10}, burnEndpoint},
+		{"one sample failing alone at the count: its own", burnEvidence{repeat: true, lastLeft: true, distinct: 1, samples: 1, failures: 10, tries: 10, after: 10}, burnSample},
+		{"one sample failing alone far past the count: its own, no trip", burnEvidence{repeat: true, lastLeft: true, distinct: 1, samples: 1, failures: 40, tries: 40, after: 10}, burnSample},
+		{"a few samples left, failing together: not yet", burnEvidence{repeat: true, lastLeft: true, distinct: 3, samples: 3, failures: 25, tries: 9, after: 10}, burnEndpoint},
+		{"a few samples left, each alone too long: its own", burnEvidence{repeat: true, lastLeft: true, distinct: 3, samples: 3, failures: 30, tries: 10, after: 10}, burnSample},
+		{"broken: always the endpoint's", burnEvidence{repeat: true, servedSince: true, broken: true, distinct: 1, samples: 1, failures: 12, tries: 12, after: 10}, burnEndpoint},
 	}
 	for _, tt := range tests {
 		if got := judgeBurn(tt.ev); got != tt.want {
@@ -94,8 +97,8 @@ func TestBurnStreak(t *testing.T) {
 		s.add(fmt.Sprint("n", i), "500 y", t0.Add(6*time.Second), time.Time{}, 10)
 		s.add("d", "500 y", t0.Add(6*time.Second), time.Time{}, 10)
 	}
-	if len(s.same) != 10 || len(s.tries) != 20 || s.tries["d"] != 31 {
-		t.Errorf("bounded streak: %d same, %d samples, d tried %d; want 10, 20, 31", len(s.same), len(s.tries), s.tries["d"])
+	if len(s.same) != 10 || len(s.tries) != 20 || s.tries["d"] != 31 || s.failures != 61 {
+		t.Errorf("bounded streak: %d same, %d samples, d tried %d, %d failures; want 10, 20, 31, 61", len(s.same), len(s.tries), s.tries["d"], s.failures)
 	}
 }
 
@@ -420,4 +423,36 @@ func TestServerDownBurnAgreesWithCut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBrokenSlowFailuresFewSlots: a server that breaks and then takes 5 s
+// to fail each request, behind a lane of 2: the same two deferred samples
+// come back before any new one, so the streak never holds BrokenStreak
+// distinct samples. With other work waiting, twice the count of failures
+// still breaks the endpoint: nothing is dead-lettered and Run stops.
+func TestBrokenSlowFailuresFewSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rows, good = 100, 20
+		st := newFakeStore()
+		st.add("short", "s", rows)
+		tr := newTracker()
+		var n atomic.Int64
+		eps, _ := fleet(tr, func(ctx context.Context, c call1) (llm.Result, error) {
+			if n.Add(1) > good {
+				time.Sleep(5 * time.Second)
+				return llm.Result{}, &llm.Error{Class: llm.Retryable, Status: 500, Msg: "upstream timed out"}
+			}
+			return generate(ctx, c, time.Second, "stop")
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 2, MaxTokens: 100}}
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 10, 10, time.Minute
+		err := mustNew(t, cfg).Run(t.Context())
+		states := st.states()
+		t.Logf("Run = %v; states %v; %d requests", err, states, n.Load())
+		var be *BrokenError
+		if !errors.As(err, &be) || states[store.Dead] != 0 || states[store.Pending] != rows-good {
+			t.Errorf("Run = %v, states %v; want a BrokenError, none dead, %d pending", err, states, rows-good)
+		}
+	})
 }

@@ -55,15 +55,15 @@
 // the API: llm.Error.EndpointFault) spends no attempt unless the same
 // sample failed so before while the endpoint has since answered a request
 // sent after that failure, or it failed BrokenStreak times in a row with
-// nothing answered and too few other samples failing to blame the server
-// (the last samples of a job: a streak of fewer than BrokenStreak samples
-// never breaks an endpoint, so the job always ends, at the price of those
-// few samples' attempts if the server broke just then); otherwise the
-// sample is deferred unspent (store.OpDefer). BrokenStreak (its own
-// setting: the poison guard off leaves it on) distinct samples in a row
-// failing on one endpoint with the same error, or twice as many distinct
-// samples with any server error, with nothing answered there meanwhile,
-// make the endpoint broken: its breaker opens (DOWN, the error
+// nothing answered while its lane's store had no other sample to send (the
+// last samples of a job: there fewer than BrokenStreak samples never break
+// an endpoint, so the job always ends, at the price of those few samples'
+// attempts if the server broke just then); otherwise the sample is
+// deferred unspent (store.OpDefer). BrokenStreak (its own setting: the
+// poison guard off leaves it on) distinct samples in a row failing on one
+// endpoint with the same error, or, while other work waits, twice as many
+// server errors, with nothing answered there meanwhile, make the endpoint
+// broken: its breaker opens (DOWN, the error
 // as evidence; EndpointStats.BrokenSince), one probe at a time goes through,
 // and its first answer ends it. Every endpoint broken for BrokenAfter stops
 // Run with a BrokenError, every unfinished sample pending.
