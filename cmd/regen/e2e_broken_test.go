@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,15 +23,21 @@ sources:
   - {partition: P, path: prompts.jsonl, prompt: question, id: id}
 lanes:
   - {name: short, concurrency: 8, max_tokens: 4096}
-retry: {max_attempts: 4, base_delay: 100ms, max_delay: 1s}
+retry: {max_attempts: 4, base_delay: 100ms, max_delay: 1s%s}
 monitor: {heartbeat_every: 200ms, dead_after: 2s, broken_after: %s}
 output: {formats: [sharegpt]}
 `
 
 func writeBrokenJob(t *testing.T, url, engine, brokenAfter string, rows int) string {
 	t.Helper()
+	return writeBrokenJobRetry(t, url, engine, brokenAfter, "", rows)
+}
+
+// writeBrokenJobRetry is writeBrokenJob with more retry settings (", k: v").
+func writeBrokenJobRetry(t *testing.T, url, engine, brokenAfter, retry string, rows int) string {
+	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(brokenJob, url, engine, brokenAfter)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(brokenJob, url, engine, retry, brokenAfter)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), rows)
@@ -140,6 +147,21 @@ func TestE2EBrokenMidJobSim(t *testing.T) {
 		res.dur.Round(time.Millisecond), res.code, done, rows-done, len(rs.requests()), len(rs.requests())-60)
 }
 
+// TestE2EBrokenPoisonOff: the poison guard turned off (retry.poison_after:
+// 0) leaves the burn guard on: the simulator broken mid-job still burns
+// nothing and the run stops.
+func TestE2EBrokenPoisonOff(t *testing.T) {
+	t.Parallel()
+	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0, "output_mean": 20, "truncate_fraction": 0,
+		"broken_after_requests": 60, "broken_message": "internal boom"})
+	const rows = 300
+	dir := writeBrokenJobRetry(t, rs.url, "sim", "3s", ", poison_after: 0", rows)
+	res := regen(t, dir, "run", "job.yaml")
+	done := checkBrokenStop(t, dir, res, rows, "HTTP 500): internal boom")
+	t.Logf("poison guard off: stopped after %s, exit %d: %d done, %d pending, 0 dead; %d requests",
+		res.dur.Round(time.Millisecond), res.code, done, rows-done, len(rs.requests()))
+}
+
 // TestE2EBrokenRecovers: the simulator broken for a while after 60
 // requests comes back; the endpoint resumes at its first answer and every
 // sample is done exactly once, in one attempt.
@@ -161,4 +183,65 @@ func TestE2EBrokenRecovers(t *testing.T) {
 		t.Errorf("store states %v (%v), want all %d done", c, err, rows)
 	}
 	t.Logf("finished in %s after the break: %d requests for %d samples", res.dur.Round(time.Millisecond), len(rs.requests()), rows)
+}
+
+// TestE2EBrokenNotByOwnErrorLast: the job's last prompt gets its own 500
+// from a stand-in that answers every other prompt. With nothing left to
+// compare it with, it is judged its own after retry.broken_streak failures
+// alone: its attempts are spent and it is dead-lettered with the evidence;
+// the endpoint is not called broken and the run ends (a re-run has nothing
+// left to do).
+func TestE2EBrokenNotByOwnErrorLast(t *testing.T) {
+	t.Parallel()
+	const rows = 60
+	var badSent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+		case "/v1/models":
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"sim-model"}]}`)
+		case "/v1/chat/completions":
+			body, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(body), fmt.Sprintf("q%03d:", rows-1)) {
+				badSent.Add(1)
+				time.Sleep(100 * time.Millisecond)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				fmt.Fprint(w, `{"error":{"message":"template error"}}`)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"four\"},\"finish_reason\":null}]}\n\n")
+			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n")
+			fmt.Fprint(w, "data: [DONE]\n\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	dir := writeBrokenJob(t, srv.URL, "sglang", "3s", rows)
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 || strings.Contains(res.stderr, "monitor.broken_after") {
+		t.Fatalf("run with one bad prompt last exited %d, want 0 and no broken endpoint:\n%s", res.code, res)
+	}
+	srows, _ := storeRows(t, filepath.Join(dir, "broken.db"))
+	states := map[string]int{}
+	for _, r := range srows {
+		states[r.State]++
+		if r.State == "dead" && (r.ID != fmt.Sprintf("P/q%03d", rows-1) || r.Attempts != 4) {
+			t.Errorf("dead %s after %d attempts, want only P/q%03d after 4", r.ID, r.Attempts, rows-1)
+		}
+	}
+	if states["done"] != rows-1 || states["dead"] != 1 {
+		t.Errorf("store states %v, want %d done and 1 dead", states, rows-1)
+	}
+	dead, err := os.ReadFile(filepath.Join(dir, "out", "broken.dead.jsonl"))
+	if err != nil || !strings.Contains(string(dead), "template error") || !strings.Contains(string(dead), "nothing else answered") {
+		t.Errorf("dead letters (%v) do not carry the server's error and the evidence:\n%s", err, dead)
+	}
+	if got := badSent.Load(); got != 10-1+4 {
+		t.Errorf("bad prompt sent %d times, want 13 (9 free failures alone, then its 4 attempts)", got)
+	}
+	t.Logf("finished in %s, exit %d: %v; bad prompt sent %d times", res.dur.Round(time.Millisecond), res.code, states, badSent.Load())
 }

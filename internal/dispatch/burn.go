@@ -17,14 +17,24 @@ import (
 // sample failing while the endpoint answers others. So a server error
 // (serverFault) spends nothing unless the sample failed so before and the
 // endpoint has since answered a request sent after that failure. Once
-// PoisonAfter distinct samples in a row failed on one endpoint with the
-// same error (or twice as many failures of any server error) and it
-// answered nothing sent meanwhile, the endpoint is broken: paused behind
-// its breaker (DOWN, the error as evidence), probed with one request at a
-// time, resumed at the first answer. Every endpoint broken for BrokenAfter
-// stops Run with a BrokenError; its samples are pending, no attempt spent.
-// The rule is the same for the first request and the ten-thousandth; until
-// a first request is accepted the poison guard sees these errors first.
+// BrokenStreak distinct samples in a row failed on one endpoint with the
+// same error (or twice as many distinct samples with any server error) and
+// it answered nothing sent meanwhile, the endpoint is broken: paused
+// behind its breaker (DOWN, the error as evidence), probed with one request
+// at a time, resumed at the first answer. Every endpoint broken for
+// BrokenAfter stops Run with a BrokenError; its samples are pending, no
+// attempt spent. While other work waits in the store, twice BrokenStreak
+// failures of fewer samples with nothing answered break it too (a slow
+// failure lets the same few deferred samples come back first). At the end
+// of a lane, when the store has no other sample to send, fewer samples
+// never break an endpoint: a sample that failed BrokenStreak times there
+// has nothing to compare with, and from then on its failures are its own
+// and spend attempts. A server that breaks with fewer than BrokenStreak
+// samples left so dead-letters at most those few, each after
+// BrokenStreak-1 free failures; that is the price of a job that always
+// ends. The rule is the same for the first request and the ten-thousandth;
+// until a first request is accepted the poison guard sees these errors
+// first.
 
 // burnEvidence is what the dispatcher knows about a server error of one
 // request when it settles.
@@ -33,17 +43,17 @@ type burnEvidence struct {
 	repeat bool
 	// servedSince: the endpoint has answered a request sent after that failure.
 	servedSince bool
-	// convicted: that failure was judged the sample's own; alone: no other
-	// sample failed on the endpoint since it last answered. A sample left
-	// alone at the end of the job keeps failing its own way.
-	convicted, alone bool
 	// broken: the endpoint is already paused as broken.
 	broken bool
-	// distinct and failures: the endpoint's streak (this failure
-	// included): distinct samples failing with the same error, and
-	// failures with any server error, since it last answered a request.
-	distinct, failures int
-	// after is the trip count (Config.PoisonAfter).
+	// lastLeft: the lane's latest claim found no more samples than it
+	// took, so nothing else is left to compare this one with.
+	lastLeft bool
+	// The endpoint's streak since it last answered, this failure included:
+	// distinct samples failing with the same error (distinct), with any
+	// server error (samples), failures of any of them (failures), and this
+	// sample's failures (tries).
+	distinct, samples, failures, tries int
+	// after is the trip count (Config.BrokenStreak).
 	after int
 }
 
@@ -61,12 +71,24 @@ func judgeBurn(ev burnEvidence) burnVerdict {
 	switch {
 	case ev.broken:
 		return burnEndpoint
-	case ev.repeat && (ev.servedSince || ev.convicted && ev.alone):
+	case ev.repeat && ev.servedSince:
 		return burnSample
-	case ev.distinct >= ev.after || ev.failures >= 2*ev.after:
+	case ev.distinct >= ev.after:
+		return burnTrip
+	case ev.lastLeft && ev.tries >= ev.after:
+		return burnSample // alone too long with nothing else left to send
+	case !ev.lastLeft && ev.failures >= 2*ev.after:
 		return burnTrip
 	}
 	return burnEndpoint
+}
+
+// String is the evidence of a sample's own server error, for its dead letter.
+func (ev burnEvidence) String() string {
+	if ev.repeat && ev.servedSince {
+		return "failed again after the endpoint answered a request sent since its last failure"
+	}
+	return fmt.Sprintf("failed %d times in a row with nothing else answered and no other sample left to send (%d others failed meanwhile)", ev.tries, ev.samples-1)
 }
 
 // serverFault returns the streak key of an error that may be its
@@ -74,10 +96,7 @@ func judgeBurn(ev burnEvidence) burnVerdict {
 // a live server, or an answer that is not the API (llm.Error.EndpointFault).
 func serverFault(err error) (key string, ok bool) {
 	var e *llm.Error
-	if !errors.As(err, &e) {
-		return "", false
-	}
-	if !e.EndpointFault && (e.Class != llm.Retryable || e.Status < 500) {
+	if !errors.As(err, &e) || !isServerError(e) {
 		return "", false
 	}
 	// Request ids and counters in a message do not make another error.
@@ -89,50 +108,47 @@ func serverFault(err error) (key string, ok bool) {
 	}, e.Msg)), true
 }
 
+// isServerError reports whether e is the server failing rather than the
+// request being refused or the client giving up: an answer that is not
+// the API, or a retryable 5xx. The poison guard (isRefusal) and the burn
+// guard share it.
+func isServerError(e *llm.Error) bool {
+	return e.EndpointFault || e.Class == llm.Retryable && e.Status >= 500
+}
+
 // burnStreak is an endpoint's run of server errors since it last answered.
 type burnStreak struct {
 	key      string
-	since    time.Time // its first failure
-	samples  map[string]bool
+	since    time.Time       // its first failure
+	same     map[string]bool // samples failing with key
+	tries    map[string]int  // failures per sample, any server error
 	failures int
-	// first is the streak's first sample; others counts failures of other
-	// samples, any error.
-	first  string
-	others int
 }
 
 // add records sample id failing with key at now, okStart being the start
 // of the latest request the endpoint answered: an answer to a request sent
 // after the streak began ends it, and another error starts a new count of
-// distinct samples. At most `bound` samples are remembered.
+// distinct samples. At most `bound` samples are remembered in each count.
 func (s *burnStreak) add(id, key string, now, okStart time.Time, bound int) {
-	if s.samples == nil || !okStart.IsZero() && !okStart.Before(s.since) {
-		*s = burnStreak{since: now, samples: map[string]bool{}, first: id}
-	}
-	if id != s.first {
-		s.others++
+	if s.same == nil || !okStart.IsZero() && !okStart.Before(s.since) {
+		*s = burnStreak{since: now, same: map[string]bool{}, tries: map[string]int{}}
 	}
 	if key != s.key {
 		s.key = key
-		clear(s.samples)
+		clear(s.same)
 	}
-	if len(s.samples) < bound {
-		s.samples[id] = true
+	if len(s.same) < bound {
+		s.same[id] = true
+	}
+	if _, ok := s.tries[id]; ok || len(s.tries) < 2*bound {
+		s.tries[id]++
 	}
 	s.failures++
 }
 
-// alone reports whether id is the only sample that failed in the streak
-// (since the endpoint last answered), whatever the errors.
-func (s *burnStreak) alone(id string) bool {
-	return s.others == 0 && s.first == id
-}
-
-// faultMark is a sample's last server error: when, and whether it was
-// judged the sample's own.
+// faultMark is when a sample last failed with a server error.
 type faultMark struct {
-	at  time.Time
-	own bool
+	at time.Time
 }
 
 // maxFaulted bounds the memory of samples that failed with a server error.
@@ -142,8 +158,9 @@ const maxFaulted = 4096
 // own keeps verdict v (an attempt spent), the endpoint's gives the sample
 // back unspent; d.mu is held.
 func (d *Dispatcher) burnLocked(cl *call, id string, v verdict, key string, now time.Time) verdict {
-	switch d.judgeBurnLocked(cl, id, key, now) {
+	switch verdict, ev := d.judgeBurnLocked(cl, id, key, now); verdict {
 	case burnSample:
+		v.fault = ev.String()
 		return v
 	case burnTrip:
 		v.trip = true
@@ -154,26 +171,34 @@ func (d *Dispatcher) burnLocked(cl *call, id string, v verdict, key string, now 
 
 // judgeBurnLocked gathers the evidence, judges it, and marks the endpoint
 // broken when the streak trips; d.mu is held.
-func (d *Dispatcher) judgeBurnLocked(cl *call, id, key string, now time.Time) burnVerdict {
+func (d *Dispatcher) judgeBurnLocked(cl *call, id, key string, now time.Time) (burnVerdict, burnEvidence) {
 	e := cl.ep
 	mark, repeat := d.faulted[id]
-	e.streak.add(id, key, now, e.okStart, d.cfg.PoisonAfter)
-	ev := burnEvidence{repeat: repeat, servedSince: repeat && !e.okStart.IsZero() && !e.okStart.Before(mark.at), convicted: mark.own, alone: e.streak.alone(id),
-		broken: !e.brokenSince.IsZero(), distinct: len(e.streak.samples), failures: e.streak.failures, after: d.cfg.PoisonAfter}
+	e.streak.add(id, key, now, e.okStart, d.cfg.BrokenStreak)
+	l := cl.lane
+	ev := burnEvidence{repeat: repeat, servedSince: repeat && !e.okStart.IsZero() && !e.okStart.Before(mark.at), broken: !e.brokenSince.IsZero(),
+		lastLeft: l != nil && !l.emptyAt.IsZero() && !l.emptyAt.Before(l.fullAt),
+		distinct: len(e.streak.same), samples: len(e.streak.tries), failures: e.streak.failures, tries: max(e.streak.tries[id], 1), after: d.cfg.BrokenStreak}
 	verdict := judgeBurn(ev)
+	d.markFaultedLocked(id, now)
+	if verdict == burnTrip {
+		e.brokenSince, e.brokenSamples = now, max(ev.distinct, 1)
+		d.log.Warn("endpoint broken: samples in a row fail with the same server error and nothing succeeds; pausing it, probing with one request at a time",
+			"endpoint", e.url, "samples", ev.distinct, "failures", ev.failures, "err", e.lastDown)
+	}
+	return verdict, ev
+}
+
+// markFaultedLocked remembers that sample id failed with a server error at
+// now; d.mu is held.
+func (d *Dispatcher) markFaultedLocked(id string, now time.Time) {
 	if len(d.faulted) >= maxFaulted {
 		for k := range d.faulted { // drop one at random
 			delete(d.faulted, k)
 			break
 		}
 	}
-	d.faulted[id] = faultMark{at: now, own: verdict == burnSample}
-	if verdict == burnTrip {
-		e.brokenSince, e.brokenSamples = now, max(ev.distinct, 1)
-		d.log.Warn("endpoint broken: samples in a row fail with the same server error and nothing succeeds; pausing it, probing with one request at a time",
-			"endpoint", e.url, "samples", ev.distinct, "failures", ev.failures, "err", e.lastDown)
-	}
-	return verdict
+	d.faulted[id] = faultMark{at: now}
 }
 
 // answeredLocked records an answer from e to a request sent at start: the
@@ -193,7 +218,7 @@ func (d *Dispatcher) answeredLocked(e *endpoint, start time.Time) {
 // keeper paused (down, restarting, stalled) is in the keeper's hands: the
 // run waits for the keeper's verdict instead.
 func (d *Dispatcher) brokenLocked(now time.Time) error {
-	if d.cfg.BrokenAfter <= 0 || d.cfg.PoisonAfter <= 0 {
+	if d.cfg.BrokenAfter <= 0 || d.cfg.BrokenStreak <= 0 {
 		return nil
 	}
 	be := &BrokenError{After: d.cfg.BrokenAfter}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,14 +22,22 @@ func TestJudgeBurn(t *testing.T) {
 		ev   burnEvidence
 		want burnVerdict
 	}{
-		{"first failure", burnEvidence{distinct: 1, failures: 1, after: 10}, burnEndpoint},
-		{"repeat, nothing answered since", burnEvidence{repeat: true, distinct: 3, failures: 5, after: 10}, burnEndpoint},
-		{"repeat while others were answered: the sample's own", burnEvidence{repeat: true, servedSince: true, distinct: 1, failures: 1, after: 10}, burnSample},
-		{"convicted before, failing alone at the end of the job", burnEvidence{repeat: true, convicted: true, alone: true, distinct: 1, failures: 3, after: 10}, burnSample},
-		{"convicted before, but others fail too now", burnEvidence{repeat: true, convicted: true, distinct: 4, failures: 4, after: 10}, burnEndpoint},
-		{"streak of distinct samples trips", burnEvidence{distinct: 10, failures: 10, after: 10}, burnTrip},
-		{"repeats with nothing answered trip at twice the count", burnEvidence{repeat: true, distinct: 1, failures: 20, after: 10}, burnTrip},
-		{"broken: always the endpoint's", burnEvidence{repeat: true, servedSince: true, broken: true, distinct: 1, failures: 1, after: 10}, burnEndpoint},
+		{"first failure", burnEvidence{distinct: 1, samples: 1, failures: 1, tries: 1, after: 10}, burnEndpoint},
+		{"repeat, nothing answered since", burnEvidence{repeat: true, distinct: 3, samples: 3, failures: 5, tries: 2, after: 10}, burnEndpoint},
+		{"repeat while others were answered: the sample's own", burnEvidence{repeat: true, servedSince: true, distinct: 1, samples: 1, failures: 1, tries: 1, after: 10}, burnSample},
+		{"streak of distinct samples trips", burnEvidence{distinct: 10, samples: 10, failures: 10, tries: 1, after: 10}, burnTrip},
+		{"streak of distinct samples trips at the end of a lane too", burnEvidence{lastLeft: true, distinct: 10, samples: 10, failures: 10, tries: 1, after: 10}, burnTrip},
+		// Other work waits, yet the same few deferred samples keep failing
+		// (a slow failure lets them come back first): the server's.
+		{"other work waits, few samples fail twice the count", burnEvidence{repeat: true, distinct: 2, samples: 2, failures: 20, tries: 10, after: 10}, burnTrip},
+		{"other work waits, below twice the count", burnEvidence{repeat: true, distinct: 2, samples: 2, failures: 19, tries: 10, after: 10}, burnEndpoint},
+		// Nothing else left to send: a few samples never break the endpoint.
+		{"one sample failing alone, below the count", burnEvidence{repeat: true, lastLeft: true, distinct: 1, samples: 1, failures: 9, tries: 9, after: 10}, burnEndpoint},
+		{"one sample failing alone at the count: its own", burnEvidence{repeat: true, lastLeft: true, distinct: 1, samples: 1, failures: 10, tries: 10, after: 10}, burnSample},
+		{"one sample failing alone far past the count: its own, no trip", burnEvidence{repeat: true, lastLeft: true, distinct: 1, samples: 1, failures: 40, tries: 40, after: 10}, burnSample},
+		{"a few samples left, failing together: not yet", burnEvidence{repeat: true, lastLeft: true, distinct: 3, samples: 3, failures: 25, tries: 9, after: 10}, burnEndpoint},
+		{"a few samples left, each alone too long: its own", burnEvidence{repeat: true, lastLeft: true, distinct: 3, samples: 3, failures: 30, tries: 10, after: 10}, burnSample},
+		{"broken: always the endpoint's", burnEvidence{repeat: true, servedSince: true, broken: true, distinct: 1, samples: 1, failures: 12, tries: 12, after: 10}, burnEndpoint},
 	}
 	for _, tt := range tests {
 		if got := judgeBurn(tt.ev); got != tt.want {
@@ -46,6 +55,8 @@ func TestServerFault(t *testing.T) {
 		{&llm.Error{Class: llm.Retryable, Status: 500, Msg: "internal boom 4711"}, "500 internal boom ####", true},
 		{&llm.Error{Class: llm.Malformed, EndpointFault: true, Msg: "answered 200 with text/html"}, "0 answered ### with text/html", true},
 		{&llm.Error{Class: llm.ServerDown, EndpointFault: true, Msg: "no response headers"}, "0 no response headers", true},
+		{&llm.Error{Class: llm.Retryable, Status: 503, Msg: "busy"}, "503 busy", true},
+		{&llm.Error{Class: llm.Backpressure, Status: 503, Msg: "busy"}, "", false},
 		{&llm.Error{Class: llm.Retryable, Status: 429}, "", false},
 		{&llm.Error{Class: llm.Retryable, Msg: "past its budget"}, "", false},
 		{&llm.Error{Class: llm.Malformed, Msg: "bad chunk"}, "", false},
@@ -57,6 +68,11 @@ func TestServerFault(t *testing.T) {
 		if key != tt.wantKey || ok != tt.ok {
 			t.Errorf("serverFault(%v) = %q, %v; want %q, %v", tt.err, key, ok, tt.wantKey, tt.ok)
 		}
+		// The poison guard's refusals are the same server errors (plus
+		// 401/403/404, none here): one rule, not two that drift.
+		if isRefusal(tt.err) != ok {
+			t.Errorf("isRefusal(%v) = %v, serverFault says %v", tt.err, isRefusal(tt.err), ok)
+		}
 	}
 }
 
@@ -66,16 +82,23 @@ func TestBurnStreak(t *testing.T) {
 	s.add("a", "500 x", t0, time.Time{}, 10)
 	s.add("b", "500 x", t0.Add(time.Second), time.Time{}, 10)
 	s.add("a", "500 x", t0.Add(2*time.Second), t0.Add(-time.Second), 10) // an answer to a request sent before the streak
-	if len(s.samples) != 2 || s.failures != 3 {
-		t.Errorf("streak = %d samples, %d failures; want 2, 3", len(s.samples), s.failures)
+	if len(s.same) != 2 || len(s.tries) != 2 || s.tries["a"] != 2 {
+		t.Errorf("streak = %d same, %d samples, a tried %d; want 2, 2, 2", len(s.same), len(s.tries), s.tries["a"])
 	}
 	s.add("c", "500 y", t0.Add(3*time.Second), time.Time{}, 10)
-	if len(s.samples) != 1 || s.failures != 4 {
-		t.Errorf("after another error: %d samples, %d failures; want 1 (a new count), 4 (any server error)", len(s.samples), s.failures)
+	if len(s.same) != 1 || len(s.tries) != 3 {
+		t.Errorf("after another error: %d same, %d samples; want 1 (a new count), 3 (any server error)", len(s.same), len(s.tries))
 	}
 	s.add("d", "500 y", t0.Add(5*time.Second), t0.Add(4*time.Second), 10) // answered a request sent after the streak began
-	if len(s.samples) != 1 || s.failures != 1 {
-		t.Errorf("after an answer: %d samples, %d failures; want a new streak (1, 1)", len(s.samples), s.failures)
+	if len(s.same) != 1 || len(s.tries) != 1 || s.tries["a"] != 0 {
+		t.Errorf("after an answer: %d same, %d samples, a tried %d; want a new streak (1, 1, 0)", len(s.same), len(s.tries), s.tries["a"])
+	}
+	for i := range 30 { // bounded: twice the count of samples, but a known one keeps counting
+		s.add(fmt.Sprint("n", i), "500 y", t0.Add(6*time.Second), time.Time{}, 10)
+		s.add("d", "500 y", t0.Add(6*time.Second), time.Time{}, 10)
+	}
+	if len(s.same) != 10 || len(s.tries) != 20 || s.tries["d"] != 31 || s.failures != 61 {
+		t.Errorf("bounded streak: %d same, %d samples, d tried %d, %d failures; want 10, 20, 31, 61", len(s.same), len(s.tries), s.tries["d"], s.failures)
 	}
 }
 
@@ -107,7 +130,7 @@ func TestBrokenMidJob(t *testing.T) {
 		eps, _ := fleet(tr, fn, "http://a")
 		cfg := baseConfig(st, eps)
 		cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 8, MaxTokens: 100}}
-		cfg.PoisonAfter, cfg.BrokenAfter, cfg.MaxAttempts = 10, 2*time.Minute, 4
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter, cfg.MaxAttempts = 10, 10, 2*time.Minute, 4
 		d := mustNew(t, cfg)
 		start := time.Now()
 		err := d.Run(t.Context())
@@ -153,7 +176,7 @@ func TestBrokenRecovers(t *testing.T) {
 		eps, _ := fleet(tr, fn, "http://a")
 		cfg := baseConfig(st, eps)
 		cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 8, MaxTokens: 100}}
-		cfg.PoisonAfter, cfg.BrokenAfter = 10, 5*time.Minute
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 10, 10, 5*time.Minute
 		d := mustNew(t, cfg)
 		if err := d.Run(t.Context()); err != nil {
 			t.Fatalf("Run: %v", err)
@@ -190,7 +213,7 @@ func TestOwnServerErrorSpends(t *testing.T) {
 			return generate(ctx, c, time.Second, "stop")
 		}, "http://a")
 		cfg := baseConfig(st, eps)
-		cfg.PoisonAfter, cfg.BrokenAfter = 10, time.Minute
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 10, 10, time.Minute
 		d := mustNew(t, cfg)
 		if err := d.Run(t.Context()); err != nil {
 			t.Fatalf("Run: %v", err)
@@ -224,7 +247,7 @@ func TestOneBrokenEndpointOfTwo(t *testing.T) {
 		}, "http://a", "http://b")
 		cfg := baseConfig(st, eps)
 		cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 8, MaxTokens: 100}}
-		cfg.PoisonAfter, cfg.BrokenAfter = 10, 10*time.Second
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 10, 10, 10*time.Second
 		d := mustNew(t, cfg)
 		if err := d.Run(t.Context()); err != nil {
 			t.Fatalf("Run: %v", err)
@@ -249,7 +272,7 @@ func TestBrokenWaitsForItsKeeper(t *testing.T) {
 		fn, _ := breakingServer(10, &llm.Error{Class: llm.Retryable, Status: 500, Msg: "internal boom"}, time.Time{})
 		eps, _ := fleet(tr, fn, "http://a")
 		cfg := baseConfig(st, eps)
-		cfg.PoisonAfter, cfg.BrokenAfter = 5, time.Minute
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 5, 5, time.Minute
 		d := mustNew(t, cfg)
 		done := make(chan error, 1)
 		start := time.Now()
@@ -273,6 +296,163 @@ func TestBrokenWaitsForItsKeeper(t *testing.T) {
 		}
 		if took := time.Since(start); took < 6*time.Minute+30*time.Second {
 			t.Errorf("stopped %s after the start, want broken_after (1m) after the resume at 5m30s", took)
+		}
+	})
+}
+
+// TestOwnServerErrorAtTheEnd: the job's last samples fail with their own
+// 500 and nothing else is left to compare with. Each is judged its own
+// after BrokenStreak failures alone (attempts spent, dead-lettered with
+// the server's error and the evidence); the endpoint never breaks and Run
+// ends without error.
+func TestOwnServerErrorAtTheEnd(t *testing.T) {
+	const rows = 60
+	for _, badRows := range [][]int{{rows - 1}, {rows - 2, rows - 1}} {
+		t.Run(fmt.Sprint(len(badRows), " bad"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newFakeStore()
+				st.add("short", "s", rows)
+				tr := newTracker()
+				bad := map[string]bool{}
+				for _, i := range badRows {
+					bad[sampleID("s", i)] = true
+				}
+				eps, _ := fleet(tr, func(ctx context.Context, c call1) (llm.Result, error) {
+					if bad[c.id] {
+						time.Sleep(100 * time.Millisecond)
+						return llm.Result{}, &llm.Error{Class: llm.Retryable, Status: 500, Msg: "template error"}
+					}
+					return generate(ctx, c, time.Second, "stop")
+				}, "http://a")
+				cfg := baseConfig(st, eps)
+				cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 10, 10, time.Minute
+				d := mustNew(t, cfg)
+				err := d.Run(t.Context())
+				t.Logf("Run = %v; states %v", err, st.states())
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				for id := range bad {
+					s := st.get(id)
+					t.Logf("%s: %s, %d attempts, sent %d times: %s", id, s.state, s.attempts, tr.callsOf(id), s.reason)
+					if s.state != store.Dead || s.attempts != cfg.MaxAttempts || !strings.Contains(s.reason, "template error") ||
+						!strings.Contains(s.reason, "failed 12 times in a row with nothing else answered") {
+						t.Errorf("%s = %s, %d attempts, %q; want dead after %d attempts with the server's error and the evidence", id, s.state, s.attempts, s.reason, cfg.MaxAttempts)
+					}
+					if got, want := tr.callsOf(id), cfg.BrokenStreak-1+cfg.MaxAttempts; got != want {
+						t.Errorf("%s sent %d times, want %d (free until it failed alone %d times)", id, got, want, cfg.BrokenStreak)
+					}
+				}
+				if e, _ := d.Endpoint("http://a"); !e.BrokenSince.IsZero() {
+					t.Errorf("endpoint judged broken by %d samples: %+v", len(bad), e)
+				}
+				if st.states()[store.Done] != rows-len(bad) {
+					t.Errorf("states = %v, want %d done", st.states(), rows-len(bad))
+				}
+			})
+		})
+	}
+}
+
+// TestBurnGuardWithoutPoisonGuard: the poison guard off (PoisonAfter 0)
+// leaves the burn guard on: a server broken mid-job dead-letters nothing
+// and stops Run; BrokenStreak 0 turns it off, and then the server errors
+// spend attempts.
+func TestBurnGuardWithoutPoisonGuard(t *testing.T) {
+	for _, streak := range []int{10, 0} {
+		t.Run(fmt.Sprint("broken_streak ", streak), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const rows = 100
+				st := newFakeStore()
+				st.add("short", "s", rows)
+				tr := newTracker()
+				fn, _ := breakingServer(20, &llm.Error{Class: llm.Retryable, Status: 500, Msg: "internal boom"}, time.Time{})
+				eps, _ := fleet(tr, fn, "http://a")
+				cfg := baseConfig(st, eps)
+				cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 0, streak, time.Minute
+				err := mustNew(t, cfg).Run(t.Context())
+				states := st.states()
+				t.Logf("Run = %v; states %v", err, states)
+				var be *BrokenError
+				switch {
+				case streak > 0 && (!errors.As(err, &be) || states[store.Dead] != 0 || states[store.Pending] != rows-20):
+					t.Errorf("guard on: Run = %v, states %v; want a BrokenError, none dead, %d pending", err, states, rows-20)
+				case streak == 0 && (err != nil || states[store.Dead] != rows-20):
+					t.Errorf("guard off: Run = %v, states %v; want every failing sample dead after its attempts", err, states)
+				}
+			})
+		})
+	}
+}
+
+// TestServerDownBurnAgreesWithCut: a server-down error blamed on the
+// endpoint (no headers) on distinct samples, one at a time. While others
+// stream tokens the cut rule keeps the breaker closed (alive), so the burn
+// guard must not call the endpoint broken (DOWN while traffic flows); with
+// nothing streaming it is an outage, and the streak breaks it.
+func TestServerDownBurnAgreesWithCut(t *testing.T) {
+	for _, streaming := range []bool{true, false} {
+		t.Run(fmt.Sprint("others streaming ", streaming), func(t *testing.T) {
+			st := newFakeStore()
+			eps, _ := fleet(newTracker(), nil, "http://a")
+			cfg := baseConfig(st, eps)
+			cfg.BrokenStreak = 3
+			d := mustNew(t, cfg)
+			e := d.eps[0]
+			noHeaders := &llm.Error{Class: llm.ServerDown, EndpointFault: true, Msg: "chat: no response headers"}
+			t0 := time.Unix(1000, 0)
+			var v verdict
+			for i := range 5 {
+				start := t0.Add(time.Duration(i) * 10 * time.Second)
+				cl := &call{ep: e, start: start, tokens0: e.tokens.Load()}
+				if streaming {
+					e.tokens.Add(100) // another request's tokens while this one ran
+				}
+				v = d.refine(cl, store.Claimed{ID: fmt.Sprint("s", i)}, verdict{out: outRelease, class: llm.ServerDown}, noHeaders, start.Add(time.Second))
+			}
+			broken := !e.brokenSince.IsZero()
+			t.Logf("alive %v, broken %v, streak %d samples", v.alive, broken, len(e.streak.same))
+			if v.alive == broken {
+				t.Errorf("alive %v and broken %v: the breaker and the burn guard disagree", v.alive, broken)
+			}
+			if broken != !streaming {
+				t.Errorf("broken = %v with others streaming %v", broken, streaming)
+			}
+			if len(e.streak.same) != 3 {
+				t.Errorf("streak counts %d samples, want 3 (bounded by the count) either way", len(e.streak.same))
+			}
+		})
+	}
+}
+
+// TestBrokenSlowFailuresFewSlots: a server that breaks and then takes 5 s
+// to fail each request, behind a lane of 2: the same two deferred samples
+// come back before any new one, so the streak never holds BrokenStreak
+// distinct samples. With other work waiting, twice the count of failures
+// still breaks the endpoint: nothing is dead-lettered and Run stops.
+func TestBrokenSlowFailuresFewSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rows, good = 100, 20
+		st := newFakeStore()
+		st.add("short", "s", rows)
+		tr := newTracker()
+		var n atomic.Int64
+		eps, _ := fleet(tr, func(ctx context.Context, c call1) (llm.Result, error) {
+			if n.Add(1) > good {
+				time.Sleep(5 * time.Second)
+				return llm.Result{}, &llm.Error{Class: llm.Retryable, Status: 500, Msg: "upstream timed out"}
+			}
+			return generate(ctx, c, time.Second, "stop")
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Lanes = []LaneConfig{{Name: "short", Concurrency: 2, MaxTokens: 100}}
+		cfg.PoisonAfter, cfg.BrokenStreak, cfg.BrokenAfter = 10, 10, time.Minute
+		err := mustNew(t, cfg).Run(t.Context())
+		states := st.states()
+		t.Logf("Run = %v; states %v; %d requests", err, states, n.Load())
+		var be *BrokenError
+		if !errors.As(err, &be) || states[store.Dead] != 0 || states[store.Pending] != rows-good {
+			t.Errorf("Run = %v, states %v; want a BrokenError, none dead, %d pending", err, states, rows-good)
 		}
 	})
 }

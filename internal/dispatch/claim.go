@@ -209,11 +209,11 @@ func (d *Dispatcher) noteClaimed(l *lane, claimed []store.Claimed, n int, now ti
 		if moveable {
 			d.moveQueuedLocked(l, now)
 		}
-		l.short = true
+		l.short, l.emptyAt = true, now
 		l.nextPoll = now.Add(l.backoff)
 		l.backoff = min(2*l.backoff, maxPoll)
 	} else {
-		l.short = false
+		l.short, l.fullAt = false, now
 	}
 	if len(claimed) > 0 {
 		l.backoff = minPoll

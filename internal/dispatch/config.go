@@ -87,9 +87,14 @@ type Config struct {
 	// with the same bad-request error before any request was accepted, and
 	// caps requests in flight at that many until one is; 0 = off.
 	PoisonAfter int
+	// BrokenStreak turns on the burn guard (burn.go): this many distinct
+	// samples in a row failing on an endpoint with the same server error,
+	// nothing answered meanwhile, make it broken, and a server error spends
+	// an attempt only when it is the sample's own; 0 = off (every server
+	// error spends one). Independent of PoisonAfter.
+	BrokenStreak int
 	// BrokenAfter stops Run with a BrokenError once every endpoint has been
-	// broken this long (burn.go: PoisonAfter samples in a row failed there
-	// with the same server error, nothing answered); 0 = never.
+	// broken this long; 0 = never.
 	BrokenAfter time.Duration
 
 	MaxAttempts int           // attempts per sample for retryable errors; default 5

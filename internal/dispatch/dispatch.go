@@ -110,6 +110,10 @@ type lane struct {
 	short    bool
 	nextPoll time.Time
 	backoff  time.Duration
+	// emptyAt and fullAt are when a Claim last returned fewer samples than
+	// asked and all it asked: the burn guard's "nothing else left to
+	// compare with" (burn.go), which putting work back does not reset.
+	emptyAt, fullAt time.Time
 	// backlog is claimed samples kept unsent until an endpoint they are
 	// homed on has room (backlog.go).
 	backlog []waiting

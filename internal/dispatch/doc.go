@@ -54,11 +54,16 @@
 // Burn guard (burn.go): a server error (HTTP 5xx, or an answer that is not
 // the API: llm.Error.EndpointFault) spends no attempt unless the same
 // sample failed so before while the endpoint has since answered a request
-// sent after that failure (or it failed alone at the end of the job after
-// such a verdict); otherwise the sample is deferred unspent (store.OpDefer).
-// PoisonAfter distinct samples in a row failing on one endpoint with the
-// same error, or twice as many server errors, with nothing answered there
-// meanwhile, make the endpoint broken: its breaker opens (DOWN, the error
+// sent after that failure, or it failed BrokenStreak times in a row with
+// nothing answered while its lane's store had no other sample to send (the
+// last samples of a job: there fewer than BrokenStreak samples never break
+// an endpoint, so the job always ends, at the price of those few samples'
+// attempts if the server broke just then); otherwise the sample is
+// deferred unspent (store.OpDefer). BrokenStreak (its own setting: the
+// poison guard off leaves it on) distinct samples in a row failing on one
+// endpoint with the same error, or, while other work waits, twice as many
+// server errors, with nothing answered there meanwhile, make the endpoint
+// broken: its breaker opens (DOWN, the error
 // as evidence; EndpointStats.BrokenSince), one probe at a time goes through,
 // and its first answer ends it. Every endpoint broken for BrokenAfter stops
 // Run with a BrokenError, every unfinished sample pending.

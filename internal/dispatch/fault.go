@@ -154,17 +154,11 @@ func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Ti
 // while no request has been accepted, the poison guard counts these and
 // the sample goes back without spending an attempt.
 func isRefusal(err error) bool {
-	st := statusOf(err)
 	var le *llm.Error
-	switch {
-	case errors.As(err, &le) && le.EndpointFault:
-		return true
-	case st == 401, st == 403, st == 404:
-		return true
-	case st >= 500 && llm.ClassOf(err) == llm.Retryable:
-		return true
+	if !errors.As(err, &le) {
+		return false
 	}
-	return false
+	return le.Status == 401 || le.Status == 403 || le.Status == 404 || isServerError(le)
 }
 
 func statusOf(err error) int {

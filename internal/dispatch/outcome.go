@@ -37,7 +37,7 @@ type verdict struct {
 	unsent    bool   // no request could be built, so the endpoint saw nothing
 	// A server-down error on a server that works (fault.go): alive keeps
 	// the breaker closed; fault, when set, makes it the sample's with this
-	// evidence.
+	// evidence (also a server error judged the sample's own, burn.go).
 	alive bool
 	fault string
 	// refused: the poison guard counts the error; the sample goes back
@@ -128,7 +128,7 @@ func (d *Dispatcher) refine(cl *call, c store.Claimed, v verdict, reqErr error, 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key, fault := serverFault(reqErr)
-	fault = fault && d.cfg.PoisonAfter > 0
+	fault = fault && d.cfg.BrokenStreak > 0
 	if reqErr == nil {
 		delete(d.faulted, c.ID)
 	}
@@ -140,7 +140,12 @@ func (d *Dispatcher) refine(cl *call, c store.Claimed, v verdict, reqErr error, 
 		return v
 	}
 	v = d.judgeDownLocked(cl, c.ID, v, now)
-	if fault {
+	switch {
+	case fault && v.alive:
+		// The server works (judgeCut): the failure counts in the streak but
+		// breaks nothing, or the endpoint would read DOWN while it serves.
+		cl.ep.streak.add(c.ID, key, now, cl.ep.okStart, d.cfg.BrokenStreak)
+	case fault:
 		// A server-down error that is the endpoint's (no headers, an empty
 		// 200) counts toward breaking it; judgeCut still decides its attempt.
 		d.judgeBurnLocked(cl, c.ID, key, now)

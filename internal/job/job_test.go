@@ -74,7 +74,7 @@ func TestLoadFull(t *testing.T) {
 		},
 		Store:  Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
 		Output: Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}, Metadata: "full"},
-		Retry:  Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute},
+		Retry:  Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute, BrokenStreak: 10}, // poison_after: 0 leaves the burn guard on
 		Quality: Quality{Truncated: true, Empty: true, Reasoning: true, ToolArgs: true, ToolName: true,
 			Repetition: Repetition{NGram: 8},
 			Regex: []RegexRule{{Name: "refusal", Pattern: "(?i)as an ai language model", Field: "content"},
@@ -112,7 +112,7 @@ func TestLoadDefaults(t *testing.T) {
 				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang", Detect: true}},
 				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
 				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
-				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},
+				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10, BrokenStreak: 10},
 				Quality:    defaultQuality,
 				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second, BrokenAfter: 10 * time.Minute, StartDeadline: 30 * time.Minute},
 				Path:       "testdata/minimal.yaml",
@@ -133,7 +133,7 @@ func TestLoadDefaults(t *testing.T) {
 				},
 				Store:   Store{DSN: filepath.Join(dir, "s.db")},
 				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
-				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10},
+				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10, BrokenStreak: 10},
 				Quality: defaultQuality,
 				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second, BrokenAfter: 10 * time.Minute, StartDeadline: 30 * time.Minute},
 				Path:    "testdata/sim_server.yaml",
@@ -175,6 +175,9 @@ func TestLoadErrors(t *testing.T) {
 		file string
 		want []string
 	}{
+		{"broken_streak_invalid.yaml", []string{
+			`testdata/broken_streak_invalid.yaml:6: retry.broken_streak: must be >= 0 (0 turns the guard off)`,
+		}},
 		{"samples_invalid.yaml", []string{
 			`testdata/samples_invalid.yaml:6: sources[0].samples_per_prompt: must be >= 1`,
 			`testdata/samples_invalid.yaml:10: sources[1].samples_per_prompt: 3 answers per prompt need a seed per sample; remove generation.extra.seed`,

@@ -188,6 +188,12 @@ type Retry struct {
 	// with the same bad-request error before any request was accepted (a
 	// generation setting the server rejects); 0 = never.
 	PoisonAfter int `yaml:"poison_after"`
+	// BrokenStreak is the burn guard: this many distinct samples in a row
+	// failing on an endpoint with the same server error (5xx, an answer
+	// that is not the API) while nothing succeeds there make the endpoint
+	// broken, and such errors spend no attempt unless they are the
+	// sample's own; default 10, 0 = off (every server error spends one).
+	BrokenStreak int `yaml:"broken_streak"`
 }
 
 // Alerts are fired on every state change into or out of STALLED, DOWN, FAILED, DEAD.

@@ -38,6 +38,7 @@ const (
 	DefaultReasoning      = ReasoningStripHistory
 	DefaultMetadata       = MetadataMinimal
 	DefaultPoisonAfter    = 10
+	DefaultBrokenStreak   = 10
 	DefaultRepetitionGram = 10
 	DefaultMaxRepeats     = 20
 	glaiveSystemPrefix    = "SYSTEM:"
@@ -99,6 +100,7 @@ func (s *Spec) applyTrainingDefaults() {
 		s.Output.Metadata = DefaultMetadata
 	}
 	setInt(s, &s.Retry.PoisonAfter, "retry.poison_after", DefaultPoisonAfter)
+	setInt(s, &s.Retry.BrokenStreak, "retry.broken_streak", DefaultBrokenStreak)
 	q := &s.Quality
 	for _, b := range []struct {
 		v    *bool
@@ -151,6 +153,9 @@ func (v *validator) training() {
 	}
 	if s.Retry.PoisonAfter < 0 {
 		v.addf("retry.poison_after", "must be >= 0 (0 turns the guard off)")
+	}
+	if s.Retry.BrokenStreak < 0 {
+		v.addf("retry.broken_streak", "must be >= 0 (0 turns the guard off)")
 	}
 	q := s.Quality
 	if q.Repetition.NGram < 1 {

@@ -417,7 +417,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
-		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter, BrokenAfter: spec.Monitor.BrokenAfter,
+		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter, BrokenStreak: spec.Retry.BrokenStreak, BrokenAfter: spec.Monitor.BrokenAfter,
 		NoAffinity: spec.Balance == job.BalanceTokens,
 	})
 	if err != nil {
