@@ -59,8 +59,7 @@ func sizeCategory(n int) string {
 const LicenseUnset = "other"
 
 // card renders the dataset card from the manifest: Hugging Face front
-// matter (configs naming the training files, Parquet the default when
-// written; license, language, size and task), then how the data was made,
+// matter (one config, naming the training file of one builder; license, language, size and task), then how the data was made,
 // each config's row schema, the counts and the files.
 func card(m *Manifest) []byte {
 	var b strings.Builder
@@ -78,11 +77,11 @@ func card(m *Manifest) []byte {
 	return []byte(b.String())
 }
 
-// trainingConfigs are the card's configs: format and file, in the order
-// written (Parquet first: it is the default when there).
-func trainingConfigs(m *Manifest) [][2]string {
+// trainingFiles are the training files: format and path, the ShareGPT
+// JSONL first (the trainers read it).
+func trainingFiles(m *Manifest) [][2]string {
 	var out [][2]string
-	for _, f := range []string{FormatParquet, FormatShareGPT} {
+	for _, f := range []string{FormatShareGPT, FormatParquet} {
 		for _, mf := range m.Files {
 			if mf.Format == f {
 				out = append(out, [2]string{f, mf.Path})
@@ -90,6 +89,15 @@ func trainingConfigs(m *Manifest) [][2]string {
 		}
 	}
 	return out
+}
+
+// trainingConfigs are the card's configs: the first training file only.
+// datasets builds every config of a card with the one builder it infers
+// from the first config's files (load.py LocalDatasetModuleFactory
+// .get_module, docs/training-data.md), so a JSON and a Parquet config
+// cannot share a card: the second would be read with the first's reader.
+func trainingConfigs(m *Manifest) [][2]string {
+	return trainingFiles(m)[:min(1, len(trainingFiles(m)))]
 }
 
 func yamlList(b *strings.Builder, key string, values ...string) {

@@ -130,7 +130,7 @@ func qualityRules(q map[string]any) []string {
 // cardSchemas gives each config's row layout, read from the types the
 // writers encode, so the card cannot drift from the files.
 func cardSchemas(b *strings.Builder, m *Manifest) {
-	configs := trainingConfigs(m)
+	configs := trainingFiles(m)
 	if len(configs) == 0 {
 		return
 	}
@@ -139,11 +139,11 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 		full, tokens = m.Export.Metadata == MetadataFull, m.Export.TokenIDs
 	}
 	b.WriteString("## Configs and row schema\n\n")
-	b.WriteString("The configs differ in layout: the same conversations, one row each.\n\n")
+	b.WriteString("The training files hold the same conversations, one row each, in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder.\n\n")
 	for i, c := range configs {
-		def := ""
-		if i == 0 {
-			def = ", the default"
+		def := ", the config"
+		if i > 0 {
+			def = fmt.Sprintf(`, not a config: load it with load_dataset("%s", data_files=...)`, c[0])
 		}
 		fmt.Fprintf(b, "### `%s` (`%s`%s)\n\n", c[0], c[1], def)
 		switch c[0] {

@@ -81,7 +81,7 @@ var languageCode = regexp.MustCompile(`^([a-z]{2,3}|code|multilingual)$`)
 func TestCardFrontMatterValid(t *testing.T) {
 	enums := loadHubEnums(t)
 	base := Manifest{Job: JobInfo{Name: "demo", Model: "m"},
-		Files: []ManifestFile{{Format: FormatShareGPT, Path: "demo.sharegpt.jsonl"}, {Format: FormatParquet, Path: "demo.parquet"}}}
+		Files: []ManifestFile{{Format: FormatShareGPT, Path: "data/demo.sharegpt.jsonl"}, {Format: FormatParquet, Path: "data/demo.parquet"}}}
 	for _, tc := range []struct {
 		name string
 		job  JobInfo
@@ -144,28 +144,6 @@ func cmpOr(a, b string) string {
 
 // checkConfigs: one config per training file, one of them the default,
 // each with a train split naming a listed file.
-func checkConfigs(t *testing.T, fm map[string]any, files []ManifestFile) {
-	t.Helper()
-	configs, _ := fm["configs"].([]any)
-	if len(configs) != 2 {
-		t.Fatalf("configs %#v, want parquet and sharegpt", fm["configs"])
-	}
-	defaults := 0
-	for _, c := range configs {
-		c := c.(map[string]any)
-		if c["default"] == true {
-			defaults++
-		}
-		df := c["data_files"].([]any)[0].(map[string]any)
-		if df["split"] != "train" || !slices.ContainsFunc(files, func(f ManifestFile) bool { return f.Path == df["path"] && f.Format == c["config_name"] }) {
-			t.Errorf("config %v names %v", c["config_name"], df)
-		}
-	}
-	if defaults != 1 {
-		t.Errorf("%d default configs, want 1", defaults)
-	}
-}
-
 // TestCardNamesWhatAnswered: the card and the manifest's job block name the
 // model the servers answered with and the engine they reported, not the
 // job's model or default engine; the build details are not in the first
@@ -243,5 +221,80 @@ func TestDescribeJobDetectedEngine(t *testing.T) {
 		if d.Job.License != "mit" || !slices.Equal(d.Job.Language, []string{"en"}) || d.Job.PrettyName != "Nice" || !slices.Equal(d.Job.SourceDatasets, []string{"org/set"}) {
 			t.Errorf("job block %+v lacks the output's card fields", d.Job)
 		}
+	}
+}
+
+// loaderRules are testdata/loader-rules.yaml: the datasets and speculators
+// file-picking rules, with their sources.
+type loaderRules struct {
+	Datasets struct {
+		Source             string            `yaml:"source"`
+		OneBuilderPerCard  bool              `yaml:"one_builder_per_card"`
+		BuilderByExtension map[string]string `yaml:"builder_by_extension"`
+		MaxDefaults        int               `yaml:"max_defaults"`
+	} `yaml:"datasets"`
+	Speculators struct {
+		Source         string   `yaml:"source"`
+		FolderSuffixes []string `yaml:"folder_suffixes"`
+		Recursive      bool     `yaml:"recursive"`
+	} `yaml:"speculators"`
+}
+
+func loadLoaderRules(t *testing.T) loaderRules {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "loader-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r loaderRules
+	if err := yaml.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Datasets.Source == "" || r.Speculators.Source == "" || len(r.Datasets.BuilderByExtension) == 0 || len(r.Speculators.FolderSuffixes) == 0 {
+		t.Fatalf("loader-rules.yaml lacks a rule or its source: %+v", r)
+	}
+	return r
+}
+
+// checkConfigs applies the datasets rules to a card's configs: every
+// config's files are of the builder the first config's files infer (one
+// builder per card), at most one default, and each config names a training
+// file of the manifest in the config's format.
+func checkConfigs(t *testing.T, fm map[string]any, files []ManifestFile) {
+	t.Helper()
+	rules := loadLoaderRules(t).Datasets
+	configs, _ := fm["configs"].([]any)
+	if len(configs) == 0 {
+		t.Fatalf("configs %#v, want at least one", fm["configs"])
+	}
+	builder, defaults := "", 0
+	for _, c := range configs {
+		c := c.(map[string]any)
+		if c["default"] == true {
+			defaults++
+		}
+		for _, d := range c["data_files"].([]any) {
+			df := d.(map[string]any)
+			path, _ := df["path"].(string)
+			b := rules.BuilderByExtension[filepath.Ext(path)]
+			if b == "" {
+				t.Errorf("config %v: %q has no builder (%s)", c["config_name"], path, rules.Source)
+			}
+			if builder == "" {
+				builder = b
+			}
+			if rules.OneBuilderPerCard && b != builder {
+				t.Errorf("config %v: %q needs the %s builder, but the card's first config infers %s for every config (%s)", c["config_name"], path, b, builder, rules.Source)
+			}
+			if df["split"] != "train" || !slices.ContainsFunc(files, func(f ManifestFile) bool { return f.Path == path && f.Format == c["config_name"] }) {
+				t.Errorf("config %v names %v, not a training file of the manifest", c["config_name"], df)
+			}
+			if !strings.HasPrefix(path, DataDir+"/") {
+				t.Errorf("config %v names %q, outside %s/", c["config_name"], path, DataDir)
+			}
+		}
+	}
+	if defaults > rules.MaxDefaults {
+		t.Errorf("%d default configs, want at most %d", defaults, rules.MaxDefaults)
 	}
 }

@@ -69,7 +69,7 @@ func exportLines(t *testing.T, rows []store.Row, o Options) map[string][]byte {
 	if _, err := ExportWith(context.Background(), &fakeStore{rows: rows}, dir, []string{FormatShareGPT}, "c", o); err != nil {
 		t.Fatalf("Export: %v", err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "c.sharegpt.jsonl"))
+	b, err := os.ReadFile(filepath.Join(dir, DataDir, "c.sharegpt.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,29 @@ const (
 	noIDsParquet   = ".no-token-ids.parquet"
 )
 
+// DataDir is the folder, inside an export's folder, that holds only the
+// training files (the ShareGPT JSONL and the Parquet file). A trainer is
+// pointed at it: speculators loads every *.json and *.jsonl under a folder
+// it is given, so the side files (manifest, rejected, dead, errors,
+// openai-batch, no-token-ids) stay one level up, out of its way; the
+// card's configs name files in it (docs/training-data.md, "Folder layout").
+const DataDir = "data"
+
+// legacyTraining are the training files of name an export wrote before
+// DataDir, in the export folder itself: the next export removes them.
+func legacyTraining(name string) []string {
+	return []string{name + ".sharegpt.jsonl", name + ".parquet"}
+}
+
+// TrainingFile is where an export into dir writes name's training file of
+// format (sharegpt or parquet).
+func TrainingFile(dir, name, format string) string {
+	if format == FormatParquet {
+		return filepath.Join(dir, DataDir, name+".parquet")
+	}
+	return filepath.Join(dir, DataDir, name+".sharegpt.jsonl")
+}
+
 // Formats of the files that describe an export (File.Format); their Rows is 0.
 const (
 	FormatCard     = "card"
@@ -143,8 +166,9 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 		}
 		want[f] = true
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Summary{}, fmt.Errorf("export: create %s: %w", dir, err)
+	data := filepath.Join(dir, DataDir)
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return Summary{}, fmt.Errorf("export: create %s: %w", data, err)
 	}
 	start := time.Now()
 	damaged := damagedFiles(dir, name)
@@ -157,6 +181,7 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	defer func() {
 		if !committed {
 			w.abort()
+			_ = os.Remove(data) // only when empty: this run made it
 		}
 	}()
 	x := &exporter{w: w, o: o, seen: serverTally{}}
@@ -185,9 +210,14 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	if err := removeStaleNoIDs(dir, name, want, o); err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
+	if err := removeLegacyTraining(dir, name); err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
 	x.sum.Files, x.sum.Refreshed = files, refreshed
-	if err := syncDir(dir); err != nil {
-		return x.sum, fmt.Errorf("export: %w", err)
+	for _, d := range []string{filepath.Join(dir, DataDir), dir} {
+		if err := syncDir(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return x.sum, fmt.Errorf("export: %w", err)
+		}
 	}
 	// The files are read back and compared with the manifest and the
 	// store: an export that does not verify is an error, not a dataset.
@@ -220,6 +250,19 @@ func removeStaleNoIDs(dir, name string, want map[string]bool, o Options) error {
 	return nil
 }
 
+// removeLegacyTraining removes the training files an export from before
+// DataDir left in dir itself: this export wrote their rows into DataDir
+// (earlierFormats asked for their formats), and a trainer pointed at dir
+// must not find two copies.
+func removeLegacyTraining(dir, name string) error {
+	for _, base := range legacyTraining(name) {
+		if err := os.Remove(filepath.Join(dir, base)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the earlier layout's %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
 // ErrUnknownFormat is a format Export does not write.
 var ErrUnknownFormat = errors.New("unknown format")
 
@@ -233,8 +276,14 @@ func earlierFormats(dir, name string, want map[string]bool) []string {
 		if want[f] {
 			continue
 		}
-		for _, base := range formatFiles(name, f) {
-			if _, err := os.Stat(filepath.Join(dir, base)); err == nil {
+		files := formatFiles(name, f)
+		if f == FormatShareGPT {
+			files = append(files, legacyTraining(name)[0])
+		} else if f == FormatParquet {
+			files = append(files, legacyTraining(name)[1])
+		}
+		for _, base := range files {
+			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(base))); err == nil {
 				want[f] = true
 				added = append(added, f)
 				break
@@ -266,7 +315,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(create, path(".sharegpt.jsonl"), path(noIDsSuffix), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), path(noIDsSuffix), full, o.TokenIDs)); err != nil {
 			return nil, err
 		}
 	}
@@ -277,7 +326,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	var err error
 	if want[FormatParquet] {
-		if w.pq, err = newParquet(create, path(".parquet"), path(noIDsParquet), full, o.TokenIDs); add(w.pq, err) != nil {
+		if w.pq, err = newParquet(create, TrainingFile(dir, name, FormatParquet), path(noIDsParquet), full, o.TokenIDs); add(w.pq, err) != nil {
 			return nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,10 +215,10 @@ func TestExportGolden(t *testing.T) {
 	}
 	wantSum := Summary{
 		Files: []File{
-			{Format: "sharegpt", Path: filepath.Join(dir, "demo.sharegpt.jsonl"), Rows: 3},
+			{Format: "sharegpt", Path: filepath.Join(dir, DataDir, "demo.sharegpt.jsonl"), Rows: 3},
 			{Format: "openai-batch", Path: filepath.Join(dir, "demo.openai-batch.jsonl"), Rows: 3},
 			{Format: "openai-batch-errors", Path: filepath.Join(dir, "demo.errors.jsonl"), Rows: 2},
-			{Format: "parquet", Path: filepath.Join(dir, "demo.parquet"), Rows: 3},
+			{Format: "parquet", Path: filepath.Join(dir, DataDir, "demo.parquet"), Rows: 3},
 			{Format: "rejected", Path: filepath.Join(dir, "demo.rejected.jsonl"), Rows: 1},
 			{Format: "dead", Path: filepath.Join(dir, "demo.dead.jsonl"), Rows: 2},
 			{Format: "card", Path: filepath.Join(dir, "README.md")},
@@ -232,16 +233,16 @@ func TestExportGolden(t *testing.T) {
 	if diff := cmp.Diff(wantSum, sum); diff != "" {
 		t.Errorf("Summary mismatch (-want +got):\n%s", diff)
 	}
-	for _, name := range []string{"demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "demo.rejected.jsonl", "demo.dead.jsonl"} {
+	for _, name := range []string{"data/demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "demo.rejected.jsonl", "demo.dead.jsonl"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		readLines(t, filepath.Join(dir, name))
-		golden(t, strings.TrimPrefix(name, "demo.")+".golden", b)
+		golden(t, strings.TrimPrefix(filepath.Base(name), "demo.")+".golden", b)
 	}
 
-	rows, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, "demo.parquet"))
+	rows, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, DataDir, "demo.parquet"))
 	if err != nil {
 		t.Fatalf("read parquet: %v", err)
 	}
@@ -282,7 +283,7 @@ func TestParquetListShape(t *testing.T) {
 	if _, err := Export(context.Background(), fixture(t), dir, []string{FormatParquet}, "j"); err != nil {
 		t.Fatal(err)
 	}
-	pf := openParquet(t, filepath.Join(dir, "j.parquet"))
+	pf := openParquet(t, filepath.Join(dir, DataDir, "j.parquet"))
 	schema := pf.Schema().String()
 	for _, want := range []string{"group conversations (LIST)", "repeated group list", "group element", "required binary content (STRING)", "optional group tool_calls (LIST)"} {
 		if !strings.Contains(schema, want) {
@@ -340,7 +341,7 @@ func TestExportEveryIDOnce(t *testing.T) {
 			done = append(done, r.ID)
 		}
 	}
-	pq, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, "big.parquet"))
+	pq, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, DataDir, "big.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +352,7 @@ func TestExportEveryIDOnce(t *testing.T) {
 	batch := append(collect("big.openai-batch.jsonl", "custom_id"), collect("big.errors.jsonl", "custom_id")...)
 	sort.Strings(batch)
 	for name, tc := range map[string]struct{ got, want []string }{
-		"sharegpt":     {collect("big.sharegpt.jsonl", "id"), done},
+		"sharegpt":     {collect("data/big.sharegpt.jsonl", "id"), done},
 		"openai-batch": {batch, ids},
 		"parquet":      {pqIDs, done},
 	} {
@@ -362,7 +363,7 @@ func TestExportEveryIDOnce(t *testing.T) {
 }
 
 func TestExportAtomic(t *testing.T) {
-	names := []string{"j.sharegpt.jsonl", "j.openai-batch.jsonl", "j.errors.jsonl", "j.parquet", "j.rejected.jsonl", "j.dead.jsonl"}
+	names := []string{"data/j.sharegpt.jsonl", "j.openai-batch.jsonl", "j.errors.jsonl", "data/j.parquet", "j.rejected.jsonl", "j.dead.jsonl"}
 	tests := []struct {
 		name  string
 		store func() *fakeStore
@@ -385,6 +386,9 @@ func TestExportAtomic(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, DataDir), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			for _, n := range names {
 				if err := os.WriteFile(filepath.Join(dir, n), []byte("previous\n"), 0o644); err != nil {
 					t.Fatal(err)
@@ -394,17 +398,20 @@ func TestExportAtomic(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Export error = %v, want one containing %q", err, tt.want)
 			}
-			entries, err := os.ReadDir(dir)
+			var got []string
+			err = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+				if err != nil || e.IsDir() {
+					return err
+				}
+				rel, _ := filepath.Rel(dir, path)
+				got = append(got, filepath.ToSlash(rel))
+				if b, _ := os.ReadFile(path); string(b) != "previous\n" {
+					t.Errorf("%s was replaced by a failed export: %q", rel, b)
+				}
+				return nil
+			})
 			if err != nil {
 				t.Fatal(err)
-			}
-			var got []string
-			for _, e := range entries {
-				got = append(got, e.Name())
-				b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-				if string(b) != "previous\n" {
-					t.Errorf("%s was replaced by a failed export: %q", e.Name(), b)
-				}
 			}
 			want := append([]string(nil), names...)
 			sort.Strings(want)
@@ -476,8 +483,11 @@ func TestExportRemovesStaleTempFiles(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	stale := filepath.Join(dir, fmt.Sprintf(".stale.sharegpt.jsonl.tmp-%d", cmd.Process.Pid))
-	live := filepath.Join(dir, fmt.Sprintf(".stale.sharegpt.jsonl.tmp-%d", os.Getppid()))
+	if err := os.Mkdir(filepath.Join(dir, DataDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, DataDir, fmt.Sprintf(".stale.sharegpt.jsonl.tmp-%d", cmd.Process.Pid))
+	live := filepath.Join(dir, DataDir, fmt.Sprintf(".stale.sharegpt.jsonl.tmp-%d", os.Getppid()))
 	for _, p := range []string{stale, live} {
 		if err := os.WriteFile(p, []byte("{\"torn"), 0o644); err != nil {
 			t.Fatal(err)

@@ -409,7 +409,7 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 		return nil, err
 	}
 	for _, o := range outs {
-		m.Files = append(m.Files, manifestFile(o))
+		m.Files = append(m.Files, manifestFile(dir, o))
 	}
 	var written []*output
 	readme := filepath.Join(dir, "README.md")
@@ -424,7 +424,7 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 			return nil, err
 		}
 		written = append(written, c)
-		m.Files = append(m.Files, manifestFile(c))
+		m.Files = append(m.Files, manifestFile(dir, c))
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -437,8 +437,19 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 	return append(written, mf), nil
 }
 
-func manifestFile(o *output) ManifestFile {
-	return ManifestFile{Format: o.format, Path: filepath.Base(o.af.final), Rows: o.rows, Bytes: o.af.size, SHA256: o.af.sha256()}
+// manifestFile describes o, its path relative to dir.
+func manifestFile(dir string, o *output) ManifestFile {
+	return ManifestFile{Format: o.format, Path: relPath(dir, o.af.final), Rows: o.rows, Bytes: o.af.size, SHA256: o.af.sha256()}
+}
+
+// relPath is path relative to the export folder dir, with slashes, as the
+// manifest names files; its base name when it is not inside dir.
+func relPath(dir, path string) string {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return filepath.Base(path)
+	}
+	return filepath.ToSlash(rel)
 }
 
 // wholeFile writes b to a synced temporary file for final.

@@ -67,7 +67,7 @@ func TestManifestAndCard(t *testing.T) {
 	for _, f := range m.Files {
 		paths = append(paths, f.Path)
 	}
-	want := []string{"demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "demo.parquet", "demo.rejected.jsonl", "demo.dead.jsonl", "README.md"}
+	want := []string{"data/demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "data/demo.parquet", "demo.rejected.jsonl", "demo.dead.jsonl", "README.md"}
 	if diff := cmp.Diff(want, paths); diff != "" {
 		t.Errorf("manifest files (-want +got):\n%s", diff)
 	}

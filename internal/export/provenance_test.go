@@ -66,7 +66,7 @@ func TestExportProvenance(t *testing.T) {
 		Turns      []struct{ Provenance *store.Provenance }
 	}
 	lines := map[string]line{}
-	b, err := os.ReadFile(filepath.Join(dir, "j.sharegpt.jsonl"))
+	b, err := os.ReadFile(filepath.Join(dir, DataDir, "j.sharegpt.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestExportProvenance(t *testing.T) {
 		t.Errorf("old record's provenance = %+v, want generation 1 from its column and the response's model", got)
 	}
 
-	rows, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, "j.parquet"))
+	rows, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, DataDir, "j.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}

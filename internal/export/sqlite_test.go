@@ -69,7 +69,7 @@ func TestExportFromSQLite(t *testing.T) {
 		t.Errorf("summary done/truncated/rejected/dead/bad = %v, want %v", got, want)
 	}
 	gotDone := map[string]bool{}
-	for _, m := range readLines(t, filepath.Join(dir, "job.sharegpt.jsonl")) {
+	for _, m := range readLines(t, filepath.Join(dir, DataDir, "job.sharegpt.jsonl")) {
 		id := m["id"].(string)
 		if gotDone[id] {
 			t.Errorf("sample %s exported twice", id)

@@ -163,7 +163,7 @@ func TestExportTokenIDs(t *testing.T) {
 	// The rows without ids are in a file of their own: each file is
 	// all-ids or no-ids.
 	got := map[string]view{}
-	for file, keys := range map[string][]string{"j.sharegpt.jsonl": {"input_ids", "loss_mask"}, "j.sharegpt.no-token-ids.jsonl": {"token_ids"}} {
+	for file, keys := range map[string][]string{"data/j.sharegpt.jsonl": {"input_ids", "loss_mask"}, "j.sharegpt.no-token-ids.jsonl": {"token_ids"}} {
 		for _, m := range readLines(t, filepath.Join(dir, file)) {
 			var has []string
 			for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
@@ -184,12 +184,12 @@ func TestExportTokenIDs(t *testing.T) {
 		t.Errorf("sharegpt token fields (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]File{
-		{Format: FormatShareGPT, Path: filepath.Join(dir, "j.sharegpt.jsonl"), Rows: 2},
+		{Format: FormatShareGPT, Path: filepath.Join(dir, DataDir, "j.sharegpt.jsonl"), Rows: 2},
 		{Format: FormatShareGPTNoTokenIDs, Path: filepath.Join(dir, "j.sharegpt.no-token-ids.jsonl"), Rows: 1},
 	}, sum.Files[:2]); diff != "" {
 		t.Errorf("summary files (-want +got):\n%s", diff)
 	}
-	rows, err := parquet.ReadFile[ParquetTokenRow](filepath.Join(dir, "j.parquet"))
+	rows, err := parquet.ReadFile[ParquetTokenRow](filepath.Join(dir, DataDir, "j.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestExportTokenIDs(t *testing.T) {
 
 	// Verify reads the no-token-ids Parquet row by row: the ids file put in
 	// its place is caught by its rows, not only by its checksum.
-	pqBytes, err := os.ReadFile(filepath.Join(dir, "j.parquet"))
+	pqBytes, err := os.ReadFile(filepath.Join(dir, DataDir, "j.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestExportTokenIDs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(off, "j.sharegpt.no-token-ids.jsonl")); !os.IsNotExist(err) {
 		t.Errorf("no-token-ids file with token_ids off: %v", err)
 	}
-	for _, m := range readLines(t, filepath.Join(off, "j.sharegpt.jsonl")) {
+	for _, m := range readLines(t, filepath.Join(off, DataDir, "j.sharegpt.jsonl")) {
 		for _, k := range []string{"input_ids", "loss_mask", "token_ids"} {
 			if _, ok := m[k]; ok {
 				t.Errorf("%s has %s with token_ids off", m["id"], k)
@@ -269,11 +269,11 @@ func TestExportTokenIDs(t *testing.T) {
 			t.Errorf("stale %s after an export without ids: %v", f, err)
 		}
 	}
-	pf, err := parquet.ReadFile[ParquetRow](filepath.Join(off, "j.parquet"))
+	pf, err := parquet.ReadFile[ParquetRow](filepath.Join(off, DataDir, "j.parquet"))
 	if err != nil || len(pf) != 3 {
 		t.Fatalf("parquet without token ids: %d rows, %v", len(pf), err)
 	}
-	schema := parquetSchema(t, filepath.Join(off, "j.parquet"))
+	schema := parquetSchema(t, filepath.Join(off, DataDir, "j.parquet"))
 	if strings.Contains(schema, "input_ids") || strings.Contains(schema, "loss_mask") {
 		t.Errorf("token columns with token_ids off:\n%s", schema)
 	}

@@ -210,8 +210,13 @@ func unlisted(dir, name string, files []ManifestFile) []Problem {
 	var out []Problem
 	for _, base := range regenFiles(name) {
 		listed := slices.ContainsFunc(files, func(f ManifestFile) bool { return f.Path == base })
-		if _, err := os.Stat(filepath.Join(dir, base)); err == nil && !listed {
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(base))); err == nil && !listed {
 			out = append(out, Problem{Path: base, What: "written by regen but not in the manifest"})
+		}
+	}
+	for _, base := range legacyTraining(name) {
+		if _, err := os.Stat(filepath.Join(dir, base)); err == nil {
+			out = append(out, Problem{Path: base, What: "stale: a training file of an earlier layout (training files are in " + DataDir + "/); regen export moves it"})
 		}
 	}
 	return out
@@ -226,15 +231,16 @@ func regenFiles(name string) []string {
 	return append(out, name+rejectedSuffix, name+deadSuffix)
 }
 
-// formatFiles are the files one format of name writes.
+// formatFiles are the files one format of name writes, relative to the
+// export folder with slashes (as the manifest names them).
 func formatFiles(name, format string) []string {
 	switch format {
 	case FormatShareGPT:
-		return []string{name + ".sharegpt.jsonl", name + noIDsSuffix}
+		return []string{DataDir + "/" + name + ".sharegpt.jsonl", name + noIDsSuffix}
 	case FormatOpenAIBatch:
 		return []string{name + ".openai-batch.jsonl", name + ".errors.jsonl"}
 	case FormatParquet:
-		return []string{name + ".parquet", name + noIDsParquet}
+		return []string{DataDir + "/" + name + ".parquet", name + noIDsParquet}
 	}
 	return nil
 }

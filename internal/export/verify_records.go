@@ -30,7 +30,7 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 	}
 	var lines []*lineChecker
 	create := func(final string) (*atomicFile, error) {
-		c, err := openLineChecker(final, listed[filepath.Base(final)])
+		c, err := openLineChecker(final, relPath(dir, final), listed[relPath(dir, final)])
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +94,7 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 // Parquet file and, with token ids, of its no-token-ids file (checked as
 // empty when the manifest does not list it).
 func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parquetSink, []*parquetChecker, error) {
-	pq, err := openParquetChecker(filepath.Join(dir, name+".parquet"), o.TokenIDs)
+	pq, err := openParquetChecker(TrainingFile(dir, name, FormatParquet), relPath(dir, TrainingFile(dir, name, FormatParquet)), o.TokenIDs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,7 +104,7 @@ func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parq
 	}
 	side := &parquetChecker{path: name + noIDsParquet, bad: &Problem{}}
 	if listed[name+noIDsParquet] {
-		if side, err = openParquetChecker(filepath.Join(dir, name+noIDsParquet), true); err != nil {
+		if side, err = openParquetChecker(filepath.Join(dir, name+noIDsParquet), name+noIDsParquet, true); err != nil {
 			_ = pq.f.Close() // read only
 			return nil, nil, err
 		}
@@ -151,8 +151,8 @@ type lineChecker struct {
 
 // openLineChecker opens path; a file the manifest does not list is
 // checked as empty (its mismatches are the manifest's, reported once).
-func openLineChecker(path string, listed bool) (*lineChecker, error) {
-	c := &lineChecker{path: filepath.Base(path)}
+func openLineChecker(path, rel string, listed bool) (*lineChecker, error) {
+	c := &lineChecker{path: rel}
 	if !listed {
 		c.bad = &Problem{} // nothing to compare; not reported again
 		return c, nil
@@ -314,8 +314,8 @@ type parquetChecker struct {
 	bad    *Problem
 }
 
-func openParquetChecker(path string, tokens bool) (*parquetChecker, error) {
-	c := &parquetChecker{path: filepath.Base(path)}
+func openParquetChecker(path, rel string, tokens bool) (*parquetChecker, error) {
+	c := &parquetChecker{path: rel}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -70,7 +70,7 @@ func TestVerifyClean(t *testing.T) {
 // disk, a person or a script would, and wants the file, the line and the
 // first mismatch named.
 func TestVerifyCatches(t *testing.T) {
-	sg := "demo.sharegpt.jsonl"
+	sg := "data/demo.sharegpt.jsonl"
 	tests := []struct {
 		name string
 		file string
@@ -186,11 +186,11 @@ func TestVerifyParquetRowMissing(t *testing.T) {
 	if _, err := Export(context.Background(), short, other, []string{FormatParquet}, "demo"); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(other, "demo.parquet"))
+	b, err := os.ReadFile(filepath.Join(other, DataDir, "demo.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "demo.parquet"), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, DataDir, "demo.parquet"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := mustVerify(t, st, dir)

@@ -1,0 +1,128 @@
+package export
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// folderLoad is the set of files speculators' --data <folder> loads, by
+// the rule in testdata/loader-rules.yaml (every file whose name ends in
+// one of the suffixes, at any depth when recursive).
+func folderLoad(t *testing.T, folder string) []string {
+	t.Helper()
+	rule := loadLoaderRules(t).Speculators
+	var got []string
+	err := filepath.WalkDir(folder, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && path != folder && !rule.Recursive {
+			return filepath.SkipDir
+		}
+		if !e.IsDir() && slices.ContainsFunc(rule.FolderSuffixes, func(s string) bool { return strings.HasSuffix(e.Name(), s) }) {
+			rel, _ := filepath.Rel(folder, path)
+			got = append(got, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestTrainerFolderSeesOnlyTrainingRows: an export with every format, token
+// ids (one row without), rejects, dead letters and batch errors; a trainer
+// pointed at the data folder loads exactly the training file, whose rows
+// are the done samples with ids, and none of the side files.
+func TestTrainerFolderSeesOnlyTrainingRows(t *testing.T) {
+	dir := t.TempDir()
+	sum, err := ExportWith(context.Background(), tokenFixture(t), dir, Formats, "j", Options{TokenIDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := folderLoad(t, filepath.Join(dir, DataDir))
+	if !slices.Equal(got, []string{"j.sharegpt.jsonl"}) {
+		t.Fatalf("a folder load of %s/ picks %v, want only j.sharegpt.jsonl", DataDir, got)
+	}
+	rows := readLines(t, filepath.Join(dir, DataDir, "j.sharegpt.jsonl"))
+	if len(rows) != sum.TokenIDs || len(rows) == 0 {
+		t.Errorf("the folder load reads %d rows, want the %d done samples with token ids", len(rows), sum.TokenIDs)
+	}
+	for _, r := range rows {
+		if _, ok := r["conversations"]; !ok || r["input_ids"] == nil {
+			t.Errorf("row %v is not a training row with ids", r["id"])
+		}
+	}
+	// Every side file regen wrote is outside the data folder.
+	for _, f := range sum.Files {
+		inData := filepath.Dir(f.Path) == filepath.Join(dir, DataDir)
+		training := f.Format == FormatShareGPT || f.Format == FormatParquet
+		if inData != training {
+			t.Errorf("%s (%s): in %s/ = %v, want %v", f.Path, f.Format, DataDir, inData, training)
+		}
+	}
+	if sum.Rejected+sum.Dead+sum.TokenIDsUnavailable == 0 {
+		t.Fatalf("fixture has no side rows: %+v", sum)
+	}
+}
+
+// TestExportMovesEarlierLayout: training files an export from before the
+// data folder left in the export folder make verify say stale; the next
+// export removes them, and verify is clean again.
+func TestExportMovesEarlierLayout(t *testing.T) {
+	dir := t.TempDir()
+	st := fixture(t)
+	if _, err := Export(context.Background(), st, dir, []string{FormatShareGPT}, "demo"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, DataDir, "demo.sharegpt.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []string{"demo.sharegpt.jsonl", "demo.parquet"} {
+		if err := os.WriteFile(filepath.Join(dir, old), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := Verify(context.Background(), st, dir, "demo", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []string{"demo.sharegpt.jsonl", "demo.parquet"} {
+		if !slices.ContainsFunc(rep.Problems, func(p Problem) bool { return p.Path == old && strings.Contains(p.What, "stale") }) {
+			t.Errorf("verify does not call the earlier layout's %s stale: %v", old, rep.Problems)
+		}
+	}
+	sum, err := Export(context.Background(), st, dir, []string{FormatShareGPT}, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []string{"demo.sharegpt.jsonl", "demo.parquet"} {
+		if _, err := os.Stat(filepath.Join(dir, old)); !os.IsNotExist(err) {
+			t.Errorf("the earlier layout's %s is still there (stat: %v)", old, err)
+		}
+	}
+	// The earlier Parquet file asked for its format again (earlierFormats).
+	if !slices.Contains(sum.Refreshed, FormatParquet) {
+		t.Errorf("refreshed %v, want parquet (an earlier export wrote it)", sum.Refreshed)
+	}
+	if rep, err := Verify(context.Background(), st, dir, "demo", Options{}); err != nil || len(rep.Problems) > 0 {
+		t.Errorf("verify after the move: %v %v", err, rep.Problems)
+	}
+}
+
+// tokenFixture is fixture (rejects, dead letters, a bad row, answers
+// without ids) plus two answers with token ids.
+func tokenFixture(t *testing.T) *fakeStore {
+	fs := fixture(t)
+	fs.rows = append(fs.rows,
+		doneRow(t, "P1/t1", `{"messages":[{"role":"user","content":"d"}]}`, answer(ids(5, 6), ids(7))),
+		doneRow(t, "P1/t2", `{"messages":[{"role":"user","content":"e"}]}`, answer(ids(5, 8), ids(9, 10))))
+	return fs
+}
