@@ -13,7 +13,7 @@ import (
 func checkDemoConversations(t *testing.T, dir string, ex exported) {
 	t.Helper()
 	answers := map[int]int{}
-	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "demo.sharegpt.jsonl")) {
+	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "data", "demo.sharegpt.jsonl")) {
 		var r struct {
 			ID            string `json:"id"`
 			Endpoint      *string

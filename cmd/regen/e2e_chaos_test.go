@@ -236,7 +236,7 @@ func TestE2EChaosKill(t *testing.T) {
 			// Every sample is done but the files are not written: that is
 			// not DONE, it is a dead runner with an export still owed.
 			rep, res := status(t, dir, "job.yaml")
-			_, err := os.Stat(filepath.Join(outDir, "chaos.sharegpt.jsonl"))
+			_, err := os.Stat(filepath.Join(outDir, "data", "chaos.sharegpt.jsonl"))
 			t.Logf("status after the kill during export: %s exit %d; sharegpt file exists: %v", rep.State, res.code, err == nil)
 			if err != nil && (rep.State != monitor.Dead || res.code != 2) {
 				t.Errorf("status after a kill during export with no output yet: %s exit %d, want DEAD exit 2\n%s", rep.State, res.code, res)

@@ -138,7 +138,7 @@ func TestE2EConfigChange(t *testing.T) {
 		t.Errorf("run --new-config does not say it started generation 2:\n%s", res.stdout)
 	}
 	ex := checkExport(t, filepath.Join(dir, "out"), "mix", want, false)
-	lines := readJSONL(t, filepath.Join(dir, "out", "mix.sharegpt.jsonl"))
+	lines := readJSONL(t, filepath.Join(dir, "out", "data", "mix.sharegpt.jsonl"))
 	regenerated := map[string]bool{}
 	for _, id := range firstIDs {
 		regenerated[id] = false
@@ -246,7 +246,7 @@ func TestE2ENewConfigRebuildKills(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("run after the kills:\n%s", res)
 	}
-	lines := readJSONL(t, filepath.Join(dir, "out", "rebuild.sharegpt.jsonl"))
+	lines := readJSONL(t, filepath.Join(dir, "out", "data", "rebuild.sharegpt.jsonl"))
 	seen := map[string]bool{}
 	for _, raw := range lines {
 		var rec struct {

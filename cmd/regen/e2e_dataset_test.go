@@ -82,8 +82,8 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 		}
 		rows[f.Path] = f.Rows
 	}
-	if m.Totals.Done+m.Totals.Rejected != 70 || rows["ds.parquet"] != m.Totals.Done || m.Totals.Done == 0 {
-		t.Errorf("manifest totals %+v, parquet rows %d; want 70 samples (30 x 2 + 10), all of the done ones in parquet", m.Totals, rows["ds.parquet"])
+	if m.Totals.Done+m.Totals.Rejected != 70 || rows["data/ds.parquet"] != m.Totals.Done || m.Totals.Done == 0 {
+		t.Errorf("manifest totals %+v, parquet rows %d; want 70 samples (30 x 2 + 10), all of the done ones in parquet", m.Totals, rows["data/ds.parquet"])
 	}
 	if len(m.Servers) != 1 || m.Servers[0].Answers < m.Totals.Done || !slices.Contains(m.Servers[0].Models, "sim-model") {
 		t.Errorf("manifest servers %+v; want the one sim endpoint with sim-model answers", m.Servers)
@@ -126,13 +126,16 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 				t.Errorf("config %s: split %q, want train", c.Name, f.Split)
 			}
 		}
-		if c.Default != (c.Name == "parquet") {
-			t.Errorf("config %s: default %v; want parquet the default", c.Name, c.Default)
+		if !c.Default {
+			t.Errorf("config %s: not the default; want the card's one config the default", c.Name)
 		}
 	}
-	if diff := cmp.Diff(map[string]string{"parquet": "ds.parquet", "sharegpt": "ds.sharegpt.jsonl"}, files); diff != "" {
+	// One config: datasets reads every config of a card with the builder
+	// of the first one's files, so the card names the JSONL only.
+	if diff := cmp.Diff(map[string]string{"sharegpt": "data/ds.sharegpt.jsonl"}, files); diff != "" {
 		t.Fatalf("card data files (-want +got):\n%s", diff)
 	}
+	files["parquet"] = "data/ds.parquet"
 
 	pq := filepath.Join(out, files["parquet"])
 	jl := filepath.Join(out, files["sharegpt"])
@@ -144,11 +147,11 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 			FROM '%s' WHERE id IN ('A/a-07#1', 'B/b-03') ORDER BY id`, pq),
 		fmt.Sprintf(`SELECT conversations[2].content AS c FROM '%s' WHERE id = 'A/a-07#1'`, jl),
 	)
-	if n := res[0][0]["n"]; n != float64(rows["ds.parquet"]) {
-		t.Errorf("DuckDB counts %v rows in %s; manifest says %d", n, files["parquet"], rows["ds.parquet"])
+	if n := res[0][0]["n"]; n != float64(rows["data/ds.parquet"]) {
+		t.Errorf("DuckDB counts %v rows in %s; manifest says %d", n, files["parquet"], rows["data/ds.parquet"])
 	}
-	if n := res[1][0]["n"]; n != float64(rows["ds.sharegpt.jsonl"]) {
-		t.Errorf("DuckDB counts %v rows in %s; manifest says %d", n, files["sharegpt"], rows["ds.sharegpt.jsonl"])
+	if n := res[1][0]["n"]; n != float64(rows["data/ds.sharegpt.jsonl"]) {
+		t.Errorf("DuckDB counts %v rows in %s; manifest says %d", n, files["sharegpt"], rows["data/ds.sharegpt.jsonl"])
 	}
 	var cols []string
 	for _, r := range res[2] {

@@ -85,7 +85,7 @@ func TestE2EDrainFinishesJob(t *testing.T) {
 				t.Errorf("a finished job called interrupted:\n%s", res)
 			}
 			out := filepath.Join(dir, "out")
-			if got := len(readJSONL(t, filepath.Join(out, "own.sharegpt.jsonl"))); got != tt.done {
+			if got := len(readJSONL(t, filepath.Join(out, "data", "own.sharegpt.jsonl"))); got != tt.done {
 				t.Errorf("training file: %d rows, want %d", got, tt.done)
 			}
 			if got := len(readJSONL(t, filepath.Join(out, "own.rejected.jsonl"))); got != tt.reject {

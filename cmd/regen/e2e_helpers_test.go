@@ -363,7 +363,7 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 	path := func(suffix string) string { return filepath.Join(outDir, name+suffix) }
 
 	var sgIDs []string
-	for _, raw := range readJSONL(t, path(".sharegpt.jsonl")) {
+	for _, raw := range readJSONL(t, export.TrainingFile(outDir, name, export.FormatShareGPT)) {
 		if err := export.CheckShareGPTLine(raw); err != nil {
 			t.Errorf("sharegpt line breaks the training-data contract: %v: %s", err, tail(raw, 300))
 		}
@@ -444,7 +444,7 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 	}
 
 	if withParquet {
-		rows, err := parquet.ReadFile[export.ParquetRow](path(".parquet"))
+		rows, err := parquet.ReadFile[export.ParquetRow](export.TrainingFile(outDir, name, export.FormatParquet))
 		if err != nil {
 			t.Errorf("read parquet export: %v", err)
 		}

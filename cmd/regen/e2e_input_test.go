@@ -258,7 +258,7 @@ func TestE2EInvalidTextDeadLettered(t *testing.T) {
 			t.Errorf("dead letter at %s = %q, want %q (all: %v)", origin, dead[origin], want, dead)
 		}
 	}
-	out, err := os.ReadFile(filepath.Join(dir, "out", "own.sharegpt.jsonl"))
+	out, err := os.ReadFile(filepath.Join(dir, "out", "data", "own.sharegpt.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

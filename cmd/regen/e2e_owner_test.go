@@ -65,7 +65,7 @@ func TestE2ETwoJobFilesOneStore(t *testing.T) {
 	}
 	db := filepath.Join(dir, "bad.db")
 	before := storeSnapshot(t, db)
-	exportBefore, err := os.ReadFile(filepath.Join(dir, "out", "bad.sharegpt.jsonl"))
+	exportBefore, err := os.ReadFile(filepath.Join(dir, "out", "data", "bad.sharegpt.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestE2ETwoJobFilesOneStore(t *testing.T) {
 	if diff := cmp.Diff(before, storeSnapshot(t, db)); diff != "" {
 		t.Errorf("the refused job file changed the store (-before +after):\n%s", diff)
 	}
-	if after, err := os.ReadFile(filepath.Join(dir, "out", "bad.sharegpt.jsonl")); err != nil || string(after) != string(exportBefore) {
+	if after, err := os.ReadFile(filepath.Join(dir, "out", "data", "bad.sharegpt.jsonl")); err != nil || string(after) != string(exportBefore) {
 		t.Errorf("the refused job file changed a.yaml's export (err %v)", err)
 	}
 	// The owner goes on as before.

@@ -59,7 +59,7 @@ func TestE2ETokenIDs(t *testing.T) {
 	}
 	var records, multi, tokens int
 	byID := map[string][]int32{}
-	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "demo.sharegpt.jsonl")) {
+	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "data", "demo.sharegpt.jsonl")) {
 		var r struct {
 			ID       string  `json:"id"`
 			InputIDs []int32 `json:"input_ids"`
@@ -109,7 +109,7 @@ func TestE2ETokenIDs(t *testing.T) {
 	if records < 300 || multi < 20 {
 		t.Errorf("%d records, %d multi-turn: want the demo's hundreds, many multi-turn", records, multi)
 	}
-	rows, err := parquet.ReadFile[export.ParquetTokenRow](filepath.Join(dir, "out", "demo.parquet"))
+	rows, err := parquet.ReadFile[export.ParquetTokenRow](filepath.Join(dir, "out", "data", "demo.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestE2ETokenIDs(t *testing.T) {
 	// The training file holds only rows with ids; the others are in the
 	// no-token-ids file, each saying why, and the run counts them.
 	var with, without int
-	for _, file := range []string{"demo.sharegpt.jsonl", "demo.sharegpt.no-token-ids.jsonl"} {
+	for _, file := range []string{"data/demo.sharegpt.jsonl", "demo.sharegpt.no-token-ids.jsonl"} {
 		for _, raw := range readJSONL(t, filepath.Join(strip, "out", file)) {
 			var r struct {
 				ID       string  `json:"id"`
@@ -144,9 +144,9 @@ func TestE2ETokenIDs(t *testing.T) {
 			}
 			json.Unmarshal(raw, &r)
 			switch {
-			case file == "demo.sharegpt.jsonl" && r.TokenIDs == "" && len(r.InputIDs) > 0:
+			case file == "data/demo.sharegpt.jsonl" && r.TokenIDs == "" && len(r.InputIDs) > 0:
 				with++
-			case file != "demo.sharegpt.jsonl" && len(r.InputIDs) == 0 && len(r.Turns) > 0 && strings.Contains(r.TokenIDs, "re-renders"):
+			case file != "data/demo.sharegpt.jsonl" && len(r.InputIDs) == 0 && len(r.Turns) > 0 && strings.Contains(r.TokenIDs, "re-renders"):
 				without++
 			default:
 				t.Errorf("%s in %s: %d input_ids, token_ids %q", r.ID, file, len(r.InputIDs), r.TokenIDs)

@@ -38,8 +38,10 @@ func newExportCommand() *cobra.Command {
 		Use:   "export JOB.yaml",
 		Short: "Write the job's finished samples to dataset files",
 		Long: `export reads the done, rejected and dead samples of a job's store and writes
-<name>.sharegpt.jsonl, <name>.openai-batch.jsonl with <name>.errors.jsonl,
-<name>.parquet, and always <name>.rejected.jsonl and <name>.dead.jsonl.
+the training files data/<name>.sharegpt.jsonl and data/<name>.parquet
+(point a trainer at data/ or a file in it), and beside data/ the side
+files: <name>.openai-batch.jsonl with <name>.errors.jsonl (not a training
+format), and always <name>.rejected.jsonl and <name>.dead.jsonl.
 Training files hold only accepted (done) samples, each with its whole
 regenerated conversation; output.metadata: full adds run details. Each file
 replaces the previous one atomically once complete. It can run while the

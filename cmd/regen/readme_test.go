@@ -297,7 +297,7 @@ func checkDemoPaths(t *testing.T, dir, runText, statusText string, ex exported) 
 	t.Helper()
 	root := filepath.Dir(filepath.Dir(dir))
 	for _, want := range []string{"regen: job demo, store demo.db, log .regen/demo/regen.log (paths relative to examples/demo/)\n",
-		"  out/demo.sharegpt.jsonl\n", "  out/demo.dead.jsonl\n"} {
+		"  out/data/demo.sharegpt.jsonl\n", "  out/demo.dead.jsonl\n"} {
 		if !strings.Contains(runText, want) {
 			t.Errorf("the demo run does not print %q:\n%s", want, runText)
 		}

@@ -94,7 +94,7 @@ func TestRunExport(t *testing.T) {
 	if err := runExport(ctx, &out, path, exportOptions{formats: []string{export.FormatOpenAIBatch, export.FormatParquet}, out: outDir}); err != nil {
 		t.Fatalf("runExport: %v", err)
 	}
-	for _, name := range []string{"exp.openai-batch.jsonl", "exp.errors.jsonl", "exp.parquet", "exp.rejected.jsonl", "exp.dead.jsonl"} {
+	for _, name := range []string{"exp.openai-batch.jsonl", "exp.errors.jsonl", "data/exp.parquet", "exp.rejected.jsonl", "exp.dead.jsonl"} {
 		if _, err := os.Stat(filepath.Join(outDir, name)); err != nil {
 			t.Errorf("missing %s: %v", name, err)
 		}

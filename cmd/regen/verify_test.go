@@ -95,7 +95,7 @@ func TestRunVerify(t *testing.T) {
 	if code, text := verifyExit(t, path); code != 0 || !strings.Contains(text, "ok: out/vj.manifest.json: 5 files, ") {
 		t.Fatalf("verify a fresh export: exit %d\n%s", code, text)
 	}
-	file := filepath.Join(filepath.Dir(path), "out", "vj.sharegpt.jsonl")
+	file := filepath.Join(filepath.Dir(path), "out", "data", "vj.sharegpt.jsonl")
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -107,8 +107,8 @@ func TestRunVerify(t *testing.T) {
 	}
 	code, text := verifyExit(t, path)
 	for _, want := range []string{
-		"out/vj.sharegpt.jsonl: SHA-256 ",
-		"out/vj.sharegpt.jsonl line 1 (p/a): differs from the store's current answer at byte",
+		"out/data/vj.sharegpt.jsonl: SHA-256 ",
+		"out/data/vj.sharegpt.jsonl line 1 (p/a): differs from the store's current answer at byte",
 		"hEllo",
 		"out/vj.manifest.json: 2 problems in 5 files checked",
 	} {
@@ -160,16 +160,29 @@ func TestRunExportKeepsEarlierFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	data, err := os.ReadDir(filepath.Join(dir, export.DataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
 	for _, e := range entries {
-		if e.Name() != "vj.manifest.json" && !listed[e.Name()] {
-			t.Errorf("%s is in out/ but not in the manifest %v", e.Name(), listed)
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	for _, e := range data {
+		names = append(names, export.DataDir+"/"+e.Name())
+	}
+	for _, name := range names {
+		if name != "vj.manifest.json" && !listed[name] {
+			t.Errorf("%s is in out/ but not in the manifest %v", name, listed)
 		}
 	}
 	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"vj.sharegpt.jsonl", "vj.openai-batch.jsonl", "vj.parquet"} {
+	for _, f := range []string{"data/vj.sharegpt.jsonl", "vj.openai-batch.jsonl", "data/vj.parquet"} {
 		if !strings.Contains(string(card), f) {
 			t.Errorf("the card does not list %s", f)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/regen-dev/regen/internal/export"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -188,7 +189,7 @@ func testRunnerKilled(t *testing.T, name string, sig syscall.Signal) {
 		t.Errorf("no takeover event: the re-run released none of the dead runner's leases")
 	}
 	checkExactlyOnce(t, nil, st, Summary{}, n, 1)
-	checkExportOnce(t, filepath.Join(spec.Output.Dir, spec.BaseName()+".sharegpt.jsonl"), n)
+	checkExportOnce(t, export.TrainingFile(spec.Output.Dir, spec.BaseName(), export.FormatShareGPT), n)
 }
 
 // TestSGLangDialect launches "sglang" through a stand-in executable that

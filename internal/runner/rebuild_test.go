@@ -221,7 +221,7 @@ monitor: {heartbeat_every: 100ms}
 					t.Errorf("request %d of %d after --new-config: %s\n%v", i+1, len(reqs), problem, m)
 				}
 			}
-			recs := exportedRecords(t, filepath.Join(dir, "out", "rebuild.sharegpt.jsonl"))
+			recs := exportedRecords(t, filepath.Join(dir, "out", "data", "rebuild.sharegpt.jsonl"))
 			ids := map[string]bool{}
 			for _, m := range recs {
 				id, _ := m["id"].(string)

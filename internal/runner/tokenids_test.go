@@ -69,7 +69,7 @@ output: {formats: [sharegpt], token_ids: true}
 			}
 			// A training file is all-ids or no-ids: records without ids go to a
 			// file of their own.
-			file, other := "ids.sharegpt.jsonl", "ids.sharegpt.no-token-ids.jsonl"
+			file, other := "data/ids.sharegpt.jsonl", "ids.sharegpt.no-token-ids.jsonl"
 			if tc.wantIDs != "" {
 				file, other = other, file
 			}
