@@ -59,7 +59,12 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 			// reads none and so types nothing.
 			fmt.Sprintf(`SELECT count(*)::INTEGER AS n, count(*) FILTER (WHERE tools = '[]')::INTEGER AS no_tools, sum(length(to_json(t)))::BIGINT AS bytes FROM %s t`, src),
 			fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM (SELECT unnest(conversations) AS m FROM %s) WHERE m.tool_calls IS NOT NULL`, src),
+			// The demo's generation.chat_template_kwargs, on every row (issue 33 item 5).
+			fmt.Sprintf(`SELECT count(*)::INTEGER AS n FROM %s WHERE chat_template_kwargs = '{"thinking":true}'`, src),
 		)
+		if kw := r[2][0]["n"]; kw != r[0][0]["n"] {
+			t.Errorf("%s: %v of %v rows carry chat_template_kwargs {\"thinking\":true}", f.Path, kw, r[0][0]["n"])
+		}
 		n, noTools, calls := r[0][0]["n"], r[0][0]["no_tools"], r[1][0]["n"]
 		t.Logf("%s: DuckDB (sample_size=1) reads %v rows (%v bytes as JSON), %v without tools, %v messages with tool calls", f.Path, n, r[0][0]["bytes"], noTools, calls)
 		if n != float64(f.Rows) || f.Rows == 0 || r[0][0]["bytes"] == nil {

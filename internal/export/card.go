@@ -72,6 +72,9 @@ func card(m *Manifest) []byte {
 	for _, f := range m.Files {
 		fmt.Fprintf(&b, "| `%s` | %s | %d |\n", f.Path, f.Format, f.Rows)
 	}
+	if slices.ContainsFunc(m.Files, func(f ManifestFile) bool { return f.Format == FormatOpenAIBatch }) {
+		b.WriteString("\nThe openai-batch file is not a training format: it holds only each conversation's last answer, without the request's messages; neither SpecForge nor speculators reads it (they need `conversations`).\n")
+	}
 	fmt.Fprintf(&b, "\nChecksums of every file are in `%s.manifest.json`; `regen verify` checks them and every record against the store.\n", m.Job.Name)
 	fmt.Fprintf(&b, "\nBuilt with regen %s.\n", m.RegenVersion)
 	return []byte(b.String())

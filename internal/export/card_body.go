@@ -139,7 +139,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 		full, tokens = m.Export.Metadata == MetadataFull, m.Export.TokenIDs
 	}
 	b.WriteString("## Configs and row schema\n\n")
-	b.WriteString("The training files hold the same conversations, one row each, in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder.\n\n")
+	b.WriteString("The training files hold the same conversations, one row each, in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. Each row's `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
 	for i, c := range configs {
 		def := ", the config"
 		if i > 0 {

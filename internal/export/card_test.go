@@ -187,8 +187,8 @@ func TestCardNamesWhatAnswered(t *testing.T) {
 		"- Sampling: temperature 0.7, top_p the server's default; max_tokens 512 in lane `short`.",
 		"- chat_template_kwargs: `{\"thinking\":true}`.",
 		"- Reasoning (`strip_history`): kept in the records",
-		"`input_ids` list<int32>, `loss_mask` list<int8>, `token_ids` string?", // Parquet with token ids
-		"`partition` string, `truncated` bool, `input_ids` list<int32>",        // ShareGPT with token ids
+		"`input_ids` list<int32>, `loss_mask` list<int8>, `token_ids` string?",      // Parquet with token ids
+		"`truncated` bool, `chat_template_kwargs` string?, `input_ids` list<int32>", // ShareGPT with token ids
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("card lacks %q:\n%s", want, text)

@@ -36,6 +36,9 @@ type sharegptLine struct {
 	Tools         string            `json:"tools"`
 	Partition     string            `json:"partition"`
 	Truncated     bool              `json:"truncated"`
+	// ChatTemplateKwargs are the template switches the server rendered the
+	// last answer with, e.g. {"thinking":true} (templateKwargs).
+	ChatTemplateKwargs *string `json:"chat_template_kwargs"`
 	*runDetails
 	*tokenFields
 	*missingTokens
@@ -130,6 +133,8 @@ func (s *sharegptSink) write(r *record) error {
 		Tools:         toolsText(r.plan.Tools),
 		Partition:     r.row.Partition,
 		Truncated:     r.truncated(),
+
+		ChatTemplateKwargs: templateKwargs(r.last()),
 	}
 	if s.full {
 		line.runDetails = details(r)

@@ -17,18 +17,20 @@ import (
 // them. Endpoint, Seed and the provenance columns are set only with full
 // metadata.
 type ParquetRow struct {
-	ID               string           `parquet:"id"`
-	SourceID         string           `parquet:"source_id"`
-	Conversations    []ParquetMessage `parquet:"conversations,list"`
-	Tools            string           `parquet:"tools"`
-	Partition        string           `parquet:"partition"`
-	Truncated        bool             `parquet:"truncated"`
-	Lane             string           `parquet:"lane"`
-	FinishReason     string           `parquet:"finish_reason"`
-	PromptTokens     int64            `parquet:"prompt_tokens"`
-	CompletionTokens int64            `parquet:"completion_tokens"`
-	Endpoint         *string          `parquet:"endpoint,optional"`
-	Seed             *int64           `parquet:"seed,optional"` // with full metadata, when one was sent
+	ID            string           `parquet:"id"`
+	SourceID      string           `parquet:"source_id"`
+	Conversations []ParquetMessage `parquet:"conversations,list"`
+	Tools         string           `parquet:"tools"`
+	Partition     string           `parquet:"partition"`
+	Truncated     bool             `parquet:"truncated"`
+	// ChatTemplateKwargs: as the ShareGPT line's (templateKwargs).
+	ChatTemplateKwargs *string `parquet:"chat_template_kwargs,optional"`
+	Lane               string  `parquet:"lane"`
+	FinishReason       string  `parquet:"finish_reason"`
+	PromptTokens       int64   `parquet:"prompt_tokens"`
+	CompletionTokens   int64   `parquet:"completion_tokens"`
+	Endpoint           *string `parquet:"endpoint,optional"`
+	Seed               *int64  `parquet:"seed,optional"` // with full metadata, when one was sent
 	// The last answer's provenance, with full metadata: configuration
 	// generation, the model id it named, the server's engine, version and
 	// system_fingerprint when it said, the sampling parameters sent (JSON).
@@ -211,16 +213,17 @@ func (s *parquetSink) close() error {
 
 func parquetRow(r *record) ParquetRow {
 	row := ParquetRow{
-		ID:               r.row.ID,
-		SourceID:         r.sourceID(),
-		Conversations:    make([]ParquetMessage, len(r.conv)),
-		Tools:            toolsText(r.plan.Tools),
-		Partition:        r.row.Partition,
-		Truncated:        r.truncated(),
-		Lane:             r.row.Lane,
-		FinishReason:     r.res.FinishReason,
-		PromptTokens:     int64(r.res.Usage.PromptTokens),
-		CompletionTokens: int64(r.res.Usage.CompletionTokens),
+		ID:                 r.row.ID,
+		SourceID:           r.sourceID(),
+		Conversations:      make([]ParquetMessage, len(r.conv)),
+		Tools:              toolsText(r.plan.Tools),
+		Partition:          r.row.Partition,
+		Truncated:          r.truncated(),
+		ChatTemplateKwargs: templateKwargs(r.last()),
+		Lane:               r.row.Lane,
+		FinishReason:       r.res.FinishReason,
+		PromptTokens:       int64(r.res.Usage.PromptTokens),
+		CompletionTokens:   int64(r.res.Usage.CompletionTokens),
 	}
 	// The same messages as the ShareGPT line, so both files agree.
 	for i, m := range sharegptMessages(r.conv) {

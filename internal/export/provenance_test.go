@@ -149,3 +149,57 @@ func samplingObject(t *testing.T, p *store.Provenance) {
 	}
 	p.Sampling = json.RawMessage(text)
 }
+
+// Every record carries the chat_template_kwargs its last answer's request
+// sent, as JSON text, in both formats and whatever the metadata level:
+// the switch set, "{}" when the request sent none, null when the stored
+// answer does not record its request (issue 33 item 5).
+func TestExportTemplateKwargs(t *testing.T) {
+	u := llm.Usage{PromptTokens: 3, CompletionTokens: 1}
+	row := func(id, sampling string) store.Row {
+		r := doneRow(t, id, `{"messages":[{"role":"user","content":"q"}]}`, llm.Result{Content: "a", FinishReason: "stop", Usage: u})
+		if sampling != "" {
+			p := store.Provenance{Generation: 1, Sampling: json.RawMessage(sampling)}
+			r.Result.Response = withProvenance(t, llm.Result{Content: "a", FinishReason: "stop", Usage: u}, p)
+		}
+		return r
+	}
+	st := &fakeStore{rows: []store.Row{
+		row("P1/on", `{"chat_template_kwargs":{"thinking": true},"max_tokens":9}`),
+		row("P1/none", `{"max_tokens":9}`),
+		row("P1/old", ""),
+	}}
+	dir := t.TempDir()
+	if _, err := ExportWith(context.Background(), st, dir, []string{FormatShareGPT, FormatParquet}, "j", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]*string{"P1/on": ptr(`{"thinking":true}`), "P1/none": ptr("{}"), "P1/old": nil}
+	got := map[string]*string{}
+	for _, m := range readLines(t, filepath.Join(dir, DataDir, "j.sharegpt.jsonl")) {
+		v, ok := m["chat_template_kwargs"]
+		if !ok {
+			t.Fatalf("line %v has no chat_template_kwargs key", m["id"])
+		}
+		if s, isStr := v.(string); isStr {
+			got[m["id"].(string)] = &s
+		} else {
+			got[m["id"].(string)] = nil
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sharegpt chat_template_kwargs (-want +got):\n%s", diff)
+	}
+	rows, err := parquet.ReadFile[ParquetRow](filepath.Join(dir, DataDir, "j.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]*string{}
+	for _, r := range rows {
+		got[r.ID] = r.ChatTemplateKwargs
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parquet chat_template_kwargs (-want +got):\n%s", diff)
+	}
+}
+
+func ptr(s string) *string { return &s }

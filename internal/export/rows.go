@@ -156,3 +156,32 @@ func toolsText(raw json.RawMessage) string {
 	}
 	return b.String()
 }
+
+// templateKwargs is the chat_template_kwargs the request of an answer sent
+// (its stored sampling parameters), as JSON text: "{}" when it sent none,
+// null when the answer does not record its request (a store from before
+// provenance). Text, like tools: the keys change with the model, a string
+// column does not. A trainer that re-renders the conversation passes them
+// to the template (speculators' render client takes chat_template_kwargs,
+// vllm-project/speculators c05b95b render_client.py l.34/50; its
+// _encode_render does not pass them yet, docs/training-data.md).
+func templateKwargs(p store.Provenance) *string {
+	if len(p.Sampling) == 0 {
+		return nil
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(p.Sampling, &params) != nil {
+		return nil
+	}
+	kw, ok := params["chat_template_kwargs"]
+	if !ok || string(kw) == "null" {
+		s := "{}"
+		return &s
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, kw) != nil {
+		return nil
+	}
+	s := b.String()
+	return &s
+}

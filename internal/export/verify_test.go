@@ -87,8 +87,8 @@ func TestVerifyCatches(t *testing.T) {
 			`the file has 'ant","content":"iello"`,
 		}},
 		{"truncate", sg, func(b []byte) []byte { return b[:len(b)/2] }, []string{
-			"bytes, the manifest says 1644 (cut short or grown)",
-			"demo.sharegpt.jsonl line 2 (P1/a2): cut short: the file ends 378 bytes into this line",
+			"bytes, the manifest says 1728 (cut short or grown)",
+			"demo.sharegpt.jsonl line 2 (P1/a2): cut short: the file ends 392 bytes into this line",
 		}},
 		{"delete a row", sg, func(b []byte) []byte {
 			l := lines(b)
