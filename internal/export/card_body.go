@@ -167,6 +167,9 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", t.Unavailable, noIDsFile(m, FormatShareGPTNoTokenIDs))
 			}
 		}
+		if f := noIDsFile(m, c[0]+"-truncated"); f != "" && m.Totals.Truncated > 0 {
+			fmt.Fprintf(b, "\nAnswers cut at max_tokens (`truncated: true`): %d, in `%s`, not in this file: the trainers ignore the flag and would learn half answers (`output.train_truncated: true` keeps them here).\n", m.Totals.Truncated, f)
+		}
 		b.WriteString("\n")
 	}
 }

@@ -34,11 +34,23 @@ const FormatShareGPTNoTokenIDs = FormatShareGPT + "-no-token-ids"
 // FormatParquetNoTokenIDs is the same for Parquet.
 const FormatParquetNoTokenIDs = FormatParquet + "-no-token-ids"
 
+// FormatShareGPTTruncated and FormatParquetTruncated are the files of the
+// done samples whose last answer was cut at max_tokens (kept when the
+// truncated rule is off), beside the training files unless
+// Options.TrainTruncated: trainers ignore the truncated flag and would
+// learn half answers (docs/training-data.md).
+const (
+	FormatShareGPTTruncated = FormatShareGPT + "-truncated"
+	FormatParquetTruncated  = FormatParquet + "-truncated"
+)
+
 const (
 	rejectedSuffix = ".rejected.jsonl"
 	deadSuffix     = ".dead.jsonl"
 	noIDsSuffix    = ".sharegpt.no-token-ids.jsonl"
 	noIDsParquet   = ".no-token-ids.parquet"
+	truncSuffix    = ".sharegpt.truncated.jsonl"
+	truncParquet   = ".truncated.parquet"
 )
 
 // DataDir is the folder, inside an export's folder, that holds only the
@@ -134,6 +146,10 @@ type Options struct {
 	// EngineOf names the engine of an endpoint URL, for the reason a
 	// record has no token ids; nil names the URL.
 	EngineOf func(endpoint string) string
+	// TrainTruncated writes done samples cut at max_tokens into the
+	// training files (output.train_truncated); otherwise they go to the
+	// truncated files beside them.
+	TrainTruncated bool
 	// JobDir is the job file's folder: dead letters' origins are written
 	// relative to it (job.RelTo), also those stored absolute.
 	JobDir string
@@ -233,18 +249,27 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 }
 
 // removeStaleNoIDs removes the no-token-ids files an earlier export with
-// token ids left when this one writes their format without them: they
-// hold nothing this export's manifest describes.
+// token ids left when this one writes their format without them, and the
+// truncated files when this one trains on truncated rows: they hold
+// nothing this export's manifest describes.
 func removeStaleNoIDs(dir, name string, want map[string]bool, o Options) error {
-	if o.TokenIDs {
-		return nil
+	stale := map[string][]string{}
+	if !o.TokenIDs {
+		stale[FormatShareGPT] = append(stale[FormatShareGPT], noIDsSuffix)
+		stale[FormatParquet] = append(stale[FormatParquet], noIDsParquet)
 	}
-	for format, suffix := range map[string]string{FormatShareGPT: noIDsSuffix, FormatParquet: noIDsParquet} {
-		if !want[format] {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, name+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove the earlier %s: %w", name+suffix, err)
+	if o.TrainTruncated { // the truncated rows are in the training files now
+		stale[FormatShareGPT] = append(stale[FormatShareGPT], truncSuffix)
+		stale[FormatParquet] = append(stale[FormatParquet], truncParquet)
+	}
+	for format, suffixes := range stale {
+		for _, suffix := range suffixes {
+			if !want[format] {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, name+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove the earlier %s: %w", name+suffix, err)
+			}
 		}
 	}
 	return nil
@@ -315,7 +340,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), path(noIDsSuffix), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), sidePaths(path(noIDsSuffix), path(truncSuffix), o), full, o.TokenIDs)); err != nil {
 			return nil, err
 		}
 	}
@@ -326,7 +351,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	var err error
 	if want[FormatParquet] {
-		if w.pq, err = newParquet(create, TrainingFile(dir, name, FormatParquet), path(noIDsParquet), full, o.TokenIDs); add(w.pq, err) != nil {
+		if w.pq, err = newParquet(create, TrainingFile(dir, name, FormatParquet), sidePaths(path(noIDsParquet), path(truncParquet), o), full, o.TokenIDs); add(w.pq, err) != nil {
 			return nil, err
 		}
 	}
@@ -337,6 +362,22 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 		return nil, err
 	}
 	return w, nil
+}
+
+// sides are the side files of a training format: where rows without token
+// ids go (with Options.TokenIDs) and truncated rows (unless
+// Options.TrainTruncated); "" for a file not written.
+type sides struct{ noIDs, truncated string }
+
+func sidePaths(noIDs, truncated string, o Options) sides {
+	var s sides
+	if o.TokenIDs {
+		s.noIDs = noIDs
+	}
+	if !o.TrainTruncated {
+		s.truncated = truncated
+	}
+	return s
 }
 
 func (w *writers) files() []*output {

@@ -209,7 +209,8 @@ func readLines(t *testing.T, path string) []map[string]any {
 
 func TestExportGolden(t *testing.T) {
 	dir := t.TempDir()
-	sum, err := Export(context.Background(), fixture(t), dir, Formats, "demo")
+	// The golden ShareGPT file keeps the truncated row (line 3) in it.
+	sum, err := ExportWith(context.Background(), fixture(t), dir, Formats, "demo", Options{TrainTruncated: true})
 	if err != nil {
 		t.Fatalf("Export: %v", err)
 	}
@@ -451,7 +452,7 @@ func TestExportDeadAlways(t *testing.T) {
 	for _, f := range sum.Files {
 		got = append(got, filepath.Base(f.Path))
 	}
-	if diff := cmp.Diff([]string{"j.sharegpt.jsonl", "j.rejected.jsonl", "j.dead.jsonl", "README.md", "j.manifest.json"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"j.sharegpt.jsonl", "j.sharegpt.truncated.jsonl", "j.rejected.jsonl", "j.dead.jsonl", "README.md", "j.manifest.json"}, got); diff != "" {
 		t.Errorf("files mismatch (-want +got):\n%s", diff)
 	}
 }

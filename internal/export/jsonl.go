@@ -93,33 +93,48 @@ func details(r *record) *runDetails {
 // whose ids are unavailable go to a file of their own, so each file is
 // all-ids or no-ids (docs/training-data.md, "What the export writes").
 type sharegptSink struct {
-	out, noIDs    *output
-	enc, noIDsEnc lineEncoder
-	full, tokens  bool
+	out, noIDs, trunc       *output
+	enc, noIDsEnc, truncEnc lineEncoder
+	full, tokens            bool
 }
 
-func newShareGPT(create createFunc, path, noIDsPath string, full, tokens bool) (*sharegptSink, error) {
+func newShareGPT(create createFunc, path string, side sides, full, tokens bool) (*sharegptSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}
 	s := &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full, tokens: tokens}
-	if tokens {
-		side, err := create(noIDsPath)
+	open := func(path, format string) (*output, lineEncoder, error) {
+		f, err := create(path)
 		if err != nil {
-			af.abort()
+			for _, o := range s.files() {
+				o.af.abort()
+			}
+			return nil, lineEncoder{}, err
+		}
+		return &output{format: format, af: f}, newLineEncoder(f), nil
+	}
+	if side.noIDs != "" {
+		if s.noIDs, s.noIDsEnc, err = open(side.noIDs, FormatShareGPTNoTokenIDs); err != nil {
 			return nil, err
 		}
-		s.noIDs, s.noIDsEnc = &output{format: FormatShareGPTNoTokenIDs, af: side}, newLineEncoder(side)
+	}
+	if side.truncated != "" {
+		if s.trunc, s.truncEnc, err = open(side.truncated, FormatShareGPTTruncated); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
 func (s *sharegptSink) files() []*output {
-	if s.noIDs == nil {
-		return []*output{s.out}
+	out := []*output{s.out}
+	for _, o := range []*output{s.noIDs, s.trunc} {
+		if o != nil {
+			out = append(out, o)
+		}
 	}
-	return []*output{s.out, s.noIDs}
+	return out
 }
 
 func (s *sharegptSink) write(r *record) error {
@@ -147,6 +162,9 @@ func (s *sharegptSink) write(r *record) error {
 			line.missingTokens = &missingTokens{TokenIDs: t.Missing}
 			out, enc = s.noIDs, s.noIDsEnc
 		}
+	}
+	if s.trunc != nil && r.truncated() {
+		out, enc = s.trunc, s.truncEnc
 	}
 	if err := enc.write(line); err != nil {
 		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)

@@ -126,3 +126,42 @@ func tokenFixture(t *testing.T) *fakeStore {
 		doneRow(t, "P1/t2", `{"messages":[{"role":"user","content":"e"}]}`, answer(ids(5, 8), ids(9, 10))))
 	return fs
 }
+
+// TestExportTruncatedApart: an answer cut at max_tokens (P1/a3 in the
+// fixture) goes to the truncated files, not the training files, unless
+// Options.TrainTruncated; switching the option removes the files it no
+// longer writes, and each export verifies.
+func TestExportTruncatedApart(t *testing.T) {
+	dir := t.TempDir()
+	st := fixture(t)
+	ids := func(path string) []string {
+		var out []string
+		for _, m := range readLines(t, path) {
+			out = append(out, m["id"].(string))
+		}
+		return out
+	}
+	train := filepath.Join(dir, DataDir, "demo.sharegpt.jsonl")
+	trunc := filepath.Join(dir, "demo.sharegpt.truncated.jsonl")
+	sum, err := Export(context.Background(), st, dir, []string{FormatShareGPT, FormatParquet}, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(train); slices.Contains(got, "P1/a3") || len(got) != 2 {
+		t.Errorf("training file ids %v, want the 2 untruncated", got)
+	}
+	if got := ids(trunc); !slices.Equal(got, []string{"P1/a3"}) || sum.Truncated != 1 {
+		t.Errorf("truncated file ids %v (summary %d), want [P1/a3]", got, sum.Truncated)
+	}
+	if _, err := ExportWith(context.Background(), st, dir, []string{FormatShareGPT, FormatParquet}, "demo", Options{TrainTruncated: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(train); !slices.Contains(got, "P1/a3") || len(got) != 3 {
+		t.Errorf("with TrainTruncated the training file ids %v, want all 3", got)
+	}
+	for _, f := range []string{trunc, filepath.Join(dir, "demo.truncated.parquet")} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s left behind with TrainTruncated (stat: %v)", filepath.Base(f), err)
+		}
+	}
+}

@@ -392,7 +392,7 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
-	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs}
+	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs, TrainTruncated: o.TrainTruncated}
 	if sum.TokenIDs+sum.TokenIDsUnavailable > 0 { // output.token_ids, with done records
 		m.Totals.TokenIDs = &TokenIDCounts{With: sum.TokenIDs, Unavailable: sum.TokenIDsUnavailable}
 	}

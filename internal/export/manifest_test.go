@@ -67,12 +67,16 @@ func TestManifestAndCard(t *testing.T) {
 	for _, f := range m.Files {
 		paths = append(paths, f.Path)
 	}
-	want := []string{"data/demo.sharegpt.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl", "data/demo.parquet", "demo.rejected.jsonl", "demo.dead.jsonl", "README.md"}
+	want := []string{"data/demo.sharegpt.jsonl", "demo.sharegpt.truncated.jsonl", "demo.openai-batch.jsonl", "demo.errors.jsonl",
+		"data/demo.parquet", "demo.truncated.parquet", "demo.rejected.jsonl", "demo.dead.jsonl", "README.md"}
 	if diff := cmp.Diff(want, paths); diff != "" {
 		t.Errorf("manifest files (-want +got):\n%s", diff)
 	}
-	if m.Files[3].Rows != 3 {
-		t.Errorf("parquet rows %d, want 3", m.Files[3].Rows)
+	// The truncated answer (P1/a3) is beside the training files, not in them.
+	for i, rows := range map[int]int{0: 2, 1: 1, 4: 2, 5: 1} {
+		if m.Files[i].Rows != rows {
+			t.Errorf("%s rows %d, want %d", m.Files[i].Path, m.Files[i].Rows, rows)
+		}
 	}
 	if m.Schema != ManifestSchema || m.RegenVersion != "v0.0.0-test" || m.Fingerprint != "" || m.Generation != 0 {
 		t.Errorf("schema %q version %q fingerprint %q generation %d", m.Schema, m.RegenVersion, m.Fingerprint, m.Generation)

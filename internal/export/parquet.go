@@ -89,9 +89,9 @@ const rowGroupRows = 1024
 // parquetSink writes the Parquet file; with token ids, rows whose ids are
 // unavailable go to noIDs, a file of their own.
 type parquetSink struct {
-	out, noIDs      *output
-	rows, noIDsRows rowWriter
-	full            bool
+	out, noIDs, trunc          *output
+	rows, noIDsRows, truncRows rowWriter
+	full                       bool
 }
 
 // rowWriter writes one row type: ParquetRow, or ParquetTokenRow with token ids.
@@ -135,7 +135,7 @@ func (w *noIDsRows) write(r *record, row ParquetRow) error {
 	return err
 }
 
-func newParquet(create createFunc, path, noIDsPath string, full, tokens bool) (*parquetSink, error) {
+func newParquet(create createFunc, path string, side sides, full, tokens bool) (*parquetSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
@@ -146,26 +146,47 @@ func newParquet(create createFunc, path, noIDsPath string, full, tokens bool) (*
 		parquet.CreatedBy("regen", "", ""),
 	}
 	s := &parquetSink{out: &output{format: FormatParquet, af: af}, full: full}
-	if !tokens {
-		s.rows = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
-		return s, nil
+	// The training file's row type; the truncated file has the same one.
+	rows := func(a *atomicFile) rowWriter {
+		if tokens {
+			return &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](a, opts...), make([]ParquetTokenRow, 1)}
+		}
+		return &plainRows{parquet.NewGenericWriter[ParquetRow](a, opts...), make([]ParquetRow, 1)}
 	}
-	s.rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
-	side, err := create(noIDsPath)
-	if err != nil {
-		af.abort()
-		return nil, err
+	s.rows = rows(af)
+	open := func(path, format string) (*output, error) {
+		f, err := create(path)
+		if err != nil {
+			for _, o := range s.files() {
+				o.af.abort()
+			}
+			return nil, err
+		}
+		return &output{format: format, af: f}, nil
 	}
-	s.noIDs = &output{format: FormatParquetNoTokenIDs, af: side}
-	s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](side, opts...), make([]ParquetNoIDsRow, 1)}
+	if side.noIDs != "" {
+		if s.noIDs, err = open(side.noIDs, FormatParquetNoTokenIDs); err != nil {
+			return nil, err
+		}
+		s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](s.noIDs.af, opts...), make([]ParquetNoIDsRow, 1)}
+	}
+	if side.truncated != "" {
+		if s.trunc, err = open(side.truncated, FormatParquetTruncated); err != nil {
+			return nil, err
+		}
+		s.truncRows = rows(s.trunc.af)
+	}
 	return s, nil
 }
 
 func (s *parquetSink) files() []*output {
-	if s.noIDs == nil {
-		return []*output{s.out}
+	out := []*output{s.out}
+	for _, o := range []*output{s.noIDs, s.trunc} {
+		if o != nil {
+			out = append(out, o)
+		}
 	}
-	return []*output{s.out, s.noIDs}
+	return out
 }
 
 func (s *parquetSink) write(r *record) error {
@@ -185,6 +206,9 @@ func (s *parquetSink) write(r *record) error {
 	out, rows := s.out, s.rows
 	if s.noIDs != nil && r.tokens().Missing != "" {
 		out, rows = s.noIDs, s.noIDsRows
+	}
+	if s.trunc != nil && r.truncated() {
+		out, rows = s.trunc, s.truncRows
 	}
 	if err := rows.write(r, row); err != nil {
 		return fmt.Errorf("parquet sample %s: %w", r.row.ID, err)
@@ -206,6 +230,11 @@ func (s *parquetSink) close() error {
 	if s.noIDsRows != nil {
 		if err := s.noIDsRows.Close(); err != nil {
 			return fmt.Errorf("parquet close %s: %w", FormatParquetNoTokenIDs, err)
+		}
+	}
+	if s.truncRows != nil {
+		if err := s.truncRows.Close(); err != nil {
+			return fmt.Errorf("parquet close %s: %w", FormatParquetTruncated, err)
 		}
 	}
 	return nil

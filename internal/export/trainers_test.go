@@ -268,7 +268,7 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 			var files int
 			jsonConv, pqConv := map[string]any{}, map[string]any{}
 			for _, f := range sum.Files {
-				if f.Format == FormatParquet || f.Format == FormatParquetNoTokenIDs {
+				if f.Format == FormatParquet || f.Format == FormatParquetNoTokenIDs || f.Format == FormatParquetTruncated {
 					rows := parquetMaps[ParquetRow](t, f.Path)
 					switch {
 					case f.Format == FormatParquetNoTokenIDs:
@@ -280,13 +280,16 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 						pqConv[r["id"].(string)] = r["conversations"]
 					}
 					for _, r := range rules {
+						if f.Format == FormatParquetTruncated {
+							break // not a training file
+						}
 						if err := trainerChecks[r.Rule](rows); err != nil {
 							t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
 						}
 					}
 					continue
 				}
-				if f.Format != FormatShareGPT && f.Format != FormatShareGPTNoTokenIDs {
+				if f.Format != FormatShareGPT && f.Format != FormatShareGPTNoTokenIDs && f.Format != FormatShareGPTTruncated {
 					continue
 				}
 				files++
@@ -302,6 +305,9 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 					t.Fatalf("%s: %d rows, manifest %d; want some", f.Path, len(rows), f.Rows)
 				}
 				for _, r := range rules {
+					if f.Format == FormatShareGPTTruncated {
+						break // not a training file
+					}
 					if err := trainerChecks[r.Rule](rows); err != nil {
 						t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
 					}
@@ -316,7 +322,8 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 			if diff := cmp.Diff(jsonConv, pqConv); diff != "" || len(pqConv) != sum.Done {
 				t.Errorf("Parquet conversations (%d) differ from the ShareGPT files' (-jsonl +parquet):\n%s", len(pqConv), diff)
 			}
-			if want := map[bool]int{false: 1, true: 2}[o.TokenIDs]; files != want {
+			// The training file, the truncated one, and with ids the no-ids one.
+			if want := map[bool]int{false: 2, true: 3}[o.TokenIDs]; files != want {
 				t.Errorf("%d ShareGPT files, want %d", files, want)
 			}
 			if o.TokenIDs && (sum.TokenIDs != 2 || sum.TokenIDsUnavailable != 3) {

@@ -73,6 +73,8 @@ func (r Report) Err() error {
 type ExportSettings struct {
 	Metadata string `json:"metadata"`
 	TokenIDs bool   `json:"token_ids,omitempty"`
+	// TrainTruncated: truncated rows are in the training files.
+	TrainTruncated bool `json:"train_truncated,omitempty"`
 }
 
 // ManifestPath is where an export into dir writes name's manifest.
@@ -107,7 +109,7 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		return r, fmt.Errorf("verify: %s: schema %q, want %q", r.Manifest, m.Schema, ManifestSchema)
 	}
 	if m.Export != nil {
-		o.Metadata, o.TokenIDs = m.Export.Metadata, m.Export.TokenIDs
+		o.Metadata, o.TokenIDs, o.TrainTruncated = m.Export.Metadata, m.Export.TokenIDs, m.Export.TrainTruncated
 	}
 	for _, f := range m.Files {
 		r.Files++
@@ -139,6 +141,8 @@ var rowRules = map[string]func(f *os.File, size int64, lines int) (int, error){
 	FormatDead:                    countedLines,
 	FormatParquet:                 parquetRows,
 	FormatParquetNoTokenIDs:       parquetRows,
+	FormatShareGPTTruncated:       countedLines,
+	FormatParquetTruncated:        parquetRows,
 }
 
 func countedLines(_ *os.File, _ int64, lines int) (int, error) { return lines, nil }
@@ -236,11 +240,11 @@ func regenFiles(name string) []string {
 func formatFiles(name, format string) []string {
 	switch format {
 	case FormatShareGPT:
-		return []string{DataDir + "/" + name + ".sharegpt.jsonl", name + noIDsSuffix}
+		return []string{DataDir + "/" + name + ".sharegpt.jsonl", name + noIDsSuffix, name + truncSuffix}
 	case FormatOpenAIBatch:
 		return []string{name + ".openai-batch.jsonl", name + ".errors.jsonl"}
 	case FormatParquet:
-		return []string{DataDir + "/" + name + ".parquet", name + noIDsParquet}
+		return []string{DataDir + "/" + name + ".parquet", name + noIDsParquet, name + truncParquet}
 	}
 	return nil
 }

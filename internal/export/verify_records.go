@@ -99,18 +99,39 @@ func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parq
 		return nil, nil, err
 	}
 	s := &parquetSink{out: &output{format: FormatParquet}, rows: pq, full: o.Metadata == MetadataFull}
-	if !o.TokenIDs {
-		return s, []*parquetChecker{pq}, nil
+	checkers := []*parquetChecker{pq}
+	// side is the checker of a side file, checked as empty when the
+	// manifest does not list it.
+	side := func(base string, tokens bool) (*parquetChecker, error) {
+		if !listed[base] {
+			return &parquetChecker{path: base, bad: &Problem{}}, nil
+		}
+		c, err := openParquetChecker(filepath.Join(dir, base), base, tokens)
+		if err != nil {
+			for _, c := range checkers {
+				if c.f != nil {
+					_ = c.f.Close() // read only
+				}
+			}
+			return nil, err
+		}
+		return c, nil
 	}
-	side := &parquetChecker{path: name + noIDsParquet, bad: &Problem{}}
-	if listed[name+noIDsParquet] {
-		if side, err = openParquetChecker(filepath.Join(dir, name+noIDsParquet), name+noIDsParquet, true); err != nil {
-			_ = pq.f.Close() // read only
+	if o.TokenIDs {
+		c, err := side(name+noIDsParquet, true)
+		if err != nil {
 			return nil, nil, err
 		}
+		s.noIDs, s.noIDsRows, checkers = &output{format: FormatParquetNoTokenIDs}, c, append(checkers, c)
 	}
-	s.noIDs, s.noIDsRows = &output{format: FormatParquetNoTokenIDs}, side
-	return s, []*parquetChecker{pq, side}, nil
+	if !o.TrainTruncated {
+		c, err := side(name+truncParquet, o.TokenIDs)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.trunc, s.truncRows, checkers = &output{format: FormatParquetTruncated}, c, append(checkers, c)
+	}
+	return s, checkers, nil
 }
 
 // skipNewer passes over the line (row) of a sample that finished after the
@@ -126,8 +147,10 @@ func skipNewer(w *writers, id string) {
 			}
 		case *parquetSink:
 			s.rows.(*parquetChecker).skip(id)
-			if s.noIDsRows != nil {
-				s.noIDsRows.(*parquetChecker).skip(id)
+			for _, side := range []rowWriter{s.noIDsRows, s.truncRows} {
+				if side != nil {
+					side.(*parquetChecker).skip(id)
+				}
 			}
 		default:
 			for _, o := range s.files() {

@@ -168,6 +168,10 @@ type Output struct {
 	// (engines that can give them on streamed chat completions: vLLM and
 	// SGLang) and exports input_ids and loss_mask per conversation.
 	TokenIDs bool `yaml:"token_ids"`
+	// TrainTruncated writes answers cut at max_tokens (done when the
+	// truncated rule is off) into the training files; by default they go
+	// to a file of their own beside them (trainers ignore the flag).
+	TrainTruncated bool `yaml:"train_truncated"`
 	// The dataset card's Hugging Face metadata: License is a Hub license
 	// id (unset: "other", and the card says no license was given);
 	// Language the ISO 639 codes of the data; PrettyName the card's title
