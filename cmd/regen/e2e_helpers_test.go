@@ -363,7 +363,18 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 	path := func(suffix string) string { return filepath.Join(outDir, name+suffix) }
 
 	var sgIDs []string
-	for _, raw := range readJSONL(t, export.TrainingFile(outDir, name, export.FormatShareGPT)) {
+	// Done samples: the training file and the truncated answers beside it
+	// (output.train_truncated off), which must not be in the training file.
+	lines := readJSONL(t, export.TrainingFile(outDir, name, export.FormatShareGPT))
+	for _, raw := range lines {
+		if bytes.Contains(raw, []byte(`"truncated":true`)) {
+			t.Errorf("a truncated answer in the training file: %s", tail(raw, 200))
+		}
+	}
+	if _, err := os.Stat(path(".sharegpt.truncated.jsonl")); err == nil {
+		lines = append(lines, readJSONL(t, path(".sharegpt.truncated.jsonl"))...)
+	}
+	for _, raw := range lines {
 		if err := export.CheckShareGPTLine(raw); err != nil {
 			t.Errorf("sharegpt line breaks the training-data contract: %v: %s", err, tail(raw, 300))
 		}
@@ -447,6 +458,13 @@ func checkExport(t *testing.T, outDir, name string, want []string, withParquet b
 		rows, err := parquet.ReadFile[export.ParquetRow](export.TrainingFile(outDir, name, export.FormatParquet))
 		if err != nil {
 			t.Errorf("read parquet export: %v", err)
+		}
+		if _, err := os.Stat(path(".truncated.parquet")); err == nil {
+			trunc, err := parquet.ReadFile[export.ParquetRow](path(".truncated.parquet"))
+			if err != nil {
+				t.Errorf("read the truncated parquet file: %v", err)
+			}
+			rows = append(rows, trunc...)
 		}
 		var ids []string
 		for _, r := range rows {

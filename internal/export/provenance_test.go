@@ -203,3 +203,21 @@ func TestExportTemplateKwargs(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// With token ids the same rows (none has ids) go to the no-token-ids
+// files; the export's own verify reads the Parquet one in its schema and
+// finds every row equal (read as a token row, parquet-go filled input_ids
+// from another column once chat_template_kwargs was set).
+func TestExportTemplateKwargsNoIDs(t *testing.T) {
+	u := llm.Usage{PromptTokens: 3, CompletionTokens: 1}
+	r := doneRow(t, "P1/on", `{"messages":[{"role":"user","content":"q"}]}`, llm.Result{Content: "a", FinishReason: "stop", Usage: u})
+	p := store.Provenance{Generation: 1, Sampling: json.RawMessage(`{"chat_template_kwargs":{"thinking":true}}`)}
+	r.Result.Response = withProvenance(t, llm.Result{Content: "a", FinishReason: "stop", Usage: u}, p)
+	sum, err := ExportWith(context.Background(), &fakeStore{rows: []store.Row{r}}, t.TempDir(), []string{FormatParquet}, "j", Options{TokenIDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.TokenIDsUnavailable != 1 || sum.Verified.Records != 1 {
+		t.Errorf("unavailable %d, verified records %d; want 1 and 1", sum.TokenIDsUnavailable, sum.Verified.Records)
+	}
+}

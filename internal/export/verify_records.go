@@ -94,7 +94,7 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 // Parquet file and, with token ids, of its no-token-ids file (checked as
 // empty when the manifest does not list it).
 func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parquetSink, []*parquetChecker, error) {
-	pq, err := openParquetChecker(TrainingFile(dir, name, FormatParquet), relPath(dir, TrainingFile(dir, name, FormatParquet)), o.TokenIDs)
+	pq, err := openParquetChecker(TrainingFile(dir, name, FormatParquet), relPath(dir, TrainingFile(dir, name, FormatParquet)), map[bool]int{false: plainRowsFile, true: tokenRowsFile}[o.TokenIDs])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -102,11 +102,11 @@ func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parq
 	checkers := []*parquetChecker{pq}
 	// side is the checker of a side file, checked as empty when the
 	// manifest does not list it.
-	side := func(base string, tokens bool) (*parquetChecker, error) {
+	side := func(base string, kind int) (*parquetChecker, error) {
 		if !listed[base] {
 			return &parquetChecker{path: base, bad: &Problem{}}, nil
 		}
-		c, err := openParquetChecker(filepath.Join(dir, base), base, tokens)
+		c, err := openParquetChecker(filepath.Join(dir, base), base, kind)
 		if err != nil {
 			for _, c := range checkers {
 				if c.f != nil {
@@ -118,14 +118,14 @@ func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parq
 		return c, nil
 	}
 	if o.TokenIDs {
-		c, err := side(name+noIDsParquet, true)
+		c, err := side(name+noIDsParquet, noIDsRowsFile)
 		if err != nil {
 			return nil, nil, err
 		}
 		s.noIDs, s.noIDsRows, checkers = &output{format: FormatParquetNoTokenIDs}, c, append(checkers, c)
 	}
 	if !o.TrainTruncated {
-		c, err := side(name+truncParquet, o.TokenIDs)
+		c, err := side(name+truncParquet, map[bool]int{false: plainRowsFile, true: tokenRowsFile}[o.TokenIDs])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -332,12 +332,22 @@ type parquetChecker struct {
 	f      *os.File
 	plain  *parquet.GenericReader[ParquetRow]
 	tokens *parquet.GenericReader[ParquetTokenRow]
+	// noIDs reads a no-token-ids file in its own schema: read as a
+	// ParquetTokenRow, parquet-go fills input_ids from another column.
+	noIDs *parquet.GenericReader[ParquetNoIDsRow]
 	row    int // rows compared so far
 	ahead  *ParquetTokenRow
 	bad    *Problem
 }
 
-func openParquetChecker(path, rel string, tokens bool) (*parquetChecker, error) {
+// Row types a parquetChecker reads.
+const (
+	plainRowsFile = iota
+	tokenRowsFile
+	noIDsRowsFile
+)
+
+func openParquetChecker(path, rel string, kind int) (*parquetChecker, error) {
 	c := &parquetChecker{path: rel}
 	f, err := os.Open(path)
 	if err != nil {
@@ -355,9 +365,12 @@ func openParquetChecker(path, rel string, tokens bool) (*parquetChecker, error) 
 		return c, nil
 	}
 	c.f = f
-	if tokens {
+	switch kind {
+	case tokenRowsFile:
 		c.tokens = parquet.NewGenericReader[ParquetTokenRow](pf)
-	} else {
+	case noIDsRowsFile:
+		c.noIDs = parquet.NewGenericReader[ParquetNoIDsRow](pf)
+	default:
 		c.plain = parquet.NewGenericReader[ParquetRow](pf)
 	}
 	return c, nil
@@ -377,6 +390,10 @@ func (c *parquetChecker) next() (*ParquetTokenRow, error) {
 		buf := make([]ParquetTokenRow, 1)
 		n, err = c.tokens.Read(buf)
 		r = buf[0]
+	} else if c.noIDs != nil {
+		buf := make([]ParquetNoIDsRow, 1)
+		n, err = c.noIDs.Read(buf)
+		r.ParquetRow, r.TokenIDs = buf[0].ParquetRow, buf[0].TokenIDs
 	} else {
 		buf := make([]ParquetRow, 1)
 		n, err = c.plain.Read(buf)
@@ -396,7 +413,7 @@ func (c *parquetChecker) write(r *record, row ParquetRow) error {
 		return nil
 	}
 	want := ParquetTokenRow{ParquetRow: row}
-	if c.tokens != nil {
+	if c.tokens != nil || c.noIDs != nil {
 		t := r.tokens()
 		want.InputIDs, want.LossMask, want.TokenIDs = t.InputIDs, t.LossMask, optional(t.Missing)
 	}
