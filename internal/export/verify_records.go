@@ -335,9 +335,9 @@ type parquetChecker struct {
 	// noIDs reads a no-token-ids file in its own schema: read as a
 	// ParquetTokenRow, parquet-go fills input_ids from another column.
 	noIDs *parquet.GenericReader[ParquetNoIDsRow]
-	row    int // rows compared so far
-	ahead  *ParquetTokenRow
-	bad    *Problem
+	row   int // rows compared so far
+	ahead *ParquetTokenRow
+	bad   *Problem
 }
 
 // Row types a parquetChecker reads.
