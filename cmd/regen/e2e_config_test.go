@@ -246,7 +246,7 @@ func TestE2ENewConfigRebuildKills(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("run after the kills:\n%s", res)
 	}
-	lines := readJSONL(t, filepath.Join(dir, "out", "data", "rebuild.sharegpt.jsonl"))
+	lines := doneLines(t, filepath.Join(dir, "out"), "rebuild")
 	seen := map[string]bool{}
 	for _, raw := range lines {
 		var rec struct {

@@ -82,8 +82,11 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 		}
 		rows[f.Path] = f.Rows
 	}
-	if m.Totals.Done+m.Totals.Rejected != 70 || rows["data/ds.parquet"] != m.Totals.Done || m.Totals.Done == 0 {
-		t.Errorf("manifest totals %+v, parquet rows %d; want 70 samples (30 x 2 + 10), all of the done ones in parquet", m.Totals, rows["data/ds.parquet"])
+	// Done answers cut at max_tokens are in the truncated file, not the
+	// training file (output.train_truncated off).
+	if m.Totals.Done+m.Totals.Rejected != 70 || rows["data/ds.parquet"]+rows["ds.truncated.parquet"] != m.Totals.Done ||
+		rows["ds.truncated.parquet"] != m.Totals.Truncated || m.Totals.Done == 0 {
+		t.Errorf("manifest totals %+v, parquet rows %d + %d truncated; want 70 samples (30 x 2 + 10), the done ones in parquet, the truncated apart", m.Totals, rows["data/ds.parquet"], rows["ds.truncated.parquet"])
 	}
 	if len(m.Servers) != 1 || m.Servers[0].Answers < m.Totals.Done || !slices.Contains(m.Servers[0].Models, "sim-model") {
 		t.Errorf("manifest servers %+v; want the one sim endpoint with sim-model answers", m.Servers)
@@ -157,7 +160,7 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 	for _, r := range res[2] {
 		cols = append(cols, r["column_name"].(string))
 	}
-	wantCols := []string{"id", "source_id", "conversations", "tools", "partition", "truncated", "lane",
+	wantCols := []string{"id", "source_id", "conversations", "tools", "partition", "truncated", "chat_template_kwargs", "lane",
 		"finish_reason", "prompt_tokens", "completion_tokens", "endpoint", "seed",
 		"generation", "model", "engine", "engine_version", "system_fingerprint", "sampling"}
 	if diff := cmp.Diff(wantCols, cols); diff != "" {

@@ -690,3 +690,15 @@ func chaosRNG(t *testing.T, stream uint64) *rand.Rand {
 	t.Logf("chaos seed %d (rerun with REGEN_CHAOS_SEED=%d)", seed, seed)
 	return rand.New(rand.NewPCG(seed, stream))
 }
+
+// doneLines are the ShareGPT lines of every done sample of job name in
+// outDir: the training file's and the truncated answers' beside it.
+func doneLines(t *testing.T, outDir, name string) []json.RawMessage {
+	t.Helper()
+	lines := readJSONL(t, export.TrainingFile(outDir, name, export.FormatShareGPT))
+	trunc := filepath.Join(outDir, name+".sharegpt.truncated.jsonl")
+	if _, err := os.Stat(trunc); err == nil {
+		lines = append(lines, readJSONL(t, trunc)...)
+	}
+	return lines
+}

@@ -127,7 +127,7 @@ func TestE2ESamplesPerPromptKills(t *testing.T) {
 	}
 	seeds := map[string]map[int64]bool{}
 	answers := map[string]map[string]bool{}
-	for _, raw := range readJSONL(t, filepath.Join(outDir, "data", "k3.sharegpt.jsonl")) {
+	for _, raw := range doneLines(t, outDir, "k3") {
 		var r seeded
 		if err := json.Unmarshal(raw, &r); err != nil || r.Seed == nil {
 			t.Fatalf("sharegpt line without a seed (%v): %s", err, tail(raw, 200))

@@ -89,10 +89,12 @@ func TestRunVerify(t *testing.T) {
 	if err := runExport(context.Background(), &out, path, exportOptions{}); err != nil {
 		t.Fatalf("runExport: %v", err)
 	}
-	if !strings.Contains(out.String(), "verified: 5 files, ") {
+	// 7 files: the training files, their truncated files (the fixture's
+	// cut answer), rejected, dead and the card.
+	if !strings.Contains(out.String(), "verified: 7 files, ") {
 		t.Errorf("export does not say it verified its files:\n%s", out.String())
 	}
-	if code, text := verifyExit(t, path); code != 0 || !strings.Contains(text, "ok: out/vj.manifest.json: 5 files, ") {
+	if code, text := verifyExit(t, path); code != 0 || !strings.Contains(text, "ok: out/vj.manifest.json: 7 files, ") {
 		t.Fatalf("verify a fresh export: exit %d\n%s", code, text)
 	}
 	file := filepath.Join(filepath.Dir(path), "out", "data", "vj.sharegpt.jsonl")
@@ -110,7 +112,7 @@ func TestRunVerify(t *testing.T) {
 		"out/data/vj.sharegpt.jsonl: SHA-256 ",
 		"out/data/vj.sharegpt.jsonl line 1 (p/a): differs from the store's current answer at byte",
 		"hEllo",
-		"out/vj.manifest.json: 2 problems in 5 files checked",
+		"out/vj.manifest.json: 2 problems in 7 files checked",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("verify after a flipped bit does not say %q:\n%s", want, text)
