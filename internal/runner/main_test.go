@@ -383,6 +383,11 @@ func checkExportOnce(t *testing.T, path string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Done answers cut at max_tokens are beside data/, in the truncated file.
+	trunc := filepath.Join(filepath.Dir(filepath.Dir(path)), strings.TrimSuffix(filepath.Base(path), ".sharegpt.jsonl")+".sharegpt.truncated.jsonl")
+	if tb, err := os.ReadFile(trunc); err == nil {
+		b = append(b, tb...)
+	}
 	seen := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var rec struct {
