@@ -222,6 +222,10 @@ monitor: {heartbeat_every: 100ms}
 				}
 			}
 			recs := exportedRecords(t, filepath.Join(dir, "out", "data", "rebuild.sharegpt.jsonl"))
+			// Done answers cut at max_tokens are in the truncated file beside data/.
+			if trunc := filepath.Join(dir, "out", "rebuild.sharegpt.truncated.jsonl"); fileHasLines(trunc) {
+				recs = append(recs, exportedRecords(t, trunc)...)
+			}
 			ids := map[string]bool{}
 			for _, m := range recs {
 				id, _ := m["id"].(string)
@@ -445,4 +449,10 @@ monitor: {heartbeat_every: 100ms}
 			t.Errorf("run %d (q's system %q): bad rows %v, want %v", i+1, system, got, want)
 		}
 	}
+}
+
+// fileHasLines reports whether path exists and is not empty.
+func fileHasLines(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Size() > 0
 }
