@@ -29,6 +29,7 @@ type endpoint struct {
 	// Whose fault a server-down error is (fault.go): the last two samples
 	// that failed so, the last pause and the last answer.
 	downs    [2]downMark
+	downNews chan struct{} // closed at the next down mark or pause (settleCutLocked)
 	pausedAt time.Time
 	servedAt time.Time
 	// Backpressure (fault.go): no new request before holdUntil; pressN
