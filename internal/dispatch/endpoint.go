@@ -79,8 +79,11 @@ type call struct {
 	generated atomic.Int64 // chunks streamed so far (tokensLocked estimates its tokens)
 	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
 	moved     bool         // cancelled to go to a server with room (guarded by Dispatcher.mu)
-	backup    bool         // a backup in an escalation lane (hedge.go)
-	over      bool         // a next turn sent back to its endpoint over the limit (affinity.go)
+	// noProgress: the stream was cut for bytes without a token
+	// (llm.ErrNoProgress); set by send, read by settle in the same goroutine.
+	noProgress bool
+	backup     bool // a backup in an escalation lane (hedge.go)
+	over       bool // a next turn sent back to its endpoint over the limit (affinity.go)
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
 	hedge *hedge

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -36,6 +37,9 @@ type cutEvidence struct {
 	// retracted: the server's retraction counter rose while this request
 	// ran, so a silent stream may be one the server put back in its queue.
 	retracted bool
+	// probed: a probe request was sent to learn whether the server works
+	// (servedSince says whether it answered).
+	probed bool
 }
 
 // cutVerdict is what to do about it.
@@ -72,7 +76,39 @@ func judgeCut(ev cutEvidence) cutVerdict {
 }
 
 func (ev cutEvidence) String() string {
-	return fmt.Sprintf("failed again while the server worked: %d chunks streamed by this request, %d tokens by others meanwhile", ev.ownChunks, ev.othersTokens)
+	s := fmt.Sprintf("failed again while the server worked: %d chunks streamed by this request, %d tokens by others meanwhile", ev.ownChunks, ev.othersTokens)
+	if ev.probed {
+		s += ", and a probe request answered"
+	}
+	return s
+}
+
+// A stream cut for bytes without a token (keep-alives, empty chunks) on a
+// server with nothing else to compare it with, typically a job's last
+// sample, would be an outage for ever: nothing says the server works, the
+// breaker's probe is that sample again. One small request asks the server
+// itself; its answer is the evidence that the server's other requests
+// progress, so the cut is the sample's.
+
+// probeBody is the request that asks whether the server works.
+var probeBody = []byte(`{"messages":[{"role":"user","content":"Say OK."}]}`)
+
+// probeTimeout bounds that request; a server that streams it nothing but
+// keep-alives is cut by the client's own idle rule before this.
+const probeTimeout = 2 * time.Minute
+
+// serverAnswersLocked reports whether e answers a one-token request; d.mu
+// is held, and released while it waits.
+func (d *Dispatcher) serverAnswersLocked(e *endpoint) bool {
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	_, err := e.client.Chat(ctx, llm.Request{Model: d.cfg.Model, Body: probeBody, MaxTokens: 1}, nil)
+	if err != nil {
+		d.log.Info("server probe after a stream without progress failed", "endpoint", e.url, "err", err)
+	}
+	return err == nil
 }
 
 // suspect remembers a sample's last server-down failure.
@@ -187,6 +223,10 @@ func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Ti
 	if repeat {
 		ev.servedSince = e.servedAt.After(s.at)
 		ev.isolated = ev.isolated && !s.ep.otherDownSinceLocked(id, s.start)
+	}
+	if cl.noProgress && repeat && ev.isolated && ev.ownChunks == 0 && ev.othersTokens == 0 && !ev.servedSince {
+		ev.probed, ev.servedSince = true, d.serverAnswersLocked(e)
+		ev.isolated = !e.otherDownSinceLocked(id, cl.start)
 	}
 	// Every failure is marked, whatever the verdict: the next sample to
 	// fail on e sees it was not alone.
