@@ -43,9 +43,10 @@
 // Every byte counts: the lines that carry no token (SSE comments such as
 // ": keepalive", other fields, blank lines, data chunks with nothing in
 // them) count against the same byte budget beside the answer, and such
-// lines for IdleTimeout with no token end the stream as silence would.
-// That error is ServerDown wrapping ErrNoProgress: whether one stream or
-// the whole server makes no progress is the dispatcher's judgement.
+// lines for ProgressTimeout (default IdleTimeout) with no token end the
+// stream as silence would. That error is ServerDown wrapping ErrNoProgress:
+// whether one stream or the whole server makes no progress is the
+// dispatcher's judgement.
 //
 // # Keep-alive races
 //

@@ -353,7 +353,7 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 			return Result{}, err
 		}
 		// Every byte counts: what carried no token counts against the budget.
-		if err := dr.line(len(line)+1, delta || a.size > size || done, b, a.size, k.wd.idle, time.Now()); err != nil {
+		if err := dr.line(len(line)+1, delta || a.size > size || done, b, a.size, k.progress, time.Now()); err != nil {
 			return Result{}, err
 		}
 		if delta {

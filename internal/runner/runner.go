@@ -387,7 +387,8 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: fleet.MaxConns(spec),
 			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
-			TokenIDFields: r.fleet.TokenIDFields(url),
+			ProgressTimeout: fleet.ProgressTimeout(spec),
+			TokenIDFields:   r.fleet.TokenIDFields(url),
 		})})
 	}
 	params, err := spec.Generation.Params()
