@@ -102,6 +102,9 @@ type Fleet struct {
 	// refusals and warnings hold what checkModel found per URL.
 	refusals map[string]string
 	warnings map[string]string
+	// noIDs holds the endpoints that answered without the token ids the
+	// job asked for (told once each: tokenids.go).
+	noIDs map[string]bool
 }
 
 // New builds the fleet the job names: plain endpoints, the built-in
@@ -111,7 +114,7 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Fleet{cfg: cfg, log: cfg.Logger, shown: map[string]monitor.EndpointStatus{}, overruled: map[string]monitor.EndpointStatus{},
-		refusals: map[string]string{}, warnings: map[string]string{}}
+		refusals: map[string]string{}, warnings: map[string]string{}, noIDs: map[string]bool{}}
 	spec := cfg.Spec
 	var err error
 	switch {

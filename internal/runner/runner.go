@@ -515,9 +515,13 @@ func (r *runState) alertFailed(ctx context.Context, t monitor.Transition, err er
 	r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To), Evidence: err.Error()})
 }
 
-// observeRequest feeds one finished request to regen's own metrics.
+// observeRequest feeds one finished request to regen's own metrics and
+// each answer to the fleet.
 func (r *runState) observeRequest(a dispatch.Attempt) {
 	if r.o.Metrics != nil {
 		r.o.Metrics.ObserveRequest(a.Lane, a.Endpoint, a.Outcome, a.Duration, a.TTFT, a.CompletionTokens)
+	}
+	if a.Outcome == dispatch.OutcomeOK {
+		r.fleet.ObserveAnswer(a.Endpoint, a.TokenIDs)
 	}
 }
