@@ -226,7 +226,7 @@ func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Ti
 	}
 	if cl.noProgress && repeat && ev.isolated && ev.ownChunks == 0 && ev.othersTokens == 0 && !ev.servedSince {
 		ev.probed, ev.servedSince = true, d.serverAnswersLocked(e)
-		ev.isolated = !e.otherDownSinceLocked(id, cl.start)
+		ev.isolated = ev.isolated && !e.otherDownSinceLocked(id, cl.start) // news while it waited
 	}
 	// Every failure is marked, whatever the verdict: the next sample to
 	// fail on e sees it was not alone.
