@@ -353,14 +353,15 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 			return Result{}, err
 		}
 		// Every byte counts: what carried no token counts against the budget.
-		if err := dr.line(len(line)+1, delta || a.size > size || done, b, a.size, k.progress, time.Now()); err != nil {
+		now := time.Now()
+		if err := dr.line(len(line)+1, delta || a.size > size || done, b, a.size, k.progress, now); err != nil {
 			return Result{}, err
 		}
 		if delta {
 			k.deltas++
-			k.lastDelta = time.Now()
+			k.lastDelta = now
 			if a.ttft == 0 {
-				a.ttft = time.Since(start)
+				a.ttft = now.Sub(start)
 			}
 			if onDelta != nil {
 				onDelta(1)
