@@ -158,11 +158,12 @@ func (e *endpoint) downNewsLocked() <-chan struct{} {
 // of the same crash. A crash cuts every stream at once, but each is judged
 // by its own goroutine: the first one judged saw no other failure yet and,
 // when its sample had been cut before, was blamed and spent an attempt
-// (TestCrashOnLoad, 1 run in 18 under load: a sample cut in one crash,
-// released free, sent again at once and refused by the dead server before
-// the others' cuts were marked). On a loaded 2-core machine the others'
-// marks and the supervisor's pause came within 10 ms; a cut that was
-// alone waits this long before it is released or retried.
+// (TestCrashOnLoad under load: 1 run in 18 at one stop, 1 in 180 at the
+// next; a sample cut first in a crash, released free, sent again at once
+// and refused by the dead server before the others' cuts were marked).
+// The others' marks and the supervisor's pause came within 10 ms on a
+// loaded 2-core machine; a cut that was alone waits this long before it
+// is released or retried.
 const cutSettle = time.Second
 
 // settleCutLocked holds verdict v of a cut that looked alone (alive) until
