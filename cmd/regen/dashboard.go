@@ -21,6 +21,10 @@ import (
 type webOptions struct {
 	addr  string
 	token string
+	// servedBy ("run" or "watch") and jobFile (as the user named it) let
+	// the page say what it lost when its server ends.
+	servedBy string
+	jobFile  string
 }
 
 func (o *webOptions) AddFlags(fs *pflag.FlagSet) {
@@ -51,10 +55,11 @@ func reportFunc(spec *job.Spec, st store.Store) func(ctx context.Context) (monit
 
 // startDashboard serves the dashboard until the returned stop is called;
 // the address it bound is printed to msgs.
-func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monitor.Metrics, msgs io.Writer, log *slog.Logger) (stop func(), err error) {
-	srv, err := web.New(web.Options{Store: st, Report: reportFunc(spec, st), Metrics: metrics, Token: o.token, Logger: log, JobDir: spec.Dir})
+func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monitor.Metrics, msgs io.Writer, log *slog.Logger) (stop func(), url string, err error) {
+	srv, err := web.New(web.Options{Store: st, Report: reportFunc(spec, st), Metrics: metrics, Token: o.token, Logger: log, JobDir: spec.Dir,
+		ServedBy: o.servedBy, JobFile: o.jobFile})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
@@ -63,15 +68,16 @@ func startDashboard(spec *job.Spec, st store.Store, o webOptions, metrics *monit
 	select {
 	case a := <-ready:
 		host, _ := os.Hostname()
-		fmt.Fprintf(msgs, "regen: dashboard at %s (metrics at /metrics)\n", web.URL(a, host))
+		url = web.URL(a, host)
+		fmt.Fprintf(msgs, "regen: dashboard at %s (metrics at /metrics)\n", url)
 	case err := <-done:
 		cancel()
-		return nil, err
+		return nil, "", err
 	}
 	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			log.Warn("dashboard", "err", err)
 		}
-	}, nil
+	}, url, nil
 }

@@ -60,6 +60,7 @@ func storedEndpoints(t *testing.T, db *sql.DB) map[string]storedTurn {
 // before it (the store remembers it with the turn), including the turns
 // whose previous answer the killed runner stored.
 func TestE2EAffinityAfterKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills the runner between turns; skipped with -short")
 	}

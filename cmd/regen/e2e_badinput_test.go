@@ -20,6 +20,7 @@ import (
 // each bad row is a dead letter with its file:line and field, and a second
 // run adds nothing.
 func TestE2EBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	copyTree(t, "testdata/badinput", dir)
 	// A ~2 MB line is a good row: far below the reader's 64 MiB line cap.
@@ -35,7 +36,7 @@ func TestE2EBadInput(t *testing.T) {
 	}
 
 	want := []string{"P/p1", "P/p2", "P/p6", "P/huge", "P/p7", "C/c1", "C/c6", "C/c7"}
-	// Origins are relative to the job file, though the store keeps them absolute.
+	// Origins are relative to the job file, in the store and in the files.
 	a := filepath.Join("prompts", "a.jsonl")
 	chats := "chats.jsonl"
 	wantDead := []deadRow{
@@ -126,6 +127,7 @@ func checkBadRows(t *testing.T, got, want []deadRow) {
 // come in one run: a bad key or setting does not hide the sources' and
 // the output folder's (issue 21: four problems took three runs).
 func TestE2EValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file string
 		want []string // "line field" of each problem, in output order

@@ -87,6 +87,7 @@ type killPoint struct {
 // the export), re-runs it each time, and then checks that every sample came
 // out exactly once, intact, with no attempt spent by the kills.
 func TestE2EChaosKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos test runs a 2,400-sample job with a dozen kills; skipped with -short")
 	}

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -34,6 +36,22 @@ output:
 quality: {truncated: false}
 `
 
+// editJob edits the job file at path: old, which must be there, becomes new
+// (a faster simulator where the test's timing does not matter).
+func editJob(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("%s has no %q", path, old)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func writeMixJob(t *testing.T, dir, model, temperature, maxTokens string) {
 	t.Helper()
 	job := strings.NewReplacer("{{model}}", model, "{{temperature}}", temperature, "{{max_tokens}}", maxTokens).Replace(mixJob)
@@ -50,6 +68,7 @@ func writeMixJob(t *testing.T, dir, model, temperature, maxTokens string) {
 // records, each exactly once, every one from the new configuration, and
 // the earlier answers are kept in the store's history.
 func TestE2EConfigChange(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeMixJob(t, dir, "sim-model", "0.7", "2000")
 	want := writeChaosSource(t, filepath.Join(dir, "q.jsonl"), "Q", 200, rand.New(rand.NewPCG(7, 8)))
@@ -107,7 +126,10 @@ func TestE2EConfigChange(t *testing.T) {
 	}
 	t.Logf("first run: %d of 200 done; the changed job refused, exit %d:\n%s", firstDone, refused.code, refused.stderr)
 
-	// --new-config accepts the change: everything is generated again.
+	// --new-config accepts the change: everything is generated again, by a
+	// faster simulator (its speed is no part of the configuration; the
+	// re-run after this one checks that too).
+	editJob(t, filepath.Join(dir, "job.yaml"), "speed: 4,", "speed: 40,")
 	res := regen(t, dir, "run", "--new-config", "job.yaml")
 	if res.code != 0 {
 		t.Fatalf("run --new-config:\n%s", res)
@@ -173,4 +195,87 @@ func TestE2EConfigChange(t *testing.T) {
 	if again.code != 0 || strings.Contains(again.stdout, "generation 3") {
 		t.Errorf("re-run with the same configuration:\n%s", again)
 	}
+}
+
+// rebuildJob is a job whose ids are content hashes (no id mapping), so a
+// changed system prompt gives every sample a new id.
+const rebuildJob = `name: rebuild
+model: sim-model
+server:
+  engine: sim
+  sim: {speed: 8, output_mean: 120, truncate_fraction: 0, seed: 5}
+sources:
+  - {partition: Q, path: q.jsonl, prompt: question, system: %q}
+lanes:
+  - {name: default, concurrency: 16, max_tokens: 512}
+output:
+  formats: [sharegpt]
+  metadata: full
+quality: {truncated: false}
+`
+
+// TestE2ENewConfigRebuildKills: a finished job of 300 content-hash ids is
+// run again with another system prompt under --new-config, SIGKILLed three
+// times at random moments (during the rebuild of the stored requests or
+// the generation), then run to the end. The export holds each of the 300
+// prompts once, every record with the new system prompt and generation 2,
+// and the store holds no sample of the old prompt.
+func TestE2ENewConfigRebuildKills(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rng := chaosRNG(t, 29)
+	writeChaosSource(t, filepath.Join(dir, "q.jsonl"), "Q", 300, rng)
+	writeJob := func(system string) {
+		if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(rebuildJob, system)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeJob("You are helpful.")
+	if res := regen(t, dir, "run", "job.yaml"); res.code != 0 {
+		t.Fatalf("first run:\n%s", res)
+	}
+	writeJob("You are terse.")
+	for i := range 3 {
+		p := startRegen(t, dir, "run", "--new-config", "job.yaml")
+		time.Sleep(time.Duration(100+rng.IntN(1500)) * time.Millisecond)
+		_ = p.cmd.Process.Kill()
+		res := p.wait(t)
+		t.Logf("kill %d: exit %d", i+1, res.code)
+	}
+	res := regen(t, dir, "run", "--new-config", "job.yaml")
+	if res.code != 0 {
+		t.Fatalf("run after the kills:\n%s", res)
+	}
+	lines := readJSONL(t, filepath.Join(dir, "out", "rebuild.sharegpt.jsonl"))
+	seen := map[string]bool{}
+	for _, raw := range lines {
+		var rec struct {
+			ID            string
+			Conversations []struct{ Role, Content string }
+			Provenance    store.Provenance
+		}
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if seen[rec.ID] {
+			t.Errorf("%s exported twice", rec.ID)
+		}
+		seen[rec.ID] = true
+		if len(rec.Conversations) == 0 || rec.Conversations[0].Role != "system" || rec.Conversations[0].Content != "You are terse." ||
+			rec.Provenance.Generation != 2 {
+			t.Errorf("%s: first message %+v, generation %d; want the new system prompt, generation 2", rec.ID, rec.Conversations[:min(1, len(rec.Conversations))], rec.Provenance.Generation)
+		}
+	}
+	if len(lines) != 300 {
+		t.Errorf("export holds %d records, want 300", len(lines))
+	}
+	db := openStoreRO(t, filepath.Join(dir, "rebuild.db"))
+	var samples, held int
+	if err := db.QueryRow(`SELECT count(*), coalesce(sum(not_before < 0), 0) FROM samples`).Scan(&samples, &held); err != nil {
+		t.Fatal(err)
+	}
+	if samples != 300 || held != 0 {
+		t.Errorf("store holds %d samples (%d held back), want the 300 of the new prompt", samples, held)
+	}
+	t.Logf("after 3 kills: %d records; %s", len(lines), strings.TrimSpace(res.stdout[strings.Index(res.stdout, "ingest:"):][:200]))
 }

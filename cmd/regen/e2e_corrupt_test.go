@@ -21,6 +21,7 @@ import (
 // same way. Once the file is fixed, a re-run finishes the job, the
 // samples stored before kept.
 func TestE2ECorruptSource(t *testing.T) {
+	t.Parallel()
 	srv := startAnswerServer(t, "The answer is four.")
 	tests := []struct {
 		name, file string
@@ -88,6 +89,7 @@ func TestE2ECorruptSource(t *testing.T) {
 // 2 MB prompt) is dead-lettered at dispatch, and its dead letter names the
 // row it came from, as a row dead-lettered at ingest does.
 func TestE2EDispatchDeadLetterOrigin(t *testing.T) {
+	t.Parallel()
 	srv := startAnswerServer(t, "The answer is four.")
 	srv.tooLong = 1 << 20
 	dir := t.TempDir()

@@ -23,6 +23,7 @@ var pastRate = regexp.MustCompile(`^0 now \(the runner died\)(\d+\.\d+) in its l
 // the rate of its last minute beside, and its 5 leases are "(5)", not in
 // flight; the live runner's are plain.
 func TestE2EDashboardRunnerDied(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	for _, c := range []struct {
 		name string
@@ -54,7 +55,7 @@ func TestE2EDashboardRunnerDied(t *testing.T) {
 			got := run(p, "endpoints and rates", chromedp.Evaluate[map[string]string](fmt.Sprintf(`(() => {
 				const ep = document.querySelector("#endpoints tbody tr");
 				return { title: document.getElementById("endpoints-title").textContent,
-					hb: new Date(%q).toLocaleTimeString(),
+					hb: new Date(%q).toISOString().slice(11, 19), // UTC, 24-hour: the page's one convention
 					state: ep.cells[1].textContent, inFlight: ep.cells[3].textContent,
 					colour: getComputedStyle(ep.cells[0]).color,
 					cellsColour: getComputedStyle(document.querySelector("#cells tbody td")).color,

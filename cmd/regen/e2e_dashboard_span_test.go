@@ -151,6 +151,7 @@ func openDashboard(t *testing.T, bctx context.Context, st store.Store, report fu
 // reading says its age, and the samples page takes its filters from the
 // address. With REGEN_SCREENSHOTS set it saves the overviews there.
 func TestE2EDashboardSpansTheJob(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	for _, c := range []struct {
 		name        string

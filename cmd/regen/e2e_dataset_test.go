@@ -39,6 +39,7 @@ quality: {truncated: false}
 // its row counts, Parquet columns and nested messages match; every file's
 // SHA-256, size and rows match the manifest.
 func TestE2EDatasetReadByDuckDB(t *testing.T) {
+	t.Parallel()
 	query := duckDB(t)
 	dir := t.TempDir()
 	var a, b []string

@@ -18,6 +18,7 @@ import (
 // says DONE. When every answer was rejected (an empty answer each), the
 // finished job exits 1 and says the training file is empty.
 func TestE2EDrainFinishesJob(t *testing.T) {
+	t.Parallel()
 	const rows, lane = 40, 16
 	tests := []struct {
 		name         string

@@ -12,6 +12,7 @@ import (
 // gets its requests; status says which probe is in use (issue 21: it stayed
 // DOWN "health probe: HTTP 404" for ever and never got a request).
 func TestE2ENoHealthRoute(t *testing.T) {
+	t.Parallel()
 	srv := startAnswerServer(t, "The answer is four.")
 	srv.noHealth.Store(true)
 	dir := t.TempDir()

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -43,6 +42,7 @@ type result struct {
 	stderr string
 	code   int
 	dur    time.Duration
+	maxRSS int64 // peak resident memory in bytes (from the kernel's rusage)
 }
 
 func (r result) String() string {
@@ -197,6 +197,9 @@ func (p *proc) wait(t *testing.T) result {
 		p.guard.Stop()
 		p.res = result{args: p.args, stdout: p.stdout(), stderr: p.stderr.String(), dur: time.Since(p.start)}
 		p.res.code = p.cmd.ProcessState.ExitCode()
+		if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			p.res.maxRSS = ru.Maxrss << 10 // KiB on Linux
+		}
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
 			t.Errorf("wait for regen %s: %v", strings.Join(p.args, " "), err)
@@ -231,27 +234,16 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// copyTree copies the directory src into dst.
+// copyTree copies the directory src into dst, as a fresh clone holds it
+// when src is in the repository: only what git tracks (shippedFiles), never
+// the store, output or logs a user's own run left beside a job (issue 30).
+// Every test that copies examples or testdata goes through here.
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(to, b, 0o644)
-	})
+	files, err := shippedFiles(src)
+	if err == nil {
+		err = copyFiles(src, dst, files)
+	}
 	if err != nil {
 		t.Fatalf("copy %s: %v", src, err)
 	}

@@ -39,6 +39,7 @@ quality: {truncated: false}
 // --drain-timeout and exits 130, status says STOPPED (exit 2). A re-run
 // then completes every sample exactly once without spending attempts.
 func TestE2EInterrupt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(interruptJob), 0o644); err != nil {
 		t.Fatal(err)
@@ -113,6 +114,9 @@ func TestE2EInterrupt(t *testing.T) {
 		t.Errorf("status --json: state %s exit_code %d, want STOPPED 2", rep.State, rep.ExitCode)
 	}
 
+	// The interrupts are done: the rest runs on a faster simulator (its
+	// speed is no part of the configuration).
+	editJob(t, filepath.Join(dir, "job.yaml"), "speed: 4,", "speed: 40,")
 	rerun := regen(t, dir, "run", "job.yaml")
 	if rerun.code != 0 {
 		t.Fatalf("re-run:\n%s", rerun)
@@ -153,6 +157,7 @@ func waitCounts(t *testing.T, p *proc, db *sql.DB, n int) map[string]int {
 // STOPPED (the runner wrote its last heartbeat), not DEAD, and no sample
 // is left leased.
 func TestE2EDrainTerminal(t *testing.T) {
+	t.Parallel()
 	bin := needTool(t, "tmux", "tmux")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(interruptJob), 0o644); err != nil {

@@ -13,6 +13,7 @@ import (
 // under generation.extra, 17.6 GB once expanded) is refused by validate and
 // by run with the file, line and field, and run creates no store.
 func TestE2EAliasBomb(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("name: bomb\nmodel: m\nendpoints:\n  - url: http://127.0.0.1:1\nsources:\n  - {partition: a, path: a.jsonl, prompt: q}\ngeneration:\n  extra:\n")

@@ -217,6 +217,7 @@ func storedAnswers(t *testing.T, db *sql.DB) map[string]map[int]storedAnswer {
 // was stored exactly once, no turn was asked for again after it was
 // stored, and every request carried the model's own earlier answers.
 func TestE2EMultiTurnKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-turn chaos test runs 500 conversations with a dozen kills; skipped with -short")
 	}

@@ -19,6 +19,7 @@ import (
 // read-only case is left out and the folder's parent is a regular file,
 // which stops everyone.
 func TestE2EUnwritableOutput(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { requests.Add(1) }))
 	t.Cleanup(srv.Close)

@@ -26,6 +26,7 @@ monitor: {heartbeat_every: 200ms, dead_after: 2s}
 // generation parameter: the run stops after at most 20 requests, saying
 // what the server said, and no sample is left dead.
 func TestE2EPoisonGuard(t *testing.T) {
+	t.Parallel()
 	const msg = "1 validation error for ChatCompletionRequest: top_k: Input should be a valid integer, got a number with a fractional part"
 	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0,
 		"error_count": 1_000_000, "error_status": 400, "error_message": msg})

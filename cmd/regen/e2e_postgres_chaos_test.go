@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/monitor"
-	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 )
 
 // TestE2EPostgresChaos runs one job of 3,000 samples with three worker
@@ -26,7 +25,8 @@ func TestE2EPostgresChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test runs a 3,000-sample job with 30 kills and 3 database crashes; skipped with -short")
 	}
-	srv := pgtest.Get(t)
+	t.Parallel()
+	srv := ownPostgres(t) // crashed and restarted here
 	rng := chaosRNG(t, 0x70676368)
 	per := 1500
 	if s := os.Getenv("REGEN_PG_CHAOS_SAMPLES"); s != "" {
@@ -41,7 +41,7 @@ func TestE2EPostgresChaos(t *testing.T) {
 		wantKills   = 30
 		wantCrashes = 3
 	)
-	dir, want, env, dsn := pgJob(t, "pgchaos", per, 12)
+	dir, want, env, dsn := pgJobOn(t, srv, "pgchaos", per, 12)
 	total := len(want)
 
 	slots := make([]*proc, workers)

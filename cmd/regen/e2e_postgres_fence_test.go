@@ -325,6 +325,7 @@ type pause struct {
 //
 // REGEN_CHAOS_SEED replays a run.
 func TestE2EPostgresFencing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fencing test pauses workers 20 times in a 3,000-sample job; skipped with -short")
 	}
@@ -532,6 +533,7 @@ func (r *netRoute) cut(t *testing.T, on bool) {
 // sample is done once, with one attempt, no stored answer is updated or
 // deleted, and the export holds each once.
 func TestE2EPostgresPartition(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("partition test cuts a worker off its database for 14 s, twice; skipped with -short")
 	}

@@ -45,7 +45,24 @@ quality: {truncated: false}
 // environment that points regen at a fresh database (REGEN_STORE).
 func pgJob(t *testing.T, name string, perPartition, speed int) (dir string, want []string, env []string, dsn string) {
 	t.Helper()
-	srv := pgtest.Get(t)
+	return pgJobOn(t, pgtest.Get(t), name, perPartition, speed)
+}
+
+// ownPostgres starts a PostgreSQL server for t alone, stopped when t ends:
+// a test that crashes its database runs beside the tests on the shared one.
+func ownPostgres(t *testing.T) *pgtest.Server {
+	t.Helper()
+	srv, err := pgtest.Start(pgtest.Options{})
+	if err != nil {
+		pgtest.Unavailable(t, err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv
+}
+
+// pgJobOn is pgJob with its database on srv.
+func pgJobOn(t *testing.T, srv *pgtest.Server, name string, perPartition, speed int) (dir string, want []string, env []string, dsn string) {
+	t.Helper()
 	dsn = srv.Database(t)
 	dir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(sharedJob, name, speed)), 0o644); err != nil {
@@ -116,6 +133,7 @@ func checkAllOnce(t *testing.T, dsn, job string, total int) {
 // sample comes out once, exactly one worker exports while the others wait
 // for it, and `regen status` shows every worker and the job DONE.
 func TestE2EPostgresWorkers(t *testing.T) {
+	t.Parallel()
 	dir, want, env, dsn := pgJob(t, "shared", 300, 25)
 	var ps []*proc
 	for range 3 {
@@ -187,8 +205,9 @@ func TestE2EPostgresWorkers(t *testing.T) {
 // `regen status` says the store is unreachable; afterwards it resumes and
 // every sample is stored once, with no attempt spent by the outage.
 func TestE2EPostgresStoreLoss(t *testing.T) {
-	srv := pgtest.Get(t)
-	dir, want, env, dsn := pgJob(t, "storeloss", 200, 8)
+	t.Parallel()
+	srv := ownPostgres(t) // stopped and restarted here
+	dir, want, env, dsn := pgJobOn(t, srv, "storeloss", 200, 8)
 	p := startRegenEnv(t, dir, env, "run", "--progress-every", "300ms", "job.yaml")
 	if !p.waitLine("ingest: ") {
 		t.Fatalf("worker ended before ingest finished:\n%s", p.wait(t))
@@ -256,6 +275,7 @@ func TestE2EPostgresStoreLoss(t *testing.T) {
 // status, validate or export, not when the store does not exist yet, and
 // not when the server cannot be reached.
 func TestE2EPostgresPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Get(t)
 	dir, _, _, dsn := pgJob(t, "secret", 20, 25)
 	const pw = "Pw-never-shown-81c4"
@@ -291,14 +311,22 @@ func TestE2EPostgresPasswordNeverPrinted(t *testing.T) {
 }
 
 // TestE2EPostgresOtherJobFile: while one worker runs the job on a shared
-// store, a second worker started with a job file that changes the answers
-// (here the temperature) is refused before any request, exit 1, with the
-// difference; --new-config is refused too while the first worker runs,
-// since it would go on storing answers of the old configuration.
+// store, a second worker (another host's copy of the job folder) started
+// with a job file that changes the answers (here the temperature) is
+// refused before any request, exit 1, with the difference; --new-config is
+// refused too while the first worker runs, since it would go on storing
+// answers of the old configuration. Another job file of the same name in
+// the first worker's folder is refused as another job's.
 func TestE2EPostgresOtherJobFile(t *testing.T) {
+	t.Parallel()
 	dir, _, env, _ := pgJob(t, "otherjob", 200, 2)
 	changed := strings.Replace(fmt.Sprintf(sharedJob, "otherjob", 2), "quality:", "generation: {temperature: 1.3}\nquality:", 1)
 	if err := os.WriteFile(filepath.Join(dir, "hot.yaml"), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := t.TempDir()
+	copyTree(t, dir, host)
+	if err := os.WriteFile(filepath.Join(host, "job.yaml"), []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	first := startRegenEnv(t, dir, env, "run", "--drain-timeout", "1s", "job.yaml")
@@ -309,11 +337,15 @@ func TestE2EPostgresOtherJobFile(t *testing.T) {
 	if !first.waitLine("ingest: ") {
 		t.Fatalf("first worker ended before ingesting:\n%s", first.wait(t))
 	}
-	second := regenEnv(t, dir, env, "run", "hot.yaml")
+	second := regenEnv(t, host, env, "run", "job.yaml")
 	if second.code != 1 || !strings.Contains(second.stderr, "  generation.temperature: (unset) -> 1.3\n") {
 		t.Fatalf("second worker with another job file: want exit 1 and the difference\n%s", second)
 	}
-	forced := regenEnv(t, dir, env, "run", "--new-config", "hot.yaml")
+	sameFolder := regenEnv(t, dir, env, "run", "hot.yaml")
+	if sameFolder.code != 1 || !strings.Contains(sameFolder.stderr, "belongs to job file job.yaml") {
+		t.Errorf("another job file of the same name beside the first: want exit 1, refused as another job's\n%s", sameFolder)
+	}
+	forced := regenEnv(t, host, env, "run", "--new-config", "job.yaml")
 	if forced.code != 1 || !strings.Contains(forced.stderr, "stop every worker first") {
 		t.Fatalf("--new-config beside a running worker: want exit 1, refused\n%s", forced)
 	}

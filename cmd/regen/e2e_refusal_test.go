@@ -45,6 +45,7 @@ func writeRefusalJob(t *testing.T, url, engine, extra string, poisonAfter, rows 
 // server's words (for a 404 the models it serves), and leaves every
 // sample pending with no attempt spent.
 func TestE2ERefusingServer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		status int
@@ -105,6 +106,7 @@ func TestE2ERefusingServer(t *testing.T) {
 // dead-lettered (the guard off, a server refusing every prompt with a
 // 400) finishes and exports, but says so and exits non-zero.
 func TestE2ENothingDoneExitsNonZero(t *testing.T) {
+	t.Parallel()
 	rs := startRecordingSim(t, map[string]any{"speed": 50, "load_time": 0, "warmup_time": 0,
 		"error_count": 1_000_000, "error_status": 400, "error_message": "prompt refused"})
 	dir := writeRefusalJob(t, rs.url, "sim", "", 0, 20)

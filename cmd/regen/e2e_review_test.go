@@ -33,7 +33,7 @@ const html = `<img src=x onerror="window.pwned=1"><script>window.pwned=2</script
 
 // writeReviewChats writes three-exchange chats (every turn regenerated)
 // and tool-call chats, whose recorded call the simulator never makes, so
-// they end early after turn 0.
+// they end early after their first turn.
 func writeReviewChats(t *testing.T, path string) {
 	t.Helper()
 	f, err := os.Create(path)
@@ -75,6 +75,7 @@ func must(t *testing.T, err error) {
 // marked so; the dataset's markup is shown as text, never run; and
 // `regen show` prints the same turns.
 func TestE2EReviewPage(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	dir := t.TempDir()
 	writeReviewChats(t, filepath.Join(dir, "chats.jsonl"))
@@ -193,6 +194,12 @@ func TestE2EReviewPage(t *testing.T) {
 	if fate := p.text("sample-fate"); fate != "Ended early: "+rv.EndedEarly {
 		t.Errorf("%s fate = %q, want %q", tool, fate, "Ended early: "+rv.EndedEarly)
 	}
+	// One turn convention (issue 30 item 7): the banner's reason names the
+	// answered turn as the boxes below it do, counting from 1.
+	heads := run(p, "turn headings", chromedp.Evaluate[[]string](`[...document.querySelectorAll("#sample-turns h3")].map((h) => h.textContent)`))
+	if !strings.HasPrefix(rv.EndedEarly, "turn 1 ") || len(heads) != 2 || heads[0] != "Turn 1 of 2" || heads[1] != "Turn 2 of 2" {
+		t.Errorf("%s: ended early %q above turns %q; want the reason to name turn 1, as the first box", tool, rv.EndedEarly, heads)
+	}
 	if !strings.Contains(turns[0].Original, "get_weather") || !strings.Contains(turns[0].Original, "Paris") ||
 		!strings.Contains(turns[1].Original, "It is 21 degrees in Paris.") || !strings.Contains(turns[1].Input, `{"temp_c": 21}`) ||
 		!strings.Contains(turns[1].Regenerated, "(not reached)") || strings.Contains(turns[0].Regenerated, "(not reached)") {
@@ -226,8 +233,8 @@ func TestE2EReviewPage(t *testing.T) {
 
 	// regen show prints the same turns.
 	res := regen(t, dir, "show", "job.yaml", tool)
-	for _, want := range []string{"ended early: " + rv.EndedEarly, "── turn 0 ──", "original (dataset):", "tool call: get_weather",
-		"── turn 1 ──", "  [assistant] It is 21 degrees in Paris.", "regenerated: (not reached)"} {
+	for _, want := range []string{"ended early: " + rv.EndedEarly, "── turn 1 of 2 ──", "original (dataset):", "tool call: get_weather",
+		"── turn 2 of 2 ──", "  [assistant] It is 21 degrees in Paris.", "regenerated: (not reached)"} {
 		if res.code != 0 || !strings.Contains(res.stdout, want) {
 			t.Errorf("regen show %s lacks %q:\n%s", tool, want, res)
 		}

@@ -23,6 +23,7 @@ import (
 // says DONE and lists the four workers, and squeue and sacct (the job
 // completion log) agree on what became of each job.
 func TestE2ESlurm(t *testing.T) {
+	t.Parallel()
 	cluster := startSlurm(t)
 	dir, want, env, dsn := pgJob(t, "slurm", 250, 15)
 	script, err := filepath.Abs("../../examples/slurm/regen.sbatch")

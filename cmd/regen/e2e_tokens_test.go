@@ -16,7 +16,7 @@ import (
 // (old, new pairs applied in order).
 func demoJob(t *testing.T, dir string, replace ...string) {
 	t.Helper()
-	copyTree(t, "../../examples/demo/data", filepath.Join(dir, "data"))
+	copyExample(t, "demo/data", filepath.Join(dir, "data"))
 	b, err := os.ReadFile("../../examples/demo/job.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +41,7 @@ func demoJob(t *testing.T, dir string, replace ...string) {
 // generated ones, and Parquet holds the same. With the history stripped
 // of reasoning the multi-turn records say why they have none instead.
 func TestE2ETokenIDs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	demoJob(t, dir, "speed: 40 ", "speed: 200 ",
 		"    thinking: true\n", "    thinking: true\n  reasoning: keep\n",

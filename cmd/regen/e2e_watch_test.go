@@ -115,6 +115,7 @@ func (x tmux) waitState(state string, since time.Time, limit time.Duration) time
 // deadlines are generous so a loaded CI machine cannot flake it, but a
 // view that never says DOWN fails.
 func TestE2EWatchTmux(t *testing.T) {
+	t.Parallel()
 	bin := needTool(t, "tmux", "tmux")
 	dir := t.TempDir()
 	port := freePort(t)
@@ -219,6 +220,7 @@ lanes:
 // TestE2EWebRefusesOpenBindWithoutToken: exposing the dashboard beyond
 // loopback without a token is refused before anything starts.
 func TestE2EWebRefusesOpenBindWithoutToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte("name: open\nsources: [{partition: A, path: a.jsonl, prompt: q}]\nserver: {engine: sim}\n"), 0o644); err != nil {
 		t.Fatal(err)

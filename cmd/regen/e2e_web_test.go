@@ -26,11 +26,18 @@ var browser struct {
 	ctx    context.Context
 	cancel func()
 	err    error
+	turn   sync.Mutex // one test drives the browser at a time
 }
 
+// startBrowser returns the package's browser, started on first use, and
+// holds it for t until t ends: the tests run in parallel (issue 30), but
+// one page at a time, so no tab is a background tab whose timers the
+// browser slows.
 func startBrowser(t *testing.T) context.Context {
 	t.Helper()
 	path := needTool(t, "chromium", "chromium")
+	browser.turn.Lock()
+	t.Cleanup(browser.turn.Unlock)
 	browser.once.Do(func() {
 		dir, err := os.MkdirTemp("", "regen-chromium-")
 		if err != nil {
@@ -148,9 +155,10 @@ var dashboardURL = regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`)
 // runner stops, a watch-only dashboard (regen watch --web, no runner) shows
 // exactly the numbers `regen status --json` prints.
 func TestE2EDashboard(t *testing.T) {
+	t.Parallel()
 	bctx := startBrowser(t)
 	dir := t.TempDir()
-	copyTree(t, "../../examples/demo/data", filepath.Join(dir, "data"))
+	copyExample(t, "demo/data", filepath.Join(dir, "data"))
 	job, err := os.ReadFile("../../examples/demo/job.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -58,6 +61,11 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	formats := spec.Output.Formats
 	if len(o.formats) > 0 {
 		formats = o.formats
+	}
+	for _, f := range o.formats {
+		if !slices.Contains(export.Formats, f) {
+			return fmt.Errorf("--format %q: unknown format (want %s)", f, strings.Join(export.Formats, ", "))
+		}
 	}
 	dir := spec.Output.Dir
 	if o.out != "" {
@@ -117,15 +125,57 @@ func writeTokenSummary(w io.Writer, sum export.Summary) {
 // writeExportSummary prints the counts and one line per written file,
 // its path relative to the job file.
 func writeExportSummary(w io.Writer, spec *job.Spec, sum export.Summary) {
-	fmt.Fprintf(w, "exported %d done (%d truncated, %d conversations ended early), %d rejected, %d dead, %d bad source rows%s\n",
-		sum.Done, sum.Truncated, sum.Ended, sum.Rejected, sum.Dead, sum.BadRows, relNote(spec))
+	fmt.Fprintf(w, "exported %s, %s, %d dead, %d bad source rows%s\n",
+		doneText(sum), rejectedText(sum), sum.Dead, sum.BadRows, relNote(spec))
 	writeTokenSummary(w, sum)
 	for _, f := range sum.Files {
 		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
+	writeExportNotes(w, spec, sum)
+}
+
+// writeExportNotes says which formats were written again unasked, how the
+// files verified, and the warnings.
+func writeExportNotes(w io.Writer, spec *job.Spec, sum export.Summary) {
+	if len(sum.Refreshed) > 0 {
+		fmt.Fprintf(w, "also wrote %s again: an earlier export left them in %s, and the manifest describes every file regen wrote there (delete a file to drop its format)\n",
+			strings.Join(sum.Refreshed, ", "), spec.Rel(spec.Output.Dir))
+	}
+	if v := sum.Verified; v.Files > 0 {
+		fmt.Fprintf(w, "verified: %d files, %d rows and %d store records match the manifest and the store\n", v.Files, v.Rows, v.Records)
+	}
 	for _, warn := range sum.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
 	}
+}
+
+// doneText is the done count with what it holds: answers cut at
+// max_tokens are only among them when the truncated rule is off
+// (otherwise they are rejected, and counted there by rule).
+func doneText(sum export.Summary) string {
+	var parts []string
+	if sum.Truncated > 0 {
+		parts = append(parts, fmt.Sprintf("%d of them cut at max_tokens, kept because the truncated rule is off", sum.Truncated))
+	}
+	if sum.Ended > 0 {
+		parts = append(parts, fmt.Sprintf("%d conversations ended early", sum.Ended))
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%d done", sum.Done)
+	}
+	return fmt.Sprintf("%d done (%s)", sum.Done, strings.Join(parts, ", "))
+}
+
+// rejectedText is the rejected count by quality rule.
+func rejectedText(sum export.Summary) string {
+	if sum.Rejected == 0 {
+		return "0 rejected"
+	}
+	var parts []string
+	for _, rule := range slices.Sorted(maps.Keys(sum.RejectedBy)) {
+		parts = append(parts, fmt.Sprintf("%s %d", rule, sum.RejectedBy[rule]))
+	}
+	return fmt.Sprintf("%d rejected (by rule: %s)", sum.Rejected, strings.Join(parts, ", "))
 }
 
 // rowsText is a file's row count for the summary; the card and the

@@ -74,10 +74,22 @@ func execute(ctx context.Context, args []string) (*cobra.Command, error) {
 	return root.ExecuteContextC(ctx)
 }
 
+// stopSignals are the signals that stop a command the way Ctrl-C does: a
+// runner drains, then exits. SIGHUP (a dropped SSH session) is one of them
+// unless the process was started with it ignored (nohup): asking for it
+// would undo that.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}
+
 func main() {
-	// The first SIGINT/SIGTERM cancels this context (commands drain);
-	// run installs its own second-signal handler to exit at once.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT/SIGTERM/SIGHUP cancels this context (commands
+	// drain); run installs its own second-signal handler to exit at once.
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
 	defer stop()
 	cmd, err := execute(ctx, os.Args[1:])
 	if err == nil {

@@ -3,9 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,35 +55,33 @@ func runnableBlocks(t *testing.T, readme string) []readmeBlock {
 	return blocks
 }
 
-// copyExamples copies examples/ into dst, leaving out what a run leaves
-// behind (stores, outputs, logs), so the test starts from a fresh clone's.
+// copyExamples copies examples/ into dst/examples as a fresh clone holds
+// it (copyTree), without the stores, outputs and logs a run leaves behind.
 func copyExamples(t *testing.T, dst string) {
 	t.Helper()
-	src := "../../examples"
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		name := d.Name()
-		if d.IsDir() && (name == "out" || name == ".regen") {
-			return filepath.SkipDir
-		}
-		if strings.HasSuffix(name, ".db") || strings.Contains(name, ".db-") || strings.HasSuffix(name, ".log") {
-			return nil
-		}
-		to := filepath.Join(dst, "examples", rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(to, b, 0o644)
-	})
+	copyTree(t, examplesDir, filepath.Join(dst, "examples"))
+}
+
+// readmeTestCommand is the README's test command. Its -timeout covers a
+// loaded 2-core machine: go test's default 10 minutes is a hang guard per
+// package, and the slowest package (this one) takes minutes (issue 30).
+const readmeTestCommand = "go test -race -timeout 30m ./..."
+
+// checkCIRunsREADME: CI's script runs exactly the README's test command.
+func checkCIRunsREADME(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(repoRoot + "/.ci/run")
 	if err != nil {
-		t.Fatalf("copy examples: %v", err)
+		t.Fatal(err)
+	}
+	var tests []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "go test") {
+			tests = append(tests, strings.TrimSpace(l))
+		}
+	}
+	if len(tests) != 1 || tests[0] != readmeTestCommand {
+		t.Errorf(".ci/run runs %q; it must run the README's test command %q and no other go test", tests, readmeTestCommand)
 	}
 }
 
@@ -92,12 +90,15 @@ func copyExamples(t *testing.T, dst string) {
 // type them into a fresh clone; any non-zero exit fails. Commands are taken
 // as written except that the binary is this test's: "go run ./cmd/regen",
 // "./regen" and "regen" run it, "go build -o regen ./cmd/regen" is what
-// built it, and "go test" lines are skipped (this test is part of them).
+// built it, and "go test" lines are not run (this test is part of them):
+// in their place the tests' copies of examples are checked against the
+// tree the demo left behind (checkCopiesIgnoreRuns).
 //
 // The demo job runs here once, so this is also the demo's end-to-end test:
 // every good input sample comes out exactly once, the broken rows are dead
 // letters with their file:line in source order, and the re-run adds nothing.
 func TestREADME(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +107,13 @@ func TestREADME(t *testing.T) {
 	if len(blocks) < 4 {
 		t.Fatalf("README.md has %d runnable blocks; the test expects the demo, its follow-up, validate, plan and sim", len(blocks))
 	}
-	if first := blocks[0].commands; len(first) != 2 || first[0] != "go run ./cmd/regen run examples/demo/job.yaml" || first[1] != "go test -race ./..." {
-		t.Errorf("README's first commands are %q; they must stay the demo run and the test command", first)
+	if first := blocks[0].commands; len(first) != 2 || first[0] != "go run ./cmd/regen run examples/demo/job.yaml" || first[1] != readmeTestCommand {
+		t.Errorf("README's first commands are %q; they must stay the demo run and the test command %q", first, readmeTestCommand)
 	}
+	checkCIRunsREADME(t)
 	root := t.TempDir()
 	copyExamples(t, root)
+	shipped := gitCheckout(t, root)
 	demo := filepath.Join(root, "examples", "demo")
 	want, badLines := demoInput(t, filepath.Join(demo, "data"))
 	if diff := cmp.Diff([]int{43, 138, 253}, badLines); diff != "" {
@@ -124,6 +127,10 @@ func TestREADME(t *testing.T) {
 	for _, b := range blocks {
 		for _, c := range b.commands {
 			args, ok := readmeCommand(t, c)
+			if strings.HasPrefix(c, "go test ") {
+				// Where a newcomer runs the tests, in the tree the demo left.
+				checkCopiesIgnoreRuns(t, root, shipped)
+			}
 			if !ok {
 				t.Logf("README.md:%d: skipped %q", b.line, c)
 				continue
@@ -171,7 +178,7 @@ func checkDemoIgnored(t *testing.T, root string) {
 	}
 	git(root, "init", "-q")
 	for _, line := range git(root, "status", "--porcelain", "--untracked-files=all", "examples/demo") {
-		if f := strings.TrimPrefix(line, "?? "); f != "" && !shipped[f] {
+		if f, ok := strings.CutPrefix(line, "?? "); ok && !shipped[f] {
 			t.Errorf("the demo created %s, which git status shows untracked; ignore it in .gitignore", f)
 		}
 	}
@@ -325,29 +332,27 @@ func checkDemoPaths(t *testing.T, dir, runText, statusText string, ex exported) 
 // notes the code was first written from are not in the repository.
 func TestNoUnshippedCitations(t *testing.T) {
 	bad := "ENGINES" + ".md"
-	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		switch filepath.Ext(p) {
-		case ".go", ".md", ".yaml", ".json", ".txt", ".golden", ".tmpl":
-		default:
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if strings.Contains(string(b), bad) {
-			t.Errorf("%s cites %s, which is not in the repository: cite docs/engines.md", p, bad)
-		}
-		return nil
-	})
+	// What the repository ships, not what a user's runs left in the tree.
+	files, err := shippedFiles(repoRoot)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range files {
+		switch path.Ext(f) {
+		case ".go", ".md", ".yaml", ".json", ".txt", ".golden", ".tmpl":
+		default:
+			continue
+		}
+		if strings.Contains(f, "node_modules/") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), bad) {
+			t.Errorf("%s cites %s, which is not in the repository: cite docs/engines.md", f, bad)
+		}
 	}
 }
 

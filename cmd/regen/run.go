@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +18,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
+	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/backend"
 	"github.com/regen-dev/regen/internal/ui"
@@ -58,7 +58,8 @@ the results when every sample is finished.
 
 A re-run resumes: nothing finished is redone, nothing is duplicated. The first
 Ctrl-C drains in-flight requests (bounded by --drain-timeout); a second one
-exits at once. Either way, run the same command again to resume.
+exits at once. SIGTERM and SIGHUP (a dropped SSH session; not under nohup)
+count as Ctrl-C. Either way, run the same command again to resume.
 
 A re-run whose job file changes what answers would be (model, generation
 settings, max_tokens, source mappings, quality rules) is refused before any
@@ -106,8 +107,8 @@ func openWaiting(ctx context.Context, spec *job.Spec, open func() (store.Store, 
 }
 
 // checkRun refuses a run that could not finish, before any request: a
-// --lanes name the job lacks, a bad --web, an output folder the export at
-// the end could not write.
+// --lanes name the job lacks, a bad --web, a source path matching no file,
+// an output folder the export at the end could not write.
 func checkRun(spec *job.Spec, o *runOptions) error {
 	for _, l := range o.lanes {
 		if !slices.ContainsFunc(spec.Lanes, func(jl job.Lane) bool { return jl.Name == l }) {
@@ -117,10 +118,25 @@ func checkRun(spec *job.Spec, o *runOptions) error {
 	if err := o.web.resolve(); err != nil {
 		return err
 	}
+	if err := sourcesFound(spec); err != nil {
+		return err
+	}
 	if o.noExport {
 		return nil
 	}
 	return outputProblem(spec)
+}
+
+// sourcesFound refuses a job a source path of which matches no file (a
+// typo, a folder not mounted), naming the job file's line as validate
+// does, before a store is made for a job that cannot ingest.
+func sourcesFound(spec *job.Spec) error {
+	for i, src := range spec.Sources {
+		if _, err := source.Files(src, spec.Dir); err != nil {
+			return spec.FieldErrorf(fmt.Sprintf("sources[%d].path", i), "%s", spec.RelText(err.Error()))
+		}
+	}
+	return nil
 }
 
 func runRun(ctx context.Context, path string, o runOptions) error {
@@ -149,6 +165,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	fmt.Printf("regen: job %s, store %s, log %s%s\n", spec.Name, spec.Rel(st.Info().Location), spec.Rel(spec.LogPath()), relNote(spec))
 	var metrics *monitor.Metrics
 	if o.web.addr != "" {
+		o.web.servedBy, o.web.jobFile = "run", path
 		stop, m, err := runDashboard(ctx, spec, o.web, log)
 		if err != nil {
 			return err
@@ -218,9 +235,7 @@ func printRunSummary(spec *job.Spec, sum runner.Summary) {
 	for _, f := range sum.Export.Files {
 		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
-	for _, w := range sum.Export.Warnings {
-		fmt.Println("warning:", w)
-	}
+	writeExportNotes(os.Stdout, spec, sum.Export)
 	writeTokenSummary(os.Stdout, sum.Export)
 }
 
@@ -242,7 +257,7 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 		return nil, nil, fmt.Errorf("dashboard: %w", err)
 	}
 	m = monitor.NewMetrics(reportFunc(spec, st))
-	stopWeb, err := startDashboard(spec, st, o, m, os.Stdout, log)
+	stopWeb, _, err := startDashboard(spec, st, o, m, os.Stdout, log)
 	if err != nil {
 		st.Close()
 		return nil, nil, err
@@ -258,7 +273,7 @@ func runDashboard(ctx context.Context, spec *job.Spec, o webOptions, log *slog.L
 // above its frame, where a line written here would be drawn over.
 func onSignals(terminal bool) (abort chan chan struct{}, stop func()) {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals()...)
 	abort = make(chan chan struct{}, 1)
 	go func() {
 		<-sigs

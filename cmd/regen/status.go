@@ -92,6 +92,7 @@ func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, 
 		return monitor.StoreDown(spec.Name, now, err), nil
 	}
 	r.RejectedFile = spec.Rel(export.RejectedFile(spec.Output.Dir, spec.BaseName()))
+	r.RejectedExported = export.ExportedRejects(spec.Output.Dir, spec.BaseName())
 	return r, err
 }
 

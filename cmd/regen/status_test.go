@@ -93,7 +93,9 @@ func (f *statusFixture) finished(t *testing.T, tokens int64) {
 	slot, _ := stats.SlotAt(f.clock, statusT0)
 	m := f.rows[slot]
 	if m == nil {
-		m = &store.Minute{Time: slot, Worker: "w", KVUsage: -1, Queued: -1, Running: -1}
+		// Written by the runner that beats (statusOwner): a rate counts
+		// only its own run's rows.
+		m = &store.Minute{Time: slot, Worker: statusOwner, KVUsage: -1, Queued: -1, Running: -1}
 		f.rows[slot] = m
 	}
 	m.Samples++
@@ -103,13 +105,16 @@ func (f *statusFixture) finished(t *testing.T, tokens int64) {
 	}
 }
 
+// statusOwner is the lease owner of the fixture's runner.
+const statusOwner = "gpu-node-1-4242-ab"
+
 func (f *statusFixture) beat(t *testing.T, b monitor.Beat) {
 	t.Helper()
 	counters, err := json.Marshal(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hb := store.Heartbeat{Owner: "gpu-node-1-4242-ab", PID: 4242, Host: "gpu-node-1", Time: f.clock, Started: statusT0, Counters: counters}
+	hb := store.Heartbeat{Owner: statusOwner, PID: 4242, Host: "gpu-node-1", Time: f.clock, Started: statusT0, Counters: counters}
 	if err := f.st.PutHeartbeat(context.Background(), hb); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/source"
 	"github.com/regen-dev/regen/internal/store/backend"
@@ -47,7 +49,8 @@ read through the field mapping, so a mapped field that no row has, or a
 Parquet column that does not exist, is reported before a run; and at
 output.dir, which must be a folder regen can write (or be creatable).
 
-Exits 1 when there is any problem.`,
+Exits 1 when there is any problem; an interrupt (Ctrl-C, SIGTERM, SIGHUP)
+ends it at once, whatever it is reading, with exit 130.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runValidate(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o)
@@ -60,8 +63,36 @@ Exits 1 when there is any problem.`,
 // runValidate reports every problem in one run: the job file's (keys,
 // types, settings), then, as far as the file could be decoded, its
 // sources' and its output folder's, skipping only the parts whose own
-// settings are wrong.
+// settings are wrong. Validate has nothing to drain, so an interrupt ends
+// it at once, whatever it is reading (a source that never answers, a huge
+// file): the work runs aside and writes to buffers, copied out only when
+// it finishes.
 func runValidate(ctx context.Context, out, errOut io.Writer, path string, o validateOptions) error {
+	type done struct {
+		out, errOut bytes.Buffer
+		err         error
+	}
+	finished := make(chan *done, 1) // buffered: abandoned work still ends
+	go func() {
+		d := &done{}
+		d.err = validate(ctx, &d.out, &d.errOut, path, o)
+		finished <- d
+	}()
+	select {
+	case d := <-finished:
+		if _, err := out.Write(d.out.Bytes()); err != nil {
+			return err
+		}
+		if _, err := errOut.Write(d.errOut.Bytes()); err != nil {
+			return err
+		}
+		return d.err
+	case <-ctx.Done():
+		return &exitError{code: 130, err: fmt.Errorf("validate %s: interrupted: %w", path, context.Cause(ctx))}
+	}
+}
+
+func validate(ctx context.Context, out, errOut io.Writer, path string, o validateOptions) error {
 	spec, err := job.LoadPartialContext(ctx, path)
 	var problems []error
 	if err != nil {
@@ -89,6 +120,9 @@ func runValidate(ctx context.Context, out, errOut io.Writer, path string, o vali
 	if fileOK { // a job file with problems has no summary worth reading
 		if err := writeSpecSummary(out, spec, found, len(problems) == 0); err != nil {
 			return err
+		}
+		for _, w := range engine.TokenIDWarnings(spec) {
+			fmt.Fprintln(errOut, w)
 		}
 	}
 	if len(problems) > 0 {
@@ -148,7 +182,10 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int, known []error
 		}
 		found[i] = sourceFinding{files: len(in.Files), rows: in.Rows, good: in.Good}
 		if len(in.Bad) > 0 {
-			found[i].firstBad = spec.Rel(in.Bad[0].Origin) + ": " + in.Bad[0].Reason
+			found[i].firstBad = spec.Rel(in.Bad[0].Origin) + ": " + job.Clip(in.Bad[0].Reason, job.MaxShownBytes)
+		}
+		if in.Rows > 0 && in.Good == 0 && len(in.Missing) == 0 {
+			problems = append(problems, allBad(spec, p, in))
 		}
 		for _, m := range in.Missing {
 			problems = append(problems, spec.FieldErrorf(p+"."+m.Option, "field %q is in none of the first %d rows (they have: %s)",
@@ -158,19 +195,43 @@ func inspectSources(ctx context.Context, spec *job.Spec, rows int, known []error
 	return found, problems
 }
 
+// allBad is the problem of a source none of whose rows read can become a
+// sample: a run would ingest nothing from it. It names the mapping option
+// at fault and the likely fix when the rows' shape says it.
+func allBad(spec *job.Spec, p string, in source.Inspection) error {
+	field := p + ".path"
+	if in.Hint.Option != "" {
+		field = p + "." + in.Hint.Option
+	}
+	msg := fmt.Sprintf("none of the first %d rows can become a sample (first: %s: %s)",
+		in.Rows, spec.Rel(in.Bad[0].Origin), job.Clip(in.Bad[0].Reason, job.MaxShownBytes))
+	if h := in.Hint.String(); h != "" {
+		msg += "; " + h
+	}
+	return spec.FieldErrorf(field, "%s", msg)
+}
+
 // writeSpecSummary prints what the job will do, one aligned line per fact,
 // with what was found of the sources when they were looked at.
 func writeSpecSummary(w io.Writer, s *job.Spec, found []sourceFinding, ok bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	// Every cell is cut past a line's worth, whatever value it shows (a
+	// path, a URL, a name): a job file may hold megabyte strings.
+	p := func(format string, args ...any) {
+		cells := strings.Split(fmt.Sprintf(format, args...), "\t")
+		for i, c := range cells {
+			cells[i] = job.Clip(c, 4*job.MaxShownBytes)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
 	if ok {
 		p("%s: ok", s.Path)
 	} else {
 		p("%s: what it would do (problems below)", s.Path)
 	}
-	p("name\t%s", s.Name)
+	p("name\t%s", job.Clip(s.Name, job.MaxShownBytes))
 	if s.Model != "" {
-		p("model\t%s", s.Model)
+		p("model\t%s", job.Clip(s.Model, job.MaxShownBytes))
 	}
 	p("sources\t%d", len(s.Sources))
 	for _, src := range s.Sources {
@@ -268,7 +329,7 @@ func serverSummary(sv *job.Server) string {
 	line := fmt.Sprintf("%s on %s:%s (ready within %s, hang after %s, %d restarts per %s)", sv.Engine, sv.Host, port, sv.ReadyTimeout, sv.HangTimeout, sv.Restart.Max, sv.Restart.Window)
 	if len(sv.Sim) > 0 {
 		b, _ := json.Marshal(sv.Sim) // plain YAML values always marshal
-		line += " sim " + string(b)
+		line += " sim " + job.Clip(string(b), job.MaxShownBytes)
 	}
 	return line
 }
@@ -299,7 +360,7 @@ func generationSummary(g job.Generation) (string, error) {
 	sort.Strings(keys)
 	gen := make([]string, 0, len(keys)+2)
 	for _, k := range keys {
-		gen = append(gen, k+"="+string(params[k]))
+		gen = append(gen, k+"="+job.Clip(string(params[k]), job.MaxShownBytes))
 	}
 	gen = append(gen, "request_timeout="+g.RequestTimeout.String(), "idle_timeout="+g.IdleTimeout.String())
 	return strings.Join(gen, " "), nil

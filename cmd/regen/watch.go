@@ -68,19 +68,25 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 	}
 	st, err := openWaiting(ctx, spec, func() (store.Store, error) { return openExisting(ctx, spec, "it was never run") })
 	if errors.Is(err, store.ErrNoStore) {
-		return &exitError{code: 2, err: err}
+		st, err = waitForRunner(ctx, spec, path, os.Stderr, err, 500*time.Millisecond)
 	}
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("job", spec.Name)
+	var dashboard string
 	if o.web.addr != "" {
-		stop, err := startDashboard(spec, st, o.web, nil, os.Stderr, log)
+		o.web.servedBy, o.web.jobFile = "watch", path
+		stop, url, err := startDashboard(spec, st, o.web, nil, os.Stderr, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		// The full-screen view hides what was printed before it: it shows
+		// the address itself, and it is printed again when the view ends.
+		dashboard = url + " (metrics at /metrics)"
+		defer fmt.Fprintf(os.Stderr, "regen: the dashboard at %s ended with this watch\n", url)
 	}
 	report := reportFunc(spec, st)
 	f, isFile := out.(*os.File)
@@ -89,7 +95,7 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 		if every <= 0 {
 			every = 500 * time.Millisecond
 		}
-		return ui.RunWatch(ctx, in, out, every, watchSnapshots(spec, st, report))
+		return ui.RunWatch(ctx, in, out, every, watchSnapshots(spec, st, report, dashboard))
 	}
 	every := o.every
 	if every <= 0 {
@@ -98,22 +104,48 @@ func runWatch(ctx context.Context, in *os.File, out io.Writer, path string, o wa
 	return printStatusEvery(ctx, out, spec.Name, report, every)
 }
 
+// waitForRunner waits, polling every gap, for the first `regen run` of a
+// job that has none yet (noStore says so) to create its store, and says
+// that it waits: watch started before run is not an error. Interrupted, it
+// exits 2 with noStore, as status does.
+func waitForRunner(ctx context.Context, spec *job.Spec, path string, msgs io.Writer, noStore error, gap time.Duration) (store.Store, error) {
+	fmt.Fprintf(msgs, "regen: %v\nregen: waiting for a runner to start it (`regen run %s`); Ctrl-C to stop\n", noStore, path)
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, &exitError{code: 2, err: noStore}
+		case <-time.After(gap):
+		}
+		st, err := openExisting(ctx, spec, "it was never run")
+		switch {
+		case err == nil:
+			fmt.Fprintf(msgs, "regen: job %s has a store now; watching\n", spec.Name)
+			return st, nil
+		case errors.Is(err, store.ErrNoStore):
+		case failures < 10: // a store being created may not open at once
+			failures++
+		default:
+			return nil, err
+		}
+	}
+}
+
 // watchSnapshots reads what the full-screen view draws: the report, the
 // history on the job's axis and the newest events.
-func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context) (monitor.Report, error)) func(context.Context) (ui.WatchSnapshot, error) {
+func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context) (monitor.Report, error), dashboard string) func(context.Context) (ui.WatchSnapshot, error) {
 	return func(ctx context.Context) (ui.WatchSnapshot, error) {
 		r, err := report(ctx)
 		if err != nil {
 			return ui.WatchSnapshot{}, err
 		}
 		now := time.Now()
-		// The report already read the newest heartbeat: the axis needs
-		// only its start and time.
-		var hb store.Heartbeat
-		if r.Heartbeat != nil {
-			hb.Time, hb.Started = r.Heartbeat.Time, r.Heartbeat.Started
+		// The report already chose the run the charts are over.
+		var span monitor.RunSpan
+		if r.RatesRun != nil {
+			span = *r.RatesRun
 		}
-		h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(hb, r.Heartbeat != nil, now, 0), now)
+		h, err := monitor.ReadHistory(ctx, st, monitor.JobAxis(span, r.RatesRun != nil, now, 0), now)
 		if err != nil {
 			return ui.WatchSnapshot{}, err
 		}
@@ -126,7 +158,7 @@ func watchSnapshots(spec *job.Spec, st store.Store, report func(context.Context)
 		for _, e := range evs {
 			events = append(events, monitor.EventOf(e))
 		}
-		return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events}, nil
+		return ui.WatchSnapshot{Job: spec.Name, Now: now, Report: r, History: h, Events: events, Dashboard: dashboard}, nil
 	}
 }
 

@@ -91,17 +91,17 @@ type request struct {
 // of earlier answers in the history.
 func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, error) {
 	if k < 0 || k >= p.NumTurns() {
-		return nil, fmt.Errorf("request for turn %d: the plan has %d turns", k, p.NumTurns())
+		return nil, fmt.Errorf("request for turn %d: the plan has %d turns", Ordinal(k), p.NumTurns())
 	}
 	if len(prior) != k {
-		return nil, fmt.Errorf("request for turn %d: got %d earlier answers, want %d", k, len(prior), k)
+		return nil, fmt.Errorf("request for turn %d: got %d earlier answers, want %d", Ordinal(k), len(prior), k)
 	}
 	if k == 0 && len(p.Turns) == 0 && p.Original == nil && p.raw != nil {
 		return p.raw, nil
 	}
 	msgs, err := p.build(prior, keepReasoning, true)
 	if err != nil {
-		return nil, fmt.Errorf("request for turn %d: %w", k, err)
+		return nil, fmt.Errorf("request for turn %d: %w", Ordinal(k), err)
 	}
 	return encode(request{Messages: msgs, Tools: p.Tools, Seed: p.Seed})
 }
@@ -128,7 +128,7 @@ func (p *Plan) build(answers []llm.Result, keepReasoning, nextInput bool) ([]Mes
 			continue
 		}
 		if ok, why := p.Continue(j, res); !ok {
-			return nil, fmt.Errorf("turn %d cannot follow turn %d: %s", j+1, j, why)
+			return nil, fmt.Errorf("turn %d cannot follow turn %d: %s", Ordinal(j+1), Ordinal(j), why)
 		}
 		msgs = append(msgs, link(p.Turns[j], res.ToolCalls, j)...)
 	}
@@ -199,6 +199,12 @@ func link(t Turn, gen []llm.ToolCall, k int) []Message {
 	return out
 }
 
+// Ordinal is the turn number people read for the 0-based turn index k:
+// every message, reason, banner and view says "turn 1 of 3" for index 0.
+// Stored and JSON turn fields stay 0-based indices (their documentation
+// says so).
+func Ordinal(k int) int { return k + 1 }
+
 // Continue reports whether turn k+1 can follow res, the answer to turn k,
 // and why not when it cannot. After the last turn it is false with no reason.
 func (p *Plan) Continue(k int, res llm.Result) (bool, string) {
@@ -212,13 +218,13 @@ func (p *Plan) Continue(k int, res llm.Result) (bool, string) {
 		return true, ""
 	case len(next.Calls) == 0:
 		return false, fmt.Sprintf("turn %d called %s, but the dataset answered without a tool call and goes on with a %s message, so there is no tool result to send",
-			k, describe(gen), next.Input[0].Role)
+			Ordinal(k), describe(gen), next.Input[0].Role)
 	case len(gen) == 0:
 		return false, fmt.Sprintf("turn %d answered without a tool call where the dataset called %s, so the dataset's tool result answers nothing the model asked",
-			k, describe(next.Calls))
+			Ordinal(k), describe(next.Calls))
 	}
 	if ok, why := MatchCalls(next.Calls, gen); !ok {
-		return false, fmt.Sprintf("turn %d: the model's tool calls differ from the dataset's, so its recorded tool result does not answer them: %s", k, why)
+		return false, fmt.Sprintf("turn %d: the model's tool calls differ from the dataset's, so its recorded tool result does not answer them: %s", Ordinal(k), why)
 	}
 	return true, ""
 }

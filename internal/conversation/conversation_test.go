@@ -187,12 +187,12 @@ func TestContinueEndsTheConversation(t *testing.T) {
 		res  llm.Result
 		why  string
 	}{
-		{"text where the dataset called", 0, llm.Result{Content: "Which day?"}, "turn 0 answered without a tool call where the dataset called book"},
+		{"text where the dataset called", 0, llm.Result{Content: "Which day?"}, "turn 1 answered without a tool call where the dataset called book"},
 		{"other function", 0, llm.Result{ToolCalls: []llm.ToolCall{tc("c", "cancel", `{"room":"A","n":2}`)}}, "call 0 is cancel, the dataset's is book"},
 		{"other arguments", 0, llm.Result{ToolCalls: []llm.ToolCall{tc("c", "book", `{"room":"A","n":3}`)}}, `call 0 (book): arguments {"room":"A","n":3}, the dataset's {"room": "A", "n": 2}`},
 		{"two calls", 0, llm.Result{ToolCalls: []llm.ToolCall{tc("c", "book", `{"room":"A","n":2}`), tc("d", "book", `{}`)}}, "the model made 2 calls (book, book), the dataset 1 (book)"},
 		{"bad arguments", 0, llm.Result{ToolCalls: []llm.ToolCall{tc("c", "book", `{"room":`)}}, "the model's arguments are not JSON"},
-		{"call before a user turn", 1, llm.Result{ToolCalls: []llm.ToolCall{tc("c", "cancel", `{}`)}}, "turn 1 called cancel, but the dataset answered without a tool call and goes on with a user message"},
+		{"call before a user turn", 1, llm.Result{ToolCalls: []llm.ToolCall{tc("c", "cancel", `{}`)}}, "turn 2 called cancel, but the dataset answered without a tool call and goes on with a user message"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

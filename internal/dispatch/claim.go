@@ -24,6 +24,13 @@ func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
 		if loopCtx.Err() != nil {
 			return context.Cause(loopCtx)
 		}
+		d.mu.Lock()
+		broken := d.brokenLocked(d.now())
+		d.mu.Unlock()
+		if broken != nil {
+			d.fatal(broken)
+			return broken
+		}
 		started, again, err := d.claimRound(loopCtx, workCtx, storeCtx, start)
 		if err != nil {
 			return err

@@ -18,6 +18,13 @@ type Chatter interface {
 	Chat(ctx context.Context, req llm.Request, onDelta func(tokens int)) (llm.Result, error)
 }
 
+// TokenCounter is a Chatter that can also count a request body's prompt
+// tokens with the server's tokenizer (llm.Client.CountTokens); the
+// context check of a prompt near the limit uses it when the client has it.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, path string, chat bool, model string, body json.RawMessage) (int, error)
+}
+
 // Endpoint is one server URL and the client that talks to it.
 type Endpoint struct {
 	URL    string
@@ -80,6 +87,10 @@ type Config struct {
 	// with the same bad-request error before any request was accepted, and
 	// caps requests in flight at that many until one is; 0 = off.
 	PoisonAfter int
+	// BrokenAfter stops Run with a BrokenError once every endpoint has been
+	// broken this long (burn.go: PoisonAfter samples in a row failed there
+	// with the same server error, nothing answered); 0 = never.
+	BrokenAfter time.Duration
 
 	MaxAttempts int           // attempts per sample for retryable errors; default 5
 	BaseDelay   time.Duration // first retry delay ceiling; default 2s

@@ -52,6 +52,11 @@ func (d *Dispatcher) Resume(url string) {
 		d.firstResume = d.now()
 	}
 	e.closeBreaker() // the supervisor saw it ready: no probe needed
+	if !e.brokenSince.IsZero() {
+		// Still broken until it answers, but its keeper brought it back
+		// (a restart, say): broken_after runs again from now.
+		e.brokenSince = d.now()
+	}
 	d.mu.Unlock()
 	d.signal()
 }

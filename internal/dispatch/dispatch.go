@@ -87,6 +87,9 @@ type Dispatcher struct {
 	// error, to tell a fault that follows one sample from an outage
 	// (fault.go); bounded by maxSuspects.
 	suspects map[string]suspect
+	// faulted are samples whose last request failed with a server error,
+	// and when (burn.go); bounded by maxFaulted.
+	faulted map[string]faultMark
 }
 
 // lane is a LaneConfig with its limiter and polling state (guarded by
@@ -149,6 +152,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		guard:      newPoisonGuard(cfg.PoisonAfter),
 		logs:       newLogRate(10 * time.Second),
 		suspects:   map[string]suspect{},
+		faulted:    map[string]faultMark{},
 	}
 	for _, lc := range cfg.Lanes {
 		if lc.Name == "" {

@@ -51,7 +51,18 @@
 // one); at the start of a hold an auto lane's limit backs off and the
 // fixed lanes' share of that endpoint is capped at half what it had in
 // flight, growing back by one per answer.
-// Retryable and malformed answers spend an attempt and return the sample to
+// Burn guard (burn.go): a server error (HTTP 5xx, or an answer that is not
+// the API: llm.Error.EndpointFault) spends no attempt unless the same
+// sample failed so before while the endpoint has since answered a request
+// sent after that failure (or it failed alone at the end of the job after
+// such a verdict); otherwise the sample is deferred unspent (store.OpDefer).
+// PoisonAfter distinct samples in a row failing on one endpoint with the
+// same error, or twice as many server errors, with nothing answered there
+// meanwhile, make the endpoint broken: its breaker opens (DOWN, the error
+// as evidence; EndpointStats.BrokenSince), one probe at a time goes through,
+// and its first answer ends it. Every endpoint broken for BrokenAfter stops
+// Run with a BrokenError, every unfinished sample pending.
+// Other retryable and malformed answers spend an attempt and return the sample to
 // pending after Delay, or dead-letter it once MaxAttempts are spent; a bad
 // request is dead-lettered after one try with the server's message; a result
 // truncated by max_tokens escalates to the lane's EscalateTo lane when it has
@@ -132,7 +143,7 @@
 // extend leases, Commit, release, expire, counts, requeue dead; its test
 // fake implements only that and passes storetest.RunQueue), and settles
 // every request as one typed store.Transition. Files: dispatch.go (the
-// Dispatcher, New, Run, drain), config.go, claim.go (the claim loop),
+// Dispatcher, New, Run, drain), config.go, burn.go (the burn guard), claim.go (the claim loop),
 // work.go and turn.go (one request), outcome.go (verdict and transition),
 // hedge.go (backups), balance.go, affinity.go and backlog.go, adaptive.go and
 // limiter.go, storecall.go (store calls that outlast an outage),

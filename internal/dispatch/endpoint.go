@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,17 @@ type endpoint struct {
 	holdUntil time.Time
 	pressN    int
 	fixedCap  int
+	// holdSince and holdReason are the last hold's start and the answer
+	// that began it, for the views.
+	holdSince  time.Time
+	holdReason string
+	// The burn guard (burn.go): the run of server errors since the last
+	// answer, the start of the latest request answered, and since when the
+	// endpoint is broken (zero: it is not) after how many samples in a row.
+	streak        burnStreak
+	okStart       time.Time
+	brokenSince   time.Time
+	brokenSamples int
 
 	// Breaker: closed when openUntil is zero; open until openUntil; after
 	// that half-open, letting one probe request through.
@@ -61,6 +73,11 @@ type endpoint struct {
 	lastToken  atomic.Int64 // unix nanoseconds of the last onDelta
 	tokens     atomic.Int64
 	completion atomic.Int64 // completion tokens of the answers received (usage)
+	// streamed counts tokens as they arrive (chunks times perChunkBits),
+	// topped up to each answer's usage when it completes: the views' rate,
+	// steady while 12,000-token answers stream, not credited at their end.
+	streamed     atomic.Int64
+	perChunkBits atomic.Uint64 // math.Float64bits(perChunk), read without Dispatcher.mu
 }
 
 // call is one request in flight.
@@ -77,6 +94,7 @@ type call struct {
 	// is waiting in the server's queue (or in its prefill).
 	streaming atomic.Bool
 	generated atomic.Int64 // chunks streamed so far (tokensLocked estimates its tokens)
+	credited  int64        // tokens added to ep.streamed for it (its stream's goroutine only)
 	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
 	moved     bool         // cancelled to go to a server with room (guarded by Dispatcher.mu)
 	// noProgress: the stream was cut for bytes without a token
@@ -112,9 +130,32 @@ func (e *endpoint) learnChunkLocked(completion int, chunks int64) {
 	r := float64(completion) / float64(chunks)
 	if e.perChunk <= 0 {
 		e.perChunk = r
-		return
+	} else {
+		e.perChunk += (r - e.perChunk) / 8
 	}
-	e.perChunk += (r - e.perChunk) / 8
+	e.perChunkBits.Store(math.Float64bits(e.perChunk))
+}
+
+// streamChunks credits e.streamed with the tokens of cl's chunks so far
+// (chunks of them), at the endpoint's tokens per chunk.
+func (e *endpoint) streamChunks(cl *call, chunks int64) {
+	per := math.Float64frombits(e.perChunkBits.Load())
+	if per <= 0 {
+		per = 1
+	}
+	if n := int64(float64(chunks)*per) - cl.credited; n > 0 {
+		cl.credited += n
+		e.streamed.Add(n)
+	}
+}
+
+// streamDone tops e.streamed up to the usage of cl's answer: chunks
+// undercount a server that puts several tokens in one.
+func (e *endpoint) streamDone(cl *call, completion int) {
+	if n := int64(completion) - cl.credited; n > 0 {
+		cl.credited += n
+		e.streamed.Add(n)
+	}
 }
 
 func (e *endpoint) breakerClosed() bool { return e.openUntil.IsZero() }

@@ -136,7 +136,7 @@ func (s *fakeStore) ExtendLeases(_ context.Context, owner string, lease time.Dur
 
 // fakeOps names each transition for the hook.
 var fakeOps = map[store.Op]string{store.OpTurn: "turn", store.OpRetry: "retry", store.OpDead: "dead",
-	store.OpEscalate: "escalate", store.OpRelane: "relane"}
+	store.OpEscalate: "escalate", store.OpRelane: "relane", store.OpDefer: "defer"}
 
 // Commit runs a transition on the held lease (of t.Token when not zero).
 func (s *fakeStore) Commit(_ context.Context, t store.Transition) error {
@@ -170,6 +170,8 @@ func (s *fakeStore) Commit(_ context.Context, t store.Transition) error {
 	case store.OpRetry:
 		x.state, x.owner, x.notBefore, x.lastErr = store.Pending, "", t.NotBefore, t.LastError
 		x.attempts++
+	case store.OpDefer:
+		x.state, x.owner, x.notBefore, x.lastErr = store.Pending, "", t.NotBefore, t.LastError
 	case store.OpDead:
 		x.attempts++
 		x.reason, x.lastErr = t.Reason, t.Reason

@@ -254,7 +254,10 @@ func (d *Dispatcher) judgeDownLocked(cl *call, id string, v verdict, now time.Ti
 // the sample goes back without spending an attempt.
 func isRefusal(err error) bool {
 	st := statusOf(err)
+	var le *llm.Error
 	switch {
+	case errors.As(err, &le) && le.EndpointFault:
+		return true
 	case st == 401, st == 403, st == 404:
 		return true
 	case st >= 500 && llm.ClassOf(err) == llm.Retryable:
@@ -338,6 +341,10 @@ func (d *Dispatcher) backpressureLocked(cl *call, fixed int, reqErr error, now t
 	e.pressN++
 	hold := pressureHold(e.pressN, ra, d.cfg.BreakerCooldown, d.cfg.MaxDelay)
 	e.holdUntil = now.Add(hold)
+	e.holdSince, e.holdReason = now, reqErr.Error()
+	if ra > 0 {
+		e.holdReason += fmt.Sprintf(" (Retry-After %s)", ra)
+	}
 	args := []any{"endpoint", e.url, "retry_after", ra, "hold", hold, "in_flight", e.inflight + 1, "err", reqErr}
 	if cl.lane.auto == nil {
 		e.fixedCap = pressureCap(e.fixedCap, fixed)

@@ -361,8 +361,15 @@ func TestBackpressureCutsTheLoad(t *testing.T) {
 		wait := runAsync(t.Context(), d)
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
-		if held := d.Snapshot().Endpoints[0].HeldUntil; !held.Equal(start.Add(2 * time.Second)) {
+		es := d.Snapshot().Endpoints[0]
+		if held := es.HeldUntil; !held.Equal(start.Add(2 * time.Second)) {
 			t.Errorf("held until %v after a 429 at 1 s asking for 1 s, want %v", held.Sub(start), 2*time.Second)
+		}
+		// What the views show of it (issue 30 item 8): since when, why, the cap.
+		if !es.HoldSince.Equal(start.Add(time.Second)) || !strings.Contains(es.HoldReason, "429") ||
+			!strings.Contains(es.HoldReason, "Retry-After 1s") || es.FixedCap != 4 {
+			t.Errorf("hold since %v, reason %q, fixed cap %d; want since 1 s, the 429 with its Retry-After 1s, cap 4 (half of 8)",
+				es.HoldSince.Sub(start), es.HoldReason, es.FixedCap)
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()

@@ -133,6 +133,9 @@ type PoisonError struct {
 	Params    []string // request fields the job sets that the message names
 	Requeued  int      // samples returned to pending
 	RequeueOK bool     // whether returning them worked
+	// EndpointFault: the answers were not the API at all (llm.Error's
+	// EndpointFault: a web page, a whole JSON body, no headers).
+	EndpointFault bool
 }
 
 func (e *PoisonError) Error() string {
@@ -140,6 +143,8 @@ func (e *PoisonError) Error() string {
 	fmt.Fprintf(&b, "dispatch stopped: the server refused %d different samples in a row with the same error before accepting any request, "+
 		"so the job's settings are at fault, not the samples: %s", e.Samples, e.shownMessage())
 	switch {
+	case e.EndpointFault:
+		b.WriteString("; the endpoint does not answer as an OpenAI-compatible chat server: check its url (host, port, path) in the job file")
 	case len(e.Params) > 0:
 		fmt.Fprintf(&b, "; the error names %s, which the job sends (generation settings)", quoteAll(e.Params))
 	case e.Status == 401 || e.Status == 403:

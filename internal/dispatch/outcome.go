@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/quality"
 	"github.com/regen-dev/regen/internal/store"
@@ -24,6 +25,7 @@ const (
 	outRelease
 	outRetry
 	outDead
+	outDefer // pending after a delay, no attempt spent (burn.go)
 )
 
 // verdict is the decision about one finished request.
@@ -41,6 +43,9 @@ type verdict struct {
 	// refused: the poison guard counts the error; the sample goes back
 	// without spending an attempt.
 	refused bool
+	// burnt: a server error judged the endpoint's (burn.go): the sample goes
+	// back unspent; trip: it broke the endpoint.
+	burnt, trip bool
 }
 
 // decide maps a request's answer or error to an outcome; it is pure apart
@@ -104,6 +109,9 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		l.lim.Release()
 	}
 	d.retire(c, err, func() { d.count(v, res, l, target) })
+	if err == nil && v.out == outDead {
+		d.logDead(cl, c, v, reqErr)
+	}
 }
 
 // refine applies what one request cannot tell alone: while the poison
@@ -119,11 +127,24 @@ func (d *Dispatcher) refine(cl *call, c store.Claimed, v verdict, reqErr error, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	key, fault := serverFault(reqErr)
+	fault = fault && d.cfg.PoisonAfter > 0
+	if reqErr == nil {
+		delete(d.faulted, c.ID)
+	}
 	if v.class != llm.ServerDown {
 		delete(d.suspects, c.ID)
+		if fault {
+			return d.burnLocked(cl, c.ID, v, key, now)
+		}
 		return v
 	}
 	v = d.judgeDownLocked(cl, c.ID, v, now)
+	if fault {
+		// A server-down error that is the endpoint's (no headers, an empty
+		// 200) counts toward breaking it; judgeCut still decides its attempt.
+		d.judgeBurnLocked(cl, c.ID, key, now)
+	}
 	if v.fault != "" {
 		v.out = outRetry
 		if c.Attempts+1 >= d.cfg.MaxAttempts {
@@ -197,6 +218,18 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 		if cl.probe {
 			e.probing = false
 		}
+	case v.burnt:
+		e.errors[v.class]++
+		e.lastDown = reqErr.Error()
+		d.counters.Burnt++
+		if e.brokenSince.IsZero() {
+			if cl.probe {
+				e.probing = false
+			}
+		} else if e.tripBreaker(cl, now, d.cfg.BreakerCooldown) && !v.trip {
+			d.logs.log(d.log, slog.LevelWarn, "broken:"+e.url, "broken endpoint failed its probe", now,
+				"endpoint", e.url, "cooldown", e.openUntil.Sub(now), "err", reqErr)
+		}
 	case v.class == llm.Backpressure:
 		e.errors[v.class]++
 		d.backpressureLocked(cl, fixedBefore, reqErr, now)
@@ -223,11 +256,14 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 	default:
 		if v.class != 0 {
 			e.errors[v.class]++
-			d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
-				"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+			if v.out != outDead { // a dead letter has its own line (logDead)
+				d.logs.log(d.log, slog.LevelWarn, "retry:"+e.url, "request failed", now,
+					"endpoint", e.url, "sample", id, "class", v.class.String(), "err", reqErr)
+			}
 		} else {
 			e.servedAt, e.pressN = now, 0
 			e.fixedCap = recoverCap(e.fixedCap, d.fixedLimitSum())
+			d.answeredLocked(e, cl.start)
 		}
 		if e.closeBreaker() { // the server answered
 			d.log.Info("breaker closed", "endpoint", e.url)
@@ -264,6 +300,11 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		return target, "escalate", commit(store.Transition{Op: store.OpEscalate, Lane: target.cfg.Name})
 	case outRelease:
 		return l, "release", func(ctx context.Context) error { return st.Release(ctx, []string{c.ID}, owner) }
+	case outDefer:
+		// Not straight back to the server that failed it: other samples go
+		// first, and their answers (or failures) tell whose fault it was.
+		delay := Delay(1, d.cfg.BaseDelay, d.cfg.MaxDelay, 0.5+rand.Float64()/2)
+		return l, "defer", commit(store.Transition{Op: store.OpDefer, NotBefore: now.Add(delay), LastError: reqErr.Error()})
 	case outRetry:
 		u := rand.Float64()
 		if v.fault != "" {
@@ -280,7 +321,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		reason += " (the fault follows this sample: " + v.fault + ")"
 	}
 	if c.Turn > 0 {
-		reason = fmt.Sprintf("turn %d: %s", c.Turn, reason)
+		reason = fmt.Sprintf("turn %d: %s", conversation.Ordinal(c.Turn), reason)
 	}
 	return l, "dead-letter", commit(store.Transition{Op: store.OpDead, Reason: reason})
 }
@@ -311,7 +352,7 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 		d.counters.Escalated++
 		l.escalated++
 		target.short = false
-	case outRelease:
+	case outRelease, outDefer:
 		d.counters.Released++
 		l.short = false
 	case outRetry:
@@ -326,7 +367,9 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 // it refused without dead-lettering (released) are pending already.
 func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr error, released bool) {
 	msg := reqErr.Error()
-	pe := &PoisonError{Samples: d.guard.streak(), Message: msg, Endpoint: url, Status: statusOf(reqErr), Params: mentionedParams(msg, d.cfg.Params)}
+	var le *llm.Error
+	pe := &PoisonError{Samples: d.guard.streak(), Message: msg, Endpoint: url, Status: statusOf(reqErr), Params: mentionedParams(msg, d.cfg.Params),
+		EndpointFault: errors.As(reqErr, &le) && le.EndpointFault}
 	if released {
 		pe.Requeued, pe.RequeueOK = pe.Samples, true
 		d.fatal(pe)
@@ -339,4 +382,20 @@ func (d *Dispatcher) tripGuard(storeCtx context.Context, url string, reqErr erro
 	})
 	pe.RequeueOK = err == nil
 	d.fatal(pe)
+}
+
+// logDead writes a dead letter's log line, sent or not (a prompt too long
+// for every context never is). Unlike a retry's, it is not rate-limited:
+// a sample dies once, so the lines are bounded by the job's samples, and
+// the log then accounts for every one with its reason.
+func (d *Dispatcher) logDead(cl *call, c store.Claimed, v verdict, reqErr error) {
+	d.mu.Lock()
+	total := d.counters.DeadLettered
+	d.mu.Unlock()
+	args := []any{"endpoint", cl.ep.url, "sample", c.ID, "sent", !v.unsent}
+	if !v.unsent {
+		args = append(args, "attempts", c.Attempts+1)
+	}
+	args = append(args, "class", v.class.String(), "err", reqErr, "dead_letters", total)
+	d.log.Warn("sample dead-lettered", args...)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 
+	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
@@ -14,6 +15,14 @@ import (
 type Server struct {
 	Engine  string // the engine kind (sglang, vllm, llamacpp, sim)
 	Version string // as the server reports it; "" when it did not say
+	// TokenIDFields are the request fields that ask this engine for token
+	// ids (engine.Dialect.TokenIDFields), when the job exports them: they
+	// follow the engine the server turned out to be, not the one assumed
+	// before it answered.
+	TokenIDFields []string
+	// Tokenizer is the engine's tokenizer route, for the context check
+	// of a prompt near the limit (tooLong); zero when it has none.
+	Tokenizer engine.Tokenizer
 }
 
 // SetServer records what the server at url reports itself to be, for the

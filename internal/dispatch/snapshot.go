@@ -45,20 +45,41 @@ type EndpointStats struct {
 	// TokensTotal sums the counts passed to onDelta (llm.Client passes 1 per
 	// chunk carrying content, reasoning or a tool-call delta).
 	TokensTotal int64 `json:"tokens_total"`
-	// CompletionTokens sums the usage of every answer received: the one
-	// count of tokens the views chart and rate (chunks undercount it when
-	// a server puts several tokens in one).
+	// CompletionTokens sums the usage of every answer received (chunks
+	// undercount it when a server puts several tokens in one).
 	CompletionTokens int64 `json:"completion_tokens"`
-	Requests         int64 `json:"requests"`
+	// StreamedTokens counts tokens as they stream (chunks at the
+	// endpoint's learnt tokens per chunk), each answer topped up to its
+	// usage when it completes; a failed request keeps what it streamed
+	// (the server decoded it). The views' rates and charts use it.
+	StreamedTokens int64 `json:"streamed_tokens"`
+	Requests       int64 `json:"requests"`
 	// Errors counts failed requests by llm.Class name ("retryable",
 	// "server-down", "bad-request", "malformed"); cancellations by Pause or
 	// drain are not errors.
 	Errors map[string]int64 `json:"errors,omitempty"`
 	// LastServerDown is the last server-down error from this endpoint.
 	LastServerDown string `json:"last_server_down,omitempty"`
+	// BrokenSince: samples in a row failed here with the same server error
+	// while nothing succeeded (burn.go), BrokenSamples of them; the
+	// endpoint is paused behind its breaker and probed with one request at
+	// a time. Zero when it is not broken.
+	BrokenSince   time.Time `json:"broken_since,omitzero"`
+	BrokenSamples int       `json:"broken_samples,omitempty"`
 	// HeldUntil: the server asked for less load (429, or 503 with
 	// Retry-After) and gets no new request before this; zero when not held.
 	HeldUntil time.Time `json:"held_until,omitzero"`
+	// HoldSince and HoldReason are the last hold's start and the answer
+	// that began it, and FixedCap the cap it put on the fixed lanes'
+	// requests here (it grows back by one per answer; 0 = none): set while
+	// held or capped.
+	HoldSince  time.Time `json:"hold_since,omitzero"`
+	HoldReason string    `json:"hold_reason,omitempty"`
+	FixedCap   int       `json:"fixed_cap,omitempty"`
+	// Replays counts requests its client sent again on a fresh connection
+	// because the server closed the kept-alive one first (llm.Client's
+	// Replays; a keep-alive race, never an error).
+	Replays int64 `json:"replays,omitempty"`
 
 	// KVTokens is the server's KV pool in tokens (0 = not known yet) and
 	// KVTokensSource where it came from: CapacityServer or CapacityJob.
@@ -157,4 +178,7 @@ type Counters struct {
 	// truncated. The others were cancelled.
 	Backups     int64 `json:"backups"`
 	BackupsUsed int64 `json:"backups_used"`
+	// Burnt counts server errors judged the endpoint's, not the sample's
+	// (burn.go): each sample went back without spending an attempt.
+	Burnt int64 `json:"burnt,omitempty"`
 }

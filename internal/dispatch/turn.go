@@ -28,12 +28,12 @@ func (d *Dispatcher) prepareTurn(c store.Claimed) (*turn, error) {
 	}
 	t := &turn{index: c.Turn, plan: p, tools: p.ToolNames()}
 	if len(c.Prior) != c.Turn {
-		return nil, fmt.Errorf("turn %d: %d earlier answers handed over", c.Turn, len(c.Prior))
+		return nil, fmt.Errorf("turn %d: %d earlier answers handed over", conversation.Ordinal(c.Turn), len(c.Prior))
 	}
 	for i, r := range c.Prior {
 		a, err := reply.Decode(r)
 		if err != nil {
-			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", c.Turn, i, err)
+			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", conversation.Ordinal(c.Turn), conversation.Ordinal(i), err)
 		}
 		t.prior = append(t.prior, a.Result)
 	}

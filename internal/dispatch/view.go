@@ -24,6 +24,7 @@ func (d *Dispatcher) Endpoint(url string) (EndpointStats, bool) {
 type Totals struct {
 	InFlight    int
 	Tokens      int64     // streamed-token counters summed (EndpointStats.TokensTotal)
+	Streamed    int64     // EndpointStats.StreamedTokens summed: what the views rate
 	LastTokenAt time.Time // the latest chunk from any endpoint
 }
 
@@ -35,6 +36,7 @@ func (d *Dispatcher) Totals() Totals {
 	for _, e := range d.eps {
 		t.InFlight += e.inflight
 		t.Tokens += e.tokens.Load()
+		t.Streamed += e.streamed.Load()
 		if ns := e.lastToken.Load(); ns != 0 && time.Unix(0, ns).After(t.LastTokenAt) {
 			t.LastTokenAt = time.Unix(0, ns)
 		}
@@ -75,12 +77,21 @@ func (d *Dispatcher) endpointStatsLocked(e *endpoint, now time.Time) EndpointSta
 		BreakerOpenUntil: e.openUntil,
 		TokensTotal:      e.tokens.Load(),
 		CompletionTokens: e.completion.Load(),
+		StreamedTokens:   e.streamed.Load(),
 		Requests:         e.requests,
 		LastServerDown:   e.lastDown,
 		AutoLimit:        e.autoLimitLocked(),
+		BrokenSince:      e.brokenSince,
+		BrokenSamples:    e.brokenSamples,
 	}
 	if now.Before(e.holdUntil) {
 		es.HeldUntil = e.holdUntil
+	}
+	if r, ok := e.client.(interface{ Replays() int64 }); ok {
+		es.Replays = r.Replays()
+	}
+	if now.Before(e.holdUntil) || e.fixedCap > 0 {
+		es.HoldSince, es.HoldReason, es.FixedCap = e.holdSince, e.holdReason, e.fixedCap
 	}
 	if e.inflight > 0 {
 		es.BusySince = e.busySince

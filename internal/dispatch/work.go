@@ -17,7 +17,7 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
-	if why := d.tooLong(c, t); why != "" {
+	if why := d.tooLong(reqCtx, e, c, t); why != "" {
 		cl.cancel(nil)
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
 		return
@@ -53,6 +53,9 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(chunks int64)) (res llm.Result, err, cause error) {
 	e, l := cl.ep, cl.lane
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	if s := e.server.Load(); s != nil {
+		req.TokenIDFields = s.TokenIDFields
+	}
 	start := d.now()
 	res, err = e.client.Chat(ctx, req, func(tokens int) {
 		cl.streaming.Store(true)
@@ -60,6 +63,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 		d.guard.accepted()
 		e.lastToken.Store(d.now().UnixNano())
 		e.tokens.Add(int64(tokens))
+		e.streamChunks(cl, n)
 		if onChunk != nil {
 			onChunk(n)
 		}
@@ -70,6 +74,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 	} else {
 		d.guard.accepted()
 		e.completion.Add(int64(res.Usage.CompletionTokens))
+		e.streamDone(cl, res.Usage.CompletionTokens)
 	}
 	cl.cancel(nil)
 	d.observe(l.cfg.Name, e.url, start, res, err, cause)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -77,12 +78,27 @@ type Dialect struct {
 	// true, that make the engine return the prompt and completion token ids
 	// on a streamed answer; nil when it cannot (docs/engines.md §10).
 	TokenIDFields []string
+	// Tokenizer is the route that counts a prompt's tokens with the
+	// server's own tokenizer, for the "cannot fit the context" check of a
+	// prompt near the limit (docs/engines.md §13.3); zero when regen uses
+	// none.
+	Tokenizer Tokenizer
 	// VersionPaths, tried in order, answer JSON whose VersionField is the
 	// server's version (docs/engines.md §12): SGLang's /server_info (older
 	// /get_server_info) version, vLLM's /version, llama-server's /props
 	// build_info.
 	VersionPaths []string
 	VersionField string
+}
+
+// Tokenizer is a server's tokenizer route: POST Path with the prompt.
+// Chat: it takes the chat request's "messages" and applies the chat
+// template, answering the exact prompt count (vLLM's TokenizeChatRequest);
+// else it takes {"content": text}, the messages' text alone, whose count is
+// a lower bound of the prompt's (llama-server).
+type Tokenizer struct {
+	Path string
+	Chat bool
 }
 
 // MetricNames lists, per common field, the engine metric names that feed it;
@@ -134,6 +150,7 @@ var dialects = map[string]Dialect{
 		ProbeTimeout:        DefaultProbeTimeout,
 		MetricsPath:         "/metrics",
 		TokenIDFields:       []string{"return_token_ids"},
+		Tokenizer:           Tokenizer{Path: "/tokenize", Chat: true},
 		VersionPaths:        []string{"/version"},
 		VersionField:        "version",
 		ModelLimits:         true,
@@ -160,6 +177,7 @@ var dialects = map[string]Dialect{
 		ProbeTimeout: DefaultProbeTimeout,
 		MetricsPath:  "/metrics",
 		PropsPath:    "/props",
+		Tokenizer:    Tokenizer{Path: "/tokenize"},
 		ModelLimits:  true,
 		SlotBound:    true,
 		VersionPaths: []string{"/props"},
@@ -297,4 +315,37 @@ func SimAs(mode string) (Dialect, error) {
 	}
 	d.Name, d.Command, d.ModelFlag, d.Flags, d.ReadyLine = s.Name, nil, s.ModelFlag, nil, ""
 	return d, nil
+}
+
+// TokenIDWarnings lists, for a job that exports token ids
+// (output.token_ids), each engine it names that cannot return them on a
+// streamed chat completion, at the field that names it. An endpoint left
+// for detection is judged when its server answers (fleet), not here.
+func TokenIDWarnings(s *job.Spec) []*job.FieldError {
+	if !s.Output.TokenIDs {
+		return nil
+	}
+	var out []*job.FieldError
+	warn := func(field string, d Dialect) {
+		if d.TokenIDFields == nil {
+			out = append(out, s.FieldErrorf(field, "warning: %s cannot return token ids on streamed chat completions; with output.token_ids its records export token_ids: unavailable (sglang and vllm return them)", d.Name))
+		}
+	}
+	for i, e := range s.Endpoints {
+		if d, err := Lookup(e.Engine); e.Engine != "" && err == nil {
+			warn(fmt.Sprintf("endpoints[%d].engine", i), d)
+		}
+	}
+	if srv := s.Server; srv != nil {
+		d, err := Lookup(srv.Engine)
+		if srv.Engine == Sim {
+			mode, _ := srv.Sim["engine"].(string)
+			d, err = SimAs(mode)
+			d.Name = cmp.Or(mode, Sim)
+		}
+		if err == nil {
+			warn("server.engine", d)
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -151,5 +152,38 @@ func TestSimAs(t *testing.T) {
 	}
 	if d, _ := SimAs(""); d.ReadyPath != "/health_generate" || d.Name != Sim {
 		t.Errorf("SimAs(\"\") = %+v, want the simulator's own (SGLang's) dialect", d)
+	}
+}
+
+// TestTokenIDWarnings: a job exporting token ids is warned of each engine
+// it names that cannot return them (llama-server, the simulator in its
+// llama.cpp mode), at the field naming it; sglang, vllm and an endpoint
+// left for detection are not, nor is a job that exports no ids.
+func TestTokenIDWarnings(t *testing.T) {
+	eps := []job.Endpoint{{URL: "http://a", Engine: "llamacpp"}, {URL: "http://b", Engine: "vllm"}, {URL: "http://c"}, {URL: "http://d", Engine: "sglang"}}
+	for _, tc := range []struct {
+		name string
+		spec job.Spec
+		want []string
+	}{
+		{"endpoints", job.Spec{Endpoints: eps, Output: job.Output{TokenIDs: true}}, []string{"endpoints[0].engine: llamacpp"}},
+		{"no token ids asked", job.Spec{Endpoints: eps}, nil},
+		{"sim in llama.cpp mode", job.Spec{Server: &job.Server{Engine: "sim", Sim: map[string]any{"engine": "llamacpp"}}, Output: job.Output{TokenIDs: true}},
+			[]string{"server.engine: llamacpp"}},
+		{"sim in its sglang mode", job.Spec{Server: &job.Server{Engine: "sim"}, Output: job.Output{TokenIDs: true}}, nil},
+		{"launched llama-server", job.Spec{Server: &job.Server{Engine: "llamacpp"}, Output: job.Output{TokenIDs: true}}, []string{"server.engine: llamacpp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, w := range TokenIDWarnings(&tc.spec) {
+				if !strings.HasPrefix(w.Msg, "warning: ") {
+					t.Errorf("%s: %q is not worded as a warning", w.Field, w.Msg)
+				}
+				got = append(got, w.Field+": "+strings.Fields(strings.TrimPrefix(w.Msg, "warning: "))[0])
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("warnings %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

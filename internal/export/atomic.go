@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,9 +21,14 @@ type atomicFile struct {
 	final string
 	f     *os.File
 	w     *bufio.Writer
+	dst   io.Writer // w, or a checker comparing with final (Verify)
 	sum   hash.Hash // SHA-256 of every byte written, for the manifest
 	size  int64
 }
+
+// createFunc makes the atomic file of a final path: createAtomic when
+// exporting, a checker when verifying.
+type createFunc func(final string) (*atomicFile, error)
 
 func createAtomic(final string) (*atomicFile, error) {
 	dir, base := filepath.Split(final)
@@ -32,13 +38,14 @@ func createAtomic(final string) (*atomicFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
-	return &atomicFile{final: final, f: f, w: bufio.NewWriterSize(f, 256<<10), sum: sha256.New()}, nil
+	w := bufio.NewWriterSize(f, 256<<10)
+	return &atomicFile{final: final, f: f, w: w, dst: w, sum: sha256.New()}, nil
 }
 
 func (a *atomicFile) Write(p []byte) (int, error) {
 	a.sum.Write(p) // never fails
 	a.size += int64(len(p))
-	return a.w.Write(p)
+	return a.dst.Write(p)
 }
 
 // sha256 is the hex SHA-256 of what was written.

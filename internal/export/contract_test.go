@@ -57,7 +57,7 @@ func contractRows(t *testing.T) []store.Row {
 			llm.Result{ToolCalls: []llm.ToolCall{call("srv-1", "book", `{"room": "A"}`)}, FinishReason: "tool_calls", Usage: u},
 			llm.Result{Content: "Room A is booked.", FinishReason: "stop", Usage: u},
 			llm.Result{ToolCalls: []llm.ToolCall{call("srv-2", "book", `{"room":"B"}`)}, FinishReason: "tool_calls", Usage: u}),
-		turnRow(t, "ended", tools, "turn 0 answered without a tool call where the dataset called book",
+		turnRow(t, "ended", tools, "turn 1 answered without a tool call where the dataset called book",
 			llm.Result{Content: "Which day?", FinishReason: "stop", Usage: u}),
 		doneRow(t, "single", `{"messages":[{"role":"user","content":"hi"}]}`, llm.Result{Content: "hello", FinishReason: "stop", Usage: u}),
 	}

@@ -46,6 +46,14 @@
 // (exporter), then syncs, describes and renames (writers.finish,
 // describe, renameAll).
 //
+// Verify (verify.go, verify_records.go) checks an export: every file the
+// manifest lists (bytes, SHA-256, rows), no regen-named file left out of
+// it, and every record against the store, rendered again through the same
+// sinks into checkers (lineChecker, parquetChecker) instead of files, with
+// the manifest's export settings; each file's first mismatch is a Problem
+// naming its line (row) and sample id. ExportWith runs it on the files it
+// has just written, passing over samples finished since it began.
+//
 // Every file is written to a hidden temporary file in the output directory,
 // fsynced, and renamed over the final name only after every row was written
 // to every file, so a crash or error leaves the previous export intact and

@@ -2,10 +2,13 @@ package export
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -15,6 +18,17 @@ const (
 	FormatShareGPT    = "sharegpt"
 	FormatOpenAIBatch = "openai-batch"
 	FormatParquet     = "parquet"
+)
+
+// Formats of the files every export writes, whatever the formats asked.
+const (
+	FormatRejected = "rejected"
+	FormatDead     = "dead"
+)
+
+const (
+	rejectedSuffix = ".rejected.jsonl"
+	deadSuffix     = ".dead.jsonl"
 )
 
 // Formats of the files that describe an export (File.Format); their Rows is 0.
@@ -28,7 +42,7 @@ var Formats = []string{FormatShareGPT, FormatOpenAIBatch, FormatParquet}
 
 // RejectedFile is where an export into dir writes the job name's
 // rejected samples (always, whatever the formats).
-func RejectedFile(dir, name string) string { return filepath.Join(dir, name+".rejected.jsonl") }
+func RejectedFile(dir, name string) string { return filepath.Join(dir, name+rejectedSuffix) }
 
 // File is one file an export wrote.
 type File struct {
@@ -44,8 +58,10 @@ type Summary struct {
 	Truncated int // done with finish_reason "length" (only when the truncated rule is off)
 	Ended     int // done conversations that ended before their last planned turn
 	Rejected  int
-	Dead      int // dead samples
-	BadRows   int // source rows that never became samples (ingest errors)
+	// RejectedBy counts the rejected samples by quality rule.
+	RejectedBy map[string]int
+	Dead       int // dead samples
+	BadRows    int // source rows that never became samples (ingest errors)
 	// Warnings are what the export left undone on purpose (a README.md
 	// regen did not write is kept, and no card written).
 	Warnings []string
@@ -53,6 +69,11 @@ type Summary struct {
 	// loss_mask, and those whose record says token_ids: unavailable.
 	TokenIDs            int
 	TokenIDsUnavailable int
+	// Refreshed are the formats not asked for that an earlier export had
+	// written into the directory, written again (earlierFormats).
+	Refreshed []string
+	// Verified is the check of the files just written (Verify).
+	Verified Report
 	// DoneByGeneration counts done samples by the configuration
 	// generation of their last answer.
 	DoneByGeneration map[int]int
@@ -107,14 +128,17 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	want := map[string]bool{}
 	for _, f := range formats {
 		if !slices.Contains(Formats, f) {
-			return Summary{}, fmt.Errorf("export: unknown format %q", f)
+			return Summary{}, fmt.Errorf("%w %q (want %s)", ErrUnknownFormat, f, strings.Join(Formats, ", "))
 		}
 		want[f] = true
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Summary{}, fmt.Errorf("export: create %s: %w", dir, err)
 	}
-	w, err := openWriters(dir, name, want, o)
+	start := time.Now()
+	damaged := damagedFiles(dir, name)
+	refreshed := earlierFormats(dir, name, want)
+	w, err := openWriters(createAtomic, dir, name, want, o)
 	if err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
@@ -125,6 +149,7 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 		}
 	}()
 	x := &exporter{w: w, o: o, seen: serverTally{}}
+	x.sum.Warnings = damaged
 	if err := x.stream(ctx, st); err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
@@ -134,7 +159,7 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	}
 	// The card and the manifest describe the files above, so they are
 	// renamed last: a manifest on disk names files already in place.
-	described, err := describe(ctx, st, dir, name, o.Describe, &x.sum, x.seen, outs)
+	described, err := describe(ctx, st, dir, name, o, &x.sum, x.seen, outs)
 	for _, d := range described {
 		w.list = append(w.list, fileSink{d})
 	}
@@ -146,11 +171,45 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	if err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
 	}
-	x.sum.Files = files
+	x.sum.Files, x.sum.Refreshed = files, refreshed
 	if err := syncDir(dir); err != nil {
 		return x.sum, fmt.Errorf("export: %w", err)
 	}
+	// The files are read back and compared with the manifest and the
+	// store: an export that does not verify is an error, not a dataset.
+	rep, err := verify(ctx, st, dir, name, o, start)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		return x.sum, fmt.Errorf("export: %w", err)
+	}
+	x.sum.Verified = rep
 	return x.sum, nil
+}
+
+// ErrUnknownFormat is a format Export does not write.
+var ErrUnknownFormat = errors.New("unknown format")
+
+// earlierFormats adds to want the formats an earlier export wrote into dir
+// (their files are there) and returns them: they are written again with
+// the others, so the manifest describes every file regen wrote there and
+// each one is the store's current answer.
+func earlierFormats(dir, name string, want map[string]bool) []string {
+	var added []string
+	for _, f := range Formats {
+		if want[f] {
+			continue
+		}
+		for _, base := range formatFiles(name, f) {
+			if _, err := os.Stat(filepath.Join(dir, base)); err == nil {
+				want[f] = true
+				added = append(added, f)
+				break
+			}
+		}
+	}
+	return added
 }
 
 // writers is every sink of one export.
@@ -162,7 +221,7 @@ type writers struct {
 
 // openWriters creates the files of the formats wanted, the rejected and
 // the dead letters; on error it removes those it created.
-func openWriters(dir, name string, want map[string]bool, o Options) (*writers, error) {
+func openWriters(create createFunc, dir, name string, want map[string]bool, o Options) (*writers, error) {
 	w := &writers{}
 	full := o.Metadata == MetadataFull
 	add := func(s sink, err error) error {
@@ -175,25 +234,25 @@ func openWriters(dir, name string, want map[string]bool, o Options) (*writers, e
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, path(".sharegpt.jsonl"), full, o.TokenIDs)); err != nil {
 			return nil, err
 		}
 	}
 	if want[FormatOpenAIBatch] {
-		if err := add(newBatch(path(".openai-batch.jsonl"), path(".errors.jsonl"))); err != nil {
+		if err := add(newBatch(create, path(".openai-batch.jsonl"), path(".errors.jsonl"))); err != nil {
 			return nil, err
 		}
 	}
 	var err error
 	if want[FormatParquet] {
-		if w.pq, err = newParquet(path(".parquet"), full, o.TokenIDs); add(w.pq, err) != nil {
+		if w.pq, err = newParquet(create, path(".parquet"), full, o.TokenIDs); add(w.pq, err) != nil {
 			return nil, err
 		}
 	}
-	if err := add(newRejected(RejectedFile(dir, name))); err != nil {
+	if err := add(newRejected(create, RejectedFile(dir, name))); err != nil {
 		return nil, err
 	}
-	if w.dead, err = newDead(path(".dead.jsonl"), o.JobDir); add(w.dead, err) != nil {
+	if w.dead, err = newDead(create, path(deadSuffix), o.JobDir); add(w.dead, err) != nil {
 		return nil, err
 	}
 	return w, nil
@@ -253,6 +312,9 @@ type exporter struct {
 	o    Options
 	sum  Summary
 	seen serverTally
+	// hold, when set, keeps a record from the writers and the counts
+	// (Verify: a sample finished after the export began).
+	hold func(*record) bool
 }
 
 func (x *exporter) stream(ctx context.Context, st Store) error {
@@ -283,6 +345,9 @@ func (x *exporter) row(row store.Row) error {
 		return err
 	}
 	rec.engineName = x.o.EngineOf
+	if x.hold != nil && x.hold(rec) {
+		return nil
+	}
 	switch row.State {
 	case store.Done:
 		x.seen.addRecord(rec)
@@ -290,6 +355,10 @@ func (x *exporter) row(row store.Row) error {
 	case store.Rejected:
 		x.seen.addRecord(rec)
 		x.sum.Rejected++
+		if x.sum.RejectedBy == nil {
+			x.sum.RejectedBy = map[string]int{}
+		}
+		x.sum.RejectedBy[rec.row.Rule]++
 	case store.Dead:
 		x.sum.Dead++
 	default:

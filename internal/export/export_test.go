@@ -223,8 +223,11 @@ func TestExportGolden(t *testing.T) {
 			{Format: "card", Path: filepath.Join(dir, "README.md")},
 			{Format: "manifest", Path: filepath.Join(dir, "demo.manifest.json")},
 		},
-		Done: 3, Truncated: 1, Rejected: 1, Dead: 1, BadRows: 1,
+		Done: 3, Truncated: 1, Rejected: 1, RejectedBy: map[string]int{"think_tags": 1}, Dead: 1, BadRows: 1,
 		DoneByGeneration: map[int]int{0: 3}, // the fixture's answers name no generation
+		// Read back after the export: 7 listed files (the manifest itself
+		// not), their 14 lines and rows, 6 store records (one a bad row).
+		Verified: Report{Manifest: filepath.Join(dir, "demo.manifest.json"), Files: 7, Rows: 14, Records: 6},
 	}
 	if diff := cmp.Diff(wantSum, sum); diff != "" {
 		t.Errorf("Summary mismatch (-want +got):\n%s", diff)

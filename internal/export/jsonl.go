@@ -115,8 +115,8 @@ type sharegptSink struct {
 	full, tokens bool
 }
 
-func newShareGPT(path string, full, tokens bool) (*sharegptSink, error) {
-	af, err := createAtomic(path)
+func newShareGPT(create createFunc, path string, full, tokens bool) (*sharegptSink, error) {
+	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -172,12 +172,12 @@ type rejectedSink struct {
 	enc lineEncoder
 }
 
-func newRejected(path string) (*rejectedSink, error) {
-	af, err := createAtomic(path)
+func newRejected(create createFunc, path string) (*rejectedSink, error) {
+	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}
-	return &rejectedSink{out: &output{format: "rejected", af: af}, enc: newLineEncoder(af)}, nil
+	return &rejectedSink{out: &output{format: FormatRejected, af: af}, enc: newLineEncoder(af)}, nil
 }
 
 func (s *rejectedSink) files() []*output { return []*output{s.out} }
@@ -242,12 +242,12 @@ type batchSink struct {
 	n                int // batch_req_<n> counter over both files, in id order
 }
 
-func newBatch(path, errPath string) (*batchSink, error) {
-	done, err := createAtomic(path)
+func newBatch(create createFunc, path, errPath string) (*batchSink, error) {
+	done, err := create(path)
 	if err != nil {
 		return nil, err
 	}
-	errs, err := createAtomic(errPath)
+	errs, err := create(errPath)
 	if err != nil {
 		done.abort()
 		return nil, err
@@ -306,12 +306,12 @@ type deadSink struct {
 	jobDir string // origins are written relative to it
 }
 
-func newDead(path, jobDir string) (*deadSink, error) {
-	af, err := createAtomic(path)
+func newDead(create createFunc, path, jobDir string) (*deadSink, error) {
+	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}
-	return &deadSink{out: &output{format: "dead", af: af}, enc: newLineEncoder(af), jobDir: jobDir}, nil
+	return &deadSink{out: &output{format: FormatDead, af: af}, enc: newLineEncoder(af), jobDir: jobDir}, nil
 }
 
 func (s *deadSink) files() []*output { return []*output{s.out} }

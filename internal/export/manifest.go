@@ -10,6 +10,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -36,10 +37,13 @@ type Manifest struct {
 	// Configuration is the job's settings that shape the answers (model,
 	// sources, lanes, generation, quality), as the job file has them.
 	Configuration json.RawMessage `json:"configuration,omitempty"`
-	Servers       []Server        `json:"servers"`
-	Totals        Totals          `json:"totals"`
-	Cells         []Cell          `json:"cells"`
-	Rejects       []RejectCell    `json:"rejects"`
+	// Export is what the records were rendered with (Verify renders them
+	// again the same way).
+	Export  *ExportSettings `json:"export,omitempty"`
+	Servers []Server        `json:"servers"`
+	Totals  Totals          `json:"totals"`
+	Cells   []Cell          `json:"cells"`
+	Rejects []RejectCell    `json:"rejects"`
 	// Generations counts done samples per configuration generation, when
 	// the store records generations.
 	Generations []GenerationCount `json:"generations,omitempty"`
@@ -49,10 +53,18 @@ type Manifest struct {
 
 // JobInfo names the job an export came from.
 type JobInfo struct {
-	Name   string `json:"name"`
-	File   string `json:"file,omitempty"` // the job file, relative to the output directory
-	Model  string `json:"model"`
-	Engine string `json:"engine,omitempty"` // of the server regen launches, or of the endpoints
+	Name  string `json:"name"`
+	File  string `json:"file,omitempty"` // the job file, relative to the output directory
+	Model string `json:"model"`
+	// Engine is what the servers that answered reported (comma-separated
+	// when they differ), else the engine the job names; never the default
+	// of an endpoint whose engine regen detects.
+	Engine string `json:"engine,omitempty"`
+	// The dataset card's metadata from the job's output block.
+	License        string   `json:"license,omitempty"`
+	Language       []string `json:"language,omitempty"`
+	PrettyName     string   `json:"pretty_name,omitempty"`
+	SourceDatasets []string `json:"source_datasets,omitempty"`
 }
 
 // Server is one endpoint that answered samples of this export, from the
@@ -162,7 +174,9 @@ type Describe struct {
 // file (relative to the output directory) and the settings that shape the
 // answers, with paths relative to the job file.
 func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
-	d := Describe{RegenVersion: regenVersion, Job: JobInfo{Name: spec.Name, Model: spec.Model}}
+	o := spec.Output
+	d := Describe{RegenVersion: regenVersion, Job: JobInfo{Name: spec.Name, Model: spec.Model,
+		License: o.License, Language: o.Language, PrettyName: o.PrettyName, SourceDatasets: o.SourceDatasets}}
 	if spec.Path != "" {
 		if rel, err := filepath.Rel(spec.Output.Dir, spec.Path); err == nil {
 			d.Job.File = filepath.ToSlash(rel)
@@ -171,7 +185,7 @@ func DescribeJob(spec *job.Spec, regenVersion string) (Describe, error) {
 	switch {
 	case spec.Server != nil:
 		d.Job.Engine = spec.Server.Engine
-	case len(spec.Endpoints) > 0:
+	case len(spec.Endpoints) > 0 && !spec.Endpoints[0].Detect:
 		d.Job.Engine = spec.Endpoints[0].Engine
 	}
 	sources := slices.Clone(spec.Sources)
@@ -369,7 +383,8 @@ func (f fileSink) files() []*output  { return []*output{f.out} }
 // describe writes the card and the manifest of the synced files outs to
 // temporary files and returns them, synced, for the caller to rename after
 // outs. A README.md regen did not write is kept: no card, a warning.
-func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+func describe(ctx context.Context, st Store, dir, name string, o Options, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+	d := o.Describe
 	now := d.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -377,11 +392,15 @@ func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *
 	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
+	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs}
 	if sum.TokenIDs+sum.TokenIDsUnavailable > 0 { // output.token_ids, with done records
 		m.Totals.TokenIDs = &TokenIDCounts{With: sum.TokenIDs, Unavailable: sum.TokenIDsUnavailable}
 	}
 	if m.Job.Name == "" {
 		m.Job.Name = name
+	}
+	if e := servedEngines(m.Servers); e != "" {
+		m.Job.Engine = e
 	}
 	if err := storeFacts(ctx, st, m); err != nil {
 		return nil, err
@@ -400,22 +419,22 @@ func describe(ctx context.Context, st Store, dir, name string, d Describe, sum *
 	case err != nil:
 		return nil, err
 	default:
-		o, err := wholeFile(readme, FormatCard, 0, card(m))
+		c, err := wholeFile(readme, FormatCard, 0, card(m))
 		if err != nil {
 			return nil, err
 		}
-		written = append(written, o)
-		m.Files = append(m.Files, manifestFile(o))
+		written = append(written, c)
+		m.Files = append(m.Files, manifestFile(c))
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return written, fmt.Errorf("manifest: %w", err)
 	}
-	o, err := wholeFile(filepath.Join(dir, name+".manifest.json"), FormatManifest, 0, append(b, '\n'))
+	mf, err := wholeFile(ManifestPath(dir, name), FormatManifest, 0, append(b, '\n'))
 	if err != nil {
 		return written, err
 	}
-	return append(written, o), nil
+	return append(written, mf), nil
 }
 
 func manifestFile(o *output) ManifestFile {
@@ -438,4 +457,17 @@ func wholeFile(final, format string, rows int, b []byte) (*output, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// servedEngines names the engines the servers reported with their
+// answers, "" when none did.
+func servedEngines(servers []Server) string {
+	var names []string
+	for _, s := range servers {
+		if s.Engine != "" && !slices.Contains(names, s.Engine) {
+			names = append(names, s.Engine)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }

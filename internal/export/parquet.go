@@ -102,8 +102,8 @@ func (w *tokenRows) write(r *record, row ParquetRow) error {
 	return err
 }
 
-func newParquet(path string, full, tokens bool) (*parquetSink, error) {
-	af, err := createAtomic(path)
+func newParquet(create createFunc, path string, full, tokens bool) (*parquetSink, error) {
+	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func decodeRecord(row store.Row) (*record, error) {
 	for _, prior := range row.Prior {
 		a, err := reply.Decode(prior)
 		if err != nil {
-			return nil, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", row.ID, prior.Turn, err)
+			return nil, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", row.ID, conversation.Ordinal(prior.Turn), err)
 		}
 		rec.answers, rec.provs = append(rec.answers, a.Result), append(rec.provs, a.Provenance)
 	}

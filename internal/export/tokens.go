@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 )
 
@@ -28,9 +29,9 @@ func tokenSequence(answers []llm.Result, engine func(turn int) string) tokenSeq 
 	for k, a := range answers {
 		switch {
 		case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine(k), k)}
+			return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine(k), conversation.Ordinal(k))}
 		case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d has %d completion ids for %d completion tokens", k, len(a.CompletionTokenIDs), a.Usage.CompletionTokens)}
+			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d has %d completion ids for %d completion tokens", conversation.Ordinal(k), len(a.CompletionTokenIDs), a.Usage.CompletionTokens)}
 		}
 	}
 	type span struct{ from, to int }
@@ -43,7 +44,7 @@ func tokenSequence(answers []llm.Result, engine func(turn int) string) tokenSeq 
 		}
 		next := answers[k+1].PromptTokenIDs
 		if len(next) < len(p)+len(c) || !slices.Equal(next[:len(p)], p) || !slices.Equal(next[len(p):len(p)+len(c)], c) {
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d's prompt does not start with turn %d's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)", k+1, k)}
+			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d's prompt does not start with turn %d's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)", conversation.Ordinal(k+1), conversation.Ordinal(k))}
 		}
 	}
 	last := answers[len(answers)-1]
@@ -67,9 +68,14 @@ func (r *record) tokens() tokenSeq {
 	return *r.toks
 }
 
-// engineOf names the engine of the endpoint that answered turn k, or the
+// engineOf names the engine that answered turn k: the one its server
+// reported when it answered (the stored provenance, which follows a
+// detected engine), else the job's name for the endpoint, else the
 // endpoint's URL when the job no longer lists it.
 func (r *record) engineOf(k int) string {
+	if k < len(r.provs) && r.provs[k].Engine != "" {
+		return r.provs[k].Engine
+	}
 	url := r.row.Result.Endpoint
 	if k < len(r.row.Prior) {
 		url = r.row.Prior[k].Endpoint

@@ -64,7 +64,7 @@ func TestTokenSequence(t *testing.T) {
 				answer(ids(1, 2), ids(40, 41, 42)), // 40 is reasoning the history leaves out
 				answer(ids(1, 2, 41, 42, 5), ids(60)),
 			},
-			want: tokenSeq{Missing: "unavailable: turn 1's prompt does not start with turn 0's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)"},
+			want: tokenSeq{Missing: "unavailable: turn 2's prompt does not start with turn 1's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)"},
 		},
 		{
 			name: "earlier prompt changed",
@@ -72,18 +72,18 @@ func TestTokenSequence(t *testing.T) {
 				answer(ids(1, 2), ids(40)),
 				answer(ids(1, 3, 40, 5), ids(60)),
 			},
-			want: tokenSeq{Missing: "unavailable: turn 1's prompt does not start with turn 0's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)"},
+			want: tokenSeq{Missing: "unavailable: turn 2's prompt does not start with turn 1's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)"},
 		},
 		{
 			name:    "engine without ids",
 			answers: []llm.Result{answer(ids(1), ids(2)), {Content: "x", Usage: llm.Usage{PromptTokens: 3, CompletionTokens: 1}}},
-			want:    tokenSeq{Missing: "unavailable: llamacpp (turn 1 has no token ids)"},
+			want:    tokenSeq{Missing: "unavailable: llamacpp (turn 2 has no token ids)"},
 		},
 		{
 			name: "fewer ids than completion tokens",
 			answers: []llm.Result{{PromptTokenIDs: ids(1), CompletionTokenIDs: ids(2, 3),
 				Usage: llm.Usage{PromptTokens: 1, CompletionTokens: 3}}},
-			want: tokenSeq{Missing: "unavailable: turn 0 has 2 completion ids for 3 completion tokens"},
+			want: tokenSeq{Missing: "unavailable: turn 1 has 2 completion ids for 3 completion tokens"},
 		},
 	}
 	for _, tt := range tests {
@@ -139,7 +139,7 @@ func TestExportTokenIDs(t *testing.T) {
 	}
 	want := map[string]view{
 		"P1/m": {InputIDs: ids(1, 2, 3, 40, 41, 2, 9, 3, 60, 61, 62), LossMask: []int8{0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1}},
-		"P1/n": {TokenIDs: "unavailable: llamacpp (turn 0 has no token ids)"},
+		"P1/n": {TokenIDs: "unavailable: llamacpp (turn 1 has no token ids)"},
 		"P1/s": {InputIDs: ids(5, 6, 7), LossMask: []int8{0, 0, 1}},
 	}
 	got := map[string]view{}

@@ -102,9 +102,11 @@ type Fleet struct {
 	// refusals and warnings hold what checkModel found per URL.
 	refusals map[string]string
 	warnings map[string]string
-	// noIDs holds the endpoints that answered without the token ids the
-	// job asked for (told once each: tokenids.go).
-	noIDs map[string]bool
+	// toldNoIDs holds the URLs already told their engine returns no token
+	// ids (at identification, or at the first answer without them).
+	toldNoIDs map[string]bool
+	// start is what the start-up judgements read (startup.go).
+	start *startState
 }
 
 // New builds the fleet the job names: plain endpoints, the built-in
@@ -114,13 +116,14 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Fleet{cfg: cfg, log: cfg.Logger, shown: map[string]monitor.EndpointStatus{}, overruled: map[string]monitor.EndpointStatus{},
-		refusals: map[string]string{}, warnings: map[string]string{}, noIDs: map[string]bool{}}
+		refusals: map[string]string{}, warnings: map[string]string{}, toldNoIDs: map[string]bool{}, start: newStartState(time.Now())}
 	spec := cfg.Spec
 	var err error
 	switch {
 	case spec.Server == nil:
 		pf := newProbeFleet(spec, cfg.Logger, f.onState)
 		pf.onDetect = f.engineDetected
+		pf.onProbe, pf.silent = f.start.probed, f.silentCause
 		f.keeper, f.engineOf = pf, pf.Engine
 	case spec.Server.Engine == "sim" && len(spec.Server.Command) == 0:
 		f.keeper, err = newSimFleet(spec, cfg.LogDir, cfg.Logger, f.onState)
@@ -150,10 +153,6 @@ func (f *Fleet) Attach(d Dispatcher) {
 		d.Pause(url, "starting")
 	}
 }
-
-// Run keeps the endpoints up until ctx ends; it returns a *FailedError
-// when no endpoint can be brought back.
-func (f *Fleet) Run(ctx context.Context) error { return f.keeper.Run(ctx) }
 
 // progressOf is the token-progress evidence of one endpoint for its hang
 // rule: requests in flight and its last token, or when it became busy for

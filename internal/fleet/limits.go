@@ -111,6 +111,11 @@ func limitsOf(e dispatch.EndpointStats, st *monitor.EndpointStatus, now time.Tim
 	if st.LimitReason == "" && len(fixed) > 0 {
 		st.LimitReason = "fixed by the job file (" + strings.Join(fixed, ", ") + "; shared by all endpoints)"
 	}
+	st.Replays = e.Replays
+	st.Hold = nil
+	if !e.HoldSince.IsZero() {
+		st.Hold = &monitor.Hold{Since: e.HoldSince, Until: e.HeldUntil, Reason: e.HoldReason, FixedCap: e.FixedCap}
+	}
 	st.KVTokens, st.KVTokensSource = int64(e.KVTokens), e.KVTokensSource
 	st.Load = nil
 	if ld := freshLoad(e, now, every); ld != nil {

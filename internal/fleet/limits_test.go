@@ -29,3 +29,22 @@ func TestLimitsOfAddsFixedLanesToTheAutoLimit(t *testing.T) {
 		t.Errorf("no crash ceiling: limit %d, want 50 (30 + 12 + 8)", st.Limit)
 	}
 }
+
+// TestLimitsOfCarriesTheHold: the dispatcher's backpressure hold (and the
+// client's keep-alive replays) reaches
+// the endpoint's status (what status and watch print), and leaves it when
+// the dispatcher has none.
+func TestLimitsOfCarriesTheHold(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 1, 2, 3, 0, time.UTC)
+	e := dispatch.EndpointStats{URL: "http://a", HoldSince: t0, HeldUntil: t0.Add(2 * time.Second), HoldReason: "429 (Retry-After 2s)", FixedCap: 1, Replays: 5}
+	var st monitor.EndpointStatus
+	limitsOf(e, &st, t0, time.Second)
+	want := monitor.Hold{Since: t0, Until: t0.Add(2 * time.Second), Reason: "429 (Retry-After 2s)", FixedCap: 1}
+	if st.Hold == nil || *st.Hold != want || st.Replays != 5 {
+		t.Errorf("hold %+v, replays %d; want %+v and the client's 5", st.Hold, st.Replays, want)
+	}
+	limitsOf(dispatch.EndpointStats{URL: "http://a"}, &st, t0, time.Second)
+	if st.Hold != nil {
+		t.Errorf("hold %+v after it ended, want none", st.Hold)
+	}
+}

@@ -40,7 +40,7 @@ func servedModels(ctx context.Context, url, apiKey string) ([]string, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+		return nil, httpStatus(resp.StatusCode)
 	}
 	var list struct {
 		Data []struct {
@@ -55,6 +55,28 @@ func servedModels(ctx context.Context, url, apiKey string) ([]string, error) {
 		names = append(names, m.ID)
 	}
 	return names, nil
+}
+
+// httpStatus is a non-200 answer to a fleet request.
+type httpStatus int
+
+func (s httpStatus) Error() string { return fmt.Sprintf("HTTP %d", int(s)) }
+
+// credentialRefusal is the refusal of a server that answers the model list
+// with 401 or 403: every request would be refused the same way.
+func (f *Fleet) credentialRefusal(url string, err error) string {
+	var st httpStatus
+	if !errors.As(err, &st) || (st != http.StatusUnauthorized && st != http.StatusForbidden) {
+		return ""
+	}
+	p := f.endpointPath(url)
+	for _, e := range f.cfg.Spec.Endpoints {
+		if e.URL == url && e.APIKeyEnv != "" {
+			p += ".api_key_env"
+		}
+	}
+	return fmt.Sprintf("refuses the job's credentials (%s at %s): check api_key_env (%s at %s) and the key it names",
+		st, engine.ModelsPath, p, f.where(p))
 }
 
 // serverDialect is the dialect of the server a job launches: the
@@ -110,17 +132,35 @@ func (f *Fleet) engineDetected(url, evidence string) {
 	f.note("regen: " + url + ": " + evidence)
 }
 
-// tokenIDFields are the request fields that ask url's engine for token ids
-// when the job exports them; an engine that cannot give them is told once.
+// TokenIDFields are the request fields that ask url's engine, as known
+// now (named by the job or detected), for token ids when the job exports
+// them; nil when it exports none or the engine cannot give them.
 func (f *Fleet) TokenIDFields(url string) []string {
 	if !f.cfg.Spec.Output.TokenIDs {
 		return nil
 	}
 	d, _ := f.Engine(url)
-	if d.TokenIDFields == nil {
-		f.note(fmt.Sprintf("regen: %s (%s) cannot return token ids on streamed chat completions; its records export token_ids: unavailable", url, d.Name))
-	}
 	return d.TokenIDFields
+}
+
+// tellNoTokenIDs says once per endpoint, when it is first identified, that
+// its engine cannot return the token ids the job exports: at the start of
+// the run, not when the export finds every record without them.
+func (f *Fleet) tellNoTokenIDs(url string, d engine.Dialect) {
+	if !f.cfg.Spec.Output.TokenIDs || d.TokenIDFields != nil {
+		return
+	}
+	f.mu.Lock()
+	told := f.toldNoIDs[url]
+	f.toldNoIDs[url] = true
+	f.mu.Unlock()
+	if told {
+		return
+	}
+	msg := fmt.Sprintf("%s cannot return token ids on streamed chat completions; the records of %s export token_ids: unavailable (output.token_ids in %s)",
+		d.Name, url, filepath.Base(f.cfg.Spec.Path))
+	f.log.Warn("no token ids", "endpoint", url, "engine", d.Name)
+	f.note("regen: " + url + ": " + msg)
 }
 
 // checkModel asks a server that just became ready what it is (its
@@ -135,7 +175,13 @@ func (f *Fleet) TokenIDFields(url string) []string {
 func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 	d, key := f.Engine(url)
 	f.identify(ctx, url, d)
+	f.readCapacity(ctx, url, d)
 	served, err := servedModels(ctx, url, key)
+	if refusal := f.credentialRefusal(url, err); refusal != "" {
+		f.log.Warn("credentials refused", "endpoint", url, "err", err)
+		f.note("regen: " + url + " refused: " + refusal)
+		return refusal
+	}
 	if err != nil || len(served) == 0 {
 		f.log.Info("model check skipped", "endpoint", url, "err", err)
 		return ""
@@ -155,8 +201,8 @@ func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 	}
 	list := `"` + strings.Join(served, `", "`) + `"`
 	if d.RejectsUnknownModel {
-		refusal = fmt.Sprintf("serves %s, not the job's model %q: %s answers 404 to every request; set model: in %s",
-			list, want, d.Name, f.cfg.Spec.Path)
+		refusal = fmt.Sprintf("serves %s, not the job's model %q: %s answers 404 to every request; set model: at %s",
+			list, want, d.Name, f.where("model"))
 		f.log.Warn("model not served", "endpoint", url, "served", served, "model", want)
 		f.note("regen: " + url + " refused: " + refusal)
 		return refusal
@@ -177,16 +223,28 @@ func (f *Fleet) checkModel(ctx context.Context, url string) (refusal string) {
 // cause, and the server's own list says what to write instead.
 func (f *Fleet) ExplainRefusal(ctx context.Context, err error) error {
 	var pe *dispatch.PoisonError
-	if !errors.As(err, &pe) || pe.Status != http.StatusNotFound || pe.Endpoint == "" {
+	if !errors.As(err, &pe) || pe.Endpoint == "" {
+		return err
+	}
+	switch pe.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		p := f.endpointPath(pe.Endpoint)
+		return fmt.Errorf("%w (%s at %s)", err, p, f.where(p))
+	case http.StatusNotFound:
+	default:
+		if pe.EndpointFault {
+			p := f.endpointPath(pe.Endpoint) + ".url"
+			return fmt.Errorf("%w (%s at %s)", err, p, f.where(p))
+		}
 		return err
 	}
 	_, key := f.Engine(pe.Endpoint)
 	served, merr := servedModels(ctx, pe.Endpoint, key)
 	if merr != nil || len(served) == 0 {
-		return fmt.Errorf("%w; %s lists no models at %s (%v)", err, pe.Endpoint, engine.ModelsPath, merr)
+		return fmt.Errorf("%w; %s lists no models at %s (%v); model: is at %s", err, pe.Endpoint, engine.ModelsPath, merr, f.where("model"))
 	}
-	return fmt.Errorf("%w; %s serves %s, the job asks for %q (model: in %s)",
-		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, f.cfg.Spec.Model, filepath.Base(f.cfg.Spec.Path))
+	return fmt.Errorf("%w; %s serves %s, the job asks for %q (model: at %s)",
+		err, pe.Endpoint, `"`+strings.Join(served, `", "`)+`"`, f.cfg.Spec.Model, f.where("model"))
 }
 
 // servedModel is the model id a server answers with: the one it lists, or
@@ -239,5 +297,26 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v})
+	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer})
+	f.tellNoTokenIDs(url, d)
+}
+
+// readCapacity reads the server's pool and context as it becomes ready,
+// before the dispatcher resumes it: the first load probe may come a probe
+// interval later (or never succeed, on a server without /metrics), and a
+// prompt claimed meanwhile would be sent past the context and refused. A
+// server whose /metrics does not answer is read at its capacity routes
+// alone (probe.Capacity).
+func (f *Fleet) readCapacity(ctx context.Context, url string, d engine.Dialect) {
+	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
+	defer cancel()
+	at := time.Now()
+	m, err := probe.Metrics(ctx, nil, url, d)
+	if err != nil {
+		if m = probe.Capacity(ctx, nil, url, d); m.Present == 0 {
+			f.log.Info("capacity unknown at readiness", "endpoint", url, "err", err)
+			return
+		}
+	}
+	f.observe(url, probe.Snapshot{URL: url, Time: at, Metrics: m})
 }

@@ -29,10 +29,14 @@ type probeFleet struct {
 	detect map[string]bool
 	// onDetect hears what detection found (set before Run).
 	onDetect func(url, evidence string)
-	every    time.Duration
-	hang     time.Duration
-	client   *http.Client
-	log      *slog.Logger
+	// onProbe hears every health probe's result, and silent says what an
+	// endpoint that never answered is ("" once it did); both set before Run.
+	onProbe func(url string, snap probe.Snapshot)
+	silent  func(url string) string
+	every   time.Duration
+	hang    time.Duration
+	client  *http.Client
+	log     *slog.Logger
 }
 
 const probeFailures = 3
@@ -180,6 +184,9 @@ type probeWatch struct {
 
 // judge sets url's state from snap (nil: a probe is still outstanding).
 func (f *probeFleet) judge(ctx context.Context, url string, w *probeWatch, snap *probe.Snapshot) {
+	if snap != nil && f.onProbe != nil {
+		f.onProbe(url, *snap)
+	}
 	if snap != nil && snap.HealthProbe != w.using {
 		w.using = snap.HealthProbe
 		f.log.Info("health probe changed", "endpoint", url, "probe", w.using, "because", snap.HealthFallback)
@@ -190,7 +197,13 @@ func (f *probeFleet) judge(ctx context.Context, url string, w *probeWatch, snap 
 	case snap != nil && !snap.Healthy():
 		w.fails++
 		if w.fails >= probeFailures || f.get(url).State == monitor.Starting {
-			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Down, Cause: healthCause(*snap),
+			cause := healthCause(*snap)
+			if f.silent != nil {
+				if s := f.silent(url); s != "" {
+					cause = s + "; " + cause
+				}
+			}
+			f.set(ctx, monitor.EndpointStatus{URL: url, State: monitor.Down, Cause: cause,
 				Evidence: []string{fmt.Sprintf("%d failed health probes in a row", w.fails)}})
 		} else if hung {
 			f.stall(ctx, url, w, inFlight, last, healthCause(*snap))

@@ -17,8 +17,8 @@ func (f *Fleet) ObserveAnswer(url string, tokenIDs bool) {
 		return
 	}
 	f.mu.Lock()
-	told := f.noIDs[url]
-	f.noIDs[url] = true
+	told := f.toldNoIDs[url] // told already at identification (tellNoTokenIDs)
+	f.toldNoIDs[url] = true
 	f.mu.Unlock()
 	if told {
 		return

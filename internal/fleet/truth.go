@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -73,7 +74,13 @@ func (f *Fleet) Statuses(ctx context.Context, now time.Time) []monitor.EndpointS
 			// bad key, dying engine): the breaker is the truth, with its reason.
 			// Half-open is no better until its probe request succeeds: a
 			// killed server must not read READY while that request hangs.
-			if e.Breaker != "closed" && serving(raw.State) {
+			switch {
+			case !e.BrokenSince.IsZero() && serving(raw.State):
+				eps[i].State = monitor.Down
+				eps[i].Cause = "broken: " + e.LastServerDown
+				eps[i].Evidence = []string{fmt.Sprintf("%d samples in a row failed with this error and nothing succeeded; paused, probed with one request at a time (since %s)",
+					e.BrokenSamples, e.BrokenSince.Format(time.TimeOnly))}
+			case e.Breaker != "closed" && serving(raw.State):
 				eps[i].State = monitor.Down
 				eps[i].Cause = "requests fail: " + e.LastServerDown
 				eps[i].Evidence = nil

@@ -1,9 +1,12 @@
 // Package ingest brings a job's sources into the store, once: a manifest
 // entry per source file says it is complete, so an unchanged file is not
-// read again; a named lock per file lets one worker of several read it
-// while the others go on. It reads through internal/source and writes
-// through the store; it never dispatches (the runner wakes the dispatcher
-// through the wake callback after each committed batch).
+// read again; files are named relative to the job file (absolute outside
+// its folder) in the manifest and in origins, so a job folder moved with
+// its store is the same job; a named lock per file lets one worker of
+// several read it while the others go on. It reads through
+// internal/source and writes through the store; it never dispatches (the
+// runner wakes the dispatcher through the wake callback after each
+// committed batch).
 package ingest
 
 import (
@@ -37,6 +40,9 @@ type Stats struct {
 	// Copies are the samples beyond one per row that samples_per_prompt
 	// made from the rows that are samples (not from duplicates).
 	Copies int
+	// Dropped are samples stored under an earlier mapping whose rows now
+	// map to other ids (a new configuration changed an id-less body).
+	Dropped int
 	// Merged is the samples_per_prompt of the sources without an id
 	// mapping whose identical prompts were merged (0 when none were): their
 	// duplicates are the k samples of one prompt, which the summary says.
@@ -51,6 +57,9 @@ func (s Stats) Samples() int { return s.Read - s.Bad - s.Duplicates + s.Copies }
 func (s Stats) String() string {
 	out := s.rowsText() + fmt.Sprintf(": %d new samples, %d already stored, %d bad rows (dead letters)",
 		s.Inserted, max(s.Samples()-s.Inserted, 0), s.Bad)
+	if s.Dropped > 0 {
+		out += fmt.Sprintf(", %d samples of the earlier mapping dropped (their rows now make other samples)", s.Dropped)
+	}
 	if s.Duplicates > 0 {
 		out += fmt.Sprintf(", %d rows skipped because another row has their id (see regen stats)", s.Duplicates)
 		if s.Merged > 1 {
@@ -218,11 +227,53 @@ func (in *Ingester) Unread(ctx context.Context, plan []SourcePlan) (int, error) 
 	return n, nil
 }
 
+// CopiesAsIngested reports whether every source of plan with
+// samples_per_prompt above 1 has a file in the manifest ingested with
+// that many copies (the file fingerprint holds them). A store from before
+// the configuration fingerprint held samples_per_prompt is then known to
+// hold this job's samples.
+func (in *Ingester) CopiesAsIngested(ctx context.Context, plan []SourcePlan) (bool, error) {
+	for _, p := range plan {
+		if p.src.SamplesPerPrompt <= 1 {
+			continue
+		}
+		same := false
+		for _, path := range p.files {
+			m, ok, err := in.st.SourceFile(ctx, p.src.Partition, in.spec.Rel(path))
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				continue
+			}
+			info, err := source.Fingerprint(p.src, path)
+			if err != nil {
+				return false, in.sourceError(ctx, path, fmt.Errorf("fingerprint %s: %w", path, err))
+			}
+			if same = m.Fingerprint == info.Fingerprint; same {
+				break
+			}
+		}
+		if !same {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (in *Ingester) Run(ctx context.Context, plan []SourcePlan) (Stats, error) {
 	for _, p := range plan {
 		if err := in.source(ctx, p); err != nil {
 			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
 		}
+		// Every file of the source is in: a sample a new configuration held
+		// back that no row rebuilt has no row any more (its id was a hash of
+		// the old body).
+		n, err := in.st.DropStale(ctx, p.src.Partition)
+		if err != nil {
+			return in.stats, fmt.Errorf("ingest partition %s: %w", p.src.Partition, err)
+		}
+		in.stats.Dropped += n
 	}
 	d, err := in.st.IngestDuplicates(ctx, 1)
 	if err != nil {
@@ -354,7 +405,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 		}
 		return m.Rows, ok, err
 	}
-	unlock, ok, err := in.st.TryLock(ctx, "ingest:"+src.Partition+":"+path)
+	unlock, ok, err := in.st.TryLock(ctx, "ingest:"+src.Partition+":"+in.spec.Rel(path))
 	if err != nil {
 		return 0, false, err
 	}
@@ -377,13 +428,18 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 	if src.Limit > 0 {
 		limit = src.Limit - used
 	}
+	// Rows bad in an earlier read (a file cut short while it was written)
+	// may be good now: this read records the file's bad rows afresh.
+	if err := in.st.ForgetIngestErrors(ctx, in.spec.Rel(path)); err != nil {
+		return 0, false, err
+	}
 	st, err := in.read(ctx, src, path, limit)
 	if err != nil {
 		return 0, false, err
 	}
 	// Complete only now: a worker killed mid-file leaves no entry, and the
 	// next one reads the file again (inserting only what is missing).
-	f := store.SourceFile{Partition: src.Partition, Path: path, Size: info.Size, ModTime: info.ModTime,
+	f := store.SourceFile{Partition: src.Partition, Path: in.spec.Rel(path), Size: info.Size, ModTime: info.ModTime,
 		Fingerprint: info.Fingerprint, Rows: st.Good, Bad: st.Bad, Complete: true}
 	if err := in.st.PutSourceFile(ctx, f); err != nil {
 		return 0, false, err
@@ -394,7 +450,7 @@ func (in *Ingester) file(ctx context.Context, src job.Source, path string, used 
 // complete returns path's manifest entry if it says the file, as it is
 // now, is fully in the store.
 func (in *Ingester) complete(ctx context.Context, src job.Source, path string, info source.FileInfo) (store.SourceFile, bool, error) {
-	m, ok, err := in.st.SourceFile(ctx, src.Partition, path)
+	m, ok, err := in.st.SourceFile(ctx, src.Partition, in.spec.Rel(path))
 	if err != nil || !ok {
 		return store.SourceFile{}, false, err
 	}
@@ -463,7 +519,7 @@ func (in *Ingester) read(ctx context.Context, src job.Source, path string, limit
 		}
 		return nil
 	}
-	st, err := source.Options{}.ReadFile(ctx, src, path, limit, emit, onBad)
+	st, err := source.Options{OriginName: in.spec.Rel(path)}.ReadFile(ctx, src, path, limit, emit, onBad)
 	if err != nil {
 		return st, in.sourceError(ctx, path, err)
 	}

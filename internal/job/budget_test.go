@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -200,5 +201,116 @@ func BenchmarkAliasBomb(b *testing.B) {
 		if _, err := Parse("job.yaml", src); err == nil {
 			b.Fatal("bomb accepted")
 		}
+	}
+}
+
+// byteBomb is the issue's job file: a 1 MiB string anchored in
+// generation.extra and a block list of n aliases of it (1 MB written,
+// n MiB once expanded, far under the alias value cap).
+func byteBomb(n int) string {
+	var b strings.Builder
+	b.WriteString(jobHead)
+	fmt.Fprintf(&b, "    s: &s \"%s\"\n    l:\n", strings.Repeat("x", 1<<20))
+	b.WriteString(strings.Repeat("      - *s\n", n))
+	return b.String()
+}
+
+// TestAliasBombByBytes: 3,000 aliases of a 1 MiB string (3 GB once
+// expanded, 3,001 values) are refused at the alias that takes the text
+// past MaxAliasedBytes, with the line, the field and the byte figures,
+// allocating little more than the file itself.
+func TestAliasBombByBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "job.yaml")
+	src := byteBomb(3000)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	s, err := Load(path)
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	var fe *FieldError
+	if s != nil || !errors.As(err, &fe) {
+		t.Fatalf("Load(byte bomb) = %v, %v; want a *FieldError", s, err)
+	}
+	// jobHead is 7 lines, then s: and l:; the fifth alias (line 14) takes
+	// the expanded text to 5 MiB, past the 4 MiB budget.
+	if fe.File != path || fe.Line != 14 || fe.Field != "generation.extra.l[4]" {
+		t.Errorf("refused at %s:%d %q, want %s:14 generation.extra.l[4] (%v)", fe.File, fe.Line, fe.Field, path, err)
+	}
+	for _, want := range []string{"alias *s repeats 1048576 bytes", "past 4194304 bytes (4 MiB)"} {
+		if !strings.Contains(fe.Msg, want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	grew := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d-byte file refused in %s, %d MB allocated (peak heap at most that)", len(src), took.Round(time.Millisecond), grew>>20)
+	if grew > 100<<20 {
+		t.Errorf("loading the byte bomb allocated %d MB, want < 100 MB", grew>>20)
+	}
+}
+
+// TestAliasedBytesWithinBudget: a long system prompt shared by aliases
+// loads while the expanded text stays under the budget.
+func TestAliasedBytesWithinBudget(t *testing.T) {
+	s, err := Parse("job.yaml", []byte(byteBomb(4)))
+	if err != nil {
+		t.Fatalf("four aliases of 1 MiB (4 MiB, at the budget): %v", err)
+	}
+	params, err := s.Generation.Params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(params["l"]); n < 4<<20 {
+		t.Errorf("extra l is %d bytes, want the four strings expanded", n)
+	}
+}
+
+// TestClip: values longer than a line are cut on a rune boundary with a
+// marker of what was left out; shorter ones are left alone.
+func TestClip(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"short", "short"},
+		{strings.Repeat("x", 10), strings.Repeat("x", 10)},
+		{strings.Repeat("x", 12), "xxxxxxxxxx...[2 more bytes]"},
+		{"xxxxxxxxxé", "xxxxxxxxx...[2 more bytes]"}, // é is 2 bytes: not split
+	}
+	for _, tt := range tests {
+		if got := Clip(tt.in, 10); got != tt.want {
+			t.Errorf("Clip(%q, 10) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	fe := &FieldError{File: "job.yaml", Line: 3, Field: "name", Msg: "bad value " + strings.Repeat("y", 1<<20)}
+	if got := fe.Error(); len(got) > 1000 || !strings.Contains(got, "more bytes]") {
+		t.Errorf("a 1 MiB message printed as %d bytes, want it clipped with a marker", len(got))
+	}
+}
+
+// TestConfigDiffClipsLongValues: a changed 1 MiB system prompt is shown
+// cut, from a little before its first difference, so the change stays
+// visible in a line of a few hundred bytes.
+func TestConfigDiffClipsLongValues(t *testing.T) {
+	long := strings.Repeat("You are helpful. ", 60_000)
+	a := fmt.Sprintf(`{"sources":[{"system":%q}]}`, long+"Be kind.")
+	b := fmt.Sprintf(`{"sources":[{"system":%q}]}`, long+"Be terse.")
+	lines, err := ConfigDiff([]byte(a), []byte(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1 || len(lines[0]) > 1000 {
+		t.Fatalf("diff: %d lines, first %d bytes; want one line under 1000 bytes", len(lines), len(lines[0]))
+	}
+	for _, want := range []string{"bytes alike]...", "Be kind.", "Be terse."} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("diff line %q lacks %q", lines[0], want)
+		}
+	}
+	// Short values are shown whole, as before.
+	lines, _ = ConfigDiff([]byte(`{"generation":{"temperature":0.7}}`), []byte(`{"generation":{"temperature":1.3}}`))
+	if len(lines) != 1 || lines[0] != "generation.temperature: 0.7 -> 1.3" {
+		t.Errorf("short diff = %q", lines)
 	}
 }

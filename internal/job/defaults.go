@@ -21,6 +21,9 @@ const (
 	DefaultMaxDelay        = 5 * time.Minute
 	DefaultRequestTimeout  = 30 * time.Minute
 	DefaultIdleTimeout     = 120 * time.Second
+	DefaultHeaderTimeout   = 20 * time.Second
+	DefaultBrokenAfter     = 10 * time.Minute
+	DefaultStartDeadline   = 30 * time.Minute // as long as a launched server's default ready_timeout: a big model loads for that long
 	DefaultEngine          = "sglang"
 	DefaultHost            = "127.0.0.1"
 	DefaultPort            = 30000
@@ -82,6 +85,7 @@ func (s *Spec) applyDefaults() {
 
 	setDur(s, &s.Generation.RequestTimeout, "generation.request_timeout", DefaultRequestTimeout)
 	setDur(s, &s.Generation.IdleTimeout, "generation.idle_timeout", DefaultIdleTimeout)
+	setDur(s, &s.Generation.HeaderTimeout, "generation.header_timeout", DefaultHeaderTimeout)
 
 	s.storeDefaults()
 
@@ -100,6 +104,8 @@ func (s *Spec) applyDefaults() {
 	setDur(s, &s.Monitor.StallAfter, "monitor.stall_after", DefaultStallAfter)
 	setDur(s, &s.Monitor.HangAfter, "monitor.hang_after", DefaultHangAfter)
 	setDur(s, &s.Monitor.ProbeEvery, "monitor.probe_every", DefaultProbeEvery)
+	setDur(s, &s.Monitor.BrokenAfter, "monitor.broken_after", DefaultBrokenAfter)
+	setDur(s, &s.Monitor.StartDeadline, "monitor.start_deadline", DefaultStartDeadline)
 	s.applyTrainingDefaults()
 }
 

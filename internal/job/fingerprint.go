@@ -38,10 +38,34 @@ type Fingerprint struct {
 
 // Fingerprint computes the job's configuration fingerprint.
 func (s *Spec) Fingerprint() (Fingerprint, error) {
+	return fingerprintFrom(s.answerConfig(fingerprintVersion))
+}
+
+// LegacyFingerprint is the fingerprint regen computed for this job before
+// the current form (samples_per_prompt was left out until version 2);
+// ok is false when it is the same as Fingerprint's. A store whose
+// generation has it holds answers of this very configuration.
+func (s *Spec) LegacyFingerprint() (fp Fingerprint, ok bool, err error) {
+	cur, err := s.Fingerprint()
+	if err != nil {
+		return Fingerprint{}, false, err
+	}
+	old, err := fingerprintFrom(s.answerConfig(1))
+	if err != nil || old.Hash == cur.Hash {
+		return Fingerprint{}, false, err
+	}
+	return old, true, nil
+}
+
+// fingerprintVersion is the form answerConfig builds: 2 adds each
+// source's samples_per_prompt (k answers per prompt, each with its seed).
+const fingerprintVersion = 2
+
+func fingerprintFrom(cfg map[string]any) (Fingerprint, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // "</s>" stays readable in the stored form
-	if err := enc.Encode(s.answerConfig()); err != nil {
+	if err := enc.Encode(cfg); err != nil {
 		return Fingerprint{}, fmt.Errorf("configuration fingerprint: %w", err)
 	}
 	// Maps are encoded with sorted keys at every level, and values decoded
@@ -52,8 +76,9 @@ func (s *Spec) Fingerprint() (Fingerprint, error) {
 }
 
 // answerConfig gathers what can change an answer, keyed by the names the
-// job file uses, so a difference reads as the field to look at.
-func (s *Spec) answerConfig() map[string]any {
+// job file uses, so a difference reads as the field to look at; version
+// is the form (fingerprintVersion, or an earlier one).
+func (s *Spec) answerConfig(version int) map[string]any {
 	cfg := map[string]any{}
 	putStr(cfg, "model", s.Model)
 	putMap(cfg, "generation", s.Generation.answerConfig())
@@ -79,6 +104,9 @@ func (s *Spec) answerConfig() map[string]any {
 		} {
 			putStr(m, f[0], f[1])
 		}
+		if version >= 2 && src.SamplesPerPrompt > 1 {
+			m["samples_per_prompt"] = src.SamplesPerPrompt
+		}
 		sources[src.Partition] = m
 		laneOf[src.Partition] = laneSteps(s.LaneRanges(src.Partition))
 	}
@@ -86,6 +114,33 @@ func (s *Spec) answerConfig() map[string]any {
 	putMap(cfg, "lane_of", laneOf)
 	putMap(cfg, "quality", s.Quality.answerConfig())
 	return cfg
+}
+
+// RebuiltSources lists the partitions whose source entry differs between
+// two canonical configurations (mapping, system prompt, tools, id field,
+// regenerate, samples_per_prompt): the request bodies stored from their
+// rows are not the ones the new configuration sends. A partition only the
+// new one has is not listed (nothing of it is stored).
+func RebuiltSources(from, to []byte) ([]string, error) {
+	var a, b struct {
+		Sources map[string]json.RawMessage `json:"sources"`
+	}
+	if len(from) > 0 {
+		if err := json.Unmarshal(from, &a); err != nil {
+			return nil, fmt.Errorf("stored configuration: %w", err)
+		}
+	}
+	if err := json.Unmarshal(to, &b); err != nil {
+		return nil, fmt.Errorf("job configuration: %w", err)
+	}
+	var out []string
+	for p, old := range a.Sources {
+		if cur, ok := b.Sources[p]; ok && !bytes.Equal(old, cur) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // answerConfig is the generation settings sent with every request, and
@@ -229,6 +284,7 @@ func ConfigDiff(from, to []byte) ([]string, error) {
 		if !okb {
 			vb = "(unset)"
 		}
+		va, vb = clipPair(va, vb)
 		out = append(out, fmt.Sprintf("%s: %s -> %s", k, va, vb))
 	}
 	return out, nil

@@ -94,6 +94,7 @@ func TestFingerprintDiff(t *testing.T) {
 			[]string{"generation.chat_template_kwargs.enable_thinking: true -> false"}},
 		{"reasoning mode", "temperature: 0.7", "temperature: 0.7\n  reasoning: keep", []string{"generation.reasoning: strip_history -> keep"}},
 		{"regenerate mode", "system: be brief", "system: be brief\n    regenerate: last", []string{"sources.chats.regenerate: all -> last"}},
+		{"samples per prompt", "system: be brief", "system: be brief\n    samples_per_prompt: 3", []string{"sources.chats.samples_per_prompt: (unset) -> 3"}},
 		{"system prompt", "system: be brief", "system: be concise", []string{`sources.chats.system: "be brief" -> "be concise"`}},
 		{"mapping", "prompt: text", "prompt: question", []string{"sources.prompts.prompt: text -> question"}},
 		{"lane assignment", "max_prompt_tokens: 1000", "max_prompt_tokens: 4000",

@@ -68,10 +68,14 @@ func (s *Spec) BaseName() string { return sanitizeName(s.Name) }
 
 // EngineOf names the engine answering at url: an endpoint's engine, or
 // the launched server's for any other URL (the server's address is known
-// only once it runs). "" means sglang.
+// only once it runs). "" when the job does not say: an endpoint whose
+// engine is detected from the server (Endpoint.Detect) or an unknown URL.
 func (s *Spec) EngineOf(url string) string {
 	for _, e := range s.Endpoints {
 		if e.URL == url {
+			if e.Engine == "" && e.Detect {
+				return ""
+			}
 			return cmp.Or(e.Engine, "sglang")
 		}
 	}

@@ -41,7 +41,7 @@ func (e *FieldError) Error() string {
 		b.WriteString(e.Field)
 		b.WriteString(": ")
 	}
-	b.WriteString(e.Msg)
+	b.WriteString(Clip(e.Msg, maxMessageBytes))
 	return b.String()
 }
 

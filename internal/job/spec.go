@@ -102,6 +102,10 @@ type Generation struct {
 	Extra              map[string]any `yaml:"extra"` // merged at the top level of the request body
 	RequestTimeout     time.Duration  `yaml:"request_timeout"`
 	IdleTimeout        time.Duration  `yaml:"idle_timeout"` // no bytes on the stream for this long = hang
+	// HeaderTimeout bounds the wait for a response's headers: engines send
+	// them at once, even for a queued request, so a server that accepts a
+	// connection and says nothing for this long does not answer at all.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
 	// Reasoning is what happens to thinking: keep (in the output and in the
 	// history sent for later turns), strip_history (in the output only) or
 	// disable (turned off through chat_template_kwargs).
@@ -164,6 +168,15 @@ type Output struct {
 	// (engines that can give them on streamed chat completions: vLLM and
 	// SGLang) and exports input_ids and loss_mask per conversation.
 	TokenIDs bool `yaml:"token_ids"`
+	// The dataset card's Hugging Face metadata: License is a Hub license
+	// id (unset: "other", and the card says no license was given);
+	// Language the ISO 639 codes of the data; PrettyName the card's title
+	// (default: the job's name); SourceDatasets the Hub ids of the
+	// datasets the sources come from.
+	License        string   `yaml:"license"`
+	Language       []string `yaml:"language"`
+	PrettyName     string   `yaml:"pretty_name"`
+	SourceDatasets []string `yaml:"source_datasets"`
 }
 
 // Retry is the per-sample retry policy for retryable errors.
@@ -195,4 +208,14 @@ type Monitor struct {
 	// ProbeEvery is how often each endpoint's health and metrics are read
 	// (and so how often concurrency: auto decides); default 5s.
 	ProbeEvery time.Duration `yaml:"probe_every"`
+	// BrokenAfter stops the run (exit 1, unfinished samples pending) once
+	// every endpoint has been broken this long: paused because many
+	// samples in a row failed there with the same server error while
+	// nothing succeeded. 0 = wait for ever.
+	BrokenAfter time.Duration `yaml:"broken_after"`
+	// StartDeadline stops the run when no endpoint has answered a request
+	// or a health probe this long after the run started (a launched
+	// server's own start-up, server.ready_timeout, is not counted).
+	// 0 = wait for ever.
+	StartDeadline time.Duration `yaml:"start_deadline"`
 }

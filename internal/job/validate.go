@@ -174,6 +174,9 @@ func (v *validator) generation() {
 	if g.IdleTimeout <= 0 {
 		v.addf("generation.idle_timeout", "must be > 0")
 	}
+	if g.HeaderTimeout <= 0 {
+		v.addf("generation.header_timeout", "must be > 0")
+	}
 	for _, k := range sortedKeys(g.Extra) {
 		switch {
 		case slices.Contains(reservedParams, k):
@@ -378,5 +381,11 @@ func (v *validator) monitor() {
 	}
 	if m.ProbeEvery <= 0 {
 		v.addf("monitor.probe_every", "must be > 0")
+	}
+	if m.BrokenAfter < 0 {
+		v.addf("monitor.broken_after", "must be >= 0 (0 waits for ever)")
+	}
+	if m.StartDeadline < 0 {
+		v.addf("monitor.start_deadline", "must be >= 0 (0 waits for ever)")
 	}
 }

@@ -44,6 +44,11 @@ type Config struct {
 	// IdleTimeout bounds silence: the wait for response headers, and any gap
 	// between bytes once the body has started. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// HeaderTimeout bounds the wait for response headers. Engines send them
+	// at once, a queued request included, so a server silent this long
+	// accepts connections without answering: the error says so and is an
+	// EndpointFault. 0 means IdleTimeout.
+	HeaderTimeout time.Duration
 	// ProgressTimeout bounds how long a stream may go on sending bytes that
 	// carry no token (keep-alive comments, empty chunks): past it the stream
 	// is cut with ErrNoProgress. 0 means IdleTimeout.
@@ -87,6 +92,9 @@ func New(cfg Config) *Client {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = cfg.IdleTimeout
 	}
 	if cfg.ProgressTimeout <= 0 {
 		cfg.ProgressTimeout = cfg.IdleTimeout
@@ -167,13 +175,14 @@ type watchdog struct {
 	t       *time.Timer
 	cancel  context.CancelCauseFunc
 	phase   atomic.Int32
+	headers time.Duration
 	idle    time.Duration
 	firstBy time.Duration
 }
 
-func newWatchdog(cancel context.CancelCauseFunc, idle, firstByte time.Duration) *watchdog {
-	w := &watchdog{cancel: cancel, idle: idle, firstBy: firstByte}
-	w.t = time.AfterFunc(idle, w.fire)
+func newWatchdog(cancel context.CancelCauseFunc, headers, idle, firstByte time.Duration) *watchdog {
+	w := &watchdog{cancel: cancel, headers: headers, idle: idle, firstBy: firstByte}
+	w.t = time.AfterFunc(headers, w.fire)
 	return w
 }
 
@@ -236,7 +245,7 @@ type call struct {
 func (c *Client) start(parent context.Context) *call {
 	tctx, tcancel := context.WithTimeoutCause(parent, c.cfg.RequestTimeout, errRequestTimeout)
 	ctx, cancel := context.WithCancelCause(tctx)
-	wd := newWatchdog(cancel, c.cfg.IdleTimeout, c.cfg.FirstByteTimeout)
+	wd := newWatchdog(cancel, c.cfg.HeaderTimeout, c.cfg.IdleTimeout, c.cfg.FirstByteTimeout)
 	return &call{parent: parent, ctx: ctx, wd: wd, timeout: c.cfg.RequestTimeout, progress: c.cfg.ProgressTimeout, done: func() {
 		wd.stop()
 		cancel(nil)
@@ -257,7 +266,8 @@ func (k *call) fail(what string, err error) error {
 	case errors.Is(cause, errIdle):
 		return &Error{Class: ServerDown, Msg: what + ": stream idle for " + k.wd.idle.String()}
 	case errors.Is(cause, errHeaders):
-		return &Error{Class: ServerDown, Msg: what + ": no response headers within " + k.wd.idle.String()}
+		return &Error{Class: ServerDown, EndpointFault: true,
+			Msg: what + ": no response headers within " + k.wd.headers.String() + ": the server accepts connections but does not answer (generation.header_timeout)"}
 	case errors.Is(cause, errFirstByte):
 		return &Error{Class: ServerDown, Msg: what + ": no first byte within " + k.wd.firstBy.String()}
 	case errors.Is(cause, errRequestTimeout):
@@ -333,7 +343,7 @@ func (c *Client) send(k *call, req *http.Request) (*http.Response, error) {
 		again.Body = body
 	}
 	c.replays.Add(1)
-	k.wd.t.Reset(k.wd.idle) // a new wait for headers
+	k.wd.t.Reset(k.wd.headers) // a new wait for headers
 	return c.fresh.Do(again)
 }
 
@@ -395,10 +405,17 @@ func (c *Client) Chat(ctx context.Context, req Request, onDelta func(tokens int)
 		return Result{}, err
 	}
 	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+	switch media := mediaType(resp.Header); media {
+	case "application/json":
 		return Result{}, jsonInsteadOfStream(k, resp.Body)
+	case "", "text/event-stream":
+	default:
+		return Result{}, notAStream(k, media, resp.Body)
 	}
 	res, err := readStream(k, resp.Body, start, newBudget(req.MaxTokens), onDelta)
+	if k.emptyBody(err) {
+		err = emptyAnswer(resp.Header)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -420,7 +437,8 @@ func jsonInsteadOfStream(k *call, body io.Reader) error {
 		e := parseErrorBody(b)
 		return &Error{Class: classifyEvent(e), Status: e.Code, Msg: e.Msg}
 	}
-	return &Error{Class: Malformed, Msg: "chat: got a JSON body instead of an event stream: " + clip(b, 200)}
+	return &Error{Class: Malformed, EndpointFault: true,
+		Msg: `chat: answered 200 with a JSON body instead of an event stream ("stream": true ignored): is this an OpenAI-compatible endpoint? ` + clip(b, 200)}
 }
 
 // Models lists the model ids the endpoint serves (GET /v1/models), under
@@ -485,6 +503,9 @@ func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 		obj["max_tokens"] = json.RawMessage(fmt.Sprint(req.MaxTokens))
 	}
 	for _, f := range tokenIDs {
+		obj[f] = json.RawMessage("true")
+	}
+	for _, f := range req.TokenIDFields {
 		obj[f] = json.RawMessage("true")
 	}
 	obj["stream"] = json.RawMessage("true")

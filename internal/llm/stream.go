@@ -312,7 +312,7 @@ func streamEnd(k *call, err error, finished bool) error {
 		return nil
 	case err == io.EOF && k.ctx.Err() == nil:
 		// A server dying cuts streams: not the sample's fault.
-		return &Error{Class: ServerDown, Msg: "chat stream: stream cut before finish_reason"}
+		return &Error{Class: ServerDown, Msg: msgStreamCut}
 	}
 	return k.fail("chat stream", err)
 }

@@ -19,6 +19,10 @@ type Request struct {
 	// over Body's keys. model, stream, stream_options and max_tokens are set
 	// by the client.
 	Params map[string]json.RawMessage
+	// TokenIDFields are sent as true beside Config.TokenIDFields: the
+	// fields of the engine the server turned out to be (detected after the
+	// client was built), so the caller names them per request.
+	TokenIDFields []string
 }
 
 // Usage is the server-reported token accounting.
@@ -109,6 +113,11 @@ type Error struct {
 	// stream (llama-server, vLLM and SGLang do for errors met while
 	// generating), not as an HTTP status.
 	InStream bool
+	// EndpointFault: the error describes the endpoint, not the request:
+	// a 200 that is not an event stream (a web page, a whole JSON body,
+	// nothing) or no response headers at all. A wrong URL or a broken
+	// server, never the sample's fault.
+	EndpointFault bool
 }
 
 func (e *Error) Error() string {

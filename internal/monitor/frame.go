@@ -10,7 +10,7 @@ type Frame struct {
 	State     State
 	Evidence  []string
 	Cells     []CellCounts // per partition and lane
-	Tokens    int64        // streamed chunks so far (≈ tokens)
+	Tokens    int64        // tokens streamed so far (dispatch StreamedTokens summed)
 	InFlight  int
 	Endpoints []EndpointStatus
 	Lanes     []LaneTiming

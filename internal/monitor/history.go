@@ -38,13 +38,13 @@ type EndpointHistory struct {
 	Limit        []*float64 `json:"limit"`
 }
 
-// JobAxis is the axis the views chart a job on: from the newest run's
-// start to its last heartbeat (the window before it when window > 0), by
-// the one rule stats.AxisFor. Without a heartbeat it is the hour to now.
-func JobAxis(hb store.Heartbeat, ok bool, now time.Time, window time.Duration) stats.Axis {
+// JobAxis is the axis the views chart a job on: over span (SpanOf), from
+// its start to its last heartbeat (the window before it when window > 0),
+// by the one rule stats.AxisFor. Without a heartbeat it is the hour to now.
+func JobAxis(span RunSpan, ok bool, now time.Time, window time.Duration) stats.Axis {
 	last, first := now, now.Add(-time.Hour)
 	if ok {
-		last, first = hb.Time, hb.Started
+		last, first = span.Ended, span.Started
 		if first.IsZero() || first.After(last) {
 			first = last
 		}
@@ -52,7 +52,7 @@ func JobAxis(hb store.Heartbeat, ok bool, now time.Time, window time.Duration) s
 	if window > 0 {
 		first = last.Add(-window)
 	}
-	return stats.AxisFor(first, last, stats.SlotWidth(first, hb.Started))
+	return stats.AxisFor(first, last, stats.SlotWidth(first, span.Started))
 }
 
 // ReadHistory reads the rows on axis a from the store and folds them.
@@ -142,15 +142,19 @@ func maxOf(p **float64, v float64) {
 	}
 }
 
-// NowRate is the one "now" rate (Report.Rate1m): the runner's rows over
-// stats.NowAxis, folded exactly as a chart's bucket is, so the tile, the
-// last bucket of a one-minute chart and /metrics show the same number.
-func NowRate(rows []store.Minute, now, started time.Time) Rate {
+// NowRate is the one "now" rate (Report.Rate1m): the rows of span's
+// runs over stats.NowAxis ending at now, folded exactly as a chart's bucket
+// is, so the tile, the last bucket of a one-minute chart and /metrics show
+// the same number. An earlier run's rows never count: a run 3 s old is
+// rated over its 3 s alone (Window says so), not credited with the minute
+// before it.
+func NowRate(rows []store.Minute, now time.Time, span RunSpan) Rate {
+	started := span.Started
 	a := stats.NowAxis(now, started, stats.SlotWidth(now, started))
 	var samples int
 	var tokens int64
 	for _, m := range rows {
-		if m.Endpoint == "" && a.Index(m.Time) == 0 {
+		if m.Endpoint == "" && a.Index(m.Time) == 0 && (len(span.Owners) == 0 || span.owns(m.Worker)) {
 			samples += m.Samples
 			tokens += m.Tokens
 		}
@@ -166,10 +170,10 @@ func NowRate(rows []store.Minute, now, started time.Time) Rate {
 }
 
 // readNowRate reads the rows NowRate needs.
-func readNowRate(ctx context.Context, st store.JournalReader, now, started time.Time) (Rate, error) {
-	rows, err := st.Minutes(ctx, stats.NowAxis(now, started, stats.SlotWidth(now, started)).Start)
+func readNowRate(ctx context.Context, st store.JournalReader, now time.Time, span RunSpan) (Rate, error) {
+	rows, err := st.Minutes(ctx, stats.NowAxis(now, span.Started, stats.SlotWidth(now, span.Started)).Start)
 	if err != nil {
 		return Rate{}, fmt.Errorf("read the last minute: %w", err)
 	}
-	return NowRate(rows, now, started), nil
+	return NowRate(rows, now, span), nil
 }

@@ -114,7 +114,9 @@ var (
 	descLimit = prometheus.NewDesc("regen_endpoint_concurrency_limit",
 		"Requests regen lets each endpoint have at once now, all lanes (adaptive with concurrency: auto).", []string{"endpoint"}, nil)
 	descTokensPerSec = prometheus.NewDesc("regen_tokens_per_second",
-		"Completion tokens per second now: the status report's rate_1m, the number the dashboard's tile and regen watch show.", nil, nil)
+		"Tokens per second now, counted as they stream: the status report's rate_1m, the number the dashboard's tile and regen watch show.", nil, nil)
+	descReplays = prometheus.NewDesc("regen_endpoint_keepalive_replays_total",
+		"Requests the live runner sent again on a fresh connection because the endpoint closed the kept-alive one first (no attempt spent).", []string{"endpoint"}, nil)
 	descSamplesPerSec = prometheus.NewDesc("regen_samples_per_second",
 		"Samples finished per second now (rate_1m).", nil, nil)
 	descIngestErrors = prometheus.NewDesc("regen_ingest_errors",
@@ -131,7 +133,7 @@ type storeCollector struct {
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSamples, descJobState, descHeartbeatAge, descEndpointState,
 		descEndpointInFlight, descLimit, descKVUsage, descQueued, descRunning, descTokensPerSec, descSamplesPerSec,
-		descIngestErrors, descScrapeError} {
+		descIngestErrors, descScrapeError, descReplays} {
 		ch <- d
 	}
 }
@@ -174,6 +176,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descEndpointState, prometheus.GaugeValue, oneIf(e.State == s), e.URL, string(s))
 		}
 		ch <- prometheus.MustNewConstMetric(descEndpointInFlight, prometheus.GaugeValue, float64(e.InFlight), e.URL)
+		ch <- prometheus.MustNewConstMetric(descReplays, prometheus.CounterValue, float64(e.Replays), e.URL)
 		if e.Limit > 0 {
 			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(e.Limit), e.URL)
 		}

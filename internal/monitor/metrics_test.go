@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -45,4 +46,23 @@ func label(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestReplaysServed (issue 30 item 8): the keep-alive replays a live
+// runner counted per endpoint are served on /metrics.
+func TestReplaysServed(t *testing.T) {
+	m := NewMetrics(func(context.Context) (Report, error) {
+		return Report{State: Running, Endpoints: []EndpointStatus{{URL: "http://a", State: Ready, Replays: 12}}}, nil
+	})
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "regen_endpoint_keepalive_replays_total" && len(f.Metric) == 1 &&
+			label(f.Metric[0], "endpoint") == "http://a" && f.Metric[0].GetCounter().GetValue() == 12 {
+			return
+		}
+	}
+	t.Errorf("/metrics lacks regen_endpoint_keepalive_replays_total{endpoint=\"http://a\"} 12")
 }

@@ -173,6 +173,9 @@ type Report struct {
 	Total      CellCounts   `json:"total"`
 	Rate1m     Rate         `json:"rate_1m"`
 	Rate10m    Rate         `json:"rate_10m"`
+	// RatesRun is the run(s) the rates and the charts are over (SpanOf):
+	// an earlier run's when the newest did no work; nil with no heartbeat.
+	RatesRun *RunSpan `json:"rates_run"`
 	// Average is the whole job's rate from its first to its last result,
 	// filled once no runner is working on the job (it reads every result).
 	Average *Rate `json:"average"`
@@ -194,6 +197,9 @@ type Report struct {
 	// RejectedFile is where export writes the rejected samples, relative
 	// to the job file ("" when the caller does not know the job file).
 	RejectedFile string `json:"rejected_file"`
+	// RejectedExported is how many rejected samples the last export's
+	// manifest counts (0 when nothing was exported yet).
+	RejectedExported int `json:"rejected_exported"`
 	// Generations are the job's configuration generations, oldest first;
 	// the last is the one the job runs with (empty before the first run).
 	Generations []store.Generation `json:"generations"`
@@ -263,8 +269,11 @@ func Assess(ctx context.Context, st Store, o AssessOptions) (Report, error) {
 	}
 	r.ExitCode = ExitCode(r.State)
 
-	if err := r.readRates(ctx, st, hb, haveHB, o.Now); err != nil {
-		return r, err
+	if span, ok := SpanOf(hbs); ok {
+		r.RatesRun = &span
+		if err := r.readRates(ctx, st, span, o.Now); err != nil {
+			return r, err
+		}
 	}
 	if !working(r.State) {
 		// Summing every result is O(job), so only for a job nobody works on,
@@ -278,7 +287,11 @@ func Assess(ctx context.Context, st Store, o AssessOptions) (Report, error) {
 			r.Average = &avg
 		}
 	}
-	r.ETA, r.ETANote = eta(r.State, remaining, r.Rate10m)
+	recent := r.Rate10m
+	if r.RatesRun != nil && r.RatesRun.Earlier {
+		recent = Rate{Window: r.Rate10m.Window} // no ETA from another run's pace
+	}
+	r.ETA, r.ETANote = eta(r.State, remaining, recent)
 
 	if err := r.readRecords(ctx, st); err != nil {
 		return r, err
@@ -349,23 +362,23 @@ func (r *Report) readRecords(ctx context.Context, st Store) error {
 	return nil
 }
 
-// readRates fills the one- and ten-minute rates. With no live runner the
-// windows end at its last heartbeat: the rate it had, not one that decays
-// for ten minutes after its death.
-func (r *Report) readRates(ctx context.Context, st Store, hb store.Heartbeat, haveHB bool, now time.Time) error {
+// readRates fills the one- and ten-minute rates over span. With no live
+// runner, or over an earlier run, the windows end at its last heartbeat:
+// the rate it had, not one that decays for ten minutes after its end.
+func (r *Report) readRates(ctx context.Context, st Store, span RunSpan, now time.Time) error {
 	end := now
-	if haveHB && (r.RunnerDied || r.RunnerExited) && hb.Time.Before(end) {
-		end = hb.Time
+	if (span.Earlier || r.RunnerDied || r.RunnerExited) && span.Ended.Before(end) {
+		end = span.Ended
 	}
 	var err error
 	// "Now" is folded from the history rows as a chart bucket is (one
 	// definition everywhere); the ten-minute rate from the answers.
-	if r.Rate1m, err = readNowRate(ctx, st, end, hb.Started); err != nil {
+	if r.Rate1m, err = readNowRate(ctx, st, end, span); err != nil {
 		return err
 	}
 	window := 10 * time.Minute
-	if haveHB && !hb.Started.IsZero() && end.Sub(hb.Started) < window && end.Sub(hb.Started) > 0 {
-		window = end.Sub(hb.Started) // a young run would otherwise look slow
+	if !span.Started.IsZero() && end.Sub(span.Started) < window && end.Sub(span.Started) > 0 {
+		window = end.Sub(span.Started) // a young run would otherwise look slow
 	}
 	tp, err := st.ThroughputSince(ctx, end.Add(-window))
 	if err != nil {

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -78,6 +79,50 @@ type EndpointStatus struct {
 	KVTokensSource string `json:"kv_tokens_source"`
 	// Load is the server's pressure at its last probe; nil before one.
 	Load *Load `json:"load"`
+	// Hold is set while the server has asked for less load (a 429, or a
+	// 503 with Retry-After) and regen holds new requests, or still caps
+	// the fixed lanes' requests after it; nil otherwise.
+	Hold *Hold `json:"hold"`
+	// Replays counts requests sent again on a fresh connection because the
+	// server closed the kept-alive one before answering (llama-server does
+	// after every streamed answer); they cost no attempt and are no error.
+	Replays int64 `json:"replays"`
+}
+
+// Hold is backpressure from a server: no new request before Until (zero
+// once the hold is over), the fixed lanes' requests capped at FixedCap
+// (0 = no cap; it grows back by one per answer).
+type Hold struct {
+	Since    time.Time `json:"since"`
+	Until    time.Time `json:"until"`
+	Reason   string    `json:"reason"` // the answer that began it, with its Retry-After
+	FixedCap int       `json:"fixed_cap"`
+}
+
+// MarshalJSON writes a hold with null for a time not known (until, once
+// the hold is over and only the cap remains).
+func (h Hold) MarshalJSON() ([]byte, error) {
+	type plain Hold
+	return json.Marshal(struct {
+		Since *time.Time `json:"since"`
+		Until *time.Time `json:"until"`
+		plain
+	}{nullTime(h.Since), nullTime(h.Until), plain(h)})
+}
+
+// Text is the hold for people: "held since 01:02:03 until 01:02:05: 429
+// Too Many Requests (Retry-After 2s); fixed lanes capped at 1".
+func (h Hold) Text() string {
+	var parts []string
+	if !h.Until.IsZero() {
+		parts = append(parts, fmt.Sprintf("held by the server since %s until %s: %s", h.Since.UTC().Format("15:04:05"), h.Until.UTC().Format("15:04:05"), h.Reason))
+	} else {
+		parts = append(parts, fmt.Sprintf("after the server's backpressure at %s (%s)", h.Since.UTC().Format("15:04:05"), h.Reason))
+	}
+	if h.FixedCap > 0 {
+		parts = append(parts, fmt.Sprintf("fixed lanes capped at %d requests, one more per answer", h.FixedCap))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // LaneLimit is one lane's limit on one endpoint.

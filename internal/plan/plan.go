@@ -15,6 +15,10 @@ type Plan struct {
 	Model  ModelSummary `json:"model"`
 	GPU    GPUSummary   `json:"gpu"`
 
+	// Headline is what the plan says first when the hardware cannot hold
+	// the requests asked for: how many fit, then the options.
+	Headline []string `json:"headline,omitempty"`
+
 	Weights   WeightsPlan    `json:"weights"`
 	KV        KVPlan         `json:"kv"`
 	Memory    MemoryPlan     `json:"memory"`
@@ -178,6 +182,7 @@ func Compute(in Input) (*Plan, error) {
 	planHost(p, in)
 	planLanes(p, in)
 	planFlags(p, in)
+	planHeadline(p, in)
 	if len(p.Refusals) > 0 {
 		return p, &RefusalError{Refusals: p.Refusals}
 	}

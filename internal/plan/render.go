@@ -19,6 +19,13 @@ func (p *Plan) WriteText(w io.Writer) error {
 	t.line("regen plan: %s (%s, %d layers%s, %s) on %d x %s, TP %d, DP %d, engine %s",
 		nonEmpty(p.Model.Name, "model"), p.Model.Attention, p.Model.Layers, moe, p.Model.Dtype, p.GPU.Count, p.GPU.Name, p.GPU.TP, p.GPU.DP, p.Engine)
 	t.line("")
+	if len(p.Headline) > 0 {
+		t.line("%s", p.Headline[0])
+		for _, h := range p.Headline[1:] {
+			t.line("  - %s", h)
+		}
+		t.line("")
+	}
 	t.line("GPU")
 	t.row(false, "memory per GPU", fmt.Sprintf("%.2f GiB", gib(p.GPU.MemBytes)), p.GPU.Source)
 	p.writeWeights(t)
@@ -37,7 +44,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 			t.row(true, "lane "+x.Name, fmt.Sprintf("%d running", x.Recommended), x.Math)
 		}
 	}
-	t.line("FLAGS")
+	if len(p.Refusals) > 0 {
+		t.line("FLAGS (the plan is refused: see REFUSED below)")
+	} else {
+		t.line("FLAGS")
+	}
 	t.line("  %s", strings.Join(p.Flags, " "))
 	if err := t.tw.Flush(); err != nil {
 		return err
@@ -139,7 +150,12 @@ func (h *HostPlan) write(t table) {
 func (p *Plan) trailer() string {
 	var b strings.Builder
 	b.WriteString("\n")
-	b.WriteString(p.YAML)
+	if len(p.Refusals) > 0 {
+		// A server section to copy would read as a plan that works.
+		b.WriteString("no server section to copy: the plan is refused (REFUSED below); fix what it names and plan again\n")
+	} else {
+		b.WriteString(p.YAML)
+	}
 	if len(p.Estimates) > 0 {
 		b.WriteString("\nESTIMATES (~)\n")
 		for _, e := range p.Estimates {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/regen-dev/regen/internal/engine"
 )
@@ -12,7 +13,7 @@ import (
 // readCapacity adds to m what the server says of its pools outside
 // /metrics (docs/engines.md §13): SGLang's per-DP-rank pools and load
 // (/v1/loads, else /server_info or /get_server_info), llama-server's
-// slots and per-slot context (/props, /v1/models), vLLM's max_model_len
+// slots and per-slot context (/props, else /v1/models), vLLM's max_model_len
 // (/v1/models) and server load (/load). A route that does not answer
 // leaves m as the scrape made it.
 func readCapacity(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect, m *engine.Metrics) {
@@ -38,14 +39,15 @@ func readCapacity(ctx context.Context, client *http.Client, baseURL string, d en
 			}
 			if !m.Present.Has(engine.FieldMaxTotalTokens) {
 				// Without a unified cache each slot gets n_ctx / slots of
-				// the context, and /props reports that share.
+				// the context, and /props reports that share: the slots
+				// together hold the whole context.
 				m.MaxTotalTokens = max(slots, 1) * slotCtx
 				m.Present |= engine.FieldMaxTotalTokens
 			}
 		}
 	}
 	if d.ModelLimits {
-		modelLimits(ctx, client, baseURL+engine.ModelsPath, d, m)
+		modelLimits(ctx, client, baseURL+engine.ModelsPath, m)
 	}
 	if d.LoadPath != "" && !m.Present.Has(engine.FieldRunning) {
 		if n, err := serverLoad(ctx, client, baseURL+d.LoadPath); err == nil {
@@ -160,10 +162,11 @@ func llamaProps(ctx context.Context, client *http.Client, url string) (slots, sl
 	return props.Slots, props.Settings.NCtx, nil
 }
 
-// modelLimits reads /v1/models: vLLM's max_model_len is the most tokens a
-// request may hold; llama-server's meta.n_ctx is the whole context, which
-// caps the pool slots x n_ctx gives when the slots share one unified cache.
-func modelLimits(ctx context.Context, client *http.Client, url string, d engine.Dialect, m *engine.Metrics) {
+// modelLimits reads /v1/models for the most tokens a request may hold
+// when nothing else said it: vLLM's max_model_len, llama-server's
+// meta.n_ctx, which is one slot's context like /props' (meta.slot_n_ctx in
+// its models handler, docs/engines.md §13.3), so it never caps the pool.
+func modelLimits(ctx context.Context, client *http.Client, url string, m *engine.Metrics) {
 	var list struct {
 		Data []struct {
 			MaxModelLen float64 `json:"max_model_len"`
@@ -177,12 +180,27 @@ func modelLimits(ctx context.Context, client *http.Client, url string, d engine.
 	}
 	card := list.Data[0]
 	switch {
-	case d.SlotBound && card.Meta.NCtx > 0 && m.Present.Has(engine.FieldMaxTotalTokens):
-		m.MaxTotalTokens = min(m.MaxTotalTokens, card.Meta.NCtx)
-	case !d.SlotBound && card.MaxModelLen > 0:
+	case card.MaxModelLen > 0:
 		m.Context = card.MaxModelLen
 		m.Present |= engine.FieldContext
+	case card.Meta.NCtx > 0 && !m.Present.Has(engine.FieldContext):
+		m.Context = card.Meta.NCtx
+		m.Present |= engine.FieldContext
 	}
+}
+
+// Capacity reads what the server says of its pool and context outside
+// /metrics (the routes readCapacity reads), for a server whose /metrics
+// is off (llama-server without --metrics) and for the read made when an
+// endpoint becomes ready, before its first request: the context is then
+// known before any prompt is sent (docs/engines.md §13.3).
+func Capacity(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) engine.Metrics {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	var m engine.Metrics
+	readCapacity(ctx, client, strings.TrimRight(baseURL, "/"), d, &m)
+	return m
 }
 
 // serverLoad reads vLLM's /load: {"server_load": N}.

@@ -80,12 +80,14 @@ func TestCapacityConformance(t *testing.T) {
 		{"older vllm: by-reason queue, gpu_cache_usage_perc, /load, no max_model_len", "vllm",
 			map[string]string{"/metrics": "vllm_metrics_fallbacks.txt", "/v1/models": "vllm_models_old.json", "/load": "vllm_load.json"},
 			capacityView{Running: 12, Queued: 4, Usage: 0.42}},
+		// -c 16384 --parallel 8: /props and /v1/models both say 2,048, one
+		// slot's context (issue 32: a cap by meta.n_ctx read 2,048).
 		{"llama-server --parallel 8, split cache: pool = slots x per-slot n_ctx", "llamacpp",
 			map[string]string{"/metrics": "llamacpp_metrics.txt", "/props": "llamacpp_props.json", "/v1/models": "llamacpp_models.json"},
 			capacityView{Pool: 16384, Running: 4, Queued: 1, Slots: 8, Context: 2048}},
-		{"llama-server with a unified cache: the pool is the whole context once", "llamacpp",
-			map[string]string{"/metrics": "llamacpp_metrics.txt", "/props": "llamacpp_props.json", "/v1/models": "llamacpp_models_unified.json"},
-			capacityView{Pool: 2048, Running: 4, Queued: 1, Slots: 8, Context: 2048}},
+		{"llama-server whose /props does not answer: the context from meta.n_ctx, no pool", "llamacpp",
+			map[string]string{"/metrics": "llamacpp_metrics.txt", "/v1/models": "llamacpp_models.json"},
+			capacityView{Running: 4, Queued: 1, Context: 2048}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

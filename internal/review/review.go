@@ -42,6 +42,8 @@ type Sample struct {
 // Turn is one turn: what came before the answer, the dataset's answer and
 // the model's.
 type Turn struct {
+	// Turn is the 0-based index of the turn in the plan (JSON "turn");
+	// every view shows it as conversation.Ordinal(Turn): "turn 1 of 3".
 	Turn int `json:"turn"`
 	// Input is the dataset's messages before this answer: the prompt for
 	// turn 0; a user message or the tool results of the recorded calls
@@ -136,7 +138,7 @@ func answerOf(id string, r store.Result, lane string, attempts int) (Answer, err
 	// reply.Decode takes what the record is silent about from the columns.
 	res, err := reply.Decode(r)
 	if err != nil {
-		return Answer{}, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", id, r.Turn, err)
+		return Answer{}, fmt.Errorf("sample %s: decode stored answer to turn %d: %w", id, conversation.Ordinal(r.Turn), err)
 	}
 	return Answer{Content: res.Content, Reasoning: res.ReasoningContent, ToolCalls: res.ToolCalls, Model: res.Model,
 		Lane: lane, Attempts: attempts, FinishReason: r.FinishReason, Usage: res.Usage, Endpoint: r.Endpoint,

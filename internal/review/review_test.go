@@ -120,9 +120,9 @@ func TestWrite(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"sample P/x", "turns: 1 answered of 3 planned", "ended early: turn 1: the model called no tool where the dataset recorded f",
-		"── turn 0 ──", "  [user] a", "original (dataset):", "  [assistant] tool call: f({}) c1",
+		"── turn 1 of 3 ──", "  [user] a", "original (dataset):", "  [assistant] tool call: f({}) c1",
 		"regenerated (lane short, attempts 1, finish stop, 3 prompt + 4 completion tokens", `red \x1b[31malert\x1b[0m`,
-		"── turn 1 ──", "  [tool c1] 42", "  [assistant] It is 42.", "regenerated: (not reached)",
+		"── turn 2 of 3 ──", "  [tool c1] 42", "  [assistant] It is 42.", "regenerated: (not reached)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

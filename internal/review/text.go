@@ -40,7 +40,7 @@ func Write(w io.Writer, s Sample) error {
 	}
 	for _, t := range s.Turns {
 		p.linef("")
-		p.linef("── turn %d ──", t.Turn)
+		p.linef("── turn %d of %d ──", conversation.Ordinal(t.Turn), s.Planned)
 		p.linef("input:")
 		p.messages(t.Input)
 		if t.Original != nil {

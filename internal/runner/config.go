@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/regen-dev/regen/internal/ingest"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -32,6 +33,26 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
+// legacySamePerPrompt returns legacy, the fingerprint an earlier regen gave
+// this configuration without samples_per_prompt, when the store's files
+// were ingested with the job's samples_per_prompt (the same configuration,
+// fingerprinted the old way), else "": samples_per_prompt changed.
+func (r *runState) legacySamePerPrompt(ctx context.Context, legacy string) (string, error) {
+	in := ingest.New(r.o.Spec, r.o.Store, r.o.Logger, nil)
+	plan, err := in.Plan()
+	if err != nil {
+		return "", nil // a missing source fails the run at ingest, with its own message
+	}
+	var same bool
+	if err := r.untilStore(ctx, func(ctx context.Context) (err error) {
+		same, err = in.CopiesAsIngested(ctx, plan)
+		return err
+	}); err != nil || !same {
+		return "", err
+	}
+	return legacy, nil
+}
+
 // configure checks the job's configuration against the store's current
 // generation before anything is ingested or sent: the same configuration
 // goes on, another one is refused (ConfigError) unless NewConfig starts a
@@ -52,7 +73,14 @@ func (r *runState) configure(ctx context.Context) error {
 	}
 	prev, hadOne := store.Current(gens)
 	opts := store.ConfigureOptions{}
-	if r.o.NewConfig && hadOne && prev.Fingerprint != fp.Hash {
+	if legacy, ok, err := spec.LegacyFingerprint(); err != nil {
+		return err
+	} else if ok && hadOne && prev.Fingerprint == legacy.Hash {
+		if opts.Legacy, err = r.legacySamePerPrompt(ctx, legacy.Hash); err != nil {
+			return err
+		}
+	}
+	if r.o.NewConfig && hadOne && prev.Fingerprint != fp.Hash && prev.Fingerprint != opts.Legacy {
 		var live []string
 		if err := r.untilStore(ctx, func(ctx context.Context) (err error) {
 			live, err = r.crew.LiveOthers(ctx)
@@ -65,6 +93,10 @@ func (r *runState) configure(ctx context.Context) error {
 				spec.Name, strings.Join(live, ", "))
 		}
 		opts.NewGeneration = true
+		// Bodies stored under another mapping are rebuilt before they are sent.
+		if opts.Rebuild, err = job.RebuiltSources(prev.Config, fp.Canonical); err != nil {
+			return err
+		}
 		for _, src := range spec.Sources {
 			for _, l := range spec.LaneRanges(src.Partition) {
 				opts.Lanes = append(opts.Lanes, store.LaneRange(l))
@@ -96,6 +128,9 @@ func (r *runState) configure(ctx context.Context) error {
 	if hadOne && g.N > prev.N {
 		msg := fmt.Sprintf("configuration generation %d started (fingerprint %.12s): %d samples requeued, %d answers of generation %d kept in the history",
 			g.N, g.Fingerprint, g.Requeued, prev.Answers, prev.N)
+		if len(opts.Rebuild) > 0 {
+			msg += fmt.Sprintf("; the requests of %s are rebuilt from their sources before they are sent", strings.Join(opts.Rebuild, ", "))
+		}
 		r.note("regen: " + msg)
 		r.event(ctx, store.Event{Kind: "config", Subject: "job", Evidence: msg})
 		r.o.Logger.Info("new configuration generation", "generation", g.N, "fingerprint", g.Fingerprint, "requeued", g.Requeued)

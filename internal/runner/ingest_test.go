@@ -106,8 +106,8 @@ func TestIngestWaitsForAFileAnotherWorkerHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	a := filepath.Join(spec.Dir, "data", "a.jsonl")
-	unlock, ok, err := other.TryLock(context.Background(), "ingest:p:"+a)
+	// The store names files relative to the job file.
+	unlock, ok, err := other.TryLock(context.Background(), "ingest:p:"+filepath.Join("data", "a.jsonl"))
 	if err != nil || !ok {
 		t.Fatalf("take a's ingest lock: %v %v", ok, err)
 	}
@@ -116,7 +116,7 @@ func TestIngestWaitsForAFileAnotherWorkerHolds(t *testing.T) {
 	// b gets ingested meanwhile; a waits for its holder.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		f, ok, err := st.SourceFile(context.Background(), "p", filepath.Join(spec.Dir, "data", "b.jsonl"))
+		f, ok, err := st.SourceFile(context.Background(), "p", filepath.Join("data", "b.jsonl"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,5 +217,55 @@ func TestIngestSummaryWording(t *testing.T) {
 				t.Errorf("summary\n got %q\nwant %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestIngestSupersedesBadRowsOfACutRead: a file read while it was being
+// written ends in half a row, a bad row; once the writer finished it, the
+// file is read again and that row becomes a sample: its dead letter goes,
+// so status and export no longer list it. A row still bad stays listed.
+func TestIngestSupersedesBadRowsOfACutRead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rows.jsonl")
+	writeRows(t, path, "r", 0, 5)
+	full := `{"id":"r005","prompt":"item 5"}` + "\n" + `{"id":"r006","prompt":"item 6"}` + "\n" + `{"id":"r007","prompt":` + "\n"
+	cut := len(`{"id":"r005","prompt":"ite`)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(full[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	spec := loadJobYAML(t, dir, `name: cut
+model: m
+endpoints: [{url: "http://127.0.0.1:9"}]
+sources: [{partition: p, path: rows.jsonl, prompt: prompt, id: id}]
+`)
+	st := openStore(t, spec)
+	if got := ingestOnce(t, spec, st); got.Inserted != 5 || got.Bad != 1 {
+		t.Fatalf("cut read: %+v, want 5 samples and the cut row bad", got)
+	}
+	if _, err := f.WriteString(full[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got := ingestOnce(t, spec, st)
+	if got.Inserted != 2 || got.Bad != 1 {
+		t.Errorf("read of the finished file: %+v, want 2 new samples and 1 bad row (line 8)", got)
+	}
+	errs, err := st.IngestErrors(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var origins []string
+	for _, e := range errs {
+		origins = append(origins, spec.Rel(e.Origin))
+	}
+	if want := []string{"rows.jsonl:8"}; strings.Join(origins, ",") != strings.Join(want, ",") {
+		t.Errorf("bad rows recorded = %v, want %v (line 6, cut in the first read, is a sample now)", origins, want)
+	}
+	if n, err := st.IngestErrorCount(context.Background()); err != nil || n != 1 {
+		t.Errorf("IngestErrorCount = %d, %v; want 1", n, err)
 	}
 }

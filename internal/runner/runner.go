@@ -82,6 +82,11 @@ var ErrInterrupted = errors.New("interrupted; re-run the same command to resume"
 // FailedError is returned when the job cannot go on (every endpoint FAILED).
 type FailedError = fleet.FailedError
 
+// RefusedError is returned when the run cannot go on as configured: every
+// endpoint refuses the job's configuration, or none answered by
+// monitor.start_deadline.
+type RefusedError = fleet.RefusedError
+
 type runState struct {
 	o        Options
 	id       worker
@@ -386,10 +391,9 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		_, key := r.fleet.Engine(url)
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: fleet.MaxConns(spec),
-			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout,
+			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout, HeaderTimeout: spec.Generation.HeaderTimeout,
 			ProgressTimeout: fleet.ProgressTimeout(spec),
-			TokenIDFields:   r.fleet.TokenIDFields(url),
-		})})
+		})}) // token id fields go per request, once the server's engine is known (dispatch.Server)
 	}
 	params, err := spec.Generation.Params()
 	if err != nil {
@@ -414,7 +418,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		MaxAttempts: spec.Retry.MaxAttempts, BaseDelay: spec.Retry.BaseDelay, MaxDelay: spec.Retry.MaxDelay,
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
-		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter,
+		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter, BrokenAfter: spec.Monitor.BrokenAfter,
 		NoAffinity: spec.Balance == job.BalanceTokens,
 	})
 	if err != nil {

@@ -3,12 +3,14 @@ package runner
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -55,6 +57,12 @@ func TestRerunFinishedJob(t *testing.T) {
 	}
 	if rep.ETA != 0 || rep.ETANote != "done" {
 		t.Errorf("status after the re-run: eta %s %q, want none: done", rep.ETA, rep.ETANote)
+	}
+	// Its rates are the first run's, said so (issue 30 item 3): not the
+	// first run's rows over the re-run's fraction of a second.
+	if rr := rep.RatesRun; rr == nil || !rr.Earlier || rr.IdlePID != os.Getpid() ||
+		rep.Rate1m.Tokens <= 0 || rep.Rate1m.Window != max(rr.Ended.Sub(rr.Started), time.Second) { // a second at least
+		t.Errorf("status after the re-run: rates_run %+v, rate_1m %+v; want the first run's tokens over its own span", rr, rep.Rate1m)
 	}
 }
 
@@ -184,9 +192,10 @@ func TestEndpointDownShownAtOnce(t *testing.T) {
 }
 
 // TestModelCheckedAtReadiness: a vLLM endpoint that does not serve the
-// job's model would answer 404 to every request, so it is DOWN at
-// readiness with the names it serves and nothing is sent to it; an SGLang
-// endpoint answers any name, so the job runs with a warning shown.
+// job's model would answer 404 to every request, so it is refused at
+// readiness with the names it serves and nothing is sent to it; with no
+// other endpoint the run stops at once, naming the job file's line; an
+// SGLang endpoint answers any name, so the job runs with a warning shown.
 func TestModelCheckedAtReadiness(t *testing.T) {
 	t.Run("vllm refuses", func(t *testing.T) {
 		cfg := slowSim()
@@ -196,15 +205,15 @@ func TestModelCheckedAtReadiness(t *testing.T) {
 		spec := externalJob(t, srv.URL, "vllm", "job-model", 20, "{heartbeat_every: 100ms}")
 		st := openStore(t, spec)
 		r := startRun(t, spec, st, true)
-		var rep monitor.Report
-		waitFor(t, r, 60*time.Second, "the job DOWN for the model", func() bool {
-			var err error
-			rep, err = monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter})
-			return err == nil && rep.State == monitor.Down && rep.Endpoints[0].Cause == "model not served"
-		})
-		e := rep.Endpoints[0]
-		if e.Cause != "model not served" || len(e.Evidence) == 0 || !strings.Contains(e.Evidence[0], `serves "served-model", not the job's model "job-model"`) {
-			t.Errorf("endpoint %+v; want DOWN for the model, naming what it serves", e)
+		_, err := r.wait(t, time.Minute)
+		var refused *RefusedError
+		if !errors.As(err, &refused) || !strings.Contains(err.Error(), `serves "served-model", not the job's model "job-model"`) ||
+			!strings.Contains(err.Error(), "set model: at job.yaml:2") {
+			t.Fatalf("run = %v; want a refusal naming what the server serves and the model: line", err)
+		}
+		rep, aerr := monitor.Assess(context.Background(), st, monitor.AssessOptions{Now: time.Now(), DeadAfter: spec.Monitor.DeadAfter})
+		if aerr != nil {
+			t.Fatal(aerr)
 		}
 		if rep.Total.Done+rep.Total.Dead+rep.Total.InFlight != 0 {
 			t.Errorf("requests went to an endpoint that refuses the model: %+v", rep.Total)

@@ -53,7 +53,8 @@ func (r *runState) draw(ctx context.Context, skip string) string {
 	f := monitor.Frame{Job: r.o.Spec.Name}
 	if r.disp != nil && r.fleet != nil {
 		l, cells := r.live(ctx)
-		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.tokens(), l.InFlight, l.Endpoints
+		// The run's own tok/s is over the tokens the charts count.
+		f.Time, f.Cells, f.Tokens, f.InFlight, f.Endpoints = l.Now, cells, r.disp.Totals().Streamed, l.InFlight, l.Endpoints
 		for _, ls := range r.disp.LaneStats() {
 			f.Lanes = append(f.Lanes, monitor.LaneTiming{Name: ls.Name, MeanDuration: ls.MeanDuration, Tail: ls.Tail,
 				EscalateTo: ls.EscalateTo, Answered: ls.Answered, Escalated: ls.Escalated, InFlight: ls.InFlight, Kept: ls.Kept})

@@ -100,6 +100,11 @@ type Config struct {
 	ThrottleStatus      int
 	ThrottleRetryAfter  time.Duration
 	ThrottleProbability float64
+	BrokenAfterRequests int
+	BrokenAt            time.Duration
+	BrokenFor           time.Duration
+	BrokenStatus        int
+	BrokenMessage       string
 	Scenario            string // YAML file with a list of faults
 
 	Faults []Fault // programmatic faults, added to the ones above
@@ -237,6 +242,11 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	durationVar(fs, &c.ThrottleFor, "throttle-for", "fault: refuse generation requests with --throttle-status and a Retry-After for this long (simulated time)")
 	fs.IntVar(&c.ThrottleStatus, "throttle-status", c.ThrottleStatus, "status of the throttle's refusals: 429 or 503")
 	durationVar(fs, &c.ThrottleRetryAfter, "throttle-retry-after", "Retry-After of the throttle's refusals, in seconds as the client sees them (not scaled by --speed)")
+	fs.IntVar(&c.BrokenAfterRequests, "broken-after-requests", c.BrokenAfterRequests, "fault: after N generation requests, answer every one with --broken-status while /health stays healthy (a server broken mid-job)")
+	durationVar(fs, &c.BrokenAt, "broken-at", "fault: the same from this long after ready (simulated time)")
+	durationVar(fs, &c.BrokenFor, "broken-for", "how long the broken fault lasts (simulated time; 0 = for ever)")
+	fs.IntVar(&c.BrokenStatus, "broken-status", c.BrokenStatus, "status of the broken fault's answers: 4xx or 5xx (default 500)")
+	fs.StringVar(&c.BrokenMessage, "broken-message", c.BrokenMessage, "message of the broken fault's answers (default: Internal server error)")
 	fs.Float64Var(&c.ThrottleProbability, "throttle-probability", c.ThrottleProbability, "share of requests the throttle refuses (0 = all of them; set alone, the throttle lasts for ever)")
 	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "YAML file with a list of timed faults")
 }

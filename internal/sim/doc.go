@@ -59,7 +59,9 @@
 // time or a share of requests (that window is measured on the wall clock
 // scaled by Speed, since the scheduler's clock stands still while a
 // throttled server idles; the Retry-After is sent as configured, not
-// scaled). A crash closes the listener
+// scaled); a broken fault answers every generation request with a 500 (or
+// another status) from its trigger, for a while or for ever, while /health
+// stays healthy: a server broken in the middle of a job. A crash closes the listener
 // and every connection and delivers the exit code on Crashed; the package
 // never exits the process itself. Output lengths, content and faults are
 // deterministic for a given Seed and request content (including the

@@ -50,9 +50,10 @@ func (c *Config) slotContext() int {
 	return c.ContextLen / max(c.Slots, 1)
 }
 
-// llamaRoutes serves llama-server's routes: /health, /props, /slots and
-// an OpenAI model card owned by llamacpp whose meta.n_ctx is the whole
-// context (tools/server/server-context.cpp, docs/engines.md §7 and §13.3).
+// llamaRoutes serves llama-server's routes: /health, /props, /slots,
+// /tokenize and an OpenAI model card owned by llamacpp whose meta.n_ctx is
+// one slot's context, as /props' is (meta.slot_n_ctx in
+// tools/server/server-context.cpp; docs/engines.md §7 and §13.3).
 func (s *Server) llamaRoutes(h func(string, http.HandlerFunc)) {
 	h("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if s.state.Load() != stateUp || s.sched.deadPub.Load() {
@@ -69,6 +70,7 @@ func (s *Server) llamaRoutes(h func(string, http.HandlerFunc)) {
 			"build_info":                  "b7102-sim",
 		})
 	})
+	h("POST /tokenize", s.handleLlamaTokenize)
 	h("GET /slots", func(w http.ResponseWriter, r *http.Request) {
 		st := s.sched.snap.Load()
 		slots := make([]map[string]any, s.cfg.Slots)
@@ -81,7 +83,7 @@ func (s *Server) llamaRoutes(h func(string, http.HandlerFunc)) {
 
 // llamaModelMeta is the meta object of llama-server's model card.
 func (c *Config) llamaModelMeta() map[string]any {
-	return map[string]any{"n_ctx": c.ContextLen, "n_ctx_train": c.ContextLen, "vocab_type": 2}
+	return map[string]any{"n_ctx": c.slotContext(), "n_ctx_train": c.ContextLen, "vocab_type": 2}
 }
 
 // llamaServerHeader names the server as llama-server's HTTP library does.

@@ -23,6 +23,11 @@ const (
 	FaultMalformed = "malformed" // Count requests get one malformed SSE chunk after Tokens tokens
 	FaultCut       = "cut"       // requests whose last user message holds Prompt: Tokens tokens, then the connection is cut
 	FaultThrottle  = "throttle"  // requests get Status (429 or 503) with a Retry-After, from At for For, with Probability
+	// FaultBroken: from its trigger (At after ready, or after AfterRequests
+	// requests) every generation request gets Status (default 500) with
+	// Message, for For (0 = for ever), while /health stays healthy: a
+	// server that breaks in the middle of a job.
+	FaultBroken = "broken"
 )
 
 // Fault is one injected failure. Its trigger is the first that is set of
@@ -96,8 +101,15 @@ func (f *Fault) normalize() error {
 		if err := f.normalizeThrottle(); err != nil {
 			return err
 		}
+	case FaultBroken:
+		if f.Status == 0 {
+			f.Status = http.StatusInternalServerError
+		}
+		if f.Status < 400 || f.Status > 599 {
+			return fmt.Errorf("broken fault: status %d is not 4xx or 5xx", f.Status)
+		}
 	default:
-		return fmt.Errorf("fault kind %q: want crash, hang, zombie, slow, error, reset, malformed, cut or throttle", f.Kind)
+		return fmt.Errorf("fault kind %q: want crash, hang, zombie, slow, error, reset, malformed, cut, throttle or broken", f.Kind)
 	}
 	if f.perRequest() && f.Count == 0 {
 		f.Count = 1
@@ -249,6 +261,12 @@ func (c *Config) faults() ([]Fault, error) {
 	if c.ThrottleFor > 0 || c.ThrottleProbability > 0 {
 		if err := add(Fault{Kind: FaultThrottle, At: c.ThrottleAt, For: c.ThrottleFor, Status: c.ThrottleStatus,
 			RetryAfter: c.ThrottleRetryAfter, Probability: c.ThrottleProbability}); err != nil {
+			return nil, err
+		}
+	}
+	if c.BrokenAfterRequests > 0 || c.BrokenAt > 0 {
+		if err := add(Fault{Kind: FaultBroken, AfterRequests: c.BrokenAfterRequests, At: c.BrokenAt, For: c.BrokenFor,
+			Status: c.BrokenStatus, Message: c.BrokenMessage}); err != nil {
 			return nil, err
 		}
 	}

@@ -119,7 +119,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind reqKind) 
 		return
 	}
 	n := s.reqCount.Add(1)
-	if s.throttle(w, n) {
+	if s.throttle(w, n) || s.broken(w, n) {
 		return
 	}
 	fl := s.requestFaults(n)

@@ -93,3 +93,34 @@ func lastUserText(in *genRequest) string {
 	}
 	return ""
 }
+
+// broken answers the n-th generation request with a broken fault's error
+// once the fault has begun and until its For has passed (wall clock,
+// scaled, like a throttle's window). It reports whether it answered.
+func (s *Server) broken(w http.ResponseWriter, n int64) bool {
+	ready := s.readyAt.Load()
+	if ready == 0 {
+		return false
+	}
+	now := time.Now().UnixNano()
+	for _, f := range s.brokens {
+		begin := ready + int64(float64(f.At)/s.cfg.Speed)
+		if f.AfterRequests > 0 {
+			if n <= int64(f.AfterRequests) {
+				continue
+			}
+			f.firedAt.CompareAndSwap(0, now)
+			begin = f.firedAt.Load()
+		}
+		if now < begin || (f.For > 0 && now >= begin+int64(float64(f.For)/s.cfg.Speed)) {
+			continue
+		}
+		msg := f.Message
+		if msg == "" {
+			msg = "Internal server error"
+		}
+		writeError(w, f.Status, msg)
+		return true
+	}
+	return false
+}

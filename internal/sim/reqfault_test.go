@@ -165,3 +165,54 @@ func TestCutAndThrottleConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBroken: after its requests the broken fault answers every
+// generation request with a 500 while /health stays healthy, and with
+// --broken-for it recovers.
+func TestBroken(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     func(c *Config)
+		recover bool
+	}{
+		{"for ever", func(c *Config) { c.BrokenAfterRequests = 3 }, false},
+		{"for a while", func(c *Config) {
+			c.BrokenAfterRequests = 3
+			c.BrokenFor = 1500 * time.Second
+			c.BrokenMessage = "internal boom"
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig() // speed 1000: 1,500 simulated seconds are 1.5 s
+			tt.cfg(&c)
+			_, url, _ := startServer(t, c)
+			for i := range 3 {
+				if r := streamChat(http.DefaultClient, url, chatBody("x", 5, "")); !r.done {
+					t.Fatalf("request %d before the fault: status %d, err %v; want an answer", i+1, r.status, r.err)
+				}
+			}
+			for range 5 {
+				resp, body := post(t, url, chatBody("x", 5, ""))
+				if resp.StatusCode != 500 || !strings.Contains(body, `"message":"`+cmpOr(c.BrokenMessage, "Internal server error")+`"`) {
+					t.Fatalf("broken: %d %s; want 500 with the message", resp.StatusCode, body)
+				}
+			}
+			if resp, err := http.Get(url + "/health"); err != nil || resp.StatusCode != 200 {
+				t.Errorf("/health while broken: %v %v, want 200", resp, err)
+			}
+			time.Sleep(1600 * time.Millisecond)
+			r := streamChat(http.DefaultClient, url, chatBody("x", 5, ""))
+			if r.done != tt.recover {
+				t.Errorf("after 1.6 s: answered %v (status %d), want %v", r.done, r.status, tt.recover)
+			}
+		})
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -39,6 +39,7 @@ type Server struct {
 	reqFaults []*faultState
 	cuts      []*faultState // cut faults, by prompt (reqfault.go)
 	throttles []*faultState // throttle faults, by time (reqfault.go)
+	brokens   []*faultState // broken faults, by time or request count (reqfault.go)
 	readyAt   atomic.Int64  // wall clock (unix ns) the server became ready; 0 before
 	reqCount  atomic.Int64
 	nextID    atomic.Uint64
@@ -94,6 +95,9 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 		switch f.Kind {
 		case FaultCut:
 			s.cuts = append(s.cuts, fs)
+			continue
+		case FaultBroken:
+			s.brokens = append(s.brokens, fs)
 			continue
 		case FaultThrottle:
 			s.throttles = append(s.throttles, fs)
@@ -353,6 +357,7 @@ func (s *Server) routes() *http.ServeMux {
 		return mux
 	case EngineVLLM:
 		h("GET /health", s.handleVLLMHealth)
+		h("POST /tokenize", s.handleVLLMTokenize)
 		h("GET /version", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, map[string]string{"version": "0.11.0"})
 		})

@@ -23,6 +23,30 @@ type Inspection struct {
 	// Missing lists the mapped fields found in none of the rows read (JSONL)
 	// or not a column (Parquet): a mistake in the job, not in one row.
 	Missing []MissingField
+	// Hint is the likely fix when every row read is bad because a mapped
+	// field holds another shape ("field messages holds a message list: use
+	// messages: messages"); "" otherwise.
+	Hint HintedOption
+}
+
+// HintedOption is a source option whose mapped field fits another option.
+type HintedOption struct {
+	Option string // the option set in the job: prompt, messages, conversations
+	Field  string
+	Fits   string // the option the field's values fit
+}
+
+func (h HintedOption) String() string {
+	if h.Fits == "" {
+		return ""
+	}
+	return fmt.Sprintf("field %s holds %s: use %s: %s", h.Field, shapeWords[h.Fits], h.Fits, h.Field)
+}
+
+var shapeWords = map[string]string{
+	"prompt":        "a string",
+	"messages":      "a message list",
+	"conversations": "a ShareGPT conversation (from/value turns)",
 }
 
 // MissingField is a mapped field the source's rows do not have.
@@ -73,6 +97,9 @@ func Inspect(ctx context.Context, src job.Source, baseDir string, rows int) (Ins
 		return in, fmt.Errorf("source %s: %w", src.Partition, err)
 	}
 	in.Good = in.Rows - len(in.Bad)
+	if in.Good > 0 {
+		in.Hint = HintedOption{} // some rows fit the mapping: the bad ones are the rows' fault
+	}
 	if len(seen.order) > 0 && len(in.Missing) == 0 { // no row at all: nothing to judge the mapping by
 		in.Missing = seen.missing()
 	}
@@ -98,6 +125,9 @@ func inspectRows(ctx context.Context, src job.Source, files []string, rows int, 
 		},
 	}
 	r.onRow = func(row map[string]any) {
+		if in.Hint.Fits == "" {
+			in.Hint = mappingHint(src, row)
+		}
 		keys := make([]string, 0, len(row))
 		for k := range row {
 			keys = append(keys, k)
@@ -183,4 +213,47 @@ func parquetColumns(path string) ([]string, error) {
 		names = append(names, fl.Name())
 	}
 	return names, nil
+}
+
+// mappingHint names the option that fits a mapped field whose value in row
+// has another shape (a message list mapped with prompt:, a string with
+// messages:), or nothing when every mapped field fits its option.
+func mappingHint(src job.Source, row map[string]any) HintedOption {
+	for _, o := range []struct{ option, field string }{
+		{"prompt", src.Prompt}, {"messages", src.Messages}, {"conversations", src.Conversations},
+	} {
+		v, ok := row[o.field]
+		if o.field == "" || !ok {
+			continue
+		}
+		if fits := fittingOption(v); fits != "" && fits != o.option {
+			return HintedOption{Option: o.option, Field: o.field, Fits: fits}
+		}
+	}
+	return HintedOption{}
+}
+
+// fittingOption is the mapping option a field's value fits by its shape:
+// a string is a prompt, a list of role turns messages, a list of from
+// turns a ShareGPT conversation; "" when the shape says nothing.
+func fittingOption(v any) string {
+	switch x := v.(type) {
+	case string:
+		return "prompt"
+	case []any:
+		if len(x) == 0 {
+			return ""
+		}
+		turn, ok := x[0].(map[string]any)
+		if !ok {
+			return ""
+		}
+		if _, ok := turn["role"]; ok {
+			return "messages"
+		}
+		if _, ok := turn["from"]; ok {
+			return "conversations"
+		}
+	}
+	return ""
 }

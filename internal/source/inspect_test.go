@@ -71,3 +71,43 @@ func TestInspect(t *testing.T) {
 		}
 	})
 }
+
+// TestInspectHint: when every row read is bad because a mapped field holds
+// another shape, the inspection names the option that fits; when some rows
+// fit, the bad ones are the rows' fault and there is no hint.
+func TestInspectHint(t *testing.T) {
+	dir := t.TempDir()
+	rows := map[string]string{
+		"msgs.jsonl":  `{"m":[{"role":"user","content":"hi"}],"t":"hello"}`,
+		"conv.jsonl":  `{"c":[{"from":"human","value":"hi"}]}`,
+		"mixed.jsonl": `{"t":"hello"}` + "\n" + `{"t":["not","a","string"]}`,
+	}
+	for name, body := range rows {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Repeat(body+"\n", 3)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		src  job.Source
+		want string
+	}{
+		{"prompt on a message list", job.Source{Path: "msgs.jsonl", Prompt: "m"}, "field m holds a message list: use messages: m"},
+		{"messages on a string", job.Source{Path: "msgs.jsonl", Messages: "t"}, "field t holds a string: use prompt: t"},
+		{"messages on from/value turns", job.Source{Path: "conv.jsonl", Messages: "c"}, "field c holds a ShareGPT conversation (from/value turns): use conversations: c"},
+		{"some rows fit", job.Source{Path: "mixed.jsonl", Prompt: "t"}, ""},
+		{"all fit", job.Source{Path: "msgs.jsonl", Messages: "m"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.src.Partition = "p"
+			in, err := Inspect(context.Background(), tt.src, dir, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := in.Hint.String(); got != tt.want {
+				t.Errorf("hint = %q, want %q (%d rows, %d good)", got, tt.want, in.Rows, in.Good)
+			}
+		})
+	}
+}

@@ -28,6 +28,10 @@ type Options struct {
 	// MaxLineBytes caps one JSONL line (without its newline); a longer line
 	// is reported as a BadRow and skipped without being buffered whole.
 	MaxLineBytes int
+	// OriginName names the file in origins ("name:line"); the path when
+	// empty. Ingest names files relative to the job file, so a job folder
+	// moved with its store keeps its origins.
+	OriginName string
 }
 
 // Stats counts what one Read saw.
@@ -263,6 +267,14 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// originName is the file's name in origins.
+func (r *reader) originName(path string) string {
+	if r.opts.OriginName != "" {
+		return r.opts.OriginName
+	}
+	return path
+}
+
 func (r *reader) jsonlFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -298,7 +310,7 @@ func (r *reader) jsonlFile(path string) error {
 			}
 			return fmt.Errorf("read %s line %d: corrupt data: %w", path, lineNo, err)
 		}
-		origin := path + ":" + strconv.Itoa(lineNo)
+		origin := r.originName(path) + ":" + strconv.Itoa(lineNo)
 		if tooLong {
 			r.stats.Rows++
 			if err := r.badRow(origin, "", fmt.Sprintf("line longer than %d bytes (%d bytes)", r.opts.MaxLineBytes, n)); err != nil {
@@ -387,6 +399,9 @@ type decoder struct {
 }
 
 func (d *decoder) object(line []byte) (map[string]any, string) {
+	if reason := invalidText(line); reason != "" {
+		return nil, reason
+	}
 	d.r.Reset(line)
 	dec := json.NewDecoder(&d.r)
 	dec.UseNumber()
@@ -454,7 +469,7 @@ func (r *reader) parquetFile(path string) error {
 		}
 		n, err := pr.Read(rows)
 		for _, m := range rows[:n] {
-			if rerr := r.row(m, path+":row "+strconv.Itoa(index)); rerr != nil {
+			if rerr := r.parquetRow(m, r.originName(path)+":row "+strconv.Itoa(index)); rerr != nil {
 				return rerr
 			}
 			index++
@@ -466,6 +481,16 @@ func (r *reader) parquetFile(path string) error {
 			return fmt.Errorf("read parquet %s row %d: %w", path, index, err)
 		}
 	}
+}
+
+// parquetRow is row for a Parquet row, whose strings are checked first:
+// the reader does not validate them.
+func (r *reader) parquetRow(m map[string]any, origin string) error {
+	if field, reason := invalidString(m, ""); reason != "" {
+		r.stats.Rows++
+		return r.badRow(origin, field, reason)
+	}
+	return r.row(m, origin)
 }
 
 // checkColumns fails early when a mapped field is not a top-level column:

@@ -76,6 +76,18 @@ type ConfigureOptions struct {
 	// the lanes Lanes gives. With the same configuration it does nothing.
 	NewGeneration bool
 	Lanes         []LaneRange
+	// Rebuild lists the partitions whose request bodies the new generation
+	// changes (a source's mapping, system prompt, tools...): their samples
+	// are held back from claims, and their manifest entries, bad rows and
+	// duplicate records dropped, so ingest reads their files again and
+	// rebuilds each body (Intake.Ingest) before it is sent; DropStale then
+	// removes the samples no row rebuilt (an id-less row's id is a hash of
+	// its content, so a changed body has a new id).
+	Rebuild []string
+	// Legacy is the fingerprint an earlier regen computed for the same
+	// configuration: a current generation with it takes c's fingerprint
+	// and canonical form in place, as the same generation.
+	Legacy string
 	// Now stamps a new generation; zero means the store's clock.
 	Now time.Time
 }
@@ -101,14 +113,19 @@ type Configs interface {
 // NextGeneration is Configure's decision, shared by every backend: given
 // the current generation (ok=false: none yet) it returns the generation
 // Configure answers with, and whether it is a new one to record
-// (requeue: after returning every sample to a fresh start). Only the I/O
-// around it differs between backends.
+// (requeue: after returning every sample to a fresh start); a record
+// without requeue of the current generation's number replaces that
+// generation's fingerprint (o.Legacy). Only the I/O around it differs
+// between backends.
 func NextGeneration(cur Generation, ok bool, c Config, o ConfigureOptions, now time.Time) (g Generation, record, requeue bool, err error) {
 	switch {
 	case !ok:
 		return Generation{N: 1, Fingerprint: c.Fingerprint, Config: c.Canonical, Started: now}, true, false, nil
 	case cur.Fingerprint == c.Fingerprint:
 		return cur, false, false, nil
+	case o.Legacy != "" && cur.Fingerprint == o.Legacy:
+		cur.Fingerprint, cur.Config = c.Fingerprint, c.Canonical
+		return cur, true, false, nil
 	case !o.NewGeneration:
 		return Generation{}, false, false, &ConfigChangedError{Current: cur, Want: c}
 	}

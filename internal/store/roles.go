@@ -13,8 +13,9 @@ import (
 //
 // Attempts: Complete, CompleteTurn, Reject, Retry and DeadLetter (and the
 // Commits they stand for) each spend one attempt (so a sample done at the
-// first try has Attempts 1); Release, ReleaseOwner, Escalate, Relane and
-// ExpireLeases never spend one. Attempts count per turn: CompleteTurn
+// first try has Attempts 1); Release, ReleaseOwner, Escalate, Relane,
+// ExpireLeases and a Commit of OpDefer (pending after a time, a server
+// error that was not the sample's) never spend one. Attempts count per turn: CompleteTurn
 // records the turn's attempts with its answer and starts the next turn at
 // zero. A limit <= 0 in IngestErrors, LastErrors, Events and
 // IngestDuplicates means no limit. All methods are safe for concurrent use.
@@ -29,6 +30,7 @@ type Store interface {
 	Intake
 	Journal
 	Reader
+	Ownership
 
 	// Info describes the backend.
 	Info() Info
@@ -117,14 +119,42 @@ type Requeue interface {
 // which source files are already fully ingested.
 type Intake interface {
 	// Ingest inserts samples whose ID is not yet present and returns how many
-	// were new. Re-ingesting the same samples inserts nothing.
+	// were new. Re-ingesting the same samples inserts nothing, except that a
+	// sample held back for rebuilding (ConfigureOptions.Rebuild) takes the
+	// new body, prompt tokens, lane and origin and becomes claimable.
 	Ingest(ctx context.Context, samples []NewSample) (inserted int, err error)
+	// DropStale deletes partition's samples still held back for rebuilding
+	// (no source row gave their id again) and reports how many; ingest
+	// calls it once every file of the partition is read.
+	DropStale(ctx context.Context, partition string) (int, error)
 	// AddIngestErrors records bad source rows; duplicates (same Origin) are ignored.
 	AddIngestErrors(ctx context.Context, errs []IngestError) error
+	// ForgetIngestErrors drops the bad rows recorded for the source file
+	// named by origin prefix file (origins "file:..."), before the file is
+	// read again: a row bad in a truncated read may be good now.
+	ForgetIngestErrors(ctx context.Context, file string) error
 	// SourceFile returns the manifest entry of path in partition.
 	SourceFile(ctx context.Context, partition, path string) (f SourceFile, ok bool, err error)
 	// PutSourceFile records f, replacing the entry of its partition and path.
 	PutSourceFile(ctx context.Context, f SourceFile) error
+}
+
+// Ownership is what records which job a store belongs to (package crew
+// decides), and renames the source files the store names when the names
+// an earlier regen stored absolute become relative to the job file.
+type Ownership interface {
+	// Meta returns the value recorded under key, ok=false when none is.
+	Meta(ctx context.Context, key string) (value string, ok bool, err error)
+	// SetMeta records value under key, unless one is recorded and replace
+	// is false, and returns the value recorded now (of several callers at
+	// once, the first wins).
+	SetMeta(ctx context.Context, key, value string, replace bool) (string, error)
+	// OriginFiles lists the source file names the store holds (origins and
+	// the ingest manifest), sorted.
+	OriginFiles(ctx context.Context) ([]string, error)
+	// Relocate strips folder from (and its separator) off every stored
+	// source file name under it, and reports how many names changed.
+	Relocate(ctx context.Context, from string) (int, error)
 }
 
 // JournalReader reads the workers' journal: heartbeats, events and the

@@ -18,6 +18,10 @@ const (
 	OpDead               // dead with a reason, one attempt spent
 	OpEscalate           // pending in another lane, no attempt spent
 	OpRelane             // still leased, in another lane
+	// OpDefer: pending again after NotBefore, no attempt spent: a server
+	// error judged the endpoint's, not the sample's (dispatch's burn
+	// guard), whose sample must not come straight back to the same server.
+	OpDefer
 )
 
 // Transition is one queued lease transition. Each field other than Op,
@@ -37,8 +41,8 @@ type Transition struct {
 	// Lane is the lane the sample moves to: the target of OpEscalate and
 	// OpRelane, the next turn's lane for OpTurn ("" = the same lane).
 	Lane      string
-	LastError string    // OpRetry: the error status shows
-	NotBefore time.Time // OpRetry: not claimed again before
+	LastError string    // OpRetry, OpDefer: the error status shows
+	NotBefore time.Time // OpRetry, OpDefer: not claimed again before
 	Reason    string    // OpDead: the dead-letter reason
 }
 
@@ -76,7 +80,7 @@ func (tr Transition) describe() string {
 		}
 		return "complete " + tr.ID
 	case OpTurn:
-		return fmt.Sprintf("complete turn %d of %s", tr.Result.Turn, tr.ID)
+		return fmt.Sprintf("complete turn %d of %s", tr.Result.Turn+1, tr.ID) // 1-based for people, as conversation.Ordinal
 	case OpRetry:
 		return "retry " + tr.ID
 	case OpDead:
@@ -85,6 +89,8 @@ func (tr Transition) describe() string {
 		return fmt.Sprintf("escalate %s to %s", tr.ID, tr.Lane)
 	case OpRelane:
 		return fmt.Sprintf("move %s to lane %s", tr.ID, tr.Lane)
+	case OpDefer:
+		return "defer " + tr.ID
 	}
 	return fmt.Sprintf("transition %d of %s", tr.Op, tr.ID)
 }

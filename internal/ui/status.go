@@ -48,11 +48,7 @@ func StatusText(job string, r monitor.Report) string {
 			}
 			fmt.Fprintf(&b, " %s %d", rc.Rule, rc.N)
 		}
-		file := r.RejectedFile
-		if file == "" {
-			file = "the output folder's <job name>.rejected.jsonl"
-		}
-		fmt.Fprintf(&b, " (exported to %s with the evidence; `regen requeue --rejected --rule R` sends them back)\n", file)
+		fmt.Fprintf(&b, " (%s; `regen requeue --rejected --rule R` sends them back)\n", rejectedWhere(r))
 	}
 	if r.Average != nil {
 		a := r.Average
@@ -62,6 +58,9 @@ func StatusText(job string, r monitor.Report) string {
 		fmt.Fprintf(&b, "\nthroughput: %.1f tok/s, %.2f samples/s over %s; %.1f tok/s, %.2f samples/s over %s\n",
 			r.Rate1m.TokensPerSec, r.Rate1m.SamplesPerSec, r.Rate1m.Window.Round(time.Second),
 			r.Rate10m.TokensPerSec, r.Rate10m.SamplesPerSec, r.Rate10m.Window.Round(time.Second))
+	}
+	if n := spanNote(r); n != "" {
+		fmt.Fprintf(&b, "%s\n", n)
 	}
 	switch {
 	case r.ETA > 0:
@@ -113,6 +112,9 @@ func writeEndpoints(b *strings.Builder, r monitor.Report) {
 		if e.Restarts > 0 {
 			fmt.Fprintf(b, ", %d restarts", e.Restarts)
 		}
+		if e.Replays > 0 {
+			fmt.Fprintf(b, ", %d keep-alive replays", e.Replays)
+		}
 		if e.Cause != "" {
 			fmt.Fprintf(b, ", cause: %s", e.Cause)
 		}
@@ -125,6 +127,9 @@ func writeEndpoints(b *strings.Builder, r monitor.Report) {
 		}
 		if e.LimitReason != "" {
 			fmt.Fprintf(b, "    limit %d%s: %s\n", e.Limit, laneLimits(e), e.LimitReason)
+		}
+		if e.Hold != nil {
+			fmt.Fprintf(b, "    %s\n", e.Hold.Text())
 		}
 	}
 }
@@ -141,6 +146,39 @@ func inFlightCell(r monitor.Report, n int) string {
 
 // noLiveRunner reports whether the job's leases are held by a runner that
 // is gone (it died, or exited without releasing them).
+// spanNote says whose figures the rates and charts are when the newest
+// run did no work; "" when they are its own.
+func spanNote(r monitor.Report) string {
+	sp := r.RatesRun
+	if sp == nil || !sp.Earlier {
+		return ""
+	}
+	return fmt.Sprintf("rates and charts: %s (%s)", runName(*sp), idleRun(r))
+}
+
+// runName names an earlier run the rates are over: "the last run that
+// did work, pid 16204, 00:43:04 to 00:43:26 UTC".
+func runName(sp monitor.RunSpan) string {
+	pids := make([]string, len(sp.PIDs))
+	for i, p := range sp.PIDs {
+		pids[i] = strconv.Itoa(p)
+	}
+	return fmt.Sprintf("the last run that did work, pid %s, %s to %s UTC", strings.Join(pids, ", "),
+		sp.Started.UTC().Format("15:04:05"), sp.Ended.UTC().Format("15:04:05"))
+}
+
+// idleRun says that the newest run did nothing, or has done nothing yet.
+func idleRun(r monitor.Report) string {
+	pid := 0
+	if r.RatesRun != nil {
+		pid = r.RatesRun.IdlePID
+	}
+	if noLiveRunner(r) {
+		return fmt.Sprintf("the newest run, pid %d, sent nothing", pid)
+	}
+	return fmt.Sprintf("the newest run, pid %d, has sent nothing yet", pid)
+}
+
 func noLiveRunner(r monitor.Report) bool {
 	return r.Heartbeat != nil && (r.RunnerDied || r.RunnerExited)
 }
@@ -253,4 +291,24 @@ func writeGenerations(b *strings.Builder, gens []store.Generation) {
 		fmt.Fprintf(b, "  generation %d (fingerprint %.12s): %d answers superseded, kept in the history, not exported\n",
 			g.N, g.Fingerprint, g.Superseded)
 	}
+}
+
+// rejectedWhere says where the rejected samples are with their evidence:
+// in the file the last export wrote, as far as it counted them.
+func rejectedWhere(r monitor.Report) string {
+	file := r.RejectedFile
+	if file == "" {
+		file = "the output folder's <job name>.rejected.jsonl"
+	}
+	total := 0
+	for _, rc := range r.Rejects {
+		total += rc.N
+	}
+	switch {
+	case r.RejectedExported == 0:
+		return "not exported yet: `regen export` writes them to " + file + " with the evidence"
+	case r.RejectedExported < total:
+		return fmt.Sprintf("%d of them exported to %s with the evidence, the rest at the next export", r.RejectedExported, file)
+	}
+	return "exported to " + file + " with the evidence"
 }

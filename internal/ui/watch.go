@@ -27,6 +27,8 @@ type WatchSnapshot struct {
 	// Err is the last failed read; the view keeps the last good data and
 	// says why it is stale.
 	Err error
+	// Dashboard is the web dashboard's address when watch serves one.
+	Dashboard string
 }
 
 // Pane is one of the watch view's panes; tab cycles them.

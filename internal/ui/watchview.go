@@ -62,6 +62,9 @@ func headLines(s WatchSnapshot, width int) []string {
 	} else {
 		out = append(wrap(head, width, 2), wrap(styleMuted.Render(" "+hb), width, 3)...)
 	}
+	if s.Dashboard != "" {
+		out = append(out, wrap(styleMuted.Render("  dashboard at "+s.Dashboard), width, 4)...)
+	}
 	for _, e := range r.Evidence {
 		out = append(out, wrap("  ! "+e, width, 4)...)
 	}
@@ -200,9 +203,15 @@ func rateLines(s WatchSnapshot, width int) (lines []string, caption string) {
 	case r.State == monitor.Done:
 		eta = "done"
 	}
-	tok := fmt.Sprintf("%.1f now (1m), %.1f over 10m", r.Rate1m.TokensPerSec, r.Rate10m.TokensPerSec)
+	tok := fmt.Sprintf("%.1f now (%s), %.1f over %s", r.Rate1m.TokensPerSec, windowLabel(r.Rate1m.Window, time.Minute),
+		r.Rate10m.TokensPerSec, windowLabel(r.Rate10m.Window, 10*time.Minute))
 	req := fmt.Sprintf("%.2f now", last(s.History.RequestsPerSec))
-	if noLiveRunner(r) {
+	earlier := r.RatesRun != nil && r.RatesRun.Earlier
+	switch {
+	case earlier:
+		tok = fmt.Sprintf("0 now (%s); %s, %s", idleRun(r), runName(*r.RatesRun), pastRates(r, "%.1f", func(x monitor.Rate) float64 { return x.TokensPerSec }))
+		req = "0.00 now"
+	case noLiveRunner(r):
 		how := "died"
 		if r.RunnerExited {
 			how = "exited"
@@ -224,13 +233,18 @@ func rateLines(s WatchSnapshot, width int) (lines []string, caption string) {
 		}
 		out = append(out, wrap(line, width, 12)...)
 	}
-	samples := fmt.Sprintf("%.2f (1m), %.2f (10m)", r.Rate1m.SamplesPerSec, r.Rate10m.SamplesPerSec)
-	if noLiveRunner(r) {
+	samples := fmt.Sprintf("%.2f (%s), %.2f (%s)", r.Rate1m.SamplesPerSec, windowLabel(r.Rate1m.Window, time.Minute),
+		r.Rate10m.SamplesPerSec, windowLabel(r.Rate10m.Window, 10*time.Minute))
+	if noLiveRunner(r) || earlier {
 		samples = "0 now; " + pastRates(r, "%.2f", func(x monitor.Rate) float64 { return x.SamplesPerSec })
 	}
 	out = append(out, wrap(fmt.Sprintf("samples/s   %s   ETA %s", samples, eta), width, 12)...)
 	if sparkW >= 10 {
-		caption = styleMuted.Render(sparkNote(s.History, sparkW))
+		note := sparkNote(s.History, sparkW)
+		if earlier {
+			note += " (" + runName(*r.RatesRun) + ")"
+		}
+		caption = styleMuted.Render(note)
 	}
 	return out, caption
 }
@@ -243,6 +257,16 @@ func pastRates(r monitor.Report, format string, of func(monitor.Rate) float64) s
 		return one
 	}
 	return one + fmt.Sprintf(", "+format+" in its last %s", of(r.Rate10m), fmtWindow(r.Rate10m.Window))
+}
+
+// windowLabel names a rate's window: full ("1m") once the run is older
+// than it (or with no rate yet), "its first 12s" while it is younger, so a young run's rate is
+// never read as a minute's.
+func windowLabel(w, full time.Duration) string {
+	if w <= 0 || w >= full { // 0: no rate known yet
+		return fmtWindow(full)
+	}
+	return "its first " + fmtWindow(w)
 }
 
 // fmtWindow is a rate's window, short: 1m, 10m, 45s, 2m30s.
@@ -334,6 +358,11 @@ func endpointLine(r monitor.Report, e monitor.EndpointStatus, width int) []strin
 		if e.Restarts > 0 {
 			parts = append(parts, fmt.Sprintf("restarts %d", e.Restarts))
 		}
+		if h := e.Hold; h != nil && !h.Until.IsZero() {
+			parts = append(parts, styleBad.Render("HELD until "+h.Until.UTC().Format("15:04:05")+" (server backpressure)"))
+		} else if h != nil && h.FixedCap > 0 {
+			parts = append(parts, styleBad.Render(fmt.Sprintf("capped at %d (server backpressure)", h.FixedCap)))
+		}
 		if e.Cause != "" {
 			parts = append(parts, "("+e.Cause+")")
 		}
@@ -361,8 +390,14 @@ func endpointDetail(s WatchSnapshot, e monitor.EndpointStatus, width int) []stri
 	for _, ev := range e.Evidence {
 		out = append(out, wrap("    "+ev, width, 6)...)
 	}
+	if e.Hold != nil {
+		out = append(out, wrap(styleBad.Render("    "+e.Hold.Text()), width, 6)...)
+	}
 	if e.LimitReason != "" {
 		out = append(out, wrap("    limit "+strconv.Itoa(e.Limit)+laneLimits(e)+": "+e.LimitReason, width, 6)...)
+	}
+	if e.Replays > 0 {
+		out = append(out, wrap(fmt.Sprintf("    %d requests sent again after the server closed a kept-alive connection (keep-alive replays; no attempt spent)", e.Replays), width, 6)...)
 	}
 	if e.KVTokens > 0 {
 		out = append(out, fmt.Sprintf("    KV pool %d tokens (%s)", e.KVTokens, e.KVTokensSource))

@@ -190,7 +190,7 @@ func BenchmarkDashboardMemory(b *testing.B) {
 		if _, err := report(dash)(ctx); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := monitor.ReadHistory(ctx, dash, monitor.JobAxis(store.Heartbeat{}, false, time.Now(), 0), time.Now()); err != nil {
+		if _, err := monitor.ReadHistory(ctx, dash, monitor.JobAxis(monitor.RunSpan{}, false, time.Now(), 0), time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}

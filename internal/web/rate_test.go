@@ -34,6 +34,8 @@ func TestNowAgrees(t *testing.T) {
 	now := time.Date(2026, 12, 4, 6, 40, 2, 500_000_000, time.UTC)
 	started := now.Add(-40 * time.Minute)
 	beat, _ := json.Marshal(monitor.Beat{State: monitor.Running})
+	// Both workers beat: a rate counts the rows of the runs it is over.
+	must(t, st.PutHeartbeat(ctx, store.Heartbeat{Owner: "w2", PID: 2, Host: "h", Time: now.Add(-time.Second), Started: started, Counters: beat}))
 	must(t, st.PutHeartbeat(ctx, store.Heartbeat{Owner: "w1", PID: 1, Host: "h", Time: now, Started: started, Counters: beat}))
 	var rows []store.Minute
 	var lastMinute int64

@@ -39,7 +39,7 @@ type sampleRow struct {
 
 // answer is the numbers of one stored answer.
 type answer struct {
-	Turn             int    `json:"turn"`
+	Turn             int    `json:"turn"` // 0-based index; shown as turn Turn+1 (conversation.Ordinal)
 	FinishReason     string `json:"finish_reason,omitempty"`
 	EndReason        string `json:"end_reason,omitempty"` // why the conversation ended before its last planned turn
 	PromptTokens     int    `json:"prompt_tokens,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -46,6 +47,11 @@ type Options struct {
 	// JobDir is the job file's folder: source origins are served relative
 	// to it (job.RelTo), also those stored absolute by older versions.
 	JobDir string
+	// ServedBy is the command serving the page, "run" or "watch": a page
+	// served by `regen run` ends with that run, and says so. JobFile is the
+	// job file as the user named it, for the command the page suggests.
+	ServedBy string
+	JobFile  string
 }
 
 // Server is the dashboard's handler set.
@@ -97,6 +103,7 @@ func New(o Options) (*Server, error) {
 	mux.HandleFunc("GET /api/samples/{id...}", s.sample)
 	mux.HandleFunc("GET /api/ingest-errors", s.ingestErrors)
 	mux.HandleFunc("GET /api/stream", s.stream)
+	mux.HandleFunc("GET /api/server", s.server)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Metrics.Registry(), promhttp.HandlerOpts{}))
 
 	var h http.Handler = mux
@@ -181,6 +188,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, rep)
 }
 
+// server says who serves the page: the command and its process, so a
+// page left open knows what it lost when the connection goes.
+func (s *Server) server(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, struct {
+		ServedBy string `json:"served_by"`
+		PID      int    `json:"pid"`
+		JobFile  string `json:"job_file"`
+	}{s.o.ServedBy, os.Getpid(), s.o.JobFile})
+}
+
 // history serves the job's series. Without window= (or with
 // window=job) the axis spans the newest run, start to last heartbeat, by
 // the one rule stats.AxisFor; a duration asks for that much before the
@@ -195,15 +212,16 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		}
 		window = d
 	}
-	hb, ok, err := s.o.Store.LastHeartbeat(r.Context())
+	hbs, err := s.o.Store.Heartbeats(r.Context())
 	if err != nil {
 		s.fail(w, "history", err)
 		return
 	}
+	span, ok := monitor.SpanOf(hbs)
 	now := s.o.Now()
-	a := monitor.JobAxis(hb, ok, now, window)
+	a := monitor.JobAxis(span, ok, now, window)
 	if a.Window() > maxHistory {
-		a = monitor.JobAxis(hb, ok, now, maxHistory)
+		a = monitor.JobAxis(span, ok, now, maxHistory)
 	}
 	h, err := monitor.ReadHistory(r.Context(), s.o.Store, a, now)
 	if err != nil {

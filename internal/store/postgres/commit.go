@@ -67,6 +67,9 @@ var (
 	retrySQL = movedSQL(`UPDATE samples SET state = 0, attempts = attempts + 1, not_before = $1,
 			last_error = $2, last_error_at = $3, lease_owner = NULL, lease_until = NULL
 		WHERE id = $4 AND state = 1 AND lease_owner = $5 AND ($6 = 0 OR lease_token = $6) `+moved("1"), "1")
+	deferSQL = movedSQL(`UPDATE samples SET state = 0, not_before = $1,
+			last_error = $2, last_error_at = $3, lease_owner = NULL, lease_until = NULL
+		WHERE id = $4 AND state = 1 AND lease_owner = $5 AND ($6 = 0 OR lease_token = $6) `+moved("1"), "1")
 	deadSQL = movedSQL(`UPDATE samples SET state = 4, attempts = attempts + 1, last_error = $1, last_error_at = $2,
 			finished_at = $2, lease_owner = NULL, lease_until = NULL
 		WHERE id = $3 AND state = 1 AND lease_owner = $4 AND ($5 = 0 OR lease_token = $5) `+moved("1"), "1")
@@ -212,6 +215,9 @@ func queueRound(b *pgx.Batch, batch []store.Transition, round []int, now int64) 
 		case store.OpRetry:
 			b.Queue(retrySQL, ns(t.NotBefore), text(t.LastError), now, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
+		case store.OpDefer:
+			b.Queue(deferSQL, ns(t.NotBefore), text(t.LastError), now, t.ID, t.Owner, t.Token)
+			q.single = append(q.single, i)
 		case store.OpDead:
 			b.Queue(deadSQL, text(t.Reason), now, t.ID, t.Owner, t.Token)
 			q.single = append(q.single, i)
@@ -325,5 +331,5 @@ func outcomeErr(outs []outcome) error {
 	if outs[0].ok {
 		return nil
 	}
-	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, outs[0].turn)
+	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, outs[0].turn+1) // 1-based for people, as conversation.Ordinal
 }

@@ -37,8 +37,14 @@ func (s *Store) Configure(ctx context.Context, c store.Config, o store.Configure
 		if g, record, requeue, err = store.NextGeneration(cur, ok, c, o, now); err != nil || !record {
 			return err
 		}
+		if ok && g.N == cur.N {
+			return replaceFingerprint(ctx, tx, g)
+		}
 		if requeue {
 			if g.Requeued, err = requeueAll(ctx, tx, g.N, ns(now), o.Lanes); err != nil {
+				return err
+			}
+			if err := holdForRebuild(ctx, tx, o.Rebuild); err != nil {
 				return err
 			}
 		}
@@ -76,6 +82,36 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, g store.Generation) error 
 	if _, err := tx.Exec(ctx, `INSERT INTO generations (`+generationCols+`) VALUES ($1, $2, $3, $4, $5, $6, 0)`,
 		int32(g.N), g.Fingerprint, nonNil(g.Config), g.ServedModel, ns(g.Started), int64(g.Requeued)); err != nil {
 		return fmt.Errorf("record generation %d: %w", g.N, err)
+	}
+	return nil
+}
+
+// replaceFingerprint records g's fingerprint as its generation's: the same
+// configuration as an earlier regen fingerprinted it.
+func replaceFingerprint(ctx context.Context, tx pgx.Tx, g store.Generation) error {
+	if _, err := tx.Exec(ctx, `UPDATE generations SET fingerprint = $1, config = $2 WHERE generation = $3`,
+		g.Fingerprint, nonNil(g.Config), int32(g.N)); err != nil {
+		return fmt.Errorf("record generation %d's fingerprint: %w", g.N, err)
+	}
+	return nil
+}
+
+// holdForRebuild keeps the samples of partitions from claims until ingest
+// rebuilds their bodies, and forgets what the old mapping made of their
+// files (manifest entries, bad rows, duplicate ids), so ingest reads them
+// again. Every sample is pending already (requeueAll), so no count moves.
+func holdForRebuild(ctx context.Context, tx pgx.Tx, partitions []string) error {
+	for _, p := range partitions {
+		for _, q := range []string{
+			`UPDATE samples SET not_before = -1 WHERE partition = $1`,
+			`DELETE FROM source_files WHERE partition = $1`,
+			`DELETE FROM ingest_errors WHERE partition = $1`,
+			`DELETE FROM ingest_duplicates WHERE partition = $1`,
+		} {
+			if _, err := tx.Exec(ctx, q, text(p)); err != nil {
+				return fmt.Errorf("rebuild partition %s: %w", p, err)
+			}
+		}
 	}
 	return nil
 }

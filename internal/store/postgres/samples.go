@@ -103,12 +103,71 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
 	}
+	if err := s.rebuild(ctx, &first, now); err != nil {
+		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
+	}
 	if len(later.ids) > 0 {
 		if _, err := s.pool.Exec(ctx, laterDuplicatesSQL, later.args(now)...); err != nil {
 			return 0, fmt.Errorf("ingest %d samples: record duplicate ids: %w", len(samples), err)
 		}
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// rebuildSQL gives the samples of a batch held back for rebuilding the
+// body, prompt tokens, lane and origin their rows map to now, and makes
+// them claimable, moving their counts.
+var rebuildSQL = movedSQL(`UPDATE samples s SET body = v.body, prompt_tokens = v.prompt_tokens, lane = v.lane,
+		origin_file = v.origin_file, origin_pos = v.origin_pos, not_before = 0
+	FROM (SELECT id, lane AS old_lane FROM samples WHERE not_before < 0 AND id = ANY($1) FOR UPDATE) o,
+		unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int4[], $6::int4[], $7::text[])
+			AS v(id, partition, lane, body, prompt_tokens, origin_file, origin_pos)
+	WHERE s.id = o.id AND v.id = o.id
+	RETURNING s.partition, o.old_lane AS lane_from, s.state AS state_from, s.lane, s.state`, "1")
+
+// rebuild runs rebuildSQL on batch a when any sample is held back (the
+// partial index answers that at once; a job not rebuilding pays one
+// lookup per batch).
+func (s *Store) rebuild(ctx context.Context, a *ingestArrays, now int64) error {
+	var stale bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM samples WHERE not_before < 0)`).Scan(&stale); err != nil {
+		return fmt.Errorf("look for samples to rebuild: %w", err)
+	}
+	if !stale {
+		return nil
+	}
+	args := a.args(now)
+	if _, err := s.pool.Exec(ctx, rebuildSQL, args[:7]...); err != nil {
+		return fmt.Errorf("rebuild samples: %w", err)
+	}
+	return nil
+}
+
+// DropStale deletes partition's samples still held back for rebuilding,
+// and their counts.
+func (s *Store) DropStale(ctx context.Context, partition string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `WITH d AS (
+			DELETE FROM samples WHERE partition = $1 AND not_before < 0 AND state = 0 RETURNING partition, lane, state
+		), counted AS (
+			INSERT INTO counts AS c (partition, lane, state, shard, n)
+			SELECT partition, lane, state, pg_backend_pid() % 256, -count(*) FROM d
+			GROUP BY partition, lane, state ORDER BY partition, lane, state
+			ON CONFLICT (partition, lane, state, shard) DO UPDATE SET n = c.n + excluded.n
+		) SELECT 1 FROM d`, text(partition))
+	if err != nil {
+		return 0, fmt.Errorf("drop samples of %s left from an earlier mapping: %w", partition, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ForgetIngestErrors drops the bad rows recorded for file: its origins
+// "file:..." sort between file+":" and file+";" (':' + 1) in the origin
+// column's C collation, a range of its index.
+func (s *Store) ForgetIngestErrors(ctx context.Context, file string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ingest_errors WHERE origin >= $1 AND origin < $2`, text(file)+":", text(file)+";"); err != nil {
+		return fmt.Errorf("forget bad rows of %s: %w", file, err)
+	}
+	return nil
 }
 
 // originFiles returns the origins-table id of each sample's file part. New

@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 6
+const schemaVersion = 7
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -292,6 +292,16 @@ ALTER TABLE samples ADD COLUMN lease_token bigint;
 	// have not started, so it reaches the server while its prefix is cached.
 	`
 CREATE INDEX samples_next_turn ON samples (lane, seq) WHERE state = 0 AND not_before = 0 AND turn > 0;
+`,
+	// 6 -> 7: samples held back until ingest rebuilds their bodies under a
+	// new configuration (not_before = -1, which no claim takes), and what
+	// identifies the job the store belongs to.
+	`
+CREATE INDEX samples_stale ON samples (partition) WHERE not_before < 0;
+CREATE TABLE store_meta (
+	key   text PRIMARY KEY,
+	value text NOT NULL
+);
 `,
 }
 

@@ -75,6 +75,8 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, t store.Transition, now i
 		return err
 	case store.OpRetry:
 		return held(s.exec(ctx, tx, retrySQL, ns(t.NotBefore), t.LastError, now, t.ID, t.Owner))
+	case store.OpDefer:
+		return held(s.exec(ctx, tx, deferSQL, ns(t.NotBefore), t.LastError, now, t.ID, t.Owner))
 	case store.OpDead:
 		return held(s.exec(ctx, tx, deadSQL, t.Reason, now, now, t.ID, t.Owner))
 	case store.OpEscalate:

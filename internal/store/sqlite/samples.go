@@ -20,6 +20,11 @@ const (
 			(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
 			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')
 			ON CONFLICT (id) DO NOTHING`
+	// A sample held back for rebuilding takes the body its row maps to now;
+	// the lane trigger moves its count.
+	rebuildSampleSQL = `UPDATE samples
+			SET body = ?, prompt_tokens = ?, lane = ?, origin_file = ?, origin_pos = ?, not_before = 0
+			WHERE id = ? AND not_before < 0`
 	// Ingest counts what it inserted once per batch (no per-row trigger).
 	countPendingSQL = `INSERT INTO counts (partition, lane, state, n) VALUES (?, ?, 'pending', ?)
 			ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + excluded.n`
@@ -53,6 +58,10 @@ const (
 			SET state = 'pending', attempts = attempts + 1, not_before = ?,
 				last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
+	deferSQL = `UPDATE samples
+			SET state = 'pending', not_before = ?,
+				last_error = ?, last_error_at = ?, lease_owner = NULL, lease_until = NULL
+			WHERE id = ? AND state = 'leased' AND lease_owner = ?`
 	deadSQL = `UPDATE samples
 			SET state = 'dead', attempts = attempts + 1, last_error = ?, last_error_at = ?,
 				finished_at = ?, lease_owner = NULL, lease_until = NULL
@@ -64,8 +73,8 @@ const (
 )
 
 // txQueries lists them for Open.
-var txQueries = []string{insertSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
-	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deadSQL, escalateSQL, relaneSQL}
+var txQueries = []string{insertSampleSQL, rebuildSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
+	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deferSQL, deadSQL, escalateSQL, relaneSQL}
 
 // Ingest inserts the samples whose ID is new, and counts them, all in one
 // transaction.
@@ -90,6 +99,10 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 			return err
 		}
 		defer st.Close()
+		var stale bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM samples WHERE not_before < 0)`).Scan(&stale); err != nil {
+			return fmt.Errorf("look for samples to rebuild: %w", err)
+		}
 		added := map[cell]int{}
 		for i, smp := range samples {
 			_, pos := store.SplitOrigin(smp.Origin)
@@ -103,6 +116,11 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 			}
 			inserted += int(n)
 			added[cell{smp.Partition, smp.Lane}] += int(n)
+			if n == 0 && stale {
+				if _, err := s.exec(ctx, tx, rebuildSampleSQL, blob(smp.Body), smp.PromptTokens, smp.Lane, files[i], pos, smp.ID); err != nil {
+					return fmt.Errorf("rebuild sample %s: %w", smp.ID, err)
+				}
+			}
 		}
 		for c, n := range added {
 			if n == 0 {
@@ -190,6 +208,38 @@ func (s *Store) AddIngestErrors(ctx context.Context, errs []store.IngestError) e
 	})
 	if err != nil {
 		return fmt.Errorf("add %d ingest errors: %w", len(errs), err)
+	}
+	return nil
+}
+
+// DropStale deletes partition's samples still held back for rebuilding;
+// the delete trigger moves the counts.
+func (s *Store) DropStale(ctx context.Context, partition string) (int, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM samples WHERE partition = ? AND not_before < 0 AND state = 'pending'`, partition)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop samples of %s left from an earlier mapping: %w", partition, err)
+	}
+	return int(n), nil
+}
+
+// ForgetIngestErrors drops the bad rows recorded for file: its origins
+// "file:..." sort between file+":" and file+";" (':' + 1), a range of
+// the origin index.
+func (s *Store) ForgetIngestErrors(ctx context.Context, file string) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM ingest_errors WHERE origin >= ? AND origin < ?`, file+":", file+";")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("forget bad rows of %s: %w", file, err)
 	}
 	return nil
 }
@@ -429,7 +479,7 @@ func (s *Store) heldAt(ctx context.Context, tx *sql.Tx, res sql.Result, err erro
 	case serr != nil:
 		return serr
 	}
-	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, turn)
+	return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, turn+1) // 1-based for people, as conversation.Ordinal
 }
 
 // held turns an UPDATE guarded by the lease into ErrNotLeased when it

@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 7
+const schemaVersion = 8
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -413,6 +413,16 @@ END;
 	// have not started, so it reaches the server while its prefix is cached.
 	`
 CREATE INDEX samples_next_turn ON samples (lane, seq) WHERE state = 'pending' AND not_before = 0 AND turn > 0;
+`,
+	// 7 -> 8: samples held back until ingest rebuilds their bodies under a
+	// new configuration (not_before = -1, which no claim takes), and what
+	// identifies the job the store belongs to.
+	`
+CREATE INDEX samples_stale ON samples (partition) WHERE not_before < 0;
+CREATE TABLE store_meta (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
 `,
 }
 

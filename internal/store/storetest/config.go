@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,6 +24,11 @@ var configTests = []struct {
 	{"NewGenerationRequeuesEverything", testNewGeneration},
 	{"ServedModelRecordedOnce", testServedModel},
 	{"AnswersKeepTheirGeneration", testAnswerGeneration},
+	{"NewGenerationRebuildsBodies", testRebuild},
+	{"LegacyFingerprintReplaced", testLegacyFingerprint},
+	{"ForgetIngestErrorsOfOneFile", testForgetIngestErrors},
+	{"MetaFirstWriterWins", testMeta},
+	{"RelocateNamesFilesRelative", testRelocate},
 }
 
 var (
@@ -234,5 +240,165 @@ func testAnswerGeneration(t *testing.T, s store.Store) {
 	got := []int{row.Prior[0].Generation, row.Result.Generation, fin[0].Prior[0].Generation, fin[0].Result.Generation, listed[0].Result.Generation}
 	if diff := cmp.Diff([]int{3, 4, 3, 4, 4}, got); diff != "" {
 		t.Errorf("generations of the stored answers via Sample, Finished and Samples (-want +got):\n%s", diff)
+	}
+}
+
+// A new generation that rebuilds partition p holds its samples back from
+// claims and forgets its files, bad rows and duplicates; ingest gives a
+// held sample its new body and frees it; DropStale removes the ones no row
+// gave again. Partition q is untouched.
+func testRebuild(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	ingest(t, s, append(samples("p", "short", "p/keep", "p/gone"), sample("q", "short", "q/other")))
+	must(t, s.Complete(ctx, claimOne(t, s, "short", "w", "p/keep").ID, "w", result("p/keep")))
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{{Partition: "p", Origin: "p.jsonl:9", Reason: "bad"},
+		{Partition: "q", Origin: "q.jsonl:9", Reason: "bad"}}))
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "p.jsonl", Fingerprint: "f", Complete: true}))
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "q", Path: "q.jsonl", Fingerprint: "f", Complete: true}))
+
+	configure(t, s, cfgB, store.ConfigureOptions{NewGeneration: true, Rebuild: []string{"p"}, Now: at.Add(time.Hour)})
+	if got := claim(t, s, "short", 10, "w2"); !slices.Equal(ids(got), []string{"q/other"}) {
+		t.Errorf("claimed %v while p is rebuilt, want only q/other", ids(got))
+	}
+	if _, ok, err := s.SourceFile(ctx, "p", "p.jsonl"); err != nil || ok {
+		t.Errorf("manifest entry of a rebuilt partition: ok=%v err=%v, want gone", ok, err)
+	}
+	if _, ok, err := s.SourceFile(ctx, "q", "q.jsonl"); err != nil || !ok {
+		t.Errorf("manifest entry of q: ok=%v err=%v, want kept", ok, err)
+	}
+	if errs, err := s.IngestErrors(ctx, 0); err != nil || len(errs) != 1 || errs[0].Partition != "q" {
+		t.Errorf("bad rows after rebuilding p = %v, %v; want q's only", errs, err)
+	}
+
+	rebuilt := sample("p", "long", "p/keep")
+	rebuilt.Body = []byte(`{"messages":[{"role":"system","content":"new"},{"role":"user","content":"p/keep"}]}`)
+	rebuilt.PromptTokens = 40
+	n, err := s.Ingest(ctx, []store.NewSample{rebuilt, sample("p", "short", "p/new")})
+	if err != nil || n != 1 {
+		t.Fatalf("Ingest of a rebuilt and a new sample = %d, %v; want 1 new", n, err)
+	}
+	c := claimOne(t, s, "long", "w2", "p/keep")
+	if string(c.Body) != string(rebuilt.Body) || c.PromptTokens != 40 {
+		t.Errorf("rebuilt sample claimed with body %s, %d prompt tokens; want %s, 40", c.Body, c.PromptTokens, rebuilt.Body)
+	}
+	dropped, err := s.DropStale(ctx, "p")
+	if err != nil || dropped != 1 {
+		t.Errorf("DropStale(p) = %d, %v; want p/gone dropped", dropped, err)
+	}
+	if again, err := s.DropStale(ctx, "p"); err != nil || again != 0 {
+		t.Errorf("DropStale(p) again = %d, %v; want 0", again, err)
+	}
+	wantStates(t, s, map[string]int{"p/long/leased": 1, "p/short/pending": 1, "q/short/leased": 1})
+	if _, ok, err := s.Sample(ctx, "p/gone"); err != nil || ok {
+		t.Errorf("Sample(p/gone) after DropStale: ok=%v err=%v, want gone", ok, err)
+	}
+}
+
+// A current generation whose fingerprint is the configuration's legacy
+// form takes the new fingerprint and stays the same generation.
+func testLegacyFingerprint(t *testing.T, s store.Store) {
+	configure(t, s, cfgA, store.ConfigureOptions{Now: at})
+	g := configure(t, s, cfgB, store.ConfigureOptions{Legacy: cfgA.Fingerprint, Now: at.Add(time.Hour)})
+	want := store.Generation{N: 1, Fingerprint: cfgB.Fingerprint, Config: cfgB.Canonical, Started: at}
+	if diff := cmp.Diff(want, g); diff != "" {
+		t.Errorf("Configure with the legacy fingerprint (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]store.Generation{want}, generations(t, s)); diff != "" {
+		t.Errorf("Generations (-want +got):\n%s", diff)
+	}
+}
+
+// ForgetIngestErrors drops one file's bad rows, not those of a file whose
+// name it prefixes.
+func testForgetIngestErrors(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{
+		{Partition: "p", Origin: "data/a.jsonl:3", Reason: "cut"}, {Partition: "p", Origin: "data/a.jsonl:12", Reason: "cut"},
+		{Partition: "p", Origin: "data/a.jsonl.gz:3", Reason: "bad"}, {Partition: "p", Origin: "data/b.jsonl:1", Reason: "bad"},
+	}))
+	must(t, s.ForgetIngestErrors(ctx, "data/a.jsonl"))
+	errs, err := s.IngestErrors(ctx, 0)
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Origin)
+	}
+	if want := []string{"data/a.jsonl.gz:3", "data/b.jsonl:1"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("bad rows after forgetting data/a.jsonl = %v, %v; want %v", got, err, want)
+	}
+}
+
+func testMeta(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, ok, err := s.Meta(ctx, "owner"); err != nil || ok {
+		t.Fatalf("Meta on a new store: ok=%v err=%v, want none", ok, err)
+	}
+	if got, err := s.SetMeta(ctx, "owner", "a.yaml", false); err != nil || got != "a.yaml" {
+		t.Errorf("first SetMeta = %q, %v; want a.yaml", got, err)
+	}
+	if got, err := s.SetMeta(ctx, "owner", "b.yaml", false); err != nil || got != "a.yaml" {
+		t.Errorf("second SetMeta without replace = %q, %v; want a.yaml kept", got, err)
+	}
+	if got, err := s.SetMeta(ctx, "owner", "c.yaml", true); err != nil || got != "c.yaml" {
+		t.Errorf("SetMeta with replace = %q, %v; want c.yaml", got, err)
+	}
+	if v, ok, err := s.Meta(ctx, "owner"); err != nil || !ok || v != "c.yaml" {
+		t.Errorf("Meta = %q, %v, %v; want c.yaml", v, ok, err)
+	}
+}
+
+// Names an earlier regen stored absolute under a folder become relative
+// to it in origins, the manifest, bad rows and duplicates; names outside
+// it stay as they are.
+func testRelocate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	smp := sample("p", "short", "p/a")
+	smp.Origin = "/old/job/data/a.jsonl:1"
+	dup := smp
+	dup.Origin = "/old/job/data/a.jsonl:2"
+	out := sample("p", "short", "p/b")
+	out.Origin = "/shared/b.jsonl:1"
+	if _, err := s.Ingest(ctx, []store.NewSample{smp, out}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(ctx, []store.NewSample{dup}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.AddIngestErrors(ctx, []store.IngestError{{Partition: "p", Origin: "/old/job/data/a.jsonl:3", Reason: "bad"}}))
+	must(t, s.PutSourceFile(ctx, store.SourceFile{Partition: "p", Path: "/old/job/data/a.jsonl", Fingerprint: "f", Complete: true}))
+	files, err := s.OriginFiles(ctx)
+	if want := []string{"/old/job/data/a.jsonl", "/shared/b.jsonl"}; err != nil || !slices.Equal(files, want) {
+		t.Errorf("OriginFiles = %v, %v; want %v", files, err, want)
+	}
+	n, err := s.Relocate(ctx, "/old/job")
+	// origins 1, manifest 1, bad row 1, duplicate origin and first origin 2
+	if err != nil || n != 5 {
+		t.Errorf("Relocate = %d, %v; want 5 names changed", n, err)
+	}
+	files, err = s.OriginFiles(ctx)
+	if want := []string{"/shared/b.jsonl", "data/a.jsonl"}; err != nil || !slices.Equal(files, want) {
+		t.Errorf("OriginFiles after Relocate = %v, %v; want %v", files, err, want)
+	}
+	if row, ok, err := s.Sample(ctx, "p/a"); err != nil || !ok || row.Origin != "data/a.jsonl:1" {
+		t.Errorf("Sample(p/a).Origin = %q (ok %v, %v), want data/a.jsonl:1", row.Origin, ok, err)
+	}
+	if _, ok, err := s.SourceFile(ctx, "p", "data/a.jsonl"); err != nil || !ok {
+		t.Errorf("manifest entry by its relative name: ok=%v err=%v", ok, err)
+	}
+	if errs, err := s.IngestErrors(ctx, 0); err != nil || len(errs) != 1 || errs[0].Origin != "data/a.jsonl:3" {
+		t.Errorf("bad rows after Relocate = %v, %v; want data/a.jsonl:3", errs, err)
+	}
+	d, err := s.IngestDuplicates(ctx, 10)
+	if err != nil || len(d.Examples) != 1 || d.Examples[0].Origin != "data/a.jsonl:2" || d.Examples[0].FirstOrigin != "data/a.jsonl:1" {
+		t.Errorf("duplicates after Relocate = %+v, %v; want data/a.jsonl:2 first at data/a.jsonl:1", d, err)
+	}
+	// The same file read again under its relative name is the same row.
+	again := smp
+	again.Origin = "data/a.jsonl:1"
+	if n, err := s.Ingest(ctx, []store.NewSample{again}); err != nil || n != 0 {
+		t.Errorf("Ingest of the same row by its relative name = %d, %v; want 0", n, err)
+	}
+	if d, err := s.IngestDuplicates(ctx, 0); err != nil || d.Total != 1 {
+		t.Errorf("duplicates after reading the row again = %d, %v; want still 1", d.Total, err)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -34,6 +37,7 @@ var queueTests = []struct {
 	{"IngestIdempotent", testIngestIdempotent},
 	{"ClaimLaneLimitOrder", testClaimLaneLimitOrder},
 	{"ClaimNotBefore", testClaimNotBefore},
+	{"DeferKeepsAttempts", testDefer},
 	{"ExtendLeases", testExtendLeases},
 	{"ReleaseKeepsAttempts", testRelease},
 	{"EscalateKeepsAttempts", testEscalate},
@@ -75,4 +79,32 @@ func rowsOf(t *testing.T, s queue) (rows []store.Row, ok bool) {
 		return nil, false
 	}
 	return finished(t, d), true
+}
+
+// testDefer: OpDefer returns a sample to pending after NotBefore without
+// spending an attempt, fenced by its token like every transition.
+func testDefer(t *testing.T, s queue) {
+	ctx := context.Background()
+	ingest(t, s, samples("p", "short", "a", "b"))
+	got := claim(t, s, "short", 2, "w")
+	must(t, s.Retry(ctx, "b", "w", time.Now().Add(-time.Second), "HTTP 500"))
+	tokenOf := map[string]int64{}
+	for _, c := range got {
+		tokenOf[c.ID] = c.Token
+	}
+	stale := store.Transition{Op: store.OpDefer, ID: "a", Owner: "w", Token: tokenOf["a"] + 1000, NotBefore: time.Now().Add(time.Hour)}
+	if tokenOf["a"] != 0 {
+		wantNotLeased(t, "Defer under another token", s.Commit(ctx, stale))
+	}
+	must(t, s.Commit(ctx, store.Transition{Op: store.OpDefer, ID: "a", Owner: "w", Token: tokenOf["a"], NotBefore: time.Now().Add(time.Hour), LastError: "HTTP 500: boom"}))
+	wantStates(t, s, map[string]int{"p/short/pending": 2})
+	again := claim(t, s, "short", 10, "w2")
+	if diff := cmp.Diff([]string{"b"}, ids(again)); diff != "" {
+		t.Errorf("Claim after a deferral (-want +got): a waits an hour\n%s", diff)
+	}
+	must(t, s.Commit(ctx, store.Transition{Op: store.OpDefer, ID: "b", Owner: "w2", Token: again[0].Token, NotBefore: time.Now().Add(-time.Second)}))
+	c := claim(t, s, "short", 10, "w3")
+	if len(c) != 1 || c[0].ID != "b" || c[0].Attempts != 1 {
+		t.Errorf("claimed %+v after deferring b, want b with its 1 attempt (the retry), none for the deferral", c)
+	}
 }

@@ -42,9 +42,16 @@ function fmtSecs(secs) {
   return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
 }
 
-// An unknown time is null in every document regen serves.
+// Every time on the page is UTC on a 24-hour clock, as the terminal views
+// print them; the headings and labels say "UTC". An unknown time is null
+// in every document regen serves.
 function fmtTime(t) {
-  return t ? new Date(t).toLocaleTimeString() : "";
+  return t ? new Date(t).toISOString().slice(11, 19) : "";
+}
+
+// fmtDateTime is a time with its date: "2026-12-06 00:43:04 UTC".
+function fmtDateTime(t) {
+  return t ? new Date(t).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "";
 }
 
 function eventLine(e) {
@@ -110,13 +117,14 @@ function applyStatus(doc) {
   const st = $("state");
   st.textContent = doc.state;
   st.className = "state " + doc.state;
-  $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  $("updated").textContent = "updated " + fmtTime(Date.now()) + " UTC";
+  $("gone-banner").hidden = true;
   fill($("evidence"), (doc.evidence || []).map((e) => el("li", e)));
   $("evidence").className = "evidence " + doc.state;
   const hb = doc.heartbeat;
   $("runner").textContent = hb
     ? `runner pid ${hb.pid} on ${hb.host}, last heartbeat ${fmtSecs(Math.max(0, hb.age_seconds))} ago` +
-      (hb.started ? `, started ${new Date(hb.started).toLocaleString()}` : "") + (doc.runner_exited ? " (exited)" : doc.runner_died ? " (died)" : "")
+      (hb.started ? `, started ${fmtDateTime(hb.started)}` : "") + (doc.runner_exited ? " (exited)" : doc.runner_died ? " (died)" : "")
     : "runner: never started";
   const gone = goneRunner(doc);
   const t = doc.total || {};
@@ -126,8 +134,14 @@ function applyStatus(doc) {
     ? `(${t.in_flight}): leased by the runner that ${gone} at ${fmtTime(doc.heartbeat.time)}, not in flight; they go back to pending when the job runs again`
     : "";
   $("ingest-errors").textContent = doc.ingest_errors || 0;
-  setRate($("rate-tokens"), doc.rate_1m, gone, (r) => fmtNum(r && r.tokens_per_sec, 1));
-  setRate($("rate-samples"), doc.rate_1m, gone, (r) => fmtNum(r && r.samples_per_sec, 2));
+  setRate($("rate-tokens"), doc, gone, (r) => fmtNum(r && r.tokens_per_sec, 1));
+  setRate($("rate-samples"), doc, gone, (r) => fmtNum(r && r.samples_per_sec, 2));
+  // With no live runner, or an idle one, the tile is "0 now" and names the
+  // past rate's window itself.
+  const win = gone || earlierRun(doc) ? "now" : windowLabel(doc.rate_1m);
+  for (const k of ["tokens", "samples"]) $("rate-" + k + "-label").textContent = (k === "tokens" ? "tok/s" : "samples/s") + ` (${win})`;
+  lastStatus = doc;
+  showChartNote();
   // Rejected samples per quality rule, most first, each a link to them.
   const rj = doc.rejects || [];
   $("rejects").replaceChildren(...(rj.length ? ["rejected by rule: "] : []), ...rj.flatMap((r, i) => {
@@ -199,13 +213,40 @@ function fmtWindow(secs) {
   return fmtSecs(secs).replace(/([hm])0s$/, "$1").replace(/h0m$/, "h");
 }
 
-// setRate shows a rate "now": with no live runner that is 0, and the
-// rate of its last minute is said to be the past.
-function setRate(box, rate, gone, fmt) {
-  box.classList.toggle("note", !!gone);
-  if (!gone) { box.textContent = fmt(rate); return; }
-  box.textContent = `0 now (the runner ${gone})`;
-  if (rate && rate.window_seconds > 0) box.append(el("div", `${fmt(rate)} in its last ${fmtWindow(rate.window_seconds)}`, "past"));
+// windowLabel names the "now" rate's window: 1m, or "its first 12s" for a
+// run younger than a minute (never a minute's rate made of 3 s).
+function windowLabel(rate) {
+  const w = rate && rate.window_seconds;
+  return !w || w >= 60 ? "1m" : "its first " + fmtWindow(w);
+}
+
+// earlierRun names the run the rates and charts are over when the newest
+// one did no work (docs/status-json.md rates_run), "" otherwise.
+function earlierRun(doc) {
+  const rr = doc.rates_run;
+  if (!rr || !rr.earlier) return "";
+  return `the last run that did work, pid ${(rr.pids || []).join(", ")}, ${fmtTime(rr.started)} to ${fmtTime(rr.ended)} UTC`;
+}
+
+// setRate shows a rate "now": with no live runner, or when the newest run
+// did nothing, that is 0, and the rate of the last minute of the run that
+// worked is said to be the past, and whose.
+function setRate(box, doc, gone, fmt) {
+  const rate = doc.rate_1m;
+  const earlier = earlierRun(doc);
+  box.classList.toggle("note", !!gone || !!earlier);
+  if (!gone && !earlier) { box.textContent = fmt(rate); return; }
+  const idle = doc.rates_run && doc.rates_run.idle_pid;
+  box.textContent = earlier ? `0 now (the newest run, pid ${idle}, sent nothing)` : `0 now (the runner ${gone})`;
+  if (rate && rate.window_seconds > 0) {
+    box.append(el("div", `${fmt(rate)} in ${earlier ? earlier.replace("the last run that did work", "the last working run's") + ", its" : "its"} last ${fmtWindow(rate.window_seconds)}`, "past"));
+  }
+}
+
+// showChartNote says whose run the charts show when it is not the newest.
+function showChartNote() {
+  const earlier = lastStatus && $("window").value === "job" ? earlierRun(lastStatus) : "";
+  $("chart-note").textContent = earlier ? `The newest run (pid ${lastStatus.rates_run.idle_pid}) sent nothing: the charts show ${earlier}.` : "";
 }
 
 // showEndpoints fills the endpoints table; with no live runner it is
@@ -234,24 +275,62 @@ function showEndpoints(doc, gone) {
     };
     const inFlight = gone ? `${e.in_flight} when it ${gone}` : e.in_flight;
     return row([e.url, s, fmtTime(e.since), inFlight, e.limit || "-", aged(g(l && l.kv_usage, true)), aged(g(l && l.queued)), aged(g(l && l.running)),
-      pool, e.restarts || 0, [e.cause, ...(e.evidence || [])].filter(Boolean).join("; "), e.limit_reason || ""]);
+      pool, e.restarts || 0, [e.cause, ...(e.evidence || []), holdText(e.hold), e.replays ? `${e.replays} keep-alive replays` : ""].filter(Boolean).join("; "),
+      e.limit_reason || ""]);
   }));
 }
 
+// The last status shown, and who serves the page (/api/server): a page
+// served by `regen run` ends with that run.
+let lastStatus = null;
+let server = { served_by: "" };
+
+// holdText is a server's backpressure hold as status prints it (UTC).
+function holdText(h) {
+  if (!h) return "";
+  const cap = h.fixed_cap ? `; fixed lanes capped at ${h.fixed_cap} requests, one more per answer` : "";
+  return h.until ? `held by the server since ${fmtTime(h.since)} until ${fmtTime(h.until)} UTC: ${h.reason}${cap}`
+    : `after the server's backpressure at ${fmtTime(h.since)} UTC (${h.reason})${cap}`;
+}
+
 function startStream() {
+  getJSON("/api/server").then((s) => { server = s; }).catch(() => {});
   const es = new EventSource("/api/stream");
   es.addEventListener("status", (ev) => applyStatus(JSON.parse(ev.data)));
-  es.onerror = () => { $("updated").textContent = "connection lost; retrying"; };
+  es.onerror = connectionLost;
+}
+
+// connectionLost: the state is no longer known (a grey UNKNOWN, never the
+// last state's green); a page served by `regen run` says that run ended
+// and how to keep a dashboard that outlives runs.
+function connectionLost() {
+  $("updated").textContent = "connection lost at " + fmtTime(Date.now()) + " UTC; retrying";
+  const st = $("state");
+  st.textContent = "UNKNOWN";
+  st.className = "state UNKNOWN";
+  st.title = lastStatus ? `last known: ${lastStatus.state}` : "";
+  if (lastStatus) document.title = "regen " + lastStatus.job + " UNKNOWN";
+  const b = $("gone-banner");
+  if (server.served_by !== "run") {
+    b.hidden = true;
+    return;
+  }
+  b.hidden = false;
+  b.textContent = `This page was served by regen run (pid ${server.pid}), which has exited or cannot be reached: ` +
+    "the figures below are the last it sent and do not change. For a dashboard that outlives runs, serve it with " +
+    `regen watch ${server.job_file || "job.yaml"} --web ${location.host} and reload this page.`;
 }
 
 // ---- charts ----
 
 const charts = {};
 
-function chart(id, opts, data) {
+// chart draws data in box id; key is what else shapes the chart (the
+// bucket its axis ticks on): a new key builds it anew.
+function chart(id, opts, data, key) {
   const box = $(id);
   const width = Math.max(300, box.clientWidth - 12);
-  if (charts[id] && charts[id].series.length === opts.series.length) {
+  if (charts[id] && charts[id].series.length === opts.series.length && charts[id].regenKey === key) {
     charts[id].setData(data);
     return;
   }
@@ -259,19 +338,39 @@ function chart(id, opts, data) {
   opts.width = width;
   opts.height = 220;
   charts[id] = new uPlot(opts, data, box);
+  charts[id].regenKey = key;
 }
 
 const palette = ["#2f7bd9", "#e0742b", "#1f8a4c", "#9b4dca", "#c9302c", "#5b6477"];
 
+// timeAxis is the x axis of a chart of buckets of b seconds: ticks on
+// whole multiples of the bucket (never between two buckets), labelled in
+// UTC on a 24-hour clock, with the date once buckets are hours.
+function timeAxis(b) {
+  const incrs = [1, 2, 3, 6, 12, 24, 60, 120, 360, 720, 1440, 2880].map((k) => k * b);
+  const label = (v) => {
+    const iso = new Date(v * 1000).toISOString();
+    return b >= 3600 ? iso.slice(5, 10) + " " + iso.slice(11, 16) : b >= 60 ? iso.slice(11, 16) : iso.slice(11, 19);
+  };
+  return { label: "time (UTC)", incrs, space: 70, values: (u, splits) => splits.map(label) };
+}
+
+// timeSeries is the x series: its legend value in UTC too.
+function timeSeries() {
+  return { label: "time (UTC)", value: (u, v) => (v === null || v === undefined ? "" : new Date(v * 1000).toISOString().slice(11, 19)) };
+}
+
 async function loadHistory() {
   const h = await getJSON("/api/history?window=" + $("window").value);
+  showChartNote();
+  const xAxis = timeAxis(h.bucket_seconds || 5);
   chart("chart-throughput", {
-    series: [{}, { label: "tokens/s", stroke: palette[0], width: 2, scale: "tok" },
+    series: [timeSeries(), { label: "tokens/s", stroke: palette[0], width: 2, scale: "tok" },
       { label: "requests/s", stroke: palette[1], width: 2, scale: "req" },
       { label: "samples/s", stroke: palette[2], width: 2, scale: "req" }],
-    axes: [{}, { scale: "tok", label: "tokens/s" }, { scale: "req", side: 1, label: "per s", grid: { show: false } }],
-  }, [h.times, h.tokens_per_sec, h.requests_per_sec, h.samples_per_sec]);
-  const series = [{}];
+    axes: [xAxis, { scale: "tok", label: "tokens/s" }, { scale: "req", side: 1, label: "per s", grid: { show: false } }],
+  }, [h.times, h.tokens_per_sec, h.requests_per_sec, h.samples_per_sec], h.bucket_seconds);
+  const series = [timeSeries()];
   const data = [h.times];
   (h.endpoints || []).forEach((e, i) => {
     series.push({ label: "KV usage % " + e.url, stroke: palette[i % palette.length], width: 2, scale: "%" });
@@ -288,8 +387,8 @@ async function loadHistory() {
   chart("chart-load", {
     series,
     scales: { "%": { range: [0, 100] } },
-    axes: [{}, { scale: "%", label: "KV usage %" }, { scale: "n", side: 1, label: "requests", grid: { show: false } }],
-  }, data);
+    axes: [xAxis, { scale: "%", label: "KV usage %" }, { scale: "n", side: 1, label: "requests", grid: { show: false } }],
+  }, data, h.bucket_seconds);
   document.body.dataset.historyAt = String(Date.now());
 }
 
@@ -303,7 +402,7 @@ async function loadEvents() {
   $("event-kind").options[0].value = "";
   $("event-kind").value = kind;
   fill($("events").tBodies[0], evs.filter((e) => !kind || e.kind === kind)
-    .map((e) => row([e.time ? new Date(e.time).toLocaleString() : "", e.kind, e.subject, e.state, e.evidence])));
+    .map((e) => row([fmtDateTime(e.time), e.kind, e.subject, e.state, e.evidence])));
 }
 
 // ---- paged sample listings ----
@@ -385,7 +484,7 @@ async function showSample(id) {
   const answered = rv.turns.filter((t) => t.answer).length;
   const meta = [["state", rv.state], ["partition", rv.partition], ["lane", rv.lane], ["attempts", rv.attempts], ["origin", rv.origin],
     ["turns", `${answered} answered of ${rv.planned_turns} planned`],
-    ["finished", rv.finished_at ? new Date(rv.finished_at).toLocaleString() : ""]];
+    ["finished", fmtDateTime(rv.finished_at)]];
   if (!rv.originals_kept) meta.push(["dataset's answers", "not kept (ingested before regen kept them, or the row has none)"]);
   fill($("sample-meta"), meta.filter((m) => m[1] !== undefined && m[1] !== "").map((m) => row(m)));
   // Why the conversation stopped where it did.
@@ -480,7 +579,7 @@ $("lookup").addEventListener("submit", (ev) => {
   const id = $("lookup-id").value.trim();
   if (id) location.hash = "samples/" + id.split("/").map(encodeURIComponent).join("/");
 });
-$("window").onchange = () => loadHistory().catch(showError);
+$("window").onchange = () => { showChartNote(); loadHistory().catch(showError); };
 $("event-kind").onchange = () => loadEvents().catch(showError);
 $("failed-state").onchange = $("failed-partition").onchange = () => failed.reset().catch(showError);
 // A filter change updates the address (so it can be shared or reloaded)
