@@ -78,7 +78,7 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	if err != nil {
 		return export.Summary{}, false, err
 	}
-	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf, JobDir: spec.Dir})
+	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return sum, false, err
 	}
