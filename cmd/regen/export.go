@@ -90,7 +90,8 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if err != nil {
 		return err
 	}
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, EngineOf: spec.EngineOf, JobDir: spec.Dir})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows,
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return err
 	}

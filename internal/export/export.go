@@ -114,6 +114,10 @@ type Options struct {
 	// TokenRowsTurn one row per assistant turn (id "<sample id>/turn<k>",
 	// with conversation_id and turn). Only with TokenIDs.
 	TokenRows string
+	// KeepHistoryReasoning says earlier answers' reasoning was sent back
+	// with the history (generation.reasoning: keep): a turn row's messages
+	// keep it; otherwise only the turn's own answer has its reasoning.
+	KeepHistoryReasoning bool
 	// EngineOf names the engine of an endpoint URL, for the reason a
 	// record has no token ids; nil names the URL.
 	EngineOf func(endpoint string) string
@@ -384,6 +388,7 @@ func (x *exporter) row(row store.Row) error {
 	}
 	rec.engineName = x.o.EngineOf
 	rec.turnRows = x.o.TokenIDs && x.o.TokenRows == TokenRowsTurn
+	rec.keepHistoryReasoning = x.o.KeepHistoryReasoning
 	if x.hold != nil && x.hold(rec) {
 		return nil
 	}

@@ -395,7 +395,7 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
 	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs}
 	if o.TokenIDs && o.TokenRows == TokenRowsTurn {
-		m.Export.TokenRows = TokenRowsTurn
+		m.Export.TokenRows, m.Export.KeepHistoryReasoning = TokenRowsTurn, o.KeepHistoryReasoning
 	}
 	if sum.TokenIDs+sum.TokenIDsUnavailable > 0 { // output.token_ids, with done records
 		m.Totals.TokenIDs = &TokenIDCounts{With: sum.TokenIDs, Unavailable: sum.TokenIDsUnavailable}

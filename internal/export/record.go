@@ -32,6 +32,8 @@ type record struct {
 	engineName func(string) string    // Options.EngineOf
 	toks       *tokenSeq              // built by tokens() on first use
 	turnRows   bool                   // Options.TokenRows is turn: rows() gives one record per answer
+	// keepHistoryReasoning is Options.KeepHistoryReasoning.
+	keepHistoryReasoning bool
 	// conversationID and turn are set on a turn row (rows()): the sample
 	// it belongs to, whose id row.ID no longer is, and its answer's index.
 	conversationID string

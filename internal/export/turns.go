@@ -49,8 +49,9 @@ func turnTokens(a llm.Result, engine string, k int) tokenSeq {
 }
 
 // rows are the training rows of a done record: itself, or with turn rows
-// one record per answer, each holding the conversation up to that answer,
-// that answer's run details and its own token ids.
+// one record per answer, each holding the conversation up to that answer
+// (earlier answers' reasoning only when the history kept it, as the
+// server was sent it), that answer's run details and its own token ids.
 func (r *record) rows() ([]*record, error) {
 	if !r.turnRows {
 		return []*record{r}, nil
@@ -80,10 +81,32 @@ func (r *record) turnRow(k int) (*record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sample %s turn %d: %w", r.row.ID, conversation.Ordinal(k), err)
 	}
+	if !r.keepHistoryReasoning {
+		conv = withoutEarlierReasoning(conv)
+	}
 	t.conv = conv
 	toks := turnTokens(r.answers[k], r.engineOf(k), k)
 	t.toks = &toks
 	return &t, nil
+}
+
+// withoutEarlierReasoning is conv as the server was sent it with
+// generation.reasoning strip_history: every assistant message but the last
+// (the turn's own answer) without its reasoning, so a turn row's text says
+// what its input_ids hold.
+func withoutEarlierReasoning(conv []conversation.Message) []conversation.Message {
+	last := -1
+	for i, m := range conv {
+		if m.Role == "assistant" {
+			last = i
+		}
+	}
+	for i := range conv {
+		if conv[i].Role == "assistant" && i != last {
+			conv[i].ReasoningContent = ""
+		}
+	}
+	return conv
 }
 
 // rowIDs are the training row ids of r (Verify passes over them together).

@@ -19,6 +19,7 @@ type turnView struct {
 	ConversationID string  `json:"conversation_id"`
 	Turn           int     `json:"turn"`
 	Messages       int     `json:"-"`
+	Reasoning      any     `json:"-"` // the first answer's reasoning_content
 	InputIDs       []int32 `json:"input_ids"`
 	LossMask       []int8  `json:"loss_mask"`
 	TokenIDs       string  `json:"token_ids"`
@@ -34,6 +35,7 @@ type turnView struct {
 func TestExportTurnRows(t *testing.T) {
 	multi := `{"messages":[{"role":"user","content":"a"}],"turns":[{"input":[{"role":"user","content":"b"}]}]}`
 	t0 := answer(ids(1, 2, 3), ids(40, 41)) // 40 is reasoning the next prompt leaves out
+	t0.ReasoningContent = "r0"
 	t1 := answer(ids(1, 2, 3, 41, 2, 9, 3), ids(60, 61, 62))
 	prior := func(res []byte) []store.Result {
 		return []store.Result{{Response: res, FinishReason: "stop", PromptTokens: 3, CompletionTokens: 2, Endpoint: "http://a:1", Lane: "short", Attempts: 1}}
@@ -50,7 +52,7 @@ func TestExportTurnRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]turnView{
-		"P1/m/turn1": {ConversationID: "P1/m", Turn: 1, Messages: 2, InputIDs: ids(1, 2, 3, 40, 41), LossMask: []int8{0, 0, 0, 1, 1}},
+		"P1/m/turn1": {ConversationID: "P1/m", Turn: 1, Messages: 2, Reasoning: "r0", InputIDs: ids(1, 2, 3, 40, 41), LossMask: []int8{0, 0, 0, 1, 1}},
 		"P1/m/turn2": {ConversationID: "P1/m", Turn: 2, Messages: 4, InputIDs: ids(1, 2, 3, 41, 2, 9, 3, 60, 61, 62), LossMask: []int8{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}},
 		"P1/n/turn1": {ConversationID: "P1/n", Turn: 1, Messages: 2, TokenIDs: "unavailable: vllm (turn 1 has no token ids)"},
 		"P1/n/turn2": {ConversationID: "P1/n", Turn: 2, Messages: 4, InputIDs: ids(1, 2, 3, 41, 2, 9, 3, 60, 61, 62), LossMask: []int8{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}},
@@ -62,7 +64,8 @@ func TestExportTurnRows(t *testing.T) {
 			b, _ := json.Marshal(l)
 			var v turnView
 			json.Unmarshal(b, &v)
-			v.Messages = len(l["conversations"].([]any))
+			msgs := l["conversations"].([]any)
+			v.Messages, v.Reasoning = len(msgs), msgs[1].(map[string]any)["reasoning_content"]
 			got[l["id"].(string)] = v
 			if (file == "j.sharegpt.jsonl") != (v.TokenIDs == "") {
 				t.Errorf("%s in %s with token_ids %q", l["id"], file, v.TokenIDs)
@@ -92,6 +95,21 @@ func TestExportTurnRows(t *testing.T) {
 	}
 	if len(rows) != 4 {
 		t.Errorf("parquet: %d turn rows with ids, want 4", len(rows))
+	}
+
+	// With the history's reasoning kept, turn 2's history keeps it too.
+	keep := t.TempDir()
+	o.KeepHistoryReasoning = true
+	if _, err := ExportWith(context.Background(), fs, keep, []string{FormatShareGPT}, "j", o); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range readLines(t, filepath.Join(keep, "j.sharegpt.jsonl")) {
+		if r := l["conversations"].([]any)[1].(map[string]any)["reasoning_content"]; l["id"] == "P1/m/turn2" && r != "r0" {
+			t.Errorf("P1/m/turn2 with the history's reasoning kept: turn 1's reasoning %v, want r0", r)
+		}
+	}
+	if rep, err := Verify(context.Background(), fs, keep, "j", Options{EngineOf: o.EngineOf}); err != nil || len(rep.Problems) > 0 {
+		t.Errorf("Verify of turn rows with the history's reasoning kept: %v %v", rep.Problems, err)
 	}
 
 	rep, err := Verify(context.Background(), fs, dir, "j", Options{EngineOf: o.EngineOf})
