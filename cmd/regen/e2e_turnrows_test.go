@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -83,7 +84,8 @@ func TestE2ETurnRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := writeChats(t, filepath.Join(dir, "chats.jsonl"), 300, rand.New(rand.NewPCG(31, 1)))
-	if res := regen(t, dir, "run", "job.yaml"); res.code != 0 {
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 {
 		t.Fatalf("run: %s", res)
 	}
 	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
@@ -115,6 +117,9 @@ func TestE2ETurnRows(t *testing.T) {
 		}
 	}
 	checkTurnParquet(t, filepath.Join(out, "mt.parquet"), rows)
+	if said := fmt.Sprintf("token ids: %d of %d turn rows of %d done conversations with input_ids and loss_mask, 0 without them", len(rows), len(rows), len(want)); !strings.Contains(res.stdout, said) {
+		t.Errorf("run does not say %q:\n%s", said, res.stdout)
+	}
 
 	// The same store, exported as conversation rows.
 	b, _ := os.ReadFile(job)
