@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/parquet-go/parquet-go"
@@ -96,6 +97,20 @@ func TestExportTurnRows(t *testing.T) {
 	if len(rows) != 4 {
 		t.Errorf("parquet: %d turn rows with ids, want 4", len(rows))
 	}
+
+	card, _ := os.ReadFile(filepath.Join(dir, "README.md"))
+	for _, w := range []string{"Turn rows with token ids: 4; without: 1.", "`conversation_id` string, `turn` int64", "`id` is `<conversation id>/turn<k>`"} {
+		if !bytes.Contains(card, []byte(w)) {
+			t.Errorf("card does not say %q:\n%s", w, card)
+		}
+	}
+	// The check at the end of an export of a running job passes over
+	// every turn row of a sample finished after the export began.
+	fs.rows[0].FinishedAt = finished.Add(time.Hour)
+	if rep, err := verify(context.Background(), fs, dir, "j", Options{EngineOf: o.EngineOf}, finished.Add(time.Minute)); err != nil || len(rep.Problems) > 0 {
+		t.Errorf("verify passing over P1/m's turn rows: %v %v", rep.Problems, err)
+	}
+	fs.rows[0].FinishedAt = finished
 
 	// With the history's reasoning kept, turn 2's history keeps it too.
 	keep := t.TempDir()
