@@ -61,7 +61,8 @@ func runVerify(ctx context.Context, out io.Writer, path string, o verifyOptions)
 	}
 	defer st.Close()
 	start := time.Now()
-	rep, err := export.Verify(ctx, st, dir, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, TokenIDs: spec.Output.TokenIDs, EngineOf: spec.EngineOf, JobDir: spec.Dir})
+	rep, err := export.Verify(ctx, st, dir, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows,
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return err
 	}

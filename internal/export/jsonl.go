@@ -37,6 +37,7 @@ type sharegptLine struct {
 	Partition     string            `json:"partition"`
 	Truncated     bool              `json:"truncated"`
 	*runDetails
+	*turnKeys
 	*tokenFields
 	*missingTokens
 }
@@ -123,6 +124,20 @@ func (s *sharegptSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
+	rows, err := r.rows()
+	if err != nil {
+		return err
+	}
+	for _, t := range rows {
+		if err := s.writeRow(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRow writes one training row: a conversation, or one turn of it.
+func (s *sharegptSink) writeRow(r *record) error {
 	line := sharegptLine{
 		ID:            r.row.ID,
 		SourceID:      r.sourceID(),
@@ -130,6 +145,7 @@ func (s *sharegptSink) write(r *record) error {
 		Tools:         toolsText(r.plan.Tools),
 		Partition:     r.row.Partition,
 		Truncated:     r.truncated(),
+		turnKeys:      r.turnFields(),
 	}
 	if s.full {
 		line.runDetails = details(r)

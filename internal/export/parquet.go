@@ -81,6 +81,29 @@ type ParquetNoIDsRow struct {
 	TokenIDs *string `parquet:"token_ids,optional"`
 }
 
+// ParquetTurnRow is one assistant turn's row, the schema of
+// <name>.parquet with output.token_rows: turn: the conversation up to and
+// including that turn's answer, the conversation (sample) it belongs to,
+// the turn (from 1), and that turn's prompt ids then completion ids, loss
+// on the completion alone. ID is "<sample id>/turn<k>".
+type ParquetTurnRow struct {
+	ParquetRow
+	ConversationID string  `parquet:"conversation_id"`
+	Turn           int64   `parquet:"turn"`
+	InputIDs       []int32 `parquet:"input_ids,list"`
+	LossMask       []int8  `parquet:"loss_mask,list"`
+	TokenIDs       *string `parquet:"token_ids,optional"`
+}
+
+// ParquetTurnNoIDsRow is a turn row without token ids and the reason why,
+// the schema of <name>.no-token-ids.parquet with output.token_rows: turn.
+type ParquetTurnNoIDsRow struct {
+	ParquetRow
+	ConversationID string  `parquet:"conversation_id"`
+	Turn           int64   `parquet:"turn"`
+	TokenIDs       *string `parquet:"token_ids,optional"`
+}
+
 // rowGroupRows bounds the rows held in memory before a row group is flushed.
 const rowGroupRows = 1024
 
@@ -133,7 +156,34 @@ func (w *noIDsRows) write(r *record, row ParquetRow) error {
 	return err
 }
 
-func newParquet(create createFunc, path, noIDsPath string, full, tokens bool) (*parquetSink, error) {
+type turnRows struct {
+	*parquet.GenericWriter[ParquetTurnRow]
+	buf []ParquetTurnRow
+}
+
+func (w *turnRows) write(r *record, row ParquetRow) error {
+	t := r.tokens()
+	w.buf[0] = ParquetTurnRow{ParquetRow: row, ConversationID: r.conversationID, Turn: int64(r.turnFields().Turn),
+		InputIDs: t.InputIDs, LossMask: t.LossMask, TokenIDs: optional(t.Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+type turnNoIDsRows struct {
+	*parquet.GenericWriter[ParquetTurnNoIDsRow]
+	buf []ParquetTurnNoIDsRow
+}
+
+func (w *turnNoIDsRows) write(r *record, row ParquetRow) error {
+	w.buf[0] = ParquetTurnNoIDsRow{ParquetRow: row, ConversationID: r.conversationID, Turn: int64(r.turnFields().Turn),
+		TokenIDs: optional(r.tokens().Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+// newParquet opens the Parquet file and, with token ids, its no-token-ids
+// file; turns (output.token_rows: turn) writes turn rows in both.
+func newParquet(create createFunc, path, noIDsPath string, full, tokens, turns bool) (*parquetSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
@@ -148,13 +198,18 @@ func newParquet(create createFunc, path, noIDsPath string, full, tokens bool) (*
 		s.rows = &plainRows{parquet.NewGenericWriter[ParquetRow](af, opts...), make([]ParquetRow, 1)}
 		return s, nil
 	}
-	s.rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
 	side, err := create(noIDsPath)
 	if err != nil {
 		af.abort()
 		return nil, err
 	}
 	s.noIDs = &output{format: FormatParquetNoTokenIDs, af: side}
+	if turns {
+		s.rows = &turnRows{parquet.NewGenericWriter[ParquetTurnRow](af, opts...), make([]ParquetTurnRow, 1)}
+		s.noIDsRows = &turnNoIDsRows{parquet.NewGenericWriter[ParquetTurnNoIDsRow](side, opts...), make([]ParquetTurnNoIDsRow, 1)}
+		return s, nil
+	}
+	s.rows = &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](af, opts...), make([]ParquetTokenRow, 1)}
 	s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](side, opts...), make([]ParquetNoIDsRow, 1)}
 	return s, nil
 }
@@ -170,6 +225,20 @@ func (s *parquetSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
+	rows, err := r.rows()
+	if err != nil {
+		return err
+	}
+	for _, t := range rows {
+		if err := s.writeRow(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRow writes one training row: a conversation, or one turn of it.
+func (s *parquetSink) writeRow(r *record) error {
 	row := parquetRow(r)
 	if s.full {
 		row.Endpoint = optional(r.row.Result.Endpoint)

@@ -73,6 +73,12 @@ func (r Report) Err() error {
 type ExportSettings struct {
 	Metadata string `json:"metadata"`
 	TokenIDs bool   `json:"token_ids,omitempty"`
+	// TokenRows is "turn" when each training row is one assistant turn
+	// (output.token_rows); absent for conversation rows.
+	TokenRows string `json:"token_rows,omitempty"`
+	// KeepHistoryReasoning: turn rows' earlier answers keep their
+	// reasoning (generation.reasoning: keep); only with turn rows.
+	KeepHistoryReasoning bool `json:"keep_history_reasoning,omitempty"`
 }
 
 // ManifestPath is where an export into dir writes name's manifest.
@@ -107,7 +113,8 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		return r, fmt.Errorf("verify: %s: schema %q, want %q", r.Manifest, m.Schema, ManifestSchema)
 	}
 	if m.Export != nil {
-		o.Metadata, o.TokenIDs = m.Export.Metadata, m.Export.TokenIDs
+		o.Metadata, o.TokenIDs, o.TokenRows = m.Export.Metadata, m.Export.TokenIDs, m.Export.TokenRows
+		o.KeepHistoryReasoning = m.Export.KeepHistoryReasoning
 	}
 	for _, f := range m.Files {
 		r.Files++

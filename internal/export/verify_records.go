@@ -72,7 +72,9 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 			if !r.row.FinishedAt.After(since) {
 				return false
 			}
-			skipNewer(w, r.row.ID)
+			for _, id := range r.rowIDs() {
+				skipNewer(w, id)
+			}
 			return true
 		}
 	}
@@ -94,7 +96,8 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 // Parquet file and, with token ids, of its no-token-ids file (checked as
 // empty when the manifest does not list it).
 func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parquetSink, []*parquetChecker, error) {
-	pq, err := openParquetChecker(filepath.Join(dir, name+".parquet"), o.TokenIDs)
+	turns := o.TokenIDs && o.TokenRows == TokenRowsTurn
+	pq, err := openParquetChecker(filepath.Join(dir, name+".parquet"), o.TokenIDs, turns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,7 +107,7 @@ func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parq
 	}
 	side := &parquetChecker{path: name + noIDsParquet, bad: &Problem{}}
 	if listed[name+noIDsParquet] {
-		if side, err = openParquetChecker(filepath.Join(dir, name+noIDsParquet), true); err != nil {
+		if side, err = openParquetChecker(filepath.Join(dir, name+noIDsParquet), true, turns); err != nil {
 			_ = pq.f.Close() // read only
 			return nil, nil, err
 		}
@@ -309,12 +312,13 @@ type parquetChecker struct {
 	f      *os.File
 	plain  *parquet.GenericReader[ParquetRow]
 	tokens *parquet.GenericReader[ParquetTokenRow]
+	turns  *parquet.GenericReader[ParquetTurnRow]
 	row    int // rows compared so far
-	ahead  *ParquetTokenRow
+	ahead  *ParquetTurnRow
 	bad    *Problem
 }
 
-func openParquetChecker(path string, tokens bool) (*parquetChecker, error) {
+func openParquetChecker(path string, tokens, turns bool) (*parquetChecker, error) {
 	c := &parquetChecker{path: filepath.Base(path)}
 	f, err := os.Open(path)
 	if err != nil {
@@ -332,29 +336,37 @@ func openParquetChecker(path string, tokens bool) (*parquetChecker, error) {
 		return c, nil
 	}
 	c.f = f
-	if tokens {
+	switch {
+	case turns:
+		c.turns = parquet.NewGenericReader[ParquetTurnRow](pf)
+	case tokens:
 		c.tokens = parquet.NewGenericReader[ParquetTokenRow](pf)
-	} else {
+	default:
 		c.plain = parquet.NewGenericReader[ParquetRow](pf)
 	}
 	return c, nil
 }
 
 // next reads the file's next row; nil at its end.
-func (c *parquetChecker) next() (*ParquetTokenRow, error) {
+func (c *parquetChecker) next() (*ParquetTurnRow, error) {
 	if c.ahead != nil {
 		r := c.ahead
 		c.ahead = nil
 		return r, nil
 	}
-	var r ParquetTokenRow
+	var r ParquetTurnRow
 	var n int
 	var err error
-	if c.tokens != nil {
+	switch {
+	case c.turns != nil:
+		buf := make([]ParquetTurnRow, 1)
+		n, err = c.turns.Read(buf)
+		r = buf[0]
+	case c.tokens != nil:
 		buf := make([]ParquetTokenRow, 1)
 		n, err = c.tokens.Read(buf)
-		r = buf[0]
-	} else {
+		r.ParquetRow, r.InputIDs, r.LossMask, r.TokenIDs = buf[0].ParquetRow, buf[0].InputIDs, buf[0].LossMask, buf[0].TokenIDs
+	default:
 		buf := make([]ParquetRow, 1)
 		n, err = c.plain.Read(buf)
 		r.ParquetRow = buf[0]
@@ -372,10 +384,13 @@ func (c *parquetChecker) write(r *record, row ParquetRow) error {
 	if c.bad != nil {
 		return nil
 	}
-	want := ParquetTokenRow{ParquetRow: row}
-	if c.tokens != nil {
+	want := ParquetTurnRow{ParquetRow: row}
+	if c.tokens != nil || c.turns != nil {
 		t := r.tokens()
 		want.InputIDs, want.LossMask, want.TokenIDs = t.InputIDs, t.LossMask, optional(t.Missing)
+	}
+	if k := r.turnFields(); c.turns != nil && k != nil {
+		want.ConversationID, want.Turn = k.ConversationID, int64(k.Turn)
 	}
 	c.row++
 	got, err := c.next()
@@ -440,7 +455,7 @@ func (c *parquetChecker) problems() []Problem {
 // parquet-go reads an empty list back as nil and, in the embedded row of
 // ParquetTokenRow, a null as a pointer to the zero value. (The export
 // writes no pointer to "" and a seed of 0 is the one value this blurs.)
-func normalise(r ParquetTokenRow) ParquetTokenRow {
+func normalise(r ParquetTurnRow) ParquetTurnRow {
 	zeroNil(reflect.ValueOf(&r).Elem())
 	return r
 }
@@ -467,7 +482,7 @@ func zeroNil(v reflect.Value) {
 
 // firstField is the Parquet column name of the first field where a and b
 // differ, "" when they are equal.
-func firstField(a, b ParquetTokenRow) string {
+func firstField(a, b ParquetTurnRow) string {
 	if reflect.DeepEqual(a, b) {
 		return ""
 	}
