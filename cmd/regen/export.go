@@ -92,7 +92,8 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 	if err != nil {
 		return err
 	}
-	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TrainTruncated: spec.Output.TrainTruncated, EngineOf: spec.EngineOf, JobDir: spec.Dir})
+	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return err
 	}
@@ -115,9 +116,9 @@ func outputProblem(spec *job.Spec) error {
 		spec.Rel(spec.Output.Dir), err)
 }
 
-// writeTokenSummary says how many conversations have token ids, when the
-// job exports them.
-func writeTokenSummary(w io.Writer, sum export.Summary) {
+// writeTokenSummary says how many conversations (turn rows) have token
+// ids, when the job exports them.
+func writeTokenSummary(w io.Writer, spec *job.Spec, sum export.Summary) {
 	n := sum.TokenIDs + sum.TokenIDsUnavailable
 	if n == 0 {
 		return
@@ -130,7 +131,11 @@ func writeTokenSummary(w io.Writer, sum export.Summary) {
 		}
 	}
 	where := "in " + strings.Join(files, " and ") + " (token_ids says why; not in the training files)"
-	fmt.Fprintf(w, "token ids: %d of %d done conversations with input_ids and loss_mask, %d without them, %s\n", sum.TokenIDs, n, sum.TokenIDsUnavailable, where)
+	rows := "done conversations"
+	if spec.Output.TokenRows == job.TokenRowsTurn {
+		rows = fmt.Sprintf("turn rows of %d done conversations", sum.Done)
+	}
+	fmt.Fprintf(w, "token ids: %d of %d %s with input_ids and loss_mask, %d without them, %s\n", sum.TokenIDs, n, rows, sum.TokenIDsUnavailable, where)
 }
 
 // writeExportSummary prints the counts and one line per written file,
@@ -138,7 +143,7 @@ func writeTokenSummary(w io.Writer, sum export.Summary) {
 func writeExportSummary(w io.Writer, spec *job.Spec, sum export.Summary) {
 	fmt.Fprintf(w, "exported %s, %s, %d dead, %d bad source rows%s\n",
 		doneText(sum), rejectedText(sum), sum.Dead, sum.BadRows, relNote(spec))
-	writeTokenSummary(w, sum)
+	writeTokenSummary(w, spec, sum)
 	for _, f := range sum.Files {
 		fmt.Fprintf(w, "  %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}

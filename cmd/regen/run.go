@@ -236,7 +236,7 @@ func printRunSummary(spec *job.Spec, sum runner.Summary) {
 		fmt.Printf("output: %-20s %12s  %s\n", f.Format, rowsText(f), spec.Rel(f.Path))
 	}
 	writeExportNotes(os.Stdout, spec, sum.Export)
-	writeTokenSummary(os.Stdout, sum.Export)
+	writeTokenSummary(os.Stdout, spec, sum.Export)
 }
 
 // relNote says which folder the paths regen prints are relative to, when it

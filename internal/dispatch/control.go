@@ -22,6 +22,7 @@ func (d *Dispatcher) Pause(url, reason string) {
 	e.paused = true
 	e.pausedAt = d.now()
 	e.pauseReason = reason
+	e.wakeDownNewsLocked() // a cut waiting to be judged was part of this
 	// Its next interval starts when it is back: a down server's probes
 	// fail, and what its requests saw before (errors, TTFT) is not the
 	// restarted server's.

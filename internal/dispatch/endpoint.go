@@ -30,6 +30,7 @@ type endpoint struct {
 	// Whose fault a server-down error is (fault.go): the last two samples
 	// that failed so, the last pause and the last answer.
 	downs    [2]downMark
+	downNews chan struct{} // closed at the next down mark or pause (settleCutLocked)
 	pausedAt time.Time
 	servedAt time.Time
 	// Backpressure (fault.go): no new request before holdUntil; pressN
@@ -96,8 +97,11 @@ type call struct {
 	credited  int64        // tokens added to ep.streamed for it (its stream's goroutine only)
 	shed      bool         // cancelled to relieve KV pressure (guarded by Dispatcher.mu)
 	moved     bool         // cancelled to go to a server with room (guarded by Dispatcher.mu)
-	backup    bool         // a backup in an escalation lane (hedge.go)
-	over      bool         // a next turn sent back to its endpoint over the limit (affinity.go)
+	// noProgress: the stream was cut for bytes without a token
+	// (llm.ErrNoProgress); set by send, read by settle in the same goroutine.
+	noProgress bool
+	backup     bool // a backup in an escalation lane (hedge.go)
+	over       bool // a next turn sent back to its endpoint over the limit (affinity.go)
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
 	hedge *hedge

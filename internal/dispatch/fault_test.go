@@ -600,3 +600,57 @@ func TestOneRefusingEndpointAmongWorkingOnes(t *testing.T) {
 		}
 	})
 }
+
+// TestFirstCutOfACrashSpendsNoAttempt is the crash tests' rare second
+// attempt (issue 29 item 9): a crash cuts every stream, but one goroutine
+// notices first. Its sample, cut before its neighbours were marked, looked
+// alone on a working server (the others had streamed meanwhile), was
+// released free and sent again at once; the dead server refused it before
+// the other cuts were judged, and that second failure, a repeat, was blamed
+// on the sample. Every cut of a crash is an outage: no attempt is spent.
+func TestFirstCutOfACrashSpendsNoAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.add("short", "s", 8)
+		tr := newTracker()
+		start := time.Now()
+		crash, back := start.Add(time.Second), start.Add(3*time.Second)
+		first := sampleID("s", 0)
+		eps, _ := fleet(tr, func(ctx context.Context, c call1) (llm.Result, error) {
+			if now := time.Now(); !now.Before(crash) && now.Before(back) {
+				time.Sleep(10 * time.Millisecond) // the dead server refuses the connection
+				return llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "chat: connect: connection refused"}
+			}
+			sent := time.Now()
+			for range 40 {
+				time.Sleep(50 * time.Millisecond)
+				if sent.Before(crash) && !time.Now().Before(crash) {
+					if c.id == first {
+						return llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "chat stream: unexpected EOF"}
+					}
+					// The others read what was buffered before their cut.
+					c.onDelta(1)
+					time.Sleep(300 * time.Millisecond)
+					return llm.Result{}, &llm.Error{Class: llm.ServerDown, Msg: "chat stream: unexpected EOF"}
+				}
+				c.onDelta(1)
+			}
+			return llm.Result{Content: "ok", FinishReason: "stop", Usage: llm.Usage{CompletionTokens: 40}}, nil
+		}, "http://a")
+		cfg := baseConfig(st, eps)
+		cfg.Lanes[0].Concurrency = 8
+		cfg.BreakerCooldown = 500 * time.Millisecond
+		d := mustNew(t, cfg)
+		if err := d.Run(t.Context()); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for i := range 8 {
+			if s := st.get(sampleID("s", i)); s.state != store.Done || s.attempts != 1 {
+				t.Errorf("%s: %s with %d attempts (last error %q), want done with 1: a crash spends none", s.ID, s.state, s.attempts, s.lastErr)
+			}
+		}
+		if n := tr.callsOf(first); n < 2 {
+			t.Errorf("%s was sent %d times, want the cut one and the one that finished", first, n)
+		}
+	})
+}

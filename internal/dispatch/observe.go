@@ -20,6 +20,8 @@ type Attempt struct {
 	Duration         time.Duration // from send to the last byte or the error
 	TTFT             time.Duration // 0 when no token arrived
 	CompletionTokens int
+	// TokenIDs: the answer carried its completion token ids.
+	TokenIDs bool
 }
 
 // Outcomes of an Attempt besides the error classes.
@@ -41,7 +43,7 @@ func (d *Dispatcher) observe(lane, url string, start time.Time, res llm.Result, 
 		return
 	}
 	a := Attempt{Lane: lane, Endpoint: url, Outcome: OutcomeOK, Duration: d.now().Sub(start), TTFT: res.TTFT,
-		CompletionTokens: res.Usage.CompletionTokens}
+		CompletionTokens: res.Usage.CompletionTokens, TokenIDs: len(res.CompletionTokenIDs) > 0}
 	switch {
 	case err == nil:
 	case errors.Is(cause, errPaused) || errors.Is(cause, errDrain):

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
@@ -69,6 +70,7 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 	})
 	if err != nil {
 		cause = context.Cause(ctx)
+		cl.noProgress = errors.Is(err, llm.ErrNoProgress)
 	} else {
 		d.guard.accepted()
 		e.completion.Add(int64(res.Usage.CompletionTokens))

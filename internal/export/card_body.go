@@ -127,6 +127,12 @@ func qualityRules(q map[string]any) []string {
 	return on
 }
 
+// cardLayoutNote says where the training files are, why the card has one
+// config, and what chat_template_kwargs is for.
+func cardLayoutNote(b *strings.Builder) {
+	b.WriteString("They are in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. Each row's `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
+}
+
 // cardSchemas gives each config's row layout, read from the types the
 // writers encode, so the card cannot drift from the files.
 func cardSchemas(b *strings.Builder, m *Manifest) {
@@ -134,12 +140,24 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 	if len(configs) == 0 {
 		return
 	}
-	full, tokens := false, false
+	full, tokens, turns := false, false, false
 	if m.Export != nil {
-		full, tokens = m.Export.Metadata == MetadataFull, m.Export.TokenIDs
+		full, tokens, turns = m.Export.Metadata == MetadataFull, m.Export.TokenIDs, m.Export.TokenRows == TokenRowsTurn
 	}
 	b.WriteString("## Configs and row schema\n\n")
-	b.WriteString("The training files hold the same conversations, one row each, in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. Each row's `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
+	if turns {
+		b.WriteString("The training files hold the same rows, one per assistant turn (`output.token_rows: turn`): `id` is `<conversation id>/turn<k>`, `conversation_id` the conversation's id, `turn` k (from 1), `conversations` the messages up to and including that turn's answer, `input_ids` that turn's prompt ids as the server returned them followed by its completion ids, `loss_mask` 1 exactly on the completion ids.\n\n")
+	} else {
+		b.WriteString("The training files hold the same conversations, one row each.\n\n")
+	}
+	unit := "Conversations"
+	if turns {
+		unit = "Turn rows"
+	}
+	if n := m.Totals.TokenIDs; n != nil {
+		fmt.Fprintf(b, "%s with token ids: %d; without: %d.\n\n", unit, n.With, n.Unavailable)
+	}
+	cardLayoutNote(b)
 	for i, c := range configs {
 		def := ", the config"
 		if i > 0 {
@@ -150,21 +168,24 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 		case FormatParquet:
 			b.WriteString("The ShareGPT line's layout: `conversations` holds every message, the last answer included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (tool calls as `{id, type, function: {name, arguments}}`); `tools` is JSON text (`\"[]\"` when none); the other columns stand beside them.\n\n")
 			var t reflect.Type = reflect.TypeFor[ParquetRow]()
-			if tokens {
+			switch {
+			case turns:
+				t = reflect.TypeFor[ParquetTurnRow]()
+			case tokens:
 				t = reflect.TypeFor[ParquetTokenRow]()
 			}
 			writeColumns(b, t, "parquet")
 			if n := m.Totals.TokenIDs; n != nil && n.Unavailable > 0 {
-				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", n.Unavailable, noIDsFile(m, FormatParquetNoTokenIDs))
+				fmt.Fprintf(b, "\n%s without token ids: %d, in `%s` (not in this config), with `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", unit, n.Unavailable, noIDsFile(m, FormatParquetNoTokenIDs))
 			}
 			if !full {
 				b.WriteString("\n`endpoint`, `seed`, `generation`, `model`, `engine`, `engine_version`, `system_fingerprint` and `sampling` are null: the export ran with `output.metadata: minimal`.\n")
 			}
 		case FormatShareGPT:
 			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
-			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens)...)
+			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens, turns)...)
 			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {
-				fmt.Fprintf(b, "\nConversations without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", t.Unavailable, noIDsFile(m, FormatShareGPTNoTokenIDs))
+				fmt.Fprintf(b, "\n%s without token ids: %d, in `%s` (not in this config), with the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`.\n", unit, t.Unavailable, noIDsFile(m, FormatShareGPTNoTokenIDs))
 			}
 		}
 		if f := noIDsFile(m, c[0]+"-truncated"); f != "" && m.Totals.Truncated > 0 {
@@ -175,8 +196,11 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 }
 
 // shareGPTSkip are the embedded groups of sharegptLine a record lacks.
-func shareGPTSkip(full, tokens bool) []string {
+func shareGPTSkip(full, tokens, turns bool) []string {
 	var skip []string
+	if !turns {
+		skip = append(skip, "turnKeys")
+	}
 	if !full {
 		skip = append(skip, "runDetails")
 	}

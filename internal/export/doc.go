@@ -19,6 +19,8 @@
 //     columns from the first rows (rows.go). With Options.TokenIDs, lines
 //     without ids go to <name>.sharegpt.no-token-ids.jsonl (Parquet rows
 //     to <name>.no-token-ids.parquet), so each file is all-ids or no-ids.
+//     With Options.TokenRows turn, each done sample gives one row per
+//     assistant turn (turns.go), id "<sample id>/turn<k>", in both files.
 //   - openai-batch: OpenAI batch output lines (custom_id, response.body as a
 //     chat.completion, error) for done samples, and a separate errors file
 //     for rejected and dead samples.

@@ -110,9 +110,10 @@ type Summary struct {
 	// Warnings are what the export left undone on purpose (a README.md
 	// regen did not write is kept, and no card written).
 	Warnings []string
-	// With Options.TokenIDs: done samples exported with input_ids and
-	// loss_mask, and those whose record says token_ids: unavailable (in
-	// the sharegpt-no-token-ids file, not the training file).
+	// With Options.TokenIDs: training rows (done samples, or their turns
+	// with turn rows) exported with input_ids and loss_mask, and those
+	// whose record says token_ids: unavailable (in the no-token-ids file,
+	// not the training file).
 	TokenIDs            int
 	TokenIDsUnavailable int
 	// Refreshed are the formats not asked for that an earlier export had
@@ -143,6 +144,15 @@ type Options struct {
 	// TokenIDs adds input_ids and loss_mask (or token_ids: "unavailable:
 	// why") to every ShareGPT line and Parquet row.
 	TokenIDs bool
+	// TokenRows is what a training row with token ids holds:
+	// TokenRowsConversation ("" too) one row per conversation,
+	// TokenRowsTurn one row per assistant turn (id "<sample id>/turn<k>",
+	// with conversation_id and turn). Only with TokenIDs.
+	TokenRows string
+	// KeepHistoryReasoning says earlier answers' reasoning was sent back
+	// with the history (generation.reasoning: keep): a turn row's messages
+	// keep it; otherwise only the turn's own answer has its reasoning.
+	KeepHistoryReasoning bool
 	// EngineOf names the engine of an endpoint URL, for the reason a
 	// record has no token ids; nil names the URL.
 	EngineOf func(endpoint string) string
@@ -351,7 +361,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	var err error
 	if want[FormatParquet] {
-		if w.pq, err = newParquet(create, TrainingFile(dir, name, FormatParquet), sidePaths(path(noIDsParquet), path(truncParquet), o), full, o.TokenIDs); add(w.pq, err) != nil {
+		if w.pq, err = newParquet(create, TrainingFile(dir, name, FormatParquet), sidePaths(path(noIDsParquet), path(truncParquet), o), full, o.TokenIDs, o.TokenIDs && o.TokenRows == TokenRowsTurn); add(w.pq, err) != nil {
 			return nil, err
 		}
 	}
@@ -467,13 +477,17 @@ func (x *exporter) row(row store.Row) error {
 		return err
 	}
 	rec.engineName = x.o.EngineOf
+	rec.turnRows = x.o.TokenIDs && x.o.TokenRows == TokenRowsTurn
+	rec.keepHistoryReasoning = x.o.KeepHistoryReasoning
 	if x.hold != nil && x.hold(rec) {
 		return nil
 	}
 	switch row.State {
 	case store.Done:
 		x.seen.addRecord(rec)
-		x.done(rec)
+		if err := x.done(rec); err != nil {
+			return err
+		}
 	case store.Rejected:
 		x.seen.addRecord(rec)
 		x.sum.Rejected++
@@ -494,7 +508,7 @@ func (x *exporter) row(row store.Row) error {
 	return nil
 }
 
-func (x *exporter) done(rec *record) {
+func (x *exporter) done(rec *record) error {
 	sum := &x.sum
 	sum.Done++
 	if sum.DoneByGeneration == nil {
@@ -502,7 +516,9 @@ func (x *exporter) done(rec *record) {
 	}
 	sum.DoneByGeneration[rec.last().Generation]++
 	if x.o.TokenIDs {
-		countTokens(sum, rec)
+		if err := countTokens(sum, rec); err != nil {
+			return err
+		}
 	}
 	if rec.truncated() {
 		sum.Truncated++
@@ -510,4 +526,5 @@ func (x *exporter) done(rec *record) {
 	if rec.row.Result.EndReason != "" {
 		sum.Ended++
 	}
+	return nil
 }

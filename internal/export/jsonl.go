@@ -40,6 +40,7 @@ type sharegptLine struct {
 	// last answer with, e.g. {"thinking":true} (templateKwargs).
 	ChatTemplateKwargs *string `json:"chat_template_kwargs"`
 	*runDetails
+	*turnKeys
 	*tokenFields
 	*missingTokens
 }
@@ -141,14 +142,28 @@ func (s *sharegptSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
-	line := sharegptLine{
-		ID:            r.row.ID,
-		SourceID:      r.sourceID(),
-		Conversations: sharegptMessages(r.conv),
-		Tools:         toolsText(r.plan.Tools),
-		Partition:     r.row.Partition,
-		Truncated:     r.truncated(),
+	rows, err := r.rows()
+	if err != nil {
+		return err
+	}
+	for _, t := range rows {
+		if err := s.writeRow(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+// writeRow writes one training row: a conversation, or one turn of it.
+func (s *sharegptSink) writeRow(r *record) error {
+	line := sharegptLine{
+		ID:                 r.row.ID,
+		SourceID:           r.sourceID(),
+		Conversations:      sharegptMessages(r.conv),
+		Tools:              toolsText(r.plan.Tools),
+		Partition:          r.row.Partition,
+		Truncated:          r.truncated(),
+		turnKeys:           r.turnFields(),
 		ChatTemplateKwargs: templateKwargs(r.last()),
 	}
 	if s.full {

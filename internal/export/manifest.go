@@ -94,6 +94,7 @@ type Totals struct {
 
 // TokenIDCounts: done conversations exported with input_ids and loss_mask,
 // and those whose record says token_ids: "unavailable: <why>".
+// With output.token_rows: turn they count turn rows, not conversations.
 type TokenIDCounts struct {
 	With        int `json:"with"`
 	Unavailable int `json:"unavailable"`
@@ -393,6 +394,9 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
 	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs, TrainTruncated: o.TrainTruncated}
+	if o.TokenIDs && o.TokenRows == TokenRowsTurn {
+		m.Export.TokenRows, m.Export.KeepHistoryReasoning = TokenRowsTurn, o.KeepHistoryReasoning
+	}
 	if sum.TokenIDs+sum.TokenIDsUnavailable > 0 { // output.token_ids, with done records
 		m.Totals.TokenIDs = &TokenIDCounts{With: sum.TokenIDs, Unavailable: sum.TokenIDsUnavailable}
 	}

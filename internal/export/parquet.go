@@ -83,6 +83,29 @@ type ParquetNoIDsRow struct {
 	TokenIDs *string `parquet:"token_ids,optional"`
 }
 
+// ParquetTurnRow is one assistant turn's row, the schema of
+// <name>.parquet with output.token_rows: turn: the conversation up to and
+// including that turn's answer, the conversation (sample) it belongs to,
+// the turn (from 1), and that turn's prompt ids then completion ids, loss
+// on the completion alone. ID is "<sample id>/turn<k>".
+type ParquetTurnRow struct {
+	ParquetRow
+	ConversationID string  `parquet:"conversation_id"`
+	Turn           int64   `parquet:"turn"`
+	InputIDs       []int32 `parquet:"input_ids,list"`
+	LossMask       []int8  `parquet:"loss_mask,list"`
+	TokenIDs       *string `parquet:"token_ids,optional"`
+}
+
+// ParquetTurnNoIDsRow is a turn row without token ids and the reason why,
+// the schema of <name>.no-token-ids.parquet with output.token_rows: turn.
+type ParquetTurnNoIDsRow struct {
+	ParquetRow
+	ConversationID string  `parquet:"conversation_id"`
+	Turn           int64   `parquet:"turn"`
+	TokenIDs       *string `parquet:"token_ids,optional"`
+}
+
 // rowGroupRows bounds the rows held in memory before a row group is flushed.
 const rowGroupRows = 1024
 
@@ -135,7 +158,34 @@ func (w *noIDsRows) write(r *record, row ParquetRow) error {
 	return err
 }
 
-func newParquet(create createFunc, path string, side sides, full, tokens bool) (*parquetSink, error) {
+type turnRows struct {
+	*parquet.GenericWriter[ParquetTurnRow]
+	buf []ParquetTurnRow
+}
+
+func (w *turnRows) write(r *record, row ParquetRow) error {
+	t := r.tokens()
+	w.buf[0] = ParquetTurnRow{ParquetRow: row, ConversationID: r.conversationID, Turn: int64(r.turnFields().Turn),
+		InputIDs: t.InputIDs, LossMask: t.LossMask, TokenIDs: optional(t.Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+type turnNoIDsRows struct {
+	*parquet.GenericWriter[ParquetTurnNoIDsRow]
+	buf []ParquetTurnNoIDsRow
+}
+
+func (w *turnNoIDsRows) write(r *record, row ParquetRow) error {
+	w.buf[0] = ParquetTurnNoIDsRow{ParquetRow: row, ConversationID: r.conversationID, Turn: int64(r.turnFields().Turn),
+		TokenIDs: optional(r.tokens().Missing)}
+	_, err := w.Write(w.buf)
+	return err
+}
+
+// newParquet opens the Parquet file and its side files (sides); turns
+// (output.token_rows: turn) writes turn rows in each.
+func newParquet(create createFunc, path string, side sides, full, tokens, turns bool) (*parquetSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
@@ -148,7 +198,10 @@ func newParquet(create createFunc, path string, side sides, full, tokens bool) (
 	s := &parquetSink{out: &output{format: FormatParquet, af: af}, full: full}
 	// The training file's row type; the truncated file has the same one.
 	rows := func(a *atomicFile) rowWriter {
-		if tokens {
+		switch {
+		case turns:
+			return &turnRows{parquet.NewGenericWriter[ParquetTurnRow](a, opts...), make([]ParquetTurnRow, 1)}
+		case tokens:
 			return &tokenRows{parquet.NewGenericWriter[ParquetTokenRow](a, opts...), make([]ParquetTokenRow, 1)}
 		}
 		return &plainRows{parquet.NewGenericWriter[ParquetRow](a, opts...), make([]ParquetRow, 1)}
@@ -168,7 +221,11 @@ func newParquet(create createFunc, path string, side sides, full, tokens bool) (
 		if s.noIDs, err = open(side.noIDs, FormatParquetNoTokenIDs); err != nil {
 			return nil, err
 		}
-		s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](s.noIDs.af, opts...), make([]ParquetNoIDsRow, 1)}
+		if turns {
+			s.noIDsRows = &turnNoIDsRows{parquet.NewGenericWriter[ParquetTurnNoIDsRow](s.noIDs.af, opts...), make([]ParquetTurnNoIDsRow, 1)}
+		} else {
+			s.noIDsRows = &noIDsRows{parquet.NewGenericWriter[ParquetNoIDsRow](s.noIDs.af, opts...), make([]ParquetNoIDsRow, 1)}
+		}
 	}
 	if side.truncated != "" {
 		if s.trunc, err = open(side.truncated, FormatParquetTruncated); err != nil {
@@ -193,6 +250,20 @@ func (s *parquetSink) write(r *record) error {
 	if r.row.State != store.Done {
 		return nil
 	}
+	rows, err := r.rows()
+	if err != nil {
+		return err
+	}
+	for _, t := range rows {
+		if err := s.writeRow(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRow writes one training row: a conversation, or one turn of it.
+func (s *parquetSink) writeRow(r *record) error {
 	row := parquetRow(r)
 	if s.full {
 		row.Endpoint = optional(r.row.Result.Endpoint)

@@ -1,6 +1,7 @@
 package export
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -30,6 +31,13 @@ type record struct {
 	conv       []conversation.Message // the inputs and answers, ending with the last answer
 	engineName func(string) string    // Options.EngineOf
 	toks       *tokenSeq              // built by tokens() on first use
+	turnRows   bool                   // Options.TokenRows is turn: rows() gives one record per answer
+	// keepHistoryReasoning is Options.KeepHistoryReasoning.
+	keepHistoryReasoning bool
+	// conversationID and turn are set on a turn row (rows()): the sample
+	// it belongs to, whose id row.ID no longer is, and its answer's index.
+	conversationID string
+	turn           int
 }
 
 func (r *record) truncated() bool { return r.res.FinishReason == "length" }
@@ -38,7 +46,9 @@ func (r *record) truncated() bool { return r.res.FinishReason == "length" }
 // "<partition>/<key>", the key being the row's id field when the source
 // maps one (so it joins back to the source) and otherwise a hash of the
 // partition and the request content.
-func (r *record) sourceID() string { return strings.TrimPrefix(r.row.ID, r.row.Partition+"/") }
+func (r *record) sourceID() string {
+	return strings.TrimPrefix(cmp.Or(r.conversationID, r.row.ID), r.row.Partition+"/")
+}
 
 func (r *record) assistant() assistant {
 	a := assistant{Role: "assistant", ReasoningContent: r.res.ReasoningContent, ToolCalls: r.res.ToolCalls}

@@ -44,7 +44,7 @@ func tokenSequence(answers []llm.Result, engine func(turn int) string) tokenSeq 
 		}
 		next := answers[k+1].PromptTokenIDs
 		if len(next) < len(p)+len(c) || !slices.Equal(next[:len(p)], p) || !slices.Equal(next[len(p):len(p)+len(c)], c) {
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d's prompt does not start with turn %d's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)", conversation.Ordinal(k+1), conversation.Ordinal(k))}
+			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d's prompt does not start with turn %d's prompt and answer as generated (the history re-renders it, e.g. reasoning left out): output.token_rows: turn exports this conversation", conversation.Ordinal(k+1), conversation.Ordinal(k))}
 		}
 	}
 	last := answers[len(answers)-1]
@@ -88,8 +88,20 @@ func (r *record) engineOf(k int) string {
 	return url
 }
 
-// countTokens adds a done record to the summary's token-id counts.
-func countTokens(sum *Summary, r *record) {
+// countTokens adds a done record's training rows to the summary's
+// token-id counts (rows are turns with Options.TokenRows turn).
+func countTokens(sum *Summary, r *record) error {
+	rows, err := r.rows()
+	if err != nil {
+		return err
+	}
+	for _, t := range rows {
+		countRow(sum, t)
+	}
+	return nil
+}
+
+func countRow(sum *Summary, r *record) {
 	if r.tokens().Missing == "" {
 		sum.TokenIDs++
 	} else {

@@ -65,7 +65,7 @@ func TestTokenSequence(t *testing.T) {
 				answer(ids(1, 2), ids(40, 41, 42)), // 40 is reasoning the history leaves out
 				answer(ids(1, 2, 41, 42, 5), ids(60)),
 			},
-			want: tokenSeq{Missing: "unavailable: turn 2's prompt does not start with turn 1's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)"},
+			want: tokenSeq{Missing: "unavailable: turn 2's prompt does not start with turn 1's prompt and answer as generated (the history re-renders it, e.g. reasoning left out): output.token_rows: turn exports this conversation"},
 		},
 		{
 			name: "earlier prompt changed",
@@ -73,7 +73,7 @@ func TestTokenSequence(t *testing.T) {
 				answer(ids(1, 2), ids(40)),
 				answer(ids(1, 3, 40, 5), ids(60)),
 			},
-			want: tokenSeq{Missing: "unavailable: turn 2's prompt does not start with turn 1's prompt and answer as generated (the history re-renders it, e.g. reasoning left out)"},
+			want: tokenSeq{Missing: "unavailable: turn 2's prompt does not start with turn 1's prompt and answer as generated (the history re-renders it, e.g. reasoning left out): output.token_rows: turn exports this conversation"},
 		},
 		{
 			name:    "engine without ids",

@@ -75,6 +75,12 @@ type ExportSettings struct {
 	TokenIDs bool   `json:"token_ids,omitempty"`
 	// TrainTruncated: truncated rows are in the training files.
 	TrainTruncated bool `json:"train_truncated,omitempty"`
+	// TokenRows is "turn" when each training row is one assistant turn
+	// (output.token_rows); absent for conversation rows.
+	TokenRows string `json:"token_rows,omitempty"`
+	// KeepHistoryReasoning: turn rows' earlier answers keep their
+	// reasoning (generation.reasoning: keep); only with turn rows.
+	KeepHistoryReasoning bool `json:"keep_history_reasoning,omitempty"`
 }
 
 // ManifestPath is where an export into dir writes name's manifest.
@@ -109,7 +115,9 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		return r, fmt.Errorf("verify: %s: schema %q, want %q", r.Manifest, m.Schema, ManifestSchema)
 	}
 	if m.Export != nil {
-		o.Metadata, o.TokenIDs, o.TrainTruncated = m.Export.Metadata, m.Export.TokenIDs, m.Export.TrainTruncated
+		o.Metadata, o.TokenIDs, o.TokenRows = m.Export.Metadata, m.Export.TokenIDs, m.Export.TokenRows
+		o.KeepHistoryReasoning = m.Export.KeepHistoryReasoning
+		o.TrainTruncated = m.Export.TrainTruncated
 	}
 	for _, f := range m.Files {
 		r.Files++

@@ -72,7 +72,9 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 			if !r.row.FinishedAt.After(since) {
 				return false
 			}
-			skipNewer(w, r.row.ID)
+			for _, id := range r.rowIDs() {
+				skipNewer(w, id)
+			}
 			return true
 		}
 	}
@@ -94,7 +96,15 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 // Parquet file and, with token ids, of its no-token-ids file (checked as
 // empty when the manifest does not list it).
 func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parquetSink, []*parquetChecker, error) {
-	pq, err := openParquetChecker(TrainingFile(dir, name, FormatParquet), relPath(dir, TrainingFile(dir, name, FormatParquet)), map[bool]int{false: plainRowsFile, true: tokenRowsFile}[o.TokenIDs])
+	turns := o.TokenIDs && o.TokenRows == TokenRowsTurn
+	train, noIDs := plainRowsFile, noIDsRowsFile
+	switch {
+	case turns:
+		train, noIDs = turnRowsFile, turnNoIDsRowsFile
+	case o.TokenIDs:
+		train = tokenRowsFile
+	}
+	pq, err := openParquetChecker(TrainingFile(dir, name, FormatParquet), relPath(dir, TrainingFile(dir, name, FormatParquet)), train)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -118,14 +128,14 @@ func parquetCheckers(dir, name string, listed map[string]bool, o Options) (*parq
 		return c, nil
 	}
 	if o.TokenIDs {
-		c, err := side(name+noIDsParquet, noIDsRowsFile)
+		c, err := side(name+noIDsParquet, noIDs)
 		if err != nil {
 			return nil, nil, err
 		}
 		s.noIDs, s.noIDsRows, checkers = &output{format: FormatParquetNoTokenIDs}, c, append(checkers, c)
 	}
 	if !o.TrainTruncated {
-		c, err := side(name+truncParquet, map[bool]int{false: plainRowsFile, true: tokenRowsFile}[o.TokenIDs])
+		c, err := side(name+truncParquet, train)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -332,12 +342,14 @@ type parquetChecker struct {
 	f      *os.File
 	plain  *parquet.GenericReader[ParquetRow]
 	tokens *parquet.GenericReader[ParquetTokenRow]
-	// noIDs reads a no-token-ids file in its own schema: read as a
-	// ParquetTokenRow, parquet-go fills input_ids from another column.
-	noIDs *parquet.GenericReader[ParquetNoIDsRow]
-	row   int // rows compared so far
-	ahead *ParquetTokenRow
-	bad   *Problem
+	// noIDs and turnNoIDs read a no-token-ids file in its own schema: read
+	// as a token row, parquet-go filled input_ids from another column.
+	noIDs     *parquet.GenericReader[ParquetNoIDsRow]
+	turns     *parquet.GenericReader[ParquetTurnRow]
+	turnNoIDs *parquet.GenericReader[ParquetTurnNoIDsRow]
+	row       int // rows compared so far
+	ahead     *ParquetTurnRow
+	bad       *Problem
 }
 
 // Row types a parquetChecker reads.
@@ -345,6 +357,8 @@ const (
 	plainRowsFile = iota
 	tokenRowsFile
 	noIDsRowsFile
+	turnRowsFile
+	turnNoIDsRowsFile
 )
 
 func openParquetChecker(path, rel string, kind int) (*parquetChecker, error) {
@@ -366,6 +380,10 @@ func openParquetChecker(path, rel string, kind int) (*parquetChecker, error) {
 	}
 	c.f = f
 	switch kind {
+	case turnRowsFile:
+		c.turns = parquet.NewGenericReader[ParquetTurnRow](pf)
+	case turnNoIDsRowsFile:
+		c.turnNoIDs = parquet.NewGenericReader[ParquetTurnNoIDsRow](pf)
 	case tokenRowsFile:
 		c.tokens = parquet.NewGenericReader[ParquetTokenRow](pf)
 	case noIDsRowsFile:
@@ -377,24 +395,33 @@ func openParquetChecker(path, rel string, kind int) (*parquetChecker, error) {
 }
 
 // next reads the file's next row; nil at its end.
-func (c *parquetChecker) next() (*ParquetTokenRow, error) {
+func (c *parquetChecker) next() (*ParquetTurnRow, error) {
 	if c.ahead != nil {
 		r := c.ahead
 		c.ahead = nil
 		return r, nil
 	}
-	var r ParquetTokenRow
+	var r ParquetTurnRow
 	var n int
 	var err error
-	if c.tokens != nil {
+	switch {
+	case c.turns != nil:
+		buf := make([]ParquetTurnRow, 1)
+		n, err = c.turns.Read(buf)
+		r = buf[0]
+	case c.tokens != nil:
 		buf := make([]ParquetTokenRow, 1)
 		n, err = c.tokens.Read(buf)
-		r = buf[0]
-	} else if c.noIDs != nil {
+		r.ParquetRow, r.InputIDs, r.LossMask, r.TokenIDs = buf[0].ParquetRow, buf[0].InputIDs, buf[0].LossMask, buf[0].TokenIDs
+	case c.noIDs != nil:
 		buf := make([]ParquetNoIDsRow, 1)
 		n, err = c.noIDs.Read(buf)
 		r.ParquetRow, r.TokenIDs = buf[0].ParquetRow, buf[0].TokenIDs
-	} else {
+	case c.turnNoIDs != nil:
+		buf := make([]ParquetTurnNoIDsRow, 1)
+		n, err = c.turnNoIDs.Read(buf)
+		r.ParquetRow, r.ConversationID, r.Turn, r.TokenIDs = buf[0].ParquetRow, buf[0].ConversationID, buf[0].Turn, buf[0].TokenIDs
+	default:
 		buf := make([]ParquetRow, 1)
 		n, err = c.plain.Read(buf)
 		r.ParquetRow = buf[0]
@@ -412,10 +439,13 @@ func (c *parquetChecker) write(r *record, row ParquetRow) error {
 	if c.bad != nil {
 		return nil
 	}
-	want := ParquetTokenRow{ParquetRow: row}
-	if c.tokens != nil || c.noIDs != nil {
+	want := ParquetTurnRow{ParquetRow: row}
+	if c.tokens != nil || c.turns != nil || c.noIDs != nil || c.turnNoIDs != nil {
 		t := r.tokens()
 		want.InputIDs, want.LossMask, want.TokenIDs = t.InputIDs, t.LossMask, optional(t.Missing)
+	}
+	if k := r.turnFields(); (c.turns != nil || c.turnNoIDs != nil) && k != nil {
+		want.ConversationID, want.Turn = k.ConversationID, int64(k.Turn)
 	}
 	c.row++
 	got, err := c.next()
@@ -480,7 +510,7 @@ func (c *parquetChecker) problems() []Problem {
 // parquet-go reads an empty list back as nil and, in the embedded row of
 // ParquetTokenRow, a null as a pointer to the zero value. (The export
 // writes no pointer to "" and a seed of 0 is the one value this blurs.)
-func normalise(r ParquetTokenRow) ParquetTokenRow {
+func normalise(r ParquetTurnRow) ParquetTurnRow {
 	zeroNil(reflect.ValueOf(&r).Elem())
 	return r
 }
@@ -507,7 +537,7 @@ func zeroNil(v reflect.Value) {
 
 // firstField is the Parquet column name of the first field where a and b
 // differ, "" when they are equal.
-func firstField(a, b ParquetTokenRow) string {
+func firstField(a, b ParquetTurnRow) string {
 	if reflect.DeepEqual(a, b) {
 		return ""
 	}

@@ -102,7 +102,8 @@ type Fleet struct {
 	// refusals and warnings hold what checkModel found per URL.
 	refusals map[string]string
 	warnings map[string]string
-	// toldNoIDs holds the URLs already told their engine returns no token ids.
+	// toldNoIDs holds the URLs already told their engine returns no token
+	// ids (at identification, or at the first answer without them).
 	toldNoIDs map[string]bool
 	// start is what the start-up judgements read (startup.go).
 	start *startState

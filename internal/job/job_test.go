@@ -73,7 +73,7 @@ func TestLoadFull(t *testing.T) {
 			{URL: "https://gpu.example.com", Engine: "vllm"}, // the file's /v1 is dropped: regen adds it
 		},
 		Store:  Store{DSN: "sqlite:" + filepath.Join(dir, "state/full.db")},
-		Output: Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}, Metadata: "full"},
+		Output: Output{Dir: "/tmp/out", Formats: []string{"openai-batch", "parquet"}, Metadata: "full", TokenRows: "conversation"},
 		Retry:  Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Minute, BrokenStreak: 10}, // poison_after: 0 leaves the burn guard on
 		Quality: Quality{Truncated: true, Empty: true, Reasoning: true, ToolArgs: true, ToolName: true,
 			Repetition: Repetition{NGram: 8},
@@ -111,7 +111,7 @@ func TestLoadDefaults(t *testing.T) {
 				Generation: Generation{RequestTimeout: 30 * time.Minute, IdleTimeout: 120 * time.Second, HeaderTimeout: 20 * time.Second, Reasoning: "strip_history"},
 				Endpoints:  []Endpoint{{URL: "http://localhost:8000", Engine: "sglang", Detect: true}},
 				Store:      Store{DSN: filepath.Join(dir, "min_job.db")},
-				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
+				Output:     Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal", TokenRows: "conversation"},
 				Retry:      Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10, BrokenStreak: 10},
 				Quality:    defaultQuality,
 				Monitor:    Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second, BrokenAfter: 10 * time.Minute, StartDeadline: 30 * time.Minute},
@@ -132,7 +132,7 @@ func TestLoadDefaults(t *testing.T) {
 					Restart: Restart{Max: 5, Window: 30 * time.Minute, Backoff: 5 * time.Second},
 				},
 				Store:   Store{DSN: filepath.Join(dir, "s.db")},
-				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal"},
+				Output:  Output{Dir: filepath.Join(dir, "out"), Formats: []string{"sharegpt"}, Metadata: "minimal", TokenRows: "conversation"},
 				Retry:   Retry{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, PoisonAfter: 10, BrokenStreak: 10},
 				Quality: defaultQuality,
 				Monitor: Monitor{HeartbeatEvery: 2 * time.Second, DeadAfter: 15 * time.Second, StallAfter: 60 * time.Second, HangAfter: 30 * time.Second, ProbeEvery: 5 * time.Second, BrokenAfter: 10 * time.Minute, StartDeadline: 30 * time.Minute},

@@ -172,6 +172,12 @@ type Output struct {
 	// truncated rule is off) into the training files; by default they go
 	// to a file of their own beside them (trainers ignore the flag).
 	TrainTruncated bool `yaml:"train_truncated"`
+	// TokenRows is what one training row with token ids holds:
+	// conversation (the whole conversation, ids only where every later
+	// prompt starts with the earlier prompt and answer as generated) or
+	// turn (one row per assistant turn: its prompt ids, then its
+	// completion ids). It changes the export only, never a request.
+	TokenRows string `yaml:"token_rows"`
 	// The dataset card's Hugging Face metadata: License is a Hub license
 	// id (unset: "other", and the card says no license was given);
 	// Language the ISO 639 codes of the data; PrettyName the card's title

@@ -32,11 +32,18 @@ const (
 	MetadataFull    = "full"
 )
 
+// Token row modes of the export (output.token_rows).
+const (
+	TokenRowsConversation = "conversation"
+	TokenRowsTurn         = "turn"
+)
+
 // Defaults of the options in this file.
 const (
 	DefaultRegenerate     = RegenerateAll
 	DefaultReasoning      = ReasoningStripHistory
 	DefaultMetadata       = MetadataMinimal
+	DefaultTokenRows      = TokenRowsConversation
 	DefaultPoisonAfter    = 10
 	DefaultBrokenStreak   = 10
 	DefaultRepetitionGram = 10
@@ -99,6 +106,9 @@ func (s *Spec) applyTrainingDefaults() {
 	if s.Output.Metadata == "" {
 		s.Output.Metadata = DefaultMetadata
 	}
+	if s.Output.TokenRows == "" {
+		s.Output.TokenRows = DefaultTokenRows
+	}
 	setInt(s, &s.Retry.PoisonAfter, "retry.poison_after", DefaultPoisonAfter)
 	setInt(s, &s.Retry.BrokenStreak, "retry.broken_streak", DefaultBrokenStreak)
 	q := &s.Quality
@@ -150,6 +160,12 @@ func (v *validator) training() {
 	}
 	if m := s.Output.Metadata; m != MetadataMinimal && m != MetadataFull {
 		v.addf("output.metadata", "unknown level %q (want minimal or full)", m)
+	}
+	switch r := s.Output.TokenRows; {
+	case r != TokenRowsConversation && r != TokenRowsTurn:
+		v.addf("output.token_rows", "unknown mode %q (want conversation or turn)", r)
+	case r == TokenRowsTurn && !s.Output.TokenIDs:
+		v.addf("output.token_rows", "turn rows are rows of token ids; set output.token_ids: true")
 	}
 	if s.Retry.PoisonAfter < 0 {
 		v.addf("retry.poison_after", "must be >= 0 (0 turns the guard off)")

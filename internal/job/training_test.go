@@ -89,3 +89,42 @@ func TestReasoningModes(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenRows: output.token_rows defaults to conversation, takes turn
+// only with token ids, names its modes when wrong, and changes the export
+// alone: the configuration fingerprint stays the same.
+func TestTokenRows(t *testing.T) {
+	const base = "name: g\nsources: [{partition: a, path: a.jsonl, prompt: p}]\nendpoints: [{url: \"http://localhost:8000\"}]\n"
+	tests := []struct {
+		output, want, err string
+	}{
+		{"output: {token_ids: true}", TokenRowsConversation, ""},
+		{"output: {token_ids: true, token_rows: turn}", TokenRowsTurn, ""},
+		{"output: {token_rows: turn}", "", `job.yaml:4: output.token_rows: turn rows are rows of token ids; set output.token_ids: true`},
+		{"output: {token_ids: true, token_rows: turns}", "", `job.yaml:4: output.token_rows: unknown mode "turns" (want conversation or turn)`},
+	}
+	var fps []string
+	for _, tt := range tests {
+		s, err := Parse("job.yaml", []byte(base+tt.output+"\n"))
+		if tt.err != "" {
+			if diff := cmp.Diff([]string{tt.err}, errLines(err)); diff != "" {
+				t.Errorf("%s: errors (-want +got):\n%s", tt.output, diff)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.output, err)
+		}
+		if s.Output.TokenRows != tt.want {
+			t.Errorf("%s: token_rows %q, want %q", tt.output, s.Output.TokenRows, tt.want)
+		}
+		fp, err := s.Fingerprint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fps = append(fps, fp.Hash)
+	}
+	if len(fps) != 2 || fps[0] != fps[1] {
+		t.Errorf("fingerprints %v: want one, token_rows changes no request", fps)
+	}
+}

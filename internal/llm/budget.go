@@ -1,6 +1,10 @@
 package llm
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // A server that ignores max_tokens can stream for ever (issue 22 saw one
 // grow the runner from 29 MB to 6.5 GB in 89 s with 64 KB chunks). Every
@@ -59,4 +63,43 @@ func (b budget) check(chunks int, size int64) error {
 		return nil
 	}
 	return &Error{Class: Retryable, Msg: "chat stream: cut after " + why + ": the server does not stop at max_tokens"}
+}
+
+// ErrNoProgress is wrapped by the ServerDown error that cuts a stream
+// which keeps sending bytes without a token: SSE comments (": keepalive"),
+// other non-data fields, blank lines or data chunks with nothing in them.
+// Whose fault that is, the sample's or the server's, is the dispatcher's
+// call: it depends on whether the server's other requests progress.
+var ErrNoProgress = errors.New("stream without progress")
+
+// drift is what a stream sent since it last progressed (a token, or token
+// ids): the bytes of every line that brought nothing count against the
+// stream's byte budget, and such lines for longer than the idle timeout
+// end it, as silence would.
+type drift struct {
+	bytes int64     // bytes of the lines that brought nothing, over the whole stream
+	since time.Time // the last progress, or when the body started
+}
+
+// line accounts one line of n bytes (its ending included) and returns the
+// error that cuts the stream, or nil. answer is the answer's bytes so far.
+func (d *drift) line(n int, progressed bool, b budget, answer int64, idle time.Duration, now time.Time) error {
+	if progressed {
+		d.since = now
+		return nil
+	}
+	d.bytes += int64(n)
+	var why string
+	switch {
+	case answer+d.bytes > b.bytes && answer <= b.bytes:
+		why = fmt.Sprintf("%d bytes that carried no token (comments, keep-alives, empty chunks) beside %d of answer, more than the %d allowed", d.bytes, answer, b.bytes)
+		if b.maxTokens > 0 {
+			why += fmt.Sprintf(" for max_tokens %d", b.maxTokens)
+		}
+	case idle > 0 && now.Sub(d.since) > idle:
+		why = fmt.Sprintf("no token for %s while the server sent %d bytes that carried none (comments, keep-alives, empty chunks)", now.Sub(d.since).Round(time.Millisecond), d.bytes)
+	default:
+		return nil
+	}
+	return &Error{Class: ServerDown, Msg: "chat stream: cut after " + why, Err: ErrNoProgress}
 }

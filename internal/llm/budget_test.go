@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"runtime"
@@ -124,12 +125,92 @@ func TestNewBudget(t *testing.T) {
 	}{
 		{0, budget{bytes: 32 << 20}},
 		{-1, budget{bytes: 32 << 20}},
+		// Plus half again, never fewer than 256 chunks over (README, Dispatch).
 		{64, budget{maxTokens: 64, chunks: 64 + 256, bytes: 1<<20 + 64*64}},
+		{256, budget{maxTokens: 256, chunks: 512, bytes: 1<<20 + 64*256}},
+		{512, budget{maxTokens: 512, chunks: 768, bytes: 1<<20 + 64*512}},
+		{1000, budget{maxTokens: 1000, chunks: 1500, bytes: 1<<20 + 64*1000}},
 		{10240, budget{maxTokens: 10240, chunks: 15360, bytes: 1<<20 + 64*10240}},
 	}
 	for _, tt := range tests {
 		if got := newBudget(tt.maxTokens); got != tt.want {
 			t.Errorf("newBudget(%d) = %+v, want %+v", tt.maxTokens, got, tt.want)
 		}
+	}
+}
+
+// TestChatNonTokensAreCut is issue 29's fourth fault: a server that streams
+// nothing but SSE comments, or data chunks with empty content, for ever.
+// Every byte that carries no token counts against the stream's byte
+// budget: the call ends with a ServerDown error wrapping ErrNoProgress
+// (whose fault it is, the dispatcher judges), the connection is closed,
+// and the client allocates a bounded amount.
+func TestChatNonTokensAreCut(t *testing.T) {
+	tests := []struct {
+		name, chunk string
+	}{
+		{"keep-alive comments", ": keepalive " + strings.Repeat("k", 20) + "\n\n"},
+		{"empty content chunks", `data: {"object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}` + "\n\n"},
+		{"other fields and blank lines", "event: ping\nid: 7\n\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var written atomic.Int64
+			gone := make(chan struct{})
+			_, c := newServer(t, endless(tt.chunk, &written, gone), Config{RequestTimeout: 30 * time.Second})
+			req := testRequest() // max_tokens 64: a byte budget of 1 MiB + 4 KiB
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			_, err := c.Chat(bg(t), req, nil)
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			if got := errClass(err); got != ServerDown || !errors.Is(err, ErrNoProgress) {
+				t.Fatalf("err = %v (class %v), want ServerDown wrapping ErrNoProgress", err, got)
+			}
+			if !strings.Contains(err.Error(), "carried no token") || !strings.Contains(err.Error(), "max_tokens 64") {
+				t.Errorf("error %q does not say what was cut and why", err)
+			}
+			select {
+			case <-gone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the server still streams 10 s after the call returned: the connection was not closed")
+			}
+			sent := written.Load() * int64(len(tt.chunk))
+			if budget := int64(1<<20 + 64*64); sent < budget {
+				t.Errorf("cut after the server wrote %d bytes, want at least the budget %d", sent, budget)
+			}
+			alloc := after.TotalAlloc - before.TotalAlloc
+			if alloc > 24<<20 {
+				t.Errorf("allocated %d MiB during the call, want under 24 MiB", alloc>>20)
+			}
+			t.Logf("cut after %s: the server wrote %d bytes (%d writes); %.1f MiB allocated during the call",
+				took.Round(time.Millisecond), sent, written.Load(), float64(alloc)/(1<<20))
+		})
+	}
+}
+
+// TestChatKeepAlivesBesideTokens: an honest stream with a comment and an
+// empty chunk between its tokens is not cut by the non-token budget.
+func TestChatKeepAlivesBesideTokens(t *testing.T) {
+	const maxTokens = 300
+	var events strings.Builder
+	events.WriteString(`data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n")
+	for range maxTokens {
+		events.WriteString(": keep-alive\n\n")
+		events.WriteString(`data: {"choices":[{"index":0,"delta":{"content":""}}]}` + "\n\n")
+		events.WriteString(contentChunk("tok"))
+	}
+	events.WriteString(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}` + "\n\n" + "data: [DONE]\n\n")
+	_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) { writeEvents(w, events.String()) }, Config{})
+	req := testRequest()
+	req.MaxTokens = maxTokens
+	res, err := c.Chat(bg(t), req, nil)
+	if err != nil {
+		t.Fatalf("Chat: %v, want the whole answer", err)
+	}
+	if len(res.Content) != 3*maxTokens || res.FinishReason != "length" {
+		t.Errorf("got %d bytes of content, finish %q; want %d, length", len(res.Content), res.FinishReason, 3*maxTokens)
 	}
 }

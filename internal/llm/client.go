@@ -49,6 +49,10 @@ type Config struct {
 	// accepts connections without answering: the error says so and is an
 	// EndpointFault. 0 means IdleTimeout.
 	HeaderTimeout time.Duration
+	// ProgressTimeout bounds how long a stream may go on sending bytes that
+	// carry no token (keep-alive comments, empty chunks): past it the stream
+	// is cut with ErrNoProgress. 0 means IdleTimeout.
+	ProgressTimeout time.Duration
 	// FirstByteTimeout bounds the wait between the response headers and the
 	// first body byte. A request queued on a busy server sends nothing until
 	// its first token, which can take minutes, so 0 (the default) leaves
@@ -91,6 +95,9 @@ func New(cfg Config) *Client {
 	}
 	if cfg.HeaderTimeout <= 0 {
 		cfg.HeaderTimeout = cfg.IdleTimeout
+	}
+	if cfg.ProgressTimeout <= 0 {
+		cfg.ProgressTimeout = cfg.IdleTimeout
 	}
 	c := &Client{cfg: cfg}
 	base, err := normalizeBase(cfg.BaseURL)
@@ -231,13 +238,15 @@ type call struct {
 	// RequestTimeout from a server that stopped generating.
 	deltas    int
 	lastDelta time.Time
+	// progress bounds the bytes without a token (Config.ProgressTimeout).
+	progress time.Duration
 }
 
 func (c *Client) start(parent context.Context) *call {
 	tctx, tcancel := context.WithTimeoutCause(parent, c.cfg.RequestTimeout, errRequestTimeout)
 	ctx, cancel := context.WithCancelCause(tctx)
 	wd := newWatchdog(cancel, c.cfg.HeaderTimeout, c.cfg.IdleTimeout, c.cfg.FirstByteTimeout)
-	return &call{parent: parent, ctx: ctx, wd: wd, timeout: c.cfg.RequestTimeout, done: func() {
+	return &call{parent: parent, ctx: ctx, wd: wd, timeout: c.cfg.RequestTimeout, progress: c.cfg.ProgressTimeout, done: func() {
 		wd.stop()
 		cancel(nil)
 		tcancel()

@@ -590,14 +590,16 @@ func TestChatRequestTimeout(t *testing.T) {
 			wantMsg:   []string{"request timeout 300ms"},
 		},
 		{
-			name: "tokens stopped, keep-alives hide the silence",
+			// Keep-alives do not hide the silence: no token for the idle
+			// timeout cuts the stream (issue 29 item 4), before the request timeout.
+			name: "tokens stopped, keep-alives do not hide the silence",
 			cfg:  Config{RequestTimeout: 400 * time.Millisecond, IdleTimeout: 100 * time.Millisecond},
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				writeEvents(w, plain[0]+plain[1])
 				every(w, r, ": keep-alive\n\n")
 			},
 			wantClass: ServerDown,
-			wantMsg:   []string{"request timeout 400ms"},
+			wantMsg:   []string{"no token for 1", "bytes that carried none", "stream without progress"},
 		},
 	}
 	for _, tt := range tests {

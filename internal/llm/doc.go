@@ -40,6 +40,14 @@
 // tool calls, 4 bytes per token id; 32 MiB without max_tokens). The error
 // is Retryable and names the budget: the answer's fault, an attempt spent.
 //
+// Every byte counts: the lines that carry no token (SSE comments such as
+// ": keepalive", other fields, blank lines, data chunks with nothing in
+// them) count against the same byte budget beside the answer, and such
+// lines for ProgressTimeout (default IdleTimeout) with no token end the
+// stream as silence would. That error is ServerDown wrapping ErrNoProgress:
+// whether one stream or the whole server makes no progress is the
+// dispatcher's judgement.
+//
 // # Keep-alive races
 //
 // A server may close an idle keep-alive connection just as a request goes

@@ -337,6 +337,7 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 	// One Decoder per stream keeps its scanner and decode state between
 	// chunks; json.Unmarshal would rebuild them for every chunk.
 	dec := json.NewDecoder(&src)
+	dr := drift{since: time.Now()}
 	for !done {
 		line, err := lr.next()
 		if err != nil {
@@ -345,30 +346,22 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 			}
 			break // the choice is complete; only [DONE] (and maybe usage) is missing
 		}
-		if len(line) == 0 || line[0] == ':' {
-			continue
-		}
-		data, ok := bytes.CutPrefix(line, dataPrefix)
-		if !ok {
-			continue // event:, id:, retry: carry nothing for us
-		}
-		data = bytes.TrimSpace(data)
-		if string(data) == "[DONE]" {
-			done = true
-			break
-		}
-		if err := decodeChunk(dec, &src, &ch, data); err != nil {
+		size := a.size
+		var delta bool
+		delta, done, err = readLine(k, dec, &src, &ch, &a, b, line)
+		if err != nil {
 			return Result{}, err
 		}
-		delta := a.add(&ch)
-		if err := b.check(k.deltas+btoi(delta), a.size); err != nil {
+		// Every byte counts: what carried no token counts against the budget.
+		now := time.Now()
+		if err := dr.line(len(line)+1, delta || a.size > size || done, b, a.size, k.progress, now); err != nil {
 			return Result{}, err
 		}
 		if delta {
 			k.deltas++
-			k.lastDelta = time.Now()
+			k.lastDelta = now
 			if a.ttft == 0 {
-				a.ttft = time.Since(start)
+				a.ttft = now.Sub(start)
 			}
 			if onDelta != nil {
 				onDelta(1)
@@ -386,6 +379,27 @@ func readStream(k *call, body io.Reader, start time.Time, b budget, onDelta func
 		return Result{}, &Error{Class: Retryable, Msg: "chat stream: server aborted the request (finish_reason abort)"}
 	}
 	return a.result(string(ch.Model), string(ch.SystemFingerprint)), nil
+}
+
+// readLine applies one SSE line: whether it carried a delta, whether it was
+// the stream's [DONE], or the error that ends the stream.
+func readLine(k *call, dec *json.Decoder, src *bytes.Reader, ch *streamChunk, a *assembler, b budget, line []byte) (delta, done bool, err error) {
+	if len(line) == 0 || line[0] == ':' {
+		return false, false, nil
+	}
+	data, ok := bytes.CutPrefix(line, dataPrefix)
+	if !ok {
+		return false, false, nil // event:, id:, retry: carry nothing for us
+	}
+	data = bytes.TrimSpace(data)
+	if string(data) == "[DONE]" {
+		return false, true, nil
+	}
+	if err := decodeChunk(dec, src, ch, data); err != nil {
+		return false, false, err
+	}
+	delta = a.add(ch)
+	return delta, false, b.check(k.deltas+btoi(delta), a.size)
 }
 
 func btoi(b bool) int {

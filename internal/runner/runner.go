@@ -392,6 +392,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		endpoints = append(endpoints, dispatch.Endpoint{URL: url, Client: llm.New(llm.Config{
 			BaseURL: url, APIKey: key, MaxConns: fleet.MaxConns(spec),
 			RequestTimeout: spec.Generation.RequestTimeout, IdleTimeout: spec.Generation.IdleTimeout, HeaderTimeout: spec.Generation.HeaderTimeout,
+			ProgressTimeout: fleet.ProgressTimeout(spec),
 		})}) // token id fields go per request, once the server's engine is known (dispatch.Server)
 	}
 	params, err := spec.Generation.Params()
@@ -518,9 +519,13 @@ func (r *runState) alertFailed(ctx context.Context, t monitor.Transition, err er
 	r.event(ctx, store.Event{Kind: "alert_failed", Subject: t.Subject, State: string(t.To), Evidence: err.Error()})
 }
 
-// observeRequest feeds one finished request to regen's own metrics.
+// observeRequest feeds one finished request to regen's own metrics and
+// each answer to the fleet.
 func (r *runState) observeRequest(a dispatch.Attempt) {
 	if r.o.Metrics != nil {
 		r.o.Metrics.ObserveRequest(a.Lane, a.Endpoint, a.Outcome, a.Duration, a.TTFT, a.CompletionTokens)
+	}
+	if a.Outcome == dispatch.OutcomeOK {
+		r.fleet.ObserveAnswer(a.Endpoint, a.TokenIDs)
 	}
 }

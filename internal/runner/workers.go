@@ -7,6 +7,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/crew"
 	"github.com/regen-dev/regen/internal/export"
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 )
 
@@ -78,7 +79,8 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 	if err != nil {
 		return export.Summary{}, false, err
 	}
-	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TrainTruncated: spec.Output.TrainTruncated, EngineOf: spec.EngineOf, JobDir: spec.Dir})
+	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir})
 	if err != nil {
 		return sum, false, err
 	}

@@ -63,7 +63,12 @@ type Config struct {
 	DefaultMaxTokens  int     // when a request sets none; 0 = context length - prompt
 	Reasoning         string  // auto (from chat_template_kwargs) | always | never
 	ReasoningFraction float64 // share of output tokens that are reasoning_content
-	ToolCallFraction  float64 // share of requests with tools that call one
+	// ChatTemplate renders token ids: append-only (every message as sent)
+	// or drop-reasoning (earlier assistant turns without their reasoning,
+	// as Kimi-K2.5's template: a later prompt then does not start with an
+	// earlier prompt and answer as generated).
+	ChatTemplate     string
+	ToolCallFraction float64 // share of requests with tools that call one
 
 	HealthTimeout   time.Duration // /health generation probe timeout (SGLang: 20 s)
 	WatchdogTimeout time.Duration // a hung batch crashes the server after this; 0 = off
@@ -153,6 +158,7 @@ func DefaultConfig() Config {
 		TruncateFraction:         0.02,
 		Reasoning:                "auto",
 		ReasoningFraction:        0.3,
+		ChatTemplate:             TemplateAppendOnly,
 		ToolCallFraction:         0.5,
 		HealthTimeout:            20 * time.Second,
 		WatchdogTimeout:          300 * time.Second,
@@ -208,6 +214,7 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Float64Var(&c.TruncateFraction, "truncate-fraction", c.TruncateFraction, "share of requests that run to max_tokens (finish_reason length)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "max_tokens when a request sets none (0 = context length minus prompt)")
 	fs.StringVar(&c.Reasoning, "reasoning", c.Reasoning, "reasoning_content: auto (when chat_template_kwargs thinking/enable_thinking is true), always, never")
+	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "the token-id chat template: append-only, or drop-reasoning (earlier assistant turns rendered without reasoning)")
 	fs.Float64Var(&c.ReasoningFraction, "reasoning-fraction", c.ReasoningFraction, "share of output tokens sent as reasoning_content")
 	fs.Float64Var(&c.ToolCallFraction, "tool-call-fraction", c.ToolCallFraction, "share of requests with tools that answer with a tool call")
 	durationVar(fs, &c.HealthTimeout, "health-timeout", "/health generation probe timeout (SGLANG_HEALTH_CHECK_TIMEOUT)")
@@ -390,6 +397,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("new-token-ratio-decay-steps %d: want at least 1", c.NewTokenRatioDecaySteps)
 	case c.Reasoning != "auto" && c.Reasoning != "always" && c.Reasoning != "never":
 		return fmt.Errorf("reasoning %q: want auto, always or never", c.Reasoning)
+	case c.ChatTemplate != "" && c.ChatTemplate != TemplateAppendOnly && c.ChatTemplate != TemplateDropReasoning:
+		return fmt.Errorf("chat-template %q: want %s or %s", c.ChatTemplate, TemplateAppendOnly, TemplateDropReasoning)
 	case c.modelName() == "":
 		return fmt.Errorf("served-model-name: empty (set it or --model-path)")
 	}

@@ -46,7 +46,9 @@
 // tokenizer (tokens.go): an append-only chat template in which each
 // generated word is one id, so an answer sent back in the history is the
 // same ids at the same place; its prompt_tokens is then the rendered ids'
-// count. Requests that do not ask keep the byte estimate.
+// count. Config.ChatTemplate drop-reasoning renders earlier assistant turns
+// without their reasoning instead (Kimi-K2.5's template does so), so a
+// thinking answer is not in the next prompt as it was generated. Requests that do not ask keep the byte estimate.
 //
 // Faults (Fault, from Config shortcuts, Config.Faults or a YAML scenario)
 // crash the server with an exit code and the engine's crash text, hang or

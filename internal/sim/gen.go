@@ -217,7 +217,11 @@ func (p *promptRead) readChat(in *genRequest, c *Config) string {
 		p.h.add(m.ToolCalls)
 		p.tokens += estimateTokens(len(m.Content)+len(m.ToolCalls), c.BytesPerToken) + 4
 		if p.ids != nil {
-			p.ids = messageIDs(p.ids, m.Role, m.Content, m.ReasoningContent, m.ToolCalls)
+			reasoning := m.ReasoningContent
+			if c.ChatTemplate == TemplateDropReasoning && m.Role == "assistant" {
+				reasoning = nil // an earlier turn's thinking is not in the prompt
+			}
+			p.ids = messageIDs(p.ids, m.Role, m.Content, reasoning, m.ToolCalls)
 			p.tokens = len(p.ids)
 		}
 		p.prefixes = append(p.prefixes, prefixSeg{p.h.h, p.tokens})

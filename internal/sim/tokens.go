@@ -28,6 +28,12 @@ const (
 	pieceBytes = 4
 )
 
+// The chat templates of Config.ChatTemplate.
+const (
+	TemplateAppendOnly    = "append-only"
+	TemplateDropReasoning = "drop-reasoning"
+)
+
 // Ways a request asks for token ids (docs/engines.md §10).
 const (
 	idsNone   = iota

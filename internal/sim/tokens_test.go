@@ -178,3 +178,44 @@ func postJSON(t *testing.T, url, body string) []byte {
 	}
 	return b
 }
+
+// TestDropReasoningTemplate: with the drop-reasoning chat template an
+// earlier answer's reasoning is not in the next prompt even when the
+// history sends it (Kimi-K2.5's template), so turn 1's prompt starts with
+// turn 0's prompt but not with turn 0's prompt and answer as generated;
+// an answer without reasoning still comes back whole.
+func TestDropReasoningTemplate(t *testing.T) {
+	cfg := testConfig()
+	cfg.ChatTemplate = TemplateDropReasoning
+	_, url, _ := startServer(t, cfg)
+	c := llm.New(llm.Config{BaseURL: url, TokenIDFields: []string{"return_token_ids"}})
+	t.Cleanup(c.Close)
+	for _, tt := range []struct {
+		name       string
+		extra      string
+		wantPrefix bool
+	}{
+		{"thinking sent back", `,"chat_template_kwargs":{"thinking":true}`, false},
+		{"no thinking", "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r0, r1 := chatTurns(t, c, tt.extra, true)
+			if tt.extra != "" && r0.ReasoningContent == "" {
+				t.Fatal("turn 0 generated no reasoning")
+			}
+			if !slices.Equal(r1.PromptTokenIDs[:len(r0.PromptTokenIDs)], r0.PromptTokenIDs) {
+				t.Errorf("turn 1's prompt does not start with turn 0's prompt")
+			}
+			head := append(slices.Clone(r0.PromptTokenIDs), r0.CompletionTokenIDs...)
+			got := len(r1.PromptTokenIDs) > len(head) && slices.Equal(r1.PromptTokenIDs[:len(head)], head)
+			if got != tt.wantPrefix {
+				t.Errorf("turn 0's prompt+answer ids at the head of turn 1's prompt: %v, want %v", got, tt.wantPrefix)
+			}
+		})
+	}
+	bad := testConfig()
+	bad.ChatTemplate = "jinja"
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), "chat-template") {
+		t.Errorf("Validate with chat template %q: %v; want an error naming chat-template", bad.ChatTemplate, err)
+	}
+}
