@@ -154,7 +154,7 @@ func checkSlurmOutput(t *testing.T, out string) {
 			t.Errorf("no regen run started in task %s", task)
 		}
 	}
-	exported := len(regexp.MustCompile(`(?m)^[01]: .*output: sharegpt`).FindAllString(out, -1))
+	exported := len(regexp.MustCompile(`(?m)^[01]: .*output: sharegpt +\d+ rows`).FindAllString(out, -1))
 	waited := len(regexp.MustCompile(`(?m)^[01]: .*export: already written by another worker`).FindAllString(out, -1))
 	if exported != 1 || waited != 1 {
 		t.Errorf("%d tasks exported and %d found the export written, want 1 and 1", exported, waited)
