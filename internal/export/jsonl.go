@@ -138,7 +138,11 @@ func (s *sharegptSink) files() []*output {
 	return out
 }
 
-func (s *sharegptSink) write(r *record) error {
+func (s *sharegptSink) write(r *record) error { return writeTrainingRows(r, s.writeRow) }
+
+// writeTrainingRows hands a done sample's training rows (its conversation,
+// or one row per turn) to writeRow; other samples have none.
+func writeTrainingRows(r *record, writeRow func(*record) error) error {
 	if r.row.State != store.Done {
 		return nil
 	}
@@ -147,7 +151,7 @@ func (s *sharegptSink) write(r *record) error {
 		return err
 	}
 	for _, t := range rows {
-		if err := s.writeRow(t); err != nil {
+		if err := writeRow(t); err != nil {
 			return err
 		}
 	}

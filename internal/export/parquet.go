@@ -6,8 +6,6 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
-
-	"github.com/regen-dev/regen/internal/store"
 )
 
 // ParquetRow is one done sample in the Parquet export, in the layout of
@@ -246,21 +244,7 @@ func (s *parquetSink) files() []*output {
 	return out
 }
 
-func (s *parquetSink) write(r *record) error {
-	if r.row.State != store.Done {
-		return nil
-	}
-	rows, err := r.rows()
-	if err != nil {
-		return err
-	}
-	for _, t := range rows {
-		if err := s.writeRow(t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (s *parquetSink) write(r *record) error { return writeTrainingRows(r, s.writeRow) }
 
 // writeRow writes one training row: a conversation, or one turn of it.
 func (s *parquetSink) writeRow(r *record) error {
