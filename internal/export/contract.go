@@ -193,14 +193,7 @@ func checkCalls(at string, raw json.RawMessage, tools map[string]bool) (map[stri
 	if !present(raw) {
 		return nil, nil
 	}
-	var calls []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	}
+	var calls []storedToolCall
 	if err := json.Unmarshal(raw, &calls); err != nil || len(calls) == 0 {
 		return nil, fmt.Errorf("%s.tool_calls: want a non-empty list of calls", at)
 	}

@@ -115,18 +115,22 @@ func contentText(raw json.RawMessage) string {
 	return strings.Join(texts, "\n")
 }
 
+// storedToolCall is a tool call as a stored message holds it: arguments
+// may be JSON text or an object.
+type storedToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
 // toolCallLines puts a message's tool calls in one shape, arguments as
 // JSON text (a source may give them as an object); nil when there are
 // none or they are not a list of calls.
 func toolCallLines(raw json.RawMessage) []toolCallLine {
-	var calls []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	}
+	var calls []storedToolCall
 	if len(raw) == 0 || json.Unmarshal(raw, &calls) != nil || len(calls) == 0 {
 		return nil
 	}
