@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,32 +98,19 @@ func TestE2EBrokenMidJobStandin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var chats, failed, first atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch r.URL.Path {
-				case "/health":
-				case "/v1/models":
-					fmt.Fprint(w, `{"object":"list","data":[{"id":"sim-model"}]}`)
-				case "/v1/chat/completions":
-					chats.Add(1)
-					first.CompareAndSwap(0, time.Now().UnixNano())
-					if time.Since(time.Unix(0, first.Load())) > 1500*time.Millisecond {
-						failed.Add(1)
-						tt.fail(w)
-						return
-					}
-					time.Sleep(50 * time.Millisecond)
-					w.Header().Set("Content-Type", "text/event-stream")
-					fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"four\"},\"finish_reason\":null}]}\n\n")
-					fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n")
-					fmt.Fprint(w, "data: [DONE]\n\n")
-				default:
-					http.NotFound(w, r)
+			var failed, first atomic.Int64
+			url, chats := chatStandin(t, "sim-model", func(w http.ResponseWriter, r *http.Request) {
+				first.CompareAndSwap(0, time.Now().UnixNano())
+				if time.Since(time.Unix(0, first.Load())) > 1500*time.Millisecond {
+					failed.Add(1)
+					tt.fail(w)
+					return
 				}
-			}))
-			defer srv.Close()
+				time.Sleep(50 * time.Millisecond)
+				streamOneToken(w)
+			})
 			const rows = 300
-			dir := writeBrokenJob(t, srv.URL, "sglang", "3s", rows)
+			dir := writeBrokenJob(t, url, "sglang", "3s", rows)
 			res := regen(t, dir, "run", "job.yaml")
 			done := checkBrokenStop(t, dir, res, rows, tt.wantErr)
 			t.Logf("stopped after %s, exit %d: %d done, %d pending, 0 dead; %d requests, %d of them failed",
@@ -195,32 +181,20 @@ func TestE2EBrokenNotByOwnErrorLast(t *testing.T) {
 	t.Parallel()
 	const rows = 60
 	var badSent atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-		case "/v1/models":
-			fmt.Fprint(w, `{"object":"list","data":[{"id":"sim-model"}]}`)
-		case "/v1/chat/completions":
-			body, _ := io.ReadAll(r.Body)
-			if strings.Contains(string(body), fmt.Sprintf("q%03d:", rows-1)) {
-				badSent.Add(1)
-				time.Sleep(100 * time.Millisecond)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusInternalServerError)
-				fmt.Fprint(w, `{"error":{"message":"template error"}}`)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"four\"},\"finish_reason\":null}]}\n\n")
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n")
-			fmt.Fprint(w, "data: [DONE]\n\n")
-		default:
-			http.NotFound(w, r)
+	url, _ := chatStandin(t, "sim-model", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), fmt.Sprintf("q%03d:", rows-1)) {
+			badSent.Add(1)
+			time.Sleep(100 * time.Millisecond)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"error":{"message":"template error"}}`)
+			return
 		}
-	}))
-	defer srv.Close()
-	dir := writeBrokenJob(t, srv.URL, "sglang", "3s", rows)
+		time.Sleep(50 * time.Millisecond)
+		streamOneToken(w)
+	})
+	dir := writeBrokenJob(t, url, "sglang", "3s", rows)
 	res := regen(t, dir, "run", "job.yaml")
 	if res.code != 0 || strings.Contains(res.stderr, "monitor.broken_after") {
 		t.Fatalf("run with one bad prompt last exited %d, want 0 and no broken endpoint:\n%s", res.code, res)

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -64,22 +62,9 @@ func TestE2EServerSpeaksSomethingElse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var chats atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch r.URL.Path {
-				case "/health":
-				case "/v1/models":
-					fmt.Fprint(w, `{"object":"list","data":[{"id":"m"}]}`)
-				case "/v1/chat/completions":
-					chats.Add(1)
-					tt.handler(w, r)
-				default:
-					http.NotFound(w, r)
-				}
-			}))
-			defer srv.Close()
+			url, chats := chatStandin(t, "m", tt.handler)
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(misfitJob, srv.URL)), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(fmt.Sprintf(misfitJob, url)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 100)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 )
 
@@ -59,23 +57,12 @@ func TestE2ERefusingServer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var chats atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch r.URL.Path {
-				case "/health":
-				case "/v1/models":
-					fmt.Fprint(w, `{"object":"list","data":[{"id":"real-model"}]}`)
-				case "/v1/chat/completions":
-					chats.Add(1)
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(tt.status)
-					fmt.Fprint(w, tt.body)
-				default:
-					http.NotFound(w, r)
-				}
-			}))
-			defer srv.Close()
-			dir := writeRefusalJob(t, srv.URL, "sglang", "", 10, 200)
+			url, chats := chatStandin(t, "real-model", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				fmt.Fprint(w, tt.body)
+			})
+			dir := writeRefusalJob(t, url, "sglang", "", 10, 200)
 			res := regen(t, dir, "run", "job.yaml")
 			t.Logf("stopped after %d requests, exit %d: %s", chats.Load(), res.code, strings.TrimSpace(res.stderr))
 			if res.code == 0 {
