@@ -177,6 +177,14 @@ func DefaultConfig() Config {
 // defaults. Flag names follow SGLang's where SGLang has the knob, so a
 // script can pass SGLang's command line to the simulator.
 func RegisterFlags(fs *pflag.FlagSet, c *Config) {
+	registerServerFlags(fs, c)
+	registerCostFlags(fs, c)
+	registerOutputFlags(fs, c)
+	registerFaultFlags(fs, c)
+}
+
+// registerServerFlags binds the server the simulator presents: engine dialect, model, pool and limits.
+func registerServerFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&c.Engine, "engine", c.Engine, "dialect to imitate: sglang, vllm or llamacpp (routes, metric names, health rules, log lines)")
 	fs.StringVar(&c.APIShape, "api-shape", c.APIShape, "the engine's API as of today (current) or before (previous): SGLang /v1/loads and /server_info or only /get_server_info; vLLM kv_cache_usage_perc, /load and max_model_len or gpu_cache_usage_perc")
 	fs.IntVar(&c.Slots, "parallel", c.Slots, "llamacpp: slots (llama-server --parallel); each gets --context-length / slots tokens")
@@ -191,6 +199,10 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.ChunkedPrefillSize, "chunked-prefill-size", c.ChunkedPrefillSize, "echoed in logs and server info")
 	fs.IntVar(&c.TP, "tp", c.TP, "tensor parallel size (echoed)")
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", c.MemFractionStatic, "echoed in server info")
+}
+
+// registerCostFlags binds the cost model: time scale, prefill and decode step times, admission and streaming.
+func registerCostFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Float64Var(&c.Speed, "speed", c.Speed, "time scale: 1 = real time, 60 = one simulated minute per second")
 	durationVar(fs, &c.LoadTime, "load-time", "simulated weight loading before the port binds")
 	durationVar(fs, &c.WarmupTime, "warmup-time", "after binding, /health answers 503 for this long")
@@ -207,6 +219,10 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.RetractDecodeSteps, "retract-decode-steps", c.RetractDecodeSteps, "free tokens per running request kept after a retraction")
 	fs.IntVar(&c.DecodeLogInterval, "decode-log-interval", c.DecodeLogInterval, "decode steps between Decode batch lines and gauge updates")
 	fs.IntVar(&c.StreamInterval, "stream-interval", c.StreamInterval, "tokens per streamed chunk, as SGLang's flag: the stream gets a chunk with this many tokens' text (fewer at a change of part or at the end)")
+}
+
+// registerOutputFlags binds what the answers look like: lengths, reasoning, tool calls, chat template.
+func registerOutputFlags(fs *pflag.FlagSet, c *Config) {
 	durationVar(fs, &c.VLLMLogInterval, "vllm-log-interval", "interval of vLLM's throughput log line")
 	fs.Float64Var(&c.BytesPerToken, "bytes-per-token", c.BytesPerToken, "prompt token estimate: message bytes divided by this")
 	fs.IntVar(&c.OutputMean, "output-mean", c.OutputMean, "mean output length in tokens (lognormal, capped at max_tokens)")
@@ -217,6 +233,10 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "the token-id chat template: append-only, or drop-reasoning (earlier assistant turns rendered without reasoning)")
 	fs.Float64Var(&c.ReasoningFraction, "reasoning-fraction", c.ReasoningFraction, "share of output tokens sent as reasoning_content")
 	fs.Float64Var(&c.ToolCallFraction, "tool-call-fraction", c.ToolCallFraction, "share of requests with tools that answer with a tool call")
+}
+
+// registerFaultFlags binds injected faults: crashes, hangs, errors, cuts, throttles.
+func registerFaultFlags(fs *pflag.FlagSet, c *Config) {
 	durationVar(fs, &c.HealthTimeout, "health-timeout", "/health generation probe timeout (SGLANG_HEALTH_CHECK_TIMEOUT)")
 	durationVar(fs, &c.WatchdogTimeout, "watchdog-timeout", "a batch stuck this long crashes the server (0 = off)")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed for output lengths and content")
