@@ -24,10 +24,10 @@ type Layout struct {
 	Source string `json:"source,omitempty"`
 }
 
-// headerBytes is what a file holds besides its tensors: the 8-byte length
+// HeaderBytes is what a file holds besides its tensors: the 8-byte length
 // and the JSON header naming both tensors, padded to 8 (about 150 bytes
 // for two tensors without metadata; 256 leaves room for a __metadata__).
-const headerBytes = 256
+const HeaderBytes = 256
 
 // MarginPercent is the headroom a capture keeps over its estimate before
 // it starts: the token counts come from the servers' usage and the header
@@ -38,7 +38,7 @@ const MarginPercent = 5
 // hidden_states (tokens x layers x hidden x dtype bytes), its token_ids
 // (8 bytes each) and its header.
 func FileBytes(tokens int, l Layout) int64 {
-	return headerBytes + int64(tokens)*(8+int64(l.Layers)*int64(l.Hidden)*int64(DTypeBytes(l.DType)))
+	return HeaderBytes + int64(tokens)*(8+int64(l.Layers)*int64(l.Hidden)*int64(DTypeBytes(l.DType)))
 }
 
 // Estimate is the storage a job's capture writes: every capture of a done
@@ -52,7 +52,7 @@ type Estimate struct {
 	Bytes         int64  `json:"bytes"` // all files, estimated
 	Captured      int    `json:"captured"`
 	CapturedBytes int64  `json:"captured_bytes"` // of the files already captured, as recorded
-	Dir           string `json:"dir"`            // the folder the files go to
+	Dir           string `json:"dir"`            // the folder the files go to, as the messages name it (relative to the job file)
 	FreeBytes     int64  `json:"free_bytes"`     // available to regen on Dir's filesystem
 }
 
@@ -138,29 +138,35 @@ func (e *SpaceError) Error() string {
 func (e Estimate) Need() string {
 	files := ""
 	if e.Files != e.Samples {
-		files = fmt.Sprintf(" (%s turn rows)", commas(int64(e.Files)))
+		files = fmt.Sprintf(" (%s turn rows)", Commas(int64(e.Files)))
 	}
 	done := ""
 	if e.Captured > 0 {
-		done = fmt.Sprintf(", less %s already captured in %s files", FormatBytes(e.CapturedBytes), commas(int64(e.Captured)))
+		done = fmt.Sprintf(", less %s already captured in %s files", FormatBytes(e.CapturedBytes), Commas(int64(e.Captured)))
 	}
 	return fmt.Sprintf("needs %s for %s samples%s (%s tokens x %d layers x %d hidden x %d bytes %s%s, + %d%% margin); %s has %s free",
-		FormatBytes(e.Remaining()+e.Margin()), commas(int64(e.Samples)), files, commas(e.Tokens), e.Layers, e.Hidden,
+		FormatBytes(e.Remaining()+e.Margin()), Commas(int64(e.Samples)), files, Commas(e.Tokens), e.Layers, e.Hidden,
 		DTypeBytes(e.DType), e.DType, done, MarginPercent, e.Dir, FormatBytes(e.FreeBytes))
 }
 
-// Check measures the free space of e.Dir and returns e with it, and a
-// *SpaceError when the files still to write do not fit with the margin.
-func (e Estimate) Check() (Estimate, error) {
-	free, err := FreeSpace(e.Dir)
+// Measure returns e with the free space of the filesystem holding path
+// (the capture folder, absolute).
+func (e Estimate) Measure(path string) (Estimate, error) {
+	free, err := FreeSpace(path)
 	if err != nil {
 		return e, err
 	}
 	e.FreeBytes = free
-	if !e.Fits() {
-		return e, &SpaceError{Estimate: e}
-	}
 	return e, nil
+}
+
+// Refusal is a *SpaceError when the files still to write, with the
+// margin, do not fit in the free space measured; nil when they do.
+func (e Estimate) Refusal() error {
+	if e.Fits() {
+		return nil
+	}
+	return &SpaceError{Estimate: e}
 }
 
 // FormatBytes writes a size in decimal units as df -H does: "412 GB",
@@ -177,8 +183,8 @@ func FormatBytes(b int64) string {
 	return strconv.FormatFloat(v, 'f', 0, 64) + " " + units[i]
 }
 
-// commas writes n with thousands separators: 88,000.
-func commas(n int64) string {
+// Commas writes n with thousands separators: 88,000.
+func Commas(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")

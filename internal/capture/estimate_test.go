@@ -34,8 +34,8 @@ func TestFileBytesCoversRealFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		est := FileBytes(c.tokens, Layout{Layers: c.layers, Hidden: c.hidden, DType: c.dtype.String()})
-		if est < st.Size() || est-st.Size() > headerBytes {
-			t.Errorf("%+v: FileBytes = %d, real file %d bytes: want real <= estimate <= real+%d", c, est, st.Size(), headerBytes)
+		if est < st.Size() || est-st.Size() > HeaderBytes {
+			t.Errorf("%+v: FileBytes = %d, real file %d bytes: want real <= estimate <= real+%d", c, est, st.Size(), HeaderBytes)
 		}
 	}
 }
@@ -77,7 +77,7 @@ func TestEstimateStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Estimate{Layout: l, Samples: 2, Files: c.files, Tokens: c.tokens, Bytes: c.tokens*perToken + int64(c.files)*headerBytes}
+		want := Estimate{Layout: l, Samples: 2, Files: c.files, Tokens: c.tokens, Bytes: c.tokens*perToken + int64(c.files)*HeaderBytes}
 		if e != want {
 			t.Errorf("turn rows %v: EstimateStore = %+v, want %+v", c.turnRows, e, want)
 		}
@@ -179,7 +179,10 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 	if fits.Bytes != 10*per {
 		t.Fatalf("estimate %d bytes, want 10 x %d", fits.Bytes, per)
 	}
-	got, err := fits.Check()
+	got, err := fits.Measure(dir)
+	if err == nil {
+		err = got.Refusal()
+	}
 	if err != nil {
 		t.Fatalf("10 files of %d bytes on a 1 MB tmpfs: %v, want them to fit", per, err)
 	}
@@ -192,7 +195,10 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	big.Dir = dir
-	_, err = big.Check()
+	if big, err = big.Measure(dir); err != nil {
+		t.Fatal(err)
+	}
+	err = big.Refusal()
 	var se *SpaceError
 	want := "hidden-state capture needs 1.1 MB for 13 samples (3,900 tokens x 2 layers x 64 hidden x 2 bytes bf16, + 5% margin); " + dir + " has 1.0 MB free"
 	if !errors.As(err, &se) || err.Error() != want {
@@ -202,7 +208,10 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(fsDir, "ballast"), make([]byte, 400<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fits.Check(); !errors.As(err, &se) || !strings.Contains(err.Error(), "has 639 kB free") {
+	if fits, err = fits.Measure(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := fits.Refusal(); !errors.As(err, &se) || !strings.Contains(err.Error(), "has 639 kB free") {
 		t.Fatalf("after 400 KiB of ballast: %v, want a SpaceError naming 639 kB free (1,048,576 - 409,600 bytes)", err)
 	}
 }
