@@ -71,7 +71,7 @@ capture:
 	defer st.Close()
 	var samples []store.NewSample
 	for i := range n {
-		samples = append(samples, store.NewSample{ID: fmt.Sprint(i), Partition: "p", Lane: "short", Body: []byte(`{}`)})
+		samples = append(samples, store.NewSample{ID: fmt.Sprint(i), Partition: "p", Lane: "short", Body: []byte(`{"messages":[{"role":"user","content":"q"}]}`)})
 	}
 	if _, err := st.Ingest(ctx, samples); err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ capture:
 		t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
 	for _, c := range claimed {
-		if err := st.Complete(ctx, c.ID, "me", store.Result{Response: []byte(`{}`), FinishReason: "stop", PromptTokens: 200, CompletionTokens: 100}); err != nil {
+		if err := st.Complete(ctx, c.ID, "me", store.Result{Response: []byte(`{"content":"a"}`), FinishReason: "stop", PromptTokens: 200, CompletionTokens: 100}); err != nil {
 			t.Fatal(err)
 		}
 	}
