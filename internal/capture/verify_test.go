@@ -120,4 +120,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
