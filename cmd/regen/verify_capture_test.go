@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -132,5 +134,45 @@ func recordCapturesFrom(t *testing.T, jobPath string, from int) {
 	sum := sha256.Sum256(body)
 	if err := st.RecordCapture(ctx, c, store.CapturedFile{CaptureKey: k, Path: spec.Rel(path), Bytes: 4, SHA256: hex.EncodeToString(sum[:]), Tokens: 1, Layers: 2, Hidden: 64, DType: "bf16"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStatusShowsCapture: regen status reads the capture's progress from
+// the store (the counts of its table, the total its walk recorded) into
+// the text and the JSON; a job without a capture section has "capture":
+// null.
+func TestStatusShowsCapture(t *testing.T) {
+	ctx := context.Background()
+	jobPath := captureJob(t, "hidden_states", 4)
+	spec := recordCaptures(t, jobPath, 3)
+	st, err := openExisting(ctx, spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.SetMeta(ctx, monitor.CaptureRowsMeta, "4", true); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_ = writeStatus(ctx, &out, spec, st, time.Now(), "", false) // no runner ever beat: exit 2, the text is what counts
+	if want := "hidden states: 3 of 4 captured (75.0%), 0 dead, 0 in flight; 12 kB, 900 tokens"; !strings.Contains(out.String(), want) {
+		t.Errorf("status text lacks %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	_ = writeStatus(ctx, &out, spec, st, time.Now(), "", true)
+	var doc struct {
+		Capture *monitor.CaptureProgress `json:"capture"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if c := doc.Capture; c == nil || c.Total == nil || *c.Total != 4 || c.Captured != 3 || c.Bytes != 4096+4097+4098 || c.Tokens != 900 {
+		t.Errorf("status --json capture = %+v", doc.Capture)
+	}
+	spec.Capture = nil
+	out.Reset()
+	_ = writeStatus(ctx, &out, spec, st, time.Now(), "", true)
+	if !strings.Contains(out.String(), `"capture": null`) {
+		t.Errorf("status --json of a job without capture lacks \"capture\": null")
 	}
 }

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -169,34 +168,8 @@ func (e Estimate) Refusal() error {
 	return &SpaceError{Estimate: e}
 }
 
-// FormatBytes writes a size in decimal units as df -H does: "412 GB",
-// "1.3 TB", "850 kB".
-func FormatBytes(b int64) string {
-	units := []string{"B", "kB", "MB", "GB", "TB", "PB", "EB"}
-	v, i := float64(b), 0
-	for v >= 1000 && i < len(units)-1 {
-		v, i = v/1000, i+1
-	}
-	if i > 0 && v < 10 {
-		return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64) + " " + units[i]
-}
+// FormatBytes writes a size in decimal units as df -H does (monitor.Size).
+func FormatBytes(b int64) string { return monitor.Size(b) }
 
-// Commas writes n with thousands separators: 88,000.
-func Commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+// Commas writes n with thousands separators (monitor.Count).
+func Commas(n int64) string { return monitor.Count(n) }

@@ -101,14 +101,6 @@ func TestEstimateNeed(t *testing.T) {
 	}
 }
 
-func TestFormatBytes(t *testing.T) {
-	for b, want := range map[int64]string{0: "0 B", 999: "999 B", 1000: "1.0 kB", 1_048_576: "1.0 MB", 412_000_000_000: "412 GB", 1_299_000_000_000: "1.3 TB", 99_999: "100 kB"} {
-		if got := FormatBytes(b); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", b, got, want)
-		}
-	}
-}
-
 // smallFS mounts a tmpfs of size bytes on a fresh folder, unmounted at
 // cleanup. Mounting needs root (CAP_SYS_ADMIN): CI runs as root, so there
 // the test fails without it; elsewhere it skips loudly.
