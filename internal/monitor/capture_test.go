@@ -13,7 +13,9 @@ type captureStore struct {
 	meta   map[string]string
 }
 
-func (c captureStore) CaptureCounts(context.Context) (store.CaptureCounts, error) { return c.counts, nil }
+func (c captureStore) CaptureCounts(context.Context) (store.CaptureCounts, error) {
+	return c.counts, nil
+}
 func (c captureStore) Meta(_ context.Context, k string) (string, bool, error) {
 	v, ok := c.meta[k]
 	return v, ok, nil
