@@ -220,3 +220,78 @@ func exportedIDs(t *testing.T, dir string) map[string][]int64 {
 	}
 	return out
 }
+
+// TestE2ECaptureFaults: each fault the capture simulator injects into
+// every file (or answer) makes regen capture exit 1 naming the fault's
+// kind for the first dead sample, every sample dead after
+// capture.max_attempts with that kind as its evidence, and nothing placed.
+func TestE2ECaptureFaults(t *testing.T) {
+	t.Parallel()
+	gen := t.TempDir()
+	writeCaptureJob(t, gen, "http://127.0.0.1:1", 6)
+	// Generation only: the same job without its capture: section.
+	genOnly := captureJobYAML[:strings.Index(captureJobYAML, "capture:")]
+	if err := os.WriteFile(filepath.Join(gen, "job.yaml"), []byte(genOnly), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := regen(t, gen, "run", "--no-export", "job.yaml"); res.code != 0 || !strings.Contains(res.stdout, "regen: job cap done: 6 samples") {
+		t.Fatalf("generation:\n%s", res)
+	}
+	for _, tt := range []struct{ fault, kind string }{
+		{sim.HiddenFaultNaN, capture.KindNaN},
+		{sim.HiddenFaultWrongIDs, capture.KindTokenIDs},
+		{sim.HiddenFaultMissing, capture.KindMissing},
+		{sim.HiddenFaultTruncated, capture.KindTruncated},
+		{sim.HiddenFaultWrongPromptIDs, capture.KindPromptIDs},
+		{sim.HiddenFaultSlow, capture.KindSlow},
+	} {
+		t.Run(tt.fault, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			url := startCaptureSim(t, filepath.Join(dir, "server_out"), 1, tt.fault) // slow: the file ends 2 s after the answer
+			for _, f := range []string{"a.jsonl", "cap.db"} {
+				b, err := os.ReadFile(filepath.Join(gen, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			job := strings.Replace(fmt.Sprintf(captureJobYAML, url), "  down_after: 2m\n", "  down_after: 2m\n  max_attempts: 2\n  file_wait: 500ms\n", 1)
+			if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			res := regen(t, dir, "capture", "job.yaml")
+			if res.code != 1 || !strings.Contains(res.stderr, "6 of 6 rows dead (first: A/a-00000: "+tt.kind+": ") {
+				t.Fatalf("capture with fault %s: want exit 1 naming %q\n%s", tt.fault, tt.kind, res)
+			}
+			// regen run, with generation finished, exports and captures:
+			// the dead captures fail it too.
+			if res := regen(t, dir, "run", "job.yaml"); res.code != 1 || !strings.Contains(res.stderr, "6 of 6 rows dead (first: A/a-00000: "+tt.kind+": ") {
+				t.Errorf("regen run after the capture failed: want exit 1 naming %q\n%s", tt.kind, res)
+			}
+			db := openStoreRO(t, filepath.Join(dir, "cap.db"))
+			rows, err := db.Query(`SELECT key, state, attempts, last_error FROM captures`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				var key, state, evidence string
+				var attempts int
+				if err := rows.Scan(&key, &state, &attempts, &evidence); err != nil {
+					t.Fatal(err)
+				}
+				n++
+				if state != "dead" || attempts != 2 || !strings.HasPrefix(evidence, tt.kind+": ") {
+					t.Errorf("%s: %s after %d attempts, evidence %q; want dead after 2 naming %s", key, state, attempts, evidence, tt.kind)
+				}
+			}
+			if entries, _ := os.ReadDir(filepath.Join(dir, "hidden_states")); n != 6 || len(entries) != 0 {
+				t.Errorf("%d captures recorded (want 6 dead), %d files placed (want 0)", n, len(entries))
+			}
+		})
+	}
+}
