@@ -371,3 +371,38 @@ func TestRunServerDown(t *testing.T) {
 		t.Errorf("attempts spent on an outage: %v", fails)
 	}
 }
+
+// TestRunWorkersShare: two workers capturing one job at once (a shared
+// store) capture every row once between them: each key is claimed by
+// one, the other waits for it and neither records it twice.
+func TestRunWorkersShare(t *testing.T) {
+	t.Parallel()
+	url, _ := capSim(t, "", 0, nil)
+	st := doneStore(t, 60)
+	cfg := testConfig(t, url)
+	cfg.PerTurn, cfg.Shared, cfg.Lease = true, true, 5*time.Second
+	sums := make([]Summary, 2)
+	errs := make([]error, 2)
+	done := make(chan int)
+	for w := range 2 {
+		go func() {
+			c := cfg
+			c.Owner = fmt.Sprintf("w%d", w)
+			sums[w], errs[w] = Run(context.Background(), st, c)
+			done <- w
+		}()
+	}
+	<-done
+	<-done
+	for w := range 2 {
+		if errs[w] != nil {
+			t.Fatalf("worker %d: %v", w, errs[w])
+		}
+	}
+	if got := sums[0].Captured + sums[1].Captured; got != 80 || sums[0].Captured == 0 || sums[1].Captured == 0 {
+		t.Errorf("captured %d + %d, want 80 rows between two busy workers", sums[0].Captured, sums[1].Captured)
+	}
+	if files := listed(t, st, cfg); len(files) != 80 {
+		t.Errorf("%d files recorded, want 80", len(files))
+	}
+}
