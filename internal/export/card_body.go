@@ -147,6 +147,8 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 	b.WriteString("## Configs and row schema\n\n")
 	if turns {
 		b.WriteString("The training files hold the same rows, one per assistant turn (`output.token_rows: turn`): `id` is `<conversation id>/turn<k>`, `conversation_id` the conversation's id, `turn` k (from 1), `conversations` the messages up to and including that turn's answer, `input_ids` that turn's prompt ids as the server returned them followed by its completion ids, `loss_mask` 1 exactly on the completion ids.\n\n")
+	} else if m.Export != nil && m.Export.Profile.specForge() {
+		b.WriteString("The ShareGPT file holds one row per assistant turn (SpecForge's row shape), the Parquet file one row per conversation.\n\n")
 	} else {
 		b.WriteString("The training files hold the same conversations, one row each.\n\n")
 	}
@@ -182,6 +184,10 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 				b.WriteString("\n`endpoint`, `seed`, `generation`, `model`, `engine`, `engine_version`, `system_fingerprint` and `sampling` are null: the export ran with `output.metadata: minimal`.\n")
 			}
 		case FormatShareGPT:
+			if m.Export != nil && m.Export.Profile.specForge() {
+				cardSpecForgeColumns(b, m.Export.Profile, tokens)
+				break
+			}
 			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
 			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens, turns)...)
 			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {

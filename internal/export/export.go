@@ -163,6 +163,9 @@ type Options struct {
 	// JobDir is the job file's folder: dead letters' origins are written
 	// relative to it (job.RelTo), also those stored absolute.
 	JobDir string
+	// Profile is the trainer the ShareGPT training file is laid out for
+	// (output.trainer, ProfileOf).
+	Profile Profile
 }
 
 // Store is what export reads: the whole-job walks its files stream from
@@ -191,6 +194,9 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 			return Summary{}, fmt.Errorf("%w %q (want %s)", ErrUnknownFormat, f, strings.Join(Formats, ", "))
 		}
 		want[f] = true
+	}
+	if err := o.Profile.check(o); err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
 	}
 	data := filepath.Join(dir, DataDir)
 	if err := os.MkdirAll(data, 0o755); err != nil {
@@ -350,7 +356,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), sidePaths(path(noIDsSuffix), path(truncSuffix), o), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), sidePaths(path(noIDsSuffix), path(truncSuffix), o), full, o.TokenIDs, o.Profile)); err != nil {
 			return nil, err
 		}
 	}
@@ -479,6 +485,7 @@ func (x *exporter) row(row store.Row) error {
 	rec.engineName = x.o.EngineOf
 	rec.turnRows = x.o.TokenIDs && x.o.TokenRows == TokenRowsTurn
 	rec.keepHistoryReasoning = x.o.KeepHistoryReasoning
+	rec.specForge = x.o.Profile.specForge()
 	if x.hold != nil && x.hold(rec) {
 		return nil
 	}

@@ -393,7 +393,7 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
 		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
-	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs, TrainTruncated: o.TrainTruncated}
+	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs, TrainTruncated: o.TrainTruncated, Profile: o.Profile}
 	if o.TokenIDs && o.TokenRows == TokenRowsTurn {
 		m.Export.TokenRows, m.Export.KeepHistoryReasoning = TokenRowsTurn, o.KeepHistoryReasoning
 	}
