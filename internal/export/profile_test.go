@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -210,4 +211,103 @@ func TestSpecForgeProfileRefuses(t *testing.T) {
 			t.Errorf("%+v: left %s behind", o, DataDir)
 		}
 	}
+}
+
+// TestProfileFilesMeetTrainerRules exports a mixed store under every
+// trainer profile, with and without token ids, and holds each ShareGPT
+// training file (and its no-token-ids file) to the rules of
+// testdata/trainers/rules.json that apply to the profile, the Parquet
+// files to the rules of every training file; each export verifies.
+func TestProfileFilesMeetTrainerRules(t *testing.T) {
+	rules := loadTrainerRules(t)
+	turn := func(p Profile) Options { return Options{Profile: p, TokenIDs: true, TokenRows: TokenRowsTurn} }
+	tests := []struct {
+		tag  string
+		rows func(*testing.T) []store.Row
+		o    Options
+	}{
+		{"speculators", func(t *testing.T) []store.Row { return trainerStore(t).rows }, Options{Profile: Profile{Trainer: TrainerSpeculators}, TokenIDs: true}},
+		{"specforge", func(t *testing.T) []store.Row { return trainerStore(t).rows }, Options{Profile: Profile{Trainer: TrainerSpecForge, Switches: []string{"thinking"}}}},
+		{"specforge", func(t *testing.T) []store.Row { return trainerStore(t).rows }, turn(Profile{Trainer: TrainerSpecForge, Switches: []string{"thinking"}})},
+		{"specforge-harmony", thinkingRows, Options{Profile: Profile{Trainer: TrainerSpecForge, Harmony: true}}},
+		{"specforge-harmony", harmonyTokenRows, turn(Profile{Trainer: TrainerSpecForge, Harmony: true})},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s,token_ids=%v", tt.tag, tt.o.TokenIDs), func(t *testing.T) {
+			dir := t.TempDir()
+			sum, err := ExportWith(context.Background(), &fakeStore{rows: tt.rows(t)}, dir, []string{FormatShareGPT, FormatParquet}, "j", tt.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sum.Verified.Problems) != 0 {
+				t.Errorf("verify: %v", sum.Verified.Problems)
+			}
+			checked := 0
+			for _, f := range sum.Files {
+				var rows []map[string]any
+				tag := tt.tag
+				switch f.Format {
+				case FormatShareGPT, FormatShareGPTNoTokenIDs:
+					b, err := os.ReadFile(f.Path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					lines := strings.Split(string(bytes.TrimSpace(b)), "\n")
+					rows = parseRows(t, lines)
+					for i, l := range lines {
+						if err := CheckShareGPTLine([]byte(l)); err != nil && tag != "specforge-harmony" {
+							t.Errorf("%s line %d: %v", filepath.Base(f.Path), i+1, err)
+						}
+					}
+				case FormatParquet, FormatParquetNoTokenIDs:
+					rows, tag = profileParquet(t, f, tt.o), "parquet"
+				default:
+					continue
+				}
+				if len(rows) == 0 || len(rows) != f.Rows {
+					t.Fatalf("%s: %d rows, manifest %d; want some", f.Path, len(rows), f.Rows)
+				}
+				checked++
+				for _, r := range rules {
+					if tag == "parquet" && len(r.Profiles) > 0 || tag != "parquet" && !r.holds(tag) {
+						continue
+					}
+					if err := trainerChecks[r.Rule](rows); err != nil {
+						t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
+					}
+				}
+			}
+			if checked < 2 {
+				t.Errorf("%d training files checked, want the ShareGPT and Parquet ones at least", checked)
+			}
+		})
+	}
+}
+
+// profileParquet reads a Parquet training file in the schema its options give.
+func profileParquet(t *testing.T, f File, o Options) []map[string]any {
+	turns := o.TokenIDs && o.TokenRows == TokenRowsTurn
+	switch {
+	case turns && f.Format == FormatParquetNoTokenIDs:
+		return parquetMaps[ParquetTurnNoIDsRow](t, f.Path)
+	case turns:
+		return parquetMaps[ParquetTurnRow](t, f.Path)
+	case o.TokenIDs && f.Format == FormatParquetNoTokenIDs:
+		return parquetMaps[ParquetNoIDsRow](t, f.Path)
+	case o.TokenIDs:
+		return parquetMaps[ParquetTokenRow](t, f.Path)
+	}
+	return parquetMaps[ParquetRow](t, f.Path)
+}
+
+// harmonyTokenRows are thinkingRows with token ids on the two-turn
+// conversation (its turns each have a row of ids) and none on the other.
+func harmonyTokenRows(t *testing.T) []store.Row {
+	rows := thinkingRows(t)
+	a0 := answer(ids(1, 2, 3), ids(40, 41))
+	a0.Content, a0.ReasoningContent = "first", "why first"
+	a1 := answer(ids(1, 2, 3, 40, 2, 9), ids(60, 61))
+	a1.Content, a1.ReasoningContent = "second", "why second"
+	rows[0].Prior[0].Response, rows[0].Result.Response = result(t, a0), result(t, a1)
+	return rows
 }
