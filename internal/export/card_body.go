@@ -129,8 +129,13 @@ func qualityRules(q map[string]any) []string {
 
 // cardLayoutNote says where the training files are, why the card has one
 // config, and what chat_template_kwargs is for.
-func cardLayoutNote(b *strings.Builder) {
-	b.WriteString("They are in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. Each row's `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
+func cardLayoutNote(b *strings.Builder, m *Manifest) {
+	b.WriteString("They are in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. ")
+	rows := "Each row's"
+	if m.Export != nil && m.Export.Profile.specForge() {
+		rows = "Each Parquet row's" // the ShareGPT rows carry the switches as columns
+	}
+	b.WriteString(rows + " `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
 }
 
 // cardSchemas gives each config's row layout, read from the types the
@@ -159,7 +164,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 	if n := m.Totals.TokenIDs; n != nil {
 		fmt.Fprintf(b, "%s with token ids: %d; without: %d.\n\n", unit, n.With, n.Unavailable)
 	}
-	cardLayoutNote(b)
+	cardLayoutNote(b, m)
 	for i, c := range configs {
 		def := ", the config"
 		if i > 0 {
