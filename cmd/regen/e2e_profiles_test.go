@@ -49,8 +49,12 @@ func TestE2ETrainerProfilesOneRowSchema(t *testing.T) {
 		if err := os.WriteFile(job, []byte(head+"  formats: [sharegpt, parquet]\n"+e.output), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if res := regen(t, dir, "export", "job.yaml", "--out", e.out); res.code != 0 {
+		res := regen(t, dir, "export", "job.yaml", "--out", e.out)
+		if res.code != 0 {
 			t.Fatalf("export %s: %s", e.out, res)
+		}
+		if said := strings.Contains(res.stdout, "done conversations: train them with data.train_only_last_turn: true"); said != strings.Contains(e.out, "specforge") {
+			t.Errorf("export %s says how to train SpecForge's rows: %v\n%s", e.out, said, res.stdout)
 		}
 	}
 	for _, e := range exports {
