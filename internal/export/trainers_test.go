@@ -362,11 +362,8 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 						pqConv[r["id"].(string)] = r["conversations"]
 					}
 					for _, r := range rules {
-						if f.Format == FormatParquetTruncated {
-							break // not a training file
-						}
-						if len(r.Profiles) > 0 {
-							continue // the ShareGPT file's layout (TestProfileFilesMeetTrainerRules)
+						if f.Format == FormatParquetTruncated || len(r.Profiles) > 0 {
+							continue // not a training file; a rule of a profile's ShareGPT file
 						}
 						if err := trainerChecks[r.Rule](rows); err != nil {
 							t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
@@ -390,11 +387,8 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 					t.Fatalf("%s: %d rows, manifest %d; want some", f.Path, len(rows), f.Rows)
 				}
 				for _, r := range rules {
-					if f.Format == FormatShareGPTTruncated {
-						break // not a training file
-					}
-					if !r.holds("") {
-						continue
+					if f.Format == FormatShareGPTTruncated || !r.holds("") {
+						continue // not a training file; a rule of another profile
 					}
 					if err := trainerChecks[r.Rule](rows); err != nil {
 						t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
