@@ -18,13 +18,23 @@ func cardProfile(b *strings.Builder, m *Manifest) {
 	case TrainerSpeculators:
 		b.WriteString("Written with `output.trainer: speculators`, for vLLM speculators. Its loader reads this layout as it is: `conversations` (roles system, user, assistant, tool; `tool_calls`, `tool_call_id`, `reasoning_content`) and `tools` as JSON text; with token ids, `input_ids` and `loss_mask` pass through. It renders each assistant turn as a row of its own through vLLM's `/render`, which it calls without `chat_template_kwargs`: pass each row's `chat_template_kwargs` there when they are not the template's defaults.\n\n")
 	case TrainerSpecForge:
-		cardSpecForge(b, p)
+		cardSpecForge(b, m, p)
 	default:
 		b.WriteString("Written without `output.trainer`: the layout SpecForge and speculators both read where they agree. `output.trainer: specforge` or `speculators` lays the files out for one of them.\n\n")
 	}
 }
 
-func cardSpecForge(b *strings.Builder, p Profile) {
+// shareGPTRows are the rows of the ShareGPT training file.
+func shareGPTRows(m *Manifest) int {
+	for _, f := range m.Files {
+		if f.Format == FormatShareGPT {
+			return f.Rows
+		}
+	}
+	return 0
+}
+
+func cardSpecForge(b *strings.Builder, m *Manifest, p Profile) {
 	b.WriteString("Written with `output.trainer: specforge`, for SpecForge. The ShareGPT training file holds one row per assistant turn, in the shape of SpecForge's generation events (`scripts/expand_reasoning_conversations.py`): `id` is `<conversation id>/turn<k>`, `source_id` the conversation's id, `assistant_turn_index` the turn from 0, `conversations` the messages up to and including that turn's answer, earlier answers as they were sent back to the server. Train it with `data.train_only_last_turn: true`, so each row supervises its own answer only. The Parquet file keeps the layout both trainers read (SpecForge reads no Parquet).\n\n")
 	if p.Harmony {
 		b.WriteString("The model is gpt-oss: `conversations` use the roles of SpecForge's `gpt-oss` template, each answer as `assistant_analysis` (its reasoning) then `assistant_final` (its content), and rows carry no other column, since SpecForge's harmony parser takes none.\n\n")
@@ -35,7 +45,7 @@ func cardSpecForge(b *strings.Builder, p Profile) {
 	if p.Harmony {
 		b.WriteString("- Its harmony parser writes its own system header (`Reasoning: low`, a fixed date) before a row that does not start with a system message, and a system message replaces that header: the prompt is not the server's rendering.\n")
 	} else {
-		b.WriteString("- A row without a system message gets the template's default system prompt (\"You are a helpful assistant.\" for its qwen, qwen3, kimi-k2 and deepseek-v3 templates), which the server was never sent.\n")
+		fmt.Fprintf(b, "- A row without a system message (%d of the %d rows here) gets the template's default system prompt (\"You are a helpful assistant.\" for its qwen, qwen3, kimi-k2 and deepseek-v3 templates), which the server was never sent.\n", m.Totals.NoSystemRows, shareGPTRows(m))
 		b.WriteString("- Its general parser keeps only `role`, `content` and `tool_calls` of a message: tool results lose `tool_call_id` (a template that prints the id renders another prompt) and `reasoning_content` is dropped; thinking templates keep both.\n")
 		b.WriteString("- Its thinking parser sets `enable_thinking` to true whatever the row says and never sends `thinking`, the switch DeepSeek-V3.1/V3.2 and Kimi read: the `thinking` column is what carries it to their templates.\n")
 	}

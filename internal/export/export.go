@@ -119,6 +119,10 @@ type Summary struct {
 	// Refreshed are the formats not asked for that an earlier export had
 	// written into the directory, written again (earlierFormats).
 	Refreshed []string
+	// NoSystemRows counts, under the SpecForge profile, the ShareGPT
+	// training rows without a system message: SpecForge gives them its
+	// template's default system prompt.
+	NoSystemRows int
 	// Verified is the check of the files just written (Verify).
 	Verified Report
 	// DoneByGeneration counts done samples by the configuration
@@ -220,6 +224,11 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	x.sum.Warnings = damaged
 	if err := x.stream(ctx, st); err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	for _, s := range w.list {
+		if g, ok := s.(*sharegptSink); ok {
+			x.sum.NoSystemRows = g.noSystem
+		}
 	}
 	outs, err := w.finish()
 	if err != nil {

@@ -98,6 +98,9 @@ type sharegptSink struct {
 	enc, noIDsEnc, truncEnc lineEncoder
 	full, tokens            bool
 	profile                 Profile
+	// noSystem counts the training file's rows without a system message,
+	// under the SpecForge profile (SpecForge inserts its own).
+	noSystem int
 }
 
 func newShareGPT(create createFunc, path string, side sides, full, tokens bool, profile Profile) (*sharegptSink, error) {
@@ -191,6 +194,9 @@ func (s *sharegptSink) writeRow(r *record) error {
 		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)
 	}
 	out.rows++
+	if out == s.out && s.profile.specForge() && (len(r.conv) == 0 || r.conv[0].Role != "system") {
+		s.noSystem++
+	}
 	return nil
 }
 

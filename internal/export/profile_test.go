@@ -142,7 +142,7 @@ func TestSpecForgeProfileRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"`output.trainer: specforge`", "train_only_last_turn: true", "You are a helpful assistant.", "enable_thinking", "tool_call_id"} {
+	for _, want := range []string{"`output.trainer: specforge`", "train_only_last_turn: true", "(2 of the 3 rows here) gets the template's default system prompt", "enable_thinking", "tool_call_id"} {
 		if !strings.Contains(string(card), want) {
 			t.Errorf("card does not say %q", want)
 		}
