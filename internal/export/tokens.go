@@ -28,6 +28,8 @@ type tokenSeq struct {
 func tokenSequence(answers []llm.Result, engine func(turn int) string) tokenSeq {
 	for k, a := range answers {
 		switch {
+		case a.TokenIDsUnavailable != "":
+			return tokenSeq{Missing: "unavailable: " + a.TokenIDsUnavailable}
 		case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
 			return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine(k), conversation.Ordinal(k))}
 		case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:

@@ -81,6 +81,15 @@ func TestTokenSequence(t *testing.T) {
 			want:    tokenSeq{Missing: "unavailable: llamacpp (turn 2 has no token ids)"},
 		},
 		{
+			name: "ids found wrong after the answer",
+			answers: []llm.Result{answer(ids(1), ids(10)), func() llm.Result {
+				a := answer(ids(1, 10, 2), ids(20))
+				a.TokenIDsUnavailable = "turn 2's prompt ids differ from the server's render at index 2"
+				return a
+			}()},
+			want: tokenSeq{Missing: "unavailable: turn 2's prompt ids differ from the server's render at index 2"},
+		},
+		{
 			name: "fewer ids than completion tokens",
 			answers: []llm.Result{{PromptTokenIDs: ids(1), CompletionTokenIDs: ids(2, 3),
 				Usage: llm.Usage{PromptTokens: 1, CompletionTokens: 3}}},
@@ -301,4 +310,18 @@ func openParquet(t *testing.T, path string) *parquet.File {
 		t.Fatal(err)
 	}
 	return pf
+}
+
+// TestTurnTokensUnavailable: a turn whose ids a check found wrong is a row
+// without ids, with the check's reason, although the server returned ids.
+func TestTurnTokensUnavailable(t *testing.T) {
+	a := answer(ids(1, 10, 2), ids(20))
+	if got := turnTokens(a, "vllm", 1); len(got.InputIDs) != 4 || got.Missing != "" {
+		t.Fatalf("turn with ids: %+v", got)
+	}
+	a.TokenIDsUnavailable = "turn 2's prompt ids differ from the server's render at index 2"
+	want := tokenSeq{Missing: "unavailable: turn 2's prompt ids differ from the server's render at index 2"}
+	if diff := cmp.Diff(want, turnTokens(a, "vllm", 1)); diff != "" {
+		t.Errorf("turnTokens (-want +got):\n%s", diff)
+	}
 }

@@ -34,6 +34,8 @@ type turnKeys struct {
 // across turns.
 func turnTokens(a llm.Result, engine string, k int) tokenSeq {
 	switch {
+	case a.TokenIDsUnavailable != "":
+		return tokenSeq{Missing: "unavailable: " + a.TokenIDsUnavailable}
 	case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
 		return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine, conversation.Ordinal(k))}
 	case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:
