@@ -17,9 +17,7 @@ const (
 
 // turnRowID names turn k's row of a sample: "<sample id>/turn<k>", k
 // counted from 1 as the token_ids reasons count turns.
-func turnRowID(sampleID string, k int) string {
-	return fmt.Sprintf("%s/turn%d", sampleID, conversation.Ordinal(k))
-}
+func turnRowID(sampleID string, k int) string { return conversation.TurnRowID(sampleID, k) }
 
 // turnKeys are what a turn row adds to a ShareGPT line: the conversation
 // (sample) it belongs to and its turn, counted from 1.
