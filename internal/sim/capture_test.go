@@ -132,6 +132,8 @@ func half(h uint16) float32 {
 	switch {
 	case exp == 0x1f && frac != 0:
 		return float32(math.NaN())
+	case exp == 0x1f:
+		return sign * float32(math.Inf(1))
 	case exp == 0 && frac == 0:
 		return 0 * sign
 	}
@@ -189,25 +191,30 @@ func TestHiddenStatesWire(t *testing.T) {
 // (lock, then file), shows exactly the damage it names; the others' files
 // stay whole.
 func TestHiddenStatesFaults(t *testing.T) {
-	tests := []struct {
-		fault string
-		check func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, raw []byte, err error)
-	}{
-		{HiddenFaultNaN, func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, _ []byte, err error) {
+	// oneBad checks that exactly one element, the middle token's first, is bad.
+	oneBad := func(what string, bad func(float64) bool) func(*testing.T, captureAnswer, safetensors.SafeTensors, []byte, error) {
+		return func(t *testing.T, _ captureAnswer, st safetensors.SafeTensors, _ []byte, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
 			hs, _ := st.Tensor("hidden_states")
-			var nans []int
+			var at []int
 			for i, v := range decodeFloats(t, hs) {
-				if v != v {
-					nans = append(nans, i)
+				if bad(float64(v)) {
+					at = append(at, i)
 				}
 			}
-			if diff := cmp.Diff([]int{len(testIDs) / 2 * 24}, nans); diff != "" {
-				t.Errorf("NaN elements (-want +got):\n%s", diff)
+			if diff := cmp.Diff([]int{len(testIDs) / 2 * 24}, at); diff != "" {
+				t.Errorf("%s elements (-want +got):\n%s", what, diff)
 			}
-		}},
+		}
+	}
+	tests := []struct {
+		fault string
+		check func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, raw []byte, err error)
+	}{
+		{HiddenFaultNaN, oneBad("NaN", math.IsNaN)},
+		{HiddenFaultInf, oneBad("+Inf", func(v float64) bool { return math.IsInf(v, 1) })},
 		{HiddenFaultWrongIDs, func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, _ []byte, err error) {
 			if err != nil {
 				t.Fatal(err)
@@ -247,14 +254,20 @@ func TestHiddenStatesFaults(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.fault, func(t *testing.T) {
-			c := captureConfig(t)
-			c.HiddenStatesFault = tt.fault
-			_, url, _ := startServer(t, c)
-			a := askCapture(t, url, testIDs)
-			st, raw, err := readCapture(t, a.KVTransferParams.HiddenStatesPath)
-			tt.check(t, a, st, raw, err)
-		})
+		dtypes := []string{"bf16"}
+		if tt.fault == HiddenFaultNaN || tt.fault == HiddenFaultInf {
+			dtypes = []string{"bf16", "f16", "f32"} // each dtype's encoding of the bad value
+		}
+		for _, dt := range dtypes {
+			t.Run(tt.fault+"/"+dt, func(t *testing.T) {
+				c := captureConfig(t)
+				c.HiddenStatesFault, c.HiddenDType = tt.fault, dt
+				_, url, _ := startServer(t, c)
+				a := askCapture(t, url, testIDs)
+				st, raw, err := readCapture(t, a.KVTransferParams.HiddenStatesPath)
+				tt.check(t, a, st, raw, err)
+			})
+		}
 	}
 }
 
