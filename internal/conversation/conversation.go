@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/regen-dev/regen/internal/llm"
@@ -205,12 +204,6 @@ func link(t Turn, gen []llm.ToolCall, k int) []Message {
 // Stored and JSON turn fields stay 0-based indices (their documentation
 // says so).
 func Ordinal(k int) int { return k + 1 }
-
-// TurnRowID names the training row of turn k of a sample (output.token_rows:
-// turn): "<sample id>/turn<k>", k counted from 1.
-func TurnRowID(sampleID string, k int) string {
-	return sampleID + "/turn" + strconv.Itoa(Ordinal(k))
-}
 
 // Continue reports whether turn k+1 can follow res, the answer to turn k,
 // and why not when it cannot. After the last turn it is false with no reason.

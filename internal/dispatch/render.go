@@ -7,6 +7,7 @@ import (
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // Renderer is a Chatter that can also render a request into its prompt
@@ -45,7 +46,7 @@ func (d *Dispatcher) checkRender(ctx context.Context, cl *call, c store.Claimed,
 	}
 	res.TokenIDsUnavailable = fmt.Sprintf("turn %d's prompt ids differ from the server's render of its messages (POST %s) at index %d: %s",
 		conversation.Ordinal(t.index), s.Render, at, detail)
-	d.log.Warn("prompt ids differ from the render", "row", conversation.TurnRowID(c.ID, t.index), "index", at, "detail", detail, "endpoint", e.url)
+	d.log.Warn("prompt ids differ from the render", "row", tokenrows.TurnRowID(c.ID, t.index), "index", at, "detail", detail, "endpoint", e.url)
 }
 
 // firstDifference is the first index where the returned and rendered ids

@@ -312,16 +312,3 @@ func openParquet(t *testing.T, path string) *parquet.File {
 	return pf
 }
 
-// TestTurnTokensUnavailable: a turn whose ids a check found wrong is a row
-// without ids, with the check's reason, although the server returned ids.
-func TestTurnTokensUnavailable(t *testing.T) {
-	a := answer(ids(1, 10, 2), ids(20))
-	if got := turnTokens(a, "vllm", 1); len(got.InputIDs) != 4 || got.Missing != "" {
-		t.Fatalf("turn with ids: %+v", got)
-	}
-	a.TokenIDsUnavailable = "turn 2's prompt ids differ from the server's render at index 2"
-	want := tokenSeq{Missing: "unavailable: turn 2's prompt ids differ from the server's render at index 2"}
-	if diff := cmp.Diff(want, turnTokens(a, "vllm", 1)); diff != "" {
-		t.Errorf("turnTokens (-want +got):\n%s", diff)
-	}
-}
