@@ -117,7 +117,7 @@ func changedID(ids []int64) []int64 {
 	return out
 }
 
-// write writes the file as the connector does: lock first, then the file in
+// writeCapture writes the file as the connector does: lock first, then the file in
 // place, then the lock released. It returns once the answer may be sent:
 // under the slow fault the file is still being written then (by a goroutine
 // that ends with the server).
