@@ -311,4 +311,3 @@ func openParquet(t *testing.T, path string) *parquet.File {
 	}
 	return pf
 }
-
