@@ -396,3 +396,58 @@ func BenchmarkHiddenStatesCapture(b *testing.B) {
 	b.ReportMetric(float64(bytes)/float64(b.N), "file-bytes/op")
 	b.SetBytes(bytes / int64(b.N))
 }
+
+// TestHiddenStatesWriterDiesWithServer: a server that ends during a slow
+// write leaves the half file and releases the lock, as a killed vLLM does
+// (the kernel drops a dead process's flock); a reader that waited for the
+// lock then finds a file that does not parse.
+func TestHiddenStatesWriterDiesWithServer(t *testing.T) {
+	c := captureConfig(t)
+	c.HiddenStatesFault = HiddenFaultSlow
+	c.HiddenStatesSlow = 1e6 * time.Second // far beyond the test
+	s, url, _ := startServer(t, c)
+	path := askCapture(t, url, testIDs).KVTransferParams.HiddenStatesPath
+	s.Close() // waits for the writer
+	lock, err := os.Open(path + ".lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("lock after the server ended: %v, want it free", err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil || len(raw) == 0 {
+		t.Fatalf("half file: %d bytes, %v", len(raw), err)
+	}
+	if _, err := safetensors.Deserialize(raw); err == nil {
+		t.Errorf("the half file (%d bytes) parses", len(raw))
+	}
+}
+
+// TestCompletionTokenIDs: as vLLM, a completion that asks for token ids
+// gets its prompt's and output's ids in its choice (a text prompt's ids
+// from the simulator's tokenizer, counted as its prompt tokens), and no
+// kv_transfer_params without --hidden-states.
+func TestCompletionTokenIDs(t *testing.T) {
+	c := testConfig()
+	c.Engine = EngineVLLM
+	_, url, _ := startServer(t, c)
+	var out struct {
+		Choices []struct {
+			PromptTokenIDs []int64 `json:"prompt_token_ids"`
+			TokenIDs       []int64 `json:"token_ids"`
+		} `json:"choices"`
+		Usage            usage           `json:"usage"`
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	body := `{"model":"m","prompt":"queues and caches and more","max_tokens":5,"return_token_ids":true}`
+	if err := json.Unmarshal(postJSON(t, url+"/v1/completions", body), &out); err != nil {
+		t.Fatal(err)
+	}
+	ch := out.Choices[0]
+	if len(ch.PromptTokenIDs) == 0 || len(ch.PromptTokenIDs) != out.Usage.PromptTokens || len(ch.TokenIDs) != out.Usage.CompletionTokens || out.KVTransferParams != nil {
+		t.Errorf("prompt ids %v (prompt_tokens %d), %d output ids (completion_tokens %d), kv_transfer_params %s",
+			ch.PromptTokenIDs, out.Usage.PromptTokens, len(ch.TokenIDs), out.Usage.CompletionTokens, out.KVTransferParams)
+	}
+}
