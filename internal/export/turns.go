@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/regen-dev/regen/internal/conversation"
-	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // Token row modes (output.token_rows): one training row per conversation,
@@ -15,37 +15,14 @@ const (
 	TokenRowsTurn         = "turn"
 )
 
-// turnRowID names turn k's row of a sample: "<sample id>/turn<k>", k
-// counted from 1 as the token_ids reasons count turns.
-func turnRowID(sampleID string, k int) string {
-	return fmt.Sprintf("%s/turn%d", sampleID, conversation.Ordinal(k))
-}
+// turnRowID names turn k's row of a sample (tokenrows.TurnRowID).
+func turnRowID(sampleID string, k int) string { return tokenrows.TurnRowID(sampleID, k) }
 
 // turnKeys are what a turn row adds to a ShareGPT line: the conversation
 // (sample) it belongs to and its turn, counted from 1.
 type turnKeys struct {
 	ConversationID string `json:"conversation_id"`
 	Turn           int    `json:"turn"`
-}
-
-// turnTokens is turn k's own row of token ids: the prompt ids the server
-// returned for that request, then its completion ids, loss on the
-// completion alone. Any template gives these, since nothing is aligned
-// across turns.
-func turnTokens(a llm.Result, engine string, k int) tokenSeq {
-	switch {
-	case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
-		return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine, conversation.Ordinal(k))}
-	case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:
-		return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d has %d completion ids for %d completion tokens", conversation.Ordinal(k), len(a.CompletionTokenIDs), a.Usage.CompletionTokens)}
-	}
-	ids := make([]int32, 0, len(a.PromptTokenIDs)+len(a.CompletionTokenIDs))
-	ids = append(append(ids, a.PromptTokenIDs...), a.CompletionTokenIDs...)
-	mask := make([]int8, len(ids))
-	for i := len(a.PromptTokenIDs); i < len(ids); i++ {
-		mask[i] = 1
-	}
-	return tokenSeq{InputIDs: ids, LossMask: mask}
 }
 
 // rows are the training rows of a done record: itself, or with turn rows
@@ -89,7 +66,7 @@ func (r *record) turnRow(k int) (*record, error) {
 		conv = withoutEarlierReasoning(conv)
 	}
 	t.conv = conv
-	toks := turnTokens(r.answers[k], r.engineOf(k), k)
+	toks := tokenrows.Turn(r.answers[k], r.engineOf(k), k)
 	t.toks = &toks
 	return &t, nil
 }

@@ -107,6 +107,7 @@ func (s *Spec) applyDefaults() {
 	setDur(s, &s.Monitor.BrokenAfter, "monitor.broken_after", DefaultBrokenAfter)
 	setDur(s, &s.Monitor.StartDeadline, "monitor.start_deadline", DefaultStartDeadline)
 	s.applyTrainingDefaults()
+	s.captureDefaults()
 }
 
 // storeDefaults names the default SQLite file after the job and resolves

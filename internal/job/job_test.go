@@ -232,6 +232,19 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/endpoints.yaml:9: endpoints[5].url: "http://e:99999": port 99999 is not 1 to 65535`,
 			`testdata/endpoints.yaml:10: balance: "sideways" is not one of affinity, tokens`,
 		}},
+		{"capture_invalid.yaml", []string{
+			`testdata/capture_invalid.yaml:6: capture.endpoints[0].url: "http://127.0.0.1:8000/v1/completions" is an API route: write the server root (http://127.0.0.1:8000); regen adds /v1/chat/completions itself`,
+			`testdata/capture_invalid.yaml:7: capture.endpoints[1].url: "ftp://x": want an http:// or https:// URL`,
+			`testdata/capture_invalid.yaml:4: capture: needs output.token_ids: true (the capture sends each sample's exact token ids)`,
+			`testdata/capture_invalid.yaml:8: capture.concurrency: must be >= 1`,
+			`testdata/capture_invalid.yaml:9: capture.dir: must be a folder of its own, not the job's folder`,
+			`testdata/capture_invalid.yaml:10: capture.layers: must be >= 0 (0 = as the first file says)`,
+			`testdata/capture_invalid.yaml:11: capture.hidden: must be >= 0 (0 = as the first file says)`,
+			`testdata/capture_invalid.yaml:12: capture.dtype: unknown dtype "fp8" (want bf16, f16, f32, or leave it out to take the first file's)`,
+			`testdata/capture_invalid.yaml:13: capture.max_attempts: must be >= 1`,
+			`testdata/capture_invalid.yaml:14: capture.request_timeout: must be > 0`,
+			`testdata/capture_invalid.yaml:15: capture.down_after: must be >= 0 (0 waits for ever)`,
+		}},
 		{"neither.yaml", []string{
 			`testdata/neither.yaml:1: endpoints: set endpoints (servers to call) or server (a server regen launches)`,
 		}},
@@ -268,6 +281,25 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("Load(%s) error is not a *FieldError: %T", tt.file, err)
 			}
 		})
+	}
+}
+
+func TestLoadCaptureDefaults(t *testing.T) {
+	got, err := Load("testdata/capture.yaml")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := &Capture{
+		Endpoints:   []CaptureEndpoint{{URL: "http://127.0.0.1:8000"}, {URL: "http://127.0.0.1:8001", APIKeyEnv: "CAPTURE_KEY"}},
+		Concurrency: DefaultCaptureConcurrency, Dir: filepath.Join(abs(t, "testdata"), DefaultCaptureDir), Model: "m1",
+		Layers: 3, DType: "bf16", MaxAttempts: DefaultCaptureAttempts,
+		RequestTimeout: DefaultCaptureRequestTimeout, DownAfter: DefaultCaptureDownAfter, FileWait: DefaultCaptureFileWait,
+	}
+	if d := cmp.Diff(want, got.Capture); d != "" {
+		t.Errorf("capture (-want +got):\n%s", d)
+	}
+	if s, err := Load("testdata/neither.yaml"); err == nil && s.Capture != nil {
+		t.Errorf("a job without capture: got %+v", s.Capture)
 	}
 }
 

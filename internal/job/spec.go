@@ -27,6 +27,8 @@ type Spec struct {
 	Quality Quality `yaml:"quality"`
 	Alerts  Alerts  `yaml:"alerts"`
 	Monitor Monitor `yaml:"monitor"`
+	// Capture is hidden-state capture after generation; nil = none.
+	Capture *Capture `yaml:"capture"`
 
 	// Path is the job file's path; Dir its directory. Relative paths in the
 	// spec are resolved against Dir. Set by Load, not read from YAML.

@@ -62,6 +62,7 @@ func (s *Spec) Validate() error {
 	v.retry()
 	v.monitor()
 	v.training()
+	v.capture()
 	if s.Alerts.Webhook != "" {
 		v.httpURL("alerts.webhook", s.Alerts.Webhook)
 	}

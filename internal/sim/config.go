@@ -112,6 +112,23 @@ type Config struct {
 	BrokenMessage       string
 	Scenario            string // YAML file with a list of faults
 
+	// Hidden-state capture, vLLM's extract_hidden_states contract
+	// (capture.go): with HiddenStates set, each non-streamed completion
+	// writes <HiddenStates>/<request id>.safetensors and names it in
+	// kv_transfer_params.hidden_states_path.
+	HiddenStates           string // the connector's shared_storage_path
+	HiddenSize             int
+	HiddenLayers           int
+	HiddenDType            string        // bf16 | f16 | f32
+	HiddenStatesFault      string        // nan | inf | wrong-ids | missing | truncated | slow | wrong-prompt-ids
+	HiddenStatesFaultEvery int           // the fault hits every Nth capture request (1 = all)
+	HiddenStatesSlow       time.Duration // slow: the file is finished this long after the answer (simulated)
+
+	// RenderSkew: vLLM's chat render (render.go) answers one id off for
+	// requests whose last user message holds this text, as a server whose
+	// render and generation disagree would.
+	RenderSkew string
+
 	Faults []Fault // programmatic faults, added to the ones above
 
 	// RecordRequest, when set, is called with the body of every generation
@@ -170,6 +187,11 @@ func DefaultConfig() Config {
 		CutAfterTokens:           3,
 		ThrottleStatus:           429,
 		ThrottleRetryAfter:       time.Second,
+		HiddenSize:               64,
+		HiddenLayers:             3,
+		HiddenDType:              "bf16",
+		HiddenStatesFaultEvery:   1,
+		HiddenStatesSlow:         2 * time.Second,
 	}
 }
 
@@ -181,6 +203,7 @@ func RegisterFlags(fs *pflag.FlagSet, c *Config) {
 	registerCostFlags(fs, c)
 	registerOutputFlags(fs, c)
 	registerFaultFlags(fs, c)
+	registerCaptureFlags(fs, c)
 }
 
 // registerServerFlags binds the server the simulator presents: engine dialect, model, pool and limits.
@@ -276,6 +299,18 @@ func registerFaultFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&c.BrokenMessage, "broken-message", c.BrokenMessage, "message of the broken fault's answers (default: Internal server error)")
 	fs.Float64Var(&c.ThrottleProbability, "throttle-probability", c.ThrottleProbability, "share of requests the throttle refuses (0 = all of them; set alone, the throttle lasts for ever)")
 	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "YAML file with a list of timed faults")
+}
+
+// registerCaptureFlags binds vLLM's hidden-state extraction (capture.go) and its faults.
+func registerCaptureFlags(fs *pflag.FlagSet, c *Config) {
+	fs.StringVar(&c.HiddenStates, "hidden-states", c.HiddenStates, "vllm: write each completion's hidden states to DIR/<request id>.safetensors and return the path in kv_transfer_params, as vLLM's extract_hidden_states method with its hidden-states connector does")
+	fs.IntVar(&c.HiddenSize, "hidden-size", c.HiddenSize, "hidden size of the written hidden states")
+	fs.IntVar(&c.HiddenLayers, "layers", c.HiddenLayers, "layers per token in the written hidden states")
+	fs.StringVar(&c.HiddenDType, "hidden-dtype", c.HiddenDType, "dtype of the written hidden states: bf16, f16 or f32")
+	fs.StringVar(&c.HiddenStatesFault, "hidden-states-fault", c.HiddenStatesFault, "fault of the hidden-state files: nan (one element), inf (one element), wrong-ids (one token id in the file), missing (no file at the path), truncated (file cut short), slow (answered before the file is written), wrong-prompt-ids (one id of the answer's prompt_token_ids)")
+	fs.IntVar(&c.HiddenStatesFaultEvery, "hidden-states-fault-every", c.HiddenStatesFaultEvery, "the fault hits every Nth capture request (1 = all)")
+	durationVar(fs, &c.HiddenStatesSlow, "hidden-states-slow", "slow fault: the file is finished this long after the answer (simulated time)")
+	fs.StringVar(&c.RenderSkew, "render-skew", c.RenderSkew, "vllm fault: POST /v1/chat/completions/render answers one id off (the last user message's last id) for requests whose last user message contains this text; generation is unchanged")
 }
 
 // Apply sets knobs from a map whose keys are flag names with underscores
@@ -422,5 +457,5 @@ func (c *Config) validate() error {
 	case c.modelName() == "":
 		return fmt.Errorf("served-model-name: empty (set it or --model-path)")
 	}
-	return nil
+	return c.validateCapture()
 }

@@ -165,8 +165,10 @@ type promptRead struct {
 	prefixes []prefixSeg // the hash and length after each tools block, message or 1 KB of text
 	tokens   int
 	ids      []int32 // the rendered prompt ids, when token ids were asked
-	toolName []byte  // the first tool's name, JSON-quoted; nil without tools
-	thinking bool
+	// a completion's prompt ids, when token ids or hidden states were asked
+	completionIDs []int64
+	toolName      []byte // the first tool's name, JSON-quoted; nil without tools
+	thinking      bool
 }
 
 // buildRequest estimates prompt tokens, prefixes and the output plan; a
@@ -199,7 +201,15 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 	if msg != "" {
 		return nil, false, nil, msg
 	}
-	return s.makeRequest(in, kind, tokens, maxNew, p.h.h, p.prefixes, p.ids, p.thinking, p.toolName)
+	req, thinking, tools, msg := s.makeRequest(in, kind, tokens, maxNew, p.h.h, p.prefixes, p.ids, p.thinking, p.toolName)
+	if req != nil {
+		req.completionIDs = p.completionIDs
+		// vLLM's connector writes every request's hidden states; a streamed
+		// answer has no kv_transfer_params to name the file, so only whole
+		// completions capture here.
+		req.capture = kind == kindCompletion && c.HiddenStates != "" && !in.Stream
+	}
+	return req, thinking, tools, msg
 }
 
 // readChat reads a chat request's tools and messages, and whether its
@@ -293,8 +303,26 @@ func (p *promptRead) readCompletion(in *genRequest, c *Config) string {
 	if promptIDs == nil {
 		p.tokens = estimateTokens(len(text), c.BytesPerToken)
 	}
+	if in.ReturnTokenIDs || c.HiddenStates != "" {
+		p.completionIDs = completionIDs(promptIDs, text)
+		p.tokens = len(p.completionIDs)
+	}
 	p.thinking = false
 	return ""
+}
+
+// completionIDs are a completion prompt's ids: as sent, or the text's.
+func completionIDs(sent []int, text []byte) []int64 {
+	if sent == nil {
+		for _, id := range textIDs(nil, string(text)) {
+			sent = append(sent, int(id))
+		}
+	}
+	out := make([]int64, len(sent))
+	for i, id := range sent {
+		out[i] = int64(id)
+	}
+	return out
 }
 
 // maxNewTokens checks the prompt fits the context and the KV pool and
@@ -737,6 +765,24 @@ func (s *Server) whole(w http.ResponseWriter, r *http.Request, req *request, enc
 	if fl.cutAt >= 0 {
 		panic(http.ErrAbortHandler)
 	}
+	out, err := s.wholeBody(req, enc)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if fl.malformedAt >= 0 {
+		b, _ := json.Marshal(out)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(b[:len(b)/2])
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// wholeBody is the JSON object of a whole (not streamed) answer of a
+// finished request.
+func (s *Server) wholeBody(req *request, enc *encoder) (map[string]any, error) {
 	n := int(req.avail.Load())
 	var content, reasoning, args strings.Builder
 	for i := range n {
@@ -777,12 +823,37 @@ func (s *Server) whole(w http.ResponseWriter, r *http.Request, req *request, enc
 	out := map[string]any{"id": req.id, "object": obj, "created": created, "model": s.cfg.modelName(),
 		"choices": []any{choice}, "usage": enc.usage(req, n)}
 	addIDs(out, choice, req, n)
-	if fl.malformedAt >= 0 {
-		b, _ := json.Marshal(out)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		w.Write(b[:len(b)/2])
-		return
+	if req.kind == kindCompletion {
+		return out, s.completionExtras(out, choice, req, n)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
+}
+
+// completionExtras adds what vLLM adds to a completion: the prompt and
+// output ids in the choice when return_token_ids asked for them
+// (CompletionResponseChoice), and the hidden-state file's path in the
+// top-level kv_transfer_params (CompletionResponse), written first.
+func (s *Server) completionExtras(out, choice map[string]any, req *request, n int) error {
+	prompt := req.completionIDs
+	if req.capture {
+		c, err := s.newCapture(req.completionIDs)
+		if err != nil {
+			return err
+		}
+		if err := s.writeCapture(c); err != nil {
+			return err
+		}
+		prompt = c.promptIDs
+		out["id"] = strings.TrimSuffix(c.id, "-0")
+		out["kv_transfer_params"] = map[string]any{"hidden_states_path": c.path}
+	}
+	if s.cfg.Engine != EngineVLLM || !req.sendIn {
+		return nil
+	}
+	gen := make([]int32, n)
+	for i := range n {
+		gen[i] = tokenID(req.seed, i)
+	}
+	choice["prompt_token_ids"], choice["token_ids"] = prompt, gen
+	return nil
 }

@@ -39,6 +39,10 @@ type request struct {
 	idMode          int
 	sendIn, sendOut bool
 	promptIDs       []int32
+	// a completion's prompt ids (sent as ids, or the text's), when token
+	// ids or hidden states were asked; capture: write its hidden states
+	completionIDs []int64
+	capture       bool
 
 	// scheduler-owned
 	gen       int // generated tokens whose KV is held (lost on retraction)

@@ -43,6 +43,8 @@ type Server struct {
 	readyAt   atomic.Int64  // wall clock (unix ns) the server became ready; 0 before
 	reqCount  atomic.Int64
 	nextID    atomic.Uint64
+	captures  atomic.Int64   // capture requests so far (capture.go)
+	writers   sync.WaitGroup // slow hidden-state writers
 	created   int64
 
 	state    atomic.Int32
@@ -270,6 +272,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		<-s.schedDone
 		s.handlers.Wait()
+		s.writers.Wait()
 	})
 	return nil
 }
@@ -363,6 +366,8 @@ func (s *Server) routes() *http.ServeMux {
 		})
 		if current {
 			h("GET /load", s.handleVLLMLoad)
+			// Releases before the render routes answer 404 (regen probes it).
+			h("POST /v1/chat/completions/render", s.handleVLLMRender)
 		}
 		return mux
 	}

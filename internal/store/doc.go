@@ -17,6 +17,8 @@
 //	Reader         Progress (headline numbers),          stats, monitor,
 //	               Statistics (dataset sums), Browse     export, web
 //	               (listings), Dataset (whole-job walks)
+//	Captures       hidden-state files: claim, record     capture; views,
+//	               once, count, list                     export, verify
 //
 // Store is their union. Backends (sqlite, postgres) implement Store and
 // must pass the shared conformance suite in storetest; a fake that stands

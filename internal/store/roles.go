@@ -31,6 +31,7 @@ type Store interface {
 	Journal
 	Reader
 	Ownership
+	Captures
 
 	// Info describes the backend.
 	Info() Info

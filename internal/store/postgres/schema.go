@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 8
+const schemaVersion = 9
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -309,6 +309,34 @@ CREATE TABLE store_meta (
 	`
 ALTER TABLE ingest_errors DROP CONSTRAINT ingest_errors_origin_key;
 ALTER TABLE ingest_errors ADD UNIQUE (origin, partition);
+`,
+	// 8 -> 9: hidden-state capture. One row per capture key (a sample,
+	// or one of its turn rows), claimed under a lease with a fencing token
+	// and recorded once with its file; path is NULL until captured and
+	// unique after, so no file is listed twice.
+	`
+CREATE TABLE captures (
+	key         text COLLATE "C" PRIMARY KEY,
+	sample_id   text COLLATE "C" NOT NULL,
+	turn        integer  NOT NULL,
+	state       text     NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')),
+	owner       text     NOT NULL DEFAULT '',
+	lease_until bigint   NOT NULL DEFAULT 0, -- unix ns
+	token       bigint   NOT NULL DEFAULT 0,
+	attempts    integer  NOT NULL DEFAULT 0,
+	last_error  text     NOT NULL DEFAULT '',
+	path        text     UNIQUE,
+	bytes       bigint   NOT NULL DEFAULT 0,
+	sha256      text     NOT NULL DEFAULT '',
+	tokens      integer  NOT NULL DEFAULT 0,
+	layers      integer  NOT NULL DEFAULT 0,
+	hidden      integer  NOT NULL DEFAULT 0,
+	dtype       text     NOT NULL DEFAULT '',
+	captured_at bigint   NOT NULL DEFAULT 0 -- unix ns
+);
+CREATE INDEX captures_counts ON captures (state) INCLUDE (bytes, tokens);
+CREATE INDEX captures_leased ON captures (owner) WHERE state = 'leased';
+CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> 'done';
 `,
 }
 

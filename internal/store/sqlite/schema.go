@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 9
+const schemaVersion = 10
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -442,6 +442,35 @@ INSERT INTO ingest_errors_9 (seq, origin, partition, field, reason, created_at)
 	SELECT seq, origin, partition, field, reason, created_at FROM ingest_errors;
 DROP TABLE ingest_errors;
 ALTER TABLE ingest_errors_9 RENAME TO ingest_errors;
+`,
+	// 9 -> 10: hidden-state capture. One row per capture key (a sample,
+	// or one of its turn rows), claimed under a lease with a fencing token
+	// and recorded once with its file; path is NULL until captured and
+	// unique after, so no file is listed twice.
+	`
+CREATE TABLE captures (
+	key         TEXT    PRIMARY KEY,
+	sample_id   TEXT    NOT NULL,
+	turn        INTEGER NOT NULL,
+	state       TEXT    NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')),
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0, -- unix ns
+	token       INTEGER NOT NULL DEFAULT 0,
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT    NOT NULL DEFAULT '',
+	path        TEXT    UNIQUE,
+	bytes       INTEGER NOT NULL DEFAULT 0,
+	sha256      TEXT    NOT NULL DEFAULT '',
+	tokens      INTEGER NOT NULL DEFAULT 0,
+	layers      INTEGER NOT NULL DEFAULT 0,
+	hidden      INTEGER NOT NULL DEFAULT 0,
+	dtype       TEXT    NOT NULL DEFAULT '',
+	captured_at INTEGER NOT NULL DEFAULT 0 -- unix ns
+) WITHOUT ROWID;
+-- CaptureCounts sums this covering index, never the rows.
+CREATE INDEX captures_counts ON captures (state, bytes, tokens);
+CREATE INDEX captures_leased ON captures (owner) WHERE state = 'leased';
+CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> 'done';
 `,
 }
 

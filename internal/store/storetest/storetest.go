@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	tests = append(tests, trainingTests...)
 	tests = append(tests, configTests...)
+	tests = append(tests, captureTests...)
 	for _, q := range queueTests {
 		tests = append(tests, struct {
 			name string

@@ -1,0 +1,247 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// claimCaptureSQL creates the key's row leased, or takes a pending one or
+// one whose lease ended, bumping the fencing token; no row comes back when
+// the key is captured, dead or leased to a live lease.
+const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owner, lease_until, token)
+	VALUES (?1, ?2, ?3, 'leased', ?4, ?5, 1)
+	ON CONFLICT (key) DO UPDATE SET state = 'leased', owner = excluded.owner, lease_until = excluded.lease_until,
+		token = captures.token + 1
+	WHERE captures.state = 'pending' OR (captures.state = 'leased' AND captures.lease_until < ?6)
+	RETURNING sample_id, turn, token, attempts, last_error`
+
+// fenced is the condition every transition of a claimed capture takes.
+const fenced = ` WHERE key = ? AND state = 'leased' AND owner = ? AND token = ?`
+
+// ClaimCapture leases k to owner unless it is captured, dead or leased.
+func (s *Store) ClaimCapture(ctx context.Context, k store.CaptureKey, owner string, lease time.Duration) (store.CaptureClaim, bool, error) {
+	now := s.now()
+	c := store.CaptureClaim{CaptureKey: k, Owner: owner, LeaseUntil: now.Add(lease)}
+	st, err := s.stmt(ctx, claimCaptureSQL)
+	if err == nil {
+		err = st.QueryRowContext(ctx, k.Key, k.SampleID, k.Turn, owner, ns(c.LeaseUntil), ns(now)).
+			Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.CaptureClaim{}, false, nil
+	}
+	if err != nil {
+		return store.CaptureClaim{}, false, fmt.Errorf("claim capture %s: %w", k.Key, err)
+	}
+	return c, true, nil
+}
+
+// ExtendCaptureLeases pushes owner's capture leases to now+lease.
+func (s *Store) ExtendCaptureLeases(ctx context.Context, owner string, lease time.Duration) error {
+	if _, err := s.exec(ctx, nil, `UPDATE captures SET lease_until = ? WHERE state = 'leased' AND owner = ?`,
+		ns(s.now().Add(lease)), owner); err != nil {
+		return fmt.Errorf("extend capture leases of %s: %w", owner, err)
+	}
+	return nil
+}
+
+// RecordCapture marks c's key captured with f, under c's lease.
+func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store.CapturedFile) error {
+	at := f.CapturedAt
+	if at.IsZero() {
+		at = s.now()
+	}
+	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'done', owner = '', lease_until = 0,
+		path = ?, bytes = ?, sha256 = ?, tokens = ?, layers = ?, hidden = ?, dtype = ?, captured_at = ?`+fenced,
+		f.Path, f.Bytes, f.SHA256, f.Tokens, f.Layers, f.Hidden, f.DType, ns(at), c.Key, c.Owner, c.Token)
+	return settled(res, err, "record capture", c.Key)
+}
+
+// FailCapture spends one attempt on c's key; dead ends its lease too.
+func (s *Store) FailCapture(ctx context.Context, c store.CaptureClaim, evidence string, dead bool) error {
+	q := `UPDATE captures SET attempts = attempts + 1, last_error = ?` + fenced
+	if dead {
+		q = `UPDATE captures SET attempts = attempts + 1, last_error = ?, state = 'dead', owner = '', lease_until = 0` + fenced
+	}
+	res, err := s.exec(ctx, nil, q, evidence, c.Key, c.Owner, c.Token)
+	return settled(res, err, "fail capture", c.Key)
+}
+
+// ReleaseCapture returns c's key to pending; a lost lease is no error.
+func (s *Store) ReleaseCapture(ctx context.Context, c store.CaptureClaim) error {
+	if _, err := s.exec(ctx, nil, `UPDATE captures SET state = 'pending', owner = '', lease_until = 0`+fenced,
+		c.Key, c.Owner, c.Token); err != nil {
+		return fmt.Errorf("release capture %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// ReleaseCaptures returns owner's (or, for "", every) leased capture to pending.
+func (s *Store) ReleaseCaptures(ctx context.Context, owner string) (int, error) {
+	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'pending', owner = '', lease_until = 0
+		WHERE state = 'leased' AND (?1 = '' OR owner = ?1)`, owner)
+	if err != nil {
+		return 0, fmt.Errorf("release captures of %q: %w", owner, err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// settled turns a fenced update's result into ErrNotLeased when it
+// matched no row.
+func settled(res sql.Result, err error, what, key string) error {
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %s: %w", what, key, store.ErrNotLeased)
+	}
+	return nil
+}
+
+// CaptureStates returns the state of each listed key that has a row.
+func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]store.State, error) {
+	out := make(map[string]store.State, len(keys))
+	const chunk = 500 // well under SQLite's bound-parameter limit
+	for len(keys) > 0 {
+		part := keys[:min(chunk, len(keys))]
+		keys = keys[len(part):]
+		args := make([]any, len(part))
+		for i, k := range part {
+			args[i] = k
+		}
+		q := `SELECT key, state FROM captures WHERE key IN (?` + strings.Repeat(",?", len(part)-1) + `)`
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("read capture states: %w", err)
+		}
+		for rows.Next() {
+			var k, st string
+			if err := rows.Scan(&k, &st); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read capture states: %w", err)
+			}
+			out[k] = store.State(st)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read capture states: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// CaptureCounts sums the captures per state from a covering index.
+func (s *Store) CaptureCounts(ctx context.Context) (store.CaptureCounts, error) {
+	var c store.CaptureCounts
+	rows, err := s.query(ctx, `SELECT state, count(*), coalesce(sum(bytes), 0), coalesce(sum(tokens), 0) FROM captures GROUP BY state`)
+	if err != nil {
+		return c, fmt.Errorf("count captures: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st string
+		var n int
+		var bytes, tokens int64
+		if err := rows.Scan(&st, &n, &bytes, &tokens); err != nil {
+			return c, fmt.Errorf("count captures: %w", err)
+		}
+		c.Add(store.State(st), n, bytes, tokens)
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("count captures: %w", err)
+	}
+	return c, nil
+}
+
+const capturedFileCols = `key, sample_id, turn, path, bytes, sha256, tokens, layers, hidden, dtype, captured_at`
+
+// EachCapturedFile calls fn for every captured file in key order, a page
+// at a time.
+func (s *Store) EachCapturedFile(ctx context.Context, fn func(store.CapturedFile) error) error {
+	const page = 1000
+	after := ""
+	for {
+		rows, err := s.query(ctx, `SELECT `+capturedFileCols+` FROM captures
+			WHERE state = 'done' AND key > ? ORDER BY key LIMIT ?`, after, page)
+		if err != nil {
+			return fmt.Errorf("list captured files: %w", err)
+		}
+		var batch []store.CapturedFile
+		for rows.Next() {
+			var f store.CapturedFile
+			var at int64
+			if err := rows.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Path, &f.Bytes, &f.SHA256, &f.Tokens,
+				&f.Layers, &f.Hidden, &f.DType, &at); err != nil {
+				rows.Close()
+				return fmt.Errorf("list captured files: %w", err)
+			}
+			f.CapturedAt = fromNS(at)
+			batch = append(batch, f)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("list captured files: %w", err)
+		}
+		for _, f := range batch {
+			if err := fn(f); err != nil {
+				return err
+			}
+		}
+		if len(batch) < page {
+			return nil
+		}
+		after = batch[len(batch)-1].Key
+	}
+}
+
+// CaptureFailures lists keys whose own file failed, dead ones first.
+func (s *Store) CaptureFailures(ctx context.Context, limit int) ([]store.CaptureFailure, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.query(ctx, `SELECT key, sample_id, turn, state, attempts, last_error FROM captures
+		WHERE attempts > 0 AND state <> 'done' ORDER BY state <> 'dead', key LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list capture failures: %w", err)
+	}
+	defer rows.Close()
+	var out []store.CaptureFailure
+	for rows.Next() {
+		var f store.CaptureFailure
+		var st string
+		if err := rows.Scan(&f.Key, &f.SampleID, &f.Turn, &st, &f.Attempts, &f.LastError); err != nil {
+			return nil, fmt.Errorf("list capture failures: %w", err)
+		}
+		f.State = store.State(st)
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list capture failures: %w", err)
+	}
+	return out, nil
+}
+
+// RequeueDeadCaptures returns matching dead captures to pending with
+// their attempts reset.
+func (s *Store) RequeueDeadCaptures(ctx context.Context, reasonContains string) (int, error) {
+	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'pending', attempts = 0
+		WHERE state = 'dead' AND instr(last_error, ?) > 0`, reasonContains)
+	if err != nil {
+		return 0, fmt.Errorf("requeue dead captures: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

@@ -1,0 +1,269 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// captureTests are the cases for hidden-state capture's table: a key is
+// claimed under a fenced lease, recorded exactly once, and fails into the
+// dead state only through attempts of its own.
+var captureTests = []struct {
+	name string
+	fn   func(t *testing.T, s store.Store)
+}{
+	{"CaptureClaimedOnceRecordedOnce", testCaptureOnce},
+	{"CaptureLostLeaseRefused", testCaptureLostLease},
+	{"CaptureAttemptsAndDead", testCaptureAttempts},
+	{"CaptureReleaseSpendsNothing", testCaptureRelease},
+	{"CapturedFilesListedCountedUnique", testCapturedFiles},
+	{"CaptureConcurrentClaimsOnce", testCaptureConcurrent},
+}
+
+func ckey(id string, turn int) store.CaptureKey {
+	if turn == store.WholeConversation {
+		return store.CaptureKey{Key: id, SampleID: id, Turn: turn}
+	}
+	return store.CaptureKey{Key: fmt.Sprintf("%s/turn%d", id, turn), SampleID: id, Turn: turn}
+}
+
+func cfile(k store.CaptureKey, path string) store.CapturedFile {
+	return store.CapturedFile{CaptureKey: k, Path: path, Bytes: 4096, SHA256: "ab12", Tokens: 17, Layers: 3,
+		Hidden: 64, DType: "BF16", CapturedAt: time.Unix(1700000000, 0)}
+}
+
+func claimCapture(t *testing.T, s store.Store, k store.CaptureKey, owner string, lease time.Duration) (store.CaptureClaim, bool) {
+	t.Helper()
+	c, ok, err := s.ClaimCapture(context.Background(), k, owner, lease)
+	if err != nil {
+		t.Fatalf("ClaimCapture(%s, %s): %v", k.Key, owner, err)
+	}
+	return c, ok
+}
+
+func wantCaptureStates(t *testing.T, s store.Store, keys []string, want map[string]store.State) {
+	t.Helper()
+	got, err := s.CaptureStates(context.Background(), keys)
+	if err != nil {
+		t.Fatalf("CaptureStates: %v", err)
+	}
+	if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("CaptureStates (-want +got):\n%s", d)
+	}
+}
+
+func testCaptureOnce(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := ckey("a", store.WholeConversation)
+	c, ok := claimCapture(t, s, k, "w1", lease)
+	if !ok || c.Token == 0 || c.Attempts != 0 || c.Key != "a" || c.SampleID != "a" || c.Turn != store.WholeConversation {
+		t.Fatalf("first claim = %+v, ok=%v; want a fresh lease on a", c, ok)
+	}
+	if _, ok := claimCapture(t, s, k, "w2", lease); ok {
+		t.Fatal("a second worker claimed a capture under a live lease")
+	}
+	wantCaptureStates(t, s, []string{"a", "never"}, map[string]store.State{"a": store.Leased})
+	must(t, s.RecordCapture(ctx, c, cfile(k, "hidden_states/a.safetensors")))
+	wantErr(t, "RecordCapture twice", s.RecordCapture(ctx, c, cfile(k, "hidden_states/a.safetensors")), store.ErrNotLeased)
+	if _, ok := claimCapture(t, s, k, "w2", lease); ok {
+		t.Fatal("a captured key was claimed again")
+	}
+	wantCaptureStates(t, s, []string{"a"}, map[string]store.State{"a": store.Done})
+}
+
+func testCaptureLostLease(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := ckey("a", 2)
+	old, ok := claimCapture(t, s, k, "w1", -time.Second) // a lease that already ended
+	if !ok {
+		t.Fatal("first claim refused")
+	}
+	c, ok := claimCapture(t, s, k, "w1", lease)
+	if !ok || c.Token == old.Token {
+		t.Fatalf("claim after the lease ended = %+v, ok=%v; want a new token (old %d)", c, ok, old.Token)
+	}
+	wantErr(t, "RecordCapture under the lost lease", s.RecordCapture(ctx, old, cfile(k, "h/a.safetensors")), store.ErrNotLeased)
+	wantErr(t, "FailCapture under the lost lease", s.FailCapture(ctx, old, "nan: x", true), store.ErrNotLeased)
+	must(t, s.ReleaseCapture(ctx, old)) // no error, and no effect
+	wantCaptureStates(t, s, []string{k.Key}, map[string]store.State{k.Key: store.Leased})
+	must(t, s.RecordCapture(ctx, c, cfile(k, "h/a.safetensors")))
+
+	// A lease kept alive by ExtendCaptureLeases is not taken.
+	k2 := ckey("b", store.WholeConversation)
+	if _, ok := claimCapture(t, s, k2, "w1", -time.Second); !ok {
+		t.Fatal("claim of b refused")
+	}
+	must(t, s.ExtendCaptureLeases(ctx, "w1", lease))
+	if _, ok := claimCapture(t, s, k2, "w2", lease); ok {
+		t.Fatal("a lease extended by its owner was taken")
+	}
+}
+
+func testCaptureAttempts(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := ckey("a", store.WholeConversation)
+	c, _ := claimCapture(t, s, k, "w1", lease)
+	must(t, s.FailCapture(ctx, c, "nan: hidden_states[3,0,7]", false))
+	if _, ok := claimCapture(t, s, k, "w2", lease); ok {
+		t.Fatal("a failed attempt gave up the lease")
+	}
+	must(t, s.ReleaseCapture(ctx, c))
+	c, ok := claimCapture(t, s, k, "w2", lease)
+	if !ok || c.Attempts != 1 || c.LastError != "nan: hidden_states[3,0,7]" {
+		t.Fatalf("claim after one failure = %+v, ok=%v; want attempts 1 and the evidence", c, ok)
+	}
+	must(t, s.FailCapture(ctx, c, "truncated: metadata incomplete buffer", true))
+	if _, ok := claimCapture(t, s, k, "w3", lease); ok {
+		t.Fatal("a dead capture was claimed")
+	}
+	n := ckey("b", store.WholeConversation)
+	cb, _ := claimCapture(t, s, n, "w1", lease)
+	must(t, s.FailCapture(ctx, cb, "shape: tokens 5, want 6", false))
+	got, err := s.CaptureFailures(ctx, 0)
+	must(t, err)
+	want := []store.CaptureFailure{
+		{CaptureKey: k, State: store.Dead, Attempts: 2, LastError: "truncated: metadata incomplete buffer"},
+		{CaptureKey: n, State: store.Leased, Attempts: 1, LastError: "shape: tokens 5, want 6"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("CaptureFailures (-want +got):\n%s", d)
+	}
+	if got, err := s.CaptureFailures(ctx, 1); err != nil || len(got) != 1 || got[0].Key != "a" {
+		t.Errorf("CaptureFailures(1) = %+v, %v; want the dead one", got, err)
+	}
+	counts, err := s.CaptureCounts(ctx)
+	must(t, err)
+	if counts != (store.CaptureCounts{Dead: 1, Leased: 1}) {
+		t.Errorf("CaptureCounts = %+v, want 1 dead, 1 leased", counts)
+	}
+	if n, err := s.RequeueDeadCaptures(ctx, "nan"); err != nil || n != 0 {
+		t.Errorf("RequeueDeadCaptures(nan) = %d, %v; want 0", n, err)
+	}
+	if n, err := s.RequeueDeadCaptures(ctx, "truncated"); err != nil || n != 1 {
+		t.Errorf("RequeueDeadCaptures(truncated) = %d, %v; want 1", n, err)
+	}
+	if c, ok := claimCapture(t, s, k, "w3", lease); !ok || c.Attempts != 0 {
+		t.Errorf("claim after requeue = %+v, ok=%v; want attempts reset", c, ok)
+	}
+}
+
+func testCaptureRelease(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c"} {
+		owner := "w1"
+		if id == "c" {
+			owner = "w2"
+		}
+		claimCapture(t, s, ckey(id, store.WholeConversation), owner, lease)
+	}
+	if n, err := s.ReleaseCaptures(ctx, "w1"); err != nil || n != 2 {
+		t.Fatalf("ReleaseCaptures(w1) = %d, %v; want 2", n, err)
+	}
+	wantCaptureStates(t, s, []string{"a", "b", "c"},
+		map[string]store.State{"a": store.Pending, "b": store.Pending, "c": store.Leased})
+	if n, err := s.ReleaseCaptures(ctx, ""); err != nil || n != 1 {
+		t.Fatalf(`ReleaseCaptures("") = %d, %v; want 1`, n, err)
+	}
+	c, ok := claimCapture(t, s, ckey("c", store.WholeConversation), "w3", lease)
+	if !ok || c.Attempts != 0 {
+		t.Fatalf("claim after release = %+v, ok=%v; want attempts 0", c, ok)
+	}
+	counts, err := s.CaptureCounts(ctx)
+	must(t, err)
+	if counts != (store.CaptureCounts{Pending: 2, Leased: 1}) {
+		t.Errorf("CaptureCounts = %+v, want 2 pending, 1 leased", counts)
+	}
+}
+
+func testCapturedFiles(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const n = 1003 // more than one page
+	var want []store.CapturedFile
+	for i := range n {
+		k := ckey(fmt.Sprintf("s%04d", i/3), i%3)
+		c, ok := claimCapture(t, s, k, "w", lease)
+		if !ok {
+			t.Fatalf("claim %s refused", k.Key)
+		}
+		f := cfile(k, fmt.Sprintf("h/%s.safetensors", k.Key))
+		f.Bytes, f.Tokens = int64(1000+i), 10+i
+		must(t, s.RecordCapture(ctx, c, f))
+		want = append(want, f)
+	}
+	var got []store.CapturedFile
+	must(t, s.EachCapturedFile(ctx, func(f store.CapturedFile) error {
+		got = append(got, f)
+		return nil
+	}))
+	if d := cmp.Diff(want, got, cmpopts.EquateApproxTime(time.Millisecond)); d != "" {
+		t.Errorf("EachCapturedFile (-want +got):\n%s", d)
+	}
+	stop := errors.New("stop")
+	calls := 0
+	err := s.EachCapturedFile(ctx, func(store.CapturedFile) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("EachCapturedFile with a failing fn: %v after %d calls; want stop after 1", err, calls)
+	}
+	var bytes, tokens int64
+	for _, f := range want {
+		bytes += f.Bytes
+		tokens += int64(f.Tokens)
+	}
+	counts, err := s.CaptureCounts(ctx)
+	must(t, err)
+	if counts != (store.CaptureCounts{Captured: n, Bytes: bytes, Tokens: tokens}) {
+		t.Errorf("CaptureCounts = %+v, want %d captured, %d bytes, %d tokens", counts, n, bytes, tokens)
+	}
+	// One file is never listed for two keys.
+	k := ckey("other", store.WholeConversation)
+	c, _ := claimCapture(t, s, k, "w", lease)
+	if err := s.RecordCapture(ctx, c, cfile(k, want[0].Path)); err == nil || errors.Is(err, store.ErrNotLeased) {
+		t.Errorf("RecordCapture of a path already listed: err = %v, want a uniqueness error", err)
+	}
+	wantCaptureStates(t, s, []string{"other"}, map[string]store.State{"other": store.Leased})
+}
+
+func testCaptureConcurrent(t *testing.T, s store.Store) {
+	const workers, keys = 6, 40
+	var mu sync.Mutex
+	holders := map[string][]string{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprintf("w%d", w)
+			for i := range keys {
+				k := ckey(fmt.Sprintf("k%02d", i), store.WholeConversation)
+				_, ok, err := s.ClaimCapture(context.Background(), k, owner, lease)
+				if err != nil {
+					t.Errorf("ClaimCapture: %v", err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					holders[k.Key] = append(holders[k.Key], owner)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(holders) != keys {
+		t.Errorf("%d keys claimed, want %d", len(holders), keys)
+	}
+	for k, h := range holders {
+		if len(h) != 1 {
+			t.Errorf("key %s claimed by %v at once", k, h)
+		}
+	}
+}
