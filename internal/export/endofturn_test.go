@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // TestLossMaskEndOfTurn: with an engine that returns the stop token among
@@ -36,7 +37,7 @@ func TestLossMaskEndOfTurn(t *testing.T) {
 	if at := len(p0) + 3; conv.InputIDs[at] != nl || conv.LossMask[at] != 0 {
 		t.Errorf("the id after turn 1's stop token: %d masked %d; want %d unmasked", conv.InputIDs[at], conv.LossMask[at], nl)
 	}
-	row := turnTokens(a1, "vllm", 1)
+	row := tokenrows.Turn(a1, "vllm", 1)
 	if n := len(row.LossMask); row.InputIDs[n-1] != stop || row.LossMask[n-1] != 1 || row.LossMask[n-3] != 0 {
 		t.Errorf("turn row ends %v mask %v; want the stop token last and masked, the prompt not", row.InputIDs[n-3:], row.LossMask[n-3:])
 	}
