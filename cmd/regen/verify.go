@@ -62,7 +62,7 @@ func runVerify(ctx context.Context, out io.Writer, path string, o verifyOptions)
 	defer st.Close()
 	start := time.Now()
 	rep, err := export.Verify(ctx, st, dir, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
-		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir})
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec)})
 	if err != nil {
 		return err
 	}

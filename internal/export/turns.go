@@ -29,8 +29,12 @@ type turnKeys struct {
 // one record per answer, each holding the conversation up to that answer
 // (earlier answers' reasoning only when the history kept it, as the
 // server was sent it), that answer's run details and its own token ids.
-func (r *record) rows() ([]*record, error) {
-	if !r.turnRows {
+func (r *record) rows() ([]*record, error) { return r.rowsOf(r.turnRows) }
+
+// rowsOf is rows with turn rows when turns, whatever Options.TokenRows
+// (SpecForge's ShareGPT rows are turns with or without token ids).
+func (r *record) rowsOf(turns bool) ([]*record, error) {
+	if !turns {
 		return []*record{r}, nil
 	}
 	out := make([]*record, len(r.answers))
@@ -88,12 +92,15 @@ func withoutEarlierReasoning(conv []conversation.Message) []conversation.Message
 
 // rowIDs are the training row ids of r (Verify passes over them together).
 func (r *record) rowIDs() []string {
-	if !r.turnRows || r.row.State != store.Done {
+	if !(r.turnRows || r.specForge) || r.row.State != store.Done {
 		return []string{r.row.ID}
 	}
 	ids := make([]string, len(r.row.Prior)+1)
 	for k := range ids {
 		ids[k] = turnRowID(r.row.ID, k)
+	}
+	if !r.turnRows { // only the ShareGPT file has turns; Parquet the conversation
+		ids = append(ids, r.row.ID)
 	}
 	return ids
 }

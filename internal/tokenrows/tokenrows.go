@@ -108,6 +108,8 @@ func Turn(a llm.Result, engine string, k int) Seq {
 // unusable says why answer a to turn k has no usable ids, if it has none.
 func unusable(a llm.Result, engine string, k int) (Seq, bool) {
 	switch {
+	case a.TokenIDsUnavailable != "": // a check after the answer found them wrong (dispatch's render check)
+		return Seq{Missing: "unavailable: " + a.TokenIDsUnavailable}, true
 	case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
 		return Seq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine, conversation.Ordinal(k))}, true
 	case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:
