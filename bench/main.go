@@ -60,6 +60,7 @@ var cases = []benchCase{
 	{"e2e", benchE2E},
 	{"scale", benchScale},
 	{"bigjob", benchBigJob},
+	{"capture", benchCapture},
 	// ceiling runs only when asked (-only ceiling): 60 worker processes
 	// over about a minute.
 	{"ceiling", benchCeiling},
@@ -67,7 +68,7 @@ var cases = []benchCase{
 
 func main() {
 	quick := flag.Bool("quick", false, "smaller workloads (about 20 s instead of about 90 s)")
-	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob, ceiling (default all but ceiling)")
+	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob, capture, ceiling (default all but ceiling)")
 	bigRows := flag.Int("bigjob-rows", 0, "rows of the bigjob case (default 1000000, 200000 with -quick); 10000000 for the 10^7 memory figure")
 	tokenIDs := flag.Bool("token-ids", false, "e2e: ask the simulator for token ids and store them with every answer (output.token_ids)")
 	worker := flag.String("ceiling-worker", "", "internal: run as one worker process of the ceiling case")
@@ -141,7 +142,7 @@ func selectCases(only string) ([]benchCase, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale, bigjob or ceiling)", name)
+			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale, bigjob, capture or ceiling)", name)
 		}
 	}
 	return out, nil

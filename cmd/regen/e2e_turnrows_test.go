@@ -25,6 +25,7 @@ type turnRowLine struct {
 	LossMask       []int8  `json:"loss_mask"`
 	TokenIDs       string  `json:"token_ids"`
 	Usage          struct {
+		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	Turns []struct {
@@ -179,5 +180,56 @@ func checkTurnParquet(t *testing.T, path string, lines []turnRowLine) {
 				i, r.ID, r.ConversationID, r.Turn, len(r.InputIDs), l.ID, l.ConversationID, l.Turn, len(l.InputIDs))
 			return
 		}
+	}
+}
+
+// TestE2ERenderCheck runs turnRowsJob on the simulator as vLLM, whose chat
+// render route disagrees with its generation by one id for every second
+// turn (render_skew on "question 1:", the second user message of each
+// conversation): each of those turn rows is in the no-ids file, its reason
+// naming the first differing index (the last id of that user message,
+// 5 before the prompt's end), and every other row keeps its ids.
+func TestE2ERenderCheck(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	job := strings.Replace(turnRowsJob, "sim: {speed: 200,", `sim: {engine: vllm, render_skew: "question 1:", speed: 200,`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := writeChats(t, filepath.Join(dir, "chats.jsonl"), 60, rand.New(rand.NewPCG(37, 1)))
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 {
+		t.Fatalf("run: %s", res)
+	}
+	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
+		t.Fatalf("verify: %s", res)
+	}
+	out := filepath.Join(dir, "out")
+	withIDs := readTurnLines(t, filepath.Join(out, "data", "mt.sharegpt.jsonl"), filepath.Join(out, "mt.sharegpt.truncated.jsonl"))
+	noIDs := readTurnLines(t, filepath.Join(out, "mt.sharegpt.no-token-ids.jsonl"))
+	second := 0
+	for _, k := range want {
+		if k >= 2 {
+			second++
+		}
+	}
+	for _, r := range withIDs {
+		if r.Turn == 2 || len(r.InputIDs) == 0 {
+			t.Errorf("%s: turn %d with %d ids in the training file", r.ID, r.Turn, len(r.InputIDs))
+		}
+	}
+	for _, r := range noIDs {
+		wantReason := fmt.Sprintf("unavailable: turn 2's prompt ids differ from the server's render of its messages (POST /v1/chat/completions/render) at index %d: ", r.Usage.PromptTokens-5)
+		if r.Turn != 2 || !strings.HasPrefix(r.TokenIDs, wantReason) {
+			t.Errorf("%s (turn %d, %d prompt tokens): token_ids %q, want %q...", r.ID, r.Turn, r.Usage.PromptTokens, r.TokenIDs, wantReason)
+		}
+	}
+	total := 0
+	for _, k := range want {
+		total += k
+	}
+	t.Logf("%d conversations, %d turn rows: %d with ids, %d second turns without (render mismatch)", len(want), total, len(withIDs), len(noIDs))
+	if len(noIDs) != second || len(withIDs)+len(noIDs) != total {
+		t.Errorf("%d rows without ids, want the %d second turns; %d rows in all, want %d", len(noIDs), second, len(withIDs)+len(noIDs), total)
 	}
 }

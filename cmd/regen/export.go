@@ -93,7 +93,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
-		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Captured: export.CapturedFor(spec, st)})
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec), Captured: export.CapturedFor(spec, st)})
 	if err != nil {
 		return err
 	}
@@ -162,6 +162,21 @@ func writeExportNotes(w io.Writer, spec *job.Spec, sum export.Summary) {
 	}
 	for _, warn := range sum.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
+	}
+	writeProfileNote(w, spec, sum)
+}
+
+// writeProfileNote says how the SpecForge profile's rows are trained: one
+// per assistant turn, each supervising its own answer.
+func writeProfileNote(w io.Writer, spec *job.Spec, sum export.Summary) {
+	if spec.Output.Trainer != job.TrainerSpecForge {
+		return
+	}
+	for _, f := range sum.Files {
+		if f.Format == export.FormatShareGPT {
+			fmt.Fprintf(w, "trainer specforge: %d rows in %s, one per assistant turn of %d done conversations: train them with data.train_only_last_turn: true\n",
+				f.Rows, spec.Rel(f.Path), sum.Done)
+		}
 	}
 }
 

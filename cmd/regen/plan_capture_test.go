@@ -40,7 +40,7 @@ func captureFS(t *testing.T, size int) string {
 
 // captureJob writes a job with a capture section whose dir is capDir and
 // a store holding n done samples of 200 prompt and 100 completion tokens.
-func captureJob(t *testing.T, capDir string, n int) string {
+func planCaptureJob(t *testing.T, capDir string, n int) string {
 	t.Helper()
 	dir := t.TempDir()
 	jobPath := filepath.Join(dir, "job.yaml")
@@ -108,11 +108,11 @@ func TestPlanCaptureRefusesOnSmallTmpfs(t *testing.T) {
 		err = runCapturePlan(o, &out)
 		return out.String(), err
 	}
-	out, err := run(captureJob(t, filepath.Join(fs, "ten"), 10), false)
+	out, err := run(planCaptureJob(t, filepath.Join(fs, "ten"), 10), false)
 	if err != nil || !strings.Contains(out, "10 files for 10 done samples, 3,000 tokens") || !strings.Contains(out, "estimate      795 kB") || !strings.Contains(out, "needs 834 kB with the 5% margin: fits") {
 		t.Fatalf("10 files on 1 MB: error %v, output:\n%s", err, out)
 	}
-	big := captureJob(t, filepath.Join(fs, "thirteen"), 13)
+	big := planCaptureJob(t, filepath.Join(fs, "thirteen"), 13)
 	out, err = run(big, false)
 	var ee *exitError
 	want := "refused: hidden-state capture needs 1.1 MB for 13 samples (3,900 tokens x 2 layers x 64 hidden x 2 bytes bf16, + 5% margin); " +

@@ -190,6 +190,9 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		return runFailure(err)
 	}
 	printRunSummary(spec, sum)
+	if err == nil && spec.Capture != nil {
+		return captureJob(ctx, spec, st, log)
+	}
 	return err // nil, or the NothingDoneError: exit 1
 }
 

@@ -59,6 +59,15 @@ serves the routes and names of the releases before today's (SGLang
 /get_server_info only, vLLM gpu_cache_usage_perc); --dp N presents an
 SGLang pool as N data-parallel ranks.
 
+--engine vllm --hidden-states DIR --hidden-size N --layers L writes each
+(unstreamed) /v1/completions request's hidden states to
+DIR/cmpl-<id>-0.safetensors, held under DIR/cmpl-<id>-0.safetensors.lock
+while written, and names the file in kv_transfer_params.hidden_states_path,
+as vLLM's extract_hidden_states method with its hidden-states connector
+does; --hidden-states-fault injects nan, inf, wrong-ids, missing,
+truncated, slow or wrong-prompt-ids. vLLM's /v1/chat/completions/render
+answers a chat request's prompt ids (--render-skew TEXT: one id off).
+
 Faults come from the flags below or from --scenario, a YAML list such as:
 
   - {kind: crash, after_requests: 500, error: oom, exit_code: 3}

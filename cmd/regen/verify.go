@@ -73,7 +73,7 @@ func runVerify(ctx context.Context, out io.Writer, path string, o verifyOptions)
 		return err
 	}
 	rep, err := export.Verify(ctx, st, dir, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
-		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Captured: export.CapturedFor(spec, st)})
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec), Captured: export.CapturedFor(spec, st)})
 	if err != nil {
 		return err
 	}

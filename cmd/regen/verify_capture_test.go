@@ -65,7 +65,7 @@ func recordCaptures(t *testing.T, jobPath string, n int) *job.Spec {
 // the export each make it exit 1 naming the first mismatch.
 func TestVerifyCapturedFiles(t *testing.T) {
 	ctx := context.Background()
-	jobPath := captureJob(t, "hidden_states", 4)
+	jobPath := planCaptureJob(t, "hidden_states", 4)
 	spec := recordCaptures(t, jobPath, 3)
 	if err := runExport(ctx, &bytes.Buffer{}, jobPath, exportOptions{}); err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func recordCapturesFrom(t *testing.T, jobPath string, from int) {
 // null.
 func TestStatusShowsCapture(t *testing.T) {
 	ctx := context.Background()
-	jobPath := captureJob(t, "hidden_states", 4)
+	jobPath := planCaptureJob(t, "hidden_states", 4)
 	spec := recordCaptures(t, jobPath, 3)
 	st, err := openExisting(ctx, spec, "")
 	if err != nil {

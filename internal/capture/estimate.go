@@ -82,10 +82,15 @@ func captureTokens(r store.Row, turnRows bool) []int {
 	return append(out, last)
 }
 
+// Rows is the walk of the finished samples an estimate reads.
+type Rows interface {
+	Finished(ctx context.Context, fn func(store.Row) error) error
+}
+
 // EstimateStore sums the captures of every done sample in the store
 // (turnRows: one per assistant turn) into an Estimate for layout l. It
 // reads the stored counts, not the ids, and holds one row at a time.
-func EstimateStore(ctx context.Context, ds store.Dataset, turnRows bool, l Layout) (Estimate, error) {
+func EstimateStore(ctx context.Context, ds Rows, turnRows bool, l Layout) (Estimate, error) {
 	e := Estimate{Layout: l}
 	err := ds.Finished(ctx, func(r store.Row) error {
 		if r.State != store.Done {

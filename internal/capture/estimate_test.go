@@ -124,7 +124,7 @@ func smallFS(t *testing.T, size int) string {
 
 // doneStore is a real SQLite store with n done single-turn samples of
 // prompt+completion tokens each.
-func doneStore(t *testing.T, n, prompt, completion int) *sqlite.Store {
+func doneSQLite(t *testing.T, n, prompt, completion int) *sqlite.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "job.db"))
@@ -163,7 +163,7 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 	per := FileBytes(300, l) // 300 tokens: 79,056 bytes a file
 	ctx := context.Background()
 
-	fits, err := EstimateStore(ctx, doneStore(t, 10, 200, 100), false, l)
+	fits, err := EstimateStore(ctx, doneSQLite(t, 10, 200, 100), false, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 		t.Errorf("free space of an empty 1 MB tmpfs = %d, want %d", got.FreeBytes, 1<<20)
 	}
 
-	big, err := EstimateStore(ctx, doneStore(t, 13, 200, 100), false, l)
+	big, err := EstimateStore(ctx, doneSQLite(t, 13, 200, 100), false, l)
 	if err != nil {
 		t.Fatal(err)
 	}

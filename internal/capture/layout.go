@@ -139,18 +139,11 @@ func modelConfigPath(spec *job.Spec) string {
 	return ""
 }
 
-// JobStore is what a job's estimate reads: the done samples and the
-// captures already recorded.
-type JobStore interface {
-	store.Dataset
-	store.Captures
-}
-
 // EstimateJob estimates the storage spec's capture writes into its
 // capture.dir, from st: every done sample's captures (turn rows with
 // output.token_rows: turn), less the files already captured, with the
 // folder's free space. It does not judge; Check (or Fits) does.
-func EstimateJob(ctx context.Context, st JobStore, spec *job.Spec) (Estimate, error) {
+func EstimateJob(ctx context.Context, st Store, spec *job.Spec) (Estimate, error) {
 	l, err := LayoutFor(ctx, st, spec)
 	if err != nil {
 		return Estimate{Layout: l}, err
@@ -173,7 +166,7 @@ func EstimateJob(ctx context.Context, st JobStore, spec *job.Spec) (Estimate, er
 // the MarginPercent margin, do not fit in capture.dir's free space. An
 // unknown hidden size (ErrNoLayout) is no refusal: the estimate is
 // returned with it, and the first file fixes the layout.
-func Preflight(ctx context.Context, st JobStore, spec *job.Spec) (Estimate, error) {
+func Preflight(ctx context.Context, st Store, spec *job.Spec) (Estimate, error) {
 	e, err := EstimateJob(ctx, st, spec)
 	if err != nil {
 		return e, err

@@ -48,22 +48,22 @@ func TestVerify(t *testing.T) {
 		{"cut", func(t *testing.T, jobDir string, recs []store.CapturedFile) []store.CapturedFile {
 			p := filepath.Join(jobDir, recs[1].Path)
 			st, _ := os.Stat(p)
-			must(t, os.Truncate(p, st.Size()-7))
+			noErr(t, os.Truncate(p, st.Size()-7))
 			return recs
 		}, []string{"hidden_states/p_b.safetensors: ", " bytes, the store records ", " for p/b (cut short or grown)"}},
 		{"flipped", func(t *testing.T, jobDir string, recs []store.CapturedFile) []store.CapturedFile {
 			p := filepath.Join(jobDir, recs[2].Path)
 			b, _ := os.ReadFile(p)
 			b[len(b)-1] ^= 1
-			must(t, os.WriteFile(p, b, 0o644))
+			noErr(t, os.WriteFile(p, b, 0o644))
 			return recs
 		}, []string{"hidden_states/p_c.safetensors: SHA-256 ", "the store records " + "", "for p/c (the bytes changed since the capture)"}},
 		{"missing", func(t *testing.T, jobDir string, recs []store.CapturedFile) []store.CapturedFile {
-			must(t, os.Remove(filepath.Join(jobDir, recs[0].Path)))
+			noErr(t, os.Remove(filepath.Join(jobDir, recs[0].Path)))
 			return recs
 		}, []string{"hidden_states/p_a.safetensors: recorded for p/a but missing"}},
 		{"unlisted", func(t *testing.T, jobDir string, recs []store.CapturedFile) []store.CapturedFile {
-			must(t, os.WriteFile(filepath.Join(jobDir, "hidden_states", "stray.safetensors"), []byte("x"), 0o644))
+			noErr(t, os.WriteFile(filepath.Join(jobDir, "hidden_states", "stray.safetensors"), []byte("x"), 0o644))
 			return recs
 		}, []string{"hidden_states/stray.safetensors: in the capture folder but not recorded in the store"}},
 		{"listed twice", func(t *testing.T, jobDir string, recs []store.CapturedFile) []store.CapturedFile {
@@ -114,7 +114,7 @@ func TestVerifyNoFolder(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func noErr(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,10 @@ type Server struct {
 	// Tokenizer is the engine's tokenizer route, for the context check
 	// of a prompt near the limit (tooLong); zero when it has none.
 	Tokenizer engine.Tokenizer
+	// Render is the server's chat render route (engine.Dialect.RenderPath)
+	// when it offers one: each answer's prompt ids are checked against the
+	// render of the request (render.go); "" = no check.
+	Render string
 }
 
 // SetServer records what the server at url reports itself to be, for the

@@ -43,7 +43,21 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 		h.cl.cancel(errHedgeDropped)
 		<-h.done
 	}
+	if err == nil {
+		d.checkRender(workCtx, cl, c, t, &res)
+	}
 	d.settle(storeCtx, cl, l, c, t, res, err, cause)
+}
+
+// request is the chat request of t for call cl: the sample's turn, the
+// lane's max_tokens, the job's settings and the token-id fields of the
+// engine the server turned out to be.
+func (d *Dispatcher) request(cl *call, t *turn) llm.Request {
+	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: cl.lane.cfg.MaxTokens, Params: d.cfg.Params}
+	if s := cl.ep.server.Load(); s != nil {
+		req.TokenIDFields = s.TokenIDFields
+	}
+	return req
 }
 
 // send streams t's request for call cl in its lane, marks every chunk on
@@ -52,10 +66,7 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 // ended, when the request failed.
 func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(chunks int64)) (res llm.Result, err, cause error) {
 	e, l := cl.ep, cl.lane
-	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
-	if s := e.server.Load(); s != nil {
-		req.TokenIDFields = s.TokenIDFields
-	}
+	req := d.request(cl, t)
 	start := d.now()
 	res, err = e.client.Chat(ctx, req, func(tokens int) {
 		cl.streaming.Store(true)

@@ -83,6 +83,11 @@ type Dialect struct {
 	// prompt near the limit (docs/engines.md §13.3); zero when regen uses
 	// none.
 	Tokenizer Tokenizer
+	// RenderPath renders a chat request into its prompt ids without
+	// generating (vLLM's POST /v1/chat/completions/render,
+	// docs/engines.md §15.1): the check of each answer's prompt ids, where
+	// the server offers it (probed at identification); "" when none.
+	RenderPath string
 	// VersionPaths, tried in order, answer JSON whose VersionField is the
 	// server's version (docs/engines.md §12): SGLang's /server_info (older
 	// /get_server_info) version, vLLM's /version, llama-server's /props
@@ -151,6 +156,7 @@ var dialects = map[string]Dialect{
 		MetricsPath:         "/metrics",
 		TokenIDFields:       []string{"return_token_ids"},
 		Tokenizer:           Tokenizer{Path: "/tokenize", Chat: true},
+		RenderPath:          "/v1/chat/completions/render",
 		VersionPaths:        []string{"/version"},
 		VersionField:        "version",
 		ModelLimits:         true,

@@ -66,6 +66,7 @@ func card(m *Manifest) []byte {
 	cardFrontMatter(&b, m)
 	cardIntro(&b, m)
 	cardHowMade(&b, m)
+	cardProfile(&b, m)
 	cardSchemas(&b, m)
 	cardCounts(&b, m)
 	cardHiddenStates(&b, m)

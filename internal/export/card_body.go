@@ -129,8 +129,13 @@ func qualityRules(q map[string]any) []string {
 
 // cardLayoutNote says where the training files are, why the card has one
 // config, and what chat_template_kwargs is for.
-func cardLayoutNote(b *strings.Builder) {
-	b.WriteString("They are in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. Each row's `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
+func cardLayoutNote(b *strings.Builder, m *Manifest) {
+	b.WriteString("They are in `" + DataDir + "/`: point a trainer at that folder or at a file in it (the other files are side files, outside it). The card's config names one of them: `datasets` reads every config of a card with one builder. ")
+	rows := "Each row's"
+	if m.Export != nil && m.Export.Profile.specForge() {
+		rows = "Each Parquet row's" // the ShareGPT rows carry the switches as columns
+	}
+	b.WriteString(rows + " `chat_template_kwargs` is the template switches the server rendered its last answer with (JSON text, `\"{}\"` when none were sent): a trainer that renders the conversation again must pass them, or it renders the other mode.\n\n")
 }
 
 // cardSchemas gives each config's row layout, read from the types the
@@ -147,6 +152,8 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 	b.WriteString("## Configs and row schema\n\n")
 	if turns {
 		b.WriteString("The training files hold the same rows, one per assistant turn (`output.token_rows: turn`): `id` is `<conversation id>/turn<k>`, `conversation_id` the conversation's id, `turn` k (from 1), `conversations` the messages up to and including that turn's answer, `input_ids` that turn's prompt ids as the server returned them followed by its completion ids, `loss_mask` 1 exactly on the completion ids.\n\n")
+	} else if m.Export != nil && m.Export.Profile.specForge() {
+		b.WriteString("The ShareGPT file holds one row per assistant turn (SpecForge's row shape), the Parquet file one row per conversation.\n\n")
 	} else {
 		b.WriteString("The training files hold the same conversations, one row each.\n\n")
 	}
@@ -157,7 +164,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 	if n := m.Totals.TokenIDs; n != nil {
 		fmt.Fprintf(b, "%s with token ids: %d; without: %d.\n\n", unit, n.With, n.Unavailable)
 	}
-	cardLayoutNote(b)
+	cardLayoutNote(b, m)
 	for i, c := range configs {
 		def := ", the config"
 		if i > 0 {
@@ -182,6 +189,10 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 				b.WriteString("\n`endpoint`, `seed`, `generation`, `model`, `engine`, `engine_version`, `system_fingerprint` and `sampling` are null: the export ran with `output.metadata: minimal`.\n")
 			}
 		case FormatShareGPT:
+			if m.Export != nil && m.Export.Profile.specForge() {
+				cardSpecForgeColumns(b, m.Export.Profile, tokens)
+				break
+			}
 			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")
 			writeColumns(b, reflect.TypeFor[sharegptLine](), "json", shareGPTSkip(full, tokens, turns)...)
 			if t := m.Totals.TokenIDs; t != nil && t.Unavailable > 0 {

@@ -232,6 +232,8 @@ type loaderRules struct {
 		OneBuilderPerCard  bool              `yaml:"one_builder_per_card"`
 		BuilderByExtension map[string]string `yaml:"builder_by_extension"`
 		MaxDefaults        int               `yaml:"max_defaults"`
+		FolderSource       string            `yaml:"folder_source"`
+		FolderDrawOrder    []string          `yaml:"folder_draw_order"`
 	} `yaml:"datasets"`
 	Speculators struct {
 		Source         string   `yaml:"source"`

@@ -119,6 +119,10 @@ type Summary struct {
 	// Refreshed are the formats not asked for that an earlier export had
 	// written into the directory, written again (earlierFormats).
 	Refreshed []string
+	// NoSystemRows counts, under the SpecForge profile, the ShareGPT
+	// training rows without a system message: SpecForge gives them its
+	// template's default system prompt.
+	NoSystemRows int
 	// Verified is the check of the files just written (Verify).
 	Verified Report
 	// DoneByGeneration counts done samples by the configuration
@@ -166,6 +170,9 @@ type Options struct {
 	// Captured lists the captured hidden-state files in the manifest, the
 	// card and a sha256sum file (a job with a capture section); nil: none.
 	Captured *CapturedFiles
+	// Profile is the trainer the ShareGPT training file is laid out for
+	// (output.trainer, ProfileOf).
+	Profile Profile
 }
 
 // Store is what export reads: the whole-job walks its files stream from
@@ -195,6 +202,9 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 		}
 		want[f] = true
 	}
+	if err := o.Profile.check(o); err != nil {
+		return Summary{}, fmt.Errorf("export: %w", err)
+	}
 	data := filepath.Join(dir, DataDir)
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return Summary{}, fmt.Errorf("export: create %s: %w", data, err)
@@ -217,6 +227,11 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	x.sum.Warnings = damaged
 	if err := x.stream(ctx, st); err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
+	}
+	for _, s := range w.list {
+		if g, ok := s.(*sharegptSink); ok {
+			x.sum.NoSystemRows = g.noSystem
+		}
 	}
 	outs, err := w.finish()
 	if err != nil {
@@ -353,7 +368,7 @@ func openWriters(create createFunc, dir, name string, want map[string]bool, o Op
 	}
 	path := func(suffix string) string { return filepath.Join(dir, name+suffix) }
 	if want[FormatShareGPT] {
-		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), sidePaths(path(noIDsSuffix), path(truncSuffix), o), full, o.TokenIDs)); err != nil {
+		if err := add(newShareGPT(create, TrainingFile(dir, name, FormatShareGPT), sidePaths(path(noIDsSuffix), path(truncSuffix), o), full, o.TokenIDs, o.Profile)); err != nil {
 			return nil, err
 		}
 	}
@@ -482,6 +497,7 @@ func (x *exporter) row(row store.Row) error {
 	rec.engineName = x.o.EngineOf
 	rec.turnRows = x.o.TokenIDs && x.o.TokenRows == TokenRowsTurn
 	rec.keepHistoryReasoning = x.o.KeepHistoryReasoning
+	rec.specForge = x.o.Profile.specForge()
 	if x.hold != nil && x.hold(rec) {
 		return nil
 	}

@@ -97,14 +97,18 @@ type sharegptSink struct {
 	out, noIDs, trunc       *output
 	enc, noIDsEnc, truncEnc lineEncoder
 	full, tokens            bool
+	profile                 Profile
+	// noSystem counts the training file's rows without a system message,
+	// under the SpecForge profile (SpecForge inserts its own).
+	noSystem int
 }
 
-func newShareGPT(create createFunc, path string, side sides, full, tokens bool) (*sharegptSink, error) {
+func newShareGPT(create createFunc, path string, side sides, full, tokens bool, profile Profile) (*sharegptSink, error) {
 	af, err := create(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full, tokens: tokens}
+	s := &sharegptSink{out: &output{format: FormatShareGPT, af: af}, enc: newLineEncoder(af), full: full, tokens: tokens, profile: profile}
 	open := func(path, format string) (*output, lineEncoder, error) {
 		f, err := create(path)
 		if err != nil {
@@ -138,15 +142,18 @@ func (s *sharegptSink) files() []*output {
 	return out
 }
 
-func (s *sharegptSink) write(r *record) error { return writeTrainingRows(r, s.writeRow) }
+// write writes a done sample's rows: SpecForge's are one per turn.
+func (s *sharegptSink) write(r *record) error {
+	return writeTrainingRows(r, r.turnRows || s.profile.specForge(), s.writeRow)
+}
 
 // writeTrainingRows hands a done sample's training rows (its conversation,
-// or one row per turn) to writeRow; other samples have none.
-func writeTrainingRows(r *record, writeRow func(*record) error) error {
+// or with turns one row per turn) to writeRow; other samples have none.
+func writeTrainingRows(r *record, turns bool, writeRow func(*record) error) error {
 	if r.row.State != store.Done {
 		return nil
 	}
-	rows, err := r.rows()
+	rows, err := r.rowsOf(turns)
 	if err != nil {
 		return err
 	}
@@ -158,8 +165,44 @@ func writeTrainingRows(r *record, writeRow func(*record) error) error {
 	return nil
 }
 
-// writeRow writes one training row: a conversation, or one turn of it.
+// writeRow writes one training row: a conversation, or one turn of it,
+// to the training file or the side file it belongs in.
 func (s *sharegptSink) writeRow(r *record) error {
+	var tokens *tokenFields
+	out, enc := s.out, s.enc
+	if s.tokens {
+		if t := r.tokens(); t.Missing == "" {
+			tokens = &tokenFields{InputIDs: t.InputIDs, LossMask: t.LossMask}
+		} else {
+			out, enc = s.noIDs, s.noIDsEnc
+		}
+	}
+	if s.trunc != nil && r.truncated() {
+		out, enc = s.trunc, s.truncEnc
+	}
+	var line any
+	var err error
+	if s.profile.specForge() {
+		line, err = s.profile.specForgeLine(r, tokens)
+	} else {
+		line = s.line(r, tokens)
+	}
+	if err == nil {
+		err = enc.write(line)
+	}
+	if err != nil {
+		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)
+	}
+	out.rows++
+	if out == s.out && s.profile.specForge() && (len(r.conv) == 0 || r.conv[0].Role != "system") {
+		s.noSystem++
+	}
+	return nil
+}
+
+// line is r's row in the layout both trainers read: with token ids,
+// tokens or, when r has none, the reason why.
+func (s *sharegptSink) line(r *record, tokens *tokenFields) sharegptLine {
 	line := sharegptLine{
 		ID:                 r.row.ID,
 		SourceID:           r.sourceID(),
@@ -173,23 +216,13 @@ func (s *sharegptSink) writeRow(r *record) error {
 	if s.full {
 		line.runDetails = details(r)
 	}
-	out, enc := s.out, s.enc
 	if s.tokens {
-		if t := r.tokens(); t.Missing == "" {
-			line.tokenFields = &tokenFields{InputIDs: t.InputIDs, LossMask: t.LossMask}
-		} else {
-			line.missingTokens = &missingTokens{TokenIDs: t.Missing}
-			out, enc = s.noIDs, s.noIDsEnc
+		line.tokenFields = tokens
+		if tokens == nil {
+			line.missingTokens = &missingTokens{TokenIDs: r.tokens().Missing}
 		}
 	}
-	if s.trunc != nil && r.truncated() {
-		out, enc = s.trunc, s.truncEnc
-	}
-	if err := enc.write(line); err != nil {
-		return fmt.Errorf("sharegpt sample %s: %w", r.row.ID, err)
-	}
-	out.rows++
-	return nil
+	return line
 }
 
 // rejectedLine is one rejected sample with its rule, evidence and the

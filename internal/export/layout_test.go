@@ -165,3 +165,80 @@ func TestExportTruncatedApart(t *testing.T) {
 		}
 	}
 }
+
+// datasetsFolderLoad is the set of files load_dataset("<folder>") reads
+// from a folder without a card, by the rule in testdata/loader-rules.yaml:
+// one builder from the most common dot-suffix of the file names (ties by
+// folder_draw_order), then only the files of that builder's extension.
+func datasetsFolderLoad(t *testing.T, folder string) []string {
+	t.Helper()
+	rules := loadLoaderRules(t).Datasets
+	if rules.FolderSource == "" || len(rules.FolderDrawOrder) == 0 {
+		t.Fatalf("loader-rules.yaml has no folder rule: %+v", rules)
+	}
+	var files []string
+	count := map[string]int{}
+	err := filepath.WalkDir(folder, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(folder, path)
+		files = append(files, filepath.ToSlash(rel))
+		for _, suffix := range strings.Split(e.Name(), ".")[1:] {
+			count["."+strings.ToLower(suffix)]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank := func(ext string) int { // higher wins a draw
+		if i := slices.Index(rules.FolderDrawOrder, ext); i >= 0 {
+			return len(rules.FolderDrawOrder) - i
+		}
+		return 0
+	}
+	best := ""
+	for ext, n := range count {
+		if rules.BuilderByExtension[ext] == "" {
+			continue
+		}
+		if best == "" || n > count[best] || n == count[best] && rank(ext) > rank(best) {
+			best = ext
+		}
+	}
+	var got []string
+	for _, f := range files {
+		if rules.BuilderByExtension[filepath.Ext(f)] == rules.BuilderByExtension[best] {
+			got = append(got, f)
+		}
+	}
+	return got
+}
+
+// TestDatasetsFolderLoadReadsOneCopy: data/ holds the ShareGPT JSONL and
+// the Parquet file, the same rows twice; load_dataset on the folder (no
+// card in it) reads one of them, the Parquet file, and speculators'
+// --data on it the JSONL alone; with one format only, that one.
+func TestDatasetsFolderLoadReadsOneCopy(t *testing.T) {
+	for _, tt := range []struct {
+		formats           []string
+		datasets, specula []string
+	}{
+		{Formats, []string{"j.parquet"}, []string{"j.sharegpt.jsonl"}},
+		{[]string{FormatShareGPT}, []string{"j.sharegpt.jsonl"}, []string{"j.sharegpt.jsonl"}},
+		{[]string{FormatParquet}, []string{"j.parquet"}, nil},
+	} {
+		dir := t.TempDir()
+		if _, err := ExportWith(context.Background(), tokenFixture(t), dir, tt.formats, "j", Options{TokenIDs: true, Profile: Profile{Trainer: TrainerSpeculators}}); err != nil {
+			t.Fatal(err)
+		}
+		data := filepath.Join(dir, DataDir)
+		if got := datasetsFolderLoad(t, data); !slices.Equal(got, tt.datasets) {
+			t.Errorf("%v: load_dataset(%q) reads %v, want %v", tt.formats, DataDir, got, tt.datasets)
+		}
+		if got := folderLoad(t, data); !slices.Equal(got, tt.specula) {
+			t.Errorf("%v: speculators --data %s reads %v, want %v", tt.formats, DataDir, got, tt.specula)
+		}
+	}
+}

@@ -90,6 +90,9 @@ type Totals struct {
 	Dead      int `json:"dead"`
 	BadRows   int `json:"bad_rows"`
 	Pending   int `json:"pending"` // not finished when the export ran (pending or leased)
+	// NoSystemRows: the SpecForge profile's ShareGPT training rows without
+	// a system message (SpecForge inserts its template's default).
+	NoSystemRows int `json:"no_system_rows,omitempty"`
 	// TokenIDs counts done conversations with and without input_ids, when
 	// the export carries token ids (output.token_ids).
 	TokenIDs *TokenIDCounts `json:"token_ids,omitempty"`
@@ -395,8 +398,8 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 	}
 	m := &Manifest{Schema: ManifestSchema, RegenVersion: d.RegenVersion, ExportedAt: now.UTC().Truncate(time.Second),
 		Job: d.Job, Fingerprint: d.Fingerprint, Generation: d.Generation, Configuration: d.Configuration, Servers: seen.list(),
-		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows}}
-	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs, TrainTruncated: o.TrainTruncated}
+		Totals: Totals{Done: sum.Done, Truncated: sum.Truncated, Ended: sum.Ended, Rejected: sum.Rejected, Dead: sum.Dead, BadRows: sum.BadRows, NoSystemRows: sum.NoSystemRows}}
+	m.Export = &ExportSettings{Metadata: cmp.Or(o.Metadata, MetadataMinimal), TokenIDs: o.TokenIDs, TrainTruncated: o.TrainTruncated, Profile: o.Profile}
 	if o.TokenIDs && o.TokenRows == TokenRowsTurn {
 		m.Export.TokenRows, m.Export.KeepHistoryReasoning = TokenRowsTurn, o.KeepHistoryReasoning
 	}

@@ -244,7 +244,9 @@ func (s *parquetSink) files() []*output {
 	return out
 }
 
-func (s *parquetSink) write(r *record) error { return writeTrainingRows(r, s.writeRow) }
+// write writes a done sample's rows; Parquet keeps the layout both
+// trainers read under every profile (SpecForge reads no Parquet).
+func (s *parquetSink) write(r *record) error { return writeTrainingRows(r, r.turnRows, s.writeRow) }
 
 // writeRow writes one training row: a conversation, or one turn of it.
 func (s *parquetSink) writeRow(r *record) error {

@@ -32,6 +32,7 @@ type record struct {
 	engineName func(string) string    // Options.EngineOf
 	toks       *tokenSeq              // built by tokens() on first use
 	turnRows   bool                   // Options.TokenRows is turn: rows() gives one record per answer
+	specForge  bool                   // the SpecForge profile: ShareGPT rows are turns (rowIDs)
 	// keepHistoryReasoning is Options.KeepHistoryReasoning.
 	keepHistoryReasoning bool
 	// conversationID and turn are set on a turn row (rows()): the sample

@@ -1,62 +1,17 @@
 package export
 
 import (
-	"fmt"
-	"slices"
-
-	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
-// tokenSeq is a conversation as the server's token ids: the last turn's
-// prompt ids followed by its completion ids, and 1 in LossMask exactly on
-// the ids the model generated in this conversation's turns. Missing, when
-// not empty, says why there are none ("unavailable: ...").
-type tokenSeq struct {
-	InputIDs []int32
-	LossMask []int8
-	Missing  string
-}
+// tokenSeq is a row's token ids (package tokenrows builds them for
+// export and capture alike).
+type tokenSeq = tokenrows.Seq
 
-// tokenSequence builds a record's token view from its answers, using only
-// the ids and counts the server returned: turn k's completion sits in turn
-// k+1's prompt at offset len(turn k's prompt ids), which holds when the
-// chat template only appends (a later prompt starts with the earlier
-// prompt and answer, id for id). Nothing is decoded or tokenized here; a
-// conversation whose ids do not line up says so instead. engine names
-// the server that answered a turn.
+// tokenSequence is a conversation's row (tokenrows.Conversation).
 func tokenSequence(answers []llm.Result, engine func(turn int) string) tokenSeq {
-	for k, a := range answers {
-		switch {
-		case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine(k), conversation.Ordinal(k))}
-		case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d has %d completion ids for %d completion tokens", conversation.Ordinal(k), len(a.CompletionTokenIDs), a.Usage.CompletionTokens)}
-		}
-	}
-	type span struct{ from, to int }
-	var spans []span
-	for k, a := range answers {
-		p, c := a.PromptTokenIDs, a.CompletionTokenIDs
-		spans = append(spans, span{len(p), len(p) + len(c)})
-		if k+1 == len(answers) {
-			break
-		}
-		next := answers[k+1].PromptTokenIDs
-		if len(next) < len(p)+len(c) || !slices.Equal(next[:len(p)], p) || !slices.Equal(next[len(p):len(p)+len(c)], c) {
-			return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d's prompt does not start with turn %d's prompt and answer as generated (the history re-renders it, e.g. reasoning left out): output.token_rows: turn exports this conversation", conversation.Ordinal(k+1), conversation.Ordinal(k))}
-		}
-	}
-	last := answers[len(answers)-1]
-	ids := make([]int32, 0, len(last.PromptTokenIDs)+len(last.CompletionTokenIDs))
-	ids = append(append(ids, last.PromptTokenIDs...), last.CompletionTokenIDs...)
-	mask := make([]int8, len(ids))
-	for _, s := range spans {
-		for i := s.from; i < s.to; i++ {
-			mask[i] = 1
-		}
-	}
-	return tokenSeq{InputIDs: ids, LossMask: mask}
+	return tokenrows.Conversation(answers, engine)
 }
 
 // tokens is the record's token view, built once for every writer.

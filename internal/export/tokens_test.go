@@ -81,6 +81,15 @@ func TestTokenSequence(t *testing.T) {
 			want:    tokenSeq{Missing: "unavailable: llamacpp (turn 2 has no token ids)"},
 		},
 		{
+			name: "ids found wrong after the answer",
+			answers: []llm.Result{answer(ids(1), ids(10)), func() llm.Result {
+				a := answer(ids(1, 10, 2), ids(20))
+				a.TokenIDsUnavailable = "turn 2's prompt ids differ from the server's render at index 2"
+				return a
+			}()},
+			want: tokenSeq{Missing: "unavailable: turn 2's prompt ids differ from the server's render at index 2"},
+		},
+		{
 			name: "fewer ids than completion tokens",
 			answers: []llm.Result{{PromptTokenIDs: ids(1), CompletionTokenIDs: ids(2, 3),
 				Usage: llm.Usage{PromptTokens: 1, CompletionTokens: 3}}},

@@ -28,6 +28,15 @@ type trainerRule struct {
 	Source  string   `json:"source"`
 	Says    string   `json:"says"`
 	Bad     []string `json:"bad"`
+	// Profiles are the output.trainer profiles whose ShareGPT training
+	// files the rule holds ("" the default layout; specforge-harmony the
+	// SpecForge profile for gpt-oss); none: every training file.
+	Profiles []string `json:"profiles"`
+}
+
+// holds reports whether the rule applies to a ShareGPT file of profile.
+func (r trainerRule) holds(profile string) bool {
+	return len(r.Profiles) == 0 || slices.Contains(r.Profiles, profile)
 }
 
 // trainerChecks check a whole training file (its lines, parsed) against
@@ -38,6 +47,79 @@ var trainerChecks = map[string]func(rows []map[string]any) error{
 	"content_is_text":          contentIsText,
 	"token_fields_all_or_none": tokenFieldsAllOrNone,
 	"conversations_column":     conversationsColumn,
+	"specforge_turn_rows":      specForgeTurnRows,
+	"no_argument_columns":      noArgumentColumns,
+	"harmony_columns":          harmonyColumns,
+	"harmony_roles":            rolesAmong("system", "assistant_reasoning_effort", "user", "assistant_analysis", "assistant_commentary", "assistant_final"),
+	"speculators_roles":        rolesAmong("system", "user", "assistant", "tool"),
+}
+
+// specForgeTurnRows: a row is one assistant turn, holding
+// assistant_turn_index earlier answers and ending with its own.
+func specForgeTurnRows(rows []map[string]any) error {
+	for i, r := range rows {
+		k, ok := r["assistant_turn_index"].(float64)
+		if !ok {
+			if _, harmony := r["source_id"]; harmony {
+				return fmt.Errorf("row %d: no assistant_turn_index", i+1)
+			}
+			k = -1 // a harmony row: counted by its finals alone
+		}
+		conv, _ := r["conversations"].([]any)
+		answers := 0
+		for _, m := range conv {
+			if role := m.(map[string]any)["role"]; role == "assistant" || role == "assistant_final" {
+				answers++
+			}
+		}
+		if last, _ := conv[len(conv)-1].(map[string]any); last["role"] != "assistant" && last["role"] != "assistant_final" {
+			return fmt.Errorf("row %d: ends with %v, not its turn's answer", i+1, last["role"])
+		}
+		if k >= 0 && answers != int(k)+1 {
+			return fmt.Errorf("row %d: %d answers for assistant_turn_index %v: not one turn", i+1, answers, k)
+		}
+	}
+	return nil
+}
+
+// argumentNames are Parser.parse's and apply_chat_template's arguments.
+var argumentNames = []string{"conversation", "max_length", "preformatted", "train_only_last_turn", "tool",
+	"messages", "tokenize", "add_generation_prompt", "add_special_tokens"}
+
+func noArgumentColumns(rows []map[string]any) error {
+	for i, r := range rows {
+		for k := range r {
+			if slices.Contains(argumentNames, k) {
+				return fmt.Errorf("row %d: column %q is an argument of SpecForge's parser", i+1, k)
+			}
+		}
+	}
+	return nil
+}
+
+func harmonyColumns(rows []map[string]any) error {
+	for i, r := range rows {
+		for k := range r {
+			if !slices.Contains([]string{"id", "conversations", "tools", "input_ids", "loss_mask"}, k) {
+				return fmt.Errorf("row %d: column %q, which HarmonyParser.parse does not take", i+1, k)
+			}
+		}
+	}
+	return nil
+}
+
+func rolesAmong(roles ...string) func([]map[string]any) error {
+	return func(rows []map[string]any) error {
+		for i, r := range rows {
+			conv, _ := r["conversations"].([]any)
+			for j, m := range conv {
+				if role, _ := m.(map[string]any)["role"].(string); !slices.Contains(roles, role) {
+					return fmt.Errorf("row %d: conversations[%d].role %q, want one of %v", i+1, j, role, roles)
+				}
+			}
+		}
+		return nil
+	}
 }
 
 func conversationsColumn(rows []map[string]any) error {
@@ -46,7 +128,7 @@ func conversationsColumn(rows []map[string]any) error {
 		if !ok || len(conv) == 0 {
 			return fmt.Errorf("row %d: no conversations list", i+1)
 		}
-		if last, _ := conv[len(conv)-1].(map[string]any); last["role"] != "assistant" {
+		if last, _ := conv[len(conv)-1].(map[string]any); last["role"] != "assistant" && last["role"] != "assistant_final" {
 			return fmt.Errorf("row %d: conversations end with %v, want the assistant's answer", i+1, last["role"])
 		}
 	}
@@ -280,8 +362,8 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 						pqConv[r["id"].(string)] = r["conversations"]
 					}
 					for _, r := range rules {
-						if f.Format == FormatParquetTruncated {
-							break // not a training file
+						if f.Format == FormatParquetTruncated || len(r.Profiles) > 0 {
+							continue // not a training file; a rule of a profile's ShareGPT file
 						}
 						if err := trainerChecks[r.Rule](rows); err != nil {
 							t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)
@@ -305,8 +387,8 @@ func TestTrainingFilesMeetTrainerRules(t *testing.T) {
 					t.Fatalf("%s: %d rows, manifest %d; want some", f.Path, len(rows), f.Rows)
 				}
 				for _, r := range rules {
-					if f.Format == FormatShareGPTTruncated {
-						break // not a training file
+					if f.Format == FormatShareGPTTruncated || !r.holds("") {
+						continue // not a training file; a rule of another profile
 					}
 					if err := trainerChecks[r.Rule](rows); err != nil {
 						t.Errorf("%s breaks %s (%s: %s; %s): %v", filepath.Base(f.Path), r.Rule, r.Trainer, r.Says, r.Source, err)

@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/regen-dev/regen/internal/conversation"
-	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // Token row modes (output.token_rows): one training row per conversation,
@@ -15,11 +15,8 @@ const (
 	TokenRowsTurn         = "turn"
 )
 
-// turnRowID names turn k's row of a sample: "<sample id>/turn<k>", k
-// counted from 1 as the token_ids reasons count turns.
-func turnRowID(sampleID string, k int) string {
-	return fmt.Sprintf("%s/turn%d", sampleID, conversation.Ordinal(k))
-}
+// turnRowID names turn k's row of a sample (tokenrows.TurnRowID).
+func turnRowID(sampleID string, k int) string { return tokenrows.TurnRowID(sampleID, k) }
 
 // turnKeys are what a turn row adds to a ShareGPT line: the conversation
 // (sample) it belongs to and its turn, counted from 1.
@@ -28,32 +25,16 @@ type turnKeys struct {
 	Turn           int    `json:"turn"`
 }
 
-// turnTokens is turn k's own row of token ids: the prompt ids the server
-// returned for that request, then its completion ids, loss on the
-// completion alone. Any template gives these, since nothing is aligned
-// across turns.
-func turnTokens(a llm.Result, engine string, k int) tokenSeq {
-	switch {
-	case len(a.PromptTokenIDs) == 0 || len(a.CompletionTokenIDs) == 0:
-		return tokenSeq{Missing: fmt.Sprintf("unavailable: %s (turn %d has no token ids)", engine, conversation.Ordinal(k))}
-	case len(a.CompletionTokenIDs) != a.Usage.CompletionTokens:
-		return tokenSeq{Missing: fmt.Sprintf("unavailable: turn %d has %d completion ids for %d completion tokens", conversation.Ordinal(k), len(a.CompletionTokenIDs), a.Usage.CompletionTokens)}
-	}
-	ids := make([]int32, 0, len(a.PromptTokenIDs)+len(a.CompletionTokenIDs))
-	ids = append(append(ids, a.PromptTokenIDs...), a.CompletionTokenIDs...)
-	mask := make([]int8, len(ids))
-	for i := len(a.PromptTokenIDs); i < len(ids); i++ {
-		mask[i] = 1
-	}
-	return tokenSeq{InputIDs: ids, LossMask: mask}
-}
-
 // rows are the training rows of a done record: itself, or with turn rows
 // one record per answer, each holding the conversation up to that answer
 // (earlier answers' reasoning only when the history kept it, as the
 // server was sent it), that answer's run details and its own token ids.
-func (r *record) rows() ([]*record, error) {
-	if !r.turnRows {
+func (r *record) rows() ([]*record, error) { return r.rowsOf(r.turnRows) }
+
+// rowsOf is rows with turn rows when turns, whatever Options.TokenRows
+// (SpecForge's ShareGPT rows are turns with or without token ids).
+func (r *record) rowsOf(turns bool) ([]*record, error) {
+	if !turns {
 		return []*record{r}, nil
 	}
 	out := make([]*record, len(r.answers))
@@ -85,7 +66,7 @@ func (r *record) turnRow(k int) (*record, error) {
 		conv = withoutEarlierReasoning(conv)
 	}
 	t.conv = conv
-	toks := turnTokens(r.answers[k], r.engineOf(k), k)
+	toks := tokenrows.Turn(r.answers[k], r.engineOf(k), k)
 	t.toks = &toks
 	return &t, nil
 }
@@ -111,12 +92,15 @@ func withoutEarlierReasoning(conv []conversation.Message) []conversation.Message
 
 // rowIDs are the training row ids of r (Verify passes over them together).
 func (r *record) rowIDs() []string {
-	if !r.turnRows || r.row.State != store.Done {
+	if !(r.turnRows || r.specForge) || r.row.State != store.Done {
 		return []string{r.row.ID}
 	}
 	ids := make([]string, len(r.row.Prior)+1)
 	for k := range ids {
 		ids[k] = turnRowID(r.row.ID, k)
+	}
+	if !r.turnRows { // only the ShareGPT file has turns; Parquet the conversation
+		ids = append(ids, r.row.ID)
 	}
 	return ids
 }

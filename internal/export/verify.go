@@ -81,6 +81,8 @@ type ExportSettings struct {
 	// KeepHistoryReasoning: turn rows' earlier answers keep their
 	// reasoning (generation.reasoning: keep); only with turn rows.
 	KeepHistoryReasoning bool `json:"keep_history_reasoning,omitempty"`
+	// Profile is the trainer profile that wrote the files (output.trainer).
+	Profile
 }
 
 // ManifestPath is where an export into dir writes name's manifest.
@@ -118,6 +120,7 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		o.Metadata, o.TokenIDs, o.TokenRows = m.Export.Metadata, m.Export.TokenIDs, m.Export.TokenRows
 		o.KeepHistoryReasoning = m.Export.KeepHistoryReasoning
 		o.TrainTruncated = m.Export.TrainTruncated
+		o.Profile = m.Export.Profile
 	}
 	for _, f := range m.Files {
 		r.Files++

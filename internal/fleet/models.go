@@ -297,7 +297,8 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer})
+	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer,
+		Render: f.renderRoute(ctx, url, d)})
 	f.tellNoTokenIDs(url, d)
 }
 

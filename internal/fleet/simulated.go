@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,10 @@ func newSimFleet(spec *job.Spec, logDir string, log *slog.Logger, onState stateF
 	}
 	if err := cfg.Apply(spec.Server.Sim); err != nil {
 		return nil, fmt.Errorf("%s: server.sim: %w", spec.Path, err)
+	}
+	if cfg.HiddenStates != "" && !filepath.IsAbs(cfg.HiddenStates) {
+		// Paths in a job file are relative to it.
+		cfg.HiddenStates = filepath.Join(filepath.Dir(spec.Path), cfg.HiddenStates)
 	}
 	addr, err := freeLoopbackAddr(spec.Server.Host, spec.Server.Port)
 	if err != nil {

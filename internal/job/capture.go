@@ -36,8 +36,12 @@ type Capture struct {
 	// wrong ids, truncated...) is tried before it is dead; server outages
 	// spend none. Default DefaultCaptureAttempts.
 	MaxAttempts int `yaml:"max_attempts"`
-	// RequestTimeout bounds one capture request and the wait for its file.
+	// RequestTimeout bounds one capture request.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// FileWait bounds the wait for the server to finish writing a file
+	// after answering (its connector holds <file>.lock meanwhile); a file
+	// still being written then is a failed attempt (slow).
+	FileWait time.Duration `yaml:"file_wait"`
 	// DownAfter stops the capture with an error once every capture
 	// endpoint has been down this long; 0 waits for ever.
 	DownAfter time.Duration `yaml:"down_after"`
@@ -55,6 +59,7 @@ const (
 	DefaultCaptureDir            = "hidden_states"
 	DefaultCaptureAttempts       = 3
 	DefaultCaptureRequestTimeout = 10 * time.Minute
+	DefaultCaptureFileWait       = time.Minute
 	DefaultCaptureDownAfter      = 10 * time.Minute
 )
 
@@ -71,6 +76,7 @@ func (s *Spec) captureDefaults() {
 	setInt(s, &c.MaxAttempts, "capture.max_attempts", DefaultCaptureAttempts)
 	setDur(s, &c.RequestTimeout, "capture.request_timeout", DefaultCaptureRequestTimeout)
 	setDur(s, &c.DownAfter, "capture.down_after", DefaultCaptureDownAfter)
+	setDur(s, &c.FileWait, "capture.file_wait", DefaultCaptureFileWait)
 	if c.Dir == "" && s.unset("capture.dir") {
 		c.Dir = DefaultCaptureDir
 	}
@@ -138,6 +144,9 @@ func (v *validator) capture() {
 	}
 	if c.RequestTimeout <= 0 {
 		v.addf("capture.request_timeout", "must be > 0")
+	}
+	if c.FileWait <= 0 {
+		v.addf("capture.file_wait", "must be > 0")
 	}
 	if c.DownAfter < 0 {
 		v.addf("capture.down_after", "must be >= 0 (0 waits for ever)")

@@ -293,7 +293,7 @@ func TestLoadCaptureDefaults(t *testing.T) {
 		Endpoints:   []CaptureEndpoint{{URL: "http://127.0.0.1:8000"}, {URL: "http://127.0.0.1:8001", APIKeyEnv: "CAPTURE_KEY"}},
 		Concurrency: DefaultCaptureConcurrency, Dir: filepath.Join(abs(t, "testdata"), DefaultCaptureDir), Model: "m1",
 		Layers: 3, DType: "bf16", MaxAttempts: DefaultCaptureAttempts,
-		RequestTimeout: DefaultCaptureRequestTimeout, DownAfter: DefaultCaptureDownAfter,
+		RequestTimeout: DefaultCaptureRequestTimeout, DownAfter: DefaultCaptureDownAfter, FileWait: DefaultCaptureFileWait,
 	}
 	if d := cmp.Diff(want, got.Capture); d != "" {
 		t.Errorf("capture (-want +got):\n%s", d)

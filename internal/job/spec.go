@@ -180,6 +180,11 @@ type Output struct {
 	// turn (one row per assistant turn: its prompt ids, then its
 	// completion ids). It changes the export only, never a request.
 	TokenRows string `yaml:"token_rows"`
+	// Trainer is the drafter trainer the training files are laid out for:
+	// "" (the layout SpecForge and speculators both read where they
+	// agree), speculators or specforge (TrainerSpecForge: one row per
+	// assistant turn in SpecForge's own row shape). See trainer.go.
+	Trainer string `yaml:"trainer"`
 	// The dataset card's Hugging Face metadata: License is a Hub license
 	// id (unset: "other", and the card says no license was given);
 	// Language the ISO 639 codes of the data; PrettyName the card's title

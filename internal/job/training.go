@@ -108,6 +108,9 @@ func (s *Spec) applyTrainingDefaults() {
 	}
 	if s.Output.TokenRows == "" {
 		s.Output.TokenRows = DefaultTokenRows
+		if s.Output.Trainer == TrainerSpecForge && s.Output.TokenIDs {
+			s.Output.TokenRows = TokenRowsTurn // SpecForge's rows are turns
+		}
 	}
 	setInt(s, &s.Retry.PoisonAfter, "retry.poison_after", DefaultPoisonAfter)
 	setInt(s, &s.Retry.BrokenStreak, "retry.broken_streak", DefaultBrokenStreak)
@@ -167,6 +170,7 @@ func (v *validator) training() {
 	case r == TokenRowsTurn && !s.Output.TokenIDs:
 		v.addf("output.token_rows", "turn rows are rows of token ids; set output.token_ids: true")
 	}
+	v.trainer()
 	if s.Retry.PoisonAfter < 0 {
 		v.addf("retry.poison_after", "must be >= 0 (0 turns the guard off)")
 	}

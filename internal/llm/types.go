@@ -62,6 +62,11 @@ type Result struct {
 	// and returned them; regen never makes them from text.
 	PromptTokenIDs     []int32 `json:"prompt_token_ids,omitempty"`
 	CompletionTokenIDs []int32 `json:"completion_token_ids,omitempty"`
+	// TokenIDsUnavailable, when not empty, says why the ids above are not
+	// to be trained on although the server returned them (a check after
+	// the answer found them wrong: dispatch's render check); the export
+	// treats the turn as one without ids, with this reason.
+	TokenIDsUnavailable string `json:"token_ids_unavailable,omitempty"`
 }
 
 // Class says what the caller should do about an error.

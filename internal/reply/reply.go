@@ -68,3 +68,17 @@ func Decode(r store.Result) (Record, error) {
 	}
 	return rec, nil
 }
+
+// Answers decodes every stored answer of a finished row, in turn order
+// (Prior, then Result).
+func Answers(row store.Row) ([]Record, error) {
+	out := make([]Record, 0, len(row.Prior)+1)
+	for _, r := range append(row.Prior[:len(row.Prior):len(row.Prior)], row.Result) {
+		rec, err := Decode(r)
+		if err != nil {
+			return nil, fmt.Errorf("decode stored answer to turn %d: %w", r.Turn+1, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}

@@ -31,6 +31,7 @@ import (
 // Faults of the hidden-state files (Config.HiddenStatesFault).
 const (
 	HiddenFaultNaN            = "nan"              // one element of hidden_states is NaN
+	HiddenFaultInf            = "inf"              // one element of hidden_states is +Inf
 	HiddenFaultWrongIDs       = "wrong-ids"        // one id of the file's token_ids differs from the prompt
 	HiddenFaultMissing        = "missing"          // the answer names a path with no file (the write failed)
 	HiddenFaultTruncated      = "truncated"        // the file is cut to half its bytes
@@ -38,7 +39,7 @@ const (
 	HiddenFaultWrongPromptIDs = "wrong-prompt-ids" // one id of the answer's prompt_token_ids differs
 )
 
-var hiddenFaults = []string{HiddenFaultNaN, HiddenFaultWrongIDs, HiddenFaultMissing, HiddenFaultTruncated, HiddenFaultSlow, HiddenFaultWrongPromptIDs}
+var hiddenFaults = []string{HiddenFaultNaN, HiddenFaultInf, HiddenFaultWrongIDs, HiddenFaultMissing, HiddenFaultTruncated, HiddenFaultSlow, HiddenFaultWrongPromptIDs}
 
 var hiddenDTypes = map[string]safetensors.DType{"bf16": safetensors.BF16, "f16": safetensors.F16, "f32": safetensors.F32}
 
@@ -116,7 +117,7 @@ func changedID(ids []int64) []int64 {
 	return out
 }
 
-// write writes the file as the connector does: lock first, then the file in
+// writeCapture writes the file as the connector does: lock first, then the file in
 // place, then the lock released. It returns once the answer may be sent:
 // under the slow fault the file is still being written then (by a goroutine
 // that ends with the server).
@@ -235,16 +236,16 @@ func hiddenBytes(c *capture, dt safetensors.DType, layers, hidden int) []byte {
 			}
 		}
 	}
-	if c.fault == HiddenFaultNaN && len(out) > 0 {
+	if bad, ok := map[string]float64{HiddenFaultNaN: math.NaN(), HiddenFaultInf: math.Inf(1)}[c.fault]; ok && len(out) > 0 {
 		// The middle token's first element of the first layer.
 		at := len(ids) / 2 * layers * hidden * size
-		appendFloat(out[:at], dt, float32(math.NaN()))
+		appendFloat(out[:at], dt, float32(bad))
 	}
 	return out
 }
 
-// appendFloat appends v in dt's little-endian encoding; v is finite with at
-// most 8 significant bits (HiddenValue) or NaN.
+// appendFloat appends v in dt's little-endian encoding; v has at most 8
+// significant bits (HiddenValue), or is NaN or infinite.
 func appendFloat(b []byte, dt safetensors.DType, v float32) []byte {
 	bits := math.Float32bits(v)
 	switch dt {
@@ -264,6 +265,8 @@ func float16Bits(v float32) uint16 {
 	switch {
 	case v != v:
 		return 0x7e00
+	case math.IsInf(float64(v), 0):
+		return sign | 0x7c00
 	case v == 0:
 		return sign
 	}

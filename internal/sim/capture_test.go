@@ -132,6 +132,8 @@ func half(h uint16) float32 {
 	switch {
 	case exp == 0x1f && frac != 0:
 		return float32(math.NaN())
+	case exp == 0x1f:
+		return sign * float32(math.Inf(1))
 	case exp == 0 && frac == 0:
 		return 0 * sign
 	}
@@ -189,25 +191,30 @@ func TestHiddenStatesWire(t *testing.T) {
 // (lock, then file), shows exactly the damage it names; the others' files
 // stay whole.
 func TestHiddenStatesFaults(t *testing.T) {
-	tests := []struct {
-		fault string
-		check func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, raw []byte, err error)
-	}{
-		{HiddenFaultNaN, func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, _ []byte, err error) {
+	// oneBad checks that exactly one element, the middle token's first, is bad.
+	oneBad := func(what string, bad func(float64) bool) func(*testing.T, captureAnswer, safetensors.SafeTensors, []byte, error) {
+		return func(t *testing.T, _ captureAnswer, st safetensors.SafeTensors, _ []byte, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
 			hs, _ := st.Tensor("hidden_states")
-			var nans []int
+			var at []int
 			for i, v := range decodeFloats(t, hs) {
-				if v != v {
-					nans = append(nans, i)
+				if bad(float64(v)) {
+					at = append(at, i)
 				}
 			}
-			if diff := cmp.Diff([]int{len(testIDs) / 2 * 24}, nans); diff != "" {
-				t.Errorf("NaN elements (-want +got):\n%s", diff)
+			if diff := cmp.Diff([]int{len(testIDs) / 2 * 24}, at); diff != "" {
+				t.Errorf("%s elements (-want +got):\n%s", what, diff)
 			}
-		}},
+		}
+	}
+	tests := []struct {
+		fault string
+		check func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, raw []byte, err error)
+	}{
+		{HiddenFaultNaN, oneBad("NaN", math.IsNaN)},
+		{HiddenFaultInf, oneBad("+Inf", func(v float64) bool { return math.IsInf(v, 1) })},
 		{HiddenFaultWrongIDs, func(t *testing.T, a captureAnswer, st safetensors.SafeTensors, _ []byte, err error) {
 			if err != nil {
 				t.Fatal(err)
@@ -247,14 +254,20 @@ func TestHiddenStatesFaults(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.fault, func(t *testing.T) {
-			c := captureConfig(t)
-			c.HiddenStatesFault = tt.fault
-			_, url, _ := startServer(t, c)
-			a := askCapture(t, url, testIDs)
-			st, raw, err := readCapture(t, a.KVTransferParams.HiddenStatesPath)
-			tt.check(t, a, st, raw, err)
-		})
+		dtypes := []string{"bf16"}
+		if tt.fault == HiddenFaultNaN || tt.fault == HiddenFaultInf {
+			dtypes = []string{"bf16", "f16", "f32"} // each dtype's encoding of the bad value
+		}
+		for _, dt := range dtypes {
+			t.Run(tt.fault+"/"+dt, func(t *testing.T) {
+				c := captureConfig(t)
+				c.HiddenStatesFault, c.HiddenDType = tt.fault, dt
+				_, url, _ := startServer(t, c)
+				a := askCapture(t, url, testIDs)
+				st, raw, err := readCapture(t, a.KVTransferParams.HiddenStatesPath)
+				tt.check(t, a, st, raw, err)
+			})
+		}
 	}
 }
 
@@ -342,5 +355,99 @@ func TestHiddenStatesConfig(t *testing.T) {
 		if err := b.validate(); err == nil {
 			t.Errorf("validate(%+v) = nil, want an error", b)
 		}
+	}
+}
+
+// BenchmarkHiddenStatesCapture measures what a capture request costs the
+// simulator beyond its simulated prefill: 1,024 prompt ids, 3 layers of
+// 256 in bf16 (1.5 MiB a file), written under the lock before the answer.
+func BenchmarkHiddenStatesCapture(b *testing.B) {
+	c := testConfig()
+	c.Engine, c.Speed = EngineVLLM, 1e6
+	c.HiddenStates, c.HiddenSize, c.HiddenLayers = b.TempDir(), 256, 3
+	_, url, _ := startServer(b, c)
+	ids := make([]int64, 1024)
+	for i := range ids {
+		ids[i] = int64(100 + i%5000)
+	}
+	prompt, _ := json.Marshal(ids)
+	body := fmt.Sprintf(`{"model":"m","prompt":%s,"max_tokens":1,"return_token_ids":true}`, prompt)
+	var bytes int64
+	b.ResetTimer()
+	for range b.N {
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var a captureAnswer
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if err != nil || a.KVTransferParams == nil {
+			b.Fatalf("answer: %v", err)
+		}
+		st, err := os.Stat(a.KVTransferParams.HiddenStatesPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bytes += st.Size()
+		os.Remove(a.KVTransferParams.HiddenStatesPath)
+		os.Remove(a.KVTransferParams.HiddenStatesPath + ".lock")
+	}
+	b.ReportMetric(float64(bytes)/float64(b.N), "file-bytes/op")
+	b.SetBytes(bytes / int64(b.N))
+}
+
+// TestHiddenStatesWriterDiesWithServer: a server that ends during a slow
+// write leaves the half file and releases the lock, as a killed vLLM does
+// (the kernel drops a dead process's flock); a reader that waited for the
+// lock then finds a file that does not parse.
+func TestHiddenStatesWriterDiesWithServer(t *testing.T) {
+	c := captureConfig(t)
+	c.HiddenStatesFault = HiddenFaultSlow
+	c.HiddenStatesSlow = 1e6 * time.Second // far beyond the test
+	s, url, _ := startServer(t, c)
+	path := askCapture(t, url, testIDs).KVTransferParams.HiddenStatesPath
+	s.Close() // waits for the writer
+	lock, err := os.Open(path + ".lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("lock after the server ended: %v, want it free", err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil || len(raw) == 0 {
+		t.Fatalf("half file: %d bytes, %v", len(raw), err)
+	}
+	if _, err := safetensors.Deserialize(raw); err == nil {
+		t.Errorf("the half file (%d bytes) parses", len(raw))
+	}
+}
+
+// TestCompletionTokenIDs: as vLLM, a completion that asks for token ids
+// gets its prompt's and output's ids in its choice (a text prompt's ids
+// from the simulator's tokenizer, counted as its prompt tokens), and no
+// kv_transfer_params without --hidden-states.
+func TestCompletionTokenIDs(t *testing.T) {
+	c := testConfig()
+	c.Engine = EngineVLLM
+	_, url, _ := startServer(t, c)
+	var out struct {
+		Choices []struct {
+			PromptTokenIDs []int64 `json:"prompt_token_ids"`
+			TokenIDs       []int64 `json:"token_ids"`
+		} `json:"choices"`
+		Usage            usage           `json:"usage"`
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	body := `{"model":"m","prompt":"queues and caches and more","max_tokens":5,"return_token_ids":true}`
+	if err := json.Unmarshal(postJSON(t, url+"/v1/completions", body), &out); err != nil {
+		t.Fatal(err)
+	}
+	ch := out.Choices[0]
+	if len(ch.PromptTokenIDs) == 0 || len(ch.PromptTokenIDs) != out.Usage.PromptTokens || len(ch.TokenIDs) != out.Usage.CompletionTokens || out.KVTransferParams != nil {
+		t.Errorf("prompt ids %v (prompt_tokens %d), %d output ids (completion_tokens %d), kv_transfer_params %s",
+			ch.PromptTokenIDs, out.Usage.PromptTokens, len(ch.TokenIDs), out.Usage.CompletionTokens, out.KVTransferParams)
 	}
 }

@@ -120,9 +120,14 @@ type Config struct {
 	HiddenSize             int
 	HiddenLayers           int
 	HiddenDType            string        // bf16 | f16 | f32
-	HiddenStatesFault      string        // nan | wrong-ids | missing | truncated | slow | wrong-prompt-ids
+	HiddenStatesFault      string        // nan | inf | wrong-ids | missing | truncated | slow | wrong-prompt-ids
 	HiddenStatesFaultEvery int           // the fault hits every Nth capture request (1 = all)
 	HiddenStatesSlow       time.Duration // slow: the file is finished this long after the answer (simulated)
+
+	// RenderSkew: vLLM's chat render (render.go) answers one id off for
+	// requests whose last user message holds this text, as a server whose
+	// render and generation disagree would.
+	RenderSkew string
 
 	Faults []Fault // programmatic faults, added to the ones above
 
@@ -302,9 +307,10 @@ func registerCaptureFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.HiddenSize, "hidden-size", c.HiddenSize, "hidden size of the written hidden states")
 	fs.IntVar(&c.HiddenLayers, "layers", c.HiddenLayers, "layers per token in the written hidden states")
 	fs.StringVar(&c.HiddenDType, "hidden-dtype", c.HiddenDType, "dtype of the written hidden states: bf16, f16 or f32")
-	fs.StringVar(&c.HiddenStatesFault, "hidden-states-fault", c.HiddenStatesFault, "fault of the hidden-state files: nan (one element), wrong-ids (one token id in the file), missing (no file at the path), truncated (file cut short), slow (answered before the file is written), wrong-prompt-ids (one id of the answer's prompt_token_ids)")
+	fs.StringVar(&c.HiddenStatesFault, "hidden-states-fault", c.HiddenStatesFault, "fault of the hidden-state files: nan (one element), inf (one element), wrong-ids (one token id in the file), missing (no file at the path), truncated (file cut short), slow (answered before the file is written), wrong-prompt-ids (one id of the answer's prompt_token_ids)")
 	fs.IntVar(&c.HiddenStatesFaultEvery, "hidden-states-fault-every", c.HiddenStatesFaultEvery, "the fault hits every Nth capture request (1 = all)")
 	durationVar(fs, &c.HiddenStatesSlow, "hidden-states-slow", "slow fault: the file is finished this long after the answer (simulated time)")
+	fs.StringVar(&c.RenderSkew, "render-skew", c.RenderSkew, "vllm fault: POST /v1/chat/completions/render answers one id off (the last user message's last id) for requests whose last user message contains this text; generation is unchanged")
 }
 
 // Apply sets knobs from a map whose keys are flag names with underscores

@@ -366,6 +366,8 @@ func (s *Server) routes() *http.ServeMux {
 		})
 		if current {
 			h("GET /load", s.handleVLLMLoad)
+			// Releases before the render routes answer 404 (regen probes it).
+			h("POST /v1/chat/completions/render", s.handleVLLMRender)
 		}
 		return mux
 	}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/regen-dev/regen/internal/capture"
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+func init() { addCommand(newCaptureCommand) }
+
+type captureOptions struct {
+	verbose bool
+}
+
+func (o *captureOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
+}
+
+func newCaptureCommand() *cobra.Command {
+	var o captureOptions
+	cmd := &cobra.Command{
+		Use:   "capture JOB.yaml",
+		Short: "Capture the target model's hidden states of every done sample, exactly once",
+		Long: `capture sends every done sample's exact token ids (each turn row's with
+output.token_rows: turn) to the job's capture servers (capture.endpoints: vLLM
+with the extract_hidden_states method and a hidden-states connector), checks
+each file the server writes, moves it into capture.dir under a stable name
+and records its size and sha256 in the store. regen run does the same after
+generation; capture runs it alone, e.g. once the capture servers are up.
+
+A re-run resumes: nothing captured is sent again, nothing is listed twice.
+It exits 1 when a capture failed for good (a bad file, capture.max_attempts
+times: the first one is named) or every capture server stayed down for
+capture.down_after.`,
+		Args: jobFileArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCapture(cmd.Context(), args[0], o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runCapture(ctx context.Context, path string, o captureOptions) error {
+	spec, err := job.LoadContext(ctx, path)
+	if err != nil {
+		return err
+	}
+	if spec.Capture == nil {
+		return fmt.Errorf("%s: job %s has no capture: section (see examples/job.example.yaml)", spec.Path, spec.Name)
+	}
+	st, err := openWaiting(ctx, spec, func() (store.Store, error) {
+		return openExisting(ctx, spec, "run it first (regen run "+spec.Rel(spec.Path)+")")
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	logFile, log, err := openJobLog(spec, o.verbose)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	fmt.Printf("regen: capture of job %s into %s%s\n", spec.Name, spec.Rel(spec.Capture.Dir), relNote(spec))
+	return captureJob(ctx, spec, st, log)
+}
+
+// captureJob runs the job's capture and prints what it did; regen run
+// calls it after generation.
+func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.Logger) error {
+	sum, err := capture.RunJob(ctx, spec, st, log)
+	fmt.Printf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s\n",
+		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, humanBytes(sum.Bytes), spec.Rel(spec.Capture.Dir))
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return &exitError{code: 130, err: errors.New("capture interrupted; re-run to resume")}
+	}
+	return fmt.Errorf("capture: %w", err)
+}
+
+// humanBytes is n in the largest unit that keeps it >= 1.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

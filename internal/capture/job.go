@@ -1,0 +1,59 @@
+package capture
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// JobStore is a job's store as the capture of a whole job uses it.
+type JobStore interface {
+	Store
+	TryLock(ctx context.Context, name string) (unlock func() error, ok bool, err error)
+	Info() store.Info
+}
+
+// LockName is the store lock a capture holds on a store one worker runs
+// at a time (SQLite): its start returns every lease to pending and sweeps
+// temporary copies, which only a sole capture may do.
+const LockName = "capture"
+
+// RunJob captures the job's rows (spec has a capture: section): regen run
+// after generation, and regen capture alone. The error is Run's, or
+// ErrIncomplete when keys are dead.
+func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) (Summary, error) {
+	shared := st.Info().Shared
+	if !shared {
+		unlock, ok, err := st.TryLock(ctx, LockName)
+		if err != nil {
+			return Summary{}, fmt.Errorf("capture: %w", err)
+		}
+		if !ok {
+			return Summary{}, fmt.Errorf("capture of job %s: another regen process is capturing it (it holds the %q lock of %s); stop that process first",
+				spec.Name, LockName, spec.Rel(st.Info().Location))
+		}
+		defer unlock()
+	}
+	host, _ := os.Hostname()
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	owner := fmt.Sprintf("capture-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := FromJob(spec, owner, shared, log.With("stage", "capture", "owner", owner))
+	if err != nil {
+		return Summary{}, err
+	}
+	sum, err := Run(ctx, st, cfg)
+	if err != nil {
+		return sum, err
+	}
+	return sum, sum.Err()
+}

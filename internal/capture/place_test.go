@@ -1,0 +1,92 @@
+package capture
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestStableName: any id gives a file name of safe bytes that is not
+// hidden, is the same every time, and differs from every other id's,
+// also between ids that read the same once sanitised.
+func TestStableName(t *testing.T) {
+	safe := regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]*-[0-9a-f]{16}$`)
+	keys := []string{"p/a", "p_a", "p a", "../../etc/passwd", ".hidden", "", "p/a/turn2", "ü/日本", strings.Repeat("x", 500),
+		strings.Repeat("x", 500) + "y", "a\x00b", "a\nb", "CON", "p/a#0"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		n := StableName(k)
+		if !safe.MatchString(n) || len(n) > 100 || n != StableName(k) {
+			t.Errorf("StableName(%q) = %q: want safe, short and stable", k, n)
+		}
+		if other, dup := seen[n]; dup {
+			t.Errorf("StableName(%q) = StableName(%q) = %q", k, other, n)
+		}
+		seen[n] = k
+	}
+}
+
+// TestPlaceNeverReplaces: placing onto an existing name fails with
+// ErrExists and leaves both files as they were.
+func TestPlaceNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	must(t, os.WriteFile(src, []byte("new"), 0o644))
+	must(t, os.WriteFile(dst, []byte("old"), 0o644))
+	if err := Place(src, dst); !errors.Is(err, ErrExists) {
+		t.Fatalf("Place onto an existing file: %v, want ErrExists", err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "old" {
+		t.Errorf("dst now holds %q", b)
+	}
+	if b, _ := os.ReadFile(src); string(b) != "new" {
+		t.Errorf("src now holds %q", b)
+	}
+	must(t, os.Remove(dst))
+	must(t, Place(src, dst))
+	if b, _ := os.ReadFile(dst); string(b) != "new" {
+		t.Errorf("placed file holds %q", b)
+	}
+	if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("src still there after Place: %v", err)
+	}
+}
+
+// TestPlaceAcrossFileSystems: a server folder on another file system
+// (tmpfs) is copied through a temporary file and renamed; no temporary
+// file is left, and the source is removed.
+func TestPlaceAcrossFileSystems(t *testing.T) {
+	shm, err := os.MkdirTemp("/dev/shm", "capture-place-")
+	if err != nil {
+		t.Skipf("no /dev/shm to place across: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	dir := t.TempDir()
+	src, dst := filepath.Join(shm, "cmpl-1-0.safetensors"), filepath.Join(dir, "a.safetensors")
+	must(t, os.WriteFile(src, []byte("hidden states"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "b.safetensors"), []byte("other"), 0o644))
+	must(t, Place(src, dst))
+	if b, _ := os.ReadFile(dst); string(b) != "hidden states" {
+		t.Errorf("placed file holds %q", b)
+	}
+	if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("src still there: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 2 {
+		t.Errorf("folder holds %d entries, want the 2 files", len(entries))
+	}
+	must(t, os.WriteFile(src, []byte("again"), 0o644))
+	if err := Place(src, dst); !errors.Is(err, ErrExists) {
+		t.Errorf("second Place across file systems: %v, want ErrExists", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("a refused copy left a temporary file: %d entries", len(entries))
+	}
+	if n, err := Sweep(dir, 0); err != nil || n != 0 {
+		t.Errorf("Sweep = %d, %v; want nothing to sweep", n, err)
+	}
+}

@@ -1,0 +1,319 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/regen-dev/regen/internal/dispatch"
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/tokenrows"
+)
+
+// item is one training row to capture.
+type item struct {
+	store.CaptureKey
+	ids []int64
+}
+
+// walkBatch is how many keys one state lookup covers.
+const walkBatch = 256
+
+// walk sends every done row's keys that are neither captured nor dead.
+func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
+	batch := make([]item, 0, walkBatch)
+	flush := func() error {
+		err := r.sendPending(ctx, batch, work, first)
+		batch = batch[:0]
+		return err
+	}
+	err := r.st.Finished(ctx, func(row store.Row) error {
+		if row.State != store.Done {
+			return nil
+		}
+		for _, it := range r.items(row, first) {
+			batch = append(batch, it)
+			if len(batch) == walkBatch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	return err
+}
+
+// items are a done row's training rows with ids (package tokenrows, as
+// export builds them).
+func (r *runner) items(row store.Row, first bool) []item {
+	recs, err := reply.Answers(row)
+	if err != nil {
+		r.cfg.Log.Warn("capture_row_unreadable", "sample", row.ID, "err", err)
+		r.count(first, func(s *Summary) { s.NoIDs++ })
+		return nil
+	}
+	answers := make([]llm.Result, len(recs))
+	for i, rec := range recs {
+		answers[i] = rec.Result
+	}
+	var out []item
+	for _, tr := range tokenrows.Rows(row.ID, answers, r.cfg.PerTurn, func(int) string { return "the server" }) {
+		if tr.Missing != "" {
+			r.count(first, func(s *Summary) { s.NoIDs++ })
+			continue
+		}
+		ids := make([]int64, len(tr.InputIDs))
+		for i, id := range tr.InputIDs {
+			ids[i] = int64(id)
+		}
+		r.count(first, func(s *Summary) { s.Rows++ })
+		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn}, ids: ids})
+	}
+	return out
+}
+
+// count changes the summary during the first pass (later passes walk the
+// same rows again).
+func (r *runner) count(first bool, fn func(*Summary)) {
+	if !first {
+		return
+	}
+	r.mu.Lock()
+	fn(&r.sum)
+	r.mu.Unlock()
+}
+
+// sendPending looks the batch's keys up and sends those still to do.
+func (r *runner) sendPending(ctx context.Context, batch []item, work chan<- item, first bool) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	keys := make([]string, len(batch))
+	for i, it := range batch {
+		keys[i] = it.Key
+	}
+	states, err := r.st.CaptureStates(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for _, it := range batch {
+		switch states[it.Key] {
+		case store.Done:
+			r.count(first, func(s *Summary) { s.Before++ })
+		case store.Dead:
+		default:
+			select {
+			case work <- it:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// capture claims one key and settles it: recorded, dead, or left to the
+// worker that holds it.
+func (r *runner) capture(ctx context.Context, it item) error {
+	c, ok, err := r.st.ClaimCapture(ctx, it.CaptureKey, r.cfg.Owner, r.cfg.Lease)
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	if !ok {
+		r.held.Add(1)
+		return nil
+	}
+	dst := filepath.Join(r.cfg.Dir, StableName(c.Key)+Ext)
+	attempts := c.Attempts
+	for {
+		done, err := r.adopt(ctx, c, it.ids, dst)
+		if done || err != nil {
+			return err
+		}
+		own, err := r.attempt(ctx, c, it.ids, dst)
+		if errors.Is(err, ErrExists) {
+			continue // placed meanwhile by another worker: adopt it
+		}
+		if err != nil || own == nil {
+			return err
+		}
+		attempts++
+		dead := attempts >= r.cfg.MaxAttempts
+		evidence := own.Kind + ": " + own.Detail
+		if err := r.st.FailCapture(ctx, c, evidence, dead); err != nil {
+			return r.lost(c, err)
+		}
+		r.cfg.Log.Info("capture_failed", "key", c.Key, "attempt", attempts, "dead", dead, "evidence", evidence)
+		if dead {
+			return nil
+		}
+		if err := sleep(ctx, dispatch.Delay(attempts, r.cfg.BaseDelay, r.cfg.MaxDelay, rand.Float64())); err != nil {
+			return err
+		}
+	}
+}
+
+// lost turns a lost lease into no error (the key's new holder settles it)
+// and anything else into the run's error.
+func (r *runner) lost(c store.CaptureClaim, err error) error {
+	if errors.Is(err, store.ErrNotLeased) {
+		r.cfg.Log.Warn("capture_lease_lost", "key", c.Key, "token", c.Token)
+		return nil
+	}
+	return fmt.Errorf("capture: %w", err)
+}
+
+// adopt records a file already in place under the key's name (placed by a
+// run killed before it recorded it, or by a worker that lost its lease),
+// once it passes the same check as a new one; a file that fails it is not
+// this key's capture (its ids changed since) and is removed.
+func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, dst string) (bool, error) {
+	if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("capture: %w", err)
+	}
+	info, err := CheckFile(dst, ids, r.expected())
+	if fe, ok := ownError(err); ok {
+		r.cfg.Log.Warn("capture_stale_file_removed", "key", c.Key, "path", dst, "evidence", fe.Kind+": "+fe.Detail)
+		if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("capture: %w", err)
+		}
+		return false, syncDir(r.cfg.Dir)
+	}
+	if err != nil {
+		return false, fmt.Errorf("capture: %w", err)
+	}
+	if err := r.record(ctx, c, dst, info); err != nil {
+		return false, err
+	}
+	r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
+	return true, nil
+}
+
+// attempt sends the key until a server answers, then checks and places
+// the file. It returns the key's own failure, or nil and nil when the key
+// is recorded (or its lease lost), or the run's error.
+func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64, dst string) (*FileError, error) {
+	for {
+		ep, err := r.eps.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := ep.Client.Capture(ctx, Request{Key: c.Key, InputIDs: ids})
+		own, isOwn := ownError(err)
+		switch {
+		case ctx.Err() != nil:
+			r.eps.release(ep, nil)
+			removeAll(res)
+			return nil, ctx.Err()
+		case err != nil && !isOwn:
+			r.eps.release(ep, err)
+			r.cfg.Log.Warn("capture_server_failed", "endpoint", ep.URL, "key", c.Key, "err", err)
+			removeAll(res)
+			continue
+		}
+		r.eps.release(ep, nil)
+		if isOwn {
+			removeAll(res)
+			return own, nil
+		}
+		return r.place(ctx, c, ids, dst, res)
+	}
+}
+
+// place checks the server's file against the ids sent, moves it into the
+// folder and records it. A file already under the name is ErrExists.
+func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, dst string, res Result) (*FileError, error) {
+	defer removeAll(res)
+	if i := firstDiff(res.PromptIDs, ids); i >= 0 {
+		return &FileError{Path: res.Path, Kind: KindPromptIDs, Detail: promptDiff(res.PromptIDs, ids, i)}, nil
+	}
+	info, err := CheckFile(res.Path, ids, r.expected())
+	if fe, ok := ownError(err); ok {
+		return fe, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
+	}
+	if err := Place(res.Path, dst); err != nil {
+		if errors.Is(err, ErrExists) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
+	}
+	r.fix(info)
+	if err := r.record(ctx, c, dst, info); err != nil {
+		return nil, err
+	}
+	r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
+	return nil, nil
+}
+
+// record lists the placed file dst as c's capture; a lost lease is no
+// error (the key's new holder finds the file and adopts it).
+func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) error {
+	f := store.CapturedFile{CaptureKey: c.CaptureKey, Path: job.RelTo(r.cfg.JobDir, dst), Bytes: info.Bytes, SHA256: info.SHA256,
+		Tokens: info.Shape.Tokens, Layers: info.Shape.Layers, Hidden: info.Shape.Hidden, DType: info.DType}
+	if err := r.st.RecordCapture(ctx, c, f); err != nil {
+		return r.lost(c, err)
+	}
+	return nil
+}
+
+// firstDiff is the first index where got and want differ (a length
+// difference counts at the shorter one's end), -1 when equal.
+func firstDiff(got, want []int64) int {
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return i
+		}
+	}
+	if len(got) != len(want) {
+		return min(len(got), len(want))
+	}
+	return -1
+}
+
+func promptDiff(got, want []int64, i int) string {
+	if i < len(got) && i < len(want) {
+		return fmt.Sprintf("the answer's prompt_token_ids[%d] = %d, sent %d (%d ids)", i, got[i], want[i], len(want))
+	}
+	return fmt.Sprintf("the answer has %d prompt_token_ids, sent %d", len(got), len(want))
+}
+
+// removeAll removes what a capture left on the server's side: its file
+// when it was not placed (a bad one) and the connector's lock file.
+func removeAll(res Result) {
+	for _, p := range append([]string{res.Path}, res.Leftovers...) {
+		if p != "" {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
