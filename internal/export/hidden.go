@@ -119,8 +119,8 @@ func cardHiddenStates(b *strings.Builder, m *Manifest) {
 		return
 	}
 	b.WriteString("## Hidden states\n\n")
-	fmt.Fprintf(b, "%d files of the target model's hidden states in `%s/` (%d tokens, %d bytes in all), one per training row: ", h.Count, h.Dir, h.Tokens, h.Bytes)
-	b.WriteString("the manifest's `hidden_states.files` maps each row's `id` (its `key`) to its file, with the file's bytes, SHA-256 and shape.\n")
+	fmt.Fprintf(b, "%d files of the target model's hidden states in `%s/` (%d tokens, %d bytes in all), one per captured row (a done conversation, or each turn row with `output.token_rows: turn`): ", h.Count, h.Dir, h.Tokens, h.Bytes)
+	b.WriteString("the manifest's `hidden_states.files` maps each row (its `key`, the sample id or `<id>/turn<k>`) to its file, with the file's bytes, SHA-256 and shape.\n")
 	if h.DType == "mixed" {
 		b.WriteString("Each file holds `token_ids` (int64, [tokens]) and `hidden_states` ([tokens, layers, hidden]); the files differ in layers, hidden size or dtype (see each file's shape and dtype).\n\n")
 	} else {
