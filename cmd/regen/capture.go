@@ -70,22 +70,24 @@ func runCapture(ctx context.Context, path string, o captureOptions) error {
 	}
 	defer logFile.Close()
 	fmt.Printf("regen: capture of job %s into %s%s\n", spec.Name, spec.Rel(spec.Capture.Dir), relNote(spec))
-	return captureJob(ctx, spec, st, log)
-}
-
-// captureJob runs the job's capture and prints what it did; regen run
-// calls it after generation.
-func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.Logger) error {
-	sum, err := capture.RunJob(ctx, spec, st, log)
-	fmt.Printf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s\n",
-		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, humanBytes(sum.Bytes), spec.Rel(spec.Capture.Dir))
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+	line, err := captureJob(ctx, spec, st, log)
+	fmt.Println(line)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return &exitError{code: 130, err: errors.New("capture interrupted; re-run to resume")}
 	}
-	return fmt.Errorf("capture: %w", err)
+	return err
+}
+
+// captureJob runs the job's capture and says what it did; regen run has
+// its runner call it once generation is finished, before the export.
+func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.Logger) (string, error) {
+	sum, err := capture.RunJob(ctx, spec, st, log)
+	line := fmt.Sprintf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s",
+		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, humanBytes(sum.Bytes), spec.Rel(spec.Capture.Dir))
+	if err != nil && !errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("capture: %w", err)
+	}
+	return line, err
 }
 
 // humanBytes is n in the largest unit that keeps it >= 1.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
@@ -16,8 +17,14 @@ import (
 type JobStore interface {
 	Store
 	TryLock(ctx context.Context, name string) (unlock func() error, ok bool, err error)
+	SetMeta(ctx context.Context, key, value string, replace bool) (string, error)
 	Info() store.Info
 }
+
+// RowsMeta is the store meta key under which a capture records how many
+// training rows with ids the job has: the total the views show captures
+// against.
+const RowsMeta = "capture_rows"
 
 // LockName is the store lock a capture holds on a store one worker runs
 // at a time (SQLite): its start returns every lease to pending and sweeps
@@ -50,6 +57,11 @@ func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) 
 	cfg, err := FromJob(spec, owner, shared, log.With("stage", "capture", "owner", owner))
 	if err != nil {
 		return Summary{}, err
+	}
+	cfg.Walked = func(ctx context.Context, rows int) {
+		if _, err := st.SetMeta(ctx, RowsMeta, strconv.Itoa(rows), true); err != nil {
+			log.Warn("capture_rows_not_recorded", "err", err)
+		}
 	}
 	sum, err := Run(ctx, st, cfg)
 	if err != nil {

@@ -39,6 +39,9 @@ type Config struct {
 	BaseDelay, MaxDelay time.Duration // a key's wait after its own failure; default 1s, 30s
 	DownAfter           time.Duration // every endpoint down this long stops the run; 0 = never
 	Log                 *slog.Logger
+	// Walked, when set, is told after the first full walk how many rows
+	// with ids the job has (the views' total).
+	Walked func(ctx context.Context, rows int)
 }
 
 // Summary is what a run did.

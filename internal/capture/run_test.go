@@ -406,3 +406,45 @@ func TestRunWorkersShare(t *testing.T) {
 		t.Errorf("%d files recorded, want 80", len(files))
 	}
 }
+
+// TestRunCapturesAgainForNewIDs: a sample whose stored answer changed
+// after its capture (generated again under a new configuration) is
+// captured again: its old file is replaced by one of the new ids, under
+// the same name, recorded once; the others are left alone.
+func TestRunCapturesAgainForNewIDs(t *testing.T) {
+	t.Parallel()
+	url, _ := capSim(t, "", 0, nil)
+	st := doneStore(t, 6)
+	cfg := testConfig(t, url)
+	if sum, err := Run(context.Background(), st, cfg); err != nil || sum.Captured != 4 {
+		t.Fatalf("first run: %+v, %v", sum, err)
+	}
+	before := listed(t, st, cfg)
+	newIDs := seqIDs(4000, 12)
+	res := answer(t, 0, newIDs[:9], newIDs[9:])
+	if _, err := st.DB().Exec(`UPDATE results SET response = ? WHERE sample_id = 'p/s001'`, res.Response); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(context.Background(), st, cfg)
+	if err != nil || sum.Captured != 1 || sum.Before != 3 {
+		t.Fatalf("second run: %+v, %v; want s001 captured again, 3 kept", sum, err)
+	}
+	after := listed(t, st, cfg)
+	ids := make([]int64, len(newIDs))
+	for i, id := range newIDs {
+		ids[i] = int64(id)
+	}
+	for i, f := range after {
+		switch {
+		case f.Key != "p/s001" && f.SHA256 != before[i].SHA256:
+			t.Errorf("%s captured again though its ids did not change", f.Key)
+		case f.Key == "p/s001":
+			if f.SHA256 == before[i].SHA256 || f.Input != InputHash(ids) || f.Path != before[i].Path {
+				t.Errorf("s001 after its ids changed: %+v (before %+v)", f, before[i])
+			}
+			if _, err := CheckFile(filepath.Join(cfg.JobDir, f.Path), ids, Expect{}); err != nil {
+				t.Errorf("s001's file is not of its new ids: %v", err)
+			}
+		}
+	}
+}

@@ -2,6 +2,9 @@ package capture
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,6 +29,17 @@ type item struct {
 
 // walkBatch is how many keys one state lookup covers.
 const walkBatch = 256
+
+// InputHash is the sha256 (hex) of the ids a capture sends, as 8-byte
+// little-endian integers: the store captures a key again when it changes.
+func InputHash(ids []int64) string {
+	b := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(id))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
 
 // walk sends every done row's keys that are neither captured nor dead.
 func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
@@ -55,6 +69,12 @@ func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("capture: %w", err)
 	}
+	if err == nil && first && r.cfg.Walked != nil {
+		r.mu.Lock()
+		rows := r.sum.Rows
+		r.mu.Unlock()
+		r.cfg.Walked(ctx, rows)
+	}
 	return err
 }
 
@@ -82,7 +102,7 @@ func (r *runner) items(row store.Row, first bool) []item {
 			ids[i] = int64(id)
 		}
 		r.count(first, func(s *Summary) { s.Rows++ })
-		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn}, ids: ids})
+		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: InputHash(ids)}, ids: ids})
 	}
 	return out
 }
@@ -112,11 +132,13 @@ func (r *runner) sendPending(ctx context.Context, batch []item, work chan<- item
 		return err
 	}
 	for _, it := range batch {
-		switch states[it.Key] {
-		case store.Done:
+		st, ok := states[it.Key]
+		same := ok && (st.Input == "" || st.Input == it.Input)
+		switch {
+		case same && st.State == store.Done:
 			r.count(first, func(s *Summary) { s.Before++ })
-		case store.Dead:
-		default:
+		case same && st.State == store.Dead:
+		default: // new, pending, leased, or done or dead for other ids
 			select {
 			case work <- it:
 			case <-ctx.Done():
