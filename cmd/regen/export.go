@@ -93,7 +93,7 @@ func runExport(ctx context.Context, out io.Writer, path string, o exportOptions)
 		return err
 	}
 	sum, err := export.ExportWith(ctx, st, dir, formats, spec.BaseName(), export.Options{Metadata: metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
-		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec)})
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec), Captured: export.CapturedFor(spec, st)})
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,9 @@ type planOptions struct {
 	outputTokens     int
 	json             bool
 	fromJob          string
+	// capture is the job's hidden-state storage estimate (--from-job with
+	// a capture section), shown after the memory plan.
+	capture *capturePlan
 }
 
 func (o *planOptions) AddFlags(fs *pflag.FlagSet) {
@@ -87,20 +90,38 @@ func (o *planOptions) AddFlags(fs *pflag.FlagSet) {
 func newPlanCommand() *cobra.Command {
 	var o planOptions
 	cmd := &cobra.Command{
-		Use:   "plan --model config.json (--gpu NAME | --gpu-mem SIZE) --tp N [flags]",
+		Use:   "plan [JOB.yaml] --model config.json (--gpu NAME | --gpu-mem SIZE) --tp N [flags]",
 		Short: "Size the server's GPU and host memory and the lanes before launching",
 		Long: `plan predicts what the engine will do with the memory: weights per rank, KV
 bytes per token, max_total_num_tokens (SGLang) or the GPU KV cache size (vLLM),
 the hierarchical cache's host RAM (per TP rank), the concurrency each lane can
 run, and the launch flags. Numbers marked ~ are estimates. It exits non-zero
-with the arithmetic when the plan cannot work.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+with the arithmetic when the plan cannot work.
+
+Given a job file (JOB.yaml, or --from-job) with a capture: section, it also
+estimates the hidden-state files the capture writes (tokens of the done
+samples x layers x hidden x dtype bytes) against the free space of
+capture.dir, and refuses when they do not fit with a 5% margin; without
+--model and --gpu it shows that estimate alone.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if o.fromJob != "" && o.fromJob != args[0] {
+					return fmt.Errorf("give the job file once: %s or --from-job %s", args[0], o.fromJob)
+				}
+				o.fromJob = args[0]
+			}
 			var notes []string
 			if o.fromJob != "" {
 				var err error
+				if o.capture, err = planCapture(cmd.Context(), o.fromJob); err != nil {
+					return err
+				}
 				if notes, err = applyJob(cmd.Context(), &o, cmd.Flags().Changed); err != nil {
 					return err
+				}
+				if o.capture != nil && (o.model == "" || o.gpu == "" && o.gpuMem == "") {
+					return runCapturePlan(o, cmd.OutOrStdout())
 				}
 			}
 			if o.engine == string(plan.LlamaCpp) {
@@ -253,11 +274,18 @@ func runPlan(o planOptions, out io.Writer, extraNotes ...string) error {
 	if o.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if werr := enc.Encode(p); werr != nil {
+		if werr := enc.Encode(struct {
+			*plan.Plan
+			Capture *capturePlan `json:"capture,omitempty"`
+		}{p, o.capture}); werr != nil {
 			return fmt.Errorf("write plan: %w", werr)
 		}
 	} else if werr := p.WriteText(out); werr != nil {
 		return fmt.Errorf("write plan: %w", werr)
+	} else if o.capture != nil {
+		if werr := o.capture.writeText(out); werr != nil {
+			return fmt.Errorf("write plan: %w", werr)
+		}
 	}
 	var refused *plan.RefusalError
 	if errors.As(err, &refused) {
@@ -269,7 +297,35 @@ func runPlan(o planOptions, out io.Writer, extraNotes ...string) error {
 		if o.json {
 			where = "the arithmetic is in refusals"
 		}
+		if c := o.capture.refusal(); c != nil {
+			rules = append(rules, c.Error())
+		}
 		return &exitError{code: 1, err: fmt.Errorf("refused: %s (%s)", strings.Join(rules, "; "), where)}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return o.capture.exit()
+}
+
+// runCapturePlan prints the capture estimate alone: the job gives no
+// model config or GPU to plan the server's memory with.
+func runCapturePlan(o planOptions, out io.Writer) error {
+	if o.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Capture *capturePlan `json:"capture"`
+		}{o.capture}); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+	} else {
+		if _, err := fmt.Fprintln(out, "no memory plan: it needs --model config.json (or a job whose model is one) and --gpu or --gpu-mem"); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+		if err := o.capture.writeText(out); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+	}
+	return o.capture.exit()
 }

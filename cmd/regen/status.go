@@ -93,6 +93,11 @@ func assess(ctx context.Context, spec *job.Spec, st store.Store, now time.Time, 
 	}
 	r.RejectedFile = spec.Rel(export.RejectedFile(spec.Output.Dir, spec.BaseName()))
 	r.RejectedExported = export.ExportedRejects(spec.Output.Dir, spec.BaseName(), r.Generations)
+	if err == nil && spec.Capture != nil {
+		if r.Capture, err = monitor.ReadCapture(ctx, st); backend.Unreachable(err) {
+			return monitor.StoreDown(spec.Name, now, err), nil
+		}
+	}
 	return r, err
 }
 

@@ -257,7 +257,8 @@ func TestStatusJSONDocumented(t *testing.T) {
 		Endpoints:  []monitor.EndpointStatus{{URL: "http://x", Load: &monitor.Load{At: statusT0, KVUsage: ptr(0.5), Queued: ptr(1.0), Running: ptr(2.0)}}},
 		Events:     []monitor.Event{{Kind: "ingest"}},
 		LastErrors: []monitor.ErrorLine{{ID: "p/1"}},
-		Rejects:    []monitor.RuleCount{{Rule: "empty", N: 1}}})
+		Rejects:    []monitor.RuleCount{{Rule: "empty", N: 1}},
+		Capture:    &monitor.CaptureProgress{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,7 @@ func card(m *Manifest) []byte {
 	cardProfile(&b, m)
 	cardSchemas(&b, m)
 	cardCounts(&b, m)
+	cardHiddenStates(&b, m)
 	b.WriteString("## Files\n\n| file | format | rows |\n|---|---|---:|\n")
 	for _, f := range m.Files {
 		fmt.Fprintf(&b, "| `%s` | %s | %d |\n", f.Path, f.Format, f.Rows)

@@ -167,6 +167,9 @@ type Options struct {
 	// JobDir is the job file's folder: dead letters' origins are written
 	// relative to it (job.RelTo), also those stored absolute.
 	JobDir string
+	// Captured lists the captured hidden-state files in the manifest, the
+	// card and a sha256sum file (a job with a capture section); nil: none.
+	Captured *CapturedFiles
 	// Profile is the trainer the ShareGPT training file is laid out for
 	// (output.trainer, ProfileOf).
 	Profile Profile

@@ -49,6 +49,9 @@ type Manifest struct {
 	Generations []GenerationCount `json:"generations,omitempty"`
 	Tokens      TokenStats        `json:"tokens"`
 	Files       []ManifestFile    `json:"files"`
+	// HiddenStates lists the captured hidden-state files, when the job
+	// captures them (Options.Captured).
+	HiddenStates *HiddenStates `json:"hidden_states,omitempty"`
 }
 
 // JobInfo names the job an export came from.
@@ -419,6 +422,19 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 		m.Files = append(m.Files, manifestFile(dir, o))
 	}
 	var written []*output
+	hs, err := hiddenStates(ctx, dir, name, o)
+	if err != nil {
+		return nil, err
+	}
+	m.HiddenStates = hs
+	if h := m.HiddenStates; h != nil {
+		sums, err := wholeFile(HiddenSumsPath(dir, name), FormatHiddenSums, len(h.Files), hiddenSums(h))
+		if err != nil {
+			return nil, err
+		}
+		written = append(written, sums)
+		m.Files = append(m.Files, manifestFile(dir, sums))
+	}
 	readme := filepath.Join(dir, "README.md")
 	switch err := checkCard(readme); {
 	case errors.Is(err, ErrForeignCard):

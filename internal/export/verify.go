@@ -129,6 +129,11 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		r.Problems = append(r.Problems, p...)
 	}
 	r.Problems = append(r.Problems, unlisted(dir, name, m.Files)...)
+	hidden, err := checkHiddenStates(ctx, dir, name, &m, o)
+	if err != nil {
+		return r, fmt.Errorf("verify: %w", err)
+	}
+	r.Problems = append(r.Problems, hidden...)
 	records, problems, err := checkRecords(ctx, st, dir, name, m.Files, o, since)
 	if err != nil {
 		return r, fmt.Errorf("verify: %w", err)
@@ -154,6 +159,7 @@ var rowRules = map[string]func(f *os.File, size int64, lines int) (int, error){
 	FormatParquetNoTokenIDs:       parquetRows,
 	FormatShareGPTTruncated:       countedLines,
 	FormatParquetTruncated:        parquetRows,
+	FormatHiddenSums:              countedLines,
 }
 
 func countedLines(_ *os.File, _ int64, lines int) (int, error) { return lines, nil }
@@ -243,7 +249,7 @@ func regenFiles(name string) []string {
 	for _, f := range Formats {
 		out = append(out, formatFiles(name, f)...)
 	}
-	return append(out, name+rejectedSuffix, name+deadSuffix)
+	return append(out, name+rejectedSuffix, name+deadSuffix, name+hiddenSumsSuffix)
 }
 
 // formatFiles are the files one format of name writes, relative to the

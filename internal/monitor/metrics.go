@@ -121,6 +121,14 @@ var (
 		"Samples finished per second now (rate_1m).", nil, nil)
 	descIngestErrors = prometheus.NewDesc("regen_ingest_errors",
 		"Source rows that could not become samples (dead letters at ingest).", nil, nil)
+	descCaptureFiles = prometheus.NewDesc("regen_capture_files_total",
+		"Hidden-state captures by state (captured, dead, in_flight, pending: waiting for another try), from the store; only for a job with a capture section.", []string{"state"}, nil)
+	descCaptureRows = prometheus.NewDesc("regen_capture_rows",
+		"Training rows the hidden-state capture found to capture (its last walk of the done samples); absent until it walked the job.", nil, nil)
+	descCaptureBytes = prometheus.NewDesc("regen_capture_bytes_total",
+		"Bytes of the captured hidden-state files, as recorded in the store.", nil, nil)
+	descCaptureTokens = prometheus.NewDesc("regen_capture_tokens_total",
+		"Tokens of the captured hidden-state files.", nil, nil)
 	descScrapeError = prometheus.NewDesc("regen_store_read_error",
 		"1 when this scrape could not read the job's store.", nil, nil)
 )
@@ -133,7 +141,7 @@ type storeCollector struct {
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSamples, descJobState, descHeartbeatAge, descEndpointState,
 		descEndpointInFlight, descLimit, descKVUsage, descQueued, descRunning, descTokensPerSec, descSamplesPerSec,
-		descIngestErrors, descScrapeError, descReplays} {
+		descIngestErrors, descScrapeError, descReplays, descCaptureFiles, descCaptureRows, descCaptureBytes, descCaptureTokens} {
 		ch <- d
 	}
 }
@@ -194,6 +202,26 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTokensPerSec, prometheus.GaugeValue, r.Rate1m.TokensPerSec)
 	ch <- prometheus.MustNewConstMetric(descSamplesPerSec, prometheus.GaugeValue, r.Rate1m.SamplesPerSec)
 	ch <- prometheus.MustNewConstMetric(descIngestErrors, prometheus.GaugeValue, float64(r.IngestErrors))
+	collectCapture(ch, r.Capture)
+}
+
+// collectCapture serves the capture's progress; nothing for a job
+// without a capture section.
+func collectCapture(ch chan<- prometheus.Metric, c *CaptureProgress) {
+	if c == nil {
+		return
+	}
+	for _, s := range []struct {
+		name string
+		n    int
+	}{{"captured", c.Captured}, {"dead", c.Dead}, {"in_flight", c.InFlight}, {"pending", c.Pending}} {
+		ch <- prometheus.MustNewConstMetric(descCaptureFiles, prometheus.GaugeValue, float64(s.n), s.name)
+	}
+	if c.Total != nil {
+		ch <- prometheus.MustNewConstMetric(descCaptureRows, prometheus.GaugeValue, float64(*c.Total))
+	}
+	ch <- prometheus.MustNewConstMetric(descCaptureBytes, prometheus.CounterValue, float64(c.Bytes))
+	ch <- prometheus.MustNewConstMetric(descCaptureTokens, prometheus.CounterValue, float64(c.Tokens))
 }
 
 func oneIf(b bool) float64 {

@@ -203,6 +203,9 @@ type Report struct {
 	// Generations are the job's configuration generations, oldest first;
 	// the last is the one the job runs with (empty before the first run).
 	Generations []store.Generation `json:"generations"`
+	// Capture is the hidden-state capture's progress (ReadCapture); nil
+	// for a job without a capture section.
+	Capture *CaptureProgress `json:"capture"`
 }
 
 // RuleCount is the number of samples one quality rule rejected.

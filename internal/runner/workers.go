@@ -83,7 +83,7 @@ func (r *runState) exportLocked(ctx context.Context) (export.Summary, bool, erro
 		return export.Summary{}, false, err
 	}
 	sum, err := export.ExportWith(ctx, r.o.Store, spec.Output.Dir, spec.Output.Formats, spec.BaseName(), export.Options{Metadata: spec.Output.Metadata, Describe: desc, TokenIDs: spec.Output.TokenIDs, TokenRows: spec.Output.TokenRows, TrainTruncated: spec.Output.TrainTruncated,
-		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec)})
+		KeepHistoryReasoning: spec.Generation.Reasoning == job.ReasoningKeep, EngineOf: spec.EngineOf, JobDir: spec.Dir, Profile: export.ProfileOf(spec), Captured: export.CapturedFor(spec, r.o.Store)})
 	if err != nil {
 		return sum, false, err
 	}

@@ -40,6 +40,9 @@ func StatusText(job string, r monitor.Report) string {
 		fmt.Fprintf(&b, "bad source rows (dead letters at ingest): %d\n", r.IngestErrors)
 	}
 	writeGenerations(&b, r.Generations)
+	if r.Capture != nil {
+		fmt.Fprintf(&b, "hidden states: %s\n", r.Capture.Text())
+	}
 	if len(r.Rejects) > 0 {
 		b.WriteString("rejected by rule:")
 		for i, rc := range r.Rejects {

@@ -125,6 +125,10 @@ func TestRenderWatchGolden(t *testing.T) {
 		tall.Events = append(tall.Events, monitor.Event{Time: tall.Now.Add(-time.Duration(i) * time.Minute), Kind: "limit", Subject: "http://127.0.0.1:30000",
 			Evidence: fmt.Sprintf("short: raise %d -> %d: goodput rising, no pressure", 40+i, 44+i)})
 	}
+	// Generation finished; the hidden-state capture is under way.
+	capture := watchFixture()
+	capTotal := 2000
+	capture.Report.Capture = &monitor.CaptureProgress{Total: &capTotal, Captured: 1234, Dead: 3, InFlight: 4, Pending: 5, Bytes: 12_300_000_000, Tokens: 1_234_567}
 	empty := WatchSnapshot{Job: "fresh", Now: watchFixture().Now, Report: monitor.Report{State: monitor.Dead,
 		Evidence: []string{"no runner has ever written a heartbeat for this job"}}}
 	for _, tc := range []struct {
@@ -148,6 +152,7 @@ func TestRenderWatchGolden(t *testing.T) {
 		{"watch_200x60", tall, PaneProgress, 200, 60},
 		{"watch_died_80x24", died, PaneProgress, 80, 24},
 		{"watch_died_200x60", died, PaneProgress, 200, 60},
+		{"watch_capture_80x24", capture, PaneProgress, 80, 24},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := RenderWatch(tc.s, tc.pane, tc.w, tc.h)

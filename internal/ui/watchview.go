@@ -176,6 +176,9 @@ func progressLines(s WatchSnapshot, width int) (tableLines, notes []string) {
 	if note := strandedNote(r); note != "" {
 		out = append(out, wrap(note, width, 2)...)
 	}
+	if r.Capture != nil { // the stage after generation: shown with the table, never dropped for height
+		out = append(out, wrap("hidden states: "+r.Capture.Text(), width, 2)...)
+	}
 	if r.IngestErrors > 0 {
 		notes = append(notes, fmt.Sprintf("bad source rows (dead letters at ingest): %d", r.IngestErrors))
 	}

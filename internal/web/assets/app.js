@@ -63,6 +63,24 @@ function fmtNum(x, digits) {
   return Number(x || 0).toFixed(digits);
 }
 
+// fmtBytes is a byte count in decimal units, as regen status writes it.
+function fmtBytes(b) {
+  const units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+  let v = b || 0, i = 0;
+  while (v >= 1000 && i < units.length - 1) { v /= 1000; i++; }
+  return (i > 0 && v < 10 ? v.toFixed(1) : v.toFixed(0)) + " " + units[i];
+}
+
+// applyCapture shows the hidden-state capture's progress; the section is
+// hidden for a job without a capture section (capture is null).
+function applyCapture(cap) {
+  $("capture").hidden = !cap;
+  if (!cap) return;
+  for (const k of ["captured", "dead", "in_flight", "pending"]) $("capture-" + k).textContent = (cap[k] || 0).toLocaleString("en-US");
+  $("capture-total").textContent = cap.total === null ? "not counted yet" : cap.total.toLocaleString("en-US");
+  $("capture-bytes").textContent = fmtBytes(cap.bytes);
+}
+
 function sampleLink(id) {
   const a = el("a", id);
   a.href = "#samples/" + id.split("/").map(encodeURIComponent).join("/");
@@ -134,6 +152,7 @@ function applyStatus(doc) {
     ? `(${t.in_flight}): leased by the runner that ${gone} at ${fmtTime(doc.heartbeat.time)}, not in flight; they go back to pending when the job runs again`
     : "";
   $("ingest-errors").textContent = doc.ingest_errors || 0;
+  applyCapture(doc.capture);
   setRate($("rate-tokens"), doc, gone, (r) => fmtNum(r && r.tokens_per_sec, 1));
   setRate($("rate-samples"), doc, gone, (r) => fmtNum(r && r.samples_per_sec, 2));
   // With no live runner, or an idle one, the tile is "0 now" and names the

@@ -1,0 +1,76 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// filesCaptures is a store.Captures listing fixed files.
+type filesCaptures struct {
+	store.Captures
+	files []store.CapturedFile
+}
+
+func (f filesCaptures) EachCapturedFile(_ context.Context, fn func(store.CapturedFile) error) error {
+	for _, c := range f.files {
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestLayoutFor: the job's capture section wins, then the captured files,
+// then the model's config.json (a folder holding one), then the defaults;
+// the source names each, and no hidden size at all is ErrNoLayout.
+func TestLayoutFor(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "model"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,"intermediate_size":14336,"torch_dtype":"float16"}`
+	if err := os.WriteFile(filepath.Join(dir, "model", "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	captured := filesCaptures{files: []store.CapturedFile{{Layers: 3, Hidden: 2048, DType: "f32"}}}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		model  string
+		cap    job.Capture
+		caps   store.Captures
+		want   Layout
+		source []string
+		err    error
+	}{
+		{"job section", "model", job.Capture{Layers: 5, Hidden: 1024, DType: "bf16"}, captured, Layout{Layers: 5, Hidden: 1024, DType: "bf16"}, []string{"the job's capture section"}, nil},
+		{"captured files", "model", job.Capture{}, captured, Layout{Layers: 3, Hidden: 2048, DType: "f32"}, []string{"the captured files"}, nil},
+		{"job layers, file rest", "model", job.Capture{Layers: 2}, captured, Layout{Layers: 2, Hidden: 2048, DType: "f32"}, []string{"capture section", "captured files"}, nil},
+		{"model config", "model", job.Capture{}, filesCaptures{}, Layout{Layers: DefaultLayers, Hidden: 4096, DType: "f16"}, []string{"model/config.json", "4 layers assumed"}, nil},
+		{"no store yet", "model/config.json", job.Capture{Layers: 4}, nil, Layout{Layers: 4, Hidden: 4096, DType: "f16"}, []string{"capture section", "model/config.json"}, nil},
+		{"nothing known", "org/remote-model", job.Capture{}, filesCaptures{}, Layout{Layers: DefaultLayers, DType: "bf16"}, []string{"bf16 assumed"}, ErrNoLayout},
+	} {
+		spec := &job.Spec{Dir: dir, Model: c.model, Capture: &c.cap}
+		got, err := LayoutFor(ctx, c.caps, spec)
+		if !errors.Is(err, c.err) {
+			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
+		}
+		src := got.Source
+		got.Source = ""
+		if got != c.want {
+			t.Errorf("%s: layout %+v, want %+v", c.name, got, c.want)
+		}
+		for _, s := range c.source {
+			if !strings.Contains(src, s) {
+				t.Errorf("%s: source %q does not name %q", c.name, src, s)
+			}
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package export
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// capturedFixture writes two hidden-state stand-in files into a capture
+// folder beside (not inside) the export folder and returns their records,
+// paths relative to jobDir as the store keeps them.
+func capturedFixture(t *testing.T, jobDir string) (*CapturedFiles, []store.CapturedFile) {
+	t.Helper()
+	capDir := filepath.Join(jobDir, "hidden_states")
+	if err := os.MkdirAll(capDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var recs []store.CapturedFile
+	for i, k := range []store.CaptureKey{{Key: "P1/a1", SampleID: "P1/a1", Turn: store.WholeConversation}, {Key: "P1/a2/turn1", SampleID: "P1/a2", Turn: 0}} {
+		body := []byte(strings.Repeat(string(rune('a'+i)), 1000+i))
+		name := filepath.Join(capDir, strings.ReplaceAll(k.Key, "/", "_")+".safetensors")
+		if err := os.WriteFile(name, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		recs = append(recs, store.CapturedFile{CaptureKey: k, Path: "hidden_states/" + filepath.Base(name), Bytes: int64(len(body)),
+			SHA256: hex.EncodeToString(sum[:]), Tokens: 15 + i, Layers: 3, Hidden: 8, DType: "bf16"})
+	}
+	return &CapturedFiles{Dir: capDir, Each: func(_ context.Context, fn func(store.CapturedFile) error) error {
+		for _, r := range recs {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}, recs
+}
+
+// TestExportListsHiddenStates: with captured files the manifest lists each
+// (path relative to the manifest, key, bytes, sha256, shape, dtype), the
+// card has a hidden-states section, the sha256sum file checks them with
+// sha256sum -c run in the export folder, and Verify passes; a changed
+// file then fails sha256sum -c.
+func TestExportListsHiddenStates(t *testing.T) {
+	jobDir := t.TempDir()
+	dir := filepath.Join(jobDir, "out")
+	captured, recs := capturedFixture(t, jobDir)
+	ctx := context.Background()
+	o := Options{JobDir: jobDir, Captured: captured}
+	if _, err := ExportWith(ctx, fixture(t), dir, Formats, "job", o); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(ManifestPath(dir, "job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.HiddenStates
+	if h == nil || h.Count != 2 || h.Bytes != 2001 || h.Tokens != 31 || h.Layers != 3 || h.Hidden != 8 || h.DType != "bf16" ||
+		h.Dir != "../hidden_states" || h.SumsFile != "job.hidden_states.sha256" || len(h.Files) != 2 {
+		t.Fatalf("manifest hidden_states = %+v", h)
+	}
+	f := h.Files[1]
+	if f.Key != "P1/a2/turn1" || f.SampleID != "P1/a2" || f.Turn == nil || *f.Turn != 0 || f.Path != "../hidden_states/P1_a2_turn1.safetensors" ||
+		f.Bytes != 1001 || f.SHA256 != recs[1].SHA256 || f.Shape != [3]int{16, 3, 8} || f.DType != "bf16" || h.Files[0].Turn != nil {
+		t.Errorf("manifest file = %+v", f)
+	}
+	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Hidden states", "2 files of the target model's hidden states in `../hidden_states/` (31 tokens, 2001 bytes in all)",
+		"`hidden_states` (bf16, [tokens, 3 layers, 8 hidden])", `load_file("../hidden_states/P1_a1.safetensors")`, "sha256sum -c job.hidden_states.sha256"} {
+		if !strings.Contains(string(card), want) {
+			t.Errorf("card lacks %q", want)
+		}
+	}
+	rep, err := Verify(ctx, fixture(t), dir, "job", o)
+	if err != nil || rep.Err() != nil {
+		t.Fatalf("Verify: %v, %v", err, rep.Err())
+	}
+	// A capture recorded after the export: the manifest is stale.
+	more := append(recs, store.CapturedFile{CaptureKey: store.CaptureKey{Key: "P1/a3", SampleID: "P1/a3", Turn: store.WholeConversation},
+		Path: "hidden_states/P1_a3.safetensors", Bytes: 5, SHA256: "ab"})
+	stale := o
+	stale.Captured = &CapturedFiles{Dir: captured.Dir, Each: func(_ context.Context, fn func(store.CapturedFile) error) error {
+		for _, r := range more {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+	rep, err = Verify(ctx, fixture(t), dir, "job", stale)
+	if err != nil || rep.Err() == nil || !strings.Contains(rep.Err().Error(), "job.manifest.json: does not list the hidden states of P1/a3 (../hidden_states/P1_a3.safetensors) the store records") {
+		t.Fatalf("Verify with a capture recorded after the export: %v, %v", err, rep.Err())
+	}
+	sumCheck := exec.Command("sha256sum", "-c", "job.hidden_states.sha256")
+	sumCheck.Dir = dir
+	if out, err := sumCheck.CombinedOutput(); err != nil || strings.Count(string(out), ": OK") != 2 {
+		t.Fatalf("sha256sum -c in the export folder: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(captured.Dir, "P1_a1.safetensors"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sumCheck = exec.Command("sha256sum", "-c", "job.hidden_states.sha256")
+	sumCheck.Dir = dir
+	if out, err := sumCheck.CombinedOutput(); err == nil || !strings.Contains(string(out), "P1_a1.safetensors: FAILED") {
+		t.Fatalf("sha256sum -c after a file changed: %v\n%s, want it to fail naming the file", err, out)
+	}
+}
