@@ -303,3 +303,28 @@ func TestE2ECaptureFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestE2ECaptureRefusesWhatDoesNotFit: a capture whose files cannot fit
+// the free space of capture.dir (a 1 MB tmpfs; 6 files of about 9 MB at
+// 4 layers of 4096 bf16) is refused with the numbers before any request.
+func TestE2ECaptureRefusesWhatDoesNotFit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	small := captureFS(t, 1<<20)
+	serverOut := filepath.Join(dir, "server_out")
+	url := startCaptureSim(t, serverOut, 50, "")
+	writeCaptureJob(t, dir, url, 6)
+	job := fmt.Sprintf(captureJobYAML, url)
+	job = strings.Replace(job, "  layers: 2\n  hidden: 16\n", "  layers: 4\n  hidden: 4096\n  dir: "+small+"\n", 1)
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 1 || !strings.Contains(res.stderr, "hidden-state capture needs") || !strings.Contains(res.stderr, "free") {
+		t.Fatalf("run with a capture that does not fit: want exit 1 with the numbers\n%s", res)
+	}
+	if entries, _ := os.ReadDir(serverOut); len(entries) != 0 {
+		t.Errorf("%d files on the capture server: the refusal came after requests were sent", len(entries))
+	}
+	t.Logf("refusal: %s", strings.TrimSpace(res.stderr))
+}

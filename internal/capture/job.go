@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,6 +47,12 @@ func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) 
 				spec.Name, LockName, spec.Rel(st.Info().Location))
 		}
 		defer unlock()
+	}
+	// Before anything is sent: refuse with the numbers when the files
+	// still to write do not fit the folder; an unknown hidden size (no
+	// file yet, none in the job) is no refusal.
+	if _, err := Preflight(ctx, st, spec); err != nil && !errors.Is(err, ErrNoLayout) {
+		return Summary{}, err
 	}
 	host, _ := os.Hostname()
 	var rnd [4]byte
