@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -155,6 +156,14 @@ func TestE2ECaptureKill(t *testing.T) {
 	}
 	t.Logf("%d kills; final: %s", kills, line)
 	checkCaptured(t, dir, db, want)
+	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
+		t.Errorf("regen verify after the kills:\n%s", res)
+	}
+	sums := exec.Command("sha256sum", "--quiet", "-c", "cap.hidden_states.sha256")
+	sums.Dir = filepath.Join(dir, "out")
+	if out, err := sums.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum -c from the manifest's folder: %v\n%s", err, out)
+	}
 }
 
 // checkCaptured checks the capture of every sample in want against the
