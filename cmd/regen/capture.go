@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,11 +18,13 @@ import (
 func init() { addCommand(newCaptureCommand) }
 
 type captureOptions struct {
-	verbose bool
+	verbose  bool
+	progress time.Duration
 }
 
 func (o *captureOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
+	fs.DurationVar(&o.progress, "progress-every", 10*time.Second, "print the capture's counts this often (0: only at the end)")
 }
 
 func newCaptureCommand() *cobra.Command {
@@ -70,7 +73,9 @@ func runCapture(ctx context.Context, path string, o captureOptions) error {
 	}
 	defer logFile.Close()
 	fmt.Printf("regen: capture of job %s into %s%s\n", spec.Name, spec.Rel(spec.Capture.Dir), relNote(spec))
+	stop := captureProgress(ctx, st, o.progress)
 	line, err := captureJob(ctx, spec, st, log)
+	stop()
 	fmt.Println(line)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return &exitError{code: 130, err: errors.New("capture interrupted; re-run to resume")}
@@ -88,6 +93,39 @@ func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.L
 		err = fmt.Errorf("capture: %w", err)
 	}
 	return line, err
+}
+
+// captureProgress prints the store's capture counts every period until
+// stop; the total is the one the capture's walk recorded.
+func captureProgress(ctx context.Context, st store.Store, every time.Duration) (stop func()) {
+	if every <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			c, err := st.CaptureCounts(ctx)
+			if err != nil {
+				continue
+			}
+			total := "?"
+			if v, ok, err := st.Meta(ctx, capture.RowsMeta); err == nil && ok {
+				total = v
+			}
+			fmt.Printf("capture: %d of %s captured, %d dead, %d in flight, %d to retry; %s\n",
+				c.Captured, total, c.Dead, c.Leased, c.Pending, humanBytes(c.Bytes))
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // humanBytes is n in the largest unit that keeps it >= 1.

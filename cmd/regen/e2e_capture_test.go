@@ -113,12 +113,12 @@ func TestE2ECaptureKill(t *testing.T) {
 	want := writeCaptureJob(t, dir, url, 2000)
 	db := openStoreRO(t, filepath.Join(dir, "cap.db"))
 
-	kills := 0
+	kills, progressed := 0, false
 	for i := 0; kills < 10; i++ {
 		if i == 20 {
 			t.Fatalf("only %d of 20 runs were killed during the capture", kills)
 		}
-		args, started := []string{"capture", "job.yaml"}, "regen: capture of job "
+		args, started := []string{"capture", "--progress-every", "100ms", "job.yaml"}, "regen: capture of job "
 		if i%3 == 0 {
 			args, started = []string{"run", "job.yaml"}, "capture: hidden states of the done samples"
 		}
@@ -139,8 +139,14 @@ func TestE2ECaptureKill(t *testing.T) {
 			break
 		}
 		kills++
+		for _, l := range strings.Split(res.stdout, "\n") {
+			progressed = progressed || (strings.HasPrefix(l, "capture: ") && strings.Contains(l, " of 2000 captured, "))
+		}
 		t.Logf("kill %2d (regen %s): SIGKILL after %s, captured %d -> %d, %d leased or pending", kills, args[0],
 			res.dur.Round(time.Millisecond), before, after, held)
+	}
+	if !progressed {
+		t.Error("no regen capture printed a progress line (capture: N of 2000 captured, ...)")
 	}
 	// The last run captures what is left, then exports (the manifest and
 	// the training rows the files are checked against).

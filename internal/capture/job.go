@@ -36,6 +36,9 @@ const LockName = "capture"
 // after generation, and regen capture alone. The error is Run's, or
 // ErrIncomplete when keys are dead.
 func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) (Summary, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	shared := st.Info().Shared
 	if !shared {
 		unlock, ok, err := st.TryLock(ctx, LockName)
@@ -51,16 +54,21 @@ func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) 
 	// Before anything is sent: refuse with the numbers when the files
 	// still to write do not fit the folder; an unknown hidden size (no
 	// file yet, none in the job) is no refusal.
-	if _, err := Preflight(ctx, st, spec); err != nil && !errors.Is(err, ErrNoLayout) {
+	est, err := Preflight(ctx, st, spec)
+	if err != nil && !errors.Is(err, ErrNoLayout) {
 		return Summary{}, err
+	}
+	// The estimate's count is the views' total until the walk, which
+	// leaves out rows without ids, has its exact one.
+	if est.Files > 0 {
+		if _, err := st.SetMeta(ctx, RowsMeta, strconv.Itoa(est.Files), true); err != nil {
+			log.Warn("capture_rows_not_recorded", "err", err)
+		}
 	}
 	host, _ := os.Hostname()
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	owner := fmt.Sprintf("capture-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	cfg, err := FromJob(spec, owner, shared, log.With("stage", "capture", "owner", owner))
 	if err != nil {
 		return Summary{}, err
