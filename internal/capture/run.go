@@ -69,10 +69,11 @@ func (s Summary) Err() error {
 }
 
 type runner struct {
-	cfg  Config
-	st   Store
-	eps  *endpoints
-	held atomic.Int64 // keys another worker holds, seen in this pass
+	cfg     Config
+	st      Store
+	eps     *endpoints
+	dirSync *dirSync
+	held    atomic.Int64 // keys another worker holds, seen in this pass
 
 	mu     sync.Mutex
 	sum    Summary
@@ -88,7 +89,7 @@ func Run(ctx context.Context, st Store, cfg Config) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	r := &runner{cfg: cfg, st: st, eps: newEndpoints(cfg.Endpoints, cfg.DownAfter), expect: cfg.Expect}
+	r := &runner{cfg: cfg, st: st, eps: newEndpoints(cfg.Endpoints, cfg.DownAfter), dirSync: newDirSync(cfg.Dir), expect: cfg.Expect}
 	// Keys this run still holds when it stops (an error, an interrupt) go
 	// back to pending at once rather than when their leases end.
 	defer func() {

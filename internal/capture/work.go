@@ -273,10 +273,14 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 	if err != nil {
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
-	if err := Place(res.Path, dst); err != nil {
+	if err := move(res.Path, dst); err != nil {
 		if errors.Is(err, ErrExists) {
 			return nil, err
 		}
+		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
+	}
+	// The entry is durable before the record that lists it.
+	if err := r.dirSync.Sync(); err != nil {
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
 	r.fix(info)
