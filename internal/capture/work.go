@@ -221,8 +221,8 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 	if err != nil {
 		return false, fmt.Errorf("capture: %w", err)
 	}
-	if err := r.record(ctx, c, dst, info); err != nil {
-		return false, err
+	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
+		return true, err // a lost lease: the key's new holder settles it
 	}
 	r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
 	return true, nil
@@ -284,22 +284,23 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
 	r.fix(info)
-	if err := r.record(ctx, c, dst, info); err != nil {
+	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
 		return nil, err
 	}
 	r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
 	return nil, nil
 }
 
-// record lists the placed file dst as c's capture; a lost lease is no
-// error (the key's new holder finds the file and adopts it).
-func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) error {
+// record lists the placed file dst as c's capture and reports whether it
+// did; a lost lease is no error (the key's new holder finds the file and
+// adopts it).
+func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) (bool, error) {
 	f := store.CapturedFile{CaptureKey: c.CaptureKey, Path: job.RelTo(r.cfg.JobDir, dst), Bytes: info.Bytes, SHA256: info.SHA256,
 		Tokens: info.Shape.Tokens, Layers: info.Shape.Layers, Hidden: info.Shape.Hidden, DType: info.DType}
 	if err := r.st.RecordCapture(ctx, c, f); err != nil {
-		return r.lost(c, err)
+		return false, r.lost(c, err)
 	}
-	return nil
+	return true, nil
 }
 
 // firstDiff is the first index where got and want differ (a length
