@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,11 +18,13 @@ import (
 func init() { addCommand(newCaptureCommand) }
 
 type captureOptions struct {
-	verbose bool
+	verbose  bool
+	progress time.Duration
 }
 
 func (o *captureOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
+	fs.DurationVar(&o.progress, "progress-every", 10*time.Second, "print the capture's counts this often (0: only at the end)")
 }
 
 func newCaptureCommand() *cobra.Command {
@@ -70,22 +73,59 @@ func runCapture(ctx context.Context, path string, o captureOptions) error {
 	}
 	defer logFile.Close()
 	fmt.Printf("regen: capture of job %s into %s%s\n", spec.Name, spec.Rel(spec.Capture.Dir), relNote(spec))
-	return captureJob(ctx, spec, st, log)
-}
-
-// captureJob runs the job's capture and prints what it did; regen run
-// calls it after generation.
-func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.Logger) error {
-	sum, err := capture.RunJob(ctx, spec, st, log)
-	fmt.Printf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s\n",
-		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, humanBytes(sum.Bytes), spec.Rel(spec.Capture.Dir))
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+	stop := captureProgress(ctx, st, o.progress)
+	line, err := captureJob(ctx, spec, st, log)
+	stop()
+	fmt.Println(line)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return &exitError{code: 130, err: errors.New("capture interrupted; re-run to resume")}
 	}
-	return fmt.Errorf("capture: %w", err)
+	return err
+}
+
+// captureJob runs the job's capture and says what it did; regen run has
+// its runner call it once generation is finished, before the export.
+func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.Logger) (string, error) {
+	sum, err := capture.RunJob(ctx, spec, st, log)
+	line := fmt.Sprintf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s",
+		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, humanBytes(sum.Bytes), spec.Rel(spec.Capture.Dir))
+	if err != nil && !errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("capture: %w", err)
+	}
+	return line, err
+}
+
+// captureProgress prints the store's capture counts every period until
+// stop; the total is the one the capture's walk recorded.
+func captureProgress(ctx context.Context, st store.Store, every time.Duration) (stop func()) {
+	if every <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			c, err := st.CaptureCounts(ctx)
+			if err != nil {
+				continue
+			}
+			total := "?"
+			if v, ok, err := st.Meta(ctx, capture.RowsMeta); err == nil && ok {
+				total = v
+			}
+			fmt.Printf("capture: %d of %s captured, %d dead, %d in flight, %d to retry; %s\n",
+				c.Captured, total, c.Dead, c.Leased, c.Pending, humanBytes(c.Bytes))
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // humanBytes is n in the largest unit that keeps it >= 1.

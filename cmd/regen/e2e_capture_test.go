@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -112,14 +113,14 @@ func TestE2ECaptureKill(t *testing.T) {
 	want := writeCaptureJob(t, dir, url, 2000)
 	db := openStoreRO(t, filepath.Join(dir, "cap.db"))
 
-	kills := 0
+	kills, progressed := 0, false
 	for i := 0; kills < 10; i++ {
 		if i == 20 {
 			t.Fatalf("only %d of 20 runs were killed during the capture", kills)
 		}
-		args, started := []string{"capture", "job.yaml"}, "regen: capture of job "
+		args, started := []string{"capture", "--progress-every", "100ms", "job.yaml"}, "regen: capture of job "
 		if i%3 == 0 {
-			args, started = []string{"run", "job.yaml"}, "regen: job cap done:"
+			args, started = []string{"run", "job.yaml"}, "capture: hidden states of the done samples"
 		}
 		p := startRegen(t, dir, args...)
 		if !p.waitLine(started) {
@@ -138,15 +139,37 @@ func TestE2ECaptureKill(t *testing.T) {
 			break
 		}
 		kills++
+		for _, l := range strings.Split(res.stdout, "\n") {
+			progressed = progressed || (strings.HasPrefix(l, "capture: ") && strings.Contains(l, " of 2000 captured, "))
+		}
 		t.Logf("kill %2d (regen %s): SIGKILL after %s, captured %d -> %d, %d leased or pending", kills, args[0],
 			res.dur.Round(time.Millisecond), before, after, held)
 	}
-	final := regen(t, dir, "capture", "job.yaml")
-	if final.code != 0 || !strings.Contains(final.stdout, " 0 dead;") {
-		t.Fatalf("final capture:\n%s", final)
+	if !progressed {
+		t.Error("no regen capture printed a progress line (capture: N of 2000 captured, ...)")
 	}
-	t.Logf("%d kills; final: %s", kills, strings.TrimSpace(final.stdout))
+	// The last run captures what is left, then exports (the manifest and
+	// the training rows the files are checked against).
+	final := regen(t, dir, "run", "job.yaml")
+	line := ""
+	for _, l := range strings.Split(final.stdout, "\n") {
+		if strings.HasPrefix(l, "capture: ") && strings.Contains(l, " rows with token ids") {
+			line = l
+		}
+	}
+	if final.code != 0 || !strings.Contains(line, "2000 rows with token ids") || !strings.Contains(line, " 0 dead;") {
+		t.Fatalf("final run:\n%s", final)
+	}
+	t.Logf("%d kills; final: %s", kills, line)
 	checkCaptured(t, dir, db, want)
+	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
+		t.Errorf("regen verify after the kills:\n%s", res)
+	}
+	sums := exec.Command("sha256sum", "--quiet", "-c", "cap.hidden_states.sha256")
+	sums.Dir = filepath.Join(dir, "out")
+	if out, err := sums.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum -c from the manifest's folder: %v\n%s", err, out)
+	}
 }
 
 // checkCaptured checks the capture of every sample in want against the
@@ -294,4 +317,29 @@ func TestE2ECaptureFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestE2ECaptureRefusesWhatDoesNotFit: a capture whose files cannot fit
+// the free space of capture.dir (a 1 MB tmpfs; 6 files of about 9 MB at
+// 4 layers of 4096 bf16) is refused with the numbers before any request.
+func TestE2ECaptureRefusesWhatDoesNotFit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	small := captureFS(t, 1<<20)
+	serverOut := filepath.Join(dir, "server_out")
+	url := startCaptureSim(t, serverOut, 50, "")
+	writeCaptureJob(t, dir, url, 6)
+	job := fmt.Sprintf(captureJobYAML, url)
+	job = strings.Replace(job, "  layers: 2\n  hidden: 16\n", "  layers: 4\n  hidden: 4096\n  dir: "+small+"\n", 1)
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 1 || !strings.Contains(res.stderr, "hidden-state capture needs") || !strings.Contains(res.stderr, "free") {
+		t.Fatalf("run with a capture that does not fit: want exit 1 with the numbers\n%s", res)
+	}
+	if entries, _ := os.ReadDir(serverOut); len(entries) != 0 {
+		t.Errorf("%d files on the capture server: the refusal came after requests were sent", len(entries))
+	}
+	t.Logf("refusal: %s", strings.TrimSpace(res.stderr))
 }

@@ -182,7 +182,7 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 	sum, err := runner.Run(ctx, runner.Options{
 		Spec: spec, Store: st, Progress: view.Show, Logger: log,
 		ProgressEvery: every, DrainTimeout: o.drain, NoExport: o.noExport, Lanes: o.lanes, Metrics: metrics, NewConfig: o.newCfg,
-		Version: versionString(), Abort: abort,
+		Version: versionString(), Abort: abort, Capture: captureStage(spec, st, log),
 	})
 	// A job that finished with nothing done prints its summary, then fails.
 	var none *runner.NothingDoneError
@@ -190,10 +190,16 @@ func runRun(ctx context.Context, path string, o runOptions) error {
 		return runFailure(err)
 	}
 	printRunSummary(spec, sum)
-	if err == nil && spec.Capture != nil {
-		return captureJob(ctx, spec, st, log)
-	}
 	return err // nil, or the NothingDoneError: exit 1
+}
+
+// captureStage is the job's capture as the runner calls it, nil for a
+// job without one.
+func captureStage(spec *job.Spec, st store.Store, log *slog.Logger) func(context.Context) (string, error) {
+	if spec.Capture == nil {
+		return nil
+	}
+	return func(ctx context.Context) (string, error) { return captureJob(ctx, spec, st, log) }
 }
 
 // openJobLog opens the job's log file, where logs go: the terminal shows

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
@@ -16,8 +18,14 @@ import (
 type JobStore interface {
 	Store
 	TryLock(ctx context.Context, name string) (unlock func() error, ok bool, err error)
+	SetMeta(ctx context.Context, key, value string, replace bool) (string, error)
 	Info() store.Info
 }
+
+// RowsMeta is the store meta key under which a capture records how many
+// training rows with ids the job has: the total the views show captures
+// against.
+const RowsMeta = "capture_rows"
 
 // LockName is the store lock a capture holds on a store one worker runs
 // at a time (SQLite): its start returns every lease to pending and sweeps
@@ -28,6 +36,9 @@ const LockName = "capture"
 // after generation, and regen capture alone. The error is Run's, or
 // ErrIncomplete when keys are dead.
 func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) (Summary, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	shared := st.Info().Shared
 	if !shared {
 		unlock, ok, err := st.TryLock(ctx, LockName)
@@ -40,16 +51,32 @@ func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) 
 		}
 		defer unlock()
 	}
+	// Before anything is sent: refuse with the numbers when the files
+	// still to write do not fit the folder; an unknown hidden size (no
+	// file yet, none in the job) is no refusal.
+	est, err := Preflight(ctx, st, spec)
+	if err != nil && !errors.Is(err, ErrNoLayout) {
+		return Summary{}, err
+	}
+	// The estimate's count is the views' total until the walk, which
+	// leaves out rows without ids, has its exact one.
+	if est.Files > 0 {
+		if _, err := st.SetMeta(ctx, RowsMeta, strconv.Itoa(est.Files), true); err != nil {
+			log.Warn("capture_rows_not_recorded", "err", err)
+		}
+	}
 	host, _ := os.Hostname()
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	owner := fmt.Sprintf("capture-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	cfg, err := FromJob(spec, owner, shared, log.With("stage", "capture", "owner", owner))
 	if err != nil {
 		return Summary{}, err
+	}
+	cfg.Walked = func(ctx context.Context, rows int) {
+		if _, err := st.SetMeta(ctx, RowsMeta, strconv.Itoa(rows), true); err != nil {
+			log.Warn("capture_rows_not_recorded", "err", err)
+		}
 	}
 	sum, err := Run(ctx, st, cfg)
 	if err != nil {

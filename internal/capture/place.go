@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,6 +62,17 @@ func StableName(key string) string {
 // Across file systems src is copied to a temporary file beside dst,
 // synced, and renamed the same way; src is removed.
 func Place(src, dst string) error {
+	if err := move(src, dst); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(dst)); err != nil {
+		return fmt.Errorf("place %s: %w", dst, err)
+	}
+	return nil
+}
+
+// move is Place without the folder's sync, which the caller owes.
+func move(src, dst string) error {
 	if err := syncFile(src); err != nil {
 		return fmt.Errorf("place %s: %w", src, err)
 	}
@@ -68,11 +80,51 @@ func Place(src, dst string) error {
 	if errors.Is(err, syscall.EXDEV) {
 		err = copyThenRename(src, dst)
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// dirSync fsyncs one folder for many placements at once: a caller waits
+// for a sync that started after its rename, and starts one when none is
+// running, so concurrent workers share each fsync (group commit of
+// directory entries).
+type dirSync struct {
+	dir     string
+	sync    func(dir string) error // syncDir; tests count the calls
+	mu      sync.Mutex
+	cond    *sync.Cond
+	started uint64 // syncs begun
+	done    uint64 // the latest sync ended
+	running bool
+	err     error // of the latest sync
+}
+
+func newDirSync(dir string) *dirSync {
+	d := &dirSync{dir: dir, sync: syncDir}
+	d.cond = sync.NewCond(&d.mu)
+	return d
+}
+
+// Sync returns once a sync of the folder begun after the call has ended.
+func (d *dirSync) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	target := d.started + 1 // a running sync may have begun before the caller's rename
+	for d.done < target {
+		if d.running {
+			d.cond.Wait()
+			continue
+		}
+		d.running = true
+		d.started++
+		n := d.started
+		d.mu.Unlock()
+		err := d.sync(d.dir)
+		d.mu.Lock()
+		d.running, d.done, d.err = false, n, err
+		d.cond.Broadcast()
 	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
-		return fmt.Errorf("place %s: %w", dst, err)
+	if d.err != nil {
+		return fmt.Errorf("sync %s: %w", d.dir, d.err)
 	}
 	return nil
 }

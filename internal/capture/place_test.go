@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestStableName: any id gives a file name of safe bytes that is not
@@ -88,5 +91,49 @@ func TestPlaceAcrossFileSystems(t *testing.T) {
 	}
 	if n, err := Sweep(dir, 0); err != nil || n != 0 {
 		t.Errorf("Sweep = %d, %v; want nothing to sweep", n, err)
+	}
+}
+
+// TestDirSyncShared: callers at once share fsyncs, and every caller
+// returns only after a sync that began after it called (a rename before
+// the call is covered); callers one after another each get their own.
+func TestDirSyncShared(t *testing.T) {
+	d := newDirSync(t.TempDir())
+	var mu sync.Mutex
+	var starts []time.Time
+	d.sync = func(string) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	const callers = 32
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			called := time.Now()
+			if err := d.Sync(); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.ContainsFunc(starts, func(s time.Time) bool { return !s.Before(called) }) {
+				t.Error("Sync returned before any sync that began after the call")
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(starts); n < 1 || n >= callers {
+		t.Errorf("%d fsyncs for %d callers at once, want them shared", n, callers)
+	}
+	before := len(starts)
+	for range 3 {
+		must(t, d.Sync())
+	}
+	if got := len(starts) - before; got != 3 {
+		t.Errorf("3 calls one after another made %d fsyncs, want 3", got)
 	}
 }

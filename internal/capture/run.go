@@ -39,6 +39,9 @@ type Config struct {
 	BaseDelay, MaxDelay time.Duration // a key's wait after its own failure; default 1s, 30s
 	DownAfter           time.Duration // every endpoint down this long stops the run; 0 = never
 	Log                 *slog.Logger
+	// Walked, when set, is told after the first full walk how many rows
+	// with ids the job has (the views' total).
+	Walked func(ctx context.Context, rows int)
 }
 
 // Summary is what a run did.
@@ -66,10 +69,11 @@ func (s Summary) Err() error {
 }
 
 type runner struct {
-	cfg  Config
-	st   Store
-	eps  *endpoints
-	held atomic.Int64 // keys another worker holds, seen in this pass
+	cfg     Config
+	st      Store
+	eps     *endpoints
+	dirSync *dirSync
+	held    atomic.Int64 // keys another worker holds, seen in this pass
 
 	mu     sync.Mutex
 	sum    Summary
@@ -85,7 +89,7 @@ func Run(ctx context.Context, st Store, cfg Config) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	r := &runner{cfg: cfg, st: st, eps: newEndpoints(cfg.Endpoints, cfg.DownAfter), expect: cfg.Expect}
+	r := &runner{cfg: cfg, st: st, eps: newEndpoints(cfg.Endpoints, cfg.DownAfter), dirSync: newDirSync(cfg.Dir), expect: cfg.Expect}
 	// Keys this run still holds when it stops (an error, an interrupt) go
 	// back to pending at once rather than when their leases end.
 	defer func() {

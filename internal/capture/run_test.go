@@ -19,6 +19,8 @@ import (
 	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/postgres"
+	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
 
@@ -77,6 +79,13 @@ func doneStore(t *testing.T, n int) *sqlite.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	fillDone(t, st, n)
+	return st
+}
+
+// fillDone ingests and answers doneStore's samples in st.
+func fillDone(t *testing.T, st store.Store, n int) {
+	t.Helper()
 	ctx := context.Background()
 	var in []store.NewSample
 	for i := range n {
@@ -103,7 +112,6 @@ func doneStore(t *testing.T, n int) *sqlite.Store {
 		}
 		must(t, st.Complete(ctx, c.ID, "gen", answer(t, 0, p0, c0)))
 	}
-	return st
 }
 
 func must(t *testing.T, err error) {
@@ -403,6 +411,99 @@ func TestRunWorkersShare(t *testing.T) {
 		t.Errorf("captured %d + %d, want 80 rows between two busy workers", sums[0].Captured, sums[1].Captured)
 	}
 	if files := listed(t, st, cfg); len(files) != 80 {
+		t.Errorf("%d files recorded, want 80", len(files))
+	}
+}
+
+// TestRunCapturesAgainForNewIDs: a sample whose stored answer changed
+// after its capture (generated again under a new configuration) is
+// captured again: its old file is replaced by one of the new ids, under
+// the same name, recorded once; the others are left alone.
+func TestRunCapturesAgainForNewIDs(t *testing.T) {
+	t.Parallel()
+	url, _ := capSim(t, "", 0, nil)
+	st := doneStore(t, 6)
+	cfg := testConfig(t, url)
+	if sum, err := Run(context.Background(), st, cfg); err != nil || sum.Captured != 4 {
+		t.Fatalf("first run: %+v, %v", sum, err)
+	}
+	before := listed(t, st, cfg)
+	newIDs := seqIDs(4000, 12)
+	res := answer(t, 0, newIDs[:9], newIDs[9:])
+	if _, err := st.DB().Exec(`UPDATE results SET response = ? WHERE sample_id = 'p/s001'`, res.Response); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(context.Background(), st, cfg)
+	if err != nil || sum.Captured != 1 || sum.Before != 3 {
+		t.Fatalf("second run: %+v, %v; want s001 captured again, 3 kept", sum, err)
+	}
+	after := listed(t, st, cfg)
+	ids := make([]int64, len(newIDs))
+	for i, id := range newIDs {
+		ids[i] = int64(id)
+	}
+	for i, f := range after {
+		switch {
+		case f.Key != "p/s001" && f.SHA256 != before[i].SHA256:
+			t.Errorf("%s captured again though its ids did not change", f.Key)
+		case f.Key == "p/s001":
+			if f.SHA256 == before[i].SHA256 || f.Input != InputHash(ids) || f.Path != before[i].Path {
+				t.Errorf("s001 after its ids changed: %+v (before %+v)", f, before[i])
+			}
+			if _, err := CheckFile(filepath.Join(cfg.JobDir, f.Path), ids, Expect{}); err != nil {
+				t.Errorf("s001's file is not of its new ids: %v", err)
+			}
+		}
+	}
+}
+
+// TestRunWorkersSharePostgres: two workers on one PostgreSQL job (each
+// its own connection pool, as two hosts) capture every turn row once
+// between them, taking over the keys a dead worker left leased once its
+// lease ends.
+func TestRunWorkersSharePostgres(t *testing.T) {
+	t.Parallel()
+	url, _ := capSim(t, "", 0, nil)
+	dsn := pgtest.Get(t).Database(t)
+	open := func() *postgres.Store {
+		st, err := postgres.Open(context.Background(), dsn, postgres.Options{Schema: "regen_capture"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	first := open()
+	fillDone(t, first, 60)
+	// A worker that died holding three keys (turn rows of s001, s002, s004).
+	for _, id := range []string{"p/s001", "p/s002", "p/s004"} {
+		k := store.CaptureKey{Key: id + "/turn1", SampleID: id, Turn: 0}
+		if _, ok, err := first.ClaimCapture(context.Background(), k, "dead", time.Second); err != nil || !ok {
+			t.Fatalf("dead worker's claim: %v", err)
+		}
+	}
+	cfg := testConfig(t, url)
+	cfg.PerTurn, cfg.Shared, cfg.Lease = true, true, 2*time.Second
+	sums := make([]Summary, 2)
+	errs := make([]error, 2)
+	done := make(chan struct{}, 2)
+	for w, st := range []*postgres.Store{first, open()} {
+		go func() {
+			c := cfg
+			c.Owner = fmt.Sprintf("w%d", w)
+			sums[w], errs[w] = Run(context.Background(), st, c)
+			done <- struct{}{}
+		}()
+	}
+	<-done
+	<-done
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("workers: %v, %v", errs[0], errs[1])
+	}
+	if got := sums[0].Captured + sums[1].Captured; got != 80 {
+		t.Errorf("captured %d + %d, want 80 rows once between the workers", sums[0].Captured, sums[1].Captured)
+	}
+	if files := listed(t, first, cfg); len(files) != 80 {
 		t.Errorf("%d files recorded, want 80", len(files))
 	}
 }

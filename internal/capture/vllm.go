@@ -18,7 +18,7 @@ import (
 )
 
 // VLLM captures through vLLM's extract_hidden_states speculative method
-// with a hidden-states connector (docs/engines.md §14): a completion whose
+// with a hidden-states connector (docs/engines.md §15): a completion whose
 // prompt is the token ids and max_tokens 1, as speculators' vllm_client
 // sends it. The answer names the file in its top-level
 // kv_transfer_params.hidden_states_path and, with return_token_ids, the

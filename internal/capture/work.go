@@ -2,6 +2,9 @@ package capture
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,6 +29,17 @@ type item struct {
 
 // walkBatch is how many keys one state lookup covers.
 const walkBatch = 256
+
+// InputHash is the sha256 (hex) of the ids a capture sends, as 8-byte
+// little-endian integers: the store captures a key again when it changes.
+func InputHash(ids []int64) string {
+	b := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(id))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
 
 // walk sends every done row's keys that are neither captured nor dead.
 func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
@@ -55,6 +69,12 @@ func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("capture: %w", err)
 	}
+	if err == nil && first && r.cfg.Walked != nil {
+		r.mu.Lock()
+		rows := r.sum.Rows
+		r.mu.Unlock()
+		r.cfg.Walked(ctx, rows)
+	}
 	return err
 }
 
@@ -82,7 +102,7 @@ func (r *runner) items(row store.Row, first bool) []item {
 			ids[i] = int64(id)
 		}
 		r.count(first, func(s *Summary) { s.Rows++ })
-		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn}, ids: ids})
+		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: InputHash(ids)}, ids: ids})
 	}
 	return out
 }
@@ -112,11 +132,13 @@ func (r *runner) sendPending(ctx context.Context, batch []item, work chan<- item
 		return err
 	}
 	for _, it := range batch {
-		switch states[it.Key] {
-		case store.Done:
+		st, ok := states[it.Key]
+		same := ok && (st.Input == "" || st.Input == it.Input)
+		switch {
+		case same && st.State == store.Done:
 			r.count(first, func(s *Summary) { s.Before++ })
-		case store.Dead:
-		default:
+		case same && st.State == store.Dead:
+		default: // new, pending, leased, or done or dead for other ids
 			select {
 			case work <- it:
 			case <-ctx.Done():
@@ -199,8 +221,8 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 	if err != nil {
 		return false, fmt.Errorf("capture: %w", err)
 	}
-	if err := r.record(ctx, c, dst, info); err != nil {
-		return false, err
+	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
+		return true, err // a lost lease: the key's new holder settles it
 	}
 	r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
 	return true, nil
@@ -251,29 +273,34 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 	if err != nil {
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
-	if err := Place(res.Path, dst); err != nil {
+	if err := move(res.Path, dst); err != nil {
 		if errors.Is(err, ErrExists) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
+	// The entry is durable before the record that lists it.
+	if err := r.dirSync.Sync(); err != nil {
+		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
+	}
 	r.fix(info)
-	if err := r.record(ctx, c, dst, info); err != nil {
+	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
 		return nil, err
 	}
 	r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
 	return nil, nil
 }
 
-// record lists the placed file dst as c's capture; a lost lease is no
-// error (the key's new holder finds the file and adopts it).
-func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) error {
+// record lists the placed file dst as c's capture and reports whether it
+// did; a lost lease is no error (the key's new holder finds the file and
+// adopts it).
+func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) (bool, error) {
 	f := store.CapturedFile{CaptureKey: c.CaptureKey, Path: job.RelTo(r.cfg.JobDir, dst), Bytes: info.Bytes, SHA256: info.SHA256,
 		Tokens: info.Shape.Tokens, Layers: info.Shape.Layers, Hidden: info.Shape.Hidden, DType: info.DType}
 	if err := r.st.RecordCapture(ctx, c, f); err != nil {
-		return r.lost(c, err)
+		return false, r.lost(c, err)
 	}
-	return nil
+	return true, nil
 }
 
 // firstDiff is the first index where got and want differ (a length

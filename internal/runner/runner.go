@@ -51,6 +51,11 @@ type Options struct {
 	NewConfig bool
 	// Version is regen's version, for the export's manifest and card.
 	Version string
+	// Capture, when set, runs once every sample is finished, before the
+	// export (the job's hidden-state capture, so the manifest lists its
+	// files), and returns a line for the view. Its error fails the run
+	// after the export.
+	Capture func(ctx context.Context) (string, error)
 	// Abort, when a channel arrives on it (the second Ctrl-C), has the
 	// runner release its leases and write its last heartbeat (exited,
 	// aborted) at once, then close that channel: the caller exits the
@@ -100,6 +105,10 @@ type runState struct {
 	ingested ingested
 	sig      signals
 	view     jobView
+	capture  struct {
+		ran bool  // Options.Capture was called
+		err error // and failed with err
+	}
 }
 
 // worker is who this runner is among the workers of the job.
@@ -273,6 +282,12 @@ func (r *runState) end(ctx context.Context, runErr error, sum *Summary) error {
 		if err := r.export(exportCtx, sum); err != nil {
 			return err
 		}
+	} else if err := r.captureAlone(ctx); err != nil {
+		return err
+	}
+	if err := r.capture.err; err != nil {
+		r.beat(bg, true, "capture failed: "+err.Error())
+		return err
 	}
 	r.setState(bg, monitor.Done, nil)
 	r.beat(bg, true, monitor.ExitFinished)

@@ -38,6 +38,9 @@ func (r *runState) finish(ctx context.Context) (export.Summary, bool, error) {
 		} else if remaining > 0 {
 			r.setState(ctx, monitor.Running, []string{fmt.Sprintf("this worker's lanes are finished; waiting for other workers: %d samples remaining", remaining)})
 		} else {
+			if err := r.captureOnce(ctx); err != nil {
+				return export.Summary{}, false, err
+			}
 			unlock, ok, err := r.o.Store.TryLock(ctx, crew.ExportLock)
 			switch {
 			case err != nil:

@@ -17,6 +17,17 @@ type CaptureKey struct {
 	Key      string
 	SampleID string
 	Turn     int
+	// Input is the sha256 (hex) of the ids the capture sends: a key
+	// captured (or dead) for other ids, such as a sample generated again
+	// under a new configuration, is claimed and captured again. "" (a row
+	// recorded before inputs were kept) matches any input.
+	Input string
+}
+
+// CaptureState is where a key's capture is, and for which input.
+type CaptureState struct {
+	State State
+	Input string
 }
 
 // CaptureClaim is a capture leased to a worker. Token fences the lease:
@@ -75,8 +86,9 @@ type CaptureCounts struct {
 // keys never list one file.
 type Captures interface {
 	// ClaimCapture leases k to owner until now+lease, creating its row
-	// if none exists, unless it is captured, dead, or leased to a lease
-	// that has not ended (ok=false then).
+	// if none exists, unless it is leased to a lease that has not ended,
+	// or captured or dead for the same input (ok=false then). A key
+	// captured or dead for another input starts again at zero attempts.
 	ClaimCapture(ctx context.Context, k CaptureKey, owner string, lease time.Duration) (c CaptureClaim, ok bool, err error)
 	// ExtendCaptureLeases pushes every capture lease owner holds to now+lease.
 	ExtendCaptureLeases(ctx context.Context, owner string, lease time.Duration) error
@@ -93,9 +105,9 @@ type Captures interface {
 	// anyone: the caller knows no other worker runs) to pending without
 	// spending attempts, and reports how many.
 	ReleaseCaptures(ctx context.Context, owner string) (int, error)
-	// CaptureStates returns the state of each listed key that has a row
-	// (keys never claimed are absent).
-	CaptureStates(ctx context.Context, keys []string) (map[string]State, error)
+	// CaptureStates returns the state and input of each listed key that
+	// has a row (keys never claimed are absent).
+	CaptureStates(ctx context.Context, keys []string) (map[string]CaptureState, error)
 	// CaptureCounts returns the capture's headline numbers.
 	CaptureCounts(ctx context.Context) (CaptureCounts, error)
 	// EachCapturedFile calls fn for every captured file in key order,

@@ -16,11 +16,15 @@ import (
 // one whose lease ended, bumping the fencing token; no row comes back when
 // the key is captured, dead or leased to a live lease. The upsert locks
 // the row, so two workers claiming one key at once get it once.
-const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owner, lease_until, token)
-	VALUES ($1, $2, $3, 'leased', $4, $5, 1)
+const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owner, lease_until, token, input_sha256)
+	VALUES ($1, $2, $3, 'leased', $4, $5, 1, $7)
 	ON CONFLICT (key) DO UPDATE SET state = 'leased', owner = excluded.owner, lease_until = excluded.lease_until,
-		token = captures.token + 1
+		token = captures.token + 1,
+		attempts = CASE WHEN captures.state IN ('done', 'dead') THEN 0 ELSE captures.attempts END,
+		last_error = CASE WHEN captures.state IN ('done', 'dead') THEN '' ELSE captures.last_error END,
+		input_sha256 = CASE WHEN excluded.input_sha256 <> '' THEN excluded.input_sha256 ELSE captures.input_sha256 END
 	WHERE captures.state = 'pending' OR (captures.state = 'leased' AND captures.lease_until < $6)
+		OR (captures.state IN ('done', 'dead') AND captures.input_sha256 <> '' AND excluded.input_sha256 <> '' AND captures.input_sha256 <> excluded.input_sha256)
 	RETURNING sample_id, turn, token, attempts, last_error`
 
 // fenced is the condition every transition of a claimed capture takes;
@@ -33,7 +37,7 @@ func fenced(n int) string {
 func (s *Store) ClaimCapture(ctx context.Context, k store.CaptureKey, owner string, lease time.Duration) (store.CaptureClaim, bool, error) {
 	now := s.now()
 	c := store.CaptureClaim{CaptureKey: k, Owner: owner, LeaseUntil: now.Add(lease)}
-	err := s.pool.QueryRow(ctx, claimCaptureSQL, text(k.Key), text(k.SampleID), k.Turn, owner, ns(c.LeaseUntil), ns(now)).
+	err := s.pool.QueryRow(ctx, claimCaptureSQL, text(k.Key), text(k.SampleID), k.Turn, owner, ns(c.LeaseUntil), ns(now), k.Input).
 		Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.CaptureClaim{}, false, nil
@@ -115,9 +119,9 @@ func settled(tag pgconn.CommandTag, err error, what, key string) error {
 	return nil
 }
 
-// CaptureStates returns the state of each listed key that has a row.
-func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]store.State, error) {
-	out := make(map[string]store.State, len(keys))
+// CaptureStates returns the state and input of each listed key that has a row.
+func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]store.CaptureState, error) {
+	out := make(map[string]store.CaptureState, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -125,13 +129,13 @@ func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]st
 	for i, k := range keys {
 		sent[i] = text(k)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT key, state FROM captures WHERE key = ANY($1)`, sent)
+	rows, err := s.pool.Query(ctx, `SELECT key, state, input_sha256 FROM captures WHERE key = ANY($1)`, sent)
 	if err != nil {
 		return nil, fmt.Errorf("read capture states: %w", err)
 	}
-	var k, st string
-	_, err = pgx.ForEachRow(rows, []any{&k, &st}, func() error {
-		out[k] = store.State(st)
+	var k, st, in string
+	_, err = pgx.ForEachRow(rows, []any{&k, &st, &in}, func() error {
+		out[k] = store.CaptureState{State: store.State(st), Input: in}
 		return nil
 	})
 	if err != nil {
@@ -167,7 +171,7 @@ func (s *Store) EachCapturedFile(ctx context.Context, fn func(store.CapturedFile
 	const page = 1000
 	after := ""
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT key, sample_id, turn, path, bytes, sha256, tokens, layers, hidden, dtype, captured_at
+		rows, err := s.pool.Query(ctx, `SELECT key, sample_id, turn, input_sha256, path, bytes, sha256, tokens, layers, hidden, dtype, captured_at
 			FROM captures WHERE state = 'done' AND key > $1 ORDER BY key LIMIT $2`, after, page)
 		if err != nil {
 			return fmt.Errorf("list captured files: %w", err)
@@ -175,7 +179,7 @@ func (s *Store) EachCapturedFile(ctx context.Context, fn func(store.CapturedFile
 		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CapturedFile, error) {
 			var f store.CapturedFile
 			var at int64
-			err := r.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Path, &f.Bytes, &f.SHA256, &f.Tokens, &f.Layers, &f.Hidden, &f.DType, &at)
+			err := r.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Input, &f.Path, &f.Bytes, &f.SHA256, &f.Tokens, &f.Layers, &f.Hidden, &f.DType, &at)
 			f.CapturedAt = fromNS(at)
 			return f, err
 		})
@@ -200,7 +204,7 @@ func (s *Store) CaptureFailures(ctx context.Context, limit int) ([]store.Capture
 	if limit > 0 {
 		lim = limit
 	}
-	rows, err := s.pool.Query(ctx, `SELECT key, sample_id, turn, state, attempts, last_error FROM captures
+	rows, err := s.pool.Query(ctx, `SELECT key, sample_id, turn, input_sha256, state, attempts, last_error FROM captures
 		WHERE attempts > 0 AND state <> 'done' ORDER BY state <> 'dead', key LIMIT $1`, lim)
 	if err != nil {
 		return nil, fmt.Errorf("list capture failures: %w", err)
@@ -208,7 +212,7 @@ func (s *Store) CaptureFailures(ctx context.Context, limit int) ([]store.Capture
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CaptureFailure, error) {
 		var f store.CaptureFailure
 		var st string
-		err := r.Scan(&f.Key, &f.SampleID, &f.Turn, &st, &f.Attempts, &f.LastError)
+		err := r.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Input, &st, &f.Attempts, &f.LastError)
 		f.State = store.State(st)
 		return f, err
 	})

@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 9
+const schemaVersion = 10
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -337,6 +337,11 @@ CREATE TABLE captures (
 CREATE INDEX captures_counts ON captures (state) INCLUDE (bytes, tokens);
 CREATE INDEX captures_leased ON captures (owner) WHERE state = 'leased';
 CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> 'done';
+`,
+	// 9 -> 10: the sha256 of the ids a capture sent, so a sample
+	// generated again (other ids) is captured again; '' matches any.
+	`
+ALTER TABLE captures ADD COLUMN input_sha256 text NOT NULL DEFAULT '';
 `,
 }
 

@@ -14,11 +14,15 @@ import (
 // claimCaptureSQL creates the key's row leased, or takes a pending one or
 // one whose lease ended, bumping the fencing token; no row comes back when
 // the key is captured, dead or leased to a live lease.
-const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owner, lease_until, token)
-	VALUES (?1, ?2, ?3, 'leased', ?4, ?5, 1)
+const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owner, lease_until, token, input_sha256)
+	VALUES (?1, ?2, ?3, 'leased', ?4, ?5, 1, ?7)
 	ON CONFLICT (key) DO UPDATE SET state = 'leased', owner = excluded.owner, lease_until = excluded.lease_until,
-		token = captures.token + 1
+		token = captures.token + 1,
+		attempts = CASE WHEN captures.state IN ('done', 'dead') THEN 0 ELSE captures.attempts END,
+		last_error = CASE WHEN captures.state IN ('done', 'dead') THEN '' ELSE captures.last_error END,
+		input_sha256 = CASE WHEN excluded.input_sha256 <> '' THEN excluded.input_sha256 ELSE captures.input_sha256 END
 	WHERE captures.state = 'pending' OR (captures.state = 'leased' AND captures.lease_until < ?6)
+		OR (captures.state IN ('done', 'dead') AND captures.input_sha256 <> '' AND excluded.input_sha256 <> '' AND captures.input_sha256 <> excluded.input_sha256)
 	RETURNING sample_id, turn, token, attempts, last_error`
 
 // fenced is the condition every transition of a claimed capture takes.
@@ -30,7 +34,7 @@ func (s *Store) ClaimCapture(ctx context.Context, k store.CaptureKey, owner stri
 	c := store.CaptureClaim{CaptureKey: k, Owner: owner, LeaseUntil: now.Add(lease)}
 	st, err := s.stmt(ctx, claimCaptureSQL)
 	if err == nil {
-		err = st.QueryRowContext(ctx, k.Key, k.SampleID, k.Turn, owner, ns(c.LeaseUntil), ns(now)).
+		err = st.QueryRowContext(ctx, k.Key, k.SampleID, k.Turn, owner, ns(c.LeaseUntil), ns(now), k.Input).
 			Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
@@ -109,9 +113,9 @@ func settled(res sql.Result, err error, what, key string) error {
 	return nil
 }
 
-// CaptureStates returns the state of each listed key that has a row.
-func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]store.State, error) {
-	out := make(map[string]store.State, len(keys))
+// CaptureStates returns the state and input of each listed key that has a row.
+func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]store.CaptureState, error) {
+	out := make(map[string]store.CaptureState, len(keys))
 	const chunk = 500 // well under SQLite's bound-parameter limit
 	for len(keys) > 0 {
 		part := keys[:min(chunk, len(keys))]
@@ -120,18 +124,18 @@ func (s *Store) CaptureStates(ctx context.Context, keys []string) (map[string]st
 		for i, k := range part {
 			args[i] = k
 		}
-		q := `SELECT key, state FROM captures WHERE key IN (?` + strings.Repeat(",?", len(part)-1) + `)`
+		q := `SELECT key, state, input_sha256 FROM captures WHERE key IN (?` + strings.Repeat(",?", len(part)-1) + `)`
 		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read capture states: %w", err)
 		}
 		for rows.Next() {
-			var k, st string
-			if err := rows.Scan(&k, &st); err != nil {
+			var k, st, in string
+			if err := rows.Scan(&k, &st, &in); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read capture states: %w", err)
 			}
-			out[k] = store.State(st)
+			out[k] = store.CaptureState{State: store.State(st), Input: in}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -165,7 +169,7 @@ func (s *Store) CaptureCounts(ctx context.Context) (store.CaptureCounts, error) 
 	return c, nil
 }
 
-const capturedFileCols = `key, sample_id, turn, path, bytes, sha256, tokens, layers, hidden, dtype, captured_at`
+const capturedFileCols = `key, sample_id, turn, input_sha256, path, bytes, sha256, tokens, layers, hidden, dtype, captured_at`
 
 // EachCapturedFile calls fn for every captured file in key order, a page
 // at a time.
@@ -182,7 +186,7 @@ func (s *Store) EachCapturedFile(ctx context.Context, fn func(store.CapturedFile
 		for rows.Next() {
 			var f store.CapturedFile
 			var at int64
-			if err := rows.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Path, &f.Bytes, &f.SHA256, &f.Tokens,
+			if err := rows.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Input, &f.Path, &f.Bytes, &f.SHA256, &f.Tokens,
 				&f.Layers, &f.Hidden, &f.DType, &at); err != nil {
 				rows.Close()
 				return fmt.Errorf("list captured files: %w", err)
@@ -212,7 +216,7 @@ func (s *Store) CaptureFailures(ctx context.Context, limit int) ([]store.Capture
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.query(ctx, `SELECT key, sample_id, turn, state, attempts, last_error FROM captures
+	rows, err := s.query(ctx, `SELECT key, sample_id, turn, input_sha256, state, attempts, last_error FROM captures
 		WHERE attempts > 0 AND state <> 'done' ORDER BY state <> 'dead', key LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list capture failures: %w", err)
@@ -222,7 +226,7 @@ func (s *Store) CaptureFailures(ctx context.Context, limit int) ([]store.Capture
 	for rows.Next() {
 		var f store.CaptureFailure
 		var st string
-		if err := rows.Scan(&f.Key, &f.SampleID, &f.Turn, &st, &f.Attempts, &f.LastError); err != nil {
+		if err := rows.Scan(&f.Key, &f.SampleID, &f.Turn, &f.Input, &st, &f.Attempts, &f.LastError); err != nil {
 			return nil, fmt.Errorf("list capture failures: %w", err)
 		}
 		f.State = store.State(st)

@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 10
+const schemaVersion = 11
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -471,6 +471,11 @@ CREATE TABLE captures (
 CREATE INDEX captures_counts ON captures (state, bytes, tokens);
 CREATE INDEX captures_leased ON captures (owner) WHERE state = 'leased';
 CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> 'done';
+`,
+	// 10 -> 11: the sha256 of the ids a capture sent, so a sample
+	// generated again (other ids) is captured again; '' matches any.
+	`
+ALTER TABLE captures ADD COLUMN input_sha256 TEXT NOT NULL DEFAULT '';
 `,
 }
 

@@ -27,13 +27,14 @@ var captureTests = []struct {
 	{"CaptureReleaseSpendsNothing", testCaptureRelease},
 	{"CapturedFilesListedCountedUnique", testCapturedFiles},
 	{"CaptureConcurrentClaimsOnce", testCaptureConcurrent},
+	{"CaptureAgainForOtherInput", testCaptureInput},
 }
 
 func ckey(id string, turn int) store.CaptureKey {
 	if turn == store.WholeConversation {
 		return store.CaptureKey{Key: id, SampleID: id, Turn: turn}
 	}
-	return store.CaptureKey{Key: fmt.Sprintf("%s/turn%d", id, turn), SampleID: id, Turn: turn}
+	return store.CaptureKey{Key: fmt.Sprintf("%s/turn%d", id, turn+1), SampleID: id, Turn: turn}
 }
 
 func cfile(k store.CaptureKey, path string) store.CapturedFile {
@@ -52,9 +53,13 @@ func claimCapture(t *testing.T, s store.Store, k store.CaptureKey, owner string,
 
 func wantCaptureStates(t *testing.T, s store.Store, keys []string, want map[string]store.State) {
 	t.Helper()
-	got, err := s.CaptureStates(context.Background(), keys)
+	states, err := s.CaptureStates(context.Background(), keys)
 	if err != nil {
 		t.Fatalf("CaptureStates: %v", err)
+	}
+	got := map[string]store.State{}
+	for k, st := range states {
+		got[k] = st.State
 	}
 	if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 		t.Errorf("CaptureStates (-want +got):\n%s", d)
@@ -265,5 +270,53 @@ func testCaptureConcurrent(t *testing.T, s store.Store) {
 		if len(h) != 1 {
 			t.Errorf("key %s claimed by %v at once", k, h)
 		}
+	}
+}
+
+// testCaptureInput: a key captured (or dead) for one input is claimed
+// again, at zero attempts, for another (the sample was generated again),
+// and never for the same one; the input is kept and listed.
+func testCaptureInput(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := ckey("a", store.WholeConversation)
+	k.Input = "in1"
+	c, _ := claimCapture(t, s, k, "w", lease)
+	must(t, s.RecordCapture(ctx, c, cfile(k, "h/a.safetensors")))
+	if _, ok := claimCapture(t, s, k, "w", lease); ok {
+		t.Fatal("a key captured for this input was claimed again")
+	}
+	states, err := s.CaptureStates(ctx, []string{"a"})
+	must(t, err)
+	if states["a"] != (store.CaptureState{State: store.Done, Input: "in1"}) {
+		t.Errorf("CaptureStates = %+v, want done for in1", states)
+	}
+	k.Input = "in2"
+	c2, ok := claimCapture(t, s, k, "w", lease)
+	if !ok || c2.Token == c.Token || c2.Attempts != 0 {
+		t.Fatalf("claim for another input = %+v, ok=%v; want a new lease", c2, ok)
+	}
+	must(t, s.FailCapture(ctx, c2, "nan: x", true))
+	if _, ok := claimCapture(t, s, k, "w", lease); ok {
+		t.Fatal("a key dead for this input was claimed again")
+	}
+	k.Input = "in3"
+	c3, ok := claimCapture(t, s, k, "w", lease)
+	if !ok || c3.Attempts != 0 || c3.LastError != "" {
+		t.Fatalf("claim of a dead key for another input = %+v, ok=%v; want attempts and evidence reset", c3, ok)
+	}
+	f := cfile(k, "h/a.safetensors") // the same stable name, now the new input's file
+	must(t, s.RecordCapture(ctx, c3, f))
+	var got []store.CapturedFile
+	must(t, s.EachCapturedFile(ctx, func(f store.CapturedFile) error { got = append(got, f); return nil }))
+	if len(got) != 1 || got[0].Input != "in3" {
+		t.Errorf("captured files %+v, want one for in3", got)
+	}
+	// A row recorded without an input matches any.
+	old := ckey("b", store.WholeConversation)
+	cb, _ := claimCapture(t, s, old, "w", lease)
+	must(t, s.RecordCapture(ctx, cb, cfile(old, "h/b.safetensors")))
+	old.Input = "in1"
+	if _, ok := claimCapture(t, s, old, "w", lease); ok {
+		t.Error("a key recorded without an input was claimed again")
 	}
 }

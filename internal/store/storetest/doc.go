@@ -13,5 +13,8 @@
 // and nothing changes), which transitions spend an attempt (Complete,
 // Reject, Retry and DeadLetter spend one each; Release, ReleaseOwner,
 // Escalate and ExpireLeases never do), and concurrent claimers that must
-// never hold the same sample at once.
+// never hold the same sample at once. The capture cases (capture.go) hold
+// the hidden-state capture table to the same rules: a key is claimed under
+// a fenced lease, recorded once with a path no other key lists, and only
+// FailCapture spends an attempt.
 package storetest
