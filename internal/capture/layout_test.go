@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -72,5 +73,13 @@ func TestLayoutFor(t *testing.T) {
 				t.Errorf("%s: source %q does not name %q", c.name, src, s)
 			}
 		}
+	}
+}
+
+// TestRowsMetaIsTheViewsKey: the total the capture records is the one the
+// views read (monitor cannot import capture, so the key is spelled twice).
+func TestRowsMetaIsTheViewsKey(t *testing.T) {
+	if RowsMeta != monitor.CaptureRowsMeta {
+		t.Fatalf("capture records its total under %q, the views read %q", RowsMeta, monitor.CaptureRowsMeta)
 	}
 }
