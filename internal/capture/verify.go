@@ -137,7 +137,7 @@ func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, err
 			rel = path
 		}
 		if _, ok := listed[rel]; !ok {
-			out = append(out, Problem{Path: filepath.ToSlash(rel), What: "in the capture folder but not recorded in the store"})
+			out = append(out, Problem{Path: filepath.ToSlash(rel), What: "in the capture folder but not recorded in the store (a capture killed between placing and recording it leaves one: regen capture adopts or removes it)"})
 		}
 		return nil
 	})
