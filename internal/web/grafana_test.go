@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -29,7 +30,13 @@ func TestGrafanaDashboardNames(t *testing.T) {
 		t.Fatalf("regen.json: %v", err)
 	}
 	_, report := fixture(t)
-	m := monitor.NewMetrics(report)
+	// A job that captures hidden states, so the capture's series are served.
+	total := 100
+	m := monitor.NewMetrics(func(ctx context.Context) (monitor.Report, error) {
+		r, err := report(ctx)
+		r.Capture = &monitor.CaptureProgress{Total: &total, Captured: 90, Dead: 1, Bytes: 1 << 30}
+		return r, err
+	})
 	m.ObserveRequest("short", "http://127.0.0.1:1", dispatch.OutcomeOK, time.Second, 100*time.Millisecond, 10)
 	m.ObserveRequest("short", "http://127.0.0.1:1", "retryable", time.Second, 0, 0)
 	fams, err := m.Registry().Gather()
