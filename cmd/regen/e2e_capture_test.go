@@ -127,7 +127,7 @@ func TestE2ECaptureKill(t *testing.T) {
 			t.Fatalf("run %d never reached the capture:\n%s", i+1, p.wait(t))
 		}
 		before, _ := capturedRows(t, db)
-		time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond)
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		res := p.wait(t)
 		after, held := capturedRows(t, db)
@@ -144,6 +144,9 @@ func TestE2ECaptureKill(t *testing.T) {
 		}
 		t.Logf("kill %2d (regen %s): SIGKILL after %s, captured %d -> %d, %d leased or pending", kills, args[0],
 			res.dur.Round(time.Millisecond), before, after, held)
+	}
+	if kills < 10 {
+		t.Fatalf("only %d runs were killed during the capture before it finished; want 10", kills)
 	}
 	if !progressed {
 		t.Error("no regen capture printed a progress line (capture: N of 2000 captured, ...)")

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -505,5 +506,54 @@ func TestRunWorkersSharePostgres(t *testing.T) {
 	}
 	if files := listed(t, first, cfg); len(files) != 80 {
 		t.Errorf("%d files recorded, want 80", len(files))
+	}
+}
+
+// stealing is a client that, for its first capture, lets another worker
+// take the key's lease while the server answers (the run's lease lapsed).
+type stealing struct {
+	Client
+	st    Store
+	stole atomic.Bool
+	sent  atomic.Int64
+}
+
+func (s *stealing) Capture(ctx context.Context, r Request) (Result, error) {
+	s.sent.Add(1)
+	res, err := s.Client.Capture(ctx, r)
+	if err == nil && s.stole.CompareAndSwap(false, true) {
+		if _, err := s.st.ReleaseCaptures(ctx, "cap"); err != nil {
+			return res, err
+		}
+		k := store.CaptureKey{Key: r.Key, SampleID: strings.Split(r.Key, "/turn")[0], Turn: 0}
+		if _, ok, err := s.st.ClaimCapture(ctx, k, "thief", 500*time.Millisecond); err != nil || !ok {
+			return res, fmt.Errorf("steal %s: ok=%v %v", r.Key, ok, err)
+		}
+	}
+	return res, err
+}
+
+// TestRunLostLeaseThenAdopted: a worker whose lease was taken while its
+// server answered places the file but cannot record it (fenced); it counts
+// nothing, and once the other holder's lease ends the key is claimed
+// again and the placed file checked and recorded, with no second request.
+func TestRunLostLeaseThenAdopted(t *testing.T) {
+	t.Parallel()
+	url, _ := capSim(t, "", 0, nil)
+	st := doneStore(t, 3) // s001 and s002 have ids; s000 re-renders its history
+	cfg := testConfig(t, url)
+	cfg.Concurrency, cfg.PerTurn, cfg.Shared, cfg.Lease = 1, true, true, 2*time.Second
+	cl := &stealing{Client: cfg.Endpoints[0].Client, st: st}
+	cfg.Endpoints[0].Client = cl
+	sum, err := Run(context.Background(), st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 turn rows: s000's two and one each for s001, s002.
+	if sum.Captured != 3 || sum.Adopted != 1 || cl.sent.Load() != 4 {
+		t.Errorf("summary %+v after %d requests; want 3 captured, 1 adopted after the lost lease, 4 requests", sum, cl.sent.Load())
+	}
+	if files := listed(t, st, cfg); len(files) != 4 {
+		t.Errorf("%d files recorded, want 4", len(files))
 	}
 }

@@ -190,11 +190,13 @@ func (r *runner) capture(ctx context.Context, it item) error {
 	}
 }
 
-// lost turns a lost lease into no error (the key's new holder settles it)
+// lost turns a lost lease into no error (the key's new holder settles it;
+// this run looks again in its next pass, as at a key another worker holds)
 // and anything else into the run's error.
 func (r *runner) lost(c store.CaptureClaim, err error) error {
 	if errors.Is(err, store.ErrNotLeased) {
 		r.cfg.Log.Warn("capture_lease_lost", "key", c.Key, "token", c.Token)
+		r.held.Add(1)
 		return nil
 	}
 	return fmt.Errorf("capture: %w", err)
