@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -62,20 +63,20 @@ func (r VerifyReport) Err() error {
 // stopped the check (a store failure).
 func Verify(ctx context.Context, ls Listing, jobDir, dir string) (VerifyReport, error) {
 	var r VerifyReport
-	listed := map[string]string{} // path -> key
+	listed := map[string]string{} // absolute path -> key
 	buf := make([]byte, 1<<20)
 	err := ls.EachCapturedFile(ctx, func(f store.CapturedFile) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		r.Files++
-		path := filepath.Clean(filepath.FromSlash(f.Path))
+		path := recordedPath(jobDir, f.Path)
 		if other, dup := listed[path]; dup {
 			r.Problems = append(r.Problems, Problem{Path: f.Path, What: fmt.Sprintf("listed for both %s and %s", other, f.Key)})
 			return nil
 		}
 		listed[path] = f.Key
-		n, p := checkListed(filepath.Join(jobDir, path), f, buf)
+		n, p := checkListed(path, f, buf)
 		r.Bytes += n
 		if p != "" {
 			r.Problems = append(r.Problems, Problem{Path: f.Path, What: p})
@@ -118,6 +119,20 @@ func checkListed(path string, f store.CapturedFile, buf []byte) (int64, string) 
 	return n, ""
 }
 
+// recordedPath is a record's path as a clean absolute one: records are
+// relative to the job file's folder, or absolute when outside it
+// (job.RelTo).
+func recordedPath(jobDir, p string) string {
+	p = filepath.FromSlash(p)
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(jobDir, p)
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return filepath.Clean(p)
+}
+
 // unlistedFiles names the .safetensors files under dir that no record
 // lists. A folder that does not exist holds none.
 func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, error) {
@@ -132,12 +147,8 @@ func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, err
 		if d.IsDir() || !strings.HasSuffix(d.Name(), ".safetensors") {
 			return nil
 		}
-		rel, err := filepath.Rel(jobDir, path)
-		if err != nil {
-			rel = path
-		}
-		if _, ok := listed[rel]; !ok {
-			out = append(out, Problem{Path: filepath.ToSlash(rel), What: "in the capture folder but not recorded in the store (a capture killed between placing and recording it leaves one: regen capture adopts or removes it)"})
+		if _, ok := listed[recordedPath(jobDir, path)]; !ok {
+			out = append(out, Problem{Path: filepath.ToSlash(job.RelTo(jobDir, path)), What: "in the capture folder but not recorded in the store (a capture killed between placing and recording it leaves one: regen capture adopts or removes it)"})
 		}
 		return nil
 	})

@@ -120,3 +120,25 @@ func noErr(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestVerifyOutsideJobFolder: a capture folder outside the job file's
+// folder is recorded with absolute paths (job.RelTo); its files match and
+// a stray file there is named, by its absolute path.
+func TestVerifyOutsideJobFolder(t *testing.T) {
+	jobDir, elsewhere := t.TempDir(), t.TempDir()
+	recs := verifyFixture(t, elsewhere)
+	for i := range recs {
+		recs[i].Path = filepath.Join(elsewhere, recs[i].Path)
+	}
+	capDir := filepath.Join(elsewhere, "hidden_states")
+	rep, err := Verify(context.Background(), filesCaptures{files: recs}, jobDir, capDir)
+	if err != nil || rep.Err() != nil || rep.Files != 3 {
+		t.Fatalf("Verify of files recorded absolute: %v, %v, %d files", err, rep.Err(), rep.Files)
+	}
+	stray := filepath.Join(capDir, "stray.safetensors")
+	noErr(t, os.WriteFile(stray, []byte("x"), 0o644))
+	rep, err = Verify(context.Background(), filesCaptures{files: recs}, jobDir, capDir)
+	if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Path != filepath.ToSlash(stray) {
+		t.Fatalf("Verify with a stray file: %v, %+v; want it named by its absolute path", err, rep.Problems)
+	}
+}

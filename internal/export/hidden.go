@@ -69,7 +69,7 @@ func hiddenStates(ctx context.Context, dir, name string, o Options) (*HiddenStat
 	}
 	h := &HiddenStates{Dir: relFrom(dir, c.Dir), SumsFile: relFrom(dir, HiddenSumsPath(dir, name)), Files: []HiddenStateFile{}}
 	err := c.Each(ctx, func(f store.CapturedFile) error {
-		hf := HiddenStateFile{Key: f.Key, SampleID: f.SampleID, Path: relFrom(dir, filepath.Join(o.JobDir, filepath.FromSlash(f.Path))),
+		hf := HiddenStateFile{Key: f.Key, SampleID: f.SampleID, Path: relFrom(dir, recordedPath(o.JobDir, f.Path)),
 			Bytes: f.Bytes, SHA256: f.SHA256, Shape: [3]int{f.Tokens, f.Layers, f.Hidden}, DType: f.DType}
 		if f.Turn != store.WholeConversation {
 			turn := f.Turn
@@ -99,6 +99,16 @@ func hiddenSums(h *HiddenStates) []byte {
 		fmt.Fprintf(&b, "%s  %s\n", f.SHA256, f.Path)
 	}
 	return []byte(b.String())
+}
+
+// recordedPath is a captured file's record path made absolute: records
+// are relative to the job file's folder, or absolute when outside it.
+func recordedPath(jobDir, p string) string {
+	p = filepath.FromSlash(p)
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(jobDir, p)
 }
 
 // relFrom is path relative to dir with slashes, "../" and all when it is
