@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
@@ -156,38 +157,42 @@ func CapturedFor(spec *job.Spec, st store.Captures) *CapturedFiles {
 // checkHiddenStates compares the manifest's list of captured files with
 // the store's records (key, path, bytes, SHA-256; the files themselves are
 // hashed by the capture's own verify): an export written before the
-// capture finished, or a manifest edited since, is named.
-func checkHiddenStates(ctx context.Context, dir, name string, m *Manifest, o Options) ([]Problem, error) {
+// capture finished, or a manifest edited since, is named. A non-zero since
+// passes over files captured after it (the check at the end of an export
+// while another worker of the job still captures).
+func checkHiddenStates(ctx context.Context, dir, name string, m *Manifest, o Options, since time.Time) ([]Problem, error) {
 	if o.Captured == nil {
 		return nil, nil
 	}
-	want, err := hiddenStates(ctx, dir, name, o)
-	if err != nil {
-		return nil, err
-	}
 	where := filepath.Base(ManifestPath(dir, name))
-	var listed []HiddenStateFile
-	if m.HiddenStates != nil {
-		listed = m.HiddenStates.Files
-	}
 	byKey := map[string]HiddenStateFile{}
-	for _, f := range listed {
-		byKey[f.Key] = f
-	}
-	var out []Problem
-	for _, f := range want.Files {
-		got, ok := byKey[f.Key]
-		delete(byKey, f.Key)
-		switch {
-		case !ok:
-			out = append(out, Problem{Path: where, What: fmt.Sprintf("does not list the hidden states of %s (%s) the store records: exported before the capture finished", f.Key, f.Path)})
-		case got.Path != f.Path || got.Bytes != f.Bytes || got.SHA256 != f.SHA256:
-			out = append(out, Problem{Path: where, What: fmt.Sprintf("lists %s as %s (%d bytes, %s), the store records %s (%d bytes, %s)", f.Key, got.Path, got.Bytes, got.SHA256, f.Path, f.Bytes, f.SHA256)})
+	if m.HiddenStates != nil {
+		for _, f := range m.HiddenStates.Files {
+			byKey[f.Key] = f
 		}
 	}
-	for _, f := range listed {
-		if _, extra := byKey[f.Key]; extra {
-			out = append(out, Problem{Path: where, What: fmt.Sprintf("lists hidden states of %s (%s) the store does not record", f.Key, f.Path)})
+	var out []Problem
+	err := o.Captured.Each(ctx, func(rec store.CapturedFile) error {
+		got, ok := byKey[rec.Key]
+		delete(byKey, rec.Key)
+		path := relFrom(dir, recordedPath(o.JobDir, rec.Path))
+		switch {
+		case !ok && !since.IsZero() && rec.CapturedAt.After(since):
+		case !ok:
+			out = append(out, Problem{Path: where, What: fmt.Sprintf("does not list the hidden states of %s (%s) the store records: exported before the capture finished", rec.Key, path)})
+		case got.Path != path || got.Bytes != rec.Bytes || got.SHA256 != rec.SHA256:
+			out = append(out, Problem{Path: where, What: fmt.Sprintf("lists %s as %s (%d bytes, %s), the store records %s (%d bytes, %s)", rec.Key, got.Path, got.Bytes, got.SHA256, path, rec.Bytes, rec.SHA256)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("captured files: %w", err)
+	}
+	if m.HiddenStates != nil {
+		for _, f := range m.HiddenStates.Files {
+			if _, extra := byKey[f.Key]; extra {
+				out = append(out, Problem{Path: where, What: fmt.Sprintf("lists hidden states of %s (%s) the store does not record", f.Key, f.Path)})
+			}
 		}
 	}
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -92,7 +93,7 @@ func TestExportListsHiddenStates(t *testing.T) {
 	}
 	// A capture recorded after the export: the manifest is stale.
 	more := append(recs, store.CapturedFile{CaptureKey: store.CaptureKey{Key: "P1/a3", SampleID: "P1/a3", Turn: store.WholeConversation},
-		Path: "hidden_states/P1_a3.safetensors", Bytes: 5, SHA256: "ab"})
+		Path: "hidden_states/P1_a3.safetensors", Bytes: 5, SHA256: "ab", CapturedAt: time.Now().Add(time.Hour)})
 	stale := o
 	stale.Captured = &CapturedFiles{Dir: captured.Dir, Each: func(_ context.Context, fn func(store.CapturedFile) error) error {
 		for _, r := range more {
@@ -105,6 +106,12 @@ func TestExportListsHiddenStates(t *testing.T) {
 	rep, err = Verify(ctx, fixture(t), dir, "job", stale)
 	if err != nil || rep.Err() == nil || !strings.Contains(rep.Err().Error(), "job.manifest.json: does not list the hidden states of P1/a3 (../hidden_states/P1_a3.safetensors) the store records") {
 		t.Fatalf("Verify with a capture recorded after the export: %v, %v", err, rep.Err())
+	}
+	// The check at the end of an export passes over what was captured
+	// after the export began (another worker still capturing).
+	rep, err = verify(ctx, fixture(t), dir, "job", stale, time.Now())
+	if err != nil || rep.Err() != nil {
+		t.Fatalf("verify since the export began, a file captured after it: %v, %v; want it passed over", err, rep.Err())
 	}
 	sumCheck := exec.Command("sha256sum", "-c", "job.hidden_states.sha256")
 	sumCheck.Dir = dir

@@ -129,7 +129,7 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		r.Problems = append(r.Problems, p...)
 	}
 	r.Problems = append(r.Problems, unlisted(dir, name, m.Files)...)
-	hidden, err := checkHiddenStates(ctx, dir, name, &m, o)
+	hidden, err := checkHiddenStates(ctx, dir, name, &m, o, since)
 	if err != nil {
 		return r, fmt.Errorf("verify: %w", err)
 	}
