@@ -57,7 +57,7 @@ func TestE2ETokenIDs(t *testing.T) {
 	type usage struct {
 		CompletionTokens int `json:"completion_tokens"`
 	}
-	var records, multi, tokens int
+	var records, multi, tokens, stops int
 	byID := map[string][]int32{}
 	for _, raw := range readJSONL(t, filepath.Join(dir, "out", "data", "demo.sharegpt.jsonl")) {
 		var r struct {
@@ -95,8 +95,14 @@ func TestE2ETokenIDs(t *testing.T) {
 				r.ID, len(r.InputIDs), len(r.LossMask), ones, want)
 		}
 		// The simulator's generated words are ids 100 and up; its template
-		// ids are below: the mask is on generated ids only.
+		// ids are below: the mask is on generated ids and, last in an
+		// answer that stopped, the end token (2) the engine returns.
 		for i, m := range r.LossMask {
+			last := i+1 == len(r.LossMask) || r.LossMask[i+1] == 0
+			if m == 1 && r.InputIDs[i] == 2 && last {
+				stops++
+				continue
+			}
 			if m == 1 && (r.InputIDs[i] < 100 || r.InputIDs[i] >= 1000) {
 				t.Errorf("%s: mask 1 on template id %d at %d", r.ID, r.InputIDs[i], i)
 				break
@@ -105,8 +111,8 @@ func TestE2ETokenIDs(t *testing.T) {
 		tokens += len(r.InputIDs)
 		byID[r.ID] = r.InputIDs
 	}
-	t.Logf("token ids: %d records (%d multi-turn), %d tokens, every mask equal to its turns' completion tokens", records, multi, tokens)
-	if records < 300 || multi < 20 {
+	t.Logf("token ids: %d records (%d multi-turn), %d tokens, every mask equal to its turns' completion tokens, %d answers masked through their stop token", records, multi, tokens, stops)
+	if records < 300 || multi < 20 || stops < records {
 		t.Errorf("%d records, %d multi-turn: want the demo's hundreds, many multi-turn", records, multi)
 	}
 	rows, err := parquet.ReadFile[export.ParquetTokenRow](filepath.Join(dir, "out", "data", "demo.parquet"))

@@ -188,7 +188,8 @@ func checkTurnParquet(t *testing.T, path string, lines []turnRowLine) {
 // turn (render_skew on "question 1:", the second user message of each
 // conversation): each of those turn rows is in the no-ids file, its reason
 // naming the first differing index (the last id of that user message,
-// 5 before the prompt's end), and every other row keeps its ids.
+// 6 before the prompt's end: the 2-id end marker and the 3-id generation
+// prompt follow it), and every other row keeps its ids.
 func TestE2ERenderCheck(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -219,7 +220,7 @@ func TestE2ERenderCheck(t *testing.T) {
 		}
 	}
 	for _, r := range noIDs {
-		wantReason := fmt.Sprintf("unavailable: turn 2's prompt ids differ from the server's render of its messages (POST /v1/chat/completions/render) at index %d: ", r.Usage.PromptTokens-5)
+		wantReason := fmt.Sprintf("unavailable: turn 2's prompt ids differ from the server's render of its messages (POST /v1/chat/completions/render) at index %d: ", r.Usage.PromptTokens-6)
 		if r.Turn != 2 || !strings.HasPrefix(r.TokenIDs, wantReason) {
 			t.Errorf("%s (turn %d, %d prompt tokens): token_ids %q, want %q...", r.ID, r.Turn, r.Usage.PromptTokens, r.TokenIDs, wantReason)
 		}

@@ -34,9 +34,13 @@ func TestOpenAIClientStreams(t *testing.T) {
 	if len(acc.Choices) != 1 || acc.Choices[0].Message.Content == "" {
 		t.Fatalf("accumulated %+v; want one choice with content", acc.Choices)
 	}
+	// A stopped answer's count includes the stop token, which has no text.
 	words := len(strings.Fields(acc.Choices[0].Message.Content))
+	if acc.Choices[0].FinishReason == "stop" {
+		words++
+	}
 	if acc.Usage.CompletionTokens != int64(words) {
-		t.Errorf("usage completion_tokens = %d, content has %d tokens", acc.Usage.CompletionTokens, words)
+		t.Errorf("usage completion_tokens = %d, content and stop token make %d tokens", acc.Usage.CompletionTokens, words)
 	}
 	if fr := acc.Choices[0].FinishReason; fr != "stop" && fr != "length" {
 		t.Errorf("finish_reason = %q, want stop or length", fr)
@@ -81,6 +85,9 @@ func TestStreamShapes(t *testing.T) {
 			toks := len(strings.Fields(r.content)) + len(strings.Fields(r.reasoning))
 			if r.toolArgs != "" {
 				toks += len(strings.Fields(r.toolArgs)) - 1 // `{"text":` is part of the first token
+			}
+			if r.finish == "stop" || r.finish == "tool_calls" {
+				toks++ // the stop token, counted and without text
 			}
 			if r.usage == nil || r.usage.CompletionTokens != toks {
 				t.Errorf("usage %+v; want completion_tokens %d", r.usage, toks)

@@ -392,6 +392,7 @@ type encoder struct {
 	toolName []byte
 	callID   string
 	req      *request // for the token ids it asked for
+	engine   string   // whose stop token rules apply (stopTokens)
 }
 
 func (s *Server) newEncoder(r *request, kind reqKind, thinking bool, toolName []byte) *encoder {
@@ -403,7 +404,7 @@ func (s *Server) newEncoder(r *request, kind reqKind, thinking bool, toolName []
 	b := []byte(`data: {"id":"` + r.id + `","object":"` + obj + `","created":` + strconv.FormatInt(time.Now().Unix(), 10) + `,"model":`)
 	b = append(b, model...)
 	b = append(b, ',')
-	return &encoder{base: b, chat: kind == kindChat, seed: r.seed, plan: r.plan, toolName: toolName, callID: fmt.Sprintf("call_%016x", r.seed), req: r}
+	return &encoder{base: b, chat: kind == kindChat, seed: r.seed, plan: r.plan, toolName: toolName, callID: fmt.Sprintf("call_%016x", r.seed), req: r, engine: s.cfg.Engine}
 }
 
 const chunkTail = `,"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}` + "\n\n"
@@ -446,7 +447,7 @@ func (e *encoder) sglext(b []byte, n int) []byte {
 	}
 	if e.req.sendOut {
 		b = append(b, `"output_ids":[`...)
-		b = outputIDs(b, e.seed, 0, n)
+		b = appendIDs(b, answerIDs(e.seed, n, e.stops()))
 		b = append(b, ']')
 	}
 	return append(b, "}}\n\n"...)
@@ -575,6 +576,11 @@ func matchedStop(reason string) string {
 	return "null"
 }
 
+// stops is how many stop tokens end the finished answer (stopTokens).
+func (e *encoder) stops() int { return stopTokens(e.engine, e.req.finishReason) }
+
+// finish writes the chunk with the finish reason; vLLM sends the stop
+// token's id in it, the token having no text.
 func (e *encoder) finish(b []byte, reason string) []byte {
 	b = append(b, e.base...)
 	if e.chat {
@@ -582,8 +588,12 @@ func (e *encoder) finish(b []byte, reason string) []byte {
 	} else {
 		b = append(b, `"choices":[{"index":0,"text":""`...)
 	}
-	b = append(b, `,"logprobs":null,"finish_reason":"`+reason+`","matched_stop":`+matchedStop(reason)+`}],"usage":null}`+"\n\n"...)
-	return b
+	b = append(b, `,"logprobs":null,"finish_reason":"`+reason+`","matched_stop":`+matchedStop(reason)...)
+	if e.req.idMode == idsVLLM && e.req.sendOut {
+		b = append(b, `,"token_ids":`...)
+		b = appendIDs(b, answerIDs(e.seed, 0, stopTokens(e.engine, reason)))
+	}
+	return append(b, `}],"usage":null}`+"\n\n"...)
 }
 
 type usage struct {
@@ -597,7 +607,7 @@ type usage struct {
 }
 
 func (e *encoder) usage(r *request, n int) usage {
-	u := usage{PromptTokens: r.prompt, CompletionTokens: n, TotalTokens: r.prompt + n, ReasoningTokens: min(e.plan.reasoning, n)}
+	u := usage{PromptTokens: r.prompt, CompletionTokens: n + e.stops(), TotalTokens: r.prompt + n + e.stops(), ReasoningTokens: min(e.plan.reasoning, n)}
 	if !e.chat {
 		u.ReasoningTokens = 0
 	}
@@ -701,12 +711,9 @@ func endByFault(w http.ResponseWriter, buf []byte, req *request, fl reqFaults, s
 }
 
 // addIDs puts the token ids a whole (not streamed) chat answer of n tokens
-// was asked for where vLLM or SGLang put them.
-func addIDs(out, choice map[string]any, req *request, n int) {
-	var gen []int32
-	for i := range n {
-		gen = append(gen, tokenID(req.seed, i))
-	}
+// and its stop tokens was asked for where vLLM or SGLang put them.
+func addIDs(out, choice map[string]any, req *request, n, stops int) {
+	gen := answerIDs(req.seed, n, stops)
 	switch req.idMode {
 	case idsVLLM:
 		if req.sendIn {
@@ -822,9 +829,9 @@ func (s *Server) wholeBody(req *request, enc *encoder) (map[string]any, error) {
 	}
 	out := map[string]any{"id": req.id, "object": obj, "created": created, "model": s.cfg.modelName(),
 		"choices": []any{choice}, "usage": enc.usage(req, n)}
-	addIDs(out, choice, req, n)
+	addIDs(out, choice, req, n, enc.stops())
 	if req.kind == kindCompletion {
-		return out, s.completionExtras(out, choice, req, n)
+		return out, s.completionExtras(out, choice, req, n, enc.stops())
 	}
 	return out, nil
 }
@@ -833,7 +840,7 @@ func (s *Server) wholeBody(req *request, enc *encoder) (map[string]any, error) {
 // output ids in the choice when return_token_ids asked for them
 // (CompletionResponseChoice), and the hidden-state file's path in the
 // top-level kv_transfer_params (CompletionResponse), written first.
-func (s *Server) completionExtras(out, choice map[string]any, req *request, n int) error {
+func (s *Server) completionExtras(out, choice map[string]any, req *request, n, stops int) error {
 	prompt := req.completionIDs
 	if req.capture {
 		c, err := s.newCapture(req.completionIDs)
@@ -850,10 +857,6 @@ func (s *Server) completionExtras(out, choice map[string]any, req *request, n in
 	if s.cfg.Engine != EngineVLLM || !req.sendIn {
 		return nil
 	}
-	gen := make([]int32, n)
-	for i := range n {
-		gen[i] = tokenID(req.seed, i)
-	}
-	choice["prompt_token_ids"], choice["token_ids"] = prompt, gen
+	choice["prompt_token_ids"], choice["token_ids"] = prompt, answerIDs(req.seed, n, stops)
 	return nil
 }

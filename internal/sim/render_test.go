@@ -57,7 +57,7 @@ func TestRender(t *testing.T) {
 		}
 		want := []int(nil)
 		if tt.skew {
-			want = []int{len(gen.PromptTokenIDs) - 5} // before the end marker and the 3-id generation prompt
+			want = []int{len(gen.PromptTokenIDs) - 6} // before the 2-id end marker and the 3-id generation prompt
 		}
 		if !cmp.Equal(want, diff) || len(got) == 0 {
 			t.Errorf("%q: render differs from the generated prompt ids at %v, want %v (%d and %d ids)", tt.last, diff, want, len(got), len(gen.PromptTokenIDs))

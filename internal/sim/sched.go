@@ -497,6 +497,14 @@ func (sc *scheduler) finish(r *request, reason string) {
 	if r.kind == kindProbe {
 		return
 	}
+	// The stop token is a generated token too (usage counts it); it costs
+	// no simulated step.
+	if n := stopTokens(sc.cfg.Engine, reason); n > 0 {
+		sc.tokens += int64(n)
+		sc.logTokens += n
+		sc.vllmGen += n
+		add(sc.m.genTokens, float64(n))
+	}
 	add(sc.m.requests, 1)
 	if sc.m.success != nil {
 		sc.m.success.WithLabelValues(reason).Inc()

@@ -10,9 +10,14 @@ import (
 // The simulator's tokenizer, used only when a request asks for token ids:
 // a chat template that renders every message as
 //
-//	idStart, role, idNL, content ids..., idEnd
+//	idStart, role, idNL, content ids..., idEnd, idNL
 //
-// and ends the prompt with idStart, assistant, idNL. A word of the
+// and ends the prompt with idStart, assistant, idNL, as ChatML does
+// (<|im_start|>assistant\n ... <|im_end|>\n). An answer that ends by a
+// stop is its words and idEnd, the token the model sampled to stop, as
+// vLLM and SGLang return it (stopTokens); the idNL after it is the
+// template's, so it first appears in the next turn's prompt, right after
+// the answer, as Qwen's "\n" does. A word of the
 // simulator's vocabulary (the generated text is nothing else) is one id,
 // so an answer sent back in the next turn's history is the same ids at the
 // same place, as an append-only template gives on a real server; any other
@@ -144,14 +149,14 @@ func messageIDs(ids []int32, role string, content, reasoning, toolCalls json.Raw
 		ids = rawIDs(ids, content)
 		ids = textIDs(ids, string(toolCalls))
 	}
-	return append(ids, idEnd)
+	return append(ids, idEnd, idNL)
 }
 
 // toolsIDs renders the declared tools as a block before the messages.
 func toolsIDs(ids []int32, tools json.RawMessage) []int32 {
 	ids = append(ids, idStart, int32(idRole+len(roles)), idNL)
 	ids = textIDs(ids, string(tools))
-	return append(ids, idEnd)
+	return append(ids, idEnd, idNL)
 }
 
 // generationPrompt ends a prompt: the assistant's turn begins.
@@ -169,6 +174,34 @@ func appendIDs(b []byte, ids []int32) []byte {
 		b = strconv.AppendInt(b, int64(id), 10)
 	}
 	return append(b, ']')
+}
+
+// stopTokens is how many ids an answer that finished for reason has after
+// its generated words: the end token, when it ended by a stop (a tool call
+// too: the engine renames the finish, the model still sampled its end
+// token). vLLM and SGLang decide a stop on the last output id, already
+// appended, so they return it among the completion ids and count it in
+// usage.completion_tokens (docs/engines.md §10.5). A cut by max_tokens or
+// an abort has none. llama-server returns no ids on chat completions; the
+// simulator keeps its counts as they were (docs/engines.md §10.5).
+func stopTokens(engine, reason string) int {
+	if engine != EngineLlamaCpp && (reason == "stop" || reason == "tool_calls") {
+		return 1
+	}
+	return 0
+}
+
+// answerIDs are the ids of a response's n generated tokens, then its
+// stop tokens (idEnd).
+func answerIDs(seed uint64, n, stops int) []int32 {
+	ids := make([]int32, 0, n+stops)
+	for i := range n {
+		ids = append(ids, tokenID(seed, i))
+	}
+	for range stops {
+		ids = append(ids, idEnd)
+	}
+	return ids
 }
 
 // outputIDs appends the ids of tokens from..to-1 of a response as a JSON array.
