@@ -1,0 +1,325 @@
+// Package rawjson walks the top level of a JSON text without decoding its
+// values: the members of an object and the elements of an array come out
+// as raw byte slices of the text, and the whole text is checked on the way
+// with the grammar encoding/json.Valid applies.
+//
+// It exists for request bodies that carry a conversation's whole history:
+// decoding one into a map to add a key and encoding it back (encoding/json
+// compacts and re-validates every raw value) cost the runner several times
+// what sending those bytes costs, on every turn. It does not decode
+// strings other than member keys, and never allocates for values.
+package rawjson
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// maxDepth is encoding/json's nesting limit.
+const maxDepth = 10000
+
+// Member is one member of an object.
+type Member struct {
+	Key   string // decoded
+	Value []byte // the value's bytes in the text, without surrounding whitespace
+	// Spaced: the value holds whitespace outside its strings, so it is not
+	// in the compact form encoding/json writes for a raw value.
+	Spaced bool
+}
+
+// ErrStop, returned by a callback, ends the walk early without an error;
+// the rest of the text is then not checked.
+var ErrStop = errors.New("rawjson: stop")
+
+// Object calls fn for each member of the object b holds, in order. An
+// error says b is not a JSON object (or fn's error, unless ErrStop).
+func Object(b []byte, fn func(Member) error) error {
+	s := scanner{b: b}
+	s.space()
+	if !s.eat('{') {
+		return s.fail("want an object")
+	}
+	s.space()
+	if s.eat('}') {
+		return s.end()
+	}
+	for {
+		s.space()
+		k0 := s.i
+		esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		key := string(b[k0+1 : s.i-1])
+		if esc {
+			if err := json.Unmarshal(b[k0:s.i], &key); err != nil {
+				return s.fail("bad key")
+			}
+		}
+		s.space()
+		if !s.eat(':') {
+			return s.fail("want ':'")
+		}
+		s.space()
+		v0, spaced := s.i, false
+		if spaced, err = s.value(0); err != nil {
+			return err
+		}
+		if err := fn(Member{Key: key, Value: b[v0:s.i], Spaced: spaced}); err != nil {
+			if err == ErrStop {
+				return nil
+			}
+			return err
+		}
+		s.space()
+		if s.eat('}') {
+			return s.end()
+		}
+		if !s.eat(',') {
+			return s.fail("want ',' or '}'")
+		}
+	}
+}
+
+// Array calls fn for each element of the array b holds, in order, with
+// the element's bytes. An error says b is not a JSON array (or fn's error,
+// unless ErrStop).
+func Array(b []byte, fn func(elem []byte) error) error {
+	s := scanner{b: b}
+	s.space()
+	if !s.eat('[') {
+		return s.fail("want an array")
+	}
+	s.space()
+	if s.eat(']') {
+		return s.end()
+	}
+	for {
+		s.space()
+		v0 := s.i
+		if _, err := s.value(0); err != nil {
+			return err
+		}
+		if err := fn(b[v0:s.i]); err != nil {
+			if err == ErrStop {
+				return nil
+			}
+			return err
+		}
+		s.space()
+		if s.eat(']') {
+			return s.end()
+		}
+		if !s.eat(',') {
+			return s.fail("want ',' or ']'")
+		}
+	}
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) fail(what string) error {
+	return fmt.Errorf("json offset %d: %s", s.i, what)
+}
+
+func (s *scanner) eat(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// space skips whitespace and reports whether there was any.
+func (s *scanner) space() bool {
+	i0 := s.i
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return s.i > i0
+		}
+	}
+	return s.i > i0
+}
+
+// end checks that only whitespace follows.
+func (s *scanner) end() error {
+	s.space()
+	if s.i != len(s.b) {
+		return s.fail("text after the value")
+	}
+	return nil
+}
+
+// value skips one value; spaced reports whitespace inside it outside strings.
+func (s *scanner) value(depth int) (spaced bool, err error) {
+	if s.i >= len(s.b) {
+		return false, s.fail("unexpected end")
+	}
+	switch c := s.b[s.i]; {
+	case c == '"':
+		_, err = s.str()
+		return false, err
+	case c == '{' || c == '[':
+		return s.nested(depth + 1)
+	case c == 't':
+		return false, s.word("true")
+	case c == 'f':
+		return false, s.word("false")
+	case c == 'n':
+		return false, s.word("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return false, s.number()
+	}
+	return false, s.fail("unexpected character")
+}
+
+// nested skips an object or an array.
+func (s *scanner) nested(depth int) (spaced bool, err error) {
+	if depth > maxDepth {
+		return false, s.fail("nested too deep")
+	}
+	obj := s.b[s.i] == '{'
+	closer := byte(']')
+	if obj {
+		closer = '}'
+	}
+	s.i++
+	spaced = s.space()
+	if s.eat(closer) {
+		return spaced, nil
+	}
+	for {
+		spaced = s.space() || spaced
+		if obj {
+			if _, err := s.str(); err != nil {
+				return false, err
+			}
+			spaced = s.space() || spaced
+			if !s.eat(':') {
+				return false, s.fail("want ':'")
+			}
+			spaced = s.space() || spaced
+		}
+		sp, err := s.value(depth)
+		if err != nil {
+			return false, err
+		}
+		spaced = s.space() || sp || spaced
+		if s.eat(closer) {
+			return spaced, nil
+		}
+		if !s.eat(',') {
+			return false, s.fail("want ',' or a closing bracket")
+		}
+	}
+}
+
+// plain marks the bytes a string holds as they are (not '"', '\\' or a
+// control character).
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str skips a string; esc reports an escape in it.
+func (s *scanner) str() (esc bool, err error) {
+	if !s.eat('"') {
+		return false, s.fail("want a string")
+	}
+	b := s.b
+	for i := s.i; i < len(b); {
+		c := b[i]
+		if plain[c] {
+			i++
+			continue
+		}
+		switch c {
+		case '"':
+			s.i = i + 1
+			return esc, nil
+		case '\\':
+			esc = true
+			if i+1 >= len(b) {
+				s.i = i
+				return false, s.fail("unterminated escape")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !hex4(b[i+2:i+6]) {
+					s.i = i
+					return false, s.fail("bad \\u escape")
+				}
+				i += 6
+			default:
+				s.i = i
+				return false, s.fail("bad escape")
+			}
+		default:
+			s.i = i
+			return false, s.fail("control character in a string")
+		}
+	}
+	s.i = len(b)
+	return false, s.fail("unterminated string")
+}
+
+func hex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *scanner) word(w string) error {
+	if len(s.b)-s.i < len(w) || string(s.b[s.i:s.i+len(w)]) != w {
+		return s.fail("bad literal")
+	}
+	s.i += len(w)
+	return nil
+}
+
+// number skips a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *scanner) number() error {
+	s.eat('-')
+	switch {
+	case s.eat('0'):
+	case s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9':
+		s.digits()
+	default:
+		return s.fail("bad number")
+	}
+	if s.eat('.') && !s.digits() {
+		return s.fail("bad number")
+	}
+	if s.eat('e') || s.eat('E') {
+		if !s.eat('+') {
+			s.eat('-')
+		}
+		if !s.digits() {
+			return s.fail("bad number")
+		}
+	}
+	return nil
+}
+
+// digits skips [0-9]* and reports whether there was one.
+func (s *scanner) digits() bool {
+	i0 := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > i0
+}

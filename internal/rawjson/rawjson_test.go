@@ -1,0 +1,122 @@
+package rawjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// isObject is what Object must accept: what encoding/json decodes into a
+// map.
+func isObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Valid(b) && json.Unmarshal(b, &m) == nil && bytes.TrimSpace(b)[0] == '{'
+}
+
+var texts = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a":1,}`, `{"a" 1}`, `{"a":}`, `{a:1}`, `{"a":1}x`, `{"a":1} `, `[1]`, `"s"`, ``, `{`,
+	`{"a":[1,2,{"b":null,"c":[true,false]}],"d":"e"}`, `{"a":[1,,2]}`, `{"a":[1 2]}`, `{"a":{"b"}}`, `{"a":{"b":1,}}`,
+	`{"a":"\u00e9\n\t\"\\\/"}`, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":"\u12G4"}`, "{\"a\":\"tab\there\"}", `{"a":"unterminated}`,
+	`{"a":-0.5e+10}`, `{"a":01}`, `{"a":-}`, `{"a":1.}`, `{"a":.5}`, `{"a":1e}`, `{"a":1E-2}`, `{"a":tru}`, `{"a":nul}`,
+	`{"a":truex}`, `{"\u0061":1}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\xfe\"}", `{"a" : [ 1 , 2 ] , "b" : { "c" : 3 } }`,
+}
+
+func TestObjectAcceptsWhatEncodingJSONDoes(t *testing.T) {
+	for _, s := range texts {
+		err := Object([]byte(s), func(Member) error { return nil })
+		if want := isObject([]byte(s)); (err == nil) != want {
+			t.Errorf("Object(%q) error %v, want valid=%v", s, err, want)
+		}
+	}
+}
+
+// Random corruptions of valid bodies: every one is judged as
+// encoding/json judges it.
+func TestObjectMutations(t *testing.T) {
+	seeds := []string{
+		`{"messages":[{"role":"system","content":"You \"are\" helpful.\n"},{"role":"user","content":[{"type":"text","text":"é <b>"}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"x":-1.5e3}}}],"seed":42}`,
+		`{"a":[true,false,null,0,-0,1.25,"\u00e9"],"b":{"c":{"d":[]}}}`,
+	}
+	alphabet := []byte("{}[]\":,\\ \tu0123456789.eE+-truefalsn\x01ab")
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		b := []byte(seeds[i%len(seeds)])
+		for range 1 + r.IntN(3) {
+			switch p := r.IntN(len(b)); r.IntN(3) {
+			case 0:
+				b[p] = alphabet[r.IntN(len(alphabet))]
+			case 1:
+				b = append(b[:p], b[p+1:]...)
+			default:
+				b = append(b[:p], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[p:]...)...)
+			}
+		}
+		err := Object(b, func(Member) error { return nil })
+		if want := isObject(b); (err == nil) != want {
+			t.Fatalf("Object(%q) error %v, want valid=%v", b, err, want)
+		}
+	}
+}
+
+func TestObjectMembers(t *testing.T) {
+	var got []Member
+	err := Object([]byte(` {"a" : [ 1 , 2 ],"b\u0063":"x y","d":{"e":1}} `), func(m Member) error {
+		got = append(got, m)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Member{
+		{Key: "a", Value: []byte(`[ 1 , 2 ]`), Spaced: true},
+		{Key: "bc", Value: []byte(`"x y"`)},
+		{Key: "d", Value: []byte(`{"e":1}`)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("members (-want +got):\n%s", diff)
+	}
+}
+
+func TestStopAndErrors(t *testing.T) {
+	var keys []string
+	err := Object([]byte(`{"a":1,"b":2,"c":[`), func(m Member) error {
+		keys = append(keys, m.Key)
+		if m.Key == "b" {
+			return ErrStop
+		}
+		return nil
+	})
+	if err != nil || !cmp.Equal(keys, []string{"a", "b"}) {
+		t.Errorf("stopped walk: keys %v, err %v; want [a b] and no error (the rest is not read)", keys, err)
+	}
+	boom := errors.New("boom")
+	if err := Object([]byte(`{"a":1}`), func(Member) error { return boom }); err != boom {
+		t.Errorf("callback error: got %v, want it returned", err)
+	}
+	var elems []string
+	err = Array([]byte(`[ {"role":"system"} , "x", 3 ]`), func(e []byte) error {
+		elems = append(elems, string(e))
+		return nil
+	})
+	if err != nil || !cmp.Equal(elems, []string{`{"role":"system"}`, `"x"`, `3`}) {
+		t.Errorf("Array: %q, %v", elems, err)
+	}
+	if err := Array([]byte(`[1,]`), func([]byte) error { return nil }); err == nil {
+		t.Error("Array([1,]): no error")
+	}
+}
+
+func BenchmarkObject(b *testing.B) {
+	text := bytes.Repeat([]byte("a long history of words, \"quoted\" and\nsplit "), 1500)
+	body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": string(text)}}})
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := Object(body, func(Member) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
