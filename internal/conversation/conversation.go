@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/regen-dev/regen/internal/llm"
@@ -103,7 +104,32 @@ func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, e
 	if err != nil {
 		return nil, fmt.Errorf("request for turn %d: %w", Ordinal(k), err)
 	}
-	return encode(request{Messages: msgs, Tools: p.Tools, Seed: p.Seed})
+	return p.encodeRequest(msgs), nil
+}
+
+// encodeRequest writes a request's messages, tools and seed as encoding/json
+// writes the request struct for values as Decode and Answer leave them
+// (compact raw JSON), without its re-validating and compacting every raw
+// value: the history it carries grows with every turn.
+func (p *Plan) encodeRequest(msgs []Message) []byte {
+	e := NewEncoder()
+	n := len(p.Tools) + 64
+	for i := range msgs {
+		n += len(msgs[i].Content) + len(msgs[i].ToolCalls) + len(msgs[i].ReasoningContent) + 64
+	}
+	e.buf.Grow(n)
+	e.buf.WriteString(`{"messages":`)
+	e.messages(msgs)
+	if len(p.Tools) > 0 {
+		e.buf.WriteString(`,"tools":`)
+		e.buf.Write(p.Tools)
+	}
+	if p.Seed != nil {
+		e.buf.WriteString(`,"seed":`)
+		e.buf.Write(strconv.AppendInt(nil, *p.Seed, 10))
+	}
+	e.buf.WriteByte('}')
+	return e.buf.Bytes()
 }
 
 // Conversation returns the whole conversation for the answers given (the
