@@ -11,9 +11,12 @@
 package rawjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // maxDepth is encoding/json's nesting limit.
@@ -322,4 +325,97 @@ func (s *scanner) digits() bool {
 		s.i++
 	}
 	return s.i > i0
+}
+
+// String decodes the JSON string v (a value Object or Array gave) as
+// encoding/json does, invalid UTF-8 and lone surrogates becoming U+FFFD.
+// A string without escapes costs one copy.
+func String(v []byte) (string, error) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", errors.New("rawjson: not a string")
+	}
+	s := scanner{b: v}
+	esc, err := s.str()
+	if err != nil || s.i != len(v) {
+		return "", errors.New("rawjson: not a string")
+	}
+	in := v[1 : len(v)-1]
+	if !esc && utf8.Valid(in) {
+		return string(in), nil
+	}
+	return string(unquote(in)), nil
+}
+
+// unquote decodes the inside of a valid JSON string.
+func unquote(in []byte) []byte {
+	out := make([]byte, 0, len(in))
+	for len(in) > 0 {
+		run := bytes.IndexByte(in, '\\')
+		if run < 0 {
+			run = len(in)
+		}
+		out = appendUTF8(out, in[:run])
+		in = in[run:]
+		if len(in) == 0 {
+			break
+		}
+		if in[1] != 'u' {
+			out = append(out, unescape[in[1]])
+			in = in[2:]
+			continue
+		}
+		r := hexRune(in[2:6])
+		in = in[6:]
+		if utf16.IsSurrogate(r) {
+			r1 := rune(-1)
+			if len(in) >= 6 && in[0] == '\\' && in[1] == 'u' {
+				r1 = hexRune(in[2:6])
+			}
+			if dec := utf16.DecodeRune(r, r1); dec != utf8.RuneError {
+				out = utf8.AppendRune(out, dec)
+				in = in[6:]
+				continue
+			}
+			r = utf8.RuneError
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out
+}
+
+// unescape is the byte each one-letter escape stands for.
+var unescape = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// appendUTF8 appends b, each byte of it that is not UTF-8 as U+FFFD.
+func appendUTF8(out, b []byte) []byte {
+	if utf8.Valid(b) {
+		return append(out, b...)
+	}
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, b[:size]...)
+		}
+		b = b[size:]
+	}
+	return out
+}
+
+// hexRune reads four hex digits (already checked).
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }

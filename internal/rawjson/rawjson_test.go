@@ -120,3 +120,50 @@ func BenchmarkObject(b *testing.B) {
 		}
 	}
 }
+
+func TestString(t *testing.T) {
+	for _, v := range []string{`""`, `"plain"`, `"é\u00e9"`, `"a\nb\"c\\d\/e"`, `"\ud83d\ude00"`, `"\ud83d x"`, "\"\xff\xfe\"", "\"\xc3\""} {
+		var want string
+		if err := json.Unmarshal([]byte(v), &want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := String([]byte(v))
+		if err != nil || got != want {
+			t.Errorf("String(%s) = %q, %v; want %q", v, got, err, want)
+		}
+	}
+	for _, v := range []string{`1`, `"`, `"abc`, `null`} {
+		if _, err := String([]byte(v)); err == nil {
+			t.Errorf("String(%s): no error", v)
+		}
+	}
+}
+
+// Random strings, escaped as encoding/json escapes them and with escapes
+// it never writes (lone and reversed surrogates, \/, upper-case hex),
+// decode as encoding/json decodes them.
+func TestStringMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", "é", "\n", "\"", "\\", "\xff", "\xc3", "\u2028", "😀", `\ud83d`, `\ude00`, `\u00E9`, `\/`, `\b`, `\f`, `\t`, `\u0000`, " "}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var raw []byte
+		for range r.IntN(12) {
+			raw = append(raw, pieces[r.IntN(len(pieces))]...)
+		}
+		enc, _ := json.Marshal(string(raw))
+		// And raw as the inside of a string, where it is valid JSON.
+		for _, v := range [][]byte{enc, append(append([]byte{'"'}, raw...), '"')} {
+			var want string
+			if json.Unmarshal(v, &want) != nil {
+				if _, err := String(v); err == nil {
+					t.Fatalf("String(%q): no error where encoding/json refuses it", v)
+				}
+				continue
+			}
+			got, err := String(v)
+			if err != nil || got != want {
+				t.Fatalf("String(%q) = %q, %v; want %q", v, got, err, want)
+			}
+		}
+	}
+}
