@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/regen-dev/regen/internal/llm"
 )
 
@@ -157,5 +159,57 @@ func TestRequestBytes(t *testing.T) {
 	}
 	if turns < 60 {
 		t.Fatalf("%d requests compared: the golden file did not load", turns)
+	}
+}
+
+// TestWalkBody: Decode walks a body instead of decoding it; for every body
+// the sources write and for bodies with nulls, escapes, unknown keys and
+// keys in other case, the walk gives what json.Unmarshal gives (or gives
+// way to it).
+func TestWalkBody(t *testing.T) {
+	bodies := []string{
+		glaiveBody,
+		`{"messages":[{"role":"us\u0065r","content":null,"name":null,"reasoning_content":"r\n"}],"tools":null,"turns":null,"original":null,"seed":null}`,
+		`{"messages":[],"turns":[{"calls":null,"input":[{"role":"user","content":[{"type":"text","text":"x"}]}]}],"original":[[],[{"role":"assistant","content":"a","tool_calls":[{"id":"c"}]}]],"seed":-3}`,
+		`{"Messages":[{"role":"user","content":"x"}]}`,
+		`{"messages":[{"ROLE":"user","content":"x"}],"extra":1}`,
+		`{"messages":[{"role":1,"content":"x"}]}`,
+		`{"messages":[{"role":"user","content":"x"}],"messages":[{"role":"system","content":"y"}]}`,
+		"{\"messages\":[{\"role\":\"us\xffer\",\"content\":\"x\"}]}",
+	}
+	f, err := os.Open("../source/testdata/bodies.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var g struct {
+			Body json.RawMessage `json:"body"`
+		}
+		if json.Unmarshal(sc.Bytes(), &g) == nil && g.Body != nil {
+			bodies = append(bodies, string(g.Body))
+		}
+	}
+	walked := 0
+	for _, body := range bodies {
+		var want Body
+		wantErr := json.Unmarshal([]byte(body), &want)
+		got, err := walkBody([]byte(body))
+		if err != nil {
+			continue // Decode falls back to encoding/json
+		}
+		walked++
+		if wantErr != nil {
+			t.Errorf("walkBody(%s) succeeded where encoding/json fails: %v", body, wantErr)
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("walkBody(%s) (-json.Unmarshal +walk):\n%s", body, diff)
+		}
+	}
+	if walked < 30 {
+		t.Fatalf("only %d of %d bodies walked", walked, len(bodies))
 	}
 }

@@ -21,8 +21,12 @@ type Plan struct {
 // Decode parses a sample body.
 func Decode(body []byte) (*Plan, error) {
 	p := &Plan{raw: body}
-	if err := json.Unmarshal(body, &p.Body); err != nil {
-		return nil, fmt.Errorf("decode sample body: %w", err)
+	var err error
+	if p.Body, err = walkBody(body); err != nil {
+		p.Body = Body{}
+		if err := json.Unmarshal(body, &p.Body); err != nil {
+			return nil, fmt.Errorf("decode sample body: %w", err)
+		}
 	}
 	if len(p.Messages) == 0 {
 		return nil, errors.New("decode sample body: no messages")
