@@ -12,6 +12,7 @@ package rawjson
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -240,6 +241,12 @@ func (s *scanner) str() (esc bool, err error) {
 	}
 	b := s.b
 	for i := s.i; i < len(b); {
+		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		if plain[c] {
 			i++
@@ -275,6 +282,17 @@ func (s *scanner) str() (esc bool, err error) {
 	}
 	s.i = len(b)
 	return false, s.fail("unterminated string")
+}
+
+// special reports whether any of the 8 bytes in x is '"', '\\' or a
+// control character (SWAR: a byte below 0x20, or one equal to either,
+// sets its top bit in the result; no byte is missed, and a false alarm
+// only sends the word through the byte loop).
+func special(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	below := (x - ones*0x20) & ^x & highs
+	return below|zero(x^(ones*'"'))|zero(x^(ones*'\\')) != 0
 }
 
 func hex4(b []byte) bool {
@@ -418,4 +436,71 @@ func hexRune(h []byte) rune {
 		r = r<<4 | rune(c)
 	}
 	return r
+}
+
+// AppendString appends s as encoding/json writes a string with HTML
+// escaping off: '"', '\\' and control characters escaped (\b, \f, \n, \r,
+// \t by name), invalid UTF-8 as \ufffd, U+2028 and U+2029 as \u escapes,
+// everything else as it is.
+func AppendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		for i+8 <= len(s) && !special(binary.LittleEndian.Uint64([]byte(s[i:i+8]))) && ascii(s[i:i+8]) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if plain[c] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			switch r {
+			case utf8.RuneError:
+				dst = append(dst, `\ufffd`...)
+			default:
+				dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// ascii reports whether the 8 bytes of s are all below 0x80.
+func ascii(s string) bool {
+	return binary.LittleEndian.Uint64([]byte(s))&0x8080808080808080 == 0
 }

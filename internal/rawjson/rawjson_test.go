@@ -167,3 +167,25 @@ func TestStringMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// AppendString writes what encoding/json writes with HTML escaping off.
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", "abcdefghij", "é", "\n", "\r\t\b\f", "\"", "\\", "\xff", "\xc3", "\u2028", "\u2029", "😀", "<>&", "\x00", "\x1f", "\x7f", " ", "\ufffd"}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 20000 {
+		var s []byte
+		for range r.IntN(14) {
+			s = append(s, pieces[r.IntN(len(pieces))]...)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(string(s)); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if got := AppendString([]byte("x"), string(s)); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+			t.Fatalf("AppendString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
