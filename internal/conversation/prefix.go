@@ -13,9 +13,10 @@ import (
 // samples may share word for word: its tool list and the system (or
 // developer) messages before the first other message. key is 0 when the
 // sample has none; size is its length in bytes. It is called for every
-// claim, so it walks the body (package rawjson) instead of decoding it:
-// the messages after the first that is not a system message, and later
-// turns, are only checked, never decoded. A body that is not a JSON object
+// claim, so it walks the body (package rawjson) instead of decoding it,
+// and stops at the keys Encoder writes after messages and tools: later
+// turns are not read, and the messages after the first that is not a
+// system message are only checked. A body that is not a JSON object
 // of that shape has no shared prefix (the request build reports it).
 func SharedPrefix(body []byte) (key uint64, size int) {
 	var tools, messages []byte
@@ -25,6 +26,10 @@ func SharedPrefix(body []byte) (key uint64, size int) {
 			messages = m.Value
 		case "tools":
 			tools = m.Value
+		case "turns", "original", "seed":
+			// Encoder writes these after messages and tools: the rest of
+			// the body (most of a long conversation) is not read.
+			return rawjson.ErrStop
 		}
 		return nil
 	})

@@ -41,8 +41,8 @@ import (
 //	go test -run '^$' -bench TurnCost -benchtime 3x ./internal/dispatch/
 //
 // -cpuprofile would mostly profile the setup (ingest and the three stored
-// turns); with REGEN_TURNCOST_PROFILE=dir each history size's last run alone
-// is profiled into dir/turncost-<k>k.cpu.
+// turns); with REGEN_TURNCOST_PROFILE=dir each measured run alone
+// is profiled into dir/turncost-<k>k-<run>.cpu.
 
 const (
 	turnCostSamples = 300
@@ -74,7 +74,7 @@ func benchTurns(b *testing.B, tokens int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		stopProfile := profileRun(b, tokens)
+		stopProfile := profileRun(b, tokens, i)
 		b.StartTimer()
 		c0 := processCPU()
 		if err := d.Run(context.Background()); err != nil {
@@ -237,12 +237,12 @@ func historyStore(b *testing.B, path string, tokens int) *sqlite.Store {
 
 // profileRun starts a CPU profile of one run when REGEN_TURNCOST_PROFILE
 // names a directory, and returns what stops it.
-func profileRun(b *testing.B, tokens int) func() {
+func profileRun(b *testing.B, tokens, run int) func() {
 	dir := os.Getenv("REGEN_TURNCOST_PROFILE")
 	if dir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("turncost-%dk.cpu", tokens/1000)))
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("turncost-%dk-%d.cpu", tokens/1000, run)))
 	if err != nil {
 		b.Fatal(err)
 	}
