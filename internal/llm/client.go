@@ -28,6 +28,12 @@ const (
 	DefaultIdleTimeout    = 60 * time.Second
 )
 
+// A connection's buffer sizes (net/http's default is 4 KB each).
+const (
+	connWriteBuffer = 1 << 10
+	connReadBuffer  = 2 << 10
+)
+
 // errBodyLimit caps how much of an error response is read into Error.Msg.
 const errBodyLimit = 4 << 10
 
@@ -119,6 +125,13 @@ func New(cfg Config) *Client {
 		IdleConnTimeout:     90 * time.Second,
 		// An SSE stream must arrive as the server flushes it.
 		DisableCompression: true,
+		// Every open stream holds its connection's buffers (4 KB each by
+		// default) for minutes, 10,000 of them on a big worker. Requests
+		// are written through the write buffer only up to their headers (a
+		// large body goes to the socket directly), and SSE lines are a few
+		// hundred bytes.
+		WriteBufferSize: connWriteBuffer,
+		ReadBufferSize:  connReadBuffer,
 	}
 	// No Client.Timeout: it would cut long streams; the watchdog in Chat
 	// bounds silence instead.
