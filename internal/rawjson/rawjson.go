@@ -1,13 +1,3 @@
-// Package rawjson walks the top level of a JSON text without decoding its
-// values: the members of an object and the elements of an array come out
-// as raw byte slices of the text, and the whole text is checked on the way
-// with the grammar encoding/json.Valid applies.
-//
-// It exists for request bodies that carry a conversation's whole history:
-// decoding one into a map to add a key and encoding it back (encoding/json
-// compacts and re-validates every raw value) cost the runner several times
-// what sending those bytes costs, on every turn. It does not decode
-// strings other than member keys, and never allocates for values.
 package rawjson
 
 import (
