@@ -15,7 +15,8 @@ var errFallBack = errors.New("decode with encoding/json")
 // walkBody reads a body the way json.Unmarshal into Body does, for the
 // bodies Encoder writes, walking it (package rawjson) instead of decoding
 // it: Decode runs for every turn of every conversation, and its history
-// is most of the body. Raw fields are slices of body.
+// is most of the body. Raw fields are slices of body. The body is checked
+// once, by the outer walk; the walks inside it only find boundaries.
 func walkBody(body []byte) (Body, error) {
 	var b Body
 	err := rawjson.Object(body, func(m rawjson.Member) error {
@@ -30,7 +31,7 @@ func walkBody(body []byte) (Body, error) {
 		case "original":
 			b.Original = nil
 			if string(m.Value) != "null" {
-				err = rawjson.Array(m.Value, func(run []byte) error {
+				err = rawjson.CheckedArray(m.Value, func(run []byte) error {
 					msgs, err := walkMessages(run)
 					b.Original = append(b.Original, msgs)
 					return err
@@ -52,9 +53,9 @@ func walkTurns(v []byte) ([]Turn, error) {
 		return nil, nil
 	}
 	turns := []Turn{}
-	err := rawjson.Array(v, func(elem []byte) error {
+	err := rawjson.CheckedArray(v, func(elem []byte) error {
 		var t Turn
-		err := rawjson.Object(elem, func(m rawjson.Member) error {
+		err := rawjson.CheckedObject(elem, func(m rawjson.Member) error {
 			switch m.Key {
 			case "calls":
 				t.Calls = nil
@@ -77,9 +78,9 @@ func walkMessages(v []byte) ([]Message, error) {
 		return nil, nil
 	}
 	msgs := []Message{}
-	err := rawjson.Array(v, func(elem []byte) error {
+	err := rawjson.CheckedArray(v, func(elem []byte) error {
 		var m Message
-		err := rawjson.Object(elem, func(f rawjson.Member) error {
+		err := rawjson.CheckedObject(elem, func(f rawjson.Member) error {
 			switch f.Key {
 			case "content":
 				m.Content = json.RawMessage(f.Value)
@@ -88,13 +89,13 @@ func walkMessages(v []byte) ([]Message, error) {
 				m.ToolCalls = json.RawMessage(f.Value)
 				return nil
 			case "role":
-				return walkString(f.Value, &m.Role)
+				return walkString(f, &m.Role)
 			case "name":
-				return walkString(f.Value, &m.Name)
+				return walkString(f, &m.Name)
 			case "tool_call_id":
-				return walkString(f.Value, &m.ToolCallID)
+				return walkString(f, &m.ToolCallID)
 			case "reasoning_content":
-				return walkString(f.Value, &m.ReasoningContent)
+				return walkString(f, &m.ReasoningContent)
 			}
 			return errFallBack
 		})
@@ -105,14 +106,14 @@ func walkMessages(v []byte) ([]Message, error) {
 }
 
 // walkString reads a string field; null leaves it as it is.
-func walkString(v []byte, s *string) error {
-	if string(v) == "null" {
+func walkString(f rawjson.Member, s *string) error {
+	if string(f.Value) == "null" {
 		return nil
 	}
-	if v[0] != '"' {
+	if f.Value[0] != '"' {
 		return errFallBack
 	}
 	var err error
-	*s, err = rawjson.String(v)
+	*s, err = f.Text()
 	return err
 }

@@ -2,7 +2,6 @@ package conversation
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"hash/fnv"
 
@@ -42,7 +41,7 @@ func SharedPrefix(body []byte) (key uint64, size int) {
 		size += len(tools)
 	}
 	if len(messages) > 0 && string(messages) != "null" {
-		err = rawjson.Array(messages, func(msg []byte) error {
+		err = rawjson.CheckedArray(messages, func(msg []byte) error {
 			role, content, err := roleContent(msg)
 			if err != nil {
 				return err
@@ -66,7 +65,7 @@ var errNotMessage = errors.New("not a message")
 
 // roleContent reads a message's role and its content's raw bytes.
 func roleContent(msg []byte) (role string, content []byte, err error) {
-	err = rawjson.Object(msg, func(m rawjson.Member) error {
+	err = rawjson.CheckedObject(msg, func(m rawjson.Member) error {
 		switch m.Key {
 		case "role":
 			if bytes.Equal(m.Value, []byte("null")) {
@@ -75,7 +74,9 @@ func roleContent(msg []byte) (role string, content []byte, err error) {
 			if m.Value[0] != '"' {
 				return errNotMessage
 			}
-			return json.Unmarshal(m.Value, &role)
+			var terr error
+			role, terr = m.Text()
+			return terr
 		case "content":
 			content = m.Value
 		}

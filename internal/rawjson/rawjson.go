@@ -22,6 +22,12 @@ type Member struct {
 	Spaced bool
 }
 
+// Text decodes the member's value, a string, as String does, without
+// checking it again.
+func (m Member) Text() (string, error) {
+	return checkedString(m.Value)
+}
+
 // ErrStop, returned by a callback, ends the walk early without an error;
 // the rest of the text is then not checked.
 var ErrStop = errors.New("rawjson: stop")
@@ -29,7 +35,25 @@ var ErrStop = errors.New("rawjson: stop")
 // Object calls fn for each member of the object b holds, in order. An
 // error says b is not a JSON object (or fn's error, unless ErrStop).
 func Object(b []byte, fn func(Member) error) error {
-	s := scanner{b: b}
+	return object(scanner{b: b}, fn)
+}
+
+// CheckedObject is Object for a value a walk handed out, already checked:
+// it is walked without checking it again (strings are skipped to their
+// closing quote). On text that was not checked the members may be wrong,
+// but it never panics.
+func CheckedObject(b []byte, fn func(Member) error) error {
+	return object(scanner{b: b, checked: true}, fn)
+}
+
+// CheckedArray is Array for a value a walk handed out, already checked
+// (see CheckedObject).
+func CheckedArray(b []byte, fn func(elem []byte) error) error {
+	return array(scanner{b: b, checked: true}, fn)
+}
+
+func object(s scanner, fn func(Member) error) error {
+	b := s.b
 	s.space()
 	if !s.eat('{') {
 		return s.fail("want an object")
@@ -80,7 +104,11 @@ func Object(b []byte, fn func(Member) error) error {
 // the element's bytes. An error says b is not a JSON array (or fn's error,
 // unless ErrStop).
 func Array(b []byte, fn func(elem []byte) error) error {
-	s := scanner{b: b}
+	return array(scanner{b: b}, fn)
+}
+
+func array(s scanner, fn func(elem []byte) error) error {
+	b := s.b
 	s.space()
 	if !s.eat('[') {
 		return s.fail("want an array")
@@ -114,6 +142,8 @@ func Array(b []byte, fn func(elem []byte) error) error {
 type scanner struct {
 	b []byte
 	i int
+	// checked: the text was checked before; strings are only skipped.
+	checked bool
 }
 
 func (s *scanner) fail(what string) error {
@@ -229,6 +259,9 @@ func (s *scanner) str() (esc bool, err error) {
 	if !s.eat('"') {
 		return false, s.fail("want a string")
 	}
+	if s.checked {
+		return s.skipStr()
+	}
 	b := s.b
 	for i := s.i; i < len(b); {
 		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
@@ -283,6 +316,29 @@ func special(x uint64) bool {
 	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
 	below := (x - ones*0x20) & ^x & highs
 	return below|zero(x^(ones*'"'))|zero(x^(ones*'\\')) != 0
+}
+
+// skipStr finds the closing quote of a checked string: the first quote
+// not escaped by an odd run of backslashes.
+func (s *scanner) skipStr() (esc bool, err error) {
+	b, start := s.b, s.i
+	for i := start; ; {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			s.i = len(b)
+			return false, s.fail("unterminated string")
+		}
+		i += j
+		k := i
+		for k > start && b[k-1] == '\\' {
+			k--
+		}
+		if (i-k)%2 == 0 {
+			s.i = i + 1
+			return bytes.IndexByte(b[start:i], '\\') >= 0, nil
+		}
+		i++
+	}
 }
 
 func hex4(b []byte) bool {
@@ -342,7 +398,19 @@ func String(v []byte) (string, error) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return "", errors.New("rawjson: not a string")
 	}
-	s := scanner{b: v}
+	return decodeString(scanner{b: v})
+}
+
+// checkedString is String for a value a walk handed out, already checked.
+func checkedString(v []byte) (string, error) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", errors.New("rawjson: not a string")
+	}
+	return decodeString(scanner{b: v, checked: true})
+}
+
+func decodeString(s scanner) (string, error) {
+	v := s.b
 	esc, err := s.str()
 	if err != nil || s.i != len(v) {
 		return "", errors.New("rawjson: not a string")
@@ -367,10 +435,16 @@ func unquote(in []byte) []byte {
 		if len(in) == 0 {
 			break
 		}
+		if len(in) < 2 {
+			break // a text not checked: never panic
+		}
 		if in[1] != 'u' {
 			out = append(out, unescape[in[1]])
 			in = in[2:]
 			continue
+		}
+		if len(in) < 6 {
+			break
 		}
 		r := hexRune(in[2:6])
 		in = in[6:]

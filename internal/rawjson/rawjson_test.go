@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -187,5 +188,53 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 		if got := AppendString([]byte("x"), string(s)); !bytes.Equal(got[1:], want) || got[0] != 'x' {
 			t.Fatalf("AppendString(%q) = %s, want %s", s, got, want)
 		}
+	}
+}
+
+// The checked walks give what the checking ones give on checked text, and
+// on text that was not checked they return, whatever they return, without
+// a panic.
+func TestCheckedWalks(t *testing.T) {
+	var walk func(b []byte, checked bool) []string
+	walk = func(b []byte, checked bool) []string {
+		var out []string
+		obj, arr := Object, Array
+		if checked {
+			obj, arr = CheckedObject, CheckedArray
+		}
+		err := obj(b, func(m Member) error {
+			out = append(out, "key:"+m.Key+"="+string(m.Value))
+			if text, err := m.Text(); err == nil {
+				out = append(out, "text:"+text)
+			}
+			_ = arr(m.Value, func(e []byte) error {
+				out = append(out, "elem:"+string(e))
+				out = append(out, walk(e, checked)...)
+				return nil
+			})
+			return nil
+		})
+		if err != nil {
+			out = append(out, "error")
+		}
+		return out
+	}
+	seed := []byte(`{"messages":[{"role":"us\"er\\","content":"a\\\"b\n\u00e9\ud83d\ude00"},{"role":"x","content":[1,{"k":"\\\\"}]}],"tools":null,"s":"\\"}`)
+	if diff := cmp.Diff(walk(seed, false), walk(seed, true)); diff != "" {
+		t.Errorf("checked walk differs on checked text (-checking +checked):\n%s", diff)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	alphabet := []byte("{}[]\":,\\u0 x")
+	for range 20000 {
+		b := slices.Clone(seed)
+		for range 1 + r.IntN(4) {
+			p := r.IntN(len(b))
+			if r.IntN(2) == 0 {
+				b[p] = alphabet[r.IntN(len(alphabet))]
+			} else {
+				b = append(b[:p], b[p+1:]...)
+			}
+		}
+		walk(b, true) // must not panic
 	}
 }

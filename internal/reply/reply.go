@@ -88,9 +88,9 @@ func DecodeHistory(r store.Result) (llm.Result, error) {
 		case "v":
 			err = json.Unmarshal(m.Value, &v)
 		case "content":
-			res.Content, err = rawjson.String(m.Value)
+			res.Content, err = m.Text()
 		case "reasoning_content":
-			res.ReasoningContent, err = rawjson.String(m.Value)
+			res.ReasoningContent, err = m.Text()
 		case "tool_calls":
 			err = json.Unmarshal(m.Value, &res.ToolCalls)
 		}
