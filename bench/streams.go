@@ -57,8 +57,11 @@ type streamsReport struct {
 	PeakHeap, PeakStacks uint64
 	PeakGoroutines       int
 	PeakAt, FirstDoneAt  float64
-	Wall                 float64
-	Done                 int64
+	// EndFiles is the open file descriptors once every answer ended: the
+	// connections kept for reuse, the store's files.
+	EndFiles int
+	Wall     float64
+	Done     int64
 }
 
 const (
@@ -170,6 +173,9 @@ func streamsSide(arg string) error {
 	}
 	rep.stop()
 	r := rep.report
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		r.EndFiles = len(fds)
+	}
 	r.Wall, r.Done = time.Since(t0).Seconds(), done()
 	r.Peak = peakRSS() - min(base, peakRSS())
 	if r.Done != int64(2*a.Streams) {
@@ -385,9 +391,9 @@ func streamsOutcome(runs [2][]streamsReport, streams int) outcome {
 	}}
 	for i, side := range []string{"regen", "plain"} {
 		for r, rep := range runs[i] {
-			o.detail = append(o.detail, fmt.Sprintf("%s round %d: %d streams, %d requests in %.0f s; plateau %.1f KiB/stream over %d samples, peak %.1f KiB/stream at %.1f s (first answer ended at %.1f s; at the peak heap %.0f MiB, stacks %.0f MiB, %d goroutines); start RSS %.0f MiB",
+			o.detail = append(o.detail, fmt.Sprintf("%s round %d: %d streams, %d requests in %.0f s; plateau %.1f KiB/stream over %d samples, peak %.1f KiB/stream at %.1f s (first answer ended at %.1f s; at the peak heap %.0f MiB, stacks %.0f MiB, %d goroutines); start RSS %.0f MiB, %d files open at the end",
 				side, r, streams, rep.Done, rep.Wall, float64(rep.Plateau)/1024/float64(streams), rep.PlateauSamples, float64(rep.Peak)/1024/float64(streams),
-				rep.PeakAt, rep.FirstDoneAt, float64(rep.PeakHeap)/mib, float64(rep.PeakStacks)/mib, rep.PeakGoroutines, float64(rep.Base)/mib))
+				rep.PeakAt, rep.FirstDoneAt, float64(rep.PeakHeap)/mib, float64(rep.PeakStacks)/mib, rep.PeakGoroutines, float64(rep.Base)/mib, rep.EndFiles))
 		}
 	}
 	return o
