@@ -45,6 +45,8 @@ type opts struct {
 	// tokenIDs: the e2e dispatcher asks for token ids (output.token_ids)
 	// and stores them with every answer.
 	tokenIDs bool
+	// streamRounds: rounds of the streams case (0 = 1).
+	streamRounds int
 }
 
 type benchCase struct {
@@ -64,15 +66,32 @@ var cases = []benchCase{
 	// ceiling runs only when asked (-only ceiling): 60 worker processes
 	// over about a minute.
 	{"ceiling", benchCeiling},
+	// streams runs only when asked (-only streams): 10,000 streams of
+	// half a minute, two sides, about two minutes a round.
+	{"streams", benchStreams},
 }
 
 func main() {
 	quick := flag.Bool("quick", false, "smaller workloads (about 20 s instead of about 90 s)")
-	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob, capture, ceiling (default all but ceiling)")
+	only := flag.String("only", "", "comma-separated cases to run: llm, store, ingest, sim, e2e, scale, bigjob, capture, ceiling, streams (default all but ceiling and streams)")
 	bigRows := flag.Int("bigjob-rows", 0, "rows of the bigjob case (default 1000000, 200000 with -quick); 10000000 for the 10^7 memory figure")
 	tokenIDs := flag.Bool("token-ids", false, "e2e: ask the simulator for token ids and store them with every answer (output.token_ids)")
 	worker := flag.String("ceiling-worker", "", "internal: run as one worker process of the ceiling case")
+	streamRounds := flag.Int("streams-rounds", 1, "rounds of the streams case (medians over them)")
+	streamsSideArg := flag.String("streams-side", "", "internal: run as one side of the streams case")
+	streamsServe := flag.Bool("streams-server", false, "internal: run as the stand-in server of the streams case")
 	flag.Parse()
+	if *streamsServe || *streamsSideArg != "" {
+		err := streamsServer
+		if *streamsSideArg != "" {
+			err = func() error { return streamsSide(*streamsSideArg) }
+		}
+		if err := err(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench streams:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *worker != "" {
 		if err := ceilingWorker(*worker); err != nil {
 			fmt.Fprintln(os.Stderr, "bench worker:", err)
@@ -80,13 +99,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*quick, *only, *bigRows, *tokenIDs); err != nil {
+	if err := run(opts{quick: *quick, bigRows: *bigRows, tokenIDs: *tokenIDs, streamRounds: *streamRounds}, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quick bool, only string, bigRows int, tokenIDs bool) error {
+func run(o opts, only string) error {
 	selected, err := selectCases(only)
 	if err != nil {
 		return err
@@ -100,8 +119,8 @@ func run(quick bool, only string, bigRows int, tokenIDs bool) error {
 	defer os.RemoveAll(dir)
 	defer pgStop()
 
-	printMachine(quick)
-	o := opts{quick: quick, dir: dir, bigRows: bigRows, tokenIDs: tokenIDs}
+	printMachine(o.quick)
+	o.dir = dir
 	start := time.Now()
 	var rows []row
 	var details []string
@@ -129,7 +148,7 @@ func run(quick bool, only string, bigRows int, tokenIDs bool) error {
 
 func selectCases(only string) ([]benchCase, error) {
 	if only == "" {
-		return slices.DeleteFunc(slices.Clone(cases), func(c benchCase) bool { return c.name == "ceiling" }), nil
+		return slices.DeleteFunc(slices.Clone(cases), func(c benchCase) bool { return c.name == "ceiling" || c.name == "streams" }), nil
 	}
 	var out []benchCase
 	for _, name := range strings.Split(only, ",") {
@@ -142,7 +161,7 @@ func selectCases(only string) ([]benchCase, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale, bigjob, capture or ceiling)", name)
+			return nil, fmt.Errorf("unknown case %q (want llm, store, ingest, sim, e2e, scale, bigjob, capture, ceiling or streams)", name)
 		}
 	}
 	return out, nil

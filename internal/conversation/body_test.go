@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/llm"
 )
@@ -96,5 +99,117 @@ func TestEncodeFields(t *testing.T) {
 	}
 	if std := bytes.TrimSuffix(buf.Bytes(), []byte("\n")); !bytes.Equal(std, got) {
 		t.Errorf("encoding/json writes\n%s\nEncoder writes\n%s", std, got)
+	}
+}
+
+// TestRequestBytes: for every body the sources write and every turn of
+// it, Request writes the bytes encoding/json writes for the request (the
+// history with the model's answers, the tools and the seed).
+func TestRequestBytes(t *testing.T) {
+	f, err := os.Open("../source/testdata/bodies.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	var turns int
+	for line := 1; sc.Scan(); line++ {
+		var g struct {
+			Body json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &g); err != nil || g.Body == nil {
+			continue
+		}
+		p, err := Decode(g.Body)
+		if err != nil {
+			t.Fatalf("line %d: %v", line, err)
+		}
+		// Answers that let every turn follow: the recorded calls where the
+		// dataset has them, text with characters JSON and HTML escape
+		// otherwise.
+		var answers []llm.Result
+		for k := range p.NumTurns() {
+			res := llm.Result{Content: fmt.Sprintf("answer %d: <b> & \"q\" \u2028 é\n", k), ReasoningContent: "think <", FinishReason: "stop"}
+			if k < len(p.Turns) && len(p.Turns[k].Calls) > 0 {
+				res = llm.Result{ToolCalls: p.Turns[k].Calls}
+			}
+			answers = append(answers, res)
+		}
+		for k := range p.NumTurns() {
+			for _, keep := range []bool{false, true} {
+				got, err := p.Request(k, answers[:k], keep)
+				if err != nil {
+					t.Fatalf("line %d turn %d: %v", line, k, err)
+				}
+				want := g.Body
+				if k > 0 || len(p.Turns) > 0 || p.Original != nil {
+					msgs, err := p.build(answers[:k], keep, true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, _ = encode(request{Messages: msgs, Tools: p.Tools, Seed: p.Seed})
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("line %d turn %d keep=%v:\n got %s\nwant %s", line, k, keep, got, want)
+				}
+				turns++
+			}
+		}
+	}
+	if turns < 60 {
+		t.Fatalf("%d requests compared: the golden file did not load", turns)
+	}
+}
+
+// TestWalkBody: Decode walks a body instead of decoding it; for every body
+// the sources write and for bodies with nulls, escapes, unknown keys and
+// keys in other case, the walk gives what json.Unmarshal gives (or gives
+// way to it).
+func TestWalkBody(t *testing.T) {
+	bodies := []string{
+		glaiveBody,
+		`{"messages":[{"role":"us\u0065r","content":null,"name":null,"reasoning_content":"r\n"}],"tools":null,"turns":null,"original":null,"seed":null}`,
+		`{"messages":[],"turns":[{"calls":null,"input":[{"role":"user","content":[{"type":"text","text":"x"}]}]}],"original":[[],[{"role":"assistant","content":"a","tool_calls":[{"id":"c"}]}]],"seed":-3}`,
+		`{"Messages":[{"role":"user","content":"x"}]}`,
+		`{"messages":[{"ROLE":"user","content":"x"}],"extra":1}`,
+		`{"messages":[{"role":1,"content":"x"}]}`,
+		`{"messages":[{"role":"user","content":"x"}],"messages":[{"role":"system","content":"y"}]}`,
+		"{\"messages\":[{\"role\":\"us\xffer\",\"content\":\"x\"}]}",
+	}
+	f, err := os.Open("../source/testdata/bodies.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var g struct {
+			Body json.RawMessage `json:"body"`
+		}
+		if json.Unmarshal(sc.Bytes(), &g) == nil && g.Body != nil {
+			bodies = append(bodies, string(g.Body))
+		}
+	}
+	walked := 0
+	for _, body := range bodies {
+		var want Body
+		wantErr := json.Unmarshal([]byte(body), &want)
+		got, err := walkBody([]byte(body))
+		if err != nil {
+			continue // Decode falls back to encoding/json
+		}
+		walked++
+		if wantErr != nil {
+			t.Errorf("walkBody(%s) succeeded where encoding/json fails: %v", body, wantErr)
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("walkBody(%s) (-json.Unmarshal +walk):\n%s", body, diff)
+		}
+	}
+	if walked < 30 {
+		t.Fatalf("only %d of %d bodies walked", walked, len(bodies))
 	}
 }

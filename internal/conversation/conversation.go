@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/rawjson"
 )
 
 // Plan is a decoded body.
@@ -20,8 +22,12 @@ type Plan struct {
 // Decode parses a sample body.
 func Decode(body []byte) (*Plan, error) {
 	p := &Plan{raw: body}
-	if err := json.Unmarshal(body, &p.Body); err != nil {
-		return nil, fmt.Errorf("decode sample body: %w", err)
+	var err error
+	if p.Body, err = walkBody(body); err != nil {
+		p.Body = Body{}
+		if err := json.Unmarshal(body, &p.Body); err != nil {
+			return nil, fmt.Errorf("decode sample body: %w", err)
+		}
 	}
 	if len(p.Messages) == 0 {
 		return nil, errors.New("decode sample body: no messages")
@@ -103,7 +109,32 @@ func (p *Plan) Request(k int, prior []llm.Result, keepReasoning bool) ([]byte, e
 	if err != nil {
 		return nil, fmt.Errorf("request for turn %d: %w", Ordinal(k), err)
 	}
-	return encode(request{Messages: msgs, Tools: p.Tools, Seed: p.Seed})
+	return p.encodeRequest(msgs), nil
+}
+
+// encodeRequest writes a request's messages, tools and seed as encoding/json
+// writes the request struct for values as Decode and Answer leave them
+// (compact raw JSON), without its re-validating and compacting every raw
+// value: the history it carries grows with every turn.
+func (p *Plan) encodeRequest(msgs []Message) []byte {
+	e := NewEncoder()
+	n := len(p.Tools) + 64
+	for i := range msgs {
+		n += len(msgs[i].Content) + len(msgs[i].ToolCalls) + len(msgs[i].ReasoningContent) + 64
+	}
+	e.buf.Grow(n)
+	e.buf.WriteString(`{"messages":`)
+	e.messages(msgs)
+	if len(p.Tools) > 0 {
+		e.buf.WriteString(`,"tools":`)
+		e.buf.Write(p.Tools)
+	}
+	if p.Seed != nil {
+		e.buf.WriteString(`,"seed":`)
+		e.buf.Write(strconv.AppendInt(nil, *p.Seed, 10))
+	}
+	e.buf.WriteByte('}')
+	return e.buf.Bytes()
 }
 
 // Conversation returns the whole conversation for the answers given (the
@@ -141,7 +172,9 @@ func (p *Plan) build(answers []llm.Result, keepReasoning, nextInput bool) ([]Mes
 func Answer(k int, res llm.Result, keepReasoning bool) Message {
 	m := Message{Role: "assistant"}
 	if res.Content != "" || len(res.ToolCalls) == 0 {
-		m.Content, _ = encode(res.Content) // a string always encodes
+		// encoding/json's bytes, written faster: every earlier answer of
+		// the history goes through here on every turn.
+		m.Content = rawjson.AppendString(make([]byte, 0, len(res.Content)+len(res.Content)/16+2), res.Content)
 	} else {
 		m.Content = json.RawMessage("null")
 	}

@@ -30,12 +30,14 @@ func (d *Dispatcher) prepareTurn(c store.Claimed) (*turn, error) {
 	if len(c.Prior) != c.Turn {
 		return nil, fmt.Errorf("turn %d: %d earlier answers handed over", conversation.Ordinal(c.Turn), len(c.Prior))
 	}
+	// Only what the history needs of each earlier answer is decoded: not
+	// its token ids, which hold its whole prompt (reply.DecodeHistory).
 	for i, r := range c.Prior {
-		a, err := reply.Decode(r)
+		a, err := reply.DecodeHistory(r)
 		if err != nil {
 			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", conversation.Ordinal(c.Turn), conversation.Ordinal(i), err)
 		}
-		t.prior = append(t.prior, a.Result)
+		t.prior = append(t.prior, a)
 	}
 	if t.body, err = p.Request(c.Turn, t.prior, d.cfg.KeepReasoning); err != nil {
 		return nil, err

@@ -7,14 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/regen-dev/regen/internal/rawjson"
 )
 
 // Defaults for the zero values of Config.
@@ -22,6 +26,12 @@ const (
 	DefaultMaxConns       = 64
 	DefaultRequestTimeout = 30 * time.Minute
 	DefaultIdleTimeout    = 60 * time.Second
+)
+
+// A connection's buffer sizes (net/http's default is 4 KB each).
+const (
+	connWriteBuffer = 1 << 10
+	connReadBuffer  = 2 << 10
 )
 
 // errBodyLimit caps how much of an error response is read into Error.Msg.
@@ -115,6 +125,13 @@ func New(cfg Config) *Client {
 		IdleConnTimeout:     90 * time.Second,
 		// An SSE stream must arrive as the server flushes it.
 		DisableCompression: true,
+		// Every open stream holds its connection's buffers (4 KB each by
+		// default) for minutes, 10,000 of them on a big worker. Requests
+		// are written through the write buffer only up to their headers (a
+		// large body goes to the socket directly), and SSE lines are a few
+		// hundred bytes.
+		WriteBufferSize: connWriteBuffer,
+		ReadBufferSize:  connReadBuffer,
 	}
 	// No Client.Timeout: it would cut long streams; the watchdog in Chat
 	// bounds silence instead.
@@ -479,13 +496,24 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 }
 
 // buildBody merges Body's keys, then Params (which win), then the keys the
-// client owns (tokenIDs among them). Keys come out sorted and HTML
-// characters unescaped, so the bytes are deterministic and prompts are
-// sent as written.
+// client owns (tokenIDs among them). Keys come out sorted, values compact
+// and HTML characters unescaped, so the bytes are deterministic and
+// prompts are sent as written: the bytes encoding/json writes for the
+// merged map of raw values. Body is walked, not decoded (package rawjson):
+// it holds a conversation's whole history, and decoding and re-encoding it
+// cost several times what sending it does, on every turn.
 func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 	obj := make(map[string]json.RawMessage, 8+len(req.Params))
+	size := len(req.Body)
 	if len(bytes.TrimSpace(req.Body)) > 0 {
-		if err := json.Unmarshal(req.Body, &obj); err != nil {
+		err := rawjson.Object(req.Body, func(m rawjson.Member) error {
+			obj[m.Key] = m.Value
+			if m.Spaced {
+				obj[m.Key] = compact(m.Value)
+			}
+			return nil
+		})
+		if err != nil {
 			return nil, &Error{Class: BadRequest, Msg: "chat: request body is not a JSON object", Err: err}
 		}
 	}
@@ -493,7 +521,8 @@ func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 		if !json.Valid(v) {
 			return nil, &Error{Class: BadRequest, Msg: fmt.Sprintf("chat: param %q is not valid JSON", k)}
 		}
-		obj[k] = v
+		obj[k] = compact(v)
+		size += len(k) + len(v) + 4
 	}
 	if req.Model != "" {
 		m, _ := json.Marshal(req.Model)
@@ -510,13 +539,42 @@ func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 	}
 	obj["stream"] = json.RawMessage("true")
 	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(obj); err != nil {
-		return nil, &Error{Class: BadRequest, Msg: "chat: encode request", Err: err}
+	out := make([]byte, 0, size+len(req.Model)+128+32*len(tokenIDs)+32*len(req.TokenIDFields))
+	out = append(out, '{')
+	for i, k := range slices.Sorted(maps.Keys(obj)) {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendKey(out, k)
+		out = append(out, ':')
+		out = append(out, obj[k]...)
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return append(out, '}'), nil
+}
+
+// compact is v as encoding/json writes a raw value: without insignificant
+// whitespace (v is valid JSON).
+func compact(v []byte) json.RawMessage {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return v
+	}
+	return b.Bytes()
+}
+
+// appendKey appends k as encoding/json writes a map key without HTML
+// escaping.
+func appendKey(out []byte, k string) []byte {
+	if !strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' || r >= 0x7f }) {
+		out = append(out, '"')
+		out = append(out, k...)
+		return append(out, '"')
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(k) // a string always encodes
+	return append(out, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
 }
 
 // readerPool recycles the per-stream line buffers.

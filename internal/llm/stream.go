@@ -24,8 +24,13 @@ type lineReader struct {
 	long []byte
 }
 
+// lineBuffer is a stream's read buffer. One is held for every open stream
+// (10,000 of them on a big worker), while an SSE line is a few hundred
+// bytes; a longer line (vLLM's prompt token ids) goes through lineReader.long.
+const lineBuffer = 2 << 10
+
 func newLineReader() *lineReader {
-	return &lineReader{br: bufio.NewReaderSize(nil, 16<<10)}
+	return &lineReader{br: bufio.NewReaderSize(nil, lineBuffer)}
 }
 
 // next returns the next complete line. A last line without a newline is

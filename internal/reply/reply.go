@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/rawjson"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -81,4 +82,42 @@ func Answers(row store.Row) ([]Record, error) {
 		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// DecodeHistory reads what a conversation's history needs of a stored
+// answer: its content, reasoning and tool calls, as Decode reads them. It
+// walks the record (package rawjson) and decodes only those: the rest,
+// token ids above all (each earlier answer holds the ids of its whole
+// prompt), is checked, not decoded, so building a turn's request does not
+// cost the runner more per turn than the history's bytes.
+func DecodeHistory(r store.Result) (llm.Result, error) {
+	var res llm.Result
+	v := 0
+	err := rawjson.Object(r.Response, func(m rawjson.Member) error {
+		if string(m.Value) == "null" {
+			return nil
+		}
+		var err error
+		switch m.Key {
+		case "v":
+			err = json.Unmarshal(m.Value, &v)
+		case "content":
+			res.Content, err = m.Text()
+		case "reasoning_content":
+			res.ReasoningContent, err = m.Text()
+		case "tool_calls":
+			err = json.Unmarshal(m.Value, &res.ToolCalls)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.Key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return llm.Result{}, err
+	}
+	if v > Version {
+		return llm.Result{}, fmt.Errorf("stored answer version %d: this regen reads versions up to %d", v, Version)
+	}
+	return res, nil
 }

@@ -165,3 +165,45 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+// DecodeHistory reads the content, reasoning and tool calls Decode reads,
+// from every record the previous release wrote and from records of this
+// one with escapes, invalid UTF-8, tool calls and token ids.
+func TestDecodeHistory(t *testing.T) {
+	var rs []store.Result
+	for _, p := range readPrevious(t) {
+		rs = append(rs, p.Column)
+	}
+	var call llm.ToolCall
+	call.ID, call.Type, call.Function.Name, call.Function.Arguments = "c1", "function", "f", `{"a":"<b>"}`
+	results := []llm.Result{
+		{Content: "plain"},
+		{Content: "line\nbreak \"quoted\" <b> & \u2028 é \U0001F600", ReasoningContent: "think\tfirst", FinishReason: "stop"},
+		{Content: "bad \xff utf-8", ReasoningContent: "\xc3"},
+		{ToolCalls: []llm.ToolCall{call}, FinishReason: "tool_calls"},
+		{Content: "ids", PromptTokenIDs: []int32{1, 2, 3}, CompletionTokenIDs: []int32{4}},
+	}
+	for _, res := range results {
+		rs = append(rs, store.Result{Response: Encode(res, "http://a", store.Provenance{Model: "m"})})
+	}
+	for i, r := range rs {
+		rec, err := Decode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeHistory(r)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		want := llm.Result{Content: rec.Content, ReasoningContent: rec.ReasoningContent, ToolCalls: rec.ToolCalls}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("record %d %s (-Decode +DecodeHistory):\n%s", i, r.Response, diff)
+		}
+	}
+	if _, err := DecodeHistory(store.Result{Response: []byte(`{"v":2,"content":"x"}`)}); err == nil {
+		t.Error("a record of a later version: no error")
+	}
+	if _, err := DecodeHistory(store.Result{Response: []byte(`{"content":"x"`)}); err == nil {
+		t.Error("a cut record: no error")
+	}
+}

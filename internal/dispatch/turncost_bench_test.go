@@ -1,0 +1,263 @@
+//go:build unix
+
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
+	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/sqlite"
+)
+
+// The runner's cost of one turn should not grow with the conversation's
+// history beyond sending it: BenchmarkTurnCost runs the real dispatcher,
+// the real SQLite store and the real client against a stand-in server that
+// answers every request at once with the same short stream, over samples
+// waiting at their fourth turn with 1k, 4k or 16k tokens of history (half
+// in the sample's body, half in the three answers the store holds), and
+// reports the process's CPU per turn (user+system, steadier than wall time
+// on a shared machine). The floor sub-benchmarks post the same request
+// bytes with plain net/http at the same concurrency: the part of the cost
+// that must grow with the history (writing it to the socket, the stand-in
+// reading it).
+//
+//	go test -run '^$' -bench TurnCost -benchtime 3x ./internal/dispatch/
+//
+// -cpuprofile would mostly profile the setup (ingest and the three stored
+// turns); with REGEN_TURNCOST_PROFILE=dir each measured run alone
+// is profiled into dir/turncost-<k>k-<run>.cpu.
+
+const (
+	turnCostSamples = 300
+	turnCostConc    = 32
+	turnCostTurn    = 3 // the turn measured (0-based): three answers stored before it
+)
+
+// costTokens are the history sizes measured, in tokens of about 4 bytes.
+var costTokens = []int{1000, 4000, 16000}
+
+func BenchmarkTurnCost(b *testing.B) {
+	for _, tokens := range costTokens {
+		b.Run(fmt.Sprintf("history=%dk", tokens/1000), func(b *testing.B) { benchTurns(b, tokens) })
+		b.Run(fmt.Sprintf("floor=%dk", tokens/1000), func(b *testing.B) { benchTurnFloor(b, tokens) })
+	}
+}
+
+func benchTurns(b *testing.B, tokens int) {
+	srv := standIn(b)
+	var cpu time.Duration
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		st := historyStore(b, filepath.Join(b.TempDir(), fmt.Sprintf("job-%d.db", i)), tokens)
+		client := llm.New(llm.Config{BaseURL: srv.URL, MaxConns: turnCostConc})
+		cfg := baseConfig(st, []Endpoint{{URL: srv.URL, Client: client}})
+		cfg.Owner = "bench"
+		cfg.Lanes[0].Concurrency = turnCostConc
+		d, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopProfile := profileRun(b, tokens, i)
+		b.StartTimer()
+		c0 := processCPU()
+		if err := d.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		cpu += processCPU() - c0
+		b.StopTimer()
+		stopProfile()
+		if got := d.Snapshot().Counters.Done; got != turnCostSamples {
+			b.Fatalf("%d samples done, want %d", got, turnCostSamples)
+		}
+		client.Close()
+		st.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*turnCostSamples), "cpu-µs/turn")
+}
+
+// benchTurnFloor posts the request bytes of the measured turn (built once)
+// with plain net/http and reads the answer without parsing it: what
+// sending that history costs at the least.
+func benchTurnFloor(b *testing.B, tokens int) {
+	srv := standIn(b)
+	p, err := conversation.Decode(historyBody(0, tokens))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := p.Request(turnCostTurn, historyAnswers(0, tokens), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: turnCostConc}}
+	defer hc.CloseIdleConnections()
+	var cpu time.Duration
+	for b.Loop() {
+		c0 := processCPU()
+		next := make(chan struct{})
+		var wg sync.WaitGroup
+		for range turnCostConc {
+			wg.Go(func() {
+				for range next {
+					resp, err := hc.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		for range turnCostSamples {
+			next <- struct{}{}
+		}
+		close(next)
+		wg.Wait()
+		cpu += processCPU() - c0
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*turnCostSamples), "cpu-µs/turn")
+}
+
+// standInStream is the stand-in's answer: a role chunk, 20 content chunks,
+// a finish chunk with usage.
+var standInStream = func() []byte {
+	var s bytes.Buffer
+	s.WriteString("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+	for i := range 20 {
+		fmt.Fprintf(&s, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word%d\"}}]}\n\n", i)
+	}
+	s.WriteString("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":20,\"total_tokens\":920}}\n\n")
+	s.WriteString("data: [DONE]\n\n")
+	return s.Bytes()
+}()
+
+// standIn answers every chat request at once with standInStream.
+func standIn(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(standInStream)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// historyText is n bytes of prose-like text (words, punctuation, the odd
+// quote and newline that JSON escapes), different for every seed.
+func historyText(seed uint64, n int) string {
+	words := []string{"the", "model", "answers", "with", "a", "list:", "\"quoted\"", "token", "cache,", "server", "prefix.", "\n", "regen", "keeps", "every", "result", "<tag>", "é"}
+	r := rand.New(rand.NewPCG(seed, 7))
+	var s strings.Builder
+	for s.Len() < n {
+		s.WriteString(words[r.IntN(len(words))])
+		s.WriteByte(' ')
+	}
+	return s.String()
+}
+
+// historyBody is sample i's body: a system prompt and four user turns,
+// half of a history of tokens*4 bytes.
+func historyBody(i, tokens int) []byte {
+	part := tokens * 4 / 10
+	msg := func(role string, k int) conversation.Message {
+		c, _ := conversation.NewEncoder().Raw(historyText(uint64(i*16+k), part))
+		return conversation.Message{Role: role, Content: bytes.Clone(c)}
+	}
+	body := conversation.Body{Messages: []conversation.Message{msg("system", 0), msg("user", 1)}}
+	for k := range turnCostTurn {
+		body.Turns = append(body.Turns, conversation.Turn{Input: []conversation.Message{msg("user", 2+k)}})
+	}
+	return conversation.Encode(&body)
+}
+
+// historyAnswers are sample i's stored answers to its first three turns,
+// the other half of the history.
+func historyAnswers(i, tokens int) []llm.Result {
+	var out []llm.Result
+	for k := range turnCostTurn {
+		content := historyText(uint64(i*16+8+k), tokens*4/2/turnCostTurn)
+		out = append(out, llm.Result{Content: content, FinishReason: "stop", Model: "m",
+			Usage: llm.Usage{PromptTokens: tokens / 2, CompletionTokens: len(content) / 4}})
+	}
+	return out
+}
+
+// historyStore is a new SQLite store at path holding turnCostSamples
+// samples waiting at turn turnCostTurn, their earlier answers stored.
+func historyStore(b *testing.B, path string, tokens int) *sqlite.Store {
+	ctx := context.Background()
+	st, err := sqlite.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := make([]store.NewSample, turnCostSamples)
+	answers := make(map[string][]llm.Result, turnCostSamples)
+	for i := range ns {
+		id := fmt.Sprintf("s-%05d", i)
+		ns[i] = store.NewSample{ID: id, Partition: "p", Lane: "short", Body: historyBody(i, tokens), PromptTokens: tokens / 2, Origin: fmt.Sprintf("p.jsonl:%d", i+1)}
+		answers[id] = historyAnswers(i, tokens)
+	}
+	if _, err := st.Ingest(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
+	for turn := range turnCostTurn {
+		claimed, err := st.Claim(ctx, "short", turnCostSamples, "setup", time.Hour)
+		if err != nil || len(claimed) != turnCostSamples {
+			b.Fatalf("setup claim at turn %d: %d claimed, %v", turn, len(claimed), err)
+		}
+		for _, c := range claimed {
+			res := answers[c.ID][turn]
+			r := store.Result{Response: reply.Encode(res, "http://standin", store.Provenance{}), FinishReason: res.FinishReason,
+				PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Endpoint: "http://standin", Turn: turn}
+			if err := st.CompleteTurn(ctx, c.ID, "setup", r, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return st
+}
+
+// profileRun starts a CPU profile of one run when REGEN_TURNCOST_PROFILE
+// names a directory, and returns what stops it.
+func profileRun(b *testing.B, tokens, run int) func() {
+	dir := os.Getenv("REGEN_TURNCOST_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("turncost-%dk-%d.cpu", tokens/1000, run)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,240 @@
+package rawjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// isObject is what Object must accept: what encoding/json decodes into a
+// map.
+func isObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Valid(b) && json.Unmarshal(b, &m) == nil && bytes.TrimSpace(b)[0] == '{'
+}
+
+var texts = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a":1,}`, `{"a" 1}`, `{"a":}`, `{a:1}`, `{"a":1}x`, `{"a":1} `, `[1]`, `"s"`, ``, `{`,
+	`{"a":[1,2,{"b":null,"c":[true,false]}],"d":"e"}`, `{"a":[1,,2]}`, `{"a":[1 2]}`, `{"a":{"b"}}`, `{"a":{"b":1,}}`,
+	`{"a":"\u00e9\n\t\"\\\/"}`, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":"\u12G4"}`, "{\"a\":\"tab\there\"}", `{"a":"unterminated}`,
+	`{"a":-0.5e+10}`, `{"a":01}`, `{"a":-}`, `{"a":1.}`, `{"a":.5}`, `{"a":1e}`, `{"a":1E-2}`, `{"a":tru}`, `{"a":nul}`,
+	`{"a":truex}`, `{"\u0061":1}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\xfe\"}", `{"a" : [ 1 , 2 ] , "b" : { "c" : 3 } }`,
+}
+
+func TestObjectAcceptsWhatEncodingJSONDoes(t *testing.T) {
+	for _, s := range texts {
+		err := Object([]byte(s), func(Member) error { return nil })
+		if want := isObject([]byte(s)); (err == nil) != want {
+			t.Errorf("Object(%q) error %v, want valid=%v", s, err, want)
+		}
+	}
+}
+
+// Random corruptions of valid bodies: every one is judged as
+// encoding/json judges it.
+func TestObjectMutations(t *testing.T) {
+	seeds := []string{
+		`{"messages":[{"role":"system","content":"You \"are\" helpful.\n"},{"role":"user","content":[{"type":"text","text":"é <b>"}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"x":-1.5e3}}}],"seed":42}`,
+		`{"a":[true,false,null,0,-0,1.25,"\u00e9"],"b":{"c":{"d":[]}}}`,
+	}
+	alphabet := []byte("{}[]\":,\\ \tu0123456789.eE+-truefalsn\x01ab")
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		b := []byte(seeds[i%len(seeds)])
+		for range 1 + r.IntN(3) {
+			switch p := r.IntN(len(b)); r.IntN(3) {
+			case 0:
+				b[p] = alphabet[r.IntN(len(alphabet))]
+			case 1:
+				b = append(b[:p], b[p+1:]...)
+			default:
+				b = append(b[:p], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[p:]...)...)
+			}
+		}
+		err := Object(b, func(Member) error { return nil })
+		if want := isObject(b); (err == nil) != want {
+			t.Fatalf("Object(%q) error %v, want valid=%v", b, err, want)
+		}
+	}
+}
+
+func TestObjectMembers(t *testing.T) {
+	var got []Member
+	err := Object([]byte(` {"a" : [ 1 , 2 ],"b\u0063":"x y","d":{"e":1}} `), func(m Member) error {
+		got = append(got, m)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Member{
+		{Key: "a", Value: []byte(`[ 1 , 2 ]`), Spaced: true},
+		{Key: "bc", Value: []byte(`"x y"`)},
+		{Key: "d", Value: []byte(`{"e":1}`)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("members (-want +got):\n%s", diff)
+	}
+}
+
+func TestStopAndErrors(t *testing.T) {
+	var keys []string
+	err := Object([]byte(`{"a":1,"b":2,"c":[`), func(m Member) error {
+		keys = append(keys, m.Key)
+		if m.Key == "b" {
+			return ErrStop
+		}
+		return nil
+	})
+	if err != nil || !cmp.Equal(keys, []string{"a", "b"}) {
+		t.Errorf("stopped walk: keys %v, err %v; want [a b] and no error (the rest is not read)", keys, err)
+	}
+	boom := errors.New("boom")
+	if err := Object([]byte(`{"a":1}`), func(Member) error { return boom }); err != boom {
+		t.Errorf("callback error: got %v, want it returned", err)
+	}
+	var elems []string
+	err = Array([]byte(`[ {"role":"system"} , "x", 3 ]`), func(e []byte) error {
+		elems = append(elems, string(e))
+		return nil
+	})
+	if err != nil || !cmp.Equal(elems, []string{`{"role":"system"}`, `"x"`, `3`}) {
+		t.Errorf("Array: %q, %v", elems, err)
+	}
+	if err := Array([]byte(`[1,]`), func([]byte) error { return nil }); err == nil {
+		t.Error("Array([1,]): no error")
+	}
+}
+
+func BenchmarkObject(b *testing.B) {
+	text := bytes.Repeat([]byte("a long history of words, \"quoted\" and\nsplit "), 1500)
+	body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": string(text)}}})
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := Object(body, func(Member) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestString(t *testing.T) {
+	for _, v := range []string{`""`, `"plain"`, `"é\u00e9"`, `"a\nb\"c\\d\/e"`, `"\ud83d\ude00"`, `"\ud83d x"`, "\"\xff\xfe\"", "\"\xc3\""} {
+		var want string
+		if err := json.Unmarshal([]byte(v), &want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := String([]byte(v))
+		if err != nil || got != want {
+			t.Errorf("String(%s) = %q, %v; want %q", v, got, err, want)
+		}
+	}
+	for _, v := range []string{`1`, `"`, `"abc`, `null`} {
+		if _, err := String([]byte(v)); err == nil {
+			t.Errorf("String(%s): no error", v)
+		}
+	}
+}
+
+// Random strings, escaped as encoding/json escapes them and with escapes
+// it never writes (lone and reversed surrogates, \/, upper-case hex),
+// decode as encoding/json decodes them.
+func TestStringMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", "é", "\n", "\"", "\\", "\xff", "\xc3", "\u2028", "😀", `\ud83d`, `\ude00`, `\u00E9`, `\/`, `\b`, `\f`, `\t`, `\u0000`, " "}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var raw []byte
+		for range r.IntN(12) {
+			raw = append(raw, pieces[r.IntN(len(pieces))]...)
+		}
+		enc, _ := json.Marshal(string(raw))
+		// And raw as the inside of a string, where it is valid JSON.
+		for _, v := range [][]byte{enc, append(append([]byte{'"'}, raw...), '"')} {
+			var want string
+			if json.Unmarshal(v, &want) != nil {
+				if _, err := String(v); err == nil {
+					t.Fatalf("String(%q): no error where encoding/json refuses it", v)
+				}
+				continue
+			}
+			got, err := String(v)
+			if err != nil || got != want {
+				t.Fatalf("String(%q) = %q, %v; want %q", v, got, err, want)
+			}
+		}
+	}
+}
+
+// AppendString writes what encoding/json writes with HTML escaping off.
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", "abcdefghij", "é", "\n", "\r\t\b\f", "\"", "\\", "\xff", "\xc3", "\u2028", "\u2029", "😀", "<>&", "\x00", "\x1f", "\x7f", " ", "\ufffd"}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 20000 {
+		var s []byte
+		for range r.IntN(14) {
+			s = append(s, pieces[r.IntN(len(pieces))]...)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(string(s)); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if got := AppendString([]byte("x"), string(s)); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+			t.Fatalf("AppendString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+// The checked walks give what the checking ones give on checked text, and
+// on text that was not checked they return, whatever they return, without
+// a panic.
+func TestCheckedWalks(t *testing.T) {
+	var walk func(b []byte, checked bool) []string
+	walk = func(b []byte, checked bool) []string {
+		var out []string
+		obj, arr := Object, Array
+		if checked {
+			obj, arr = CheckedObject, CheckedArray
+		}
+		err := obj(b, func(m Member) error {
+			out = append(out, "key:"+m.Key+"="+string(m.Value))
+			if text, err := m.Text(); err == nil {
+				out = append(out, "text:"+text)
+			}
+			_ = arr(m.Value, func(e []byte) error {
+				out = append(out, "elem:"+string(e))
+				out = append(out, walk(e, checked)...)
+				return nil
+			})
+			return nil
+		})
+		if err != nil {
+			out = append(out, "error")
+		}
+		return out
+	}
+	seed := []byte(`{"messages":[{"role":"us\"er\\","content":"a\\\"b\n\u00e9\ud83d\ude00"},{"role":"x","content":[1,{"k":"\\\\"}]}],"tools":null,"s":"\\"}`)
+	if diff := cmp.Diff(walk(seed, false), walk(seed, true)); diff != "" {
+		t.Errorf("checked walk differs on checked text (-checking +checked):\n%s", diff)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	alphabet := []byte("{}[]\":,\\u0 x")
+	for range 20000 {
+		b := slices.Clone(seed)
+		for range 1 + r.IntN(4) {
+			p := r.IntN(len(b))
+			if r.IntN(2) == 0 {
+				b[p] = alphabet[r.IntN(len(alphabet))]
+			} else {
+				b = append(b[:p], b[p+1:]...)
+			}
+		}
+		walk(b, true) // must not panic
+	}
+}
