@@ -164,6 +164,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	defer stop(nil)
 	var wg sync.WaitGroup
 	wg.Go(func() { f.guardStart(ctx, stop) })
+	wg.Go(func() { f.reprobeRenders(ctx) })
 	err := f.keeper.Run(ctx)
 	stop(nil)
 	wg.Wait()
