@@ -22,6 +22,9 @@ type backupRun struct {
 	long     func(ctx context.Context, n int) (llm.Result, error)
 	samples  int // in lane short; 1 when 0
 	shortCap int // the short lane's concurrency; 2 when 0
+	// render, when set, is what the server's chat render route answers
+	// for every request (a vLLM with the route).
+	render []int32
 
 	st     *fakeStore
 	tr     *tracker
@@ -60,6 +63,9 @@ func (r *backupRun) run(t *testing.T) *Dispatcher {
 		return r.shortEnd()
 	}
 	eps, _ := fleet(r.tr, fn, "http://a")
+	if r.render != nil {
+		eps[0].Client = &renderingClient{Chatter: eps[0].Client, ids: r.render}
+	}
 	cfg := baseConfig(r.st, eps)
 	cfg.Lanes = []LaneConfig{
 		{Name: "short", Concurrency: max(r.shortCap, 2), MaxTokens: 100, EscalateTo: "long", BackupAt: 0.5},
@@ -69,6 +75,9 @@ func (r *backupRun) run(t *testing.T) *Dispatcher {
 		cfg.Lanes[0].Concurrency = r.shortCap
 	}
 	d := mustNew(t, cfg)
+	if r.render != nil {
+		d.SetServer("http://a", Server{Engine: "vllm", Render: "/v1/chat/completions/render"})
+	}
 	if err := d.Run(t.Context()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -86,8 +86,9 @@ func (d *Dispatcher) judge(t *turn, res llm.Result) verdict {
 }
 
 // settle updates the endpoint, records the sample's fate in the store and
-// frees its lane slot. t is nil when no request could be built.
-func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) {
+// frees its lane slot. t is nil when no request could be built; workCtx
+// bounds the render check of a stored answer (storeResult).
+func (d *Dispatcher) settle(workCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) {
 	now := d.now()
 	var v verdict
 	if t == nil {
@@ -97,7 +98,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	}
 	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 
-	target, what, op := d.storeOp(cl.ep.url, l, c, t, v, res, reqErr, now)
+	target, what, op := d.storeOp(workCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
 	err := d.storeOutcome(storeCtx, c, what, op, now)
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
@@ -279,7 +280,8 @@ func (d *Dispatcher) settleEndpoint(cl *call, id string, v verdict, res llm.Resu
 // storeOp returns the store transition for verdict v, the lane the sample
 // ends up in and a name for logs. Every transition carries the claim's
 // fencing token: it takes only under the lease this request ran under.
-func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v verdict, res llm.Result, reqErr error, now time.Time) (*lane, string, func(context.Context) error) {
+// ctx bounds the render check of an answer it stores (storeResult).
+func (d *Dispatcher) storeOp(ctx context.Context, url string, l *lane, c store.Claimed, t *turn, v verdict, res llm.Result, reqErr error, now time.Time) (*lane, string, func(context.Context) error) {
 	st, owner := d.cfg.Store, d.cfg.Owner
 	commit := func(tr store.Transition) func(context.Context) error {
 		tr.ID, tr.Owner, tr.Token = c.ID, owner, c.Token
@@ -287,10 +289,10 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 	}
 	switch v.out {
 	case outComplete:
-		r := d.storeResult(url, l, t, res, v.endReason)
+		r := d.storeResult(ctx, url, l, c, t, res, v.endReason)
 		return l, "complete", commit(store.Transition{Op: store.OpFinish, State: store.Done, Result: r})
 	case outNextTurn:
-		r := d.storeResult(url, l, t, res, "")
+		r := d.storeResult(ctx, url, l, c, t, res, "")
 		next := d.nextLane(c, t, res)
 		target := l
 		if next != "" {
@@ -298,7 +300,7 @@ func (d *Dispatcher) storeOp(url string, l *lane, c store.Claimed, t *turn, v ve
 		}
 		return target, "complete turn", commit(store.Transition{Op: store.OpTurn, Result: r, Lane: next})
 	case outReject:
-		r := d.storeResult(url, l, t, res, "")
+		r := d.storeResult(ctx, url, l, c, t, res, "")
 		return l, "reject", commit(store.Transition{Op: store.OpFinish, State: store.Rejected, Result: r, Rule: v.check.Rule, Evidence: v.check.Evidence})
 	case outEscalate:
 		target := d.laneByName[l.cfg.EscalateTo]

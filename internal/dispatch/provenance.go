@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 
@@ -53,10 +54,14 @@ func sampling(params map[string]json.RawMessage, maxTokens int) json.RawMessage 
 }
 
 // storeResult is the stored answer to t from the server at url in lane l.
-func (d *Dispatcher) storeResult(url string, l *lane, t *turn, res llm.Result, endReason string) store.Result {
+// Every answer the store keeps is built here, so every one with token ids
+// goes through the render check first (render.go), whichever path settled
+// it (the first request, a backup); ctx bounds that check.
+func (d *Dispatcher) storeResult(ctx context.Context, url string, l *lane, c store.Claimed, t *turn, res llm.Result, endReason string) store.Result {
 	p := store.Provenance{Generation: d.cfg.Generation, Model: res.Model, SystemFingerprint: res.SystemFingerprint,
 		Sampling: l.sampling, Seed: t.plan.Seed}
 	if e, ok := d.epByURL[url]; ok {
+		d.checkRender(ctx, e, l, c, t, &res)
 		if s := e.server.Load(); s != nil {
 			p.Engine, p.EngineVersion = s.Engine, s.Version
 		}

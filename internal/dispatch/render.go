@@ -25,9 +25,13 @@ type Renderer interface {
 // tokenizer does not give them for these messages, so the turn's ids are
 // marked unavailable with the first differing index (export puts its row
 // with the rows without ids) and the mismatch is logged with the row id.
-// A render that fails leaves the answer unchecked.
-func (d *Dispatcher) checkRender(ctx context.Context, cl *call, c store.Claimed, t *turn, res *llm.Result) {
-	e := cl.ep
+// A render that fails marks them unavailable too, with its error: ids the
+// check could not vouch for are not exported as checked. The answer itself
+// is kept (regenerating it would spend the GPU time again for ids alone),
+// and the render is not retried: the lane slot waits on it, and a route
+// that fails now tends to fail again at once. storeResult calls it for
+// every answer it stores.
+func (d *Dispatcher) checkRender(ctx context.Context, e *endpoint, l *lane, c store.Claimed, t *turn, res *llm.Result) {
 	s := e.server.Load()
 	r, ok := e.client.(Renderer)
 	if s == nil || s.Render == "" || !ok || len(res.PromptTokenIDs) == 0 || res.TokenIDsUnavailable != "" {
@@ -35,9 +39,11 @@ func (d *Dispatcher) checkRender(ctx context.Context, cl *call, c store.Claimed,
 	}
 	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
-	rendered, err := r.RenderChat(ctx, s.Render, d.request(cl, t))
+	rendered, err := r.RenderChat(ctx, s.Render, d.requestOn(e, l, t))
 	if err != nil {
-		d.log.Debug("render failed", "endpoint", e.url, "sample", c.ID, "turn", conversation.Ordinal(t.index), "err", err)
+		res.TokenIDsUnavailable = fmt.Sprintf("render check failed: turn %d's prompt ids could not be compared with the server's render of its messages (POST %s): %v",
+			conversation.Ordinal(t.index), s.Render, err)
+		d.log.Debug("render failed", "endpoint", e.url, "row", tokenrows.TurnRowID(c.ID, t.index), "err", err)
 		return
 	}
 	at, detail := firstDifference(res.PromptTokenIDs, rendered)

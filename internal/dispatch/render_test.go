@@ -2,10 +2,14 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -13,18 +17,31 @@ import (
 type renderingChatter struct {
 	fakeChatter
 	ids   []int32
+	err   error
 	paths []string
+}
+
+// renderingClient gives any Chatter a render route that answers ids.
+type renderingClient struct {
+	Chatter
+	ids []int32
+	err error
+}
+
+func (c *renderingClient) RenderChat(ctx context.Context, path string, req llm.Request) ([]int32, error) {
+	return c.ids, c.err
 }
 
 func (c *renderingChatter) RenderChat(ctx context.Context, path string, req llm.Request) ([]int32, error) {
 	c.paths = append(c.paths, path+" "+req.Model)
-	return c.ids, nil
+	return c.ids, c.err
 }
 
 // TestCheckRender: an answer whose prompt ids equal the server's render
 // keeps them; one that differs is marked unavailable at the first
-// differing index (an id, or where one is shorter); without a render route
-// nothing is asked.
+// differing index (an id, or where one is shorter); a render that fails
+// marks them unavailable with its error (they were not checked); without a
+// render route nothing is asked.
 func TestCheckRender(t *testing.T) {
 	const route = "/v1/chat/completions/render"
 	for _, tc := range []struct {
@@ -33,19 +50,21 @@ func TestCheckRender(t *testing.T) {
 		rendered []int32
 		want     string // part of TokenIDsUnavailable; "" when kept
 		asked    bool
+		err      error
 	}{
-		{"equal", route, []int32{1, 2, 3, 4}, "", true},
-		{"one id off", route, []int32{1, 2, 9, 4}, "turn 2's prompt ids differ from the server's render of its messages (POST /v1/chat/completions/render) at index 2: id 3 returned, 9 rendered", true},
-		{"render longer", route, []int32{1, 2, 3, 4, 5}, "at index 4: 4 ids returned, 5 rendered", true},
-		{"no render route", "", []int32{9}, "", false},
+		{"equal", route, []int32{1, 2, 3, 4}, "", true, nil},
+		{"one id off", route, []int32{1, 2, 9, 4}, "turn 2's prompt ids differ from the server's render of its messages (POST /v1/chat/completions/render) at index 2: id 3 returned, 9 rendered", true, nil},
+		{"render longer", route, []int32{1, 2, 3, 4, 5}, "at index 4: 4 ids returned, 5 rendered", true, nil},
+		{"no render route", "", []int32{9}, "", false, nil},
+		{"render fails", route, nil, "render check failed: turn 2's prompt ids could not be compared with the server's render of its messages (POST /v1/chat/completions/render): render: 503 loading", true,
+			errors.New("render: 503 loading")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := &renderingChatter{fakeChatter: fakeChatter{url: "http://a", tr: newTracker()}, ids: tc.rendered}
+			cl := &renderingChatter{fakeChatter: fakeChatter{url: "http://a", tr: newTracker()}, ids: tc.rendered, err: tc.err}
 			d := mustNew(t, baseConfig(newFakeStore(), []Endpoint{{URL: "http://a", Client: cl}}))
 			d.SetServer("http://a", Server{Engine: "vllm", Render: tc.route})
 			res := llm.Result{PromptTokenIDs: []int32{1, 2, 3, 4}, CompletionTokenIDs: []int32{7}}
-			c := &call{ep: d.epByURL["http://a"], lane: d.laneByName["short"]}
-			d.checkRender(t.Context(), c, store.Claimed{ID: "s1", Turn: 1}, &turn{index: 1, body: []byte(`{"messages":[]}`)}, &res)
+			d.checkRender(t.Context(), d.epByURL["http://a"], d.laneByName["short"], store.Claimed{ID: "s1", Turn: 1}, &turn{index: 1, body: []byte(`{"messages":[]}`)}, &res)
 			if (tc.want == "") != (res.TokenIDsUnavailable == "") || !strings.Contains(res.TokenIDsUnavailable, tc.want) {
 				t.Errorf("TokenIDsUnavailable = %q, want %q", res.TokenIDsUnavailable, tc.want)
 			}
@@ -54,4 +73,33 @@ func TestCheckRender(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBackupAnswerRenderChecked: an answer stored from a backup (hedge.go)
+// goes through the render check like the first request's: its prompt ids
+// differ from the render, so they are stored as unavailable, not exported.
+func TestBackupAnswerRenderChecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &backupRun{
+			render:   []int32{1, 2, 9, 4},
+			shortEnd: func() (llm.Result, error) { return answer("cut", "length", 100), nil },
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				time.Sleep(500 * time.Millisecond) // outlives the short request
+				res := answer("the long answer", "stop", 400)
+				res.PromptTokenIDs, res.CompletionTokenIDs = []int32{1, 2, 3, 4}, []int32{7}
+				return res, nil
+			},
+		}
+		d := r.run(t)
+		if c := d.Snapshot().Counters; c.BackupsUsed != 1 {
+			t.Fatalf("counters %+v: want the backup's answer used", c)
+		}
+		rec, err := reply.Decode(r.st.get("s-00000").result)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "at index 2: id 3 returned, 9 rendered"; !strings.Contains(rec.TokenIDsUnavailable, want) {
+			t.Errorf("stored backup answer: TokenIDsUnavailable = %q, want it to contain %q", rec.TokenIDsUnavailable, want)
+		}
+	})
 }

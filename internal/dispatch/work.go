@@ -14,12 +14,12 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 	t, err := d.prepareTurn(c)
 	if err != nil {
 		cl.cancel(nil)
-		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
+		d.settle(workCtx, storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
 	if why := d.tooLong(reqCtx, e, c, t); why != "" {
 		cl.cancel(nil)
-		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
+		d.settle(workCtx, storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
 		return
 	}
 	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
@@ -36,25 +36,25 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 	d.mu.Unlock()
 	if h != nil {
 		if err == nil && res.FinishReason == "length" {
-			d.settleFromHedge(storeCtx, cl, l, c, t, res, h)
+			d.settleFromHedge(workCtx, storeCtx, cl, l, c, t, res, h)
 			return
 		}
 		// The first answer decides the sample: the backup is not needed.
 		h.cl.cancel(errHedgeDropped)
 		<-h.done
 	}
-	if err == nil {
-		d.checkRender(workCtx, cl, c, t, &res)
-	}
-	d.settle(storeCtx, cl, l, c, t, res, err, cause)
+	d.settle(workCtx, storeCtx, cl, l, c, t, res, err, cause)
 }
 
 // request is the chat request of t for call cl: the sample's turn, the
 // lane's max_tokens, the job's settings and the token-id fields of the
 // engine the server turned out to be.
-func (d *Dispatcher) request(cl *call, t *turn) llm.Request {
-	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: cl.lane.cfg.MaxTokens, Params: d.cfg.Params}
-	if s := cl.ep.server.Load(); s != nil {
+func (d *Dispatcher) request(cl *call, t *turn) llm.Request { return d.requestOn(cl.ep, cl.lane, t) }
+
+// requestOn is the chat request of t sent to endpoint e in lane l.
+func (d *Dispatcher) requestOn(e *endpoint, l *lane, t *turn) llm.Request {
+	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	if s := e.server.Load(); s != nil {
 		req.TokenIDFields = s.TokenIDFields
 	}
 	return req

@@ -191,6 +191,7 @@ func cardSchemas(b *strings.Builder, m *Manifest) {
 		case FormatShareGPT:
 			if m.Export != nil && m.Export.Profile.specForge() {
 				cardSpecForgeColumns(b, m.Export.Profile, tokens)
+				cardSpecForgeNoIDs(b, m, unit)
 				break
 			}
 			b.WriteString("One JSON object per line, every line with the same keys; `conversations` holds every message, the regenerated answers included, as `{role, content, reasoning_content, tool_calls, tool_call_id, name}` (content a string, the others null when a message has none); `tools` is the OpenAI tool list as JSON text (`\"[]\"` when none).\n\n")

@@ -73,3 +73,17 @@ func cardSpecForgeColumns(b *strings.Builder, p Profile, tokens bool) {
 	b.WriteString("One JSON object per line, one per assistant turn, every line with the same keys (SpecForge's row shape, see Trainer profile above).\n\n")
 	b.WriteString(strings.Join(cols, ", ") + "\n")
 }
+
+// cardSpecForgeNoIDs says where the SpecForge rows without token ids are
+// and whether they say why (specForgeLine: harmony rows cannot).
+func cardSpecForgeNoIDs(b *strings.Builder, m *Manifest, unit string) {
+	t := m.Totals.TokenIDs
+	if t == nil || t.Unavailable == 0 {
+		return
+	}
+	why := "the same keys and `token_ids` (why) in place of `input_ids` and `loss_mask`"
+	if m.Export.Profile.Harmony {
+		why = "neither `input_ids` and `loss_mask` nor the reason, since SpecForge's harmony parser takes no other column (the no-token-ids Parquet file and an export without `output.trainer` say why)"
+	}
+	fmt.Fprintf(b, "\n%s without token ids: %d, in `%s` (not in this config), with %s.\n", unit, t.Unavailable, noIDsFile(m, FormatShareGPTNoTokenIDs), why)
+}

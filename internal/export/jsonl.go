@@ -183,7 +183,11 @@ func (s *sharegptSink) writeRow(r *record) error {
 	var line any
 	var err error
 	if s.profile.specForge() {
-		line, err = s.profile.specForgeLine(r, tokens)
+		missing := ""
+		if out == s.noIDs {
+			missing = r.tokens().Missing
+		}
+		line, err = s.profile.specForgeLine(r, tokens, missing)
 	} else {
 		line = s.line(r, tokens)
 	}

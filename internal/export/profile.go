@@ -86,6 +86,9 @@ type specForgeRow struct {
 	Values        map[string]json.RawMessage // the row's switch values
 	Harmony       bool
 	Tokens        *tokenFields
+	// Missing is why the row has no ids, written as token_ids last on
+	// the rows of the no-token-ids file (specForgeLine).
+	Missing string
 }
 
 // MarshalJSON writes the row's keys in order, the switches among them.
@@ -126,6 +129,9 @@ func (r specForgeRow) MarshalJSON() ([]byte, error) {
 	if r.Tokens != nil {
 		put("input_ids", r.Tokens.InputIDs)
 		put("loss_mask", r.Tokens.LossMask)
+	}
+	if r.Missing != "" {
+		put("token_ids", r.Missing)
 	}
 	if err != nil {
 		return nil, err
@@ -190,10 +196,21 @@ func switchValues(r *record) map[string]json.RawMessage {
 	return m
 }
 
-// specForgeLine is the SpecForge row of r (one turn, with rows()).
-func (p Profile) specForgeLine(r *record, tokens *tokenFields) (specForgeRow, error) {
+// specForgeLine is the SpecForge row of r (one turn, with rows()). missing,
+// for a row of the no-token-ids file, is why it has no ids: written as the
+// default layout writes it (token_ids), except on harmony rows. That file
+// is read only by a trainer that renders the text itself; SpecForge doing
+// so hands every column but id, conversations and tools to its parser
+// (specforge/data/preprocessing.py build_eagle3_dataset), and its general
+// and thinking parsers pass it on to apply_chat_template as a template
+// variable no template reads, while HarmonyParser.parse takes no extra
+// keyword and would raise a TypeError (specforge/data/parse.py).
+func (p Profile) specForgeLine(r *record, tokens *tokenFields, missing string) (specForgeRow, error) {
 	row := specForgeRow{ID: r.row.ID, SourceID: r.conversationID, TurnIndex: r.turn, Tools: toolsText(r.plan.Tools),
 		Harmony: p.Harmony, Tokens: tokens}
+	if !p.Harmony {
+		row.Missing = missing
+	}
 	if p.Harmony {
 		msgs, err := harmonyMessages(r.conv)
 		if err != nil {

@@ -311,3 +311,68 @@ func harmonyTokenRows(t *testing.T) []store.Row {
 	rows[0].Prior[0].Response, rows[0].Result.Response = result(t, a0), result(t, a1)
 	return rows
 }
+
+// Under the SpecForge profile the no-token-ids file says why each row has
+// no ids, as the default layout does (token_ids: "unavailable: ..."), after
+// the columns of a training row: SpecForge run on that file renders the
+// text itself and hands the extra column to the chat template as a variable
+// no template reads. Harmony rows carry none: HarmonyParser.parse takes no
+// extra keyword (rules.json harmony_columns).
+func TestSpecForgeNoIDsRowsSayWhy(t *testing.T) {
+	turn := func(p Profile) Options { return Options{Profile: p, TokenIDs: true, TokenRows: TokenRowsTurn} }
+	for _, tt := range []struct {
+		name string
+		rows func(*testing.T) []store.Row
+		o    Options
+		keys []string
+		card string
+	}{
+		{"specforge", func(t *testing.T) []store.Row { return trainerStore(t).rows }, turn(Profile{Trainer: TrainerSpecForge, Switches: []string{"thinking"}}),
+			[]string{"id", "source_id", "assistant_turn_index", "conversations", "tools", "thinking", "token_ids"},
+			"in `j.sharegpt.no-token-ids.jsonl` (not in this config), with the same keys and `token_ids` (why)"},
+		{"specforge-harmony", harmonyTokenRows, turn(Profile{Trainer: TrainerSpecForge, Harmony: true}), []string{"id", "conversations", "tools"},
+			"(not in this config), with neither `input_ids` and `loss_mask` nor the reason"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sum, err := ExportWith(context.Background(), &fakeStore{rows: tt.rows(t)}, dir, []string{FormatShareGPT}, "j", tt.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			card, err := os.ReadFile(filepath.Join(dir, "README.md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(card), tt.card) {
+				t.Errorf("card does not say %q", tt.card)
+			}
+			var lines []string
+			for _, f := range sum.Files {
+				if f.Format == FormatShareGPTNoTokenIDs {
+					b, err := os.ReadFile(f.Path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					lines = strings.Split(string(bytes.TrimSpace(b)), "\n")
+				}
+			}
+			if len(lines) == 0 || lines[0] == "" {
+				t.Fatalf("no rows in the no-token-ids file (files %+v)", sum.Files)
+			}
+			for _, l := range lines {
+				if k := keysInOrder(t, l); !slices.Equal(k, tt.keys) {
+					t.Errorf("keys %v, want %v: %s", k, tt.keys, l)
+				}
+				var row struct {
+					TokenIDs *string `json:"token_ids"`
+				}
+				if err := json.Unmarshal([]byte(l), &row); err != nil {
+					t.Fatal(err)
+				}
+				if slices.Contains(tt.keys, "token_ids") && (row.TokenIDs == nil || !strings.HasPrefix(*row.TokenIDs, "unavailable: ")) {
+					t.Errorf("token_ids %v, want the reason (unavailable: ...): %s", row.TokenIDs, l)
+				}
+			}
+		})
+	}
+}

@@ -105,9 +105,10 @@ type Fleet struct {
 	// toldNoIDs holds the URLs already told their engine returns no token
 	// ids (at identification, or at the first answer without them).
 	toldNoIDs map[string]bool
-	// render holds, per URL, the answer of the probe of its chat render
-	// route (renders.go): its path, or "" when it offers none.
-	render map[string]string
+	// render holds, per URL, what the probe of its chat render route found
+	// (renders.go); servers, what the dispatcher was last told of it.
+	render  map[string]*renderProbe
+	servers map[string]dispatch.Server
 	// start is what the start-up judgements read (startup.go).
 	start *startState
 }
@@ -119,7 +120,7 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Fleet{cfg: cfg, log: cfg.Logger, shown: map[string]monitor.EndpointStatus{}, overruled: map[string]monitor.EndpointStatus{},
-		refusals: map[string]string{}, warnings: map[string]string{}, toldNoIDs: map[string]bool{}, render: map[string]string{}, start: newStartState(time.Now())}
+		refusals: map[string]string{}, warnings: map[string]string{}, toldNoIDs: map[string]bool{}, render: map[string]*renderProbe{}, servers: map[string]dispatch.Server{}, start: newStartState(time.Now())}
 	spec := cfg.Spec
 	var err error
 	switch {

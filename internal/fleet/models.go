@@ -297,8 +297,9 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer,
-		Render: f.renderRoute(ctx, url, d)})
+	srv := dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer,
+		Render: f.renderRoute(ctx, url, d)}
+	f.setServer(url, func(s *dispatch.Server) { *s = srv })
 	f.tellNoTokenIDs(url, d)
 }
 

@@ -164,6 +164,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 	defer stop(nil)
 	var wg sync.WaitGroup
 	wg.Go(func() { f.guardStart(ctx, stop) })
+	if f.cfg.Spec.Output.TokenIDs { // the render check is for token ids only
+		wg.Go(func() { f.reprobeRenders(ctx) })
+	}
 	err := f.keeper.Run(ctx)
 	stop(nil)
 	wg.Wait()

@@ -13,8 +13,13 @@ import (
 
 // Render reports whether the server at baseURL offers its dialect's chat
 // render route (engine.Dialect.RenderPath): it renders a one-message chat
-// and must answer 200 with token_ids. A release without the route answers
-// 404 (false, nil); a server that does not answer at all is an error.
+// and must answer 200 with token_ids. Only the answers of a server without
+// the route are a verdict (false, nil): 404 (a release before it: FastAPI's
+// answer to an unknown path), 405, and 501 (vLLM's route on a server with
+// no renderer: vllm/entrypoints/serve/render/api_router.py declares it and
+// raises NotImplementedError; docs/engines.md §15.1). Any other status (503 while the model loads, 401
+// for a refused key, 5xx) and a server that does not answer are an error:
+// the route is unknown yet, to be asked again.
 func Render(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect, apiKey string) (bool, error) {
 	if d.RenderPath == "" {
 		return false, nil
@@ -36,9 +41,14 @@ func Render(ctx context.Context, client *http.Client, baseURL string, d engine.D
 		return false, fmt.Errorf("render %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		return false, nil
+	default:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return false, fmt.Errorf("render %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	var out struct {
 		TokenIDs []int64 `json:"token_ids"`
