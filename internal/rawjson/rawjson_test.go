@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -236,5 +237,45 @@ func TestCheckedWalks(t *testing.T) {
 			}
 		}
 		walk(b, true) // must not panic
+	}
+}
+
+// Nesting is limited where encoding/json limits it (jsontext counts the
+// same 10,000 levels).
+func TestDepthLimitMatchesEncodingJSON(t *testing.T) {
+	for _, depth := range []int{9998, 9999, 10000, 10001} {
+		b := []byte(`{"a":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
+		err := Object(b, func(Member) error { return nil })
+		if want := isObject(b); (err == nil) != want {
+			t.Errorf("depth %d: Object error %v, want valid=%v", depth, err, want)
+		}
+	}
+}
+
+// Spaced says whether encoding/json's Compact would change a value, on
+// values with whitespace put at random between (and inside) their tokens.
+func TestSpacedMatchesCompact(t *testing.T) {
+	seed := `{"v":{"a":[1,2,{"b":null,"c":[true,"x, y: z"]}],"d":{"e":-1.5}}}`
+	r := rand.New(rand.NewPCG(9, 10))
+	for range 5000 {
+		b := []byte(seed)
+		for range r.IntN(3) {
+			p := 5 + r.IntN(len(b)-6)
+			b = append(b[:p], append([]byte{" \t\n\r"[r.IntN(4)]}, b[p:]...)...)
+		}
+		if !json.Valid(b) {
+			continue
+		}
+		var got Member
+		if err := Object(b, func(m Member) error { got = m; return nil }); err != nil {
+			t.Fatalf("Object(%q): %v", b, err)
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, got.Value); err != nil {
+			t.Fatal(err)
+		}
+		if want := c.Len() != len(got.Value); got.Spaced != want {
+			t.Fatalf("Object(%q): value %q Spaced=%v, want %v", b, got.Value, got.Spaced, want)
+		}
 	}
 }
