@@ -23,6 +23,7 @@ import (
 	"github.com/regen-dev/regen/internal/store/postgres"
 	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // capSim starts a fast vLLM simulator writing hidden states (3 layers of
@@ -448,7 +449,7 @@ func TestRunCapturesAgainForNewIDs(t *testing.T) {
 		case f.Key != "p/s001" && f.SHA256 != before[i].SHA256:
 			t.Errorf("%s captured again though its ids did not change", f.Key)
 		case f.Key == "p/s001":
-			if f.SHA256 == before[i].SHA256 || f.Input != InputHash(ids) || f.Path != before[i].Path {
+			if f.SHA256 == before[i].SHA256 || f.Input != tokenrows.InputHash(newIDs) || f.Path != before[i].Path {
 				t.Errorf("s001 after its ids changed: %+v (before %+v)", f, before[i])
 			}
 			if _, err := CheckFile(filepath.Join(cfg.JobDir, f.Path), ids, Expect{}); err != nil {

@@ -70,7 +70,7 @@ func Verify(ctx context.Context, ls Listing, jobDir, dir string) (VerifyReport, 
 			return err
 		}
 		r.Files++
-		path := recordedPath(jobDir, f.Path)
+		path := job.FromRel(jobDir, f.Path)
 		if other, dup := listed[path]; dup {
 			r.Problems = append(r.Problems, Problem{Path: f.Path, What: fmt.Sprintf("listed for both %s and %s", other, f.Key)})
 			return nil
@@ -119,20 +119,6 @@ func checkListed(path string, f store.CapturedFile, buf []byte) (int64, string) 
 	return n, ""
 }
 
-// recordedPath is a record's path as a clean absolute one: records are
-// relative to the job file's folder, or absolute when outside it
-// (job.RelTo).
-func recordedPath(jobDir, p string) string {
-	p = filepath.FromSlash(p)
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(jobDir, p)
-	}
-	if abs, err := filepath.Abs(p); err == nil {
-		return abs
-	}
-	return filepath.Clean(p)
-}
-
 // unlistedFiles names the .safetensors files under dir that no record
 // lists. A folder that does not exist holds none.
 func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, error) {
@@ -147,7 +133,7 @@ func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, err
 		if d.IsDir() || !strings.HasSuffix(d.Name(), ".safetensors") {
 			return nil
 		}
-		if _, ok := listed[recordedPath(jobDir, path)]; !ok {
+		if _, ok := listed[job.FromRel(jobDir, path)]; !ok {
 			out = append(out, Problem{Path: filepath.ToSlash(job.RelTo(jobDir, path)), What: "in the capture folder but not recorded in the store (a capture killed between placing and recording it leaves one: regen capture adopts or removes it)"})
 		}
 		return nil

@@ -2,9 +2,6 @@ package capture
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,17 +26,6 @@ type item struct {
 
 // walkBatch is how many keys one state lookup covers.
 const walkBatch = 256
-
-// InputHash is the sha256 (hex) of the ids a capture sends, as 8-byte
-// little-endian integers: the store captures a key again when it changes.
-func InputHash(ids []int64) string {
-	b := make([]byte, 8*len(ids))
-	for i, id := range ids {
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(id))
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
 
 // walk sends every done row's keys that are neither captured nor dead.
 func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
@@ -102,7 +88,7 @@ func (r *runner) items(row store.Row, first bool) []item {
 			ids[i] = int64(id)
 		}
 		r.count(first, func(s *Summary) { s.Rows++ })
-		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: InputHash(ids)}, ids: ids})
+		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: tokenrows.InputHash(tr.InputIDs)}, ids: ids})
 	}
 	return out
 }
