@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // captureFS mounts a tmpfs of size bytes, unmounted at cleanup. Mounting
@@ -81,11 +83,36 @@ capture:
 		t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
 	for _, c := range claimed {
-		if err := st.Complete(ctx, c.ID, "me", store.Result{Response: []byte(`{"content":"a"}`), FinishReason: "stop", PromptTokens: 200, CompletionTokens: 100}); err != nil {
+		prompt, completion := sampleIDs(c.ID)
+		resp, err := json.Marshal(map[string]any{"content": "a", "prompt_token_ids": prompt, "completion_token_ids": completion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Complete(ctx, c.ID, "me", store.Result{Response: resp, FinishReason: "stop", PromptTokens: 200, CompletionTokens: 100}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return jobPath
+}
+
+// sampleIDs are planCaptureJob's token ids of sample id: 200 prompt ids
+// and 100 completion ids, different for each sample.
+func sampleIDs(id string) (prompt, completion []int32) {
+	n, _ := strconv.Atoi(id)
+	prompt, completion = make([]int32, 200), make([]int32, 100)
+	for i := range prompt {
+		prompt[i] = int32(1000 + n)
+	}
+	for i := range completion {
+		completion[i] = int32(7 + i)
+	}
+	return prompt, completion
+}
+
+// sampleInput is the capture Input of sample id's conversation row.
+func sampleInput(id string) string {
+	p, c := sampleIDs(id)
+	return tokenrows.InputHash(append(p, c...))
 }
 
 // TestPlanCaptureRefusesOnSmallTmpfs: `regen plan job.yaml` for a job with

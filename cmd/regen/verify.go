@@ -88,6 +88,10 @@ func runVerify(ctx context.Context, out io.Writer, path string, o verifyOptions)
 		return &exitError{code: 1, err: fmt.Errorf("%s: %d problems in %d files checked (%s); regen export %s writes the files again from the store",
 			spec.Rel(rep.Manifest), len(rep.Problems), rep.Files, took, spec.Rel(spec.Path))}
 	}
+	if n := len(rep.StaleCaptures); n > 0 {
+		fmt.Fprintf(out, "note: %d captured hidden-state files are stale, not of an exported row's input_ids (the first: %s), and the manifest rightly leaves them out; regen capture %s captures those rows again\n",
+			n, rep.StaleCaptures[0], spec.Rel(spec.Path))
+	}
 	hidden := ""
 	if spec.Capture != nil {
 		hidden = fmt.Sprintf(", %d hidden-state files (%s) match the store", capRep.Files, capture.FormatBytes(capRep.Bytes))
