@@ -89,7 +89,7 @@ func move(src, dst string) error {
 // directory entries).
 type dirSync struct {
 	dir     string
-	sync    func(dir string) error // syncDir; tests count the calls
+	sync    func(dir string) error // syncDir; tests count the calls (dirSyncer)
 	mu      sync.Mutex
 	cond    *sync.Cond
 	started uint64 // syncs begun
@@ -99,7 +99,7 @@ type dirSync struct {
 }
 
 func newDirSync(dir string) *dirSync {
-	d := &dirSync{dir: dir, sync: syncDir}
+	d := &dirSync{dir: dir, sync: dirSyncer}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -158,9 +158,7 @@ func renameNoReplace(src, dst string) error {
 // copyThenRename copies src into a synced temporary file beside dst and
 // renames it into place, then removes src.
 func copyThenRename(src, dst string) error {
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(dst), partPrefix+hex.EncodeToString(rnd[:])+".part")
+	tmp := partPath(filepath.Dir(dst))
 	if err := copyFile(src, tmp); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("place %s: copy across file systems: %w", dst, err)
@@ -173,6 +171,13 @@ func copyThenRename(src, dst string) error {
 		return fmt.Errorf("place %s: remove the server's copy: %w", dst, err)
 	}
 	return nil
+}
+
+// partPath is a new temporary name in dir, of those Sweep removes.
+func partPath(dir string) string {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	return filepath.Join(dir, partPrefix+hex.EncodeToString(rnd[:])+".part")
 }
 
 func copyFile(src, dst string) error {
@@ -203,6 +208,9 @@ func syncFile(path string) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// dirSyncer is how a runner's dirSync syncs its folder; a test counts.
+var dirSyncer = syncDir
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

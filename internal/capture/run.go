@@ -51,6 +51,7 @@ type Summary struct {
 	Captured  int   // captured and recorded by this run
 	Adopted   int   // placed by a killed run, checked and recorded by this one
 	Before    int   // recorded before this run
+	SetAside  int   // files at a key's name that failed its check, renamed for Sweep
 	Dead      int   // dead now (the whole job)
 	Bytes     int64 // of the files this run recorded
 	FirstDead string

@@ -191,7 +191,7 @@ func (r *runner) lost(c store.CaptureClaim, err error) error {
 // adopt records a file already in place under the key's name (placed by a
 // run killed before it recorded it, or by a worker that lost its lease),
 // once it passes the same check as a new one; a file that fails it is not
-// this key's capture (its ids changed since) and is removed.
+// this key's capture (its ids changed since) and is set aside.
 func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, dst string) (bool, error) {
 	if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -200,20 +200,39 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 	}
 	info, err := CheckFile(dst, ids, r.expected())
 	if fe, ok := ownError(err); ok {
-		r.cfg.Log.Warn("capture_stale_file_removed", "key", c.Key, "path", dst, "evidence", fe.Kind+": "+fe.Detail)
-		if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("capture: %w", err)
-		}
-		return false, syncDir(r.cfg.Dir)
+		return r.setAside(ctx, c, dst, fe)
 	}
 	if err != nil {
 		return false, fmt.Errorf("capture: %w", err)
+	}
+	// The run that placed it may have died between its rename and the
+	// folder's sync: the entry is durable before the record that lists it.
+	if err := r.dirSync.Sync(); err != nil {
+		return false, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
 	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
 		return true, err // a lost lease: the key's new holder settles it
 	}
 	r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
 	return true, nil
+}
+
+// setAside moves a file at the key's name that fails the key's check out
+// of the way, once the store confirms this worker still holds the key: a
+// worker whose lease lapsed leaves alone what the key's new holder placed
+// and recorded. The file is renamed to a temporary name Sweep removes
+// later, not deleted, so even a pause past the confirmed lease loses
+// nothing at once. It reports true (nothing more to do) on a lost lease.
+func (r *runner) setAside(ctx context.Context, c store.CaptureClaim, dst string, fe *FileError) (bool, error) {
+	if err := r.st.ConfirmCapture(ctx, c, r.cfg.Lease); err != nil {
+		return true, r.lost(c, err)
+	}
+	if err := os.Rename(dst, partPath(r.cfg.Dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("capture %s: set aside %s: %w", c.Key, dst, err)
+	}
+	r.cfg.Log.Warn("capture_stale_file_set_aside", "key", c.Key, "path", dst, "evidence", fe.Kind+": "+fe.Detail)
+	r.count(true, func(s *Summary) { s.SetAside++ })
+	return false, r.dirSync.Sync()
 }
 
 // attempt sends the key until a server answers, then checks and places

@@ -79,6 +79,7 @@ func testCaptureOnce(t *testing.T, s store.Store) {
 	wantCaptureStates(t, s, []string{"a", "never"}, map[string]store.State{"a": store.Leased})
 	must(t, s.RecordCapture(ctx, c, cfile(k, "hidden_states/a.safetensors")))
 	wantErr(t, "RecordCapture twice", s.RecordCapture(ctx, c, cfile(k, "hidden_states/a.safetensors")), store.ErrNotLeased)
+	wantErr(t, "ConfirmCapture of a captured key", s.ConfirmCapture(ctx, c, lease), store.ErrNotLeased)
 	if _, ok := claimCapture(t, s, k, "w2", lease); ok {
 		t.Fatal("a captured key was claimed again")
 	}
@@ -98,6 +99,8 @@ func testCaptureLostLease(t *testing.T, s store.Store) {
 	}
 	wantErr(t, "RecordCapture under the lost lease", s.RecordCapture(ctx, old, cfile(k, "h/a.safetensors")), store.ErrNotLeased)
 	wantErr(t, "FailCapture under the lost lease", s.FailCapture(ctx, old, "nan: x", true), store.ErrNotLeased)
+	wantErr(t, "ConfirmCapture under the lost lease", s.ConfirmCapture(ctx, old, lease), store.ErrNotLeased)
+	must(t, s.ConfirmCapture(ctx, c, lease))
 	must(t, s.ReleaseCapture(ctx, old)) // no error, and no effect
 	wantCaptureStates(t, s, []string{k.Key}, map[string]store.State{k.Key: store.Leased})
 	must(t, s.RecordCapture(ctx, c, cfile(k, "h/a.safetensors")))
