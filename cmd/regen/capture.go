@@ -12,6 +12,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/capture"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -118,7 +119,7 @@ func captureProgress(ctx context.Context, st store.Store, every time.Duration) (
 				continue
 			}
 			total := "?"
-			if v, ok, err := st.Meta(ctx, capture.RowsMeta); err == nil && ok {
+			if v, ok, err := st.Meta(ctx, monitor.CaptureRowsMeta); err == nil && ok {
 				total = v
 			}
 			fmt.Printf("capture: %d of %s captured, %d dead, %d in flight, %d to retry; %s\n",

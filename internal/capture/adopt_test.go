@@ -69,8 +69,8 @@ func TestAdoptSyncsFolderBeforeRecord(t *testing.T) {
 // TestAdoptLeavesNewHoldersFile: a worker whose lease was lost (the key
 // claimed again and recorded by another) finds the file at the key's name
 // failing its check (its ids are not the holder's): it leaves the file in
-// place. A worker that still holds the key sets such a file aside under a
-// temporary name Sweep removes, and deletes nothing.
+// place. A worker that still holds the key, among others, sets such a
+// file aside under a temporary name Sweep removes, and deletes nothing.
 func TestAdoptLeavesNewHoldersFile(t *testing.T) {
 	ctx := context.Background()
 	r, st := adoptRunner(t)
@@ -100,7 +100,9 @@ func TestAdoptLeavesNewHoldersFile(t *testing.T) {
 		t.Fatalf("the holder's recorded file after a lapsed worker's adopt: %v (%d bytes, want %d)", err, len(got), len(want))
 	}
 
-	// Under a live lease the stale file is renamed aside, not deleted.
+	// Under a live lease, with other workers, the stale file is renamed
+	// aside, not deleted.
+	r.cfg.Shared = true
 	k2 := store.CaptureKey{Key: "s2", SampleID: "s2", Turn: store.WholeConversation, Input: "in"}
 	c2, _, err := st.ClaimCapture(ctx, k2, "cap", time.Minute)
 	must(t, err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nlpodyssey/safetensors"
 
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
@@ -206,4 +208,33 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 	if err := fits.Refusal(); !errors.As(err, &se) || !strings.Contains(err.Error(), "has 639 kB free") {
 		t.Fatalf("after 400 KiB of ballast: %v, want a SpaceError naming 639 kB free (1,048,576 - 409,600 bytes)", err)
 	}
+}
+
+// TestRunJobRechecksOnceTheFirstFileFixesTheLayout: a job without a hidden
+// size (none in the job, no file yet, no local config.json) starts without
+// a storage preflight; the first file recorded fixes the layout (4 layers
+// of 4096 bf16 from the server, about 330 kB a file), and the preflight
+// then refuses with the numbers: 30 files do not fit a 2 MB tmpfs. Only
+// that first file is written.
+func TestRunJobRechecksOnceTheFirstFileFixesTheLayout(t *testing.T) {
+	fsDir := smallFS(t, 2<<20)
+	url, _ := capSim(t, "", 0, func(c *sim.Config) { c.HiddenSize, c.HiddenLayers = 4096, 4 })
+	st := doneStore(t, 30)
+	dir := t.TempDir()
+	spec := &job.Spec{Name: "j", Dir: dir, Path: filepath.Join(dir, "job.yaml"), Model: "org/remote-model",
+		Capture: &job.Capture{Endpoints: []job.CaptureEndpoint{{URL: url}}, Dir: filepath.Join(fsDir, "h"), Concurrency: 1, MaxAttempts: 2, FileWait: 5 * time.Second}}
+	if _, err := Preflight(context.Background(), st, spec); !errors.Is(err, ErrNoLayout) {
+		t.Fatalf("preflight before any file: %v, want ErrNoLayout", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, err := RunJob(ctx, spec, st, nil)
+	var se *SpaceError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "4 layers x 4096 hidden x 2 bytes bf16") || !strings.Contains(err.Error(), "free") {
+		t.Fatalf("RunJob: %v (summary %+v); want the preflight's refusal with the numbers once the first file fixed the layout", err, sum)
+	}
+	if sum.Captured != 1 {
+		t.Errorf("%d files captured before the refusal, want 1 (the one that fixed the layout)", sum.Captured)
+	}
+	t.Logf("refusal after the first file: %v", err)
 }

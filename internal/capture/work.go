@@ -67,30 +67,40 @@ func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
 // items are a done row's training rows with ids (package tokenrows, as
 // export builds them).
 func (r *runner) items(row store.Row, first bool) []item {
-	recs, err := reply.Answers(row)
+	out, noIDs, err := rowItems(row, r.cfg.PerTurn)
 	if err != nil {
 		r.cfg.Log.Warn("capture_row_unreadable", "sample", row.ID, "err", err)
-		r.count(first, func(s *Summary) { s.NoIDs++ })
-		return nil
+		noIDs = 1
+	}
+	r.count(first, func(s *Summary) { s.Rows += len(out); s.NoIDs += noIDs })
+	return out
+}
+
+// rowItems are a done row's training rows with ids, each keyed with the
+// hash of its ids, and how many of its rows have none.
+func rowItems(row store.Row, perTurn bool) ([]item, int, error) {
+	recs, err := reply.Answers(row)
+	if err != nil {
+		return nil, 0, err
 	}
 	answers := make([]llm.Result, len(recs))
 	for i, rec := range recs {
 		answers[i] = rec.Result
 	}
 	var out []item
-	for _, tr := range tokenrows.Rows(row.ID, answers, r.cfg.PerTurn, func(int) string { return "the server" }) {
+	noIDs := 0
+	for _, tr := range tokenrows.Rows(row.ID, answers, perTurn, func(int) string { return "the server" }) {
 		if tr.Missing != "" {
-			r.count(first, func(s *Summary) { s.NoIDs++ })
+			noIDs++
 			continue
 		}
 		ids := make([]int64, len(tr.InputIDs))
 		for i, id := range tr.InputIDs {
 			ids[i] = int64(id)
 		}
-		r.count(first, func(s *Summary) { s.Rows++ })
 		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: tokenrows.InputHash(tr.InputIDs)}, ids: ids})
 	}
-	return out
+	return out, noIDs, nil
 }
 
 // count changes the summary during the first pass (later passes walk the
@@ -210,24 +220,31 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 	if err := r.dirSync.Sync(); err != nil {
 		return false, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
-	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
-		return true, err // a lost lease: the key's new holder settles it
+	ok, err := r.record(ctx, c, dst, info) // not ok: a lost lease, the key's new holder settles it
+	if ok {
+		r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
 	}
-	r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
-	return true, nil
+	return true, err
 }
 
 // setAside moves a file at the key's name that fails the key's check out
 // of the way, once the store confirms this worker still holds the key: a
 // worker whose lease lapsed leaves alone what the key's new holder placed
-// and recorded. The file is renamed to a temporary name Sweep removes
-// later, not deleted, so even a pause past the confirmed lease loses
-// nothing at once. It reports true (nothing more to do) on a lost lease.
+// and recorded. With other workers (Shared) the file is renamed to a
+// temporary name Sweep removes later, not deleted, so even a pause past
+// the confirmed lease loses nothing at once; a sole worker removes it. It
+// reports true (nothing more to do) on a lost lease.
 func (r *runner) setAside(ctx context.Context, c store.CaptureClaim, dst string, fe *FileError) (bool, error) {
 	if err := r.st.ConfirmCapture(ctx, c, r.cfg.Lease); err != nil {
 		return true, r.lost(c, err)
 	}
-	if err := os.Rename(dst, partPath(r.cfg.Dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	var err error
+	if r.cfg.Shared {
+		err = os.Rename(dst, partPath(r.cfg.Dir))
+	} else {
+		err = os.Remove(dst) // the sole worker (it holds the store's lock): its space is needed now
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("capture %s: set aside %s: %w", c.Key, dst, err)
 	}
 	r.cfg.Log.Warn("capture_stale_file_set_aside", "key", c.Key, "path", dst, "evidence", fe.Kind+": "+fe.Detail)
@@ -291,21 +308,27 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
 	r.fix(info)
-	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
-		return nil, err
+	ok, err := r.record(ctx, c, dst, info)
+	if ok {
+		r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
 	}
-	r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
-	return nil, nil
+	return nil, err
 }
 
 // record lists the placed file dst as c's capture and reports whether it
 // did; a lost lease is no error (the key's new holder finds the file and
-// adopts it).
+// adopts it). The error of Config.Recheck follows a record that was made.
 func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) (bool, error) {
 	f := store.CapturedFile{CaptureKey: c.CaptureKey, Path: job.RelTo(r.cfg.JobDir, dst), Bytes: info.Bytes, SHA256: info.SHA256,
 		Tokens: info.Shape.Tokens, Layers: info.Shape.Layers, Hidden: info.Shape.Hidden, DType: info.DType}
 	if err := r.st.RecordCapture(ctx, c, f); err != nil {
 		return false, r.lost(c, err)
+	}
+	if r.cfg.Recheck != nil {
+		r.recheck.Do(func() { r.recheckErr = r.cfg.Recheck(ctx) })
+		if r.recheckErr != nil {
+			return true, r.recheckErr
+		}
 	}
 	return true, nil
 }
