@@ -126,6 +126,10 @@ type Captures interface {
 	// reasonContains ("" = all) to pending with attempts reset, and
 	// reports how many.
 	RequeueDeadCaptures(ctx context.Context, reasonContains string) (int, error)
+	// RequeueCaptured returns a captured key to pending with attempts
+	// reset and reason as its last error (its file was found missing or
+	// changed), and reports whether it was captured.
+	RequeueCaptured(ctx context.Context, key, reason string) (bool, error)
 }
 
 // Add counts n captures in state st holding bytes and tokens (backends

@@ -238,3 +238,12 @@ func (s *Store) RequeueDeadCaptures(ctx context.Context, reasonContains string) 
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// RequeueCaptured returns a captured key to pending.
+func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE captures SET state = 'pending', attempts = 0, last_error = $1 WHERE key = $2 AND state = 'done'`, text(reason), text(key))
+	if err != nil {
+		return false, fmt.Errorf("requeue capture %s: %w", key, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}

@@ -255,3 +255,13 @@ func (s *Store) RequeueDeadCaptures(ctx context.Context, reasonContains string) 
 	n, err := res.RowsAffected()
 	return int(n), err
 }
+
+// RequeueCaptured returns a captured key to pending.
+func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, error) {
+	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'pending', attempts = 0, last_error = ? WHERE key = ? AND state = 'done'`, reason, key)
+	if err != nil {
+		return false, fmt.Errorf("requeue capture %s: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}

@@ -83,6 +83,18 @@ func testCaptureOnce(t *testing.T, s store.Store) {
 	if _, ok := claimCapture(t, s, k, "w2", lease); ok {
 		t.Fatal("a captured key was claimed again")
 	}
+	if ok, err := s.RequeueCaptured(ctx, "never", "missing"); err != nil || ok {
+		t.Errorf("RequeueCaptured of a key never captured = %v, %v; want false", ok, err)
+	}
+	if ok, err := s.RequeueCaptured(ctx, "a", "recheck: missing"); err != nil || !ok {
+		t.Fatalf("RequeueCaptured(a) = %v, %v; want true", ok, err)
+	}
+	wantCaptureStates(t, s, []string{"a"}, map[string]store.State{"a": store.Pending})
+	again, ok := claimCapture(t, s, k, "w2", lease)
+	if !ok || again.Attempts != 0 {
+		t.Fatalf("claim after RequeueCaptured = %+v, %v; want a fresh lease", again, ok)
+	}
+	must(t, s.RecordCapture(ctx, again, cfile(k, "hidden_states/a.safetensors")))
 	wantCaptureStates(t, s, []string{"a"}, map[string]store.State{"a": store.Done})
 }
 
