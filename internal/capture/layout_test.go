@@ -117,3 +117,32 @@ func TestEstimateJobCountsCurrentCaptures(t *testing.T) {
 		t.Errorf("estimate subtracts %d files of %d bytes; want p/s001's alone (1 file, 1000 bytes)", e.Captured, e.CapturedBytes)
 	}
 }
+
+// TestFromJobNamesEmptyKeyVariable: a capture endpoint whose api_key_env
+// names an empty variable is refused naming the field and its line in the
+// job file.
+func TestFromJobNamesEmptyKeyVariable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	must(t, os.WriteFile(path, []byte(`name: cap
+model: m
+endpoints: [{url: "http://127.0.0.1:1"}]
+sources: [{partition: p, path: data.jsonl, prompt: prompt}]
+lanes: [{name: short, concurrency: 8, max_tokens: 4096}]
+output: {token_ids: true}
+capture:
+  endpoints:
+    - url: "http://127.0.0.1:2"
+    - url: "http://127.0.0.1:3"
+      api_key_env: REGEN_TEST_CAPTURE_KEY_UNSET
+`), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "data.jsonl"), []byte(`{"prompt":"q"}`+"\n"), 0o644))
+	t.Setenv("REGEN_TEST_CAPTURE_KEY_UNSET", "")
+	spec, err := job.Load(path)
+	must(t, err)
+	_, err = FromJob(spec, "o", false, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "job.yaml:11") || !strings.Contains(err.Error(), "capture.endpoints[1].api_key_env") ||
+		!strings.Contains(err.Error(), "REGEN_TEST_CAPTURE_KEY_UNSET is empty") {
+		t.Fatalf("FromJob: %v; want job.yaml:11, the field and the variable named", err)
+	}
+}
