@@ -176,10 +176,11 @@ func (r *runner) capture(ctx context.Context, it item) error {
 		if err := r.st.FailCapture(ctx, c, evidence, dead); err != nil {
 			return r.lost(c, err)
 		}
-		r.cfg.Log.Info("capture_failed", "key", c.Key, "attempt", attempts, "dead", dead, "evidence", evidence)
-		if dead {
+		if dead { // one line a dead key: the evidence (the store keeps it too)
+			r.cfg.Log.Warn("capture_dead", "key", c.Key, "attempts", attempts, "evidence", evidence)
 			return nil
 		}
+		r.count(true, func(s *Summary) { s.Retried++ })
 		if err := sleep(ctx, dispatch.Delay(attempts, r.cfg.BaseDelay, r.cfg.MaxDelay, rand.Float64())); err != nil {
 			return err
 		}
@@ -191,7 +192,7 @@ func (r *runner) capture(ctx context.Context, it item) error {
 // and anything else into the run's error.
 func (r *runner) lost(c store.CaptureClaim, err error) error {
 	if errors.Is(err, store.ErrNotLeased) {
-		r.cfg.Log.Warn("capture_lease_lost", "key", c.Key, "token", c.Token)
+		r.count(true, func(s *Summary) { s.LeasesLost++ })
 		r.held.Add(1)
 		return nil
 	}
@@ -209,8 +210,8 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		return false, fmt.Errorf("capture: %w", err)
 	}
 	info, err := CheckFile(dst, ids, r.expected())
-	if fe, ok := ownError(err); ok {
-		return r.setAside(ctx, c, dst, fe)
+	if _, ok := ownError(err); ok {
+		return r.setAside(ctx, c, dst)
 	}
 	if err != nil {
 		return false, fmt.Errorf("capture: %w", err)
@@ -234,7 +235,7 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 // temporary name Sweep removes later, not deleted, so even a pause past
 // the confirmed lease loses nothing at once; a sole worker removes it. It
 // reports true (nothing more to do) on a lost lease.
-func (r *runner) setAside(ctx context.Context, c store.CaptureClaim, dst string, fe *FileError) (bool, error) {
+func (r *runner) setAside(ctx context.Context, c store.CaptureClaim, dst string) (bool, error) {
 	if err := r.st.ConfirmCapture(ctx, c, r.cfg.Lease); err != nil {
 		return true, r.lost(c, err)
 	}
@@ -247,7 +248,6 @@ func (r *runner) setAside(ctx context.Context, c store.CaptureClaim, dst string,
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("capture %s: set aside %s: %w", c.Key, dst, err)
 	}
-	r.cfg.Log.Warn("capture_stale_file_set_aside", "key", c.Key, "path", dst, "evidence", fe.Kind+": "+fe.Detail)
 	r.count(true, func(s *Summary) { s.SetAside++ })
 	return false, r.dirSync.Sync()
 }
@@ -266,17 +266,17 @@ func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64,
 		switch {
 		case ctx.Err() != nil:
 			r.eps.release(ep, nil)
-			removeAll(res)
+			removeServerFiles(res)
 			return nil, ctx.Err()
 		case err != nil && !isOwn:
-			r.eps.release(ep, err)
-			r.cfg.Log.Warn("capture_server_failed", "endpoint", ep.URL, "key", c.Key, "err", err)
-			removeAll(res)
+			r.released(ep, err)
+			r.count(true, func(s *Summary) { s.ServerErrors++ })
+			removeServerFiles(res)
 			continue
 		}
-		r.eps.release(ep, nil)
+		r.released(ep, nil)
 		if isOwn {
-			removeAll(res)
+			removeServerFiles(res)
 			return own, nil
 		}
 		return r.place(ctx, c, ids, dst, res)
@@ -286,7 +286,7 @@ func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64,
 // place checks the server's file against the ids sent, moves it into the
 // folder and records it. A file already under the name is ErrExists.
 func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, dst string, res Result) (*FileError, error) {
-	defer removeAll(res)
+	defer removeServerFiles(res)
 	if i := firstDiff(res.PromptIDs, ids); i >= 0 {
 		return &FileError{Path: res.Path, Kind: KindPromptIDs, Detail: promptDiff(res.PromptIDs, ids, i)}, nil
 	}
@@ -356,7 +356,7 @@ func promptDiff(got, want []int64, i int) string {
 
 // removeAll removes what a capture left on the server's side: its file
 // when it was not placed (a bad one) and the connector's lock file.
-func removeAll(res Result) {
+func removeServerFiles(res Result) {
 	for _, p := range append([]string{res.Path}, res.Leftovers...) {
 		if p != "" {
 			_ = os.Remove(p)
@@ -372,5 +372,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// released ends a request on ep, logging the endpoint going down or
+// coming back.
+func (r *runner) released(ep *endpoint, failed error) {
+	if !r.eps.release(ep, failed) {
+		return
+	}
+	if failed != nil {
+		r.cfg.Log.Warn("capture_endpoint_failing", "endpoint", ep.URL, "err", failed)
+	} else {
+		r.cfg.Log.Info("capture_endpoint_up", "endpoint", ep.URL)
 	}
 }
