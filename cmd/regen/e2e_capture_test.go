@@ -18,6 +18,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/capture"
 	"github.com/regen-dev/regen/internal/sim"
+	"github.com/regen-dev/regen/internal/testfs"
 )
 
 // captureJob generates with a launched simulator (token ids on) and
@@ -328,7 +329,7 @@ func TestE2ECaptureFaults(t *testing.T) {
 func TestE2ECaptureRefusesWhatDoesNotFit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	small := captureFS(t, 1<<20)
+	small := testfs.Tmpfs(t, 1<<20)
 	serverOut := filepath.Join(dir, "server_out")
 	url := startCaptureSim(t, serverOut, 50, "")
 	writeCaptureJob(t, dir, url, 6)

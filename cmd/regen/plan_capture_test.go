@@ -10,35 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/testfs"
 	"github.com/regen-dev/regen/internal/tokenrows"
 )
-
-// captureFS mounts a tmpfs of size bytes, unmounted at cleanup. Mounting
-// needs root: CI runs as root, so there a failure fails the test; elsewhere
-// it skips loudly (as the runner's full-disk test does).
-func captureFS(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		msg := fmt.Sprintf("mount a %d-byte tmpfs on %s: %v: this free-space test needs root", size, dir, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED LOUDLY: " + msg)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
 
 // captureJob writes a job with a capture section whose dir is capDir and
 // a store holding n done samples of 200 prompt and 100 completion tokens.
@@ -120,7 +99,7 @@ func sampleInput(id string) string {
 // alone; on a 1 MB tmpfs 10 files of 300 tokens x 2 x 64 bf16 fit, 13 are
 // refused with exit 1 and the numbers, in text and in JSON.
 func TestPlanCaptureRefusesOnSmallTmpfs(t *testing.T) {
-	fs := captureFS(t, 1<<20)
+	fs := testfs.Tmpfs(t, 1<<20)
 	ctx := context.Background()
 	run := func(jobPath string, asJSON bool) (string, error) {
 		o := planOptions{fromJob: jobPath, json: asJSON}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/testfs"
 	"github.com/regen-dev/regen/internal/store/sqlite"
 )
 
@@ -103,27 +103,6 @@ func TestEstimateNeed(t *testing.T) {
 	}
 }
 
-// smallFS mounts a tmpfs of size bytes on a fresh folder, unmounted at
-// cleanup. Mounting needs root (CAP_SYS_ADMIN): CI runs as root, so there
-// the test fails without it; elsewhere it skips loudly.
-func smallFS(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		msg := fmt.Sprintf("mount a %d-byte tmpfs on %s: %v: this free-space test needs root", size, dir, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED LOUDLY: " + msg)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // doneStore is a real SQLite store with n done single-turn samples of
 // prompt+completion tokens each.
 func doneSQLite(t *testing.T, n, prompt, completion int) *sqlite.Store {
@@ -159,7 +138,7 @@ func doneSQLite(t *testing.T, n, prompt, completion int) *sqlite.Store {
 // 1 MB tmpfs: a capture that fits is allowed, one that does not is refused
 // with the numbers, and filling the tmpfs turns the first into a refusal.
 func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
-	fsDir := smallFS(t, 1<<20)
+	fsDir := testfs.Tmpfs(t, 1<<20)
 	dir := filepath.Join(fsDir, "hidden") // not created yet: measured on its parent
 	l := Layout{Layers: 2, Hidden: 64, DType: "bf16"}
 	per := FileBytes(300, l) // 300 tokens: 79,056 bytes a file
@@ -217,7 +196,7 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 // then refuses with the numbers: 30 files do not fit a 2 MB tmpfs. Only
 // that first file is written.
 func TestRunJobRechecksOnceTheFirstFileFixesTheLayout(t *testing.T) {
-	fsDir := smallFS(t, 2<<20)
+	fsDir := testfs.Tmpfs(t, 2<<20)
 	url, _ := capSim(t, "", 0, func(c *sim.Config) { c.HiddenSize, c.HiddenLayers = 4096, 4 })
 	st := doneStore(t, 30)
 	dir := t.TempDir()
