@@ -15,8 +15,8 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
-	"github.com/regen-dev/regen/internal/testfs"
 	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/testfs"
 )
 
 // TestFileBytesCoversRealFiles writes files with the library and checks the
