@@ -149,7 +149,8 @@ func TestExportListsHiddenStates(t *testing.T) {
 
 // TestExportLeavesOutStaleCaptures: a captured file is listed only for a
 // written row whose input_ids it holds. A row regenerated since its
-// capture (other ids), a key no row has any more, and a conversation's key
+// capture (other ids), a key no row has any more, a row whose ids are
+// unavailable, and a conversation's key
 // after output.token_rows switched to turns are left out of the manifest,
 // the card's count and the sha256sum file, counted stale, and Verify
 // names them without failing; a manifest that lists one fails.
@@ -161,6 +162,7 @@ func TestExportLeavesOutStaleCaptures(t *testing.T) {
 		{Key: "P1/t1/turn1", SampleID: "P1/t1", Turn: 0, Input: tokenrows.InputHash(ids(5, 6, 7))},
 		{Key: "P1/t2/turn1", SampleID: "P1/t2", Turn: 0, Input: tokenrows.InputHash(ids(5, 8, 9, 11))},
 		{Key: "P1/gone/turn1", SampleID: "P1/gone", Turn: 0, Input: tokenrows.InputHash(ids(5, 6, 7))},
+		{Key: "P1/a1/turn1", SampleID: "P1/a1", Turn: 0, Input: tokenrows.InputHash(ids(5, 6, 7))},
 		{Key: "P1/t1", SampleID: "P1/t1", Turn: store.WholeConversation, Input: tokenrows.InputHash(ids(5, 6, 7))}})
 	o := Options{JobDir: jobDir, Captured: captured, TokenIDs: true, TokenRows: TokenRowsTurn}
 	if _, err := ExportWith(ctx, tokenFixture(t), dir, Formats, "job", o); err != nil {
@@ -168,15 +170,15 @@ func TestExportLeavesOutStaleCaptures(t *testing.T) {
 	}
 	m := readManifest(t, dir, "job")
 	h := m.HiddenStates
-	if h == nil || h.Count != 1 || h.Stale != 3 || len(h.Files) != 1 || h.Files[0].Key != "P1/t1/turn1" {
-		t.Fatalf("manifest hidden_states = %+v; want only P1/t1/turn1 listed, 3 stale", h)
+	if h == nil || h.Count != 1 || h.Stale != 4 || len(h.Files) != 1 || h.Files[0].Key != "P1/t1/turn1" {
+		t.Fatalf("manifest hidden_states = %+v; want only P1/t1/turn1 listed, 4 stale", h)
 	}
 	sums, err := os.ReadFile(HiddenSumsPath(dir, "job"))
 	if err != nil || strings.Count(string(sums), "\n") != 1 || !strings.Contains(string(sums), "P1_t1_turn1.safetensors") {
 		t.Errorf("sha256sum file %q (%v), want the one current file", sums, err)
 	}
 	card, _ := os.ReadFile(filepath.Join(dir, "README.md"))
-	for _, want := range []string{"1 files of the target model's hidden states", "3 more captured files in that folder are not listed"} {
+	for _, want := range []string{"1 files of the target model's hidden states", "4 more captured files in that folder are not listed"} {
 		if !strings.Contains(string(card), want) {
 			t.Errorf("card lacks %q", want)
 		}
@@ -185,7 +187,7 @@ func TestExportLeavesOutStaleCaptures(t *testing.T) {
 	if err != nil || rep.Err() != nil {
 		t.Fatalf("Verify: %v, %v", err, rep.Err())
 	}
-	if want := []string{"P1/t2/turn1", "P1/gone/turn1", "P1/t1"}; !slices.Equal(rep.StaleCaptures, want) {
+	if want := []string{"P1/t2/turn1", "P1/gone/turn1", "P1/a1/turn1", "P1/t1"}; !slices.Equal(rep.StaleCaptures, want) {
 		t.Errorf("Verify's stale captures %v, want %v", rep.StaleCaptures, want)
 	}
 	// A manifest that lists a stale capture fails.
@@ -206,7 +208,7 @@ func TestExportLeavesOutStaleCaptures(t *testing.T) {
 	if _, err := ExportWith(ctx, tokenFixture(t), dir, Formats, "job", o); err != nil {
 		t.Fatal(err)
 	}
-	if h := readManifest(t, dir, "job").HiddenStates; h.Count != 1 || h.Stale != 3 || h.Files[0].Key != "P1/t1" {
+	if h := readManifest(t, dir, "job").HiddenStates; h.Count != 1 || h.Stale != 4 || h.Files[0].Key != "P1/t1" {
 		t.Fatalf("conversation rows: hidden_states = %+v; want only P1/t1 listed", h)
 	}
 }
