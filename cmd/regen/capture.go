@@ -124,6 +124,10 @@ func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.L
 	sum, err := capture.RunJob(ctx, spec, st, log)
 	line := fmt.Sprintf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s",
 		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, monitor.Size(sum.Bytes), spec.Rel(spec.Capture.Dir))
+	if sum.Retried+sum.ServerErrors+sum.LeasesLost+sum.SetAside > 0 {
+		line += fmt.Sprintf(" (%d bad files retried, %d server errors, %d leases taken over, %d stale files at a key's name replaced)",
+			sum.Retried, sum.ServerErrors, sum.LeasesLost, sum.SetAside)
+	}
 	switch {
 	case errors.Is(err, capture.ErrIncomplete):
 		err = fmt.Errorf("capture: %w; regen capture --retry-dead %s tries the dead ones again", err, spec.Rel(spec.Path))
