@@ -38,6 +38,7 @@ func TestRelText(t *testing.T) {
 		t.Errorf("RelText:\n got %q\nwant %q", got, want)
 	}
 }
+
 // TestFromRel: a recorded path comes back absolute and clean, joined
 // under the job folder unless it was recorded absolute, and RelTo of the
 // result records it the same way again.
