@@ -190,6 +190,18 @@ func TestExportLeavesOutStaleCaptures(t *testing.T) {
 	if want := []string{"P1/t2/turn1", "P1/gone/turn1", "P1/a1/turn1", "P1/t1"}; !slices.Equal(rep.StaleCaptures, want) {
 		t.Errorf("Verify's stale captures %v, want %v", rep.StaleCaptures, want)
 	}
+	// At the end of an export of a running job, a row generated again
+	// after the export began is passed over, its listed capture with it.
+	moved := tokenFixture(t)
+	for i, r := range moved.rows {
+		if r.ID == "P1/t1" {
+			moved.rows[i] = doneRow(t, "P1/t1", `{"messages":[{"role":"user","content":"d"}]}`, answer(ids(5, 6), ids(8)))
+			moved.rows[i].FinishedAt = time.Now().Add(time.Hour)
+		}
+	}
+	if rep, err := verify(ctx, moved, dir, "job", o, time.Now()); err != nil || rep.Err() != nil {
+		t.Fatalf("verify since the export began, P1/t1 generated again meanwhile: %v, %v; want it passed over", err, rep.Err())
+	}
 	// A manifest that lists a stale capture fails.
 	m.HiddenStates.Files = append(m.HiddenStates.Files, HiddenStateFile{Key: "P1/t2/turn1", Path: "../hidden_states/P1_t2_turn1.safetensors"})
 	b, err := json.Marshal(m)

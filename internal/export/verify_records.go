@@ -75,6 +75,7 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 			}
 			for _, id := range r.rowIDs() {
 				skipNewer(w, id)
+				x.heldInput(id)
 			}
 			return true
 		}
