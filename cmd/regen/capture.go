@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,19 +14,24 @@ import (
 
 	"github.com/regen-dev/regen/internal/capture"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
 func init() { addCommand(newCaptureCommand) }
 
 type captureOptions struct {
-	verbose  bool
-	progress time.Duration
+	verbose   bool
+	progress  time.Duration
+	retryDead bool
+	recheck   bool
 }
 
 func (o *captureOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug detail too (the log is .regen/<job>/regen.log beside the job file)")
 	fs.DurationVar(&o.progress, "progress-every", 10*time.Second, "print the capture's counts this often (0: only at the end)")
+	fs.BoolVar(&o.retryDead, "retry-dead", false, "return the dead captures to pending with their attempts reset, then capture them again")
+	fs.BoolVar(&o.recheck, "recheck", false, "hash every captured file first and capture again each one missing or changed since it was recorded (what regen verify reports)")
 }
 
 func newCaptureCommand() *cobra.Command {
@@ -41,18 +48,19 @@ generation; capture runs it alone, e.g. once the capture servers are up.
 
 A re-run resumes: nothing captured is sent again, nothing is listed twice.
 It exits 1 when a capture failed for good (a bad file, capture.max_attempts
-times: the first one is named) or every capture server stayed down for
-capture.down_after.`,
+times: the first one is named; --retry-dead tries those again) or every
+capture server stayed down for capture.down_after. --recheck captures again
+the files regen verify finds missing or changed.`,
 		Args: jobFileArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCapture(cmd.Context(), args[0], o)
+			return runCapture(cmd.Context(), cmd.OutOrStdout(), args[0], o)
 		},
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func runCapture(ctx context.Context, path string, o captureOptions) error {
+func runCapture(ctx context.Context, out io.Writer, path string, o captureOptions) error {
 	spec, err := job.LoadContext(ctx, path)
 	if err != nil {
 		return err
@@ -72,15 +80,42 @@ func runCapture(ctx context.Context, path string, o captureOptions) error {
 		return err
 	}
 	defer logFile.Close()
-	fmt.Printf("regen: capture of job %s into %s%s\n", spec.Name, spec.Rel(spec.Capture.Dir), relNote(spec))
-	stop := captureProgress(ctx, st, o.progress)
+	fmt.Fprintf(out, "regen: capture of job %s into %s%s\n", spec.Name, spec.Rel(spec.Capture.Dir), relNote(spec))
+	if err := requeueCaptures(ctx, out, spec, st, o); err != nil {
+		return err
+	}
+	stop := captureProgress(ctx, out, st, o.progress)
 	line, err := captureJob(ctx, spec, st, log)
 	stop()
-	fmt.Println(line)
+	fmt.Fprintln(out, line)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return &exitError{code: 130, err: errors.New("capture interrupted; re-run to resume")}
 	}
 	return err
+}
+
+// requeueCaptures returns to pending what --retry-dead and --recheck ask
+// for, saying how many.
+func requeueCaptures(ctx context.Context, out io.Writer, spec *job.Spec, st store.Store, o captureOptions) error {
+	if o.retryDead {
+		n, err := st.RequeueDeadCaptures(ctx, "")
+		if err != nil {
+			return fmt.Errorf("capture --retry-dead: %w", err)
+		}
+		fmt.Fprintf(out, "capture: %d dead captures returned to pending\n", n)
+	}
+	if o.recheck {
+		host, _ := os.Hostname()
+		bad, err := capture.Recheck(ctx, st, spec.Dir, fmt.Sprintf("recheck-%s-%d", host, os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("capture --recheck: %w", err)
+		}
+		for _, p := range bad {
+			fmt.Fprintln(out, p.String())
+		}
+		fmt.Fprintf(out, "capture: %d captured files missing or changed, to capture again\n", len(bad))
+	}
+	return nil
 }
 
 // captureJob runs the job's capture and says what it did; regen run has
@@ -88,8 +123,15 @@ func runCapture(ctx context.Context, path string, o captureOptions) error {
 func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.Logger) (string, error) {
 	sum, err := capture.RunJob(ctx, spec, st, log)
 	line := fmt.Sprintf("capture: %d rows with token ids: %d captured now, %d recovered after a kill, %d before, %d dead; %d rows without ids; %s written to %s",
-		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, humanBytes(sum.Bytes), spec.Rel(spec.Capture.Dir))
-	if err != nil && !errors.Is(err, context.Canceled) {
+		sum.Rows, sum.Captured, sum.Adopted, sum.Before, sum.Dead, sum.NoIDs, monitor.Size(sum.Bytes), spec.Rel(spec.Capture.Dir))
+	if sum.Retried+sum.ServerErrors+sum.LeasesLost+sum.SetAside > 0 {
+		line += fmt.Sprintf(" (%d bad files retried, %d server errors, %d leases taken over, %d stale files at a key's name replaced)",
+			sum.Retried, sum.ServerErrors, sum.LeasesLost, sum.SetAside)
+	}
+	switch {
+	case errors.Is(err, capture.ErrIncomplete):
+		err = fmt.Errorf("capture: %w; regen capture --retry-dead %s tries the dead ones again", err, spec.Rel(spec.Path))
+	case err != nil && !errors.Is(err, context.Canceled):
 		err = fmt.Errorf("capture: %w", err)
 	}
 	return line, err
@@ -97,7 +139,7 @@ func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.L
 
 // captureProgress prints the store's capture counts every period until
 // stop; the total is the one the capture's walk recorded.
-func captureProgress(ctx context.Context, st store.Store, every time.Duration) (stop func()) {
+func captureProgress(ctx context.Context, out io.Writer, st store.Store, every time.Duration) (stop func()) {
 	if every <= 0 {
 		return func() {}
 	}
@@ -118,26 +160,12 @@ func captureProgress(ctx context.Context, st store.Store, every time.Duration) (
 				continue
 			}
 			total := "?"
-			if v, ok, err := st.Meta(ctx, capture.RowsMeta); err == nil && ok {
+			if v, ok, err := st.Meta(ctx, monitor.CaptureRowsMeta); err == nil && ok {
 				total = v
 			}
-			fmt.Printf("capture: %d of %s captured, %d dead, %d in flight, %d to retry; %s\n",
-				c.Captured, total, c.Dead, c.Leased, c.Pending, humanBytes(c.Bytes))
+			fmt.Fprintf(out, "capture: %d of %s captured, %d dead, %d in flight, %d to retry; %s\n",
+				c.Captured, total, c.Dead, c.Leased, c.Pending, monitor.Size(c.Bytes))
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// humanBytes is n in the largest unit that keeps it >= 1.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/regen-dev/regen/internal/capture"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -85,23 +86,23 @@ func (c *capturePlan) writeText(w io.Writer) error {
 	p("\nHIDDEN-STATE CAPTURE\n")
 	if e.Hidden > 0 {
 		p("  layout        %d layers x %d hidden x %s (%d bytes); from %s\n", e.Layers, e.Hidden, e.DType, capture.DTypeBytes(e.DType), e.Source)
-		p("  per token     %s; a sample of 8,192 tokens %s\n", capture.FormatBytes(capture.FileBytes(1, e.Layout)-capture.HeaderBytes), capture.FormatBytes(capture.FileBytes(8192, e.Layout)))
+		p("  per token     %s; a sample of 8,192 tokens %s\n", monitor.Size(capture.FileBytes(1, e.Layout)-capture.HeaderBytes), monitor.Size(capture.FileBytes(8192, e.Layout)))
 	}
 	if c.Note != "" && e.Samples == 0 {
 		p("  %s\n", c.Note)
 		return err
 	}
-	p("  captures      %s for %s done samples, %s tokens\n", plural(e.Files, "file"), capture.Commas(int64(e.Samples)), capture.Commas(e.Tokens))
-	p("  estimate      %s (tokens x layers x hidden x bytes, + 8 bytes of token id a token, + %d bytes of header a file)\n", capture.FormatBytes(e.Bytes), capture.HeaderBytes)
+	p("  captures      %s for %s done samples, %s tokens\n", plural(e.Files, "file"), monitor.Count(int64(e.Samples)), monitor.Count(e.Tokens))
+	p("  estimate      %s (tokens x layers x hidden x bytes, + 8 bytes of token id a token, + %d bytes of header a file)\n", monitor.Size(e.Bytes), capture.HeaderBytes)
 	if e.Captured > 0 {
-		p("  captured      %s, %s; %s still to write\n", plural(e.Captured, "file"), capture.FormatBytes(e.CapturedBytes), capture.FormatBytes(e.Remaining()))
+		p("  captured      %s, %s; %s still to write\n", plural(e.Captured, "file"), monitor.Size(e.CapturedBytes), monitor.Size(e.Remaining()))
 	}
 	verdict := "fits"
 	if !c.Fits {
 		verdict = "REFUSED"
 	}
-	p("  free space    %s on %s's filesystem; needs %s with the %d%% margin: %s\n", capture.FormatBytes(e.FreeBytes), e.Dir,
-		capture.FormatBytes(e.Remaining()+e.Margin()), capture.MarginPercent, verdict)
+	p("  free space    %s on %s's filesystem; needs %s with the %d%% margin: %s\n", monitor.Size(e.FreeBytes), e.Dir,
+		monitor.Size(e.Remaining()+e.Margin()), capture.MarginPercent, verdict)
 	if c.Note != "" {
 		p("  note          %s\n", c.Note)
 	}
@@ -112,5 +113,5 @@ func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
 	}
-	return capture.Commas(int64(n)) + " " + what + "s"
+	return monitor.Count(int64(n)) + " " + what + "s"
 }

@@ -8,35 +8,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/testfs"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
-
-// captureFS mounts a tmpfs of size bytes, unmounted at cleanup. Mounting
-// needs root: CI runs as root, so there a failure fails the test; elsewhere
-// it skips loudly (as the runner's full-disk test does).
-func captureFS(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		msg := fmt.Sprintf("mount a %d-byte tmpfs on %s: %v: this free-space test needs root", size, dir, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED LOUDLY: " + msg)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
 
 // captureJob writes a job with a capture section whose dir is capDir and
 // a store holding n done samples of 200 prompt and 100 completion tokens.
@@ -81,11 +62,36 @@ capture:
 		t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
 	for _, c := range claimed {
-		if err := st.Complete(ctx, c.ID, "me", store.Result{Response: []byte(`{"content":"a"}`), FinishReason: "stop", PromptTokens: 200, CompletionTokens: 100}); err != nil {
+		prompt, completion := sampleIDs(c.ID)
+		resp, err := json.Marshal(map[string]any{"content": "a", "prompt_token_ids": prompt, "completion_token_ids": completion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Complete(ctx, c.ID, "me", store.Result{Response: resp, FinishReason: "stop", PromptTokens: 200, CompletionTokens: 100}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return jobPath
+}
+
+// sampleIDs are planCaptureJob's token ids of sample id: 200 prompt ids
+// and 100 completion ids, different for each sample.
+func sampleIDs(id string) (prompt, completion []int32) {
+	n, _ := strconv.Atoi(id)
+	prompt, completion = make([]int32, 200), make([]int32, 100)
+	for i := range prompt {
+		prompt[i] = int32(1000 + n)
+	}
+	for i := range completion {
+		completion[i] = int32(7 + i)
+	}
+	return prompt, completion
+}
+
+// sampleInput is the capture Input of sample id's conversation row.
+func sampleInput(id string) string {
+	p, c := sampleIDs(id)
+	return tokenrows.InputHash(append(p, c...))
 }
 
 // TestPlanCaptureRefusesOnSmallTmpfs: `regen plan job.yaml` for a job with
@@ -93,7 +99,7 @@ capture:
 // alone; on a 1 MB tmpfs 10 files of 300 tokens x 2 x 64 bf16 fit, 13 are
 // refused with exit 1 and the numbers, in text and in JSON.
 func TestPlanCaptureRefusesOnSmallTmpfs(t *testing.T) {
-	fs := captureFS(t, 1<<20)
+	fs := testfs.Tmpfs(t, 1<<20)
 	ctx := context.Background()
 	run := func(jobPath string, asJSON bool) (string, error) {
 		o := planOptions{fromJob: jobPath, json: asJSON}

@@ -13,6 +13,7 @@ import (
 	"github.com/regen-dev/regen/internal/capture"
 	"github.com/regen-dev/regen/internal/export"
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -82,15 +83,20 @@ func runVerify(ctx context.Context, out io.Writer, path string, o verifyOptions)
 	}
 	took := time.Since(start).Round(time.Millisecond)
 	if err := capRep.Err(); err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("%w; %d problems in %d hidden-state files checked, %d in the export's (%s)", err, len(capRep.Problems), capRep.Files, len(rep.Problems), took)}
+		return &exitError{code: 1, err: fmt.Errorf("%w; %d problems in %d hidden-state files checked, %d in the export's (%s); regen capture --recheck %s captures again the files missing or changed",
+			err, len(capRep.Problems), capRep.Files, len(rep.Problems), took, spec.Rel(spec.Path))}
 	}
 	if err := rep.Err(); err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("%s: %d problems in %d files checked (%s); regen export %s writes the files again from the store",
 			spec.Rel(rep.Manifest), len(rep.Problems), rep.Files, took, spec.Rel(spec.Path))}
 	}
+	if n := len(rep.StaleCaptures); n > 0 {
+		fmt.Fprintf(out, "note: %d captured hidden-state files are stale, not of an exported row's input_ids (the first: %s), and the manifest rightly leaves them out; regen capture %s captures those rows again\n",
+			n, rep.StaleCaptures[0], spec.Rel(spec.Path))
+	}
 	hidden := ""
 	if spec.Capture != nil {
-		hidden = fmt.Sprintf(", %d hidden-state files (%s) match the store", capRep.Files, capture.FormatBytes(capRep.Bytes))
+		hidden = fmt.Sprintf(", %d hidden-state files (%s) match the store", capRep.Files, monitor.Size(capRep.Bytes))
 	}
 	fmt.Fprintf(out, "ok: %s: %d files, %d rows, %d store records match%s (%s)\n", spec.Rel(rep.Manifest), rep.Files, rep.Rows, rep.Records, hidden, took)
 	return nil

@@ -39,7 +39,7 @@ func recordCaptures(t *testing.T, jobPath string, n int) *job.Spec {
 		t.Fatal(err)
 	}
 	for i := range n {
-		k := store.CaptureKey{Key: fmt.Sprint(i), SampleID: fmt.Sprint(i), Turn: store.WholeConversation}
+		k := store.CaptureKey{Key: fmt.Sprint(i), SampleID: fmt.Sprint(i), Turn: store.WholeConversation, Input: sampleInput(fmt.Sprint(i))}
 		c, ok, err := st.ClaimCapture(ctx, k, "me", time.Minute)
 		if err != nil || !ok {
 			t.Fatalf("claim capture %s: %v %v", k.Key, ok, err)
@@ -121,7 +121,7 @@ func recordCapturesFrom(t *testing.T, jobPath string, from int) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	k := store.CaptureKey{Key: fmt.Sprint(from), SampleID: fmt.Sprint(from), Turn: store.WholeConversation}
+	k := store.CaptureKey{Key: fmt.Sprint(from), SampleID: fmt.Sprint(from), Turn: store.WholeConversation, Input: sampleInput(fmt.Sprint(from))}
 	c, ok, err := st.ClaimCapture(ctx, k, "me", time.Minute)
 	if err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)

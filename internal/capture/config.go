@@ -19,11 +19,13 @@ func FromJob(spec *job.Spec, owner string, shared bool, log *slog.Logger) (Confi
 	// Transport-level limits only: one request's deadline is the context's.
 	hc := &http.Client{Timeout: c.RequestTimeout}
 	var eps []Endpoint
-	for _, e := range c.Endpoints {
+	for i, e := range c.Endpoints {
 		key := ""
 		if e.APIKeyEnv != "" {
 			if key = os.Getenv(e.APIKeyEnv); key == "" {
-				return Config{}, fmt.Errorf("capture endpoint %s: environment variable %s (api_key_env) is empty", e.URL, e.APIKeyEnv)
+				fe := spec.FieldErrorf(fmt.Sprintf("capture.endpoints[%d].api_key_env", i), "environment variable %s is empty or unset (the key of capture endpoint %s)", e.APIKeyEnv, e.URL)
+				fe.File = spec.Rel(spec.Path)
+				return Config{}, fe
 			}
 		}
 		eps = append(eps, Endpoint{URL: e.URL, Client: &VLLM{URL: e.URL, Model: c.Model, APIKey: key, HTTP: hc, FileWait: c.FileWait}})

@@ -8,7 +8,7 @@
 // checks the prompt ids the server answers with against them, waits for
 // the server's write to end, checks the file (CheckFile: header, dtype,
 // shape, token ids, no NaN/Inf), moves it into the dataset's folder under
-// a name derived from the row's key alone (Place: never replacing a file,
+// a name derived from the row's key alone (move: never replacing a file,
 // durable before it is recorded), and records its path, bytes, sha256 and
 // shape in the store (store.Captures). Large data never enters the store.
 //

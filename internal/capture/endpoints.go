@@ -106,22 +106,26 @@ func (e *endpoints) downError(now time.Time) error {
 	return fmt.Errorf("%w for %s (capture.down_after): %s", ErrAllDown, e.downAfter, b.String())
 }
 
-// release ends a request on ep; failed says the server failed it.
-func (e *endpoints) release(ep *endpoint, failed error) {
+// release ends a request on ep; failed says the server failed it. It
+// reports whether ep went down or came back up with it (one log line a
+// change, not one a request).
+func (e *endpoints) release(ep *endpoint, failed error) (changed bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ep.inflight--
 	now := time.Now()
 	if failed == nil {
+		changed = !ep.downSince.IsZero()
 		ep.fails, ep.downSince, ep.until, ep.lastErr = 0, time.Time{}, time.Time{}, nil
-		return
+		return changed
 	}
 	ep.fails++
 	ep.lastErr = failed
 	if ep.downSince.IsZero() {
-		ep.downSince = now
+		ep.downSince, changed = now, true
 	}
 	// Half to all of the doubled delay: jitter spreads the workers'
 	// returns, the floor keeps a down server from being hammered.
 	ep.until = now.Add(dispatch.Delay(ep.fails, 500*time.Millisecond, 30*time.Second, 0.5+rand.Float64()/2))
+	return changed
 }

@@ -142,15 +142,15 @@ func (e *SpaceError) Error() string {
 func (e Estimate) Need() string {
 	files := ""
 	if e.Files != e.Samples {
-		files = fmt.Sprintf(" (%s turn rows)", Commas(int64(e.Files)))
+		files = fmt.Sprintf(" (%s turn rows)", monitor.Count(int64(e.Files)))
 	}
 	done := ""
 	if e.Captured > 0 {
-		done = fmt.Sprintf(", less %s already captured in %s files", FormatBytes(e.CapturedBytes), Commas(int64(e.Captured)))
+		done = fmt.Sprintf(", less %s already captured in %s files", monitor.Size(e.CapturedBytes), monitor.Count(int64(e.Captured)))
 	}
 	return fmt.Sprintf("needs %s for %s samples%s (%s tokens x %d layers x %d hidden x %d bytes %s%s, + %d%% margin); %s has %s free",
-		FormatBytes(e.Remaining()+e.Margin()), Commas(int64(e.Samples)), files, Commas(e.Tokens), e.Layers, e.Hidden,
-		DTypeBytes(e.DType), e.DType, done, MarginPercent, e.Dir, FormatBytes(e.FreeBytes))
+		monitor.Size(e.Remaining()+e.Margin()), monitor.Count(int64(e.Samples)), files, monitor.Count(e.Tokens), e.Layers, e.Hidden,
+		DTypeBytes(e.DType), e.DType, done, MarginPercent, e.Dir, monitor.Size(e.FreeBytes))
 }
 
 // Measure returns e with the free space of the filesystem holding path
@@ -172,9 +172,3 @@ func (e Estimate) Refusal() error {
 	}
 	return &SpaceError{Estimate: e}
 }
-
-// FormatBytes writes a size in decimal units as df -H does (monitor.Size).
-func FormatBytes(b int64) string { return monitor.Size(b) }
-
-// Commas writes n with thousands separators (monitor.Count).
-func Commas(n int64) string { return monitor.Count(n) }

@@ -7,14 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nlpodyssey/safetensors"
 
+	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/testfs"
 )
 
 // TestFileBytesCoversRealFiles writes files with the library and checks the
@@ -101,27 +103,6 @@ func TestEstimateNeed(t *testing.T) {
 	}
 }
 
-// smallFS mounts a tmpfs of size bytes on a fresh folder, unmounted at
-// cleanup. Mounting needs root (CAP_SYS_ADMIN): CI runs as root, so there
-// the test fails without it; elsewhere it skips loudly.
-func smallFS(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		msg := fmt.Sprintf("mount a %d-byte tmpfs on %s: %v: this free-space test needs root", size, dir, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED LOUDLY: " + msg)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // doneStore is a real SQLite store with n done single-turn samples of
 // prompt+completion tokens each.
 func doneSQLite(t *testing.T, n, prompt, completion int) *sqlite.Store {
@@ -157,7 +138,7 @@ func doneSQLite(t *testing.T, n, prompt, completion int) *sqlite.Store {
 // 1 MB tmpfs: a capture that fits is allowed, one that does not is refused
 // with the numbers, and filling the tmpfs turns the first into a refusal.
 func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
-	fsDir := smallFS(t, 1<<20)
+	fsDir := testfs.Tmpfs(t, 1<<20)
 	dir := filepath.Join(fsDir, "hidden") // not created yet: measured on its parent
 	l := Layout{Layers: 2, Hidden: 64, DType: "bf16"}
 	per := FileBytes(300, l) // 300 tokens: 79,056 bytes a file
@@ -206,4 +187,33 @@ func TestCheckRefusesOnSmallTmpfs(t *testing.T) {
 	if err := fits.Refusal(); !errors.As(err, &se) || !strings.Contains(err.Error(), "has 639 kB free") {
 		t.Fatalf("after 400 KiB of ballast: %v, want a SpaceError naming 639 kB free (1,048,576 - 409,600 bytes)", err)
 	}
+}
+
+// TestRunJobRechecksOnceTheFirstFileFixesTheLayout: a job without a hidden
+// size (none in the job, no file yet, no local config.json) starts without
+// a storage preflight; the first file recorded fixes the layout (4 layers
+// of 4096 bf16 from the server, about 330 kB a file), and the preflight
+// then refuses with the numbers: 30 files do not fit a 2 MB tmpfs. Only
+// that first file is written.
+func TestRunJobRechecksOnceTheFirstFileFixesTheLayout(t *testing.T) {
+	fsDir := testfs.Tmpfs(t, 2<<20)
+	url, _ := capSim(t, "", 0, func(c *sim.Config) { c.HiddenSize, c.HiddenLayers = 4096, 4 })
+	st := doneStore(t, 30)
+	dir := t.TempDir()
+	spec := &job.Spec{Name: "j", Dir: dir, Path: filepath.Join(dir, "job.yaml"), Model: "org/remote-model",
+		Capture: &job.Capture{Endpoints: []job.CaptureEndpoint{{URL: url}}, Dir: filepath.Join(fsDir, "h"), Concurrency: 1, MaxAttempts: 2, FileWait: 5 * time.Second}}
+	if _, err := Preflight(context.Background(), st, spec); !errors.Is(err, ErrNoLayout) {
+		t.Fatalf("preflight before any file: %v, want ErrNoLayout", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, err := RunJob(ctx, spec, st, nil)
+	var se *SpaceError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "4 layers x 4096 hidden x 2 bytes bf16") || !strings.Contains(err.Error(), "free") {
+		t.Fatalf("RunJob: %v (summary %+v); want the preflight's refusal with the numbers once the first file fixed the layout", err, sum)
+	}
+	if sum.Captured != 1 {
+		t.Errorf("%d files captured before the refusal, want 1 (the one that fixed the layout)", sum.Captured)
+	}
+	t.Logf("refusal after the first file: %v", err)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/regen-dev/regen/internal/job"
+	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -21,11 +22,6 @@ type JobStore interface {
 	SetMeta(ctx context.Context, key, value string, replace bool) (string, error)
 	Info() store.Info
 }
-
-// RowsMeta is the store meta key under which a capture records how many
-// training rows with ids the job has: the total the views show captures
-// against.
-const RowsMeta = "capture_rows"
 
 // LockName is the store lock a capture holds on a store one worker runs
 // at a time (SQLite): its start returns every lease to pending and sweeps
@@ -54,14 +50,14 @@ func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) 
 	// Before anything is sent: refuse with the numbers when the files
 	// still to write do not fit the folder; an unknown hidden size (no
 	// file yet, none in the job) is no refusal.
-	est, err := Preflight(ctx, st, spec)
-	if err != nil && !errors.Is(err, ErrNoLayout) {
-		return Summary{}, err
+	est, preErr := Preflight(ctx, st, spec)
+	if preErr != nil && !errors.Is(preErr, ErrNoLayout) {
+		return Summary{}, preErr
 	}
 	// The estimate's count is the views' total until the walk, which
 	// leaves out rows without ids, has its exact one.
 	if est.Files > 0 {
-		if _, err := st.SetMeta(ctx, RowsMeta, strconv.Itoa(est.Files), true); err != nil {
+		if _, err := st.SetMeta(ctx, monitor.CaptureRowsMeta, strconv.Itoa(est.Files), true); err != nil {
 			log.Warn("capture_rows_not_recorded", "err", err)
 		}
 	}
@@ -73,8 +69,17 @@ func RunJob(ctx context.Context, spec *job.Spec, st JobStore, log *slog.Logger) 
 	if err != nil {
 		return Summary{}, err
 	}
+	if errors.Is(preErr, ErrNoLayout) {
+		// The first file fixes the layout: the preflight runs then.
+		cfg.Recheck = func(ctx context.Context) error {
+			if _, err := Preflight(ctx, st, spec); err != nil && !errors.Is(err, ErrNoLayout) {
+				return err
+			}
+			return nil
+		}
+	}
 	cfg.Walked = func(ctx context.Context, rows int) {
-		if _, err := st.SetMeta(ctx, RowsMeta, strconv.Itoa(rows), true); err != nil {
+		if _, err := st.SetMeta(ctx, monitor.CaptureRowsMeta, strconv.Itoa(rows), true); err != nil {
 			log.Warn("capture_rows_not_recorded", "err", err)
 		}
 	}

@@ -141,22 +141,21 @@ func modelConfigPath(spec *job.Spec) string {
 
 // EstimateJob estimates the storage spec's capture writes into its
 // capture.dir, from st: every done sample's captures (turn rows with
-// output.token_rows: turn), less the files already captured, with the
-// folder's free space. It does not judge; Check (or Fits) does.
+// output.token_rows: turn), less the files already captured of a current
+// row's ids (a stale one is captured again), with the folder's free space. It does not judge; Check (or Fits) does.
 func EstimateJob(ctx context.Context, st Store, spec *job.Spec) (Estimate, error) {
 	l, err := LayoutFor(ctx, st, spec)
 	if err != nil {
 		return Estimate{Layout: l}, err
 	}
-	e, err := EstimateStore(ctx, st, spec.Output.TokenRows == "turn", l)
+	perTurn := spec.Output.TokenRows == job.TokenRowsTurn
+	e, err := EstimateStore(ctx, st, perTurn, l)
 	if err != nil {
 		return e, err
 	}
-	c, err := st.CaptureCounts(ctx)
-	if err != nil {
+	if e.Captured, e.CapturedBytes, err = currentCaptured(ctx, st, perTurn); err != nil {
 		return e, fmt.Errorf("estimate capture storage: %w", err)
 	}
-	e.Captured, e.CapturedBytes = c.Captured, c.Bytes
 	e.Dir = spec.Rel(spec.Capture.Dir)
 	return e.Measure(spec.Capture.Dir)
 }
@@ -172,4 +171,40 @@ func Preflight(ctx context.Context, st Store, spec *job.Spec) (Estimate, error) 
 		return e, err
 	}
 	return e, e.Refusal()
+}
+
+// currentCaptured counts the recorded files of st that hold a current
+// training row's ids (its key and input hash): those a capture keeps.
+// Nothing is read when nothing is captured.
+func currentCaptured(ctx context.Context, st Store, perTurn bool) (int, int64, error) {
+	c, err := st.CaptureCounts(ctx)
+	if err != nil || c.Captured == 0 {
+		return 0, 0, err
+	}
+	inputs := map[string]string{}
+	err = st.Finished(ctx, func(row store.Row) error {
+		if row.State != store.Done {
+			return nil
+		}
+		items, _, err := rowItems(row, perTurn)
+		if err != nil {
+			return nil // no ids to keep a file for: the capture walks past it too
+		}
+		for _, it := range items {
+			inputs[it.Key] = it.Input
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	n, bytes := 0, int64(0)
+	err = st.EachCapturedFile(ctx, func(f store.CapturedFile) error {
+		if in, ok := inputs[f.Key]; ok && in == f.Input {
+			n++
+			bytes += f.Bytes
+		}
+		return nil
+	})
+	return n, bytes, err
 }

@@ -3,13 +3,14 @@ package capture
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/regen-dev/regen/internal/job"
-	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -76,10 +77,72 @@ func TestLayoutFor(t *testing.T) {
 	}
 }
 
-// TestRowsMetaIsTheViewsKey: the total the capture records is the one the
-// views read (monitor cannot import capture, so the key is spelled twice).
-func TestRowsMetaIsTheViewsKey(t *testing.T) {
-	if RowsMeta != monitor.CaptureRowsMeta {
-		t.Fatalf("capture records its total under %q, the views read %q", RowsMeta, monitor.CaptureRowsMeta)
+// TestEstimateJobCountsCurrentCaptures: the bytes already captured that
+// the estimate subtracts are those of files holding a current row's ids;
+// a file recorded for other ids (the row regenerated since) or for a key
+// no row has any more is captured again or never listed, so it is not
+// subtracted.
+func TestEstimateJobCountsCurrentCaptures(t *testing.T) {
+	ctx := context.Background()
+	st := doneStore(t, 3) // p/s001 and p/s002 have conversation ids; p/s000 re-renders
+	var keys []store.CaptureKey
+	must(t, st.Finished(ctx, func(row store.Row) error {
+		items, _, err := rowItems(row, false)
+		for _, it := range items {
+			keys = append(keys, it.CaptureKey)
+		}
+		return err
+	}))
+	if len(keys) != 2 {
+		t.Fatalf("keys %v, want p/s001 and p/s002", keys)
+	}
+	stale := keys[1]
+	stale.Input = "ids since regenerated"
+	gone := store.CaptureKey{Key: "p/gone", SampleID: "p/gone", Turn: store.WholeConversation, Input: keys[0].Input}
+	for i, r := range []struct {
+		k     store.CaptureKey
+		bytes int64
+	}{{keys[0], 1000}, {stale, 2000}, {gone, 4000}} {
+		c, ok, err := st.ClaimCapture(ctx, r.k, "w", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("claim %s: %v %v", r.k.Key, ok, err)
+		}
+		must(t, st.RecordCapture(ctx, c, store.CapturedFile{CaptureKey: r.k, Path: fmt.Sprintf("h/%d.safetensors", i), Bytes: r.bytes, SHA256: "x", Tokens: 10, Layers: 2, Hidden: 8, DType: "bf16"}))
+	}
+	dir := t.TempDir()
+	spec := &job.Spec{Dir: dir, Capture: &job.Capture{Dir: filepath.Join(dir, "h"), Layers: 2, Hidden: 8, DType: "bf16"}}
+	e, err := EstimateJob(ctx, st, spec)
+	must(t, err)
+	if e.Captured != 1 || e.CapturedBytes != 1000 {
+		t.Errorf("estimate subtracts %d files of %d bytes; want p/s001's alone (1 file, 1000 bytes)", e.Captured, e.CapturedBytes)
+	}
+}
+
+// TestFromJobNamesEmptyKeyVariable: a capture endpoint whose api_key_env
+// names an empty variable is refused naming the field and its line in the
+// job file.
+func TestFromJobNamesEmptyKeyVariable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	must(t, os.WriteFile(path, []byte(`name: cap
+model: m
+endpoints: [{url: "http://127.0.0.1:1"}]
+sources: [{partition: p, path: data.jsonl, prompt: prompt}]
+lanes: [{name: short, concurrency: 8, max_tokens: 4096}]
+output: {token_ids: true}
+capture:
+  endpoints:
+    - url: "http://127.0.0.1:2"
+    - url: "http://127.0.0.1:3"
+      api_key_env: REGEN_TEST_CAPTURE_KEY_UNSET
+`), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "data.jsonl"), []byte(`{"prompt":"q"}`+"\n"), 0o644))
+	t.Setenv("REGEN_TEST_CAPTURE_KEY_UNSET", "")
+	spec, err := job.Load(path)
+	must(t, err)
+	_, err = FromJob(spec, "o", false, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "job.yaml:11") || !strings.Contains(err.Error(), "capture.endpoints[1].api_key_env") ||
+		!strings.Contains(err.Error(), "REGEN_TEST_CAPTURE_KEY_UNSET is empty") {
+		t.Fatalf("FromJob: %v; want job.yaml:11, the field and the variable named", err)
 	}
 }

@@ -21,13 +21,13 @@ import (
 // Ext is the extension of every captured file.
 const Ext = ".safetensors"
 
-// partPrefix names the temporary copies Place makes in the folder when it
+// partPrefix names the temporary copies move makes in the folder when it
 // moves a file across file systems; Sweep removes those a kill left.
 const partPrefix = ".capture-"
 
-// ErrExists is returned by Place when the destination already exists: a
+// ErrExists is returned by move when the destination already exists: a
 // file placed for the key before (by a run killed before it recorded it,
-// or by a worker that lost its lease). Place never replaces it.
+// or by a worker that lost its lease). move never replaces it.
 var ErrExists = errors.New("a file of this name is already in place")
 
 // StableName is the file name (without Ext) of a key's capture: the key
@@ -55,23 +55,11 @@ func StableName(key string) string {
 	return b.String() + "-" + hex.EncodeToString(sum[:8])
 }
 
-// Place moves the checked file src to dst, durably and atomically: the
+// move moves the checked file src to dst, durably and atomically: the
 // data is synced, dst appears whole or not at all and never replaces a
-// file already there (ErrExists), and the directory entry is synced
-// before Place returns, so a file recorded after it survives a crash.
-// Across file systems src is copied to a temporary file beside dst,
-// synced, and renamed the same way; src is removed.
-func Place(src, dst string) error {
-	if err := move(src, dst); err != nil {
-		return err
-	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
-		return fmt.Errorf("place %s: %w", dst, err)
-	}
-	return nil
-}
-
-// move is Place without the folder's sync, which the caller owes.
+// file already there (ErrExists). Across file systems src is copied to a
+// temporary file beside dst, synced, and renamed the same way; src is
+// removed. The caller syncs dst's folder (dirSync) before it records dst.
 func move(src, dst string) error {
 	if err := syncFile(src); err != nil {
 		return fmt.Errorf("place %s: %w", src, err)
@@ -89,7 +77,7 @@ func move(src, dst string) error {
 // directory entries).
 type dirSync struct {
 	dir     string
-	sync    func(dir string) error // syncDir; tests count the calls
+	sync    func(dir string) error // syncDir; tests count the calls (dirSyncer)
 	mu      sync.Mutex
 	cond    *sync.Cond
 	started uint64 // syncs begun
@@ -99,7 +87,7 @@ type dirSync struct {
 }
 
 func newDirSync(dir string) *dirSync {
-	d := &dirSync{dir: dir, sync: syncDir}
+	d := &dirSync{dir: dir, sync: dirSyncer}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -158,9 +146,7 @@ func renameNoReplace(src, dst string) error {
 // copyThenRename copies src into a synced temporary file beside dst and
 // renames it into place, then removes src.
 func copyThenRename(src, dst string) error {
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(dst), partPrefix+hex.EncodeToString(rnd[:])+".part")
+	tmp := partPath(filepath.Dir(dst))
 	if err := copyFile(src, tmp); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("place %s: copy across file systems: %w", dst, err)
@@ -173,6 +159,13 @@ func copyThenRename(src, dst string) error {
 		return fmt.Errorf("place %s: remove the server's copy: %w", dst, err)
 	}
 	return nil
+}
+
+// partPath is a new temporary name in dir, of those Sweep removes.
+func partPath(dir string) string {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	return filepath.Join(dir, partPrefix+hex.EncodeToString(rnd[:])+".part")
 }
 
 func copyFile(src, dst string) error {
@@ -203,6 +196,9 @@ func syncFile(path string) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// dirSyncer is how a runner's dirSync syncs its folder; a test counts.
+var dirSyncer = syncDir
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -8,8 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/regen-dev/regen/internal/testfs"
 )
 
 // TestStableName: any id gives a file name of safe bytes that is not
@@ -32,14 +36,14 @@ func TestStableName(t *testing.T) {
 	}
 }
 
-// TestPlaceNeverReplaces: placing onto an existing name fails with
+// TestPlaceNeverReplaces: moving onto an existing name fails with
 // ErrExists and leaves both files as they were.
 func TestPlaceNeverReplaces(t *testing.T) {
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	must(t, os.WriteFile(src, []byte("new"), 0o644))
 	must(t, os.WriteFile(dst, []byte("old"), 0o644))
-	if err := Place(src, dst); !errors.Is(err, ErrExists) {
+	if err := move(src, dst); !errors.Is(err, ErrExists) {
 		t.Fatalf("Place onto an existing file: %v, want ErrExists", err)
 	}
 	if b, _ := os.ReadFile(dst); string(b) != "old" {
@@ -49,7 +53,7 @@ func TestPlaceNeverReplaces(t *testing.T) {
 		t.Errorf("src now holds %q", b)
 	}
 	must(t, os.Remove(dst))
-	must(t, Place(src, dst))
+	must(t, move(src, dst))
 	if b, _ := os.ReadFile(dst); string(b) != "new" {
 		t.Errorf("placed file holds %q", b)
 	}
@@ -58,20 +62,23 @@ func TestPlaceNeverReplaces(t *testing.T) {
 	}
 }
 
-// TestPlaceAcrossFileSystems: a server folder on another file system
-// (tmpfs) is copied through a temporary file and renamed; no temporary
-// file is left, and the source is removed.
+// TestPlaceAcrossFileSystems: a server folder on another file system (a
+// tmpfs of its own; a rename between the two fails with EXDEV, checked
+// first) is copied through a temporary file and renamed; no temporary file
+// is left, and the source is removed.
 func TestPlaceAcrossFileSystems(t *testing.T) {
-	shm, err := os.MkdirTemp("/dev/shm", "capture-place-")
-	if err != nil {
-		t.Skipf("no /dev/shm to place across: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shm) })
+	server := testfs.Tmpfs(t, 1<<20)
 	dir := t.TempDir()
-	src, dst := filepath.Join(shm, "cmpl-1-0.safetensors"), filepath.Join(dir, "a.safetensors")
+	probe := filepath.Join(server, "probe")
+	must(t, os.WriteFile(probe, nil, 0o644))
+	if err := renameNoReplace(probe, filepath.Join(dir, "probe")); !errors.Is(err, syscall.EXDEV) {
+		t.Fatalf("rename from the tmpfs into %s: %v, want EXDEV (two file systems)", dir, err)
+	}
+	must(t, os.Remove(probe))
+	src, dst := filepath.Join(server, "cmpl-1-0.safetensors"), filepath.Join(dir, "a.safetensors")
 	must(t, os.WriteFile(src, []byte("hidden states"), 0o644))
 	must(t, os.WriteFile(filepath.Join(dir, "b.safetensors"), []byte("other"), 0o644))
-	must(t, Place(src, dst))
+	must(t, move(src, dst))
 	if b, _ := os.ReadFile(dst); string(b) != "hidden states" {
 		t.Errorf("placed file holds %q", b)
 	}
@@ -83,8 +90,8 @@ func TestPlaceAcrossFileSystems(t *testing.T) {
 		t.Errorf("folder holds %d entries, want the 2 files", len(entries))
 	}
 	must(t, os.WriteFile(src, []byte("again"), 0o644))
-	if err := Place(src, dst); !errors.Is(err, ErrExists) {
-		t.Errorf("second Place across file systems: %v, want ErrExists", err)
+	if err := move(src, dst); !errors.Is(err, ErrExists) {
+		t.Errorf("second move across file systems: %v, want ErrExists", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("a refused copy left a temporary file: %d entries", len(entries))
@@ -96,44 +103,46 @@ func TestPlaceAcrossFileSystems(t *testing.T) {
 
 // TestDirSyncShared: callers at once share fsyncs, and every caller
 // returns only after a sync that began after it called (a rename before
-// the call is covered); callers one after another each get their own.
+// the call is covered); callers one after another each get their own. In
+// a synctest bubble the 32 callers all wait while the first sync runs, so
+// exactly two syncs serve them: the first caller's and one for the rest.
 func TestDirSyncShared(t *testing.T) {
-	d := newDirSync(t.TempDir())
-	var mu sync.Mutex
-	var starts []time.Time
-	d.sync = func(string) error {
-		mu.Lock()
-		starts = append(starts, time.Now())
-		mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-		return nil
-	}
-	const callers = 32
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			called := time.Now()
-			if err := d.Sync(); err != nil {
-				t.Error(err)
-			}
+	synctest.Test(t, func(t *testing.T) {
+		d := newDirSync(t.TempDir())
+		var mu sync.Mutex
+		var starts []time.Time
+		d.sync = func(string) error {
 			mu.Lock()
-			defer mu.Unlock()
-			if !slices.ContainsFunc(starts, func(s time.Time) bool { return !s.Before(called) }) {
-				t.Error("Sync returned before any sync that began after the call")
-			}
-		}()
-	}
-	wg.Wait()
-	if n := len(starts); n < 1 || n >= callers {
-		t.Errorf("%d fsyncs for %d callers at once, want them shared", n, callers)
-	}
-	before := len(starts)
-	for range 3 {
-		must(t, d.Sync())
-	}
-	if got := len(starts) - before; got != 3 {
-		t.Errorf("3 calls one after another made %d fsyncs, want 3", got)
-	}
+			starts = append(starts, time.Now())
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond) // the bubble's clock: no wall-clock wait
+			return nil
+		}
+		const callers = 32
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				called := time.Now()
+				if err := d.Sync(); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !slices.ContainsFunc(starts, func(s time.Time) bool { return !s.Before(called) }) {
+					t.Error("Sync returned before any sync that began after the call")
+				}
+			})
+		}
+		wg.Wait()
+		if n := len(starts); n != 2 {
+			t.Errorf("%d fsyncs for %d callers at once, want 2 (the first caller's, then one shared by the rest)", n, callers)
+		}
+		before := len(starts)
+		for range 3 {
+			must(t, d.Sync())
+		}
+		if got := len(starts) - before; got != 3 {
+			t.Errorf("3 calls one after another made %d fsyncs, want 3", got)
+		}
+	})
 }

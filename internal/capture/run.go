@@ -38,7 +38,11 @@ type Config struct {
 	Lease               time.Duration // default 2m
 	BaseDelay, MaxDelay time.Duration // a key's wait after its own failure; default 1s, 30s
 	DownAfter           time.Duration // every endpoint down this long stops the run; 0 = never
-	Log                 *slog.Logger
+	// Recheck, when set, runs once after the first file this run records
+	// (the storage preflight, skipped while the hidden size was unknown);
+	// its error stops the run.
+	Recheck func(ctx context.Context) error
+	Log     *slog.Logger
 	// Walked, when set, is told after the first full walk how many rows
 	// with ids the job has (the views' total).
 	Walked func(ctx context.Context, rows int)
@@ -46,14 +50,18 @@ type Config struct {
 
 // Summary is what a run did.
 type Summary struct {
-	Rows      int   // training rows with token ids
-	NoIDs     int   // training rows without ids (nothing to capture)
-	Captured  int   // captured and recorded by this run
-	Adopted   int   // placed by a killed run, checked and recorded by this one
-	Before    int   // recorded before this run
-	Dead      int   // dead now (the whole job)
-	Bytes     int64 // of the files this run recorded
-	FirstDead string
+	Rows         int   // training rows with token ids
+	NoIDs        int   // training rows without ids (nothing to capture)
+	Captured     int   // captured and recorded by this run
+	Adopted      int   // placed by a killed run, checked and recorded by this one
+	Before       int   // recorded before this run
+	SetAside     int   // files at a key's name that failed its check: removed, or renamed for Sweep when Shared
+	Retried      int   // a key's own failures retried (the store keeps each one's evidence)
+	ServerErrors int   // requests a server failed (no attempt spent)
+	LeasesLost   int   // keys whose lease another worker took meanwhile
+	Dead         int   // dead now (the whole job)
+	Bytes        int64 // of the files this run recorded
+	FirstDead    string
 }
 
 // ErrIncomplete is Summary.Err's error: some keys are dead.
@@ -78,6 +86,9 @@ type runner struct {
 	mu     sync.Mutex
 	sum    Summary
 	expect Expect
+
+	recheck    sync.Once
+	recheckErr error
 }
 
 // Run captures every done row with ids that is not captured or dead yet,

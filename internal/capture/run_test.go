@@ -23,6 +23,7 @@ import (
 	"github.com/regen-dev/regen/internal/store/postgres"
 	"github.com/regen-dev/regen/internal/store/postgres/pgtest"
 	"github.com/regen-dev/regen/internal/store/sqlite"
+	"github.com/regen-dev/regen/internal/tokenrows"
 )
 
 // capSim starts a fast vLLM simulator writing hidden states (3 layers of
@@ -281,8 +282,8 @@ func TestRunSlowWriterWaitedFor(t *testing.T) {
 // TestRunAdoptsPlacedFile: a run killed after placing a file and before
 // recording it left the file under its stable name; the next run checks
 // it and records it without asking the server again. A file under a
-// key's name that is not its capture is removed and the key captured
-// anew; a temporary copy a kill left is swept.
+// key's name that is not its capture is removed (this run is the sole
+// worker) and the key captured anew; a temporary copy a kill left is swept.
 func TestRunAdoptsPlacedFile(t *testing.T) {
 	t.Parallel()
 	url, _ := capSim(t, "", 0, nil)
@@ -304,8 +305,8 @@ func TestRunAdoptsPlacedFile(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(cfg.Dir, partPrefix+"abc.part"), []byte("half a copy"), 0o644))
 
 	sum, err := Run(context.Background(), stB, cfg)
-	if err != nil || sum.Adopted != 1 || sum.Captured != 3 {
-		t.Fatalf("Run: %+v, %v; want 1 adopted, 3 captured", sum, err)
+	if err != nil || sum.Adopted != 1 || sum.Captured != 3 || sum.SetAside != 1 {
+		t.Fatalf("Run: %+v, %v; want 1 adopted, 3 captured, the other key's file removed", sum, err)
 	}
 	filesB := listed(t, stB, cfg)
 	if len(filesB) != 4 {
@@ -448,7 +449,7 @@ func TestRunCapturesAgainForNewIDs(t *testing.T) {
 		case f.Key != "p/s001" && f.SHA256 != before[i].SHA256:
 			t.Errorf("%s captured again though its ids did not change", f.Key)
 		case f.Key == "p/s001":
-			if f.SHA256 == before[i].SHA256 || f.Input != InputHash(ids) || f.Path != before[i].Path {
+			if f.SHA256 == before[i].SHA256 || f.Input != tokenrows.InputHash(newIDs) || f.Path != before[i].Path {
 				t.Errorf("s001 after its ids changed: %+v (before %+v)", f, before[i])
 			}
 			if _, err := CheckFile(filepath.Join(cfg.JobDir, f.Path), ids, Expect{}); err != nil {

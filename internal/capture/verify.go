@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/store"
@@ -70,7 +71,7 @@ func Verify(ctx context.Context, ls Listing, jobDir, dir string) (VerifyReport, 
 			return err
 		}
 		r.Files++
-		path := recordedPath(jobDir, f.Path)
+		path := job.FromRel(jobDir, f.Path)
 		if other, dup := listed[path]; dup {
 			r.Problems = append(r.Problems, Problem{Path: f.Path, What: fmt.Sprintf("listed for both %s and %s", other, f.Key)})
 			return nil
@@ -119,20 +120,6 @@ func checkListed(path string, f store.CapturedFile, buf []byte) (int64, string) 
 	return n, ""
 }
 
-// recordedPath is a record's path as a clean absolute one: records are
-// relative to the job file's folder, or absolute when outside it
-// (job.RelTo).
-func recordedPath(jobDir, p string) string {
-	p = filepath.FromSlash(p)
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(jobDir, p)
-	}
-	if abs, err := filepath.Abs(p); err == nil {
-		return abs
-	}
-	return filepath.Clean(p)
-}
-
 // unlistedFiles names the .safetensors files under dir that no record
 // lists. A folder that does not exist holds none.
 func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, error) {
@@ -147,7 +134,7 @@ func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, err
 		if d.IsDir() || !strings.HasSuffix(d.Name(), ".safetensors") {
 			return nil
 		}
-		if _, ok := listed[recordedPath(jobDir, path)]; !ok {
+		if _, ok := listed[job.FromRel(jobDir, path)]; !ok {
 			out = append(out, Problem{Path: filepath.ToSlash(job.RelTo(jobDir, path)), What: "in the capture folder but not recorded in the store (a capture killed between placing and recording it leaves one: regen capture adopts or removes it)"})
 		}
 		return nil
@@ -156,4 +143,69 @@ func unlistedFiles(jobDir, dir string, listed map[string]string) ([]Problem, err
 		return out, fmt.Errorf("verify hidden states: list %s: %w", dir, err)
 	}
 	return out, nil
+}
+
+// RecheckStore is what Recheck uses of a job's store.
+type RecheckStore interface {
+	Listing
+	RequeueCaptured(ctx context.Context, key, reason string) (bool, error)
+	ClaimCapture(ctx context.Context, k store.CaptureKey, owner string, lease time.Duration) (store.CaptureClaim, bool, error)
+	ReleaseCapture(ctx context.Context, c store.CaptureClaim) error
+}
+
+// Recheck hashes every recorded file as Verify does and returns each key
+// whose file is missing or differs from its record to pending, so the
+// next capture writes it again; it reports those problems. A changed file
+// is renamed aside (Sweep removes it) under a claim of the key, the only
+// way a recorded key's file leaves its name: it would otherwise pass the
+// next capture's check and be adopted as it is.
+func Recheck(ctx context.Context, st RecheckStore, jobDir, owner string) ([]Problem, error) {
+	var bad []store.CapturedFile
+	var out []Problem
+	buf := make([]byte, 1<<20)
+	err := st.EachCapturedFile(ctx, func(f store.CapturedFile) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, p := checkListed(job.FromRel(jobDir, f.Path), f, buf); p != "" {
+			bad = append(bad, f)
+			out = append(out, Problem{Path: f.Path, What: p})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recheck hidden states: %w", err)
+	}
+	for i, f := range bad {
+		if err := requeue(ctx, st, jobDir, owner, f, out[i].What); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// requeue returns f's key to pending and moves its file out of the way.
+func requeue(ctx context.Context, st RecheckStore, jobDir, owner string, f store.CapturedFile, why string) error {
+	if ok, err := st.RequeueCaptured(ctx, f.Key, "recheck: "+why); err != nil || !ok {
+		return err // not captured any more: another worker settled it meanwhile
+	}
+	c, ok, err := st.ClaimCapture(ctx, f.CaptureKey, owner, time.Minute)
+	if err != nil || !ok {
+		return err // claimed by a capture already running: it checks the file itself
+	}
+	path := job.FromRel(jobDir, f.Path)
+	err = os.Rename(path, partPath(filepath.Dir(path)))
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	if rerr := st.ReleaseCapture(ctx, c); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("recheck %s: %w", f.Key, err)
+	}
+	return nil
 }

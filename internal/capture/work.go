@@ -2,9 +2,6 @@ package capture
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,17 +26,6 @@ type item struct {
 
 // walkBatch is how many keys one state lookup covers.
 const walkBatch = 256
-
-// InputHash is the sha256 (hex) of the ids a capture sends, as 8-byte
-// little-endian integers: the store captures a key again when it changes.
-func InputHash(ids []int64) string {
-	b := make([]byte, 8*len(ids))
-	for i, id := range ids {
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(id))
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
 
 // walk sends every done row's keys that are neither captured nor dead.
 func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
@@ -81,30 +67,40 @@ func (r *runner) walk(ctx context.Context, work chan<- item, first bool) error {
 // items are a done row's training rows with ids (package tokenrows, as
 // export builds them).
 func (r *runner) items(row store.Row, first bool) []item {
-	recs, err := reply.Answers(row)
+	out, noIDs, err := rowItems(row, r.cfg.PerTurn)
 	if err != nil {
 		r.cfg.Log.Warn("capture_row_unreadable", "sample", row.ID, "err", err)
-		r.count(first, func(s *Summary) { s.NoIDs++ })
-		return nil
+		noIDs = 1
+	}
+	r.count(first, func(s *Summary) { s.Rows += len(out); s.NoIDs += noIDs })
+	return out
+}
+
+// rowItems are a done row's training rows with ids, each keyed with the
+// hash of its ids, and how many of its rows have none.
+func rowItems(row store.Row, perTurn bool) ([]item, int, error) {
+	recs, err := reply.Answers(row)
+	if err != nil {
+		return nil, 0, err
 	}
 	answers := make([]llm.Result, len(recs))
 	for i, rec := range recs {
 		answers[i] = rec.Result
 	}
 	var out []item
-	for _, tr := range tokenrows.Rows(row.ID, answers, r.cfg.PerTurn, func(int) string { return "the server" }) {
+	noIDs := 0
+	for _, tr := range tokenrows.Rows(row.ID, answers, perTurn, func(int) string { return "the server" }) {
 		if tr.Missing != "" {
-			r.count(first, func(s *Summary) { s.NoIDs++ })
+			noIDs++
 			continue
 		}
 		ids := make([]int64, len(tr.InputIDs))
 		for i, id := range tr.InputIDs {
 			ids[i] = int64(id)
 		}
-		r.count(first, func(s *Summary) { s.Rows++ })
-		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: InputHash(ids)}, ids: ids})
+		out = append(out, item{CaptureKey: store.CaptureKey{Key: tr.ID, SampleID: row.ID, Turn: tr.Turn, Input: tokenrows.InputHash(tr.InputIDs)}, ids: ids})
 	}
-	return out
+	return out, noIDs, nil
 }
 
 // count changes the summary during the first pass (later passes walk the
@@ -180,10 +176,11 @@ func (r *runner) capture(ctx context.Context, it item) error {
 		if err := r.st.FailCapture(ctx, c, evidence, dead); err != nil {
 			return r.lost(c, err)
 		}
-		r.cfg.Log.Info("capture_failed", "key", c.Key, "attempt", attempts, "dead", dead, "evidence", evidence)
-		if dead {
+		if dead { // one line a dead key: the evidence (the store keeps it too)
+			r.cfg.Log.Warn("capture_dead", "key", c.Key, "attempts", attempts, "evidence", evidence)
 			return nil
 		}
+		r.count(true, func(s *Summary) { s.Retried++ })
 		if err := sleep(ctx, dispatch.Delay(attempts, r.cfg.BaseDelay, r.cfg.MaxDelay, rand.Float64())); err != nil {
 			return err
 		}
@@ -195,7 +192,7 @@ func (r *runner) capture(ctx context.Context, it item) error {
 // and anything else into the run's error.
 func (r *runner) lost(c store.CaptureClaim, err error) error {
 	if errors.Is(err, store.ErrNotLeased) {
-		r.cfg.Log.Warn("capture_lease_lost", "key", c.Key, "token", c.Token)
+		r.count(true, func(s *Summary) { s.LeasesLost++ })
 		r.held.Add(1)
 		return nil
 	}
@@ -205,7 +202,7 @@ func (r *runner) lost(c store.CaptureClaim, err error) error {
 // adopt records a file already in place under the key's name (placed by a
 // run killed before it recorded it, or by a worker that lost its lease),
 // once it passes the same check as a new one; a file that fails it is not
-// this key's capture (its ids changed since) and is removed.
+// this key's capture (its ids changed since) and is set aside.
 func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, dst string) (bool, error) {
 	if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -213,21 +210,46 @@ func (r *runner) adopt(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		return false, fmt.Errorf("capture: %w", err)
 	}
 	info, err := CheckFile(dst, ids, r.expected())
-	if fe, ok := ownError(err); ok {
-		r.cfg.Log.Warn("capture_stale_file_removed", "key", c.Key, "path", dst, "evidence", fe.Kind+": "+fe.Detail)
-		if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("capture: %w", err)
-		}
-		return false, syncDir(r.cfg.Dir)
+	if _, ok := ownError(err); ok {
+		return r.setAside(ctx, c, dst)
 	}
 	if err != nil {
 		return false, fmt.Errorf("capture: %w", err)
 	}
-	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
-		return true, err // a lost lease: the key's new holder settles it
+	// The run that placed it may have died between its rename and the
+	// folder's sync: the entry is durable before the record that lists it.
+	if err := r.dirSync.Sync(); err != nil {
+		return false, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
-	r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
-	return true, nil
+	ok, err := r.record(ctx, c, dst, info) // not ok: a lost lease, the key's new holder settles it
+	if ok {
+		r.count(true, func(s *Summary) { s.Adopted++; s.Bytes += info.Bytes })
+	}
+	return true, err
+}
+
+// setAside moves a file at the key's name that fails the key's check out
+// of the way, once the store confirms this worker still holds the key: a
+// worker whose lease lapsed leaves alone what the key's new holder placed
+// and recorded. With other workers (Shared) the file is renamed to a
+// temporary name Sweep removes later, not deleted, so even a pause past
+// the confirmed lease loses nothing at once; a sole worker removes it. It
+// reports true (nothing more to do) on a lost lease.
+func (r *runner) setAside(ctx context.Context, c store.CaptureClaim, dst string) (bool, error) {
+	if err := r.st.ConfirmCapture(ctx, c, r.cfg.Lease); err != nil {
+		return true, r.lost(c, err)
+	}
+	var err error
+	if r.cfg.Shared {
+		err = os.Rename(dst, partPath(r.cfg.Dir))
+	} else {
+		err = os.Remove(dst) // the sole worker (it holds the store's lock): its space is needed now
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("capture %s: set aside %s: %w", c.Key, dst, err)
+	}
+	r.count(true, func(s *Summary) { s.SetAside++ })
+	return false, r.dirSync.Sync()
 }
 
 // attempt sends the key until a server answers, then checks and places
@@ -244,17 +266,17 @@ func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64,
 		switch {
 		case ctx.Err() != nil:
 			r.eps.release(ep, nil)
-			removeAll(res)
+			removeServerFiles(res)
 			return nil, ctx.Err()
 		case err != nil && !isOwn:
-			r.eps.release(ep, err)
-			r.cfg.Log.Warn("capture_server_failed", "endpoint", ep.URL, "key", c.Key, "err", err)
-			removeAll(res)
+			r.released(ep, err)
+			r.count(true, func(s *Summary) { s.ServerErrors++ })
+			removeServerFiles(res)
 			continue
 		}
-		r.eps.release(ep, nil)
+		r.released(ep, nil)
 		if isOwn {
-			removeAll(res)
+			removeServerFiles(res)
 			return own, nil
 		}
 		return r.place(ctx, c, ids, dst, res)
@@ -264,7 +286,7 @@ func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64,
 // place checks the server's file against the ids sent, moves it into the
 // folder and records it. A file already under the name is ErrExists.
 func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, dst string, res Result) (*FileError, error) {
-	defer removeAll(res)
+	defer removeServerFiles(res)
 	if i := firstDiff(res.PromptIDs, ids); i >= 0 {
 		return &FileError{Path: res.Path, Kind: KindPromptIDs, Detail: promptDiff(res.PromptIDs, ids, i)}, nil
 	}
@@ -286,21 +308,27 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
 	r.fix(info)
-	if ok, err := r.record(ctx, c, dst, info); !ok || err != nil {
-		return nil, err
+	ok, err := r.record(ctx, c, dst, info)
+	if ok {
+		r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
 	}
-	r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
-	return nil, nil
+	return nil, err
 }
 
 // record lists the placed file dst as c's capture and reports whether it
 // did; a lost lease is no error (the key's new holder finds the file and
-// adopts it).
+// adopts it). The error of Config.Recheck follows a record that was made.
 func (r *runner) record(ctx context.Context, c store.CaptureClaim, dst string, info FileInfo) (bool, error) {
 	f := store.CapturedFile{CaptureKey: c.CaptureKey, Path: job.RelTo(r.cfg.JobDir, dst), Bytes: info.Bytes, SHA256: info.SHA256,
 		Tokens: info.Shape.Tokens, Layers: info.Shape.Layers, Hidden: info.Shape.Hidden, DType: info.DType}
 	if err := r.st.RecordCapture(ctx, c, f); err != nil {
 		return false, r.lost(c, err)
+	}
+	if r.cfg.Recheck != nil {
+		r.recheck.Do(func() { r.recheckErr = r.cfg.Recheck(ctx) })
+		if r.recheckErr != nil {
+			return true, r.recheckErr
+		}
 	}
 	return true, nil
 }
@@ -328,7 +356,7 @@ func promptDiff(got, want []int64, i int) string {
 
 // removeAll removes what a capture left on the server's side: its file
 // when it was not placed (a bad one) and the connector's lock file.
-func removeAll(res Result) {
+func removeServerFiles(res Result) {
 	for _, p := range append([]string{res.Path}, res.Leftovers...) {
 		if p != "" {
 			_ = os.Remove(p)
@@ -344,5 +372,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// released ends a request on ep, logging the endpoint going down or
+// coming back.
+func (r *runner) released(ep *endpoint, failed error) {
+	if !r.eps.release(ep, failed) {
+		return
+	}
+	if failed != nil {
+		r.cfg.Log.Warn("capture_endpoint_failing", "endpoint", ep.URL, "err", failed)
+	} else {
+		r.cfg.Log.Info("capture_endpoint_up", "endpoint", ep.URL)
 	}
 }

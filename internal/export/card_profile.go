@@ -35,7 +35,7 @@ func shareGPTRows(m *Manifest) int {
 }
 
 func cardSpecForge(b *strings.Builder, m *Manifest, p Profile) {
-	b.WriteString("Written with `output.trainer: specforge`, for SpecForge. The ShareGPT training file holds one row per assistant turn, in the shape of SpecForge's generation events (`scripts/expand_reasoning_conversations.py`): `id` is `<conversation id>/turn<k>`, `source_id` the conversation's id, `assistant_turn_index` the turn from 0, `conversations` the messages up to and including that turn's answer, earlier answers as they were sent back to the server. Train it with `data.train_only_last_turn: true`, so each row supervises its own answer only. The Parquet file keeps the layout both trainers read (SpecForge reads no Parquet).\n\n")
+	b.WriteString("Written with `output.trainer: specforge`, for SpecForge. The ShareGPT training file holds one row per assistant turn, in the shape of SpecForge's generation events (`scripts/expand_reasoning_conversations.py`): `id` is `<conversation id>/turn<k>` with k counted from 1, `source_id` the conversation's id, `assistant_turn_index` the same turn counted from 0 (SpecForge's field), `conversations` the messages up to and including that turn's answer, earlier answers as they were sent back to the server. Train it with `data.train_only_last_turn: true`, so each row supervises its own answer only. The Parquet file keeps the layout both trainers read (SpecForge reads no Parquet).\n\n")
 	if p.Harmony {
 		b.WriteString("The model is gpt-oss: `conversations` use the roles of SpecForge's `gpt-oss` template, each answer as `assistant_analysis` (its reasoning) then `assistant_final` (its content), and rows carry no other column, since SpecForge's harmony parser takes none.\n\n")
 	} else if len(p.Switches) > 0 {

@@ -239,7 +239,7 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	}
 	// The card and the manifest describe the files above, so they are
 	// renamed last: a manifest on disk names files already in place.
-	described, err := describe(ctx, st, dir, name, o, &x.sum, x.seen, outs)
+	described, err := describe(ctx, st, dir, name, o, &x.sum, x.seen, x.inputs, outs)
 	for _, d := range described {
 		w.list = append(w.list, fileSink{d})
 	}
@@ -465,6 +465,10 @@ type exporter struct {
 	// hold, when set, keeps a record from the writers and the counts
 	// (Verify: a sample finished after the export began).
 	hold func(*record) bool
+	// inputs is each written training row's tokenrows.InputHash by row id
+	// (Options.Captured with token ids): a captured file is listed only
+	// for the row whose ids it holds.
+	inputs map[string]string
 }
 
 func (x *exporter) stream(ctx context.Context, st Store) error {
@@ -536,6 +540,9 @@ func (x *exporter) done(rec *record) error {
 	sum.DoneByGeneration[rec.last().Generation]++
 	if x.o.TokenIDs {
 		if err := countTokens(sum, rec); err != nil {
+			return err
+		}
+		if err := x.noteInputs(rec); err != nil {
 			return err
 		}
 	}

@@ -390,7 +390,7 @@ func (f fileSink) files() []*output  { return []*output{f.out} }
 // describe writes the card and the manifest of the synced files outs to
 // temporary files and returns them, synced, for the caller to rename after
 // outs. A README.md regen did not write is kept: no card, a warning.
-func describe(ctx context.Context, st Store, dir, name string, o Options, sum *Summary, seen serverTally, outs []*output) ([]*output, error) {
+func describe(ctx context.Context, st Store, dir, name string, o Options, sum *Summary, seen serverTally, inputs map[string]string, outs []*output) ([]*output, error) {
 	d := o.Describe
 	now := d.Now
 	if now.IsZero() {
@@ -422,7 +422,7 @@ func describe(ctx context.Context, st Store, dir, name string, o Options, sum *S
 		m.Files = append(m.Files, manifestFile(dir, o))
 	}
 	var written []*output
-	hs, err := hiddenStates(ctx, dir, name, o)
+	hs, err := hiddenStates(ctx, dir, name, o, inputs)
 	if err != nil {
 		return nil, err
 	}

@@ -99,10 +99,9 @@ func (r *record) rowIDs() []string {
 	for k := range ids {
 		ids[k] = turnRowID(r.row.ID, k)
 	}
-	if !r.turnRows { // only the ShareGPT file has turns; Parquet the conversation
-		ids = append(ids, r.row.ID)
-	}
-	return ids
+	// The conversation's id too: the batch file has one line a sample
+	// whatever the rows, and without turn rows Parquet has the conversation.
+	return append(ids, r.row.ID)
 }
 
 // turnFields is what a turn row adds to a line; nil for a conversation row.

@@ -53,6 +53,10 @@ type Report struct {
 	Rows     int    // rows of the listed files, counted
 	Records  int    // store records compared with the files
 	Problems []Problem
+	// StaleCaptures are the keys of captured files not of an exported
+	// row's input_ids, which the manifest rightly leaves out (regen
+	// capture captures those rows again).
+	StaleCaptures []string
 }
 
 // Err is nil when every check passed, else ErrMismatch wrapped with the
@@ -129,17 +133,16 @@ func verify(ctx context.Context, st Store, dir, name string, o Options, since ti
 		r.Problems = append(r.Problems, p...)
 	}
 	r.Problems = append(r.Problems, unlisted(dir, name, m.Files)...)
-	hidden, err := checkHiddenStates(ctx, dir, name, &m, o, since)
+	records, problems, inputs, err := checkRecords(ctx, st, dir, name, m.Files, o, since)
 	if err != nil {
 		return r, fmt.Errorf("verify: %w", err)
 	}
-	r.Problems = append(r.Problems, hidden...)
-	records, problems, err := checkRecords(ctx, st, dir, name, m.Files, o, since)
+	hidden, stale, err := checkHiddenStates(ctx, dir, name, &m, o, inputs, since)
 	if err != nil {
 		return r, fmt.Errorf("verify: %w", err)
 	}
-	r.Records = records
-	r.Problems = append(r.Problems, problems...)
+	r.Records, r.StaleCaptures = records, stale
+	r.Problems = append(append(r.Problems, hidden...), problems...)
 	return r, nil
 }
 

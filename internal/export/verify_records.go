@@ -22,8 +22,9 @@ import (
 // checkRecords renders every store record the way the export did, through
 // the export's own sinks, into checkers that compare each line (each
 // Parquet row) with the listed files, and returns the records compared
-// and the first mismatch of each file.
-func checkRecords(ctx context.Context, st Store, dir, name string, files []ManifestFile, o Options, since time.Time) (int, []Problem, error) {
+// and the first mismatch of each file, and the written rows' input hashes
+// (exporter.inputs).
+func checkRecords(ctx context.Context, st Store, dir, name string, files []ManifestFile, o Options, since time.Time) (int, []Problem, map[string]string, error) {
 	listed := map[string]bool{}
 	for _, f := range files {
 		listed[f.Path] = true
@@ -52,12 +53,12 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 	delete(want, FormatParquet)
 	w, err := openWriters(create, dir, name, want, o)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	var pqs []*parquetChecker
 	if pqWanted {
 		if w.pq, pqs, err = parquetCheckers(dir, name, listed, o); err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		for _, c := range pqs {
 			if c.f != nil {
@@ -74,12 +75,13 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 			}
 			for _, id := range r.rowIDs() {
 				skipNewer(w, id)
+				x.heldInput(id)
 			}
 			return true
 		}
 	}
 	if err := x.stream(ctx, st); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	var out []Problem
 	for _, pq := range pqs {
@@ -89,7 +91,7 @@ func checkRecords(ctx context.Context, st Store, dir, name string, files []Manif
 	for _, c := range lines {
 		out = append(out, c.finish()...)
 	}
-	return x.sum.Done + x.sum.Rejected + x.sum.Dead + x.sum.BadRows, out, nil
+	return x.sum.Done + x.sum.Rejected + x.sum.Dead + x.sum.BadRows, out, x.inputs, nil
 }
 
 // parquetCheckers is the Parquet sink under Verify: checkers of the

@@ -49,3 +49,16 @@ func RelTo(dir, p string) string {
 	}
 	return r
 }
+
+// FromRel is a path recorded by RelTo (slashes allowed) made absolute and
+// clean again: joined under the job folder dir unless already absolute.
+func FromRel(dir, p string) string {
+	p = filepath.FromSlash(p)
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return filepath.Clean(p)
+}

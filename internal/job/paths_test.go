@@ -1,6 +1,9 @@
 package job
 
-import "testing"
+import (
+	"path/filepath"
+	"testing"
+)
 
 func TestRelTo(t *testing.T) {
 	tests := []struct {
@@ -33,5 +36,26 @@ func TestRelText(t *testing.T) {
 	want := "source C: read more.jsonl.gz line 987: corrupt; stat /jobs/demo2/x: no such file; data/a.jsonl"
 	if got != want {
 		t.Errorf("RelText:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestFromRel: a recorded path comes back absolute and clean, joined
+// under the job folder unless it was recorded absolute, and RelTo of the
+// result records it the same way again.
+func TestFromRel(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(t.TempDir(), "elsewhere", "a.safetensors")
+	for _, c := range []struct{ rec, want string }{
+		{"hidden_states/a.safetensors", filepath.Join(dir, "hidden_states", "a.safetensors")},
+		{"hidden_states/../hidden_states/./a.safetensors", filepath.Join(dir, "hidden_states", "a.safetensors")},
+		{out, out},
+	} {
+		got := FromRel(dir, c.rec)
+		if got != c.want {
+			t.Errorf("FromRel(%q) = %q, want %q", c.rec, got, c.want)
+		}
+		if back := filepath.ToSlash(RelTo(dir, got)); back != filepath.ToSlash(filepath.Clean(c.rec)) {
+			t.Errorf("RelTo(FromRel(%q)) = %q", c.rec, back)
+		}
 	}
 }

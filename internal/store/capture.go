@@ -92,6 +92,11 @@ type Captures interface {
 	ClaimCapture(ctx context.Context, k CaptureKey, owner string, lease time.Duration) (c CaptureClaim, ok bool, err error)
 	// ExtendCaptureLeases pushes every capture lease owner holds to now+lease.
 	ExtendCaptureLeases(ctx context.Context, owner string, lease time.Duration) error
+	// ConfirmCapture says c's lease still holds and pushes it to
+	// now+lease; ErrNotLeased if it was lost (the key claimed again or
+	// settled). A worker confirms before it touches a file at the key's
+	// name that it did not place.
+	ConfirmCapture(ctx context.Context, c CaptureClaim, lease time.Duration) error
 	// RecordCapture records f as the file of c's key and marks it captured,
 	// in one transaction; ErrNotLeased if c's lease was lost.
 	RecordCapture(ctx context.Context, c CaptureClaim, f CapturedFile) error
@@ -121,6 +126,10 @@ type Captures interface {
 	// reasonContains ("" = all) to pending with attempts reset, and
 	// reports how many.
 	RequeueDeadCaptures(ctx context.Context, reasonContains string) (int, error)
+	// RequeueCaptured returns a captured key to pending with attempts
+	// reset and reason as its last error (its file was found missing or
+	// changed), and reports whether it was captured.
+	RequeueCaptured(ctx context.Context, key, reason string) (bool, error)
 }
 
 // Add counts n captures in state st holding bytes and tokens (backends

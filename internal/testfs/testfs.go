@@ -1,6 +1,7 @@
 // Package testfs tells tests what the file system they run on allows, so
 // that a permission test checks what it can here instead of failing or
-// skipping. It is imported by tests only.
+// skipping, and mounts a small file system of their own (Tmpfs). It is
+// imported by tests only.
 package testfs
 
 import (

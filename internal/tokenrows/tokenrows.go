@@ -6,6 +6,9 @@
 package tokenrows
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -116,4 +119,16 @@ func unusable(a llm.Result, engine string, k int) (Seq, bool) {
 		return Seq{Missing: fmt.Sprintf("unavailable: turn %d has %d completion ids for %d completion tokens", conversation.Ordinal(k), len(a.CompletionTokenIDs), a.Usage.CompletionTokens)}, true
 	}
 	return Seq{}, false
+}
+
+// InputHash is the sha256 (hex) of a row's input ids as 8-byte
+// little-endian integers: the capture records it with each file, and the
+// export lists a file only for the row whose ids hash the same.
+func InputHash(ids []int32) string {
+	b := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(int64(id)))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

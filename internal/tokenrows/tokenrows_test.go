@@ -1,6 +1,8 @@
 package tokenrows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -39,5 +41,19 @@ func TestRows(t *testing.T) {
 	noIDs := Rows("p/b", []llm.Result{{Usage: llm.Usage{CompletionTokens: 1}}}, true, func(int) string { return "llamacpp" })
 	if noIDs[0].Missing != "unavailable: llamacpp (turn 1 has no token ids)" {
 		t.Errorf("turn row without ids: %q", noIDs[0].Missing)
+	}
+}
+
+// TestInputHash: the hash is over each id as an 8-byte little-endian
+// integer, sign-extended, as the capture records it: a negative id
+// hashes as int64 -1, not as uint32.
+func TestInputHash(t *testing.T) {
+	b := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	sum := sha256.Sum256(b)
+	if got, want := InputHash([]int32{1, -1}), hex.EncodeToString(sum[:]); got != want {
+		t.Errorf("InputHash([1 -1]) = %s, want %s", got, want)
+	}
+	if InputHash([]int32{1, 2}) == InputHash([]int32{2, 1}) {
+		t.Error("the order of the ids does not change the hash")
 	}
 }

@@ -57,6 +57,12 @@ func (s *Store) ExtendCaptureLeases(ctx context.Context, owner string, lease tim
 	return nil
 }
 
+// ConfirmCapture extends c's lease, or says it was lost.
+func (s *Store) ConfirmCapture(ctx context.Context, c store.CaptureClaim, lease time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE captures SET lease_until = $1`+fenced(1), ns(s.now().Add(lease)), text(c.Key), c.Owner, c.Token)
+	return settled(tag, err, "confirm capture lease", c.Key)
+}
+
 // RecordCapture marks c's key captured with f, under c's lease; the
 // commit waits for the WAL (a listed file is durable, invariant 1).
 func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store.CapturedFile) error {
@@ -231,4 +237,13 @@ func (s *Store) RequeueDeadCaptures(ctx context.Context, reasonContains string) 
 		return 0, fmt.Errorf("requeue dead captures: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// RequeueCaptured returns a captured key to pending.
+func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE captures SET state = 'pending', attempts = 0, last_error = $1 WHERE key = $2 AND state = 'done'`, text(reason), text(key))
+	if err != nil {
+		return false, fmt.Errorf("requeue capture %s: %w", key, err)
+	}
+	return tag.RowsAffected() > 0, nil
 }

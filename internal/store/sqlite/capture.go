@@ -55,6 +55,12 @@ func (s *Store) ExtendCaptureLeases(ctx context.Context, owner string, lease tim
 	return nil
 }
 
+// ConfirmCapture extends c's lease, or says it was lost.
+func (s *Store) ConfirmCapture(ctx context.Context, c store.CaptureClaim, lease time.Duration) error {
+	res, err := s.exec(ctx, nil, `UPDATE captures SET lease_until = ?`+fenced, ns(s.now().Add(lease)), c.Key, c.Owner, c.Token)
+	return settled(res, err, "confirm capture lease", c.Key)
+}
+
 // RecordCapture marks c's key captured with f, under c's lease.
 func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store.CapturedFile) error {
 	at := f.CapturedAt
@@ -248,4 +254,14 @@ func (s *Store) RequeueDeadCaptures(ctx context.Context, reasonContains string) 
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
+}
+
+// RequeueCaptured returns a captured key to pending.
+func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, error) {
+	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'pending', attempts = 0, last_error = ? WHERE key = ? AND state = 'done'`, reason, key)
+	if err != nil {
+		return false, fmt.Errorf("requeue capture %s: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }

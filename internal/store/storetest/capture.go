@@ -79,9 +79,22 @@ func testCaptureOnce(t *testing.T, s store.Store) {
 	wantCaptureStates(t, s, []string{"a", "never"}, map[string]store.State{"a": store.Leased})
 	must(t, s.RecordCapture(ctx, c, cfile(k, "hidden_states/a.safetensors")))
 	wantErr(t, "RecordCapture twice", s.RecordCapture(ctx, c, cfile(k, "hidden_states/a.safetensors")), store.ErrNotLeased)
+	wantErr(t, "ConfirmCapture of a captured key", s.ConfirmCapture(ctx, c, lease), store.ErrNotLeased)
 	if _, ok := claimCapture(t, s, k, "w2", lease); ok {
 		t.Fatal("a captured key was claimed again")
 	}
+	if ok, err := s.RequeueCaptured(ctx, "never", "missing"); err != nil || ok {
+		t.Errorf("RequeueCaptured of a key never captured = %v, %v; want false", ok, err)
+	}
+	if ok, err := s.RequeueCaptured(ctx, "a", "recheck: missing"); err != nil || !ok {
+		t.Fatalf("RequeueCaptured(a) = %v, %v; want true", ok, err)
+	}
+	wantCaptureStates(t, s, []string{"a"}, map[string]store.State{"a": store.Pending})
+	again, ok := claimCapture(t, s, k, "w2", lease)
+	if !ok || again.Attempts != 0 {
+		t.Fatalf("claim after RequeueCaptured = %+v, %v; want a fresh lease", again, ok)
+	}
+	must(t, s.RecordCapture(ctx, again, cfile(k, "hidden_states/a.safetensors")))
 	wantCaptureStates(t, s, []string{"a"}, map[string]store.State{"a": store.Done})
 }
 
@@ -98,6 +111,8 @@ func testCaptureLostLease(t *testing.T, s store.Store) {
 	}
 	wantErr(t, "RecordCapture under the lost lease", s.RecordCapture(ctx, old, cfile(k, "h/a.safetensors")), store.ErrNotLeased)
 	wantErr(t, "FailCapture under the lost lease", s.FailCapture(ctx, old, "nan: x", true), store.ErrNotLeased)
+	wantErr(t, "ConfirmCapture under the lost lease", s.ConfirmCapture(ctx, old, lease), store.ErrNotLeased)
+	must(t, s.ConfirmCapture(ctx, c, lease))
 	must(t, s.ReleaseCapture(ctx, old)) // no error, and no effect
 	wantCaptureStates(t, s, []string{k.Key}, map[string]store.State{k.Key: store.Leased})
 	must(t, s.RecordCapture(ctx, c, cfile(k, "h/a.safetensors")))
