@@ -21,14 +21,14 @@ const (
 	// A server is saturated at a scrape when requests wait in its queue
 	// or its KV pool is this full: it has more work than it can take.
 	saturatedKV = 0.9
-	// The servers bound the run when they were saturated in at least
-	// this share of the bulk's scrapes (mean over the servers).
-	serverBusyShare = 0.5
-	// Otherwise the runner's process bound it when it used this share of
-	// the cores it may use, or when the simulators' clock ran below this
-	// share of the asked speed (the process was short of CPU).
+	// The runner's process bound the run when it used this share of the
+	// cores it may use, or when the simulators' clock ran below this share
+	// of the asked speed (the process was short of CPU).
 	runnerCPUShare   = 0.8
 	runnerSpeedShare = 0.9
+	// Otherwise the servers bound it when they were saturated in at least
+	// this share of the bulk's scrapes (mean over the servers).
+	serverBusyShare = 0.5
 )
 
 // loadSample is the fleet's load at one scrape.
@@ -89,15 +89,16 @@ type usage struct {
 	speedShare float64 // simulated seconds / wall seconds / asked speed
 }
 
-// classify applies the rule: saturated servers first (the runner kept
-// them fed, whatever it cost), then a process short of CPU, else the
-// lane limits.
+// classify applies the rule: a process short of CPU first (everything
+// regen does in real time, its probes, claims and clients, then ran at
+// another pace in simulated time than asked, whatever the servers' queues
+// say), then saturated servers, else the lane limits.
 func classify(l load, u usage) string {
 	switch {
-	case l.samples > 0 && l.busy >= serverBusyShare:
-		return boundServer
 	case u.cpuShare >= runnerCPUShare || u.speedShare < runnerSpeedShare:
 		return boundRunner
+	case l.samples > 0 && l.busy >= serverBusyShare:
+		return boundServer
 	default:
 		return boundLimit
 	}

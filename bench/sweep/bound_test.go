@@ -9,8 +9,12 @@ func TestClassify(t *testing.T) {
 		u    usage
 		want string
 	}{
-		{"queues most of the bulk", load{busy: 0.8, samples: 10}, usage{cpuShare: 0.95, speedShare: 0.4}, boundServer},
+		{"queues most of the bulk", load{busy: 0.8, samples: 10}, usage{cpuShare: 0.3, speedShare: 0.95}, boundServer},
 		{"saturated exactly half", load{busy: 0.5, samples: 10}, usage{cpuShare: 0.3, speedShare: 1}, boundServer},
+		// The loaded mt4 (simulators at 7-11x of 25x): queues
+		// full, but the probes and clients ran at another pace.
+		{"queues full, slow clock", load{busy: 0.96, samples: 10}, usage{cpuShare: 0.16, speedShare: 0.34}, boundRunner},
+		{"queues full, cores full", load{busy: 0.96, samples: 10}, usage{cpuShare: 0.85, speedShare: 0.95}, boundRunner},
 		// The loaded mt4: KV 0.27-0.45, empty queues, 2 cores busy.
 		{"idle servers, busy cores", load{busy: 0.1, kv: 0.35, samples: 10}, usage{cpuShare: 0.9, speedShare: 0.95}, boundRunner},
 		{"idle servers, slow clock", load{busy: 0.1, samples: 10}, usage{cpuShare: 0.5, speedShare: 0.4}, boundRunner},
