@@ -44,6 +44,7 @@ type result struct {
 	SimSeconds  float64 // simulated duration of the job
 	Sim95       float64 // simulated time until 95% of the tokens were generated
 	Wall        time.Duration
+	EffSpeed    float64 // the simulators' simulated seconds per real second, over the span their time was counted in
 	Retractions float64
 	Crashes     int
 	PerEndpoint []endpointShare
@@ -142,6 +143,9 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 		Prompt: tot.prompt, Cached: tot.cached}
 	r.Load, r.Usage = clocks.bulkLoad(r.Sim95), measureUsage(cpu, wall, r.SimSeconds, clocks.realSpan(), e.speed)
 	r.Bound = classify(r.Load, r.Usage)
+	if span := clocks.realSpan(); span > 0 {
+		r.EffSpeed = r.SimSeconds / span.Seconds()
+	}
 	if err := collect(ctx, e, w, st, urls, t0, &r); err != nil {
 		return result{}, err
 	}

@@ -226,7 +226,7 @@ type cell struct {
 	retractions        float64 // mean
 	crashes            float64 // mean
 	tokens, simSeconds float64 // mean
-	effSpeed           float64 // lowest simulated/wall ratio of the runs
+	effSpeed           float64 // the runs' lowest simulators' speed, simulated s per real s over the span counted
 	split              []endpointShare
 	limits             []string
 	stopped            int     // runs stopped after maxRestarts
@@ -278,7 +278,7 @@ func summarise(all []result) cell {
 		c.crashes += float64(r.Crashes) / n
 		c.tokens += float64(r.Tokens) / n
 		c.simSeconds += r.SimSeconds / n
-		c.effSpeed = min(c.effSpeed, r.SimSeconds/r.Wall.Seconds())
+		c.effSpeed = min(c.effSpeed, r.EffSpeed)
 		c.limits = append(c.limits, r.Limits...)
 		c.hit += r.hitRate() / n
 		c.prefill += (r.Prompt - r.Cached) / n
