@@ -2,11 +2,14 @@ package dispatch
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // poisonGuard stops a job whose configuration the server refuses. Until
@@ -24,6 +27,7 @@ type poisonGuard struct {
 	samples  map[string]bool
 	endpoint string // where the last refusal came from, and its status
 	status   int
+	fault    bool // the last refusal was not the API at all (llm.Error.EndpointFault)
 	// refusers are the endpoints that refused a request itself (isRefusal)
 	// while the guard was armed.
 	refusers map[string]bool
@@ -78,14 +82,22 @@ func (g *poisonGuard) streak() int {
 // current streak: a job smaller than the guard's count would otherwise
 // claim and give back the same samples for ever.
 func (g *poisonGuard) exhausted(d *Dispatcher) {
+	if pe := g.streakError(d.cfg.Params); pe != nil {
+		d.fatal(pe)
+	}
+}
+
+// streakError describes the current streak as the reason to stop, its
+// samples all back to pending; nil when there is none or the guard is off.
+func (g *poisonGuard) streakError(params map[string]json.RawMessage) *PoisonError {
 	g.mu.Lock()
-	msg, n, url, status := g.msg, len(g.samples), g.endpoint, g.status
+	msg, n, url, status, fault := g.msg, len(g.samples), g.endpoint, g.status, g.fault
 	g.mu.Unlock()
 	if n == 0 || g.open.Load() {
-		return
+		return nil
 	}
-	d.fatal(&PoisonError{Samples: n, Message: msg, Params: mentionedParams(msg, d.cfg.Params), Requeued: n, RequeueOK: true,
-		Status: status, Endpoint: url})
+	return &PoisonError{Samples: n, Message: msg, Params: mentionedParams(msg, params), Requeued: n, RequeueOK: true,
+		Status: status, Endpoint: url, EndpointFault: fault}
 }
 
 // accepted records that the server accepted a request.
@@ -109,13 +121,15 @@ func (g *poisonGuard) budget() (int, bool) {
 // badRequest records a sample refused with msg (a bad request, or a
 // refusal of the request itself: isRefusal) before any acceptance and
 // reports whether this completes a streak that trips the guard.
-func (g *poisonGuard) badRequest(id, msg, url string, status int) bool {
+func (g *poisonGuard) badRequest(id string, reqErr error, url string) bool {
 	if g.open.Load() {
 		return false
 	}
+	msg := reqErr.Error()
+	var le *llm.Error
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.endpoint, g.status = url, status
+	g.endpoint, g.status, g.fault = url, statusOf(reqErr), errors.As(reqErr, &le) && le.EndpointFault
 	if msg != g.msg {
 		g.msg = msg
 		clear(g.samples)

@@ -103,7 +103,7 @@ func (d *Dispatcher) settle(workCtx, storeCtx context.Context, cl *call, l *lane
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
 	refused := v.refused || (v.out == outDead && v.class == llm.BadRequest && t != nil)
-	if err == nil && refused && d.guard.badRequest(c.ID, reqErr.Error(), cl.ep.url, statusOf(reqErr)) {
+	if err == nil && refused && d.guard.badRequest(c.ID, reqErr, cl.ep.url) {
 		d.tripGuard(storeCtx, cl.ep.url, reqErr, v.refused)
 	}
 	if l.auto == nil {
