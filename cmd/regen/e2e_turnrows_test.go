@@ -193,7 +193,10 @@ func checkTurnParquet(t *testing.T, path string, lines []turnRowLine) {
 func TestE2ERenderCheck(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	job := strings.Replace(turnRowsJob, "sim: {speed: 200,", `sim: {engine: vllm, render_skew: "question 1:", speed: 200,`, 1)
+	job := strings.Replace(turnRowsJob, "sim: {", `sim: {engine: vllm, render_skew: "question 1:", `, 1)
+	if job == turnRowsJob {
+		t.Fatal("turnRowsJob has no sim block to make vLLM with a skewed render")
+	}
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
 		t.Fatal(err)
 	}
