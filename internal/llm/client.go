@@ -404,17 +404,21 @@ func (c *Client) Chat(ctx context.Context, req Request, onDelta func(tokens int)
 	if c.urlErr != nil {
 		return Result{}, &Error{Class: ServerDown, Msg: what, Err: c.urlErr}
 	}
-	body, err := buildBody(req, c.cfg.TokenIDFields)
+	body, err := buildParts(req, c.cfg.TokenIDFields)
 	if err != nil {
 		return Result{}, err
 	}
 	start := time.Now()
 	k := c.start(ctx)
 	defer k.done()
-	hreq, err := http.NewRequestWithContext(k.ctx, http.MethodPost, c.chatURL, bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(k.ctx, http.MethodPost, c.chatURL, body.reader())
 	if err != nil {
 		return Result{}, &Error{Class: ServerDown, Msg: what, Err: err}
 	}
+	// Set as NewRequest sets them for a bytes.Reader, so the transport
+	// can rewind the body (send) and states its length.
+	hreq.ContentLength = body.size()
+	hreq.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	resp, err := c.do(k, hreq, what)
@@ -503,6 +507,50 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 // it holds a conversation's whole history, and decoding and re-encoding it
 // cost several times what sending it does, on every turn.
 func buildBody(req Request, tokenIDs []string) ([]byte, error) {
+	parts, err := buildParts(req, tokenIDs)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Join(parts, nil), nil
+}
+
+// bigValue is the size from which buildParts leaves a value where it is.
+const bigValue = 1 << 10
+
+// bodyParts are a request body's bytes in pieces, as buildParts makes them.
+type bodyParts [][]byte
+
+// buildParts is buildBody's bytes in pieces: a value of bigValue bytes or
+// more (the messages of a long history) is Body's own slice, not a copy, so
+// an open stream holds its history once (the caller's) instead of twice.
+func buildParts(req Request, tokenIDs []string) (bodyParts, error) {
+	obj, size, err := mergedBody(req, tokenIDs)
+	if err != nil {
+		return nil, err
+	}
+	var parts bodyParts
+	out := make([]byte, 0, min(size, 4<<10)+len(req.Model)+128+32*len(tokenIDs)+32*len(req.TokenIDFields))
+	out = append(out, '{')
+	for i, k := range slices.Sorted(maps.Keys(obj)) {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendKey(out, k)
+		out = append(out, ':')
+		if v := obj[k]; len(v) >= bigValue {
+			// out keeps growing past the piece handed over, never into it.
+			parts = append(parts, out, v)
+			out = out[len(out):]
+			continue
+		}
+		out = append(out, obj[k]...)
+	}
+	return append(parts, append(out, '}')), nil
+}
+
+// mergedBody is the map of raw values buildParts writes, and about how
+// many bytes they take.
+func mergedBody(req Request, tokenIDs []string) (map[string]json.RawMessage, int, error) {
 	obj := make(map[string]json.RawMessage, 8+len(req.Params))
 	size := len(req.Body)
 	if len(bytes.TrimSpace(req.Body)) > 0 {
@@ -514,12 +562,12 @@ func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, &Error{Class: BadRequest, Msg: "chat: request body is not a JSON object", Err: err}
+			return nil, 0, &Error{Class: BadRequest, Msg: "chat: request body is not a JSON object", Err: err}
 		}
 	}
 	for k, v := range req.Params {
 		if !json.Valid(v) {
-			return nil, &Error{Class: BadRequest, Msg: fmt.Sprintf("chat: param %q is not valid JSON", k)}
+			return nil, 0, &Error{Class: BadRequest, Msg: fmt.Sprintf("chat: param %q is not valid JSON", k)}
 		}
 		obj[k] = compact(v)
 		size += len(k) + len(v) + 4
@@ -539,17 +587,23 @@ func buildBody(req Request, tokenIDs []string) ([]byte, error) {
 	}
 	obj["stream"] = json.RawMessage("true")
 	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)
-	out := make([]byte, 0, size+len(req.Model)+128+32*len(tokenIDs)+32*len(req.TokenIDFields))
-	out = append(out, '{')
-	for i, k := range slices.Sorted(maps.Keys(obj)) {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = appendKey(out, k)
-		out = append(out, ':')
-		out = append(out, obj[k]...)
+	return obj, size, nil
+}
+
+// size is the body's length in bytes.
+func (p bodyParts) size() int64 {
+	var n int64
+	for _, b := range p {
+		n += int64(len(b))
 	}
-	return append(out, '}'), nil
+	return n
+}
+
+// reader reads the body from its start; each call gives a new one, for
+// the transport's rewind (GetBody) and the replay on a fresh connection.
+func (p bodyParts) reader() io.ReadCloser {
+	bufs := net.Buffers(slices.Clone(p)) // Read consumes the slice, not the bytes
+	return io.NopCloser(&bufs)
 }
 
 // compact is v as encoding/json writes a raw value: without insignificant

@@ -78,7 +78,7 @@ func (s *Store) Sample(ctx context.Context, id string) (store.Row, bool, error) 
 		endpoint, rejection, rule sql.NullString
 		endReason                 sql.NullString
 	)
-	q, err := s.stmt(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
+	q, err := s.stmt(ctx, `SELECT s.id, s.partition, s.lane, s.state, (SELECT body FROM sample_bodies b WHERE b.seq = s.seq), s.attempts,
 			coalesce((SELECT prefix FROM origins WHERE id = s.origin_file), '') || s.origin_pos,
 			coalesce(s.last_error, ''), coalesce(s.finished_at, 0), s.turn,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,

@@ -40,7 +40,8 @@
 // refused. Per-(partition, lane, state) counts are kept by triggers in a
 // small table, so Counts costs the same at 10^7 samples as at 10; partial
 // indexes cover the pending queue, the leased set, finished samples in id
-// order and recent errors.
+// order and recent errors. A sample's body lives in sample_bodies, apart
+// from the row every state change rewrites.
 //
 // Time comes from Options.Now (time.Now by default) and is stored as unix
 // nanoseconds; tests inject a clock to control lease expiry and retry times.

@@ -84,7 +84,7 @@ func (s *Store) Finished(ctx context.Context, fn func(store.Row) error) error {
 }
 
 func (s *Store) finishedPage(ctx context.Context, after string) ([]store.Row, error) {
-	rows, err := s.query(ctx, `SELECT s.id, s.partition, s.lane, s.state, s.body, s.attempts,
+	rows, err := s.query(ctx, `SELECT s.id, s.partition, s.lane, s.state, (SELECT body FROM sample_bodies b WHERE b.seq = s.seq), s.attempts,
 			coalesce(s.last_error, ''), s.finished_at,
 			r.response, r.finish_reason, r.prompt_tokens, r.completion_tokens, r.endpoint,
 			r.duration_ns, r.ttft_ns, r.reason, r.rule, r.turn, r.reasoning_tokens, r.end_reason, r.generation,
@@ -196,7 +196,7 @@ func (s *Store) attachPrior(ctx context.Context, page []store.Row) error {
 // reasons, newest first, at most limit (all when limit <= 0). Rows carry no
 // Result; State is the sample's state now, which may be pending again.
 func (s *Store) LastErrors(ctx context.Context, limit int) ([]store.Row, error) {
-	rows, err := s.query(ctx, `SELECT id, partition, lane, state, body, attempts, last_error,
+	rows, err := s.query(ctx, `SELECT id, partition, lane, state, (SELECT body FROM sample_bodies b WHERE b.seq = samples.seq), attempts, last_error,
 			coalesce(finished_at, 0)
 		FROM samples WHERE last_error_at IS NOT NULL
 		ORDER BY last_error_at DESC, seq DESC LIMIT ?`, sqlLimit(limit))

@@ -17,14 +17,23 @@ import (
 // preparing one needs the single connection, which the transaction holds.
 const (
 	insertSampleSQL = `INSERT INTO samples
-			(id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')
+			(id, partition, lane, prompt_tokens, origin_file, origin_pos, state)
+			VALUES (?, ?, ?, ?, ?, ?, 'pending')
 			ON CONFLICT (id) DO NOTHING`
+	insertBodySQL = `INSERT INTO sample_bodies (seq, body) VALUES (?, ?)`
+	// A row whose id another row already took does not become a sample; it
+	// is recorded, once per origin (re-reading the same row is no duplicate).
+	duplicateSQL = `INSERT OR IGNORE INTO ingest_duplicates (origin, id, partition, first_origin, same_content, created_at)
+			SELECT ?, s.id, ?, (SELECT prefix FROM origins WHERE id = s.origin_file) || s.origin_pos, b.body = ?, ?
+			FROM samples s JOIN sample_bodies b ON b.seq = s.seq
+			WHERE s.id = ? AND (s.origin_file <> ? OR s.origin_pos <> ?)`
 	// A sample held back for rebuilding takes the body its row maps to now;
 	// the lane trigger moves its count.
 	rebuildSampleSQL = `UPDATE samples
-			SET body = ?, prompt_tokens = ?, lane = ?, origin_file = ?, origin_pos = ?, not_before = 0
-			WHERE id = ? AND not_before < 0`
+			SET prompt_tokens = ?, lane = ?, origin_file = ?, origin_pos = ?, not_before = 0
+			WHERE id = ? AND not_before < 0
+			RETURNING seq`
+	rebuildBodySQL = `UPDATE sample_bodies SET body = ? WHERE seq = ?`
 	// Ingest counts what it inserted once per batch (no per-row trigger).
 	countPendingSQL = `INSERT INTO counts (partition, lane, state, n) VALUES (?, ?, 'pending', ?)
 			ON CONFLICT (partition, lane, state) DO UPDATE SET n = n + excluded.n`
@@ -73,7 +82,7 @@ const (
 )
 
 // txQueries lists them for Open.
-var txQueries = []string{insertSampleSQL, rebuildSampleSQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
+var txQueries = []string{insertSampleSQL, insertBodySQL, duplicateSQL, rebuildSampleSQL, rebuildBodySQL, countPendingSQL, insertIngestErrorSQL, finishSQL, insertResultSQL, releaseSQL,
 	insertTurnSQL, nextTurnSQL, heldTurnSQL, retrySQL, deferSQL, deadSQL, escalateSQL, relaneSQL}
 
 // Ingest inserts the samples whose ID is new, and counts them, all in one
@@ -105,22 +114,12 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 		}
 		added := map[cell]int{}
 		for i, smp := range samples {
-			_, pos := store.SplitOrigin(smp.Origin)
-			res, err := st.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, blob(smp.Body), smp.PromptTokens, files[i], pos)
+			n, err := s.ingestOne(ctx, tx, st, smp, files[i], stale)
 			if err != nil {
 				return fmt.Errorf("sample %s: %w", smp.ID, err)
 			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			inserted += int(n)
-			added[cell{smp.Partition, smp.Lane}] += int(n)
-			if n == 0 && stale {
-				if _, err := s.exec(ctx, tx, rebuildSampleSQL, blob(smp.Body), smp.PromptTokens, smp.Lane, files[i], pos, smp.ID); err != nil {
-					return fmt.Errorf("rebuild sample %s: %w", smp.ID, err)
-				}
-			}
+			inserted += n
+			added[cell{smp.Partition, smp.Lane}] += n
 		}
 		for c, n := range added {
 			if n == 0 {
@@ -136,6 +135,59 @@ func (s *Store) Ingest(ctx context.Context, samples []store.NewSample) (int, err
 		return 0, fmt.Errorf("ingest %d samples: %w", len(samples), err)
 	}
 	return inserted, nil
+}
+
+// ingestOne inserts one sample and its body and returns 1, or returns 0
+// for an id already taken: a different row's is recorded as a duplicate,
+// and a sample held back for rebuilding takes this row's body.
+func (s *Store) ingestOne(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, smp store.NewSample, file int64, stale bool) (int, error) {
+	_, pos := store.SplitOrigin(smp.Origin)
+	res, err := insert.ExecContext(ctx, smp.ID, smp.Partition, smp.Lane, smp.PromptTokens, file, pos)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if n == 1 {
+		seq, err := res.LastInsertId()
+		if err != nil {
+			return 0, err
+		}
+		if _, err := s.exec(ctx, tx, insertBodySQL, seq, blob(smp.Body)); err != nil {
+			return 0, fmt.Errorf("store body: %w", err)
+		}
+		return 1, nil
+	}
+	if _, err := s.exec(ctx, tx, duplicateSQL, smp.Origin, smp.Partition, blob(smp.Body), ns(s.now()), smp.ID, file, pos); err != nil {
+		return 0, fmt.Errorf("record duplicate id: %w", err)
+	}
+	if !stale {
+		return 0, nil
+	}
+	return 0, s.rebuild(ctx, tx, smp, file, pos)
+}
+
+// rebuild gives a sample held back for rebuilding (if smp's is) the lane
+// and body its row maps to now.
+func (s *Store) rebuild(ctx context.Context, tx *sql.Tx, smp store.NewSample, file int64, pos string) error {
+	st, err := s.txStmt(ctx, tx, rebuildSampleSQL)
+	if err != nil {
+		return err
+	}
+	var seq int64
+	err = st.QueryRowContext(ctx, smp.PromptTokens, smp.Lane, file, pos, smp.ID).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	if _, err := s.exec(ctx, tx, rebuildBodySQL, blob(smp.Body), seq); err != nil {
+		return fmt.Errorf("rebuild body: %w", err)
+	}
+	return nil
 }
 
 // originFiles returns the origins-table id of each sample's file part,
@@ -356,7 +408,7 @@ const claimSQL = `UPDATE samples
 					WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
 					ORDER BY seq LIMIT :n))
 			GROUP BY seq ORDER BY min(fresh), seq LIMIT :n)
-		RETURNING seq, id, partition, lane, body, prompt_tokens, attempts, turn`
+		RETURNING seq, id, partition, lane, (SELECT body FROM sample_bodies b WHERE b.seq = samples.seq), prompt_tokens, attempts, turn`
 
 // Claim leases up to n claimable samples of lane, later turns first, then oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {

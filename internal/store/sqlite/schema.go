@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 11
+const schemaVersion = 12
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -476,6 +476,24 @@ CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> '
 	// generated again (other ids) is captured again; '' matches any.
 	`
 ALTER TABLE captures ADD COLUMN input_sha256 TEXT NOT NULL DEFAULT '';
+`,
+	// 11 -> 12: a sample's body in a table of its own, written at ingest and
+	// when a new configuration rebuilds it. SQLite rewrites a whole record,
+	// overflow pages included, on any UPDATE of the row, so with the body
+	// inline every claim, lease extension and finish wrote the whole
+	// conversation again (about 64 KB of WAL per 16k-token turn). The
+	// duplicate-id check, which compared bodies, moves to Ingest.
+	`
+CREATE TABLE sample_bodies (
+	seq  INTEGER PRIMARY KEY, -- samples.seq
+	body BLOB    NOT NULL
+);
+INSERT INTO sample_bodies (seq, body) SELECT seq, body FROM samples;
+DROP TRIGGER samples_duplicate;
+ALTER TABLE samples DROP COLUMN body;
+CREATE TRIGGER samples_body_delete AFTER DELETE ON samples BEGIN
+	DELETE FROM sample_bodies WHERE seq = old.seq;
+END;
 `,
 }
 

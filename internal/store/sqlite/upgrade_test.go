@@ -238,3 +238,152 @@ func TestUpgradeFromSchema8(t *testing.T) {
 		t.Errorf("bad rows after the upgrade = %+v, %v; want %+v", got, err, want)
 	}
 }
+
+// schema11Samples are the samples TestUpgradeFromSchema11 stores, one in
+// every state a job can leave one in, each with a body of its own.
+var schema11Samples = []struct{ id, state, extra string }{
+	{"fresh", "pending", ""},
+	{"waiting", "pending", ", not_before = 5, attempts = 1, last_error = 'boom', last_error_at = 5"},
+	{"leased", "leased", ", lease_owner = 'old', lease_until = 10"},
+	{"done", "done", ", attempts = 1, finished_at = 7"},
+	{"rejected", "rejected", ", attempts = 1, finished_at = 7"},
+	{"dead", "dead", ", attempts = 3, last_error = 'gone', last_error_at = 6, finished_at = 6"},
+	{"turn1", "pending", ", turn = 1"},
+	{"stale", "pending", ", not_before = -1"},
+	{"stale-q", "pending", ", not_before = -1, partition = 'q'"},
+}
+
+func schema11Body(id string) string { return `{"messages":[{"role":"user","content":"` + id + `"}]}` }
+
+// buildSchema11 writes a store as schema 11 (bodies inside the sample row)
+// left it, holding schema11Samples with their answers and counts.
+func buildSchema11(t *testing.T, path string) {
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	qs := append(append([]string{}, migrations[:11]...), `PRAGMA user_version = 11`,
+		`INSERT INTO origins (id, prefix) VALUES (1, 'p.jsonl:')`)
+	for i, smp := range schema11Samples {
+		qs = append(qs, fmt.Sprintf(`INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin_file, origin_pos, state)
+			VALUES ('%s', 'p', 'short', CAST('%s' AS BLOB), 3, 1, '%d', '%s')`, smp.id, schema11Body(smp.id), i+1, smp.state))
+		if smp.extra != "" {
+			qs = append(qs, fmt.Sprintf(`UPDATE samples SET %s WHERE id = '%s'`, smp.extra[2:], smp.id))
+		}
+	}
+	qs = append(qs,
+		// The update trigger counted the partition moves above; count afresh.
+		`DELETE FROM counts`,
+		`INSERT INTO counts (partition, lane, state, n) SELECT partition, lane, state, count(*) FROM samples GROUP BY 1, 2, 3`,
+		`INSERT INTO results (sample_id, response, finish_reason, prompt_tokens, completion_tokens, endpoint, duration_ns, ttft_ns,
+			reason, finished_at, turn, partition, lane, reasoning_tokens, rule, end_reason, generation) VALUES
+			('done', '{"a":1}', 'stop', 3, 4, 'e', 1, 1, '', 7, 0, 'p', 'short', 0, '', '', 1),
+			('rejected', '{"a":2}', 'stop', 3, 4, 'e', 1, 1, 'too short', 7, 0, 'p', 'short', 0, 'min', '', 1)`,
+		`INSERT INTO turns (sample_id, turn, partition, lane, response, finish_reason, prompt_tokens, completion_tokens,
+			reasoning_tokens, endpoint, duration_ns, ttft_ns, attempts, finished_at, generation)
+			VALUES ('turn1', 0, 'p', 'short', '{"t":0}', 'stop', 3, 4, 0, 'e', 1, 1, 1, 7, 1)`)
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("build schema-11 store: %v\n%s", err, q)
+		}
+	}
+}
+
+// TestUpgradeFromSchema11 opens a file as schema 11 (bodies inside the
+// sample row) left it, with a sample in every state: every body, state,
+// count and answer survives the move of bodies to their own table, and the
+// job then finishes on it (an expired lease, a retry, a next turn, a
+// rebuilt body, a requeued dead letter, a duplicate id, a dropped stale
+// sample whose body goes with it).
+func TestUpgradeFromSchema11(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	buildSchema11(t, path)
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open of a schema-11 store: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for _, smp := range schema11Samples {
+		r, ok, err := s.Sample(ctx, smp.id)
+		if err != nil || !ok || string(r.Body) != schema11Body(smp.id) || string(r.State) != smp.state {
+			t.Errorf("sample %s after upgrade = %+v, %v, %v; want state %s and its body", smp.id, r, ok, err, smp.state)
+		}
+	}
+	counts, err := s.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCounts := map[string]int{"pending": 4, "leased": 1, "done": 1, "rejected": 1, "dead": 1}
+	for _, c := range counts {
+		if c.Partition == "p" && c.N != wantCounts[string(c.State)] {
+			t.Errorf("count %s after upgrade = %d, want %d", c.State, c.N, wantCounts[string(c.State)])
+		}
+	}
+	finishSchema11Job(t, s)
+	var orphans, bodies int
+	must(t, s.DB().QueryRow(`SELECT count(*) FROM sample_bodies WHERE seq NOT IN (SELECT seq FROM samples)`).Scan(&orphans))
+	must(t, s.DB().QueryRow(`SELECT count(*) FROM sample_bodies`).Scan(&bodies))
+	if orphans != 0 || bodies != len(schema11Samples)-1 {
+		t.Errorf("sample_bodies holds %d bodies, %d without a sample; want %d, none", bodies, orphans, len(schema11Samples)-1)
+	}
+}
+
+// finishSchema11Job runs the upgraded job to its end and checks every
+// claim carried the stored body and every finished row reads it back.
+func finishSchema11Job(t *testing.T, s *Store) {
+	ctx := context.Background()
+	if n, err := s.ExpireLeases(ctx, time.Now()); err != nil || n != 1 {
+		t.Fatalf("ExpireLeases = %d, %v; want the old lease", n, err)
+	}
+	if n, err := s.RequeueDead(ctx, ""); err != nil || n != 1 {
+		t.Fatalf("RequeueDead = %d, %v", n, err)
+	}
+	if n, err := s.DropStale(ctx, "q"); err != nil || n != 1 {
+		t.Fatalf("DropStale = %d, %v", n, err)
+	}
+	rebuilt := `{"messages":[{"role":"user","content":"rebuilt"}]}`
+	if n, err := s.Ingest(ctx, []store.NewSample{
+		{ID: "stale", Partition: "p", Lane: "short", Body: []byte(rebuilt), PromptTokens: 3, Origin: "p.jsonl:8"},
+		{ID: "done", Partition: "p", Lane: "short", Body: []byte(schema11Body("done")), Origin: "other.jsonl:1"},
+	}); err != nil || n != 0 {
+		t.Fatalf("Ingest after upgrade = %d, %v; want nothing new", n, err)
+	}
+	if d, err := s.IngestDuplicates(ctx, 10); err != nil || d.Total != 1 || d.SameContent != 1 || d.Examples[0].FirstOrigin != "p.jsonl:4" {
+		t.Errorf("duplicates after upgrade = %+v, %v; want done, same content as p.jsonl:4", d, err)
+	}
+	claimed := claimAll(t, s, "short")
+	if len(claimed) != 6 {
+		t.Fatalf("claimed %d samples after upgrade, want 6: %+v", len(claimed), claimed)
+	}
+	for _, c := range claimed {
+		want := schema11Body(c.ID)
+		if c.ID == "stale" {
+			want = rebuilt
+		}
+		if string(c.Body) != want {
+			t.Errorf("claim of %s carried body %s, want %s", c.ID, c.Body, want)
+		}
+		if c.ID == "turn1" && (c.Turn != 1 || len(c.Prior) != 1 || string(c.Prior[0].Response) != `{"t":0}`) {
+			t.Errorf("claim of turn1 = turn %d, prior %+v; want turn 1 after the stored answer", c.Turn, c.Prior)
+		}
+		must(t, s.Complete(ctx, c.ID, "w", store.Result{Turn: c.Turn, Response: []byte(`{}`), FinishReason: "stop", PromptTokens: 1, CompletionTokens: 2}))
+	}
+	var finished []string
+	must(t, s.Finished(ctx, func(r store.Row) error {
+		want := schema11Body(r.ID)
+		if r.ID == "stale" {
+			want = rebuilt
+		}
+		if string(r.Body) != want {
+			t.Errorf("finished %s has body %s, want %s", r.ID, r.Body, want)
+		}
+		finished = append(finished, r.ID+"="+string(r.State))
+		return nil
+	}))
+	want := []string{"dead=done", "done=done", "fresh=done", "leased=done", "rejected=rejected", "stale=done", "turn1=done", "waiting=done"}
+	if !slices.Equal(finished, want) {
+		t.Errorf("finished after upgrade = %v, want %v", finished, want)
+	}
+}

@@ -1,0 +1,83 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// longRequest is a request whose messages (a 16k-token history, 64 KB)
+// are far over bigValue.
+func longRequest() Request {
+	content := strings.Repeat("many words of a long history ", 64<<10/29)
+	return Request{Model: "m", MaxTokens: 64, Params: map[string]json.RawMessage{"temperature": json.RawMessage("0.5")},
+		Body: []byte(`{"messages":[{"role":"user","content":"` + content + `"}],"tools":[]}`)}
+}
+
+// TestBuildPartsLeavesLongHistoryInPlace: the pieces of a long request
+// make the bytes encoding/json would write, and the history among them is
+// the caller's own bytes (a change to them shows), not a copy.
+func TestBuildPartsLeavesLongHistoryInPlace(t *testing.T) {
+	req := longRequest()
+	parts, err := buildParts(req, []string{"return_token_ids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := encodingJSONBody(t, req, []string{"return_token_ids"})
+	if got := bytes.Join(parts, nil); !bytes.Equal(got, want) {
+		t.Fatalf("pieces joined differ from encoding/json's body:\n got %.200s\nwant %.200s", got, want)
+	}
+	if parts.size() != int64(len(want)) {
+		t.Errorf("size() = %d, want %d", parts.size(), len(want))
+	}
+	var copied int
+	for _, p := range parts {
+		if len(p) < bigValue {
+			copied += len(p)
+		}
+	}
+	if copied > 256 {
+		t.Errorf("%d bytes of the body were copied, want only the small keys and values", copied)
+	}
+	i := bytes.Index(req.Body, []byte("history"))
+	req.Body[i] = 'H'
+	if !bytes.Contains(bytes.Join(parts, nil), []byte("History")) {
+		t.Errorf("a change to the caller's history does not show in the pieces: they hold a copy")
+	}
+}
+
+// TestChatSendsLongBodyWhole: a long request reaches the server whole,
+// with its Content-Length, on a new connection and on a reused one.
+func TestChatSendsLongBodyWhole(t *testing.T) {
+	req := longRequest()
+	want, err := buildBody(req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got [][]byte
+	var lengths []int64
+	_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got, lengths = append(got, b), append(lengths, r.ContentLength)
+		mu.Unlock()
+		writeEvents(w, readFixture(t, "sglang_plain.sse"))
+	}, Config{MaxConns: 1})
+	for range 2 {
+		if _, err := c.Chat(bg(t), req, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range got {
+		if !bytes.Equal(got[i], want) || lengths[i] != int64(len(want)) {
+			t.Errorf("request %d: server read %d bytes, Content-Length %d; want the %d bytes of the body", i, len(got[i]), lengths[i], len(want))
+		}
+	}
+}
