@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 11
+const schemaVersion = 12
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -477,6 +477,8 @@ CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> '
 	`
 ALTER TABLE captures ADD COLUMN input_sha256 TEXT NOT NULL DEFAULT '';
 `,
+	// 11 -> 12: captures.server_path (schema_server_path.go).
+	captureServerPathStep,
 }
 
 // migrate brings the file to schemaVersion in one transaction, so a crash

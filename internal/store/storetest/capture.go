@@ -28,6 +28,8 @@ var captureTests = []struct {
 	{"CapturedFilesListedCountedUnique", testCapturedFiles},
 	{"CaptureConcurrentClaimsOnce", testCaptureConcurrent},
 	{"CaptureAgainForOtherInput", testCaptureInput},
+	{"CaptureServerPathHandedOn", testCaptureServerPath},
+	{"CaptureServerPathOfTwoKeysNeither", testCaptureServerPathShared},
 }
 
 func ckey(id string, turn int) store.CaptureKey {
@@ -333,5 +335,72 @@ func testCaptureInput(t *testing.T, s store.Store) {
 	old.Input = "in1"
 	if _, ok := claimCapture(t, s, old, "w", lease); ok {
 		t.Error("a key recorded without an input was claimed again")
+	}
+}
+
+// claimServerPath claims k and checks the server path the claim hands on.
+func claimServerPath(t *testing.T, s store.Store, k store.CaptureKey, owner, want string) store.CaptureClaim {
+	t.Helper()
+	c, ok := claimCapture(t, s, k, owner, lease)
+	if !ok {
+		t.Fatalf("claim of %s by %s refused", k.Key, owner)
+	}
+	if c.ServerPath != want {
+		t.Fatalf("claim of %s by %s: ServerPath %q, want %q", k.Key, owner, c.ServerPath, want)
+	}
+	return c
+}
+
+// testCaptureServerPath: the server path noted under a lease is handed to
+// the key's next holder (after a lapsed lease, a release), only under the
+// noting lease, and cleared once the key is recorded or failed.
+func testCaptureServerPath(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := ckey("a", store.WholeConversation)
+	k.Input = "in1"
+	const p1, p2 = "/srv/out/req-1.safetensors", "/srv/out/req-2.safetensors"
+	first, _ := claimCapture(t, s, k, "w1", -time.Second) // killed: its lease ends
+	if first.ServerPath != "" {
+		t.Fatalf("first claim hands on %q", first.ServerPath)
+	}
+	must(t, s.NoteCaptureServerPath(ctx, first, p1))
+	c := claimServerPath(t, s, k, "w2", p1)
+	wantErr(t, "NoteCaptureServerPath under the lost lease", s.NoteCaptureServerPath(ctx, first, p2), store.ErrNotLeased)
+	must(t, s.ReleaseCapture(ctx, c)) // a release keeps the path: nothing settled it
+	c = claimServerPath(t, s, k, "w2", p1)
+	must(t, s.NoteCaptureServerPath(ctx, c, p2))
+	_, err := s.ReleaseCaptures(ctx, "")
+	must(t, err)
+	c = claimServerPath(t, s, k, "w3", p2)
+	must(t, s.FailCapture(ctx, c, "nan: x", false)) // the failing worker removed the file itself
+	must(t, s.ReleaseCapture(ctx, c))
+	c = claimServerPath(t, s, k, "w3", "")
+	must(t, s.NoteCaptureServerPath(ctx, c, p1))
+	must(t, s.RecordCapture(ctx, c, cfile(k, "h/a.safetensors")))
+	k.Input = "in2" // generated again: claimed again, with nothing to remove
+	c = claimServerPath(t, s, k, "w3", "")
+	must(t, s.NoteCaptureServerPath(ctx, c, p2))
+	must(t, s.FailCapture(ctx, c, "nan: x", true))
+	k.Input = "in3"
+	claimServerPath(t, s, k, "w3", "")
+}
+
+// testCaptureServerPathShared: a path two keys' rows name is handed to
+// neither (it may be the other's file in flight), and a path another key
+// noted is never handed to this one.
+func testCaptureServerPathShared(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a, b, other := ckey("a", 0), ckey("b", 0), ckey("c", 0)
+	const p, q = "/srv/out/same.safetensors", "/srv/out/c.safetensors"
+	ca, _ := claimCapture(t, s, a, "w1", -time.Second)
+	cb, _ := claimCapture(t, s, b, "w1", -time.Second)
+	co, _ := claimCapture(t, s, other, "w1", lease)
+	must(t, s.NoteCaptureServerPath(ctx, ca, p))
+	must(t, s.NoteCaptureServerPath(ctx, cb, p))
+	must(t, s.NoteCaptureServerPath(ctx, co, q))
+	claimServerPath(t, s, a, "w2", "")
+	claimServerPath(t, s, b, "w2", "")
+	if _, ok := claimCapture(t, s, other, "w2", lease); ok {
+		t.Fatal("a live lease was taken")
 	}
 }
