@@ -50,18 +50,21 @@ type Config struct {
 
 // Summary is what a run did.
 type Summary struct {
-	Rows         int   // training rows with token ids
-	NoIDs        int   // training rows without ids (nothing to capture)
-	Captured     int   // captured and recorded by this run
-	Adopted      int   // placed by a killed run, checked and recorded by this one
-	Before       int   // recorded before this run
-	SetAside     int   // files at a key's name that failed its check: removed, or renamed for Sweep when Shared
-	Retried      int   // a key's own failures retried (the store keeps each one's evidence)
-	ServerErrors int   // requests a server failed (no attempt spent)
-	LeasesLost   int   // keys whose lease another worker took meanwhile
-	Dead         int   // dead now (the whole job)
-	Bytes        int64 // of the files this run recorded
-	FirstDead    string
+	Rows         int // training rows with token ids
+	NoIDs        int // training rows without ids (nothing to capture)
+	Captured     int // captured and recorded by this run
+	Adopted      int // placed by a killed run, checked and recorded by this one
+	Before       int // recorded before this run
+	SetAside     int // files at a key's name that failed its check: removed, or renamed for Sweep when Shared
+	Retried      int // a key's own failures retried (the store keeps each one's evidence)
+	ServerErrors int // requests a server failed (no attempt spent)
+	LeasesLost   int // keys whose lease another worker took meanwhile
+	// ServerLeftovers are server files and locks an earlier attempt (a
+	// killed run, a lost lease) was handed and left, removed by this run.
+	ServerLeftovers int
+	Dead            int   // dead now (the whole job)
+	Bytes           int64 // of the files this run recorded
+	FirstDead       string
 }
 
 // ErrIncomplete is Summary.Err's error: some keys are dead.

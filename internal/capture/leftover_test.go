@@ -1,0 +1,146 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// TestUnremovable: a handed-on server path is removed only when it is an
+// absolute clean .safetensors name outside the capture folder and not the
+// key's own placed file.
+func TestUnremovable(t *testing.T) {
+	dir := "/data/job/hidden_states"
+	dst := filepath.Join(dir, StableName("k")+Ext)
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/srv/out/cmpl-1-0.safetensors", true},
+		{"/data/job/hidden_states2/cmpl-1-0.safetensors", true}, // a sibling sharing the prefix is outside
+		{"srv/out/cmpl-1-0.safetensors", false},                 // relative
+		{"/srv/out/../out/cmpl-1-0.safetensors", false},         // not clean
+		{"/srv/out/cmpl-1-0.safetensors.lock", false},
+		{"/etc/passwd", false},
+		{dst, false},
+		{filepath.Join(dir, StableName("other")+Ext), false}, // another key's placed file
+		{filepath.Join(dir, "sub", "x.safetensors"), false},
+		{dir + Ext, true}, // beside the folder, not in it
+	} {
+		why := unremovable(tc.path, dst, dir)
+		if (why == "") != tc.ok {
+			t.Errorf("unremovable(%q) = %q, want removable=%v", tc.path, why, tc.ok)
+		}
+	}
+}
+
+// serverFile writes a server's file and its lock as the connector leaves
+// them and returns the file's path.
+func serverFile(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name+Ext)
+	must(t, os.WriteFile(p, []byte("hidden states"), 0o644))
+	must(t, os.WriteFile(p+".lock", nil, 0o644))
+	return p
+}
+
+func exists(t *testing.T, p string) bool {
+	t.Helper()
+	_, err := os.Lstat(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// noteLapsed claims k under a lease that already ended (a killed worker)
+// and notes path as the server's file it was handed.
+func noteLapsed(t *testing.T, st Store, k store.CaptureKey, path string) {
+	t.Helper()
+	c, ok, err := st.ClaimCapture(context.Background(), k, "killed", -time.Second)
+	if err != nil || !ok {
+		t.Fatalf("claim %s: %v %v", k.Key, ok, err)
+	}
+	must(t, st.NoteCaptureServerPath(context.Background(), c, path))
+}
+
+// TestRunRemovesHandedOnServerFiles: a run that claims a key a killed
+// worker held removes the server's file and lock that worker was handed;
+// a path two keys' rows name is left alone; and after a finished capture
+// the server's own folder holds nothing (each placed file's lock removed).
+func TestRunRemovesHandedOnServerFiles(t *testing.T) {
+	t.Parallel()
+	url, simDir := capSim(t, "", 0, nil)
+	st := doneStore(t, 3) // turn rows: s000's two, s001's, s002's
+	leftDir := t.TempDir()
+	mine := serverFile(t, leftDir, "cmpl-killed-0")
+	shared := serverFile(t, leftDir, "cmpl-shared-0")
+	noteLapsed(t, st, store.CaptureKey{Key: "p/s001/turn1", SampleID: "p/s001", Turn: 0}, mine)
+	noteLapsed(t, st, store.CaptureKey{Key: "p/s002/turn1", SampleID: "p/s002", Turn: 0}, shared)
+	noteLapsed(t, st, store.CaptureKey{Key: "other", SampleID: "other", Turn: 0}, shared)
+
+	cfg := testConfig(t, url)
+	cfg.PerTurn = true
+	sum, err := Run(context.Background(), st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Captured != 4 || sum.ServerLeftovers != 2 {
+		t.Errorf("summary %+v; want 4 captured and 2 server leftovers (a file and its lock) removed", sum)
+	}
+	if exists(t, mine) || exists(t, mine+".lock") {
+		t.Error("the killed worker's server file or lock is still there")
+	}
+	if !exists(t, shared) || !exists(t, shared+".lock") {
+		t.Error("a server file two keys' rows name was removed")
+	}
+	if len(listed(t, st, cfg)) != 4 {
+		t.Error("want 4 files recorded")
+	}
+	left, err := os.ReadDir(simDir)
+	must(t, err)
+	if len(left) != 0 {
+		t.Errorf("the server's folder holds %d entries after the capture (first %s), want none", len(left), left[0].Name())
+	}
+}
+
+// TestClearHandedOnFenced: with other workers (Shared) a handed-on file is
+// removed only under a lease the store confirms; a claim another worker
+// took over since removes nothing and counts a lost lease.
+func TestClearHandedOnFenced(t *testing.T) {
+	r, st := adoptRunner(t)
+	r.cfg.Shared = true
+	ctx := context.Background()
+	k := store.CaptureKey{Key: "s1", SampleID: "s1", Turn: store.WholeConversation, Input: "in"}
+	dst := filepath.Join(r.cfg.Dir, StableName(k.Key)+Ext)
+	p := serverFile(t, t.TempDir(), "cmpl-1-0")
+	noteLapsed(t, st, k, p)
+	stale, ok, err := st.ClaimCapture(ctx, k, "cap", -time.Second) // this worker's claim, lapsed at once
+	if err != nil || !ok || stale.ServerPath != p {
+		t.Fatalf("claim: %+v %v %v; want the noted path handed on", stale, ok, err)
+	}
+	if _, ok, err := st.ClaimCapture(ctx, k, "thief", time.Minute); err != nil || !ok {
+		t.Fatalf("thief's claim: %v %v", ok, err)
+	}
+	stop, err := r.clearHandedOn(ctx, stale, dst)
+	if !stop || err != nil || !exists(t, p) || !exists(t, p+".lock") || r.sum.LeasesLost != 1 {
+		t.Fatalf("clearHandedOn under a lost lease = %v, %v, lost %d; want stop, the files kept", stop, err, r.sum.LeasesLost)
+	}
+	if _, err := st.ReleaseCaptures(ctx, "thief"); err != nil {
+		t.Fatal(err)
+	}
+	c, ok, err := st.ClaimCapture(ctx, k, "cap", time.Minute)
+	if err != nil || !ok || c.ServerPath != p {
+		t.Fatalf("claim: %+v %v %v", c, ok, err)
+	}
+	stop, err = r.clearHandedOn(ctx, c, dst)
+	if stop || err != nil || exists(t, p) || exists(t, p+".lock") || r.sum.ServerLeftovers != 2 {
+		t.Fatalf("clearHandedOn under a held lease = %v, %v, removed %d; want both files removed", stop, err, r.sum.ServerLeftovers)
+	}
+}
