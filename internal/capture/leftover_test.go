@@ -3,13 +3,18 @@ package capture
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/regen-dev/regen/internal/sim"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/testfs"
 )
 
 // TestUnremovable: a handed-on server path is removed only when it is an
@@ -142,5 +147,78 @@ func TestClearHandedOnFenced(t *testing.T) {
 	stop, err = r.clearHandedOn(ctx, c, dst)
 	if stop || err != nil || exists(t, p) || exists(t, p+".lock") || r.sum.ServerLeftovers != 2 {
 		t.Fatalf("clearHandedOn under a held lease = %v, %v, removed %d; want both files removed", stop, err, r.sum.ServerLeftovers)
+	}
+}
+
+// TestRunAcrossFileSystemsLeavesServerFolderEmpty: with the server's
+// folder on another file system every file is copied, and the server's
+// copy and its lock are both removed.
+func TestRunAcrossFileSystemsLeavesServerFolderEmpty(t *testing.T) {
+	server := testfs.Tmpfs(t, 4<<20)
+	url, simDir := capSim(t, "", 0, func(c *sim.Config) { c.HiddenStates = server })
+	st := doneStore(t, 3)
+	cfg := testConfig(t, url)
+	cfg.PerTurn = true
+	sum, err := Run(context.Background(), st, cfg)
+	if err != nil || sum.Captured != 4 {
+		t.Fatalf("Run = %+v, %v; want 4 captured", sum, err)
+	}
+	left, err := os.ReadDir(simDir)
+	must(t, err)
+	if len(left) != 0 {
+		t.Errorf("the server's folder holds %d entries after copies across file systems (first %s), want none", len(left), left[0].Name())
+	}
+}
+
+// stealFirst is a client whose first request finds its key's lease taken
+// by another worker before the server answers: the answer's path cannot
+// be noted under the lost lease.
+type stealFirst struct {
+	Client
+	st    Store
+	stole atomic.Bool
+	sent  atomic.Int64
+}
+
+func (s *stealFirst) Capture(ctx context.Context, r Request) (Result, error) {
+	s.sent.Add(1)
+	if s.stole.CompareAndSwap(false, true) {
+		if _, err := s.st.ReleaseCaptures(ctx, "cap"); err != nil {
+			return Result{}, err
+		}
+		k := store.CaptureKey{Key: r.Key, SampleID: strings.Split(r.Key, "/turn")[0], Turn: 0}
+		if _, ok, err := s.st.ClaimCapture(ctx, k, "thief", 500*time.Millisecond); err != nil || !ok {
+			return Result{}, fmt.Errorf("steal %s: ok=%v %v", r.Key, ok, err)
+		}
+	}
+	return s.Client.Capture(ctx, r)
+}
+
+// TestRunNoteUnderLostLease: a worker that cannot note the server's file
+// (its lease was taken meanwhile) places nothing, removes the file and its
+// lock once written, and counts a lost lease; the key is captured once the
+// other holder's lease ends, and the server's folder ends empty.
+func TestRunNoteUnderLostLease(t *testing.T) {
+	t.Parallel()
+	url, simDir := capSim(t, "", 0, nil)
+	st := doneStore(t, 3)
+	cfg := testConfig(t, url)
+	cfg.Concurrency, cfg.PerTurn, cfg.Shared, cfg.Lease = 1, true, true, 2*time.Second
+	cl := &stealFirst{Client: cfg.Endpoints[0].Client, st: st}
+	cfg.Endpoints[0].Client = cl
+	sum, err := Run(context.Background(), st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Captured != 4 || sum.Adopted != 0 || sum.LeasesLost != 1 || cl.sent.Load() != 5 {
+		t.Errorf("summary %+v after %d requests; want 4 captured, 1 lease lost, 5 requests", sum, cl.sent.Load())
+	}
+	if len(listed(t, st, cfg)) != 4 {
+		t.Error("want 4 files recorded")
+	}
+	left, err := os.ReadDir(simDir)
+	must(t, err)
+	if len(left) != 0 {
+		t.Errorf("the server's folder holds %d entries, want none", len(left))
 	}
 }
