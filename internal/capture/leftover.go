@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/regen-dev/regen/internal/store"
 )
@@ -18,6 +19,10 @@ import (
 // the file leaves it, and the connector's lock, in the server's folder;
 // the key's next holder finds the path in its claim and removes both, so
 // such files cannot pile up on the shared storage.
+
+// handedOnWait bounds the wait for a handed-on file's writer to end; past
+// it the file is removed all the same.
+const handedOnWait = time.Minute
 
 // clearHandedOn removes the server's file and lock an earlier attempt at
 // c's key was handed and did not settle, when removable allows it; with
@@ -37,6 +42,13 @@ func (r *runner) clearHandedOn(ctx context.Context, c store.CaptureClaim, dst st
 		if err := r.st.ConfirmCapture(ctx, c, r.cfg.Lease); err != nil {
 			return true, r.lost(c, err)
 		}
+	}
+	// The connector may still be writing the file (it answers first): a
+	// name removed before it creates the file would be recreated.
+	if err := waitWritten(ctx, p, handedOnWait); ctx.Err() != nil {
+		return true, ctx.Err()
+	} else if err != nil {
+		r.cfg.Log.Warn("capture_server_file_still_locked", "key", c.Key, "path", p, "err", err)
 	}
 	n, err := removeServerFiles(Result{Path: p, Leftovers: []string{p + ".lock"}})
 	if err != nil {

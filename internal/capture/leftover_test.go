@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,5 +221,35 @@ func TestRunNoteUnderLostLease(t *testing.T) {
 	must(t, err)
 	if len(left) != 0 {
 		t.Errorf("the server's folder holds %d entries, want none", len(left))
+	}
+}
+
+// TestClearHandedOnWaitsForWriter: a handed-on file whose connector still
+// holds its lock (vLLM answers before it writes) is removed only once the
+// write ends, so the writer cannot recreate it after the removal.
+func TestClearHandedOnWaitsForWriter(t *testing.T) {
+	r, st := adoptRunner(t)
+	ctx := context.Background()
+	k := store.CaptureKey{Key: "s1", SampleID: "s1", Turn: store.WholeConversation, Input: "in"}
+	p := filepath.Join(t.TempDir(), "cmpl-1-0"+Ext)
+	lock, err := os.OpenFile(p+".lock", os.O_CREATE|os.O_WRONLY, 0o644)
+	must(t, err)
+	must(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	noteLapsed(t, st, k, p)
+	c, ok, err := st.ClaimCapture(ctx, k, "cap", time.Minute)
+	if err != nil || !ok || c.ServerPath != p {
+		t.Fatalf("claim: %+v %v %v", c, ok, err)
+	}
+	written := make(chan error, 1)
+	go func() { // the writer creates the file a while after the answer, then releases the lock
+		time.Sleep(200 * time.Millisecond)
+		err := os.WriteFile(p, []byte("hidden states"), 0o644)
+		lock.Close()
+		written <- err
+	}()
+	stop, err := r.clearHandedOn(ctx, c, filepath.Join(r.cfg.Dir, StableName(k.Key)+Ext))
+	must(t, <-written)
+	if stop || err != nil || exists(t, p) || exists(t, p+".lock") || r.sum.ServerLeftovers != 2 {
+		t.Fatalf("clearHandedOn = %v, %v, removed %d; want the file written meanwhile and its lock removed", stop, err, r.sum.ServerLeftovers)
 	}
 }
