@@ -109,3 +109,38 @@ func (r *runner) dropServerFiles(res Result) {
 		r.cfg.Log.Warn("capture_server_file_remove_failed", "err", err)
 	}
 }
+
+// clearLeft removes, at a sole worker's start (every lease released), the
+// server files and locks interrupted attempts left, by the same rules as
+// clearHandedOn, and forgets each path removed: a key not walked again
+// (its sample generated again with fewer turns, or not done now) leaves
+// nothing behind either.
+func (r *runner) clearLeft(ctx context.Context) error {
+	left, err := r.st.LeftServerPaths(ctx)
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	for key, p := range left {
+		if why := unremovable(p, filepath.Join(r.cfg.Dir, StableName(key)+Ext), r.cfg.Dir); why != "" {
+			r.cfg.Log.Warn("capture_server_file_kept", "key", key, "path", p, "why", why)
+			continue
+		}
+		if err := waitWritten(ctx, p, handedOnWait); ctx.Err() != nil {
+			return ctx.Err()
+		} else if err != nil {
+			r.cfg.Log.Warn("capture_server_file_still_locked", "key", key, "path", p, "err", err)
+		}
+		n, err := removeServerFiles(Result{Path: p, Leftovers: []string{p + ".lock"}})
+		if err != nil {
+			return fmt.Errorf("capture %s: remove the server's file an earlier attempt left: %w", key, err)
+		}
+		if err := r.st.ClearServerPath(ctx, key, p); err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+		if n > 0 {
+			r.cfg.Log.Info("capture_server_leftover_removed", "key", key, "path", p, "files", n)
+			r.count(true, func(s *Summary) { s.ServerLeftovers += n })
+		}
+	}
+	return nil
+}

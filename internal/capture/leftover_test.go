@@ -76,10 +76,11 @@ func noteLapsed(t *testing.T, st Store, k store.CaptureKey, path string) {
 	must(t, st.NoteCaptureServerPath(context.Background(), c, path))
 }
 
-// TestRunRemovesHandedOnServerFiles: a run that claims a key a killed
-// worker held removes the server's file and lock that worker was handed;
-// a path two keys' rows name is left alone; and after a finished capture
-// the server's own folder holds nothing (each placed file's lock removed).
+// TestRunRemovesHandedOnServerFiles: a sole worker's run removes at its
+// start the server's files and locks killed workers were handed, of keys
+// it captures and of a key no done row has now; a path two keys' rows
+// name is left alone; and after a finished capture the server's own
+// folder holds nothing (each placed file's lock removed).
 func TestRunRemovesHandedOnServerFiles(t *testing.T) {
 	t.Parallel()
 	url, simDir := capSim(t, "", 0, nil)
@@ -90,6 +91,8 @@ func TestRunRemovesHandedOnServerFiles(t *testing.T) {
 	noteLapsed(t, st, store.CaptureKey{Key: "p/s001/turn1", SampleID: "p/s001", Turn: 0}, mine)
 	noteLapsed(t, st, store.CaptureKey{Key: "p/s002/turn1", SampleID: "p/s002", Turn: 0}, shared)
 	noteLapsed(t, st, store.CaptureKey{Key: "other", SampleID: "other", Turn: 0}, shared)
+	gone := serverFile(t, leftDir, "cmpl-gone-0") // a key no done row has now
+	noteLapsed(t, st, store.CaptureKey{Key: "p/s009/turn1", SampleID: "p/s009", Turn: 0}, gone)
 
 	cfg := testConfig(t, url)
 	cfg.PerTurn = true
@@ -97,11 +100,16 @@ func TestRunRemovesHandedOnServerFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Captured != 4 || sum.ServerLeftovers != 2 {
-		t.Errorf("summary %+v; want 4 captured and 2 server leftovers (a file and its lock) removed", sum)
+	if sum.Captured != 4 || sum.ServerLeftovers != 4 {
+		t.Errorf("summary %+v; want 4 captured and 4 server leftovers (two files and their locks) removed", sum)
 	}
-	if exists(t, mine) || exists(t, mine+".lock") {
-		t.Error("the killed worker's server file or lock is still there")
+	if exists(t, mine) || exists(t, mine+".lock") || exists(t, gone) || exists(t, gone+".lock") {
+		t.Error("a killed worker's server file or lock is still there")
+	}
+	// p/s002's record forgot its path: "other" alone names it now, for the
+	// next start to remove; nothing else is still noted.
+	if left, err := st.LeftServerPaths(context.Background()); err != nil || len(left) != 1 || left["other"] != shared {
+		t.Errorf("server paths still noted after the run: %v, %v; want other's alone", left, err)
 	}
 	if !exists(t, shared) || !exists(t, shared+".lock") {
 		t.Error("a server file two keys' rows name was removed")

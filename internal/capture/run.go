@@ -156,7 +156,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // prepare makes the folder, clears what a killed single worker left (its
-// leases, its temporary copies) and takes the expected shape from a file
+// leases, its temporary copies, the server files it was handed) and takes the expected shape from a file
 // already recorded.
 func (r *runner) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(r.cfg.Dir, 0o755); err != nil {
@@ -169,6 +169,11 @@ func (r *runner) prepare(ctx context.Context) error {
 		return fmt.Errorf("capture: %w", err)
 	} else if n > 0 {
 		r.cfg.Log.Info("capture_leases_released", "n", n)
+	}
+	if !r.cfg.Shared {
+		if err := r.clearLeft(ctx); err != nil {
+			return err
+		}
 	}
 	if n, err := Sweep(r.cfg.Dir, older); err != nil {
 		return fmt.Errorf("capture: %w", err)

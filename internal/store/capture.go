@@ -109,6 +109,13 @@ type Captures interface {
 	// RecordCapture and FailCapture clear it. ErrNotLeased if c's lease
 	// was lost.
 	NoteCaptureServerPath(ctx context.Context, c CaptureClaim, path string) error
+	// LeftServerPaths returns, for each key not leased whose row names a
+	// server path no other row names, that path (key -> path): what
+	// interrupted attempts left, for a sole worker to remove at its start.
+	LeftServerPaths(ctx context.Context) (map[string]string, error)
+	// ClearServerPath forgets key's server path once it is removed, if the
+	// row still names path and is not leased.
+	ClearServerPath(ctx context.Context, key, path string) error
 	// RecordCapture records f as the file of c's key and marks it captured,
 	// in one transaction; ErrNotLeased if c's lease was lost.
 	RecordCapture(ctx context.Context, c CaptureClaim, f CapturedFile) error

@@ -291,3 +291,37 @@ func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, 
 	n, err := res.RowsAffected()
 	return n > 0, err
 }
+
+// leftServerPathsSQL lists the unleased rows' server paths no other row names.
+const leftServerPathsSQL = `SELECT key, server_path FROM captures WHERE server_path <> '' AND state <> 'leased'
+	AND server_path IN (SELECT server_path FROM captures WHERE server_path <> '' GROUP BY server_path HAVING count(*) = 1)`
+
+// LeftServerPaths returns the server paths interrupted attempts left.
+func (s *Store) LeftServerPaths(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, leftServerPathsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read left server paths: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, p string
+		if err := rows.Scan(&k, &p); err != nil {
+			return nil, fmt.Errorf("read left server paths: %w", err)
+		}
+		out[k] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read left server paths: %w", err)
+	}
+	return out, nil
+}
+
+// ClearServerPath forgets key's server path if the row still names path.
+func (s *Store) ClearServerPath(ctx context.Context, key, path string) error {
+	if _, err := s.exec(ctx, nil, `UPDATE captures SET server_path = '' WHERE key = ? AND server_path = ? AND state <> 'leased'`,
+		key, path); err != nil {
+		return fmt.Errorf("clear server path of capture %s: %w", key, err)
+	}
+	return nil
+}

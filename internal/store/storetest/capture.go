@@ -30,6 +30,7 @@ var captureTests = []struct {
 	{"CaptureAgainForOtherInput", testCaptureInput},
 	{"CaptureServerPathHandedOn", testCaptureServerPath},
 	{"CaptureServerPathOfTwoKeysNeither", testCaptureServerPathShared},
+	{"CaptureServerPathsLeftListed", testLeftServerPaths},
 }
 
 func ckey(id string, turn int) store.CaptureKey {
@@ -403,4 +404,42 @@ func testCaptureServerPathShared(t *testing.T, s store.Store) {
 	if _, ok := claimCapture(t, s, other, "w2", lease); ok {
 		t.Fatal("a live lease was taken")
 	}
+}
+
+// testLeftServerPaths: the paths unleased rows name alone are listed for
+// a sole worker's start; a leased row's, or one two rows name, are not;
+// a cleared path is listed no more, and clearing a path the row no longer
+// names changes nothing.
+func testLeftServerPaths(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	note := func(k store.CaptureKey, l time.Duration, p string) store.CaptureClaim {
+		c, ok := claimCapture(t, s, k, "w1", l)
+		if !ok {
+			t.Fatalf("claim of %s refused", k.Key)
+		}
+		must(t, s.NoteCaptureServerPath(ctx, c, p))
+		return c
+	}
+	note(ckey("a", 0), lease, "/srv/a.safetensors")
+	note(ckey("b", 0), lease, "/srv/same.safetensors")
+	note(ckey("c", 0), lease, "/srv/same.safetensors")
+	_, err := s.ReleaseCaptures(ctx, "")
+	must(t, err)
+	note(ckey("d", 0), lease, "/srv/d.safetensors") // leased: its holder settles it
+	got, err := s.LeftServerPaths(ctx)
+	must(t, err)
+	want := map[string]string{ckey("a", 0).Key: "/srv/a.safetensors"}
+	if !cmp.Equal(got, want) {
+		t.Fatalf("LeftServerPaths = %v, want %v", got, want)
+	}
+	must(t, s.ClearServerPath(ctx, ckey("a", 0).Key, "/srv/other.safetensors"))
+	if got, err := s.LeftServerPaths(ctx); err != nil || len(got) != 1 {
+		t.Fatalf("after clearing a path the row does not name: %v, %v", got, err)
+	}
+	must(t, s.ClearServerPath(ctx, ckey("a", 0).Key, "/srv/a.safetensors"))
+	must(t, s.ClearServerPath(ctx, ckey("d", 0).Key, "/srv/d.safetensors")) // leased: kept
+	if got, err := s.LeftServerPaths(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("after clearing: %v, %v; want none", got, err)
+	}
+	claimServerPath(t, s, ckey("a", 0), "w2", "")
 }
