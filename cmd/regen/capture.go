@@ -128,6 +128,9 @@ func captureJob(ctx context.Context, spec *job.Spec, st store.Store, log *slog.L
 		line += fmt.Sprintf(" (%d bad files retried, %d server errors, %d leases taken over, %d stale files at a key's name replaced)",
 			sum.Retried, sum.ServerErrors, sum.LeasesLost, sum.SetAside)
 	}
+	if sum.ServerLeftovers > 0 {
+		line += fmt.Sprintf("; %d files and locks an interrupted attempt left in the server's folder removed", sum.ServerLeftovers)
+	}
 	switch {
 	case errors.Is(err, capture.ErrIncomplete):
 		err = fmt.Errorf("capture: %w; regen capture --retry-dead %s tries the dead ones again", err, spec.Rel(spec.Path))

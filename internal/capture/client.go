@@ -11,6 +11,12 @@ import (
 type Request struct {
 	Key      string
 	InputIDs []int64
+	// Named, when set, is told the server's file as soon as the answer
+	// names it, before the wait for the write (the caller notes it in the
+	// store, so a kill from then on leaves the file to the key's next
+	// holder). Its error ends the capture once the write has ended: the
+	// file is then complete, for the caller to remove.
+	Named func(path string) error
 }
 
 // Result is a capture server's answer: the file it wrote (complete: the

@@ -50,18 +50,21 @@ type Config struct {
 
 // Summary is what a run did.
 type Summary struct {
-	Rows         int   // training rows with token ids
-	NoIDs        int   // training rows without ids (nothing to capture)
-	Captured     int   // captured and recorded by this run
-	Adopted      int   // placed by a killed run, checked and recorded by this one
-	Before       int   // recorded before this run
-	SetAside     int   // files at a key's name that failed its check: removed, or renamed for Sweep when Shared
-	Retried      int   // a key's own failures retried (the store keeps each one's evidence)
-	ServerErrors int   // requests a server failed (no attempt spent)
-	LeasesLost   int   // keys whose lease another worker took meanwhile
-	Dead         int   // dead now (the whole job)
-	Bytes        int64 // of the files this run recorded
-	FirstDead    string
+	Rows         int // training rows with token ids
+	NoIDs        int // training rows without ids (nothing to capture)
+	Captured     int // captured and recorded by this run
+	Adopted      int // placed by a killed run, checked and recorded by this one
+	Before       int // recorded before this run
+	SetAside     int // files at a key's name that failed its check: removed, or renamed for Sweep when Shared
+	Retried      int // a key's own failures retried (the store keeps each one's evidence)
+	ServerErrors int // requests a server failed (no attempt spent)
+	LeasesLost   int // keys whose lease another worker took meanwhile
+	// ServerLeftovers are server files and locks an earlier attempt (a
+	// killed run, a lost lease) was handed and left, removed by this run.
+	ServerLeftovers int
+	Dead            int   // dead now (the whole job)
+	Bytes           int64 // of the files this run recorded
+	FirstDead       string
 }
 
 // ErrIncomplete is Summary.Err's error: some keys are dead.
@@ -153,7 +156,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // prepare makes the folder, clears what a killed single worker left (its
-// leases, its temporary copies) and takes the expected shape from a file
+// leases, its temporary copies, the server files it was handed) and takes the expected shape from a file
 // already recorded.
 func (r *runner) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(r.cfg.Dir, 0o755); err != nil {
@@ -166,6 +169,11 @@ func (r *runner) prepare(ctx context.Context) error {
 		return fmt.Errorf("capture: %w", err)
 	} else if n > 0 {
 		r.cfg.Log.Info("capture_leases_released", "n", n)
+	}
+	if !r.cfg.Shared {
+		if err := r.clearLeft(ctx); err != nil {
+			return err
+		}
 	}
 	if n, err := Sweep(r.cfg.Dir, older); err != nil {
 		return fmt.Errorf("capture: %w", err)

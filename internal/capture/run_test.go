@@ -235,7 +235,7 @@ func TestRunFaultsNamed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.fault, func(t *testing.T) {
 			t.Parallel()
-			url, _ := capSim(t, tt.fault, 1, tt.tune)
+			url, simDir := capSim(t, tt.fault, 1, tt.tune)
 			st := doneStore(t, 4)
 			cfg := testConfig(t, url)
 			cfg.Endpoints[0].Client.(*VLLM).FileWait = 300 * time.Millisecond
@@ -259,6 +259,11 @@ func TestRunFaultsNamed(t *testing.T) {
 			}
 			if got := listed(t, st, cfg); len(got) != 0 {
 				t.Errorf("%d bad files recorded", len(got))
+			}
+			// The server handed each bad file over: regen removes it and its
+			// lock (the slow writer's file is unlinked while it writes).
+			if left, err := os.ReadDir(simDir); err != nil || len(left) != 0 {
+				t.Errorf("the server's folder holds %d entries after the failures (%v), want none", len(left), err)
 			}
 		})
 	}

@@ -85,10 +85,14 @@ func (v *VLLM) Capture(ctx context.Context, r Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	var named error
+	if r.Named != nil {
+		named = r.Named(res.Path)
+	}
 	if err := waitWritten(ctx, res.Path, cmpDur(v.FileWait, time.Minute)); err != nil {
 		return res, err
 	}
-	return res, nil
+	return res, named
 }
 
 // statusError classifies a non-2xx answer: a request the server refuses

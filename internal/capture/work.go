@@ -157,6 +157,9 @@ func (r *runner) capture(ctx context.Context, it item) error {
 		return nil
 	}
 	dst := filepath.Join(r.cfg.Dir, StableName(c.Key)+Ext)
+	if stop, err := r.clearHandedOn(ctx, c, dst); stop || err != nil {
+		return err
+	}
 	attempts := c.Attempts
 	for {
 		done, err := r.adopt(ctx, c, it.ids, dst)
@@ -261,22 +264,28 @@ func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64,
 		if err != nil {
 			return nil, err
 		}
-		res, err := ep.Client.Capture(ctx, Request{Key: c.Key, InputIDs: ids})
+		var noted error // the server's file is noted before it is waited for, read or moved
+		named := func(p string) error { noted = r.st.NoteCaptureServerPath(ctx, c, p); return noted }
+		res, err := ep.Client.Capture(ctx, Request{Key: c.Key, InputIDs: ids, Named: named})
 		own, isOwn := ownError(err)
 		switch {
 		case ctx.Err() != nil:
 			r.eps.release(ep, nil)
-			removeServerFiles(res)
+			r.dropServerFiles(res)
 			return nil, ctx.Err()
+		case noted != nil: // a lost lease (the key's new holder captures it) or the store's error
+			r.released(ep, nil)
+			r.dropServerFiles(res)
+			return nil, r.lost(c, noted)
 		case err != nil && !isOwn:
 			r.released(ep, err)
 			r.count(true, func(s *Summary) { s.ServerErrors++ })
-			removeServerFiles(res)
+			r.dropServerFiles(res)
 			continue
 		}
 		r.released(ep, nil)
 		if isOwn {
-			removeServerFiles(res)
+			r.dropServerFiles(res)
 			return own, nil
 		}
 		return r.place(ctx, c, ids, dst, res)
@@ -286,7 +295,7 @@ func (r *runner) attempt(ctx context.Context, c store.CaptureClaim, ids []int64,
 // place checks the server's file against the ids sent, moves it into the
 // folder and records it. A file already under the name is ErrExists.
 func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, dst string, res Result) (*FileError, error) {
-	defer removeServerFiles(res)
+	defer r.dropServerFiles(res)
 	if i := firstDiff(res.PromptIDs, ids); i >= 0 {
 		return &FileError{Path: res.Path, Kind: KindPromptIDs, Detail: promptDiff(res.PromptIDs, ids, i)}, nil
 	}
@@ -298,11 +307,9 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
 	}
 	if err := move(res.Path, dst); err != nil {
-		if errors.Is(err, ErrExists) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
+		return nil, r.notMoved(ctx, c, err)
 	}
+	r.dropServerFiles(res) // the lock: nobody else removes it; the row still names the file if a kill comes first
 	// The entry is durable before the record that lists it.
 	if err := r.dirSync.Sync(); err != nil {
 		return nil, fmt.Errorf("capture %s: %w", c.Key, err)
@@ -313,6 +320,21 @@ func (r *runner) place(ctx context.Context, c store.CaptureClaim, ids []int64, d
 		r.count(true, func(s *Summary) { s.Captured++; s.Bytes += info.Bytes })
 	}
 	return nil, err
+}
+
+// notMoved is the error of a move that failed: ErrExists as it is; a
+// server's file gone meanwhile is a lost lease when the store says so (the
+// key's new holder removed what this worker was handed).
+func (r *runner) notMoved(ctx context.Context, c store.CaptureClaim, err error) error {
+	if errors.Is(err, ErrExists) {
+		return err
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		if cerr := r.st.ConfirmCapture(ctx, c, r.cfg.Lease); cerr != nil {
+			return r.lost(c, cerr)
+		}
+	}
+	return fmt.Errorf("capture %s: %w", c.Key, err)
 }
 
 // record lists the placed file dst as c's capture and reports whether it
@@ -352,16 +374,6 @@ func promptDiff(got, want []int64, i int) string {
 		return fmt.Sprintf("the answer's prompt_token_ids[%d] = %d, sent %d (%d ids)", i, got[i], want[i], len(want))
 	}
 	return fmt.Sprintf("the answer has %d prompt_token_ids, sent %d", len(got), len(want))
-}
-
-// removeAll removes what a capture left on the server's side: its file
-// when it was not placed (a bad one) and the connector's lock file.
-func removeServerFiles(res Result) {
-	for _, p := range append([]string{res.Path}, res.Leftovers...) {
-		if p != "" {
-			_ = os.Remove(p)
-		}
-	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

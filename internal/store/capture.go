@@ -40,6 +40,11 @@ type CaptureClaim struct {
 	Attempts   int // attempts spent on this key so far (failures of its own file)
 	LastError  string
 	LeaseUntil time.Time
+	// ServerPath is the server's file an earlier attempt at this key was
+	// handed and did not settle (NoteCaptureServerPath): the new holder
+	// removes it, with its lock, if it is still there. "" when none, or
+	// when another key's row names the same path (never this key's).
+	ServerPath string
 }
 
 // CapturedFile is the record of one captured hidden-state file: where it
@@ -97,6 +102,20 @@ type Captures interface {
 	// settled). A worker confirms before it touches a file at the key's
 	// name that it did not place.
 	ConfirmCapture(ctx context.Context, c CaptureClaim, lease time.Duration) error
+	// NoteCaptureServerPath records, durably and under c's lease, the
+	// server's file a capture server just named for c's key, before the
+	// file is read or moved: a worker killed before it settles the file
+	// leaves the path for the key's next holder (CaptureClaim.ServerPath).
+	// RecordCapture and FailCapture clear it. ErrNotLeased if c's lease
+	// was lost.
+	NoteCaptureServerPath(ctx context.Context, c CaptureClaim, path string) error
+	// LeftServerPaths returns, for each key not leased whose row names a
+	// server path no other row names, that path (key -> path): what
+	// interrupted attempts left, for a sole worker to remove at its start.
+	LeftServerPaths(ctx context.Context) (map[string]string, error)
+	// ClearServerPath forgets key's server path once it is removed, if the
+	// row still names path and is not leased.
+	ClearServerPath(ctx context.Context, key, path string) error
 	// RecordCapture records f as the file of c's key and marks it captured,
 	// in one transaction; ErrNotLeased if c's lease was lost.
 	RecordCapture(ctx context.Context, c CaptureClaim, f CapturedFile) error

@@ -25,7 +25,7 @@ const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owne
 		input_sha256 = CASE WHEN excluded.input_sha256 <> '' THEN excluded.input_sha256 ELSE captures.input_sha256 END
 	WHERE captures.state = 'pending' OR (captures.state = 'leased' AND captures.lease_until < $6)
 		OR (captures.state IN ('done', 'dead') AND captures.input_sha256 <> '' AND excluded.input_sha256 <> '' AND captures.input_sha256 <> excluded.input_sha256)
-	RETURNING sample_id, turn, token, attempts, last_error`
+	RETURNING sample_id, turn, token, attempts, last_error, server_path`
 
 // fenced is the condition every transition of a claimed capture takes;
 // its parameters follow the statement's own n.
@@ -38,14 +38,49 @@ func (s *Store) ClaimCapture(ctx context.Context, k store.CaptureKey, owner stri
 	now := s.now()
 	c := store.CaptureClaim{CaptureKey: k, Owner: owner, LeaseUntil: now.Add(lease)}
 	err := s.pool.QueryRow(ctx, claimCaptureSQL, text(k.Key), text(k.SampleID), k.Turn, owner, ns(c.LeaseUntil), ns(now), k.Input).
-		Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError)
+		Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError, &c.ServerPath)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.CaptureClaim{}, false, nil
 	}
 	if err != nil {
 		return store.CaptureClaim{}, false, fmt.Errorf("claim capture %s: %w", k.Key, err)
 	}
+	if c.ServerPath, err = s.ownServerPath(ctx, k.Key, c.ServerPath); err != nil {
+		return store.CaptureClaim{}, false, err
+	}
 	return c, true, nil
+}
+
+// ownServerPath is path when no other key's row names it, else "": a
+// path two keys were handed is neither's to remove.
+func (s *Store) ownServerPath(ctx context.Context, key, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	var other bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM captures WHERE server_path = $1 AND key <> $2)`,
+		text(path), text(key)).Scan(&other); err != nil {
+		return "", fmt.Errorf("claim capture %s: read its server path: %w", key, err)
+	}
+	if other {
+		return "", nil
+	}
+	return path, nil
+}
+
+// NoteCaptureServerPath records the server's file named for c's key; the
+// commit waits for the WAL (the path must outlive a crash of the worker).
+func (s *Store) NoteCaptureServerPath(ctx context.Context, c store.CaptureClaim, path string) error {
+	var tag pgconn.CommandTag
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO on`); err != nil {
+			return err
+		}
+		var err error
+		tag, err = tx.Exec(ctx, `UPDATE captures SET server_path = $1`+fenced(1), text(path), text(c.Key), c.Owner, c.Token)
+		return err
+	})
+	return settled(tag, err, "note capture server path", c.Key)
 }
 
 // ExtendCaptureLeases pushes owner's capture leases to now+lease.
@@ -76,7 +111,7 @@ func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store
 			return err
 		}
 		var err error
-		tag, err = tx.Exec(ctx, `UPDATE captures SET state = 'done', owner = '', lease_until = 0,
+		tag, err = tx.Exec(ctx, `UPDATE captures SET state = 'done', owner = '', lease_until = 0, server_path = '',
 			path = $1, bytes = $2, sha256 = $3, tokens = $4, layers = $5, hidden = $6, dtype = $7, captured_at = $8`+fenced(8),
 			text(f.Path), f.Bytes, f.SHA256, f.Tokens, f.Layers, f.Hidden, f.DType, ns(at), text(c.Key), c.Owner, c.Token)
 		return err
@@ -86,9 +121,9 @@ func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store
 
 // FailCapture spends one attempt on c's key; dead ends its lease too.
 func (s *Store) FailCapture(ctx context.Context, c store.CaptureClaim, evidence string, dead bool) error {
-	q := `UPDATE captures SET attempts = attempts + 1, last_error = $1` + fenced(1)
+	q := `UPDATE captures SET attempts = attempts + 1, last_error = $1, server_path = ''` + fenced(1)
 	if dead {
-		q = `UPDATE captures SET attempts = attempts + 1, last_error = $1, state = 'dead', owner = '', lease_until = 0` + fenced(1)
+		q = `UPDATE captures SET attempts = attempts + 1, last_error = $1, server_path = '', state = 'dead', owner = '', lease_until = 0` + fenced(1)
 	}
 	tag, err := s.pool.Exec(ctx, q, text(evidence), text(c.Key), c.Owner, c.Token)
 	return settled(tag, err, "fail capture", c.Key)
@@ -246,4 +281,38 @@ func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, 
 		return false, fmt.Errorf("requeue capture %s: %w", key, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// leftServerPathsSQL lists the unleased rows' server paths no other row names.
+const leftServerPathsSQL = `SELECT key, server_path FROM captures WHERE server_path <> '' AND state <> 'leased'
+	AND server_path IN (SELECT server_path FROM captures WHERE server_path <> '' GROUP BY server_path HAVING count(*) = 1)`
+
+// LeftServerPaths returns the server paths interrupted attempts left.
+func (s *Store) LeftServerPaths(ctx context.Context) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, leftServerPathsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read left server paths: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, p string
+		if err := rows.Scan(&k, &p); err != nil {
+			return nil, fmt.Errorf("read left server paths: %w", err)
+		}
+		out[k] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read left server paths: %w", err)
+	}
+	return out, nil
+}
+
+// ClearServerPath forgets key's server path if the row still names path.
+func (s *Store) ClearServerPath(ctx context.Context, key, path string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE captures SET server_path = '' WHERE key = $1 AND server_path = $2 AND state <> 'leased'`,
+		text(key), text(path)); err != nil {
+		return fmt.Errorf("clear server path of capture %s: %w", key, err)
+	}
+	return nil
 }

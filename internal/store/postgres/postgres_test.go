@@ -602,3 +602,26 @@ func TestOpenTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestUpgradeAddsCaptureServerPath upgrades a schema as it was before
+// captures.server_path, with a capture in every state: each keeps its
+// state, hands on no server path, and server paths work after.
+func TestUpgradeAddsCaptureServerPath(t *testing.T) {
+	before := schemaVersion - 1 // the step before captureServerPathStep
+	if migrations[before] != captureServerPathStep {
+		t.Fatalf("migrations[%d] is not captureServerPathStep: update this test when renumbering", before)
+	}
+	ctx := context.Background()
+	schema := newSchema()
+	old := openTest(t, Options{Schema: schema, targetVersion: before})
+	for _, q := range storetest.CaptureRowsBeforeServerPath {
+		if _, err := old.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("build schema-%d captures: %v\n%s", before, err, q)
+		}
+	}
+	old.Close()
+
+	s := openTest(t, Options{Schema: schema})
+	defer s.Close()
+	storetest.CheckCapturesAfterServerPath(t, s)
+}

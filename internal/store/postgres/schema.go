@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version this binary writes. Add a step to
 // migrations and bump it when the schema changes; a schema written by a
 // newer binary is refused rather than guessed at.
-const schemaVersion = 10
+const schemaVersion = 11
 
 // migrations[i] takes a schema from version i to i+1. Every statement runs
 // with search_path set to the job's schema.
@@ -343,6 +343,8 @@ CREATE INDEX captures_failed ON captures (key) WHERE attempts > 0 AND state <> '
 	`
 ALTER TABLE captures ADD COLUMN input_sha256 text NOT NULL DEFAULT '';
 `,
+	// 10 -> 11: captures.server_path (schema_server_path.go).
+	captureServerPathStep,
 }
 
 // ErrNewerSchema is returned when the job's schema was written by a newer

@@ -23,7 +23,7 @@ const claimCaptureSQL = `INSERT INTO captures (key, sample_id, turn, state, owne
 		input_sha256 = CASE WHEN excluded.input_sha256 <> '' THEN excluded.input_sha256 ELSE captures.input_sha256 END
 	WHERE captures.state = 'pending' OR (captures.state = 'leased' AND captures.lease_until < ?6)
 		OR (captures.state IN ('done', 'dead') AND captures.input_sha256 <> '' AND excluded.input_sha256 <> '' AND captures.input_sha256 <> excluded.input_sha256)
-	RETURNING sample_id, turn, token, attempts, last_error`
+	RETURNING sample_id, turn, token, attempts, last_error, server_path`
 
 // fenced is the condition every transition of a claimed capture takes.
 const fenced = ` WHERE key = ? AND state = 'leased' AND owner = ? AND token = ?`
@@ -35,7 +35,7 @@ func (s *Store) ClaimCapture(ctx context.Context, k store.CaptureKey, owner stri
 	st, err := s.stmt(ctx, claimCaptureSQL)
 	if err == nil {
 		err = st.QueryRowContext(ctx, k.Key, k.SampleID, k.Turn, owner, ns(c.LeaseUntil), ns(now), k.Input).
-			Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError)
+			Scan(&c.SampleID, &c.Turn, &c.Token, &c.Attempts, &c.LastError, &c.ServerPath)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.CaptureClaim{}, false, nil
@@ -43,7 +43,33 @@ func (s *Store) ClaimCapture(ctx context.Context, k store.CaptureKey, owner stri
 	if err != nil {
 		return store.CaptureClaim{}, false, fmt.Errorf("claim capture %s: %w", k.Key, err)
 	}
+	if c.ServerPath, err = s.ownServerPath(ctx, k.Key, c.ServerPath); err != nil {
+		return store.CaptureClaim{}, false, err
+	}
 	return c, true, nil
+}
+
+// ownServerPath is path when no other key's row names it, else "": a
+// path two keys were handed is neither's to remove.
+func (s *Store) ownServerPath(ctx context.Context, key, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	var other bool
+	if err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM captures WHERE server_path = ? AND key <> ?)`,
+		path, key).Scan(&other); err != nil {
+		return "", fmt.Errorf("claim capture %s: read its server path: %w", key, err)
+	}
+	if other {
+		return "", nil
+	}
+	return path, nil
+}
+
+// NoteCaptureServerPath records the server's file named for c's key.
+func (s *Store) NoteCaptureServerPath(ctx context.Context, c store.CaptureClaim, path string) error {
+	res, err := s.exec(ctx, nil, `UPDATE captures SET server_path = ?`+fenced, path, c.Key, c.Owner, c.Token)
+	return settled(res, err, "note capture server path", c.Key)
 }
 
 // ExtendCaptureLeases pushes owner's capture leases to now+lease.
@@ -67,7 +93,7 @@ func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store
 	if at.IsZero() {
 		at = s.now()
 	}
-	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'done', owner = '', lease_until = 0,
+	res, err := s.exec(ctx, nil, `UPDATE captures SET state = 'done', owner = '', lease_until = 0, server_path = '',
 		path = ?, bytes = ?, sha256 = ?, tokens = ?, layers = ?, hidden = ?, dtype = ?, captured_at = ?`+fenced,
 		f.Path, f.Bytes, f.SHA256, f.Tokens, f.Layers, f.Hidden, f.DType, ns(at), c.Key, c.Owner, c.Token)
 	return settled(res, err, "record capture", c.Key)
@@ -75,9 +101,9 @@ func (s *Store) RecordCapture(ctx context.Context, c store.CaptureClaim, f store
 
 // FailCapture spends one attempt on c's key; dead ends its lease too.
 func (s *Store) FailCapture(ctx context.Context, c store.CaptureClaim, evidence string, dead bool) error {
-	q := `UPDATE captures SET attempts = attempts + 1, last_error = ?` + fenced
+	q := `UPDATE captures SET attempts = attempts + 1, last_error = ?, server_path = ''` + fenced
 	if dead {
-		q = `UPDATE captures SET attempts = attempts + 1, last_error = ?, state = 'dead', owner = '', lease_until = 0` + fenced
+		q = `UPDATE captures SET attempts = attempts + 1, last_error = ?, server_path = '', state = 'dead', owner = '', lease_until = 0` + fenced
 	}
 	res, err := s.exec(ctx, nil, q, evidence, c.Key, c.Owner, c.Token)
 	return settled(res, err, "fail capture", c.Key)
@@ -264,4 +290,38 @@ func (s *Store) RequeueCaptured(ctx context.Context, key, reason string) (bool, 
 	}
 	n, err := res.RowsAffected()
 	return n > 0, err
+}
+
+// leftServerPathsSQL lists the unleased rows' server paths no other row names.
+const leftServerPathsSQL = `SELECT key, server_path FROM captures WHERE server_path <> '' AND state <> 'leased'
+	AND server_path IN (SELECT server_path FROM captures WHERE server_path <> '' GROUP BY server_path HAVING count(*) = 1)`
+
+// LeftServerPaths returns the server paths interrupted attempts left.
+func (s *Store) LeftServerPaths(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, leftServerPathsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read left server paths: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, p string
+		if err := rows.Scan(&k, &p); err != nil {
+			return nil, fmt.Errorf("read left server paths: %w", err)
+		}
+		out[k] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read left server paths: %w", err)
+	}
+	return out, nil
+}
+
+// ClearServerPath forgets key's server path if the row still names path.
+func (s *Store) ClearServerPath(ctx context.Context, key, path string) error {
+	if _, err := s.exec(ctx, nil, `UPDATE captures SET server_path = '' WHERE key = ? AND server_path = ? AND state <> 'leased'`,
+		key, path); err != nil {
+		return fmt.Errorf("clear server path of capture %s: %w", key, err)
+	}
+	return nil
 }

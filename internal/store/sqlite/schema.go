@@ -9,7 +9,7 @@ import (
 // schemaVersion is stored in PRAGMA user_version. Bump it and add a step to
 // migrations when the schema changes; a file written by a newer binary is
 // refused rather than guessed at.
-const schemaVersion = 12
+const schemaVersion = 13
 
 // migrations[i] takes a file from user_version i to i+1.
 var migrations = []string{
@@ -495,6 +495,8 @@ CREATE TRIGGER samples_body_delete AFTER DELETE ON samples BEGIN
 	DELETE FROM sample_bodies WHERE seq = old.seq;
 END;
 `,
+	// 12 -> 13: captures.server_path (schema_server_path.go).
+	captureServerPathStep,
 }
 
 // migrate brings the file to schemaVersion in one transaction, so a crash

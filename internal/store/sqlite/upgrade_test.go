@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/store/storetest"
 )
 
 // TestUpgradeFromFirstSchema builds a file exactly as the first schema
@@ -386,4 +387,33 @@ func finishSchema11Job(t *testing.T, s *Store) {
 	if !slices.Equal(finished, want) {
 		t.Errorf("finished after upgrade = %v, want %v", finished, want)
 	}
+}
+
+// TestUpgradeAddsCaptureServerPath opens a file as the schema before
+// captures.server_path left it, with a capture in every state: each keeps
+// its state, hands on no server path, and server paths work after.
+func TestUpgradeAddsCaptureServerPath(t *testing.T) {
+	before := schemaVersion - 1 // the step before captureServerPathStep
+	if migrations[before] != captureServerPathStep {
+		t.Fatalf("migrations[%d] is not captureServerPathStep: update this test when renumbering", before)
+	}
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := append(append([]string{}, migrations[:before]...), fmt.Sprintf(`PRAGMA user_version = %d`, before))
+	for _, q := range append(qs, storetest.CaptureRowsBeforeServerPath...) {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("build schema-%d store: %v\n%s", before, err, q)
+		}
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open of a schema-%d store: %v", before, err)
+	}
+	defer s.Close()
+	storetest.CheckCapturesAfterServerPath(t, s)
 }

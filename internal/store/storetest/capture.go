@@ -28,6 +28,9 @@ var captureTests = []struct {
 	{"CapturedFilesListedCountedUnique", testCapturedFiles},
 	{"CaptureConcurrentClaimsOnce", testCaptureConcurrent},
 	{"CaptureAgainForOtherInput", testCaptureInput},
+	{"CaptureServerPathHandedOn", testCaptureServerPath},
+	{"CaptureServerPathOfTwoKeysNeither", testCaptureServerPathShared},
+	{"CaptureServerPathsLeftListed", testLeftServerPaths},
 }
 
 func ckey(id string, turn int) store.CaptureKey {
@@ -334,4 +337,109 @@ func testCaptureInput(t *testing.T, s store.Store) {
 	if _, ok := claimCapture(t, s, old, "w", lease); ok {
 		t.Error("a key recorded without an input was claimed again")
 	}
+}
+
+// claimServerPath claims k and checks the server path the claim hands on.
+func claimServerPath(t *testing.T, s store.Store, k store.CaptureKey, owner, want string) store.CaptureClaim {
+	t.Helper()
+	c, ok := claimCapture(t, s, k, owner, lease)
+	if !ok {
+		t.Fatalf("claim of %s by %s refused", k.Key, owner)
+	}
+	if c.ServerPath != want {
+		t.Fatalf("claim of %s by %s: ServerPath %q, want %q", k.Key, owner, c.ServerPath, want)
+	}
+	return c
+}
+
+// testCaptureServerPath: the server path noted under a lease is handed to
+// the key's next holder (after a lapsed lease, a release), only under the
+// noting lease, and cleared once the key is recorded or failed.
+func testCaptureServerPath(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := ckey("a", store.WholeConversation)
+	k.Input = "in1"
+	const p1, p2 = "/srv/out/req-1.safetensors", "/srv/out/req-2.safetensors"
+	first, _ := claimCapture(t, s, k, "w1", -time.Second) // killed: its lease ends
+	if first.ServerPath != "" {
+		t.Fatalf("first claim hands on %q", first.ServerPath)
+	}
+	must(t, s.NoteCaptureServerPath(ctx, first, p1))
+	c := claimServerPath(t, s, k, "w2", p1)
+	wantErr(t, "NoteCaptureServerPath under the lost lease", s.NoteCaptureServerPath(ctx, first, p2), store.ErrNotLeased)
+	must(t, s.ReleaseCapture(ctx, c)) // a release keeps the path: nothing settled it
+	c = claimServerPath(t, s, k, "w2", p1)
+	must(t, s.NoteCaptureServerPath(ctx, c, p2))
+	_, err := s.ReleaseCaptures(ctx, "")
+	must(t, err)
+	c = claimServerPath(t, s, k, "w3", p2)
+	must(t, s.FailCapture(ctx, c, "nan: x", false)) // the failing worker removed the file itself
+	must(t, s.ReleaseCapture(ctx, c))
+	c = claimServerPath(t, s, k, "w3", "")
+	must(t, s.NoteCaptureServerPath(ctx, c, p1))
+	must(t, s.RecordCapture(ctx, c, cfile(k, "h/a.safetensors")))
+	k.Input = "in2" // generated again: claimed again, with nothing to remove
+	c = claimServerPath(t, s, k, "w3", "")
+	must(t, s.NoteCaptureServerPath(ctx, c, p2))
+	must(t, s.FailCapture(ctx, c, "nan: x", true))
+	k.Input = "in3"
+	claimServerPath(t, s, k, "w3", "")
+}
+
+// testCaptureServerPathShared: a path two keys' rows name is handed to
+// neither (it may be the other's file in flight), and a path another key
+// noted is never handed to this one.
+func testCaptureServerPathShared(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a, b, other := ckey("a", 0), ckey("b", 0), ckey("c", 0)
+	const p, q = "/srv/out/same.safetensors", "/srv/out/c.safetensors"
+	ca, _ := claimCapture(t, s, a, "w1", -time.Second)
+	cb, _ := claimCapture(t, s, b, "w1", -time.Second)
+	co, _ := claimCapture(t, s, other, "w1", lease)
+	must(t, s.NoteCaptureServerPath(ctx, ca, p))
+	must(t, s.NoteCaptureServerPath(ctx, cb, p))
+	must(t, s.NoteCaptureServerPath(ctx, co, q))
+	claimServerPath(t, s, a, "w2", "")
+	claimServerPath(t, s, b, "w2", "")
+	if _, ok := claimCapture(t, s, other, "w2", lease); ok {
+		t.Fatal("a live lease was taken")
+	}
+}
+
+// testLeftServerPaths: the paths unleased rows name alone are listed for
+// a sole worker's start; a leased row's, or one two rows name, are not;
+// a cleared path is listed no more, and clearing a path the row no longer
+// names changes nothing.
+func testLeftServerPaths(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	note := func(k store.CaptureKey, l time.Duration, p string) store.CaptureClaim {
+		c, ok := claimCapture(t, s, k, "w1", l)
+		if !ok {
+			t.Fatalf("claim of %s refused", k.Key)
+		}
+		must(t, s.NoteCaptureServerPath(ctx, c, p))
+		return c
+	}
+	note(ckey("a", 0), lease, "/srv/a.safetensors")
+	note(ckey("b", 0), lease, "/srv/same.safetensors")
+	note(ckey("c", 0), lease, "/srv/same.safetensors")
+	_, err := s.ReleaseCaptures(ctx, "")
+	must(t, err)
+	note(ckey("d", 0), lease, "/srv/d.safetensors") // leased: its holder settles it
+	got, err := s.LeftServerPaths(ctx)
+	must(t, err)
+	want := map[string]string{ckey("a", 0).Key: "/srv/a.safetensors"}
+	if !cmp.Equal(got, want) {
+		t.Fatalf("LeftServerPaths = %v, want %v", got, want)
+	}
+	must(t, s.ClearServerPath(ctx, ckey("a", 0).Key, "/srv/other.safetensors"))
+	if got, err := s.LeftServerPaths(ctx); err != nil || len(got) != 1 {
+		t.Fatalf("after clearing a path the row does not name: %v, %v", got, err)
+	}
+	must(t, s.ClearServerPath(ctx, ckey("a", 0).Key, "/srv/a.safetensors"))
+	must(t, s.ClearServerPath(ctx, ckey("d", 0).Key, "/srv/d.safetensors")) // leased: kept
+	if got, err := s.LeftServerPaths(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("after clearing: %v, %v; want none", got, err)
+	}
+	claimServerPath(t, s, ckey("a", 0), "w2", "")
 }
