@@ -47,14 +47,19 @@ type Config struct {
 	PrefillPerKToken time.Duration // added per 1000 uncached prompt tokens
 
 	ScheduleConservativeness float64 // multiplies the initial new-token ratio
-	InitNewTokenRatio        float64 // share of max_tokens reserved at admission
-	MinNewTokenRatioFactor   float64 // floor = init ratio * this
-	NewTokenRatioDecaySteps  int     // decode steps to decay from init to floor
-	ClipMaxNewTokens         int     // max_tokens considered at admission
-	RetractDecodeSteps       int     // room kept per request after a retraction
-	DecodeLogInterval        int     // decode steps between Decode batch lines and gauge updates
-	StreamInterval           int     // tokens per streamed chunk (SGLang --stream-interval; 0 or 1 = every token)
-	VLLMLogInterval          time.Duration
+	// PriorityScheduling orders the queue by the requests' priority field,
+	// higher values first (SGLang's --enable-priority-scheduling), lower
+	// first with LowPriorityFirst or as vLLM (--scheduling-policy priority).
+	PriorityScheduling      bool
+	LowPriorityFirst        bool
+	InitNewTokenRatio       float64 // share of max_tokens reserved at admission
+	MinNewTokenRatioFactor  float64 // floor = init ratio * this
+	NewTokenRatioDecaySteps int     // decode steps to decay from init to floor
+	ClipMaxNewTokens        int     // max_tokens considered at admission
+	RetractDecodeSteps      int     // room kept per request after a retraction
+	DecodeLogInterval       int     // decode steps between Decode batch lines and gauge updates
+	StreamInterval          int     // tokens per streamed chunk (SGLang --stream-interval; 0 or 1 = every token)
+	VLLMLogInterval         time.Duration
 
 	BytesPerToken     float64 // prompt token estimate = bytes / this
 	OutputMean        int     // mean output tokens (lognormal)
@@ -199,6 +204,8 @@ func registerServerFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.ChunkedPrefillSize, "chunked-prefill-size", c.ChunkedPrefillSize, "echoed in logs and server info")
 	fs.IntVar(&c.TP, "tp", c.TP, "tensor parallel size (echoed)")
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", c.MemFractionStatic, "echoed in server info")
+	fs.BoolVar(&c.PriorityScheduling, "enable-priority-scheduling", c.PriorityScheduling, "order the queue by each request's priority field (SGLang's flag; vLLM's --scheduling-policy priority), reported in server info")
+	fs.BoolVar(&c.LowPriorityFirst, "schedule-low-priority-values-first", c.LowPriorityFirst, "sglang: lower priority values go first (SGLang's flag; vLLM always schedules lower values first)")
 }
 
 // registerCostFlags binds the cost model: time scale, prefill and decode step times, admission and streaming.
@@ -423,4 +430,21 @@ func (c *Config) validate() error {
 		return fmt.Errorf("served-model-name: empty (set it or --model-path)")
 	}
 	return nil
+}
+
+// priorityRank is a priority's place in the queue: lower goes first.
+func (c *Config) priorityRank(p int) int {
+	if c.LowPriorityFirst || c.Engine == EngineVLLM {
+		return p
+	}
+	return -p
+}
+
+// checkPriority is vLLM's refusal of a priority other than 0 when
+// priority scheduling is off; SGLang ignores the field then.
+func (c *Config) checkPriority(p *int) string {
+	if p == nil || *p == 0 || c.PriorityScheduling || c.Engine != EngineVLLM {
+		return ""
+	}
+	return fmt.Sprintf("Got priority %d but Priority scheduling is not enabled.", *p)
 }
