@@ -23,6 +23,11 @@ type Server struct {
 	// Tokenizer is the engine's tokenizer route, for the context check
 	// of a prompt near the limit (tooLong); zero when it has none.
 	Tokenizer engine.Tokenizer
+	// Priority is how the server orders its queue by a request's
+	// "priority" field (probe.Identity.Priority): 0 none, +1 higher
+	// values first, -1 lower first. A held conversation's next turn is
+	// sent with this value, every other request with 0 (admit.go).
+	Priority int
 }
 
 // SetServer records what the server at url reports itself to be, for the

@@ -293,11 +293,11 @@ func (f *Fleet) checkServed(ctx context.Context, url string, served []string) (r
 func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
 	defer cancel()
-	v, err := probe.Version(ctx, nil, url, d)
+	id, err := probe.Identify(ctx, nil, url, d)
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer})
+	f.disp.SetServer(url, dispatch.Server{Engine: d.Name, Version: id.Version, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer, Priority: id.Priority})
 	f.tellNoTokenIDs(url, d)
 }
 
