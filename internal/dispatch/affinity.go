@@ -43,12 +43,19 @@ const (
 	affinityRel     = 1.5  // times the least loaded candidate's load
 	// prefixMinBytes is the shared prefix worth steering: about 500 tokens.
 	prefixMinBytes = 2048
+	// bytesPerToken is the prompt estimate's ratio (store.Claimed.PromptTokens).
+	bytesPerToken = 4
 )
 
 // affinity is what a request asks of balancing beyond its footprint.
 type affinity struct {
 	prev   string // the endpoint of the turn before ("" for a first turn)
 	prefix uint64 // its shared prefix's key (0 = none worth steering)
+	// For admission (admit.go): the sample is a conversation (more than
+	// one turn), at its first turn (newConv); prefixTok is its shared
+	// prefix's estimated tokens when prefix is set.
+	conv, newConv bool
+	prefixTok     float64
 }
 
 // affinityOf reads c's affinity: the endpoint that answered its previous
@@ -58,9 +65,12 @@ func affinityOf(c store.Claimed) affinity {
 	if n := len(c.Prior); n > 0 {
 		a.prev = c.Prior[n-1].Endpoint
 	}
-	if key, size := conversation.SharedPrefix(c.Body); size >= prefixMinBytes {
-		a.prefix = key
+	key, size, turns := conversation.Shape(c.Body)
+	if size >= prefixMinBytes {
+		a.prefix, a.prefixTok = key, float64(size)/bytesPerToken
 	}
+	a.conv = turns > 1
+	a.newConv = a.conv && c.Turn == 0
 	return a
 }
 

@@ -99,6 +99,7 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 	eps, cands, byTokens := d.candidatesLocked(now, l, est, a, true)
 	i, kept := chooseKept(cands, a, byTokens)
 	if i < 0 {
+		d.refusedLocked(l, now, a)
 		return nil, false
 	}
 	best := eps[i]
@@ -122,6 +123,9 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 func (d *Dispatcher) candidatesLocked(now time.Time, l *lane, est float64, a affinity, inLimits bool) ([]*endpoint, []candidate, bool) {
 	n := len(d.eps)
 	fits := func(c *endpoint) bool {
+		if !d.admitsLocked(c, est, a) {
+			return false
+		}
 		if !inLimits {
 			return c.capacity(now) > 0
 		}

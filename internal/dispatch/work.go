@@ -55,7 +55,9 @@ func (d *Dispatcher) send(ctx context.Context, cl *call, t *turn, onChunk func(c
 	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
 	if s := e.server.Load(); s != nil {
 		req.TokenIDFields = s.TokenIDFields
+		req.Priority = priorityFor(s, cl.later)
 	}
+	req.RoutingKey = cl.routingKey
 	start := d.now()
 	res, err = e.client.Chat(ctx, req, func(tokens int) {
 		cl.streaming.Store(true)

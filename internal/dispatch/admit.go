@@ -1,0 +1,241 @@
+package dispatch
+
+import (
+	"time"
+)
+
+// Conversation-level admission.
+//
+// Affinity sends a conversation's next turn back to the endpoint that
+// answered the turn before, but its history is still cached there only if
+// the pool kept it: with more conversations active on an endpoint than its
+// KV pool holds, the server evicts the histories of those between turns
+// (least recently used first) and each next turn prefills its whole
+// conversation again, whatever the routing (issue 32: a working set
+// several times the four pools gave a 72% hit rate with affinity against
+// 66% without). So each endpoint holds at most as many active
+// conversations as its pool keeps warm:
+//
+//   - a conversation (a sample whose plan has more than one turn) is held
+//     by the endpoint its turn was sent to, from the start of its first
+//     turn until its last turn is answered, it fails or is given back, or
+//     it waited heldIdle for its next turn (another worker took it);
+//   - its warm footprint is its context: while a turn runs, the turn's
+//     prompt and the lane's mean answer (the request's estimate), and
+//     between turns the prompt and answer of the last one as the server
+//     counted them; its shared prefix (system prompt and tools) counts once
+//     per endpoint however many held conversations share it;
+//   - a new conversation's first turn goes only to an endpoint whose warm
+//     tokens and its own stay within warmShare of the pool (admits); an
+//     endpoint holding none takes one whatever its size, and one whose pool
+//     is unknown takes any;
+//   - a held conversation's next turn is never refused: the pool was kept
+//     for it. The store hands next turns out before first turns, and a
+//     server that schedules by priority is told so (Server.Priority).
+//
+// While no endpoint admits a new conversation, the claim loop asks the
+// store for no more samples than held conversations wait for their next
+// turn (claimCapLocked), so refused first turns are not claimed and given
+// back in a loop; the first conversation to leave lifts that.
+
+// warmShare is the part of an endpoint's KV pool its held conversations
+// may fill; the rest is the headroom running requests grow into (a turn's
+// answer is estimated at the lane's mean, and some run longer).
+const warmShare = 0.9
+
+// heldIdle is how long a held conversation may wait for its next turn
+// before it is dropped: its next turn was taken by another worker sharing
+// the store, or never came back.
+const heldIdle = 2 * time.Minute
+
+// admits reports whether an endpoint with a KV pool of pool tokens (0 =
+// unknown), holding convs conversations of warm tokens, takes a new
+// conversation that adds need tokens.
+func admits(pool, warm, need float64, convs int) bool {
+	if pool <= 0 || convs == 0 {
+		return true
+	}
+	return warm+need <= warmShare*pool
+}
+
+// warmSet is one endpoint's held conversations' footprint (guarded by
+// Dispatcher.mu).
+type warmSet struct {
+	tokens   float64        // own tokens of every held conversation, and each shared prefix once
+	convs    int            // conversations held
+	prefixes map[uint64]int // held conversations per shared prefix
+}
+
+// need is what a conversation of ctx tokens, prefixTok of them its shared
+// prefix prefix, adds to w.
+func (w *warmSet) need(ctx float64, prefix uint64, prefixTok float64) float64 {
+	own := max(ctx-prefixTok, 0)
+	if prefix != 0 && w.prefixes[prefix] > 0 {
+		return own
+	}
+	return own + prefixTok
+}
+
+func (w *warmSet) add(h *heldConv) {
+	w.tokens += h.own
+	w.convs++
+	if h.prefix == 0 {
+		w.tokens += h.prefixTok
+		return
+	}
+	if w.prefixes == nil {
+		w.prefixes = map[uint64]int{}
+	}
+	if w.prefixes[h.prefix] == 0 {
+		w.tokens += h.prefixTok
+	}
+	w.prefixes[h.prefix]++
+}
+
+func (w *warmSet) remove(h *heldConv) {
+	w.tokens = max(w.tokens-h.own, 0)
+	w.convs--
+	if h.prefix == 0 {
+		w.tokens = max(w.tokens-h.prefixTok, 0)
+		return
+	}
+	if w.prefixes[h.prefix]--; w.prefixes[h.prefix] <= 0 {
+		delete(w.prefixes, h.prefix)
+		w.tokens = max(w.tokens-h.prefixTok, 0)
+	}
+}
+
+// heldConv is one held conversation.
+type heldConv struct {
+	ep        *endpoint
+	own       float64 // context tokens beyond its shared prefix
+	prefix    uint64
+	prefixTok float64
+	busy      bool      // a turn of it is in flight
+	idleSince time.Time // when its last turn was answered
+}
+
+// admission is the dispatcher's held conversations, by sample id (guarded
+// by Dispatcher.mu).
+type admission struct {
+	byID map[string]*heldConv
+	idle int // held conversations with no turn in flight
+	// blocked: a new conversation found no endpoint admitting it since the
+	// last one left (claimCapLocked).
+	blocked    bool
+	expiredAt  time.Time
+	refusedNew int64 // first turns no endpoint admitted, for tests and views
+}
+
+// admitsLocked reports whether e takes a new conversation with footprint
+// est and affinity a. Anything else is always taken.
+func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
+	if !a.newConv || d.cfg.NoAdmission {
+		return true
+	}
+	return admits(e.load.capacity, e.warm.tokens, e.warm.need(est, a.prefix, a.prefixTok), e.warm.convs)
+}
+
+// holdLocked records that conversation id's turn (footprint est, affinity
+// a) starts on e: it is held there, moved from another endpoint if its
+// turn went elsewhere.
+func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity) {
+	if !a.conv || d.cfg.NoAdmission {
+		return
+	}
+	if d.adm.byID == nil {
+		d.adm.byID = map[string]*heldConv{}
+	}
+	if h, ok := d.adm.byID[id]; ok {
+		h.ep.warm.remove(h)
+		if !h.busy {
+			d.adm.idle--
+		}
+	}
+	h := &heldConv{ep: e, own: max(est-a.prefixTok, 0), prefix: a.prefix, prefixTok: a.prefixTok, busy: true}
+	d.adm.byID[id] = h
+	e.warm.add(h)
+}
+
+// turnDoneLocked updates conversation id after its turn settled: held
+// between turns with its context at ctx tokens when next (its next turn
+// is pending), dropped otherwise.
+func (d *Dispatcher) turnDoneLocked(id string, next bool, ctx float64, now time.Time) {
+	h, ok := d.adm.byID[id]
+	if !ok {
+		return
+	}
+	if !next {
+		d.dropLocked(id, h)
+		return
+	}
+	h.ep.warm.remove(h)
+	h.own = max(ctx-h.prefixTok, 0)
+	h.ep.warm.add(h)
+	if h.busy {
+		h.busy = false
+		d.adm.idle++
+	}
+	h.idleSince = now
+}
+
+func (d *Dispatcher) dropLocked(id string, h *heldConv) {
+	h.ep.warm.remove(h)
+	if !h.busy {
+		d.adm.idle--
+	}
+	delete(d.adm.byID, id)
+	d.adm.blocked = false
+}
+
+// expireLocked drops conversations idle for heldIdle, at most every few
+// seconds.
+func (d *Dispatcher) expireLocked(now time.Time) {
+	if now.Sub(d.adm.expiredAt) < heldIdle/16 {
+		return
+	}
+	d.adm.expiredAt = now
+	for id, h := range d.adm.byID {
+		if !h.busy && now.Sub(h.idleSince) >= heldIdle {
+			d.dropLocked(id, h)
+		}
+	}
+}
+
+// claimCapLocked caps a claim of n samples while no endpoint admits a new
+// conversation: at the held conversations waiting for their next turn.
+func (d *Dispatcher) claimCapLocked(n int) int {
+	if !d.adm.blocked {
+		return n
+	}
+	return min(n, max(d.adm.idle, 0))
+}
+
+// refusedLocked notes that a new conversation of lane l was not started
+// although an endpoint had room for the lane: admission kept it out.
+func (d *Dispatcher) refusedLocked(l *lane, now time.Time, a affinity) {
+	if !a.newConv || d.cfg.NoAdmission {
+		return
+	}
+	for _, e := range d.eps {
+		if e.roomLocked(l, now) > 0 {
+			d.adm.blocked = true
+			d.adm.refusedNew++
+			return
+		}
+	}
+}
+
+// priorityFor is the "priority" field of a request to a server that
+// orders its queue by it (nil: none sent): a held conversation's next
+// turn goes ahead of every other request.
+func priorityFor(s *Server, later bool) *int {
+	if s == nil || s.Priority == 0 {
+		return nil
+	}
+	p := 0
+	if later {
+		p = s.Priority
+	}
+	return &p
+}
