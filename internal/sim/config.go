@@ -50,8 +50,11 @@ type Config struct {
 	// PriorityScheduling orders the queue by the requests' priority field,
 	// higher values first (SGLang's --enable-priority-scheduling), lower
 	// first with LowPriorityFirst or as vLLM (--scheduling-policy priority).
-	PriorityScheduling      bool
-	LowPriorityFirst        bool
+	PriorityScheduling bool
+	LowPriorityFirst   bool
+	// CacheAnswers keeps a finished answer's KV in the prefix cache, keyed
+	// as the next turn sends it back (cacheAnswer), as SGLang and vLLM do.
+	CacheAnswers            bool
 	InitNewTokenRatio       float64 // share of max_tokens reserved at admission
 	MinNewTokenRatioFactor  float64 // floor = init ratio * this
 	NewTokenRatioDecaySteps int     // decode steps to decay from init to floor
@@ -150,6 +153,7 @@ func DefaultConfig() Config {
 		PrefillBase:              5 * time.Millisecond,
 		PrefillPerKToken:         20 * time.Millisecond,
 		ScheduleConservativeness: 1,
+		CacheAnswers:             true,
 		InitNewTokenRatio:        0.7,
 		MinNewTokenRatioFactor:   0.14,
 		NewTokenRatioDecaySteps:  600,
@@ -205,6 +209,7 @@ func registerServerFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.TP, "tp", c.TP, "tensor parallel size (echoed)")
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", c.MemFractionStatic, "echoed in server info")
 	fs.BoolVar(&c.PriorityScheduling, "enable-priority-scheduling", c.PriorityScheduling, "order the queue by each request's priority field (SGLang's flag; vLLM's --scheduling-policy priority), reported in server info")
+	fs.BoolVar(&c.CacheAnswers, "cache-answers", c.CacheAnswers, "keep a finished answer in the prefix cache as the next turn sends it back, as SGLang and vLLM do (false: only prompts are cached)")
 	fs.BoolVar(&c.LowPriorityFirst, "schedule-low-priority-values-first", c.LowPriorityFirst, "sglang: lower priority values go first (SGLang's flag; vLLM always schedules lower values first)")
 }
 

@@ -499,6 +499,7 @@ func (sc *scheduler) emit(r *request) {
 
 func (sc *scheduler) finish(r *request, reason string) {
 	sc.release(r)
+	sc.cacheAnswer(r)
 	r.finishReason = reason
 	r.avail.Store(int64(r.emitted))
 	r.done.Store(true)
