@@ -66,10 +66,9 @@ type warmSet struct {
 	prefixes map[uint64]int // held conversations per shared prefix
 }
 
-// need is what a conversation of ctx tokens, prefixTok of them its shared
-// prefix prefix, adds to w.
-func (w *warmSet) need(ctx float64, prefix uint64, prefixTok float64) float64 {
-	own := max(ctx-prefixTok, 0)
+// need is what a conversation of own tokens beyond its shared prefix
+// (prefixTok tokens, key prefix) adds to w.
+func (w *warmSet) need(own float64, prefix uint64, prefixTok float64) float64 {
 	if prefix != 0 && w.prefixes[prefix] > 0 {
 		return own
 	}
@@ -108,7 +107,9 @@ func (w *warmSet) remove(h *heldConv) {
 // heldConv is one held conversation.
 type heldConv struct {
 	ep        *endpoint
-	own       float64 // context tokens beyond its shared prefix
+	own       float64 // context tokens beyond its shared prefix, projected (project)
+	turn      int     // the turn sent last, of turns
+	turns     int
 	prefix    uint64
 	prefixTok float64
 	busy      bool      // a turn of it is in flight
@@ -133,7 +134,7 @@ func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
 	if !a.newConv || d.cfg.NoAdmission {
 		return true
 	}
-	return admits(e.load.capacity, e.warm.tokens, e.warm.need(est, a.prefix, a.prefixTok), e.warm.convs)
+	return admits(e.load.capacity, e.warm.tokens, e.warm.need(project(est-a.prefixTok, a.turn+1, a.turns), a.prefix, a.prefixTok), e.warm.convs)
 }
 
 // holdLocked records that conversation id's turn (footprint est, affinity
@@ -152,7 +153,7 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 			d.adm.idle--
 		}
 	}
-	h := &heldConv{ep: e, own: max(est-a.prefixTok, 0), prefix: a.prefix, prefixTok: a.prefixTok, busy: true}
+	h := &heldConv{ep: e, own: project(est-a.prefixTok, a.turn+1, a.turns), prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns}
 	d.adm.byID[id] = h
 	e.warm.add(h)
 }
@@ -170,7 +171,7 @@ func (d *Dispatcher) turnDoneLocked(id string, next bool, ctx float64, now time.
 		return
 	}
 	h.ep.warm.remove(h)
-	h.own = max(ctx-h.prefixTok, 0)
+	h.own = project(ctx-h.prefixTok, h.turn+1, h.turns)
 	h.ep.warm.add(h)
 	if h.busy {
 		h.busy = false
@@ -238,4 +239,21 @@ func priorityFor(s *Server, later bool) *int {
 		p = s.Priority
 	}
 	return &p
+}
+
+// projectConversations: a held conversation counts at the context it will
+// have after its last turn, at the rate it grew so far, not at its context
+// now: conversations admitted together grow together, and counted at
+// their first turn's size they would fill the pool several times over by
+// their last.
+const projectConversations = true
+
+// project is a conversation's own context (beyond its shared prefix) after
+// its last turn, from own tokens after done of its turns.
+func project(own float64, done, turns int) float64 {
+	own = max(own, 0)
+	if !projectConversations || done <= 0 || turns <= done {
+		return own
+	}
+	return own * float64(turns) / float64(done)
 }

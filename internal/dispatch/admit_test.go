@@ -39,12 +39,12 @@ func TestWarmSetCountsASharedPrefixOnce(t *testing.T) {
 	c := &heldConv{own: 200} // no prefix worth steering
 	type step struct {
 		tokens   float64
-		need     float64 // of a new conversation of 4,000 tokens on prefix 7
+		need     float64 // of a new conversation of 1,000 own tokens on prefix 7 (3,000)
 		needNone float64 // of one of 4,000 tokens without a prefix
 	}
 	var got []step
 	look := func() {
-		got = append(got, step{w.tokens, w.need(4000, 7, 3000), w.need(4000, 0, 0)})
+		got = append(got, step{w.tokens, w.need(1000, 7, 3000), w.need(4000, 0, 0)})
 	}
 	look()
 	w.add(a)
@@ -207,5 +207,26 @@ func TestPriorityFor(t *testing.T) {
 				t.Errorf("priority (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A conversation counts at the context it will have after its last turn,
+// at the rate it grew so far.
+func TestProject(t *testing.T) {
+	for _, tc := range []struct {
+		own         float64
+		done, turns int
+		want        float64
+	}{
+		{600, 1, 10, 6000},  // first turn of ten
+		{3000, 5, 10, 6000}, // half way
+		{6000, 10, 10, 6000},
+		{500, 1, 1, 500}, // a single turn
+		{500, 1, 0, 500}, // plan unknown
+		{-20, 1, 4, 0},   // a prefix estimate above the prompt's
+	} {
+		if got := project(tc.own, tc.done, tc.turns); got != tc.want {
+			t.Errorf("project(%v, %d, %d) = %v, want %v", tc.own, tc.done, tc.turns, got, tc.want)
+		}
 	}
 }

@@ -56,6 +56,7 @@ type affinity struct {
 	// prefix's estimated tokens when prefix is set.
 	conv, newConv bool
 	prefixTok     float64
+	turn, turns   int // the turn claimed (0 = the first) of the plan's turns
 }
 
 // affinityOf reads c's affinity: the endpoint that answered its previous
@@ -70,6 +71,7 @@ func affinityOf(c store.Claimed) affinity {
 		a.prefix, a.prefixTok = key, float64(size)/bytesPerToken
 	}
 	a.conv = turns > 1
+	a.turn, a.turns = c.Turn, turns
 	a.newConv = a.conv && c.Turn == 0
 	return a
 }
