@@ -34,7 +34,8 @@ type env struct {
 	probe          time.Duration // monitor.probe_every, real time
 	regenBin       string        // for supervised servers
 	streamInterval int
-	priority       bool // the multi-turn workloads' servers schedule by priority
+	priority       bool   // the multi-turn workloads' servers schedule by priority
+	profile        string // the simulators' step times (regen sim --profile)
 	verbose        bool
 	logWriter      io.Writer
 }
@@ -65,6 +66,11 @@ type result struct {
 	// The same cache from the stored answers' usage, split by turn:
 	// prompt tokens and cached tokens of first turns and of later ones.
 	FirstPrompt, FirstCached, LaterPrompt, LaterCached float64
+	// What bound the run (bound.go): the fleet's load over the bulk and
+	// the process's CPU and speed.
+	Load  load
+	Usage usage
+	Bound string
 }
 
 // hitRate is the share of prompt tokens the servers found cached.
@@ -128,15 +134,17 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 	defer st.Close()
 
 	clocks := newClockWatch(urls, e.speed)
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuTime()
 	stopped, runErr := runJob(ctx, e, spec, st, clocks)
-	wall := time.Since(t0)
+	wall, cpu := time.Since(t0), cpuTime()-cpu0
 	if runErr != nil && !stopped {
 		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
 	}
 	tot := clocks.totals()
 	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: tot.retracted, Stopped: stopped,
 		Prompt: tot.prompt, Cached: tot.cached}
+	r.Load, r.Usage = clocks.bulkLoad(r.Sim95), measureUsage(cpu, wall, r.SimSeconds, clocks.realSpan(), e.speed)
+	r.Bound = classify(r.Load, r.Usage)
 	if err := collect(ctx, e, w, st, urls, t0, &r); err != nil {
 		return result{}, err
 	}
@@ -354,6 +362,9 @@ func simKnobs(e env, w workload, sv server) map[string]any {
 		// The servers order their queues by the requests' priority, as
 		// SGLang does with --enable-priority-scheduling.
 		m["enable_priority_scheduling"] = true
+	}
+	if e.profile != "" {
+		m["profile"] = e.profile
 	}
 	m["truncate_fraction"] = w.Truncate
 	if truncateOverride >= 0 {

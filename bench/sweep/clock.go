@@ -27,6 +27,10 @@ type clockWatch struct {
 	mu     sync.Mutex
 	per    []clockState
 	series [][2]float64
+	loads  []loadSample // the fleet's queues and KV at each scrape after the start
+	// The real time of the first and the last scrape after the start: the
+	// span the simulated time was counted over.
+	first, last time.Time
 }
 
 type clockState struct {
@@ -39,6 +43,12 @@ type clockState struct {
 	restarts int
 	started  bool
 	downFor  float64 // simulated time counted for failed scrapes since the last good one
+	now      gauges  // the last good scrape's gauges
+}
+
+// gauges are a server's load at one scrape.
+type gauges struct {
+	queue, usage, running float64
 }
 
 // counters are the server counters the sweep follows through restarts.
@@ -67,10 +77,11 @@ func (c *clockWatch) run(ctx context.Context) {
 	defer c.hc.CloseIdleConnections()
 	for {
 		for i, u := range c.urls {
-			clock, cs, ok := c.scrape(ctx, u)
+			clock, cs, g, ok := c.scrape(ctx, u)
 			c.observe(i, clock, cs, ok, time.Now())
+			c.gauge(i, g, ok)
 		}
-		c.record()
+		c.record(time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -117,16 +128,57 @@ func (c *clockWatch) observe(i int, clock float64, cs counters, ok bool, now tim
 	}
 }
 
-// record keeps (simulated time, tokens generated) of the whole fleet.
-func (c *clockWatch) record() {
+// gauge keeps server i's load from its last scrape (a failed one reads as
+// an idle server: a down server is not busy).
+func (c *clockWatch) gauge(i int, g gauges, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		g = gauges{}
+	}
+	c.per[i].now = g
+}
+
+// record keeps (simulated time, tokens generated) of the whole fleet, and
+// its load once a server has started.
+func (c *clockWatch) record(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var t, n float64
+	started := false
 	for _, s := range c.per {
 		t = max(t, s.elapsed)
 		n += s.total.generated
+		started = started || s.started
 	}
 	c.series = append(c.series, [2]float64{t, n})
+	if started {
+		var load []gauges
+		for _, s := range c.per {
+			load = append(load, s.now)
+		}
+		c.loads = append(c.loads, newLoadSample(t, load))
+		if c.first.IsZero() {
+			c.first = now
+		}
+		c.last = now
+	}
+}
+
+// realSpan is the real time from the first scrape after the start to the
+// last: the wall time the simulated seconds were counted in.
+func (c *clockWatch) realSpan() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last.Sub(c.first)
+}
+
+// bulkLoad is the fleet's mean load over the scrapes up to simulated time
+// until (the job's bulk, before its tail).
+func (c *clockWatch) bulkLoad(until float64) load {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return meanLoad(c.loads, until)
 }
 
 // timeTo is the simulated time at which the fleet had generated share of
@@ -146,27 +198,27 @@ func (c *clockWatch) timeTo(share float64) float64 {
 	return c.series[len(c.series)-1][0]
 }
 
-func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs counters, ok bool) {
+func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs counters, g gauges, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
-		return 0, cs, false
+		return 0, cs, g, false
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, cs, false
+		return 0, cs, g, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, cs, false
+		return 0, cs, g, false
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, cs, false
+		return 0, cs, g, false
 	}
 	f, found := fams[sim.ClockMetric]
 	if !found || len(f.GetMetric()) == 0 {
-		return 0, cs, false
+		return 0, cs, g, false
 	}
 	clock = f.GetMetric()[0].GetGauge().GetValue()
 	counter := func(names ...string) float64 {
@@ -182,7 +234,18 @@ func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs 
 	// The prefix cache: prompt tokens asked for and those found cached.
 	cs.prompt = counter("sglang:prompt_tokens_total", "sglang:prompt_tokens", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
 	cs.cached = counter("sglang:cached_tokens_total", "sglang:cached_tokens", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
-	return clock, cs, true
+	gauge := func(names ...string) float64 {
+		for _, name := range names {
+			if g, found := fams[name]; found && len(g.GetMetric()) > 0 {
+				return g.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return 0
+	}
+	g.queue = gauge("sglang:num_queue_reqs", "vllm:num_requests_waiting")
+	g.usage = gauge("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+	g.running = gauge("sglang:num_running_reqs", "vllm:num_requests_running")
+	return clock, cs, g, true
 }
 
 // simSeconds is the longest simulated duration among the servers.

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -42,6 +43,7 @@ func main() {
 	crashFor := flag.Duration("crash-kv-for", 0, "override how long (simulated) KV usage must stay above it")
 	truncate := flag.Float64("truncate", -1, "override every workload's share of requests that run to max_tokens (simulator truncate_fraction)")
 	streamInterval := flag.Int("stream-interval", 16, "simulator tokens per stream hand-over (SGLang's --stream-interval)")
+	profile := flag.String("profile", "calibrated", "simulator step times for every server: calibrated or fast (regen sim --profile; -sim knobs override it)")
 	simFlag := flag.String("sim", "", "simulator knobs for every server, e.g. prefill_per_ktoken=80ms,decode_base=30ms (applied last)")
 	verbose := flag.Bool("v", false, "log the runner's info lines and every limit decision to stderr, and list each job's last answers (its tail)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole sweep to this file")
@@ -71,7 +73,7 @@ func main() {
 		}
 	}
 	e := env{samples: *samples, conversationsN: *conversations, speed: *speed, probe: (time.Duration(float64(*probe) / *speed)).Round(time.Millisecond),
-		verbose: *verbose, logWriter: os.Stderr, streamInterval: *streamInterval, longN: *longConversations, priority: *priority}
+		verbose: *verbose, logWriter: os.Stderr, streamInterval: *streamInterval, profile: *profile, longN: *longConversations, priority: *priority}
 	if err := run(e, *names, *probe, *grid, !*noAuto, max(*repeat, 1), strings.Split(*balance, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
 		pprof.StopCPUProfile()
@@ -117,8 +119,8 @@ func run(e env, names string, probe time.Duration, grid string, withAuto bool, r
 			}
 		}
 	}
-	fmt.Printf("regen sweep %s: %d prompts of 400-1,400 words, %d conversations (mt*); lanes short max_tokens %d (prompts <= %d est. tokens) / long %d; simulator speed %g, probes every %s simulated (%s real); load average %s\n",
-		time.Now().Format("2006-01-02 15:04"), e.samples, e.conversationsN, shortMaxTokens, shortMaxPrompt, longMaxTokens, e.speed, probe, e.probe, loadAverage())
+	fmt.Printf("regen sweep %s: %d prompts of 400-1,400 words, %d conversations (mt*); lanes short max_tokens %d (prompts <= %d est. tokens) / long %d; simulator profile %s, speed %g, probes every %s simulated (%s real); %d cores (GOMAXPROCS); load average %s\n",
+		time.Now().Format("2006-01-02 15:04"), e.samples, e.conversationsN, shortMaxTokens, shortMaxPrompt, longMaxTokens, e.profile, e.speed, probe, e.probe, runtime.GOMAXPROCS(0), loadAverage())
 	start := time.Now()
 	for _, w := range selected {
 		settings := w.Grid
@@ -170,8 +172,8 @@ func runWorkload(ctx context.Context, e env, w workload, settings []setting, rep
 				return err
 			}
 			runs = append(runs, r)
-			fmt.Fprintf(os.Stderr, "  goodput %.0f tok/s, %d tokens in %.0f simulated s (%.1f s wall, %.0fx), %.0f retractions, %d crashes\n",
-				r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes)
+			fmt.Fprintf(os.Stderr, "  goodput %.0f tok/s, %d tokens in %.0f simulated s (%.1f s wall, %.0fx), %.0f retractions, %d crashes; bound: %s\n",
+				r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes, boundNote(r.Load, r.Usage))
 		}
 		cells = append(cells, runs)
 	}
@@ -226,7 +228,6 @@ func parseGrid(s string) ([]setting, error) {
 type cell struct {
 	setting            setting
 	mean, low, high    float64 // goodput
-	median             float64 // goodput, the median run
 	bulk               float64 // mean goodput of the first 95% of tokens
 	retractions        float64 // mean
 	crashes            float64 // mean
@@ -241,12 +242,40 @@ type cell struct {
 	later              bool    // the job had later turns (same is meaningful)
 	groups             float64 // mean distinct shared prefixes per endpoint
 	hitFirst, hitLater float64 // mean hit rate of first turns and of later ones, from the stored usage
+	median             float64 // goodput
+	bound              string  // what bound the runs summarised; runner when every run was runner-bound
+	runnerRuns, runs   int     // runs that were runner-bound, of all
+	load               load    // mean of the summarised runs
+	usage              usage
 }
 
-func summarise(runs []result) cell {
-	c := cell{setting: runs[0].Setting, low: runs[0].goodput(), high: runs[0].goodput(), effSpeed: 1e9}
+// summarise describes a setting by its runs that were not runner-bound
+// (bench/README.md): a runner-bound run measured the process, not the
+// servers. When every run was, the cell is runner-bound and keeps them all.
+func summarise(all []result) cell {
+	var runs []result
+	for _, r := range all {
+		if r.Bound != boundRunner {
+			runs = append(runs, r)
+		}
+	}
+	c := cell{runs: len(all), runnerRuns: len(all) - len(runs), bound: boundRunner}
+	if len(runs) == 0 {
+		runs = all
+	} else {
+		c.bound = boundOf(runs)
+	}
+	c.setting, c.low, c.high, c.effSpeed = runs[0].Setting, runs[0].goodput(), runs[0].goodput(), 1e9
+	var goodputs []float64
 	n := float64(len(runs))
 	for _, r := range runs {
+		goodputs = append(goodputs, r.goodput())
+		c.load.busy += r.Load.busy / n
+		c.load.kv += r.Load.kv / n
+		c.load.queue += r.Load.queue / n
+		c.load.inFlight += r.Load.inFlight / n
+		c.usage.cpuShare += r.Usage.cpuShare / n
+		c.usage.speedShare += r.Usage.speedShare / n
 		g := r.goodput()
 		c.mean += g / n
 		c.bulk += r.bulk() / n
@@ -276,15 +305,7 @@ func summarise(runs []result) cell {
 			c.stopped++
 		}
 	}
-	gs := make([]float64, 0, len(runs))
-	for _, r := range runs {
-		gs = append(gs, r.goodput())
-	}
-	slices.Sort(gs)
-	c.median = gs[len(gs)/2]
-	if len(gs)%2 == 0 {
-		c.median = (gs[len(gs)/2-1] + gs[len(gs)/2]) / 2
-	}
+	c.median = median(goodputs)
 	for i, p := range runs[0].PerEndpoint {
 		share := p
 		share.Tokens = 0
@@ -301,21 +322,13 @@ func printTable(w workload, runs [][]result, speed float64) {
 	for _, r := range runs {
 		cs = append(cs, summarise(r))
 	}
-	best := -1
-	for i, c := range cs {
-		if c.setting.auto() || c.crashes > 0 || c.stopped > 0 {
-			continue
-		}
-		if best < 0 || c.mean > cs[best].mean {
-			best = i
-		}
-	}
+	best := bestFixed(cs)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  short/long balance\tgoodput\trange\tvs best fixed\tfirst 95%\tcache hit\t1st / later\tprefill\tTTFT p50\tp99\tsame ep\tprefixes/ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
-	slow, stoppedAny := false, false
+	fmt.Fprintln(tw, "  short/long balance\tgoodput\tmedian\trange\tvs best fixed\tbound\tsaturated / KV / queue / in flight\tcpu / speed\tfirst 95%\tcache hit\t1st / later\tprefill\tTTFT p50\tp99\tsame ep\tprefixes/ep\tretractions\tcrashes\ttokens\tsimulated s\tspeed\tsplit (tokens per endpoint)\t")
+	slow, stoppedAny, runnerAny := false, false, false
 	for i, c := range cs {
 		rel := "-"
-		if best >= 0 {
+		if best >= 0 && c.bound != boundRunner {
 			rel = fmt.Sprintf("%.1f%%", 100*c.mean/cs[best].mean)
 		}
 		mark := ""
@@ -342,29 +355,64 @@ func printTable(w workload, runs [][]result, speed float64) {
 			mark += fmt.Sprintf(" (%d of %d stopped)", c.stopped, len(runs[i]))
 			stoppedAny = true
 		}
-		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f-%.0f\t%s\t%.0f\t%.1f%%\t%s\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.low, c.high, rel,
+		bound := c.bound
+		if c.runnerRuns > 0 {
+			bound += fmt.Sprintf(" (%d of %d runs runner-bound)", c.runnerRuns, c.runs)
+			runnerAny = true
+		}
+		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f\t%.0f-%.0f\t%s\t%s\t%.0f%% / %.2f / %.1f / %.0f\t%.0f%% / %.0f%%\t%.0f\t%.1f%%\t%s\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.median, c.low, c.high, rel,
+			bound, 100*c.load.busy, c.load.kv, c.load.queue, c.load.inFlight, 100*c.usage.cpuShare, 100*c.usage.speedShare,
 			c.bulk, 100*c.hit, hitSplit, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
+	printNotes(cs, best, speed, slow, stoppedAny, runnerAny)
+}
+
+// bestFixed is the index of the fixed setting with the highest goodput
+// that crashed never and was not runner-bound, -1 when none.
+func bestFixed(cs []cell) int {
+	best := -1
+	for i, c := range cs {
+		if c.setting.auto() || c.crashes > 0 || c.stopped > 0 || c.bound == boundRunner {
+			continue
+		}
+		if best < 0 || c.mean > cs[best].mean {
+			best = i
+		}
+	}
+	return best
+}
+
+// printNotes prints the table's footnotes, the best fixed setting, the
+// affinity / tokens ratios (refused for runner-bound cells) and the limits.
+func printNotes(cs []cell, best int, speed float64, slow, stoppedAny, runnerAny bool) {
 	if stoppedAny {
 		fmt.Printf("  stopped: the server crashed again at every restart, and the run was stopped after %d restarts; goodput is what it had generated by then\n", maxRestarts)
 	}
 	if slow {
 		fmt.Printf("  * the simulator ran below 90%% of speed %g (CPU shared): client latency counted as more simulated time in that cell\n", speed)
 	}
+	if runnerAny {
+		fmt.Println("  runner-bound runs are left out of their cell's figures; a cell whose every run was runner-bound shows them, marked, and gives no ratio (bench/README.md)")
+	}
 	if best >= 0 {
-		fmt.Printf("  best fixed: %s (crash-free)\n", cs[best].setting)
+		fmt.Printf("  best fixed: %s (crash-free, not runner-bound)\n", cs[best].setting)
 	}
 	for _, c := range cs {
 		if c.setting.Balance == "tokens" || c.setting.Balance == "" {
 			continue
 		}
 		for _, b := range cs {
-			if b.setting.Balance == "tokens" && b.setting.Short == c.setting.Short && b.setting.Long == c.setting.Long && b.mean > 0 {
-				fmt.Printf("  %s: %s / tokens goodput %.3f (%.0f / %.0f), median %.3f (%.0f [%.0f-%.0f] / %.0f [%.0f-%.0f]), p99 TTFT %.1f / %.1f s\n",
-					strings.TrimSuffix(c.setting.String(), " "+c.setting.Balance), c.setting.Balance, c.mean/b.mean, c.mean, b.mean,
-					c.median/b.median, c.median, c.low, c.high, b.median, b.low, b.high, c.ttft99, b.ttft99)
+			if b.setting.Balance != "tokens" || b.setting.Short != c.setting.Short || b.setting.Long != c.setting.Long || b.mean <= 0 {
+				continue
 			}
+			name, bal := strings.TrimSuffix(c.setting.String(), " "+c.setting.Balance), c.setting.Balance
+			if c.bound == boundRunner || b.bound == boundRunner {
+				fmt.Printf("  %s: %s / tokens not reported: runner-bound (%.0f / %.0f, bound %s / %s)\n", name, bal, c.mean, b.mean, c.bound, b.bound)
+				continue
+			}
+			fmt.Printf("  %s: %s / tokens goodput %.3f (%.0f / %.0f; median %.3f: %.0f [%.0f-%.0f] / %.0f [%.0f-%.0f]; p99 TTFT %.1f / %.1f s; bound %s / %s)\n",
+				name, bal, c.mean/b.mean, c.mean, b.mean, c.median/b.median, c.median, c.low, c.high, b.median, b.low, b.high, c.ttft99, b.ttft99, c.bound, b.bound)
 		}
 	}
 	for _, c := range cs {
@@ -372,6 +420,31 @@ func printTable(w workload, runs [][]result, speed float64) {
 			fmt.Printf("  %s: %s\n", c.setting, l)
 		}
 	}
+}
+
+// boundOf is what bound most of runs (server before limit on a tie).
+func boundOf(runs []result) string {
+	n := map[string]int{}
+	for _, r := range runs {
+		n[r.Bound]++
+	}
+	if n[boundServer] >= n[boundLimit] {
+		return boundServer
+	}
+	return boundLimit
+}
+
+// median is the middle of xs (the mean of the two middle ones), 0 when empty.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // percentile is the p-quantile of xs (nearest rank), 0 when empty.

@@ -24,7 +24,7 @@ const chaosJob = `name: chaos
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 25, output_mean: 200, truncate_fraction: 0.1, seed: 7}
+  sim: {profile: fast, speed: 25, output_mean: 200, truncate_fraction: 0.1, seed: 7}
 sources:
   - {partition: A, path: a.jsonl, prompt: question, id: id}
   - {partition: B, path: b.jsonl.gz, prompt: question, id: id}

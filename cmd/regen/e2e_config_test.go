@@ -23,7 +23,7 @@ const mixJob = `name: mix
 model: {{model}}
 server:
   engine: sim
-  sim: {speed: 4, output_mean: 300, output_sigma: 0.5, truncate_fraction: 0, seed: 5}
+  sim: {profile: fast, speed: 4, output_mean: 300, output_sigma: 0.5, truncate_fraction: 0, seed: 5}
 sources:
   - {partition: Q, path: q.jsonl, prompt: question, id: id}
 lanes:
@@ -203,7 +203,7 @@ const rebuildJob = `name: rebuild
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 8, output_mean: 120, truncate_fraction: 0, seed: 5}
+  sim: {profile: fast, speed: 8, output_mean: 120, truncate_fraction: 0, seed: 5}
 sources:
   - {partition: Q, path: q.jsonl, prompt: question, system: %q}
 lanes:

@@ -22,7 +22,7 @@ const datasetJob = `name: ds
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 50, output_mean: 60, seed: 5}
+  sim: {profile: fast, speed: 50, output_mean: 60, seed: 5}
 sources:
   - {partition: A, path: a.jsonl, prompt: question, id: id, system: "Be brief.", samples_per_prompt: 2}
   - {partition: B, path: b.jsonl, messages: messages, id: id}

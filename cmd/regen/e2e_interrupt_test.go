@@ -23,7 +23,7 @@ const interruptJob = `name: intr
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 4, output_mean: 500, output_sigma: 1.0, truncate_fraction: 0, seed: 3}
+  sim: {profile: fast, speed: 4, output_mean: 500, output_sigma: 1.0, truncate_fraction: 0, seed: 3}
 sources:
   - {partition: Q, path: q.jsonl, prompt: question, id: id}
 lanes:

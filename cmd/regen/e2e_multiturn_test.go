@@ -39,6 +39,10 @@ func startRecordingSim(t *testing.T, knobs map[string]any) *recordingSim {
 	t.Helper()
 	rs := &recordingSim{}
 	c := sim.DefaultConfig()
+	// The step times these tests were written against; knobs may name another profile.
+	if err := c.UseProfile(sim.ProfileFast); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Apply(knobs); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ const sharedJob = `name: %s
 model: sim-model
 server:
   engine: sim
-  sim: {speed: %d, output_mean: 120, truncate_fraction: 0.1, seed: 7}
+  sim: {profile: fast, speed: %d, output_mean: 120, truncate_fraction: 0.1, seed: 7}
 sources:
   - {partition: A, path: a.jsonl, prompt: question, id: id}
   - {partition: B, path: b.jsonl.gz, prompt: question, id: id}

@@ -19,7 +19,7 @@ model: sim-model
 # A third of the answers run to max_tokens: a cut tool call is rejected
 # (tool_args), a whole one ends the conversation (the simulator never makes
 # the dataset's call).
-server: {engine: sim, sim: {speed: 200, truncate_fraction: 0.3}}
+server: {engine: sim, sim: {profile: fast, speed: 200, truncate_fraction: 0.3}}
 sources:
   - {partition: R, path: chats.jsonl, conversations: conversations, tools: tools, id: id}
 lanes:

@@ -20,7 +20,7 @@ const samplesJob = `name: k3
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 4, output_mean: 150, seed: 3}
+  sim: {profile: fast, speed: 4, output_mean: 150, seed: 3}
 sources:
   - {partition: A, path: a.jsonl, prompt: question, id: id, samples_per_prompt: 3}
   - {partition: B, path: b.jsonl, prompt: question, samples_per_prompt: 3}

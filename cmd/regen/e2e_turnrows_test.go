@@ -61,7 +61,7 @@ const turnRowsJob = `name: mt
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 200, output_mean: 60, truncate_fraction: 0, seed: 11, chat_template: drop-reasoning, reasoning: always}
+  sim: {profile: fast, speed: 200, output_mean: 60, truncate_fraction: 0, seed: 11, chat_template: drop-reasoning, reasoning: always}
 sources:
   - {partition: C, path: chats.jsonl, conversations: conversations, id: id}
 lanes:

@@ -24,7 +24,7 @@ const longAnswersJob = `name: long
 model: sim-model
 server:
   engine: sim
-  sim: {speed: 10, output_mean: 12000, output_sigma: 0.05, truncate_fraction: 0, seed: 3}
+  sim: {profile: fast, speed: 10, output_mean: 12000, output_sigma: 0.05, truncate_fraction: 0, seed: 3}
 sources:
   - {partition: Q, path: q.jsonl, prompt: question, id: id}
 lanes:

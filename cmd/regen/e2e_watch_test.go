@@ -47,7 +47,7 @@ func freePort(t *testing.T) int {
 // startSim runs `regen sim` on port and waits until it answers /health.
 func startSim(t *testing.T, dir string, port int) *proc {
 	t.Helper()
-	p := startRegen(t, dir, "sim", "--port", strconv.Itoa(port), "--speed", "1", "--load-time", "100ms",
+	p := startRegen(t, dir, "sim", "--profile", "fast", "--port", strconv.Itoa(port), "--speed", "1", "--load-time", "100ms",
 		"--output-mean", "300", "--model-path", "sim-model")
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

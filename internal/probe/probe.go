@@ -287,7 +287,7 @@ type Identity struct {
 	// higher values go first, -1 when lower values do. SGLang's server
 	// info carries its arguments: enable_priority_scheduling, and
 	// schedule_low_priority_values_first for the direction (higher first
-	// by default; docs/engines.md §15).
+	// by default; docs/engines.md §16).
 	Priority int
 }
 

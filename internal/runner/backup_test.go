@@ -56,7 +56,7 @@ lanes:
   - {name: long, concurrency: 100, max_tokens: 3000}
 server:
   engine: sim
-  sim: {speed: 50, output_mean: 150, output_sigma: 1.0, seed: 7, load_time: 1s, warmup_time: 0s}
+  sim: {profile: fast, speed: 50, output_mean: 150, output_sigma: 1.0, seed: 7, load_time: 1s, warmup_time: 0s}
 output: {formats: [sharegpt]}
 quality: {truncated: false}
 `, backupAt)

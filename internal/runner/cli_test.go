@@ -200,7 +200,7 @@ func TestSGLangDialect(t *testing.T) {
 	dir := t.TempDir()
 	argvFile := filepath.Join(dir, "argv.txt")
 	script := writeScript(t, dir, "sglang-standin", fmt.Sprintf(
-		"printf '%%s\\n' \"$@\" > %q\nexec %q sim --speed 50 --output-mean 120 --load-time 1s --warmup-time 0s \"$@\"\n", argvFile, regenBin))
+		"printf '%%s\\n' \"$@\" > %q\nexec %q sim --profile fast --speed 50 --output-mean 120 --load-time 1s --warmup-time 0s \"$@\"\n", argvFile, regenBin))
 	port := freePort(t)
 	spec := newJob(t, "sglang.yaml.tmpl", n, jobParams{Script: script, Port: port})
 	st := openStore(t, spec)

@@ -23,7 +23,7 @@ import (
 func TestLlamaServerByURL(t *testing.T) {
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "m"
-	if err := cfg.Apply(map[string]any{"engine": "llamacpp", "parallel": 8, "context_length": 16384, "speed": 50,
+	if err := cfg.Apply(map[string]any{"profile": "fast", "engine": "llamacpp", "parallel": 8, "context_length": 16384, "speed": 50,
 		"output_mean": 200, "load_time": "0s", "warmup_time": "0s"}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ model: m
 server:
   engine: sim`+command+`
   ready_timeout: 30s
-  sim: {engine: llamacpp, parallel: 4, context_length: 4096, speed: 50, output_mean: 200}
+  sim: {profile: fast, engine: llamacpp, parallel: 4, context_length: 4096, speed: 50, output_mean: 200}
 sources: [{partition: p, path: prompts.jsonl, prompt: prompt, id: id}]
 lanes: [{name: default, concurrency: auto, max_tokens: 512}]
 monitor: {heartbeat_every: 100ms, probe_every: 100ms}

@@ -75,7 +75,7 @@ lanes:
   - {name: default, concurrency: 4, max_tokens: 256}
 server:
   engine: sim
-  sim: {speed: 2, output_mean: 200, seed: 7, load_time: 100ms, warmup_time: 0s}
+  sim: {profile: fast, speed: 2, output_mean: 200, seed: 7, load_time: 100ms, warmup_time: 0s}
 store: {dsn: %s}
 monitor: {heartbeat_every: 500ms, dead_after: 3s, stall_after: 60s}
 output: {formats: [sharegpt]}

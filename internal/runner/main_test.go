@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,9 +66,11 @@ type jobParams struct {
 	Alert       []string
 }
 
-// fastSim is a simulator that answers a 256-token request in tens of milliseconds.
+// fastSim is a simulator that answers a 256-token request in tens of
+// milliseconds, on the fast profile's step times the runner's tests were
+// written against.
 func fastSim(extra map[string]any) map[string]any {
-	m := map[string]any{"speed": 50, "output_mean": 120, "seed": 7, "load_time": "1s", "warmup_time": "0s"}
+	m := map[string]any{"profile": "fast", "speed": 50, "output_mean": 120, "seed": 7, "load_time": "1s", "warmup_time": "0s"}
 	for k, v := range extra {
 		m[k] = v
 	}
@@ -97,6 +100,10 @@ func newJob(t *testing.T, tmpl string, n int, p jobParams) *job.Spec {
 	}
 	if p.Sim == nil {
 		p.Sim = fastSim(nil)
+	}
+	if _, set := p.Sim["profile"]; !set {
+		p.Sim = maps.Clone(p.Sim)
+		p.Sim["profile"] = "fast" // the step times these tests were written against
 	}
 	tp, err := template.New(tmpl).Funcs(template.FuncMap{"json": func(v any) (string, error) {
 		b, err := json.Marshal(v)

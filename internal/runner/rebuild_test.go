@@ -33,7 +33,7 @@ func newRecordingSim(t *testing.T) *recordingSim {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "m"
-	if err := cfg.Apply(map[string]any{"speed": 200, "output_mean": 40, "load_time": "0s", "warmup_time": "0s", "seed": 3}); err != nil {
+	if err := cfg.Apply(map[string]any{"profile": "fast", "speed": 200, "output_mean": 40, "load_time": "0s", "warmup_time": "0s", "seed": 3}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := sim.New(cfg, io.Discard)

@@ -26,7 +26,7 @@ const stoppedSimHangAfter = 2 * time.Second
 // the probe. The measured delay is logged.
 func TestStoppedExternalSim(t *testing.T) {
 	port := freePort(t)
-	sim := exec.Command(regenBin, "sim", "--port", strconv.Itoa(port), "--speed", "1", "--load-time", "100ms",
+	sim := exec.Command(regenBin, "sim", "--profile", "fast", "--port", strconv.Itoa(port), "--speed", "1", "--load-time", "100ms",
 		"--output-mean", "400", "--model-path", "sim-model")
 	if err := sim.Start(); err != nil {
 		t.Fatal(err)

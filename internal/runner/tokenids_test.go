@@ -123,6 +123,9 @@ func recordSim(t *testing.T, settings map[string]any, off ...string) *simRecorde
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "m"
+	if err := cfg.UseProfile(sim.ProfileFast); err != nil {
+		t.Fatal(err)
+	}
 	if err := cfg.Apply(settings); err != nil {
 		t.Fatal(err)
 	}

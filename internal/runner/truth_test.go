@@ -125,7 +125,7 @@ quality: {truncated: false}  # an answer cut at 64 tokens still counts as done h
 func slowSim() sim.Config {
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "m"
-	if err := cfg.Apply(map[string]any{"speed": 5, "output_mean": 400, "seed": 3, "load_time": "0s", "warmup_time": "0s"}); err != nil {
+	if err := cfg.Apply(map[string]any{"profile": "fast", "speed": 5, "output_mean": 400, "seed": 3, "load_time": "0s", "warmup_time": "0s"}); err != nil {
 		panic(err)
 	}
 	return cfg

@@ -40,6 +40,9 @@ type Config struct {
 	LoadTime   time.Duration // before the port binds (weights loading)
 	WarmupTime time.Duration // after binding, before ready (health answers 503)
 
+	// Profile names the set of step times below (profile.go): calibrated
+	// (the default) or fast. Setting a step time's flag overrides it.
+	Profile          string
 	DecodeBase       time.Duration // fixed cost of one decode step
 	DecodePerReq     time.Duration // added per running request
 	DecodePerKToken  time.Duration // added per 1000 KV tokens in use
@@ -129,9 +132,10 @@ type Config struct {
 }
 
 // DefaultConfig returns a configuration that behaves like one SGLang
-// server with Kimi-K2.5 on 8 GPUs, in real time, without faults.
+// server with Kimi-K2.5 on 8 GPUs, in real time, without faults; its step
+// times are the calibrated profile's (profile.go).
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		Engine:                   "sglang",
 		APIShape:                 ShapeCurrent,
 		Slots:                    4,
@@ -147,11 +151,6 @@ func DefaultConfig() Config {
 		Speed:                    1,
 		LoadTime:                 2 * time.Second,
 		WarmupTime:               500 * time.Millisecond,
-		DecodeBase:               15 * time.Millisecond,
-		DecodePerReq:             150 * time.Microsecond,
-		DecodePerKToken:          50 * time.Microsecond,
-		PrefillBase:              5 * time.Millisecond,
-		PrefillPerKToken:         20 * time.Millisecond,
 		ScheduleConservativeness: 1,
 		CacheAnswers:             true,
 		InitNewTokenRatio:        0.7,
@@ -180,6 +179,8 @@ func DefaultConfig() Config {
 		ThrottleStatus:           429,
 		ThrottleRetryAfter:       time.Second,
 	}
+	c.setProfile(profiles[0])
+	return c
 }
 
 // RegisterFlags binds every knob to fs with the current values of c as
@@ -218,6 +219,7 @@ func registerCostFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Float64Var(&c.Speed, "speed", c.Speed, "time scale: 1 = real time, 60 = one simulated minute per second")
 	durationVar(fs, &c.LoadTime, "load-time", "simulated weight loading before the port binds")
 	durationVar(fs, &c.WarmupTime, "warmup-time", "after binding, /health answers 503 for this long")
+	registerProfileFlag(fs, c)
 	durationVar(fs, &c.DecodeBase, "decode-base", "fixed time of one decode step")
 	durationVar(fs, &c.DecodePerReq, "decode-per-req", "decode step time added per running request")
 	durationVar(fs, &c.DecodePerKToken, "decode-per-ktoken", "decode step time added per 1000 KV tokens in use")

@@ -18,7 +18,10 @@
 // counters (SGLang cached_tokens_total and cache_hit_rate, vLLM
 // prefix_cache_queries_total and prefix_cache_hits_total); a decode step costs DecodeBase plus a share per
 // running request and per thousand tokens in use, so throughput rises with
-// batch size and saturates. When the pool cannot hold the next step the
+// batch size and saturates. The step times come from a named profile
+// (profile.go): calibrated, the default, fitted to published 8 x H200
+// measurements (docs/engines.md §15), or fast, the cheap prefill tests use.
+// When the pool cannot hold the next step the
 // newest requests are retracted: their KV and decode progress are lost,
 // they return to the head of the queue and are re-prefilled and re-decoded
 // later (tokens already streamed are not sent twice), so over-admission

@@ -35,9 +35,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// testConfig is a fast server: 1000x real time, no load or warm-up.
+// testConfig is a fast server: 1000x real time, no load or warm-up, and
+// the fast profile's step times the package's tests were written against.
 func testConfig() Config {
 	c := DefaultConfig()
+	if err := c.UseProfile(ProfileFast); err != nil {
+		panic(err)
+	}
 	c.Speed = 1000
 	c.LoadTime = 0
 	c.WarmupTime = 0
