@@ -25,7 +25,7 @@ type Profile struct {
 const (
 	// ProfileCalibrated is the default: one 8 x H200 node serving a
 	// DeepSeek-V3/R1-class MoE (37B active) with SGLang or vLLM, fitted to
-	// published single-node serving benchmarks: prefill about 16,700 tokens
+	// published single-node serving benchmarks: prefill about 20,000 tokens
 	// per second, a decode step of 19 ms plus 0.056 ms per running request
 	// plus 0.027 ms per thousand KV tokens in use.
 	ProfileCalibrated = "calibrated"
@@ -39,7 +39,7 @@ const (
 var profiles = []Profile{
 	{Name: ProfileCalibrated,
 		DecodeBase: 19 * time.Millisecond, DecodePerReq: 56 * time.Microsecond, DecodePerKToken: 27 * time.Microsecond,
-		PrefillBase: 20 * time.Millisecond, PrefillPerKToken: 60 * time.Millisecond},
+		PrefillBase: 20 * time.Millisecond, PrefillPerKToken: 50 * time.Millisecond},
 	{Name: ProfileFast,
 		DecodeBase: 15 * time.Millisecond, DecodePerReq: 150 * time.Microsecond, DecodePerKToken: 50 * time.Microsecond,
 		PrefillBase: 5 * time.Millisecond, PrefillPerKToken: 20 * time.Millisecond},

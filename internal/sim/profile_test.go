@@ -17,7 +17,7 @@ func steps(c Config) []any {
 // TestDefaultIsCalibrated: the default config carries the calibrated
 // profile's step times, and the fast profile today's earlier ones.
 func TestDefaultIsCalibrated(t *testing.T) {
-	want := []any{ProfileCalibrated, 19 * time.Millisecond, 56 * time.Microsecond, 27 * time.Microsecond, 20 * time.Millisecond, 60 * time.Millisecond}
+	want := []any{ProfileCalibrated, 19 * time.Millisecond, 56 * time.Microsecond, 27 * time.Microsecond, 20 * time.Millisecond, 50 * time.Millisecond}
 	if diff := cmp.Diff(want, steps(DefaultConfig())); diff != "" {
 		t.Errorf("DefaultConfig step times (-want +got):\n%s", diff)
 	}
@@ -50,7 +50,7 @@ func TestProfileFlagYieldsToKnobs(t *testing.T) {
 		{"knob after", []string{"--profile=fast", "--prefill-per-ktoken", "80ms"},
 			[]any{ProfileFast, 15 * time.Millisecond, 150 * time.Microsecond, 50 * time.Microsecond, 5 * time.Millisecond, 80 * time.Millisecond}},
 		{"knob without profile", []string{"--prefill-base=1"},
-			[]any{ProfileCalibrated, 19 * time.Millisecond, 56 * time.Microsecond, 27 * time.Microsecond, time.Second, 60 * time.Millisecond}},
+			[]any{ProfileCalibrated, 19 * time.Millisecond, 56 * time.Microsecond, 27 * time.Microsecond, time.Second, 50 * time.Millisecond}},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
