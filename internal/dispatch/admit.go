@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"time"
+
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 // Conversation-level admission.
@@ -64,6 +66,56 @@ type warmSet struct {
 	tokens   float64        // own tokens of every held conversation, and each shared prefix once
 	convs    int            // conversations held
 	prefixes map[uint64]int // held conversations per shared prefix
+	// scale multiplies the pool admission counts against (0 = 1), moved by
+	// what next turns sent back here found cached (judge); reported: the
+	// server reports cached tokens at all (one answer said some).
+	scale        float64
+	reported     bool
+	judged, lost int
+}
+
+// Feedback on the warm share. Projected contexts are an estimate, and
+// conversations stand at every stage at once, so the pool usually holds
+// more than they are counted at. Every judgeWindow next turns sent back to
+// the endpoint of the turn before, the share of them that did not find at
+// least keptShare of their previous prompt cached moves the scale:
+// none lost raises it by scaleUp (to at most maxScale), more than
+// lostShare lowers it by scaleDown (to at least minScale). A server that
+// reports no cached tokens leaves it at 1.
+const (
+	judgeWindow = 32
+	keptShare   = 0.9
+	lostShare   = 0.05
+	scaleUp     = 1.1
+	scaleDown   = 0.8
+	minScale    = 0.25
+	maxScale    = 3
+)
+
+func (w *warmSet) scaleOr1() float64 {
+	if w.scale == 0 {
+		return 1
+	}
+	return w.scale
+}
+
+// judge counts a next turn sent back here, kept when its history was
+// found cached, and moves the scale at the end of a window.
+func (w *warmSet) judge(kept bool) {
+	w.judged++
+	if !kept {
+		w.lost++
+	}
+	if w.judged < judgeWindow {
+		return
+	}
+	switch {
+	case w.lost == 0:
+		w.scale = min(w.scaleOr1()*scaleUp, maxScale)
+	case float64(w.lost) > lostShare*float64(w.judged):
+		w.scale = max(w.scaleOr1()*scaleDown, minScale)
+	}
+	w.judged, w.lost = 0, 0
 }
 
 // need is what a conversation of own tokens beyond its shared prefix
@@ -114,6 +166,10 @@ type heldConv struct {
 	prefixTok float64
 	busy      bool      // a turn of it is in flight
 	idleSince time.Time // when its last turn was answered
+	// prompt is its last answered turn's prompt tokens as the server
+	// counted them; expect, while a turn sent back to the same endpoint
+	// runs, the cached tokens it should find there (that prompt).
+	prompt, expect float64
 }
 
 // admission is the dispatcher's held conversations, by sample id (guarded
@@ -134,7 +190,7 @@ func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
 	if !a.newConv || d.cfg.NoAdmission {
 		return true
 	}
-	return admits(e.load.capacity, e.warm.tokens, e.warm.need(project(est-a.prefixTok, a.turn+1, a.turns), a.prefix, a.prefixTok), e.warm.convs)
+	return admits(e.load.capacity*e.warm.scaleOr1(), e.warm.tokens, e.warm.need(project(est-a.prefixTok, a.turn+1, a.turns), a.prefix, a.prefixTok), e.warm.convs)
 }
 
 // holdLocked records that conversation id's turn (footprint est, affinity
@@ -147,25 +203,39 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 	if d.adm.byID == nil {
 		d.adm.byID = map[string]*heldConv{}
 	}
+	expect := 0.0
 	if h, ok := d.adm.byID[id]; ok {
 		h.ep.warm.remove(h)
 		if !h.busy {
 			d.adm.idle--
 		}
+		if h.ep == e {
+			expect = h.prompt // back where its history should be
+		}
 	}
-	h := &heldConv{ep: e, own: project(est-a.prefixTok, a.turn+1, a.turns), prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns}
+	h := &heldConv{ep: e, own: project(est-a.prefixTok, a.turn+1, a.turns), prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns,
+		expect: expect}
 	d.adm.byID[id] = h
 	e.warm.add(h)
 }
 
 // turnDoneLocked updates conversation id after its turn settled: held
 // between turns with its context at ctx tokens when next (its next turn
-// is pending), dropped otherwise.
-func (d *Dispatcher) turnDoneLocked(id string, next bool, ctx float64, now time.Time) {
+// is pending), dropped otherwise. u is the answer's usage (zero when none):
+// a next turn sent back to its endpoint tells whether its history was
+// still cached there (warmSet.judge).
+func (d *Dispatcher) turnDoneLocked(id string, next bool, ctx float64, u llm.Usage, now time.Time) {
 	h, ok := d.adm.byID[id]
 	if !ok {
 		return
 	}
+	if u.CachedTokens > 0 {
+		h.ep.warm.reported = true
+	}
+	if h.expect > 0 && u.PromptTokens > 0 && h.ep.warm.reported {
+		h.ep.warm.judge(float64(u.CachedTokens) >= keptShare*h.expect)
+	}
+	h.expect, h.prompt = 0, float64(u.PromptTokens)
 	if !next {
 		d.dropLocked(id, h)
 		return

@@ -1,11 +1,13 @@
 package dispatch
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/llm"
 )
 
 func TestAdmits(t *testing.T) {
@@ -113,7 +115,7 @@ func TestAdmissionHoldsConversationsTheirPoolKeepsWarm(t *testing.T) {
 	got = append(got, start("a", 3000, affinity{conv: true, prev: "http://a"})) // a's next turn: taken
 	got = append(got, start("single", 3000, affinity{}))                        // not a conversation: taken
 	blocked := d.adm.blocked
-	d.turnDoneLocked("b", false, 0, now) // b's last turn answered: it leaves
+	d.turnDoneLocked("b", false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
 	got = append(got, start("h", 3000, first))
 	want := []string{"http://a", "http://b", "http://a", "http://b", "http://a", "http://b", "-", "http://a", "http://b", "http://b"}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -161,7 +163,7 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 1500+1000+1000 {
 		t.Errorf("a warm %v, want 3500 (1,500 and 1,000 own, the prefix once)", a.warm.tokens)
 	}
-	d.turnDoneLocked("c1", true, 4000, now) // prompt and answer as counted: 4,000
+	d.turnDoneLocked("c1", true, 4000, llm.Usage{}, now) // prompt and answer as counted: 4,000
 	if a.warm.tokens != 3000+1000+1000 || d.adm.idle != 1 {
 		t.Errorf("after c1's turn: a warm %v, idle %d; want 5000, 1", a.warm.tokens, d.adm.idle)
 	}
@@ -173,7 +175,7 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 2000 || b.warm.tokens != 4500 || d.adm.idle != 0 {
 		t.Errorf("after c1 moved to b: a %v, b %v, idle %d; want 2000, 4500, 0", a.warm.tokens, b.warm.tokens, d.adm.idle)
 	}
-	d.turnDoneLocked("c2", true, 2500, now)
+	d.turnDoneLocked("c2", true, 2500, llm.Usage{}, now)
 	d.expireLocked(now.Add(heldIdle - time.Second))
 	if _, ok := d.adm.byID["c2"]; !ok {
 		t.Fatal("c2 expired before heldIdle")
@@ -228,5 +230,65 @@ func TestProject(t *testing.T) {
 		if got := project(tc.own, tc.done, tc.turns); got != tc.want {
 			t.Errorf("project(%v, %d, %d) = %v, want %v", tc.own, tc.done, tc.turns, got, tc.want)
 		}
+	}
+}
+
+// Next turns sent back to their endpoint move its scale: a window with
+// none losing its history raises it, one with more than a twentieth lost
+// lowers it, within bounds; a server that reports no cached tokens is not
+// judged at all.
+func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
+	window := func(w *warmSet, lost int) {
+		for i := range judgeWindow {
+			w.judge(i >= lost)
+		}
+	}
+	var w warmSet
+	window(&w, 0)
+	if w.scaleOr1() != scaleUp {
+		t.Errorf("scale after a clean window %v, want %v", w.scaleOr1(), scaleUp)
+	}
+	window(&w, 1) // 1 of 32: within the lost share
+	if w.scaleOr1() != scaleUp {
+		t.Errorf("scale after one loss in a window %v, want it kept at %v", w.scaleOr1(), scaleUp)
+	}
+	window(&w, 4)
+	if want := scaleUp * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after 4 losses %v, want %v", w.scaleOr1(), want)
+	}
+	for range 40 {
+		window(&w, 32)
+	}
+	if w.scaleOr1() != minScale {
+		t.Errorf("scale after many lossy windows %v, want the floor %v", w.scaleOr1(), minScale)
+	}
+	for range 40 {
+		window(&w, 0)
+	}
+	if w.scaleOr1() != maxScale {
+		t.Errorf("scale after many clean windows %v, want the cap %v", w.scaleOr1(), maxScale)
+	}
+
+	// Through the dispatcher: judged only once the server reported a
+	// cached token, and only for a turn back on the same endpoint.
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.epByURL["http://a"]
+	conv := affinity{conv: true, newConv: true}
+	later := affinity{conv: true, prev: "http://a"}
+	d.holdLocked("c", a, 1000, conv)
+	d.turnDoneLocked("c", true, 1200, llm.Usage{PromptTokens: 1000, CompletionTokens: 200}, now)
+	d.holdLocked("c", a, 1300, later)
+	d.turnDoneLocked("c", true, 1500, llm.Usage{PromptTokens: 1300, CompletionTokens: 200}, now) // reports nothing cached
+	if a.warm.judged != 0 {
+		t.Errorf("%d turns judged on a server that reported no cached tokens, want 0", a.warm.judged)
+	}
+	d.holdLocked("c", a, 1600, later)
+	d.turnDoneLocked("c", true, 1800, llm.Usage{PromptTokens: 1600, CompletionTokens: 200, CachedTokens: 1300}, now) // found all of 1,300
+	d.holdLocked("c", a, 1900, later)
+	d.turnDoneLocked("c", true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
+	if a.warm.judged != 2 || a.warm.lost != 1 {
+		t.Errorf("judged %d, lost %d; want 2 and 1", a.warm.judged, a.warm.lost)
 	}
 }
