@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"bytes"
 	"encoding/json"
 	"hash/fnv"
 )
@@ -12,15 +13,25 @@ import (
 // fields, so it is cheap enough to call for every claim, and a body that
 // does not decode has no shared prefix (the request build reports it).
 func SharedPrefix(body []byte) (key uint64, size int) {
-	key, size, _ = Shape(body)
-	return key, size
+	sh := ShapeOf(body)
+	return sh.PrefixKey, sh.PrefixBytes
 }
 
-// Shape is SharedPrefix and the number of turns the sample's plan has
-// (Plan.NumTurns; 0 when the body does not decode), read in one pass: a
-// sample of more than one turn is a conversation whose history a server
-// keeps between its turns.
-func Shape(body []byte) (key uint64, size, turns int) {
+// Shape is what balancing reads of a sample's body in one pass.
+type Shape struct {
+	PrefixKey   uint64 // SharedPrefix's key
+	PrefixBytes int    // its size in bytes, as stored (JSON)
+	// PrefixText is about its size as text: the stored bytes less one per
+	// JSON escape, the length a prompt's token estimate counts.
+	PrefixText int
+	// Turns is the number of turns of the sample's plan (Plan.NumTurns;
+	// 0 when the body does not decode): a sample of more than one is a
+	// conversation whose history a server keeps between its turns.
+	Turns int
+}
+
+// ShapeOf reads body's Shape.
+func ShapeOf(body []byte) Shape {
 	var b struct {
 		Messages []struct {
 			Role    string          `json:"role"`
@@ -30,13 +41,14 @@ func Shape(body []byte) (key uint64, size, turns int) {
 		Turns []struct{}      `json:"turns"`
 	}
 	if json.Unmarshal(body, &b) != nil {
-		return 0, 0, 0
+		return Shape{}
 	}
-	turns = 1 + len(b.Turns)
+	sh := Shape{Turns: 1 + len(b.Turns)}
 	h := fnv.New64a()
 	if len(b.Tools) > 0 && string(b.Tools) != "null" {
 		h.Write(b.Tools)
-		size += len(b.Tools)
+		sh.PrefixBytes += len(b.Tools)
+		sh.PrefixText += len(b.Tools)
 	}
 	for _, m := range b.Messages {
 		if m.Role != "system" && m.Role != "developer" {
@@ -44,10 +56,11 @@ func Shape(body []byte) (key uint64, size, turns int) {
 		}
 		h.Write([]byte{0})
 		h.Write(m.Content)
-		size += len(m.Content)
+		sh.PrefixBytes += len(m.Content)
+		sh.PrefixText += len(m.Content) - bytes.Count(m.Content, []byte{'\\'})
 	}
-	if size == 0 {
-		return 0, 0, turns
+	if sh.PrefixBytes > 0 {
+		sh.PrefixKey = h.Sum64()
 	}
-	return h.Sum64(), size, turns
+	return sh
 }

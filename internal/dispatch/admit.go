@@ -30,7 +30,7 @@ import (
 //   - a new conversation's first turn goes only to an endpoint whose warm
 //     tokens and its own stay within warmShare of the pool (admits); an
 //     endpoint holding none takes one whatever its size, and one whose pool
-//     is unknown takes any;
+//     is not known yet takes blindConvs;
 //   - a held conversation's next turn is never refused: the pool was kept
 //     for it. The store hands next turns out before first turns, and a
 //     server that schedules by priority is told so (Server.Priority).
@@ -50,12 +50,21 @@ const warmShare = 0.9
 // the store, or never came back.
 const heldIdle = 2 * time.Minute
 
+// blindConvs is how many conversations an endpoint whose pool is not known
+// yet holds: the first claims come before the first probe, and a job
+// that started every conversation then would fill the pools several times
+// over with histories that all grow together.
+const blindConvs = 8
+
 // admits reports whether an endpoint with a KV pool of pool tokens (0 =
 // unknown), holding convs conversations of warm tokens, takes a new
 // conversation that adds need tokens.
 func admits(pool, warm, need float64, convs int) bool {
-	if pool <= 0 || convs == 0 {
+	switch {
+	case convs == 0:
 		return true
+	case pool <= 0:
+		return convs < blindConvs
 	}
 	return warm+need <= warmShare*pool
 }
@@ -87,9 +96,9 @@ const (
 	keptShare   = 0.9
 	lostShare   = 0.05
 	scaleUp     = 1.1
-	scaleDown   = 0.8
-	minScale    = 0.25
-	maxScale    = 3
+	scaleDown   = 0.9
+	minScale    = 0.5
+	maxScale    = 2
 )
 
 func (w *warmSet) scaleOr1() float64 {
@@ -204,6 +213,9 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 		d.adm.byID = map[string]*heldConv{}
 	}
 	expect := 0.0
+	// A first turn counts at its estimate; a next turn keeps what its last
+	// answer's usage set (the stored prompt estimate is the first turn's).
+	own := project(est-a.prefixTok, a.turn+1, a.turns)
 	if h, ok := d.adm.byID[id]; ok {
 		h.ep.warm.remove(h)
 		if !h.busy {
@@ -212,8 +224,9 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 		if h.ep == e {
 			expect = h.prompt // back where its history should be
 		}
+		own = h.own
 	}
-	h := &heldConv{ep: e, own: project(est-a.prefixTok, a.turn+1, a.turns), prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns,
+	h := &heldConv{ep: e, own: own, prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns,
 		expect: expect}
 	d.adm.byID[id] = h
 	e.warm.add(h)

@@ -17,7 +17,8 @@ func TestAdmits(t *testing.T) {
 		convs            int
 		want             bool
 	}{
-		{"unknown pool takes any", 0, 1e9, 1e9, 50, true},
+		{"unknown pool: a few", 0, 1e9, 1e9, blindConvs - 1, true},
+		{"unknown pool: no more", 0, 1, 1, blindConvs, false},
 		{"an endpoint holding none takes one whatever its size", 100000, 0, 200000, 0, true},
 		{"within the warm share", 100000, 80000, 10000, 20, true},
 		{"exactly at the warm share", 100000, 80000, 10000 * warmShare / 0.9, 20, true},
@@ -172,8 +173,10 @@ func TestHeldConversationLifecycle(t *testing.T) {
 		t.Errorf("claim capped at %d while blocked, want 1 (c1 waits for its next turn)", n)
 	}
 	d.holdLocked("c1", b, 4500, affinity{conv: true, prev: "http://a", prefix: 9, prefixTok: 1000})
-	if a.warm.tokens != 2000 || b.warm.tokens != 4500 || d.adm.idle != 0 {
-		t.Errorf("after c1 moved to b: a %v, b %v, idle %d; want 2000, 4500, 0", a.warm.tokens, b.warm.tokens, d.adm.idle)
+	// It keeps the context its answer's usage set (3,000 own), not the
+	// stale first-turn estimate a next turn's claim carries.
+	if a.warm.tokens != 2000 || b.warm.tokens != 4000 || d.adm.idle != 0 {
+		t.Errorf("after c1 moved to b: a %v, b %v, idle %d; want 2000, 4000, 0", a.warm.tokens, b.warm.tokens, d.adm.idle)
 	}
 	d.turnDoneLocked("c2", true, 2500, llm.Usage{}, now)
 	d.expireLocked(now.Add(heldIdle - time.Second))

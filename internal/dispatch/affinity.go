@@ -66,12 +66,12 @@ func affinityOf(c store.Claimed) affinity {
 	if n := len(c.Prior); n > 0 {
 		a.prev = c.Prior[n-1].Endpoint
 	}
-	key, size, turns := conversation.Shape(c.Body)
-	if size >= prefixMinBytes {
-		a.prefix, a.prefixTok = key, float64(size)/bytesPerToken
+	sh := conversation.ShapeOf(c.Body)
+	if sh.PrefixBytes >= prefixMinBytes {
+		a.prefix, a.prefixTok = sh.PrefixKey, float64(sh.PrefixText)/bytesPerToken
 	}
-	a.conv = turns > 1
-	a.turn, a.turns = c.Turn, turns
+	a.conv = sh.Turns > 1
+	a.turn, a.turns = c.Turn, sh.Turns
 	a.newConv = a.conv && c.Turn == 0
 	return a
 }

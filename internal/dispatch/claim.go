@@ -355,6 +355,14 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 	c := w.c
 	now := d.now()
 	d.mu.Lock()
+	if w.a.newConv && d.adm.blocked && !d.cfg.NoAdmission {
+		// No endpoint admitted a new conversation since the last one left.
+		d.mu.Unlock()
+		if l.auto == nil {
+			l.lim.Release()
+		}
+		return false
+	}
 	est := d.estimateLocked(l, c)
 	e, probe := d.pickLocked(now, l, est, w.a)
 	if e == nil {
