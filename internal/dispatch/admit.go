@@ -98,12 +98,15 @@ const (
 	scaleUp     = 1.1
 	scaleDown   = 0.9
 	minScale    = 0.5
-	maxScale    = 2
+	maxScale    = 3
+	// startScale is the scale before any judgement: a projected context is
+	// the conversation's largest, and the held ones stand at every stage.
+	startScale = 1.5
 )
 
 func (w *warmSet) scaleOr1() float64 {
 	if w.scale == 0 {
-		return 1
+		return startScale
 	}
 	return w.scale
 }

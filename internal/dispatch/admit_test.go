@@ -85,6 +85,9 @@ func admitPair(t *testing.T, noAdmission bool) (*Dispatcher, time.Time) {
 	m.Present = engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens
 	d.Observe("http://a", m, now)
 	d.Observe("http://b", m, now)
+	for _, e := range d.eps {
+		e.warm.scale = 1 // the pool as it is, not startScale
+	}
 	return d, now
 }
 
@@ -247,16 +250,19 @@ func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
 		}
 	}
 	var w warmSet
+	if w.scaleOr1() != startScale { // nothing judged yet
+		t.Errorf("scale before any judgement %v, want %v", w.scaleOr1(), startScale)
+	}
 	window(&w, 0)
-	if w.scaleOr1() != scaleUp {
-		t.Errorf("scale after a clean window %v, want %v", w.scaleOr1(), scaleUp)
+	if want := startScale * scaleUp; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after a clean window %v, want %v", w.scaleOr1(), want)
 	}
 	window(&w, 1) // 1 of 32: within the lost share
-	if w.scaleOr1() != scaleUp {
-		t.Errorf("scale after one loss in a window %v, want it kept at %v", w.scaleOr1(), scaleUp)
+	if want := startScale * scaleUp; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after one loss in a window %v, want it kept at %v", w.scaleOr1(), want)
 	}
 	window(&w, 4)
-	if want := scaleUp * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
+	if want := startScale * scaleUp * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
 		t.Errorf("scale after 4 losses %v, want %v", w.scaleOr1(), want)
 	}
 	for range 40 {
