@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
 )
 
 func TestAdmits(t *testing.T) {
@@ -299,5 +301,54 @@ func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
 	d.turnDoneLocked("c", true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
 	if a.warm.judged != 2 || a.warm.lost != 1 {
 		t.Errorf("judged %d, lost %d; want 2 and 1", a.warm.judged, a.warm.lost)
+	}
+}
+
+// When admission holds new conversations back, the room a conversation
+// leaves on an endpoint goes to a new conversation whose prefix is homed
+// there, though one homed on a full endpoint comes first in the queue;
+// only with none homed there does another spill to it.
+func TestAdmittedRoomGoesToItsPrefixes(t *testing.T) {
+	const a, b = "http://a", "http://b"
+	onA, onB := keyHomedOn(a, a, b), keyHomedOn(b, a, b)
+	newConv := func(id string, key uint64) waiting {
+		return waiting{c: store.Claimed{ID: id}, a: affinity{prefix: key, conv: true, newConv: true}}
+	}
+	for _, tc := range []struct {
+		name  string
+		queue []waiting
+		sent  []string
+	}{
+		{"one homed on a waits; one homed on b takes b's room", []waiting{newConv("A1", onA), newConv("B1", onB)}, []string{"B1@" + b}},
+		{"none homed on b: the first spills there", []waiting{newConv("A1", onA), newConv("A2", onA)}, []string{"A1@" + b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, now := admitPair(t, false)
+			l := d.lanes[0]
+			d.mu.Lock()
+			// a holds 3 conversations of 3,000 tokens: full at 0.9 of 10,000;
+			// b holds 2: room for one more.
+			for i, ep := range []string{a, a, a, b, b} {
+				d.holdLocked(fmt.Sprint("held", i), d.epByURL[ep], 3000, affinity{conv: true, newConv: true})
+			}
+			d.mu.Unlock()
+			var sent []string
+			start := func(w waiting) bool {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				e, _ := d.pickLocked(now, l, 3000, w.a)
+				if e == nil {
+					return false
+				}
+				d.holdLocked(w.c.ID, e, 3000, w.a)
+				d.acquireLocked(&call{ep: e, lane: l, est: 3000}, now)
+				sent = append(sent, w.c.ID+"@"+e.url)
+				return true
+			}
+			d.sendQueue(l, tc.queue, 10, start)
+			if diff := cmp.Diff(tc.sent, sent); diff != "" {
+				t.Errorf("sent (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
