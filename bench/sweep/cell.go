@@ -26,12 +26,15 @@ type env struct {
 	dir            string // scratch directory
 	prompts        string // the prompts file
 	conversations  string // the multi-turn conversations file
+	long           string // the long conversations file (mtlong)
+	longN          int    // conversations in it
 	samples        int
 	conversationsN int // conversations in it
 	speed          float64
 	probe          time.Duration // monitor.probe_every, real time
 	regenBin       string        // for supervised servers
 	streamInterval int
+	priority       bool   // the multi-turn workloads' servers schedule by priority
 	profile        string // the simulators' step times (regen sim --profile)
 	verbose        bool
 	logWriter      io.Writer
@@ -199,7 +202,11 @@ func writeJob(e env, w workload, s setting, dir, serverYAML string) (*job.Spec, 
 	source, maxPrompt := fmt.Sprintf("{partition: p, path: %q, prompt: prompt, id: id}", e.prompts), shortMaxPrompt
 	if w.MultiTurn {
 		// Every turn in the short lane: a conversation's turns share its prefix.
-		source, maxPrompt = fmt.Sprintf("{partition: p, path: %q, conversations: conversations, system_field: system, id: id}", e.conversations), 1000000
+		path := e.conversations
+		if w.Long {
+			path = e.long
+		}
+		source, maxPrompt = fmt.Sprintf("{partition: p, path: %q, conversations: conversations, system_field: system, id: id}", path), 1000000
 	}
 	if s.Balance != "" {
 		serverYAML = "balance: " + s.Balance + "\n" + serverYAML
@@ -354,6 +361,11 @@ func simKnobs(e env, w workload, sv server) map[string]any {
 		// a sixteenth of the wake-ups and writes, and so of the CPU that
 		// otherwise makes a shared machine the bottleneck.
 		"stream_interval": e.streamInterval,
+	}
+	if w.MultiTurn && e.priority {
+		// The servers order their queues by the requests' priority, as
+		// SGLang does with --enable-priority-scheduling.
+		m["enable_priority_scheduling"] = true
 	}
 	if e.profile != "" {
 		m["profile"] = e.profile

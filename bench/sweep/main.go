@@ -28,10 +28,12 @@ import (
 )
 
 func main() {
-	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash,mt1,mt2,mt4", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash, mt1, mt2, mt4")
-	balance := flag.String("balance", "tokens,affinity", "the job's balance settings to run each setting at (tokens = token-aware balancing alone, affinity = conversation and prefix affinity)")
+	names := flag.String("workloads", "kv231k,kv116k,short,pair,crash,mt1,mt2,mt4,mtlong", "comma-separated workloads: kv231k, kv116k, short, kv58k, pair, crash, mt1, mt2, mt4, mtlong")
+	balance := flag.String("balance", "tokens,affinity", "the job's balance settings to run each setting at (tokens = token-aware balancing alone, affinity = conversation and prefix affinity with conversation admission, affinity-only = affinity without admission)")
 	samples := flag.Int("samples", 800, "prompts per job")
 	conversations := flag.Int("conversations", 3200, "conversations per job of the multi-turn workloads (mt1, mt2, mt4)")
+	longConversations := flag.Int("long-conversations", 1200, "conversations per job of the long multi-turn workload (mtlong)")
+	priority := flag.Bool("priority", true, "start the multi-turn workloads' servers with priority scheduling (SGLang's --enable-priority-scheduling)")
 	speed := flag.Float64("speed", 100, "simulator speed (simulated seconds per real second)")
 	probe := flag.Duration("probe-every", 5*time.Second, "probe period in simulated time (the job's monitor.probe_every is this / speed)")
 	grid := flag.String("grid", "", "fixed settings to run instead of each workload's grid, e.g. 32/8,150/32 (\"none\" = auto only)")
@@ -71,7 +73,7 @@ func main() {
 		}
 	}
 	e := env{samples: *samples, conversationsN: *conversations, speed: *speed, probe: (time.Duration(float64(*probe) / *speed)).Round(time.Millisecond),
-		verbose: *verbose, logWriter: os.Stderr, streamInterval: *streamInterval, profile: *profile}
+		verbose: *verbose, logWriter: os.Stderr, streamInterval: *streamInterval, profile: *profile, longN: *longConversations, priority: *priority}
 	if err := run(e, *names, *probe, *grid, !*noAuto, max(*repeat, 1), strings.Split(*balance, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "sweep:", err)
 		pprof.StopCPUProfile()
@@ -100,6 +102,10 @@ func run(e env, names string, probe time.Duration, grid string, withAuto bool, r
 	}
 	e.conversations = filepath.Join(e.dir, "conversations.jsonl")
 	if err := writeConversations(e.conversations, e.conversationsN, 1); err != nil {
+		return err
+	}
+	e.long = filepath.Join(e.dir, "long.jsonl")
+	if err := writeLongConversations(e.long, e.longN, 1); err != nil {
 		return err
 	}
 	for _, w := range selected {
@@ -393,19 +399,20 @@ func printNotes(cs []cell, best int, speed float64, slow, stoppedAny, runnerAny 
 		fmt.Printf("  best fixed: %s (crash-free, not runner-bound)\n", cs[best].setting)
 	}
 	for _, c := range cs {
-		if c.setting.Balance != "affinity" {
+		if c.setting.Balance == "tokens" || c.setting.Balance == "" {
 			continue
 		}
 		for _, b := range cs {
 			if b.setting.Balance != "tokens" || b.setting.Short != c.setting.Short || b.setting.Long != c.setting.Long || b.mean <= 0 {
 				continue
 			}
-			name := strings.TrimSuffix(c.setting.String(), " affinity")
+			name, bal := strings.TrimSuffix(c.setting.String(), " "+c.setting.Balance), c.setting.Balance
 			if c.bound == boundRunner || b.bound == boundRunner {
-				fmt.Printf("  %s: affinity / tokens not reported: runner-bound (%.0f / %.0f, bound %s / %s)\n", name, c.mean, b.mean, c.bound, b.bound)
+				fmt.Printf("  %s: %s / tokens not reported: runner-bound (%.0f / %.0f, bound %s / %s)\n", name, bal, c.mean, b.mean, c.bound, b.bound)
 				continue
 			}
-			fmt.Printf("  %s: affinity / tokens goodput %.3f (%.0f / %.0f; median %.3f; bound %s / %s)\n", name, c.mean/b.mean, c.mean, b.mean, c.median/b.median, c.bound, b.bound)
+			fmt.Printf("  %s: %s / tokens goodput %.3f (%.0f / %.0f; median %.3f: %.0f [%.0f-%.0f] / %.0f [%.0f-%.0f]; p99 TTFT %.1f / %.1f s; bound %s / %s)\n",
+				name, bal, c.mean/b.mean, c.mean, b.mean, c.median/b.median, c.median, c.low, c.high, b.median, b.low, b.high, c.ttft99, b.ttft99, c.bound, b.bound)
 		}
 	}
 	for _, c := range cs {

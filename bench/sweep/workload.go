@@ -37,8 +37,10 @@ type workload struct {
 	// supervisor, its log watcher and restarts) instead of in-process.
 	Supervised bool
 	// MultiTurn runs the glaive-shaped conversations (writeConversations)
-	// instead of the single prompts.
+	// instead of the single prompts; Long the long ones
+	// (writeLongConversations).
 	MultiTurn bool
+	Long      bool
 }
 
 // setting is one lane configuration: a fixed number per lane, or auto,
@@ -106,6 +108,8 @@ func workloads() []workload {
 			Servers: mtServers(2), OutputMean: 300, OutputSigma: 0.8, MultiTurn: true},
 		{Name: "mt4", About: "glaive-shaped conversations on four servers, KV pools 231,120 tokens",
 			Servers: mtServers(4), OutputMean: 300, OutputSigma: 0.8, MultiTurn: true},
+		{Name: "mtlong", About: "long conversations (8-10 turns, 20 shared system prompts of 2,000-4,000 tokens) on four servers, KV pools 231,120 tokens; a working set several times the pools",
+			Servers: mtServers(4), OutputMean: 400, OutputSigma: 0.8, MultiTurn: true, Long: true},
 		{Name: "crash", About: "one supervised server, KV pool 231,120 tokens, crashes (CUDA OOM) when KV usage stays high",
 			Servers: []server{{KVTokens: 231120, Sim: crash}},
 			// Truncated requests (2%, the simulator's default) are what keeps
@@ -212,7 +216,13 @@ func writeConversations(path string, n int, seed uint64) error {
 // systemPrompt is a glaive-style system prompt with function definitions
 // of 1,000-3,000 estimated tokens.
 func systemPrompt(rng *rand.Rand, g int) string {
-	target := (mtMinSysTok + rng.IntN(mtMaxSysTok-mtMinSysTok+1)) * bytesPerTok
+	return sizedSystemPrompt(rng, g, mtMinSysTok+rng.IntN(mtMaxSysTok-mtMinSysTok+1))
+}
+
+// sizedSystemPrompt is a glaive-style system prompt of about tokens
+// estimated tokens.
+func sizedSystemPrompt(rng *rand.Rand, g, tokens int) string {
+	target := tokens * bytesPerTok
 	var b strings.Builder
 	fmt.Fprintf(&b, "You are a helpful assistant with access to the following functions (set %d). Use them if required -\n", g)
 	for fn := 0; b.Len() < target; fn++ {
@@ -231,4 +241,55 @@ func words(rng *rand.Rand, n int) string {
 		b.WriteString(vocabulary[rng.IntN(len(vocabulary))])
 	}
 	return b.String()
+}
+
+// The long multi-turn workload (mtlong): few shared system prompts and
+// long conversations, so the conversations' histories, not the prompts,
+// are what the pools must hold. At 1,200 conversations a finished one is
+// about 3,000 tokens of shared prompt and 9 turns of 40-480 words of
+// question and about 400 tokens of answer, some 5,000 tokens of its own:
+// 6M tokens against four pools of 231,120 (0.92M), six and a half times.
+const (
+	mtlongGroups   = 20
+	mtlongMinSys   = 2000
+	mtlongMaxSys   = 4000
+	mtlongMinTurns = 8
+	mtlongMaxTurns = 10
+	mtlongMinWords = 40
+	mtlongMaxWords = 480
+)
+
+// writeLongConversations writes n long conversations (mtlong) in ShareGPT
+// form with a system field, deterministic for seed.
+func writeLongConversations(path string, n int, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create long conversations: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	rng := rand.New(rand.NewPCG(seed, seed^0x6c6f6e67))
+	systems := make([]string, mtlongGroups)
+	for g := range systems {
+		systems[g] = sizedSystemPrompt(rng, g, mtlongMinSys+rng.IntN(mtlongMaxSys-mtlongMinSys+1))
+	}
+	enc := json.NewEncoder(w)
+	for i := range n {
+		turns := mtlongMinTurns + rng.IntN(mtlongMaxTurns-mtlongMinTurns+1)
+		var conv []map[string]string
+		for k := range turns {
+			conv = append(conv,
+				map[string]string{"from": "human", "value": fmt.Sprintf("Row %d, question %d: %s", i, k, words(rng, mtlongMinWords+rng.IntN(mtlongMaxWords-mtlongMinWords+1)))},
+				map[string]string{"from": "gpt", "value": "the dataset's answer, replaced"})
+		}
+		row := map[string]any{"id": fmt.Sprintf("l%05d", i), "system": systems[rng.IntN(mtlongGroups)], "conversations": conv}
+		if err := enc.Encode(row); err != nil {
+			f.Close()
+			return fmt.Errorf("write long conversations: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("write long conversations: %w", err)
+	}
+	return f.Close()
 }

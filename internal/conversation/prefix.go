@@ -11,34 +11,59 @@ import (
 // SharedPrefix identifies the part of a sample's requests that other
 // samples may share word for word: its tool list and the system (or
 // developer) messages before the first other message. key is 0 when the
-// sample has none; size is its length in bytes. It is called for every
-// claim, so it walks the body (package rawjson) instead of decoding it,
-// and stops at the keys Encoder writes after messages and tools: later
-// turns are not read, and the messages after the first that is not a
-// system message are only checked. A body that is not a JSON object
-// of that shape has no shared prefix (the request build reports it).
+// sample has none; size is its length in bytes. A body that is not a JSON
+// object of that shape has no shared prefix (the request build reports it).
 func SharedPrefix(body []byte) (key uint64, size int) {
+	sh := ShapeOf(body)
+	return sh.PrefixKey, sh.PrefixBytes
+}
+
+// Shape is what balancing reads of a sample's body in one pass.
+type Shape struct {
+	PrefixKey   uint64 // SharedPrefix's key
+	PrefixBytes int    // its size in bytes, as stored (JSON)
+	// PrefixText is about its size as text: the stored bytes less one per
+	// JSON escape, the length a prompt's token estimate counts.
+	PrefixText int
+	// Turns is the number of turns of the sample's plan (Plan.NumTurns;
+	// 0 when the body does not decode): a sample of more than one is a
+	// conversation whose history a server keeps between its turns.
+	Turns int
+}
+
+// ShapeOf reads body's Shape. It is called for every claim, so it walks
+// the body (package rawjson) instead of decoding it, and stops at the keys
+// Encoder writes after messages, tools and turns: the dataset's original
+// answers (most of a long conversation) are not read, and the messages
+// after the first that is not a system message are only checked.
+func ShapeOf(body []byte) Shape {
 	var tools, messages []byte
+	turns := 0
 	err := rawjson.Object(body, func(m rawjson.Member) error {
 		switch m.Key {
 		case "messages":
 			messages = m.Value
 		case "tools":
 			tools = m.Value
-		case "turns", "original", "seed":
-			// Encoder writes these after messages and tools: the rest of
-			// the body (most of a long conversation) is not read.
+		case "turns":
+			if string(m.Value) == "null" {
+				return nil
+			}
+			return rawjson.CheckedArray(m.Value, func([]byte) error { turns++; return nil })
+		case "original", "seed":
 			return rawjson.ErrStop
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0
+		return Shape{}
 	}
+	sh := Shape{Turns: 1 + turns}
 	h := fnv.New64a()
 	if len(tools) > 0 && string(tools) != "null" {
 		h.Write(tools)
-		size += len(tools)
+		sh.PrefixBytes += len(tools)
+		sh.PrefixText += len(tools)
 	}
 	if len(messages) > 0 && string(messages) != "null" {
 		err = rawjson.CheckedArray(messages, func(msg []byte) error {
@@ -51,14 +76,18 @@ func SharedPrefix(body []byte) (key uint64, size int) {
 			}
 			h.Write([]byte{0})
 			h.Write(content)
-			size += len(content)
+			sh.PrefixBytes += len(content)
+			sh.PrefixText += len(content) - bytes.Count(content, []byte{'\\'})
 			return nil
 		})
 	}
-	if err != nil || size == 0 {
-		return 0, 0
+	if err != nil {
+		return Shape{}
 	}
-	return h.Sum64(), size
+	if sh.PrefixBytes > 0 {
+		sh.PrefixKey = h.Sum64()
+	}
+	return sh
 }
 
 var errNotMessage = errors.New("not a message")

@@ -43,12 +43,20 @@ const (
 	affinityRel     = 1.5  // times the least loaded candidate's load
 	// prefixMinBytes is the shared prefix worth steering: about 500 tokens.
 	prefixMinBytes = 2048
+	// bytesPerToken is the prompt estimate's ratio (store.Claimed.PromptTokens).
+	bytesPerToken = 4
 )
 
 // affinity is what a request asks of balancing beyond its footprint.
 type affinity struct {
 	prev   string // the endpoint of the turn before ("" for a first turn)
 	prefix uint64 // its shared prefix's key (0 = none worth steering)
+	// For admission (admit.go): the sample is a conversation (more than
+	// one turn), at its first turn (newConv); prefixTok is its shared
+	// prefix's estimated tokens when prefix is set.
+	conv, newConv bool
+	prefixTok     float64
+	turn, turns   int // the turn claimed (0 = the first) of the plan's turns
 }
 
 // affinityOf reads c's affinity: the endpoint that answered its previous
@@ -58,9 +66,13 @@ func affinityOf(c store.Claimed) affinity {
 	if n := len(c.Prior); n > 0 {
 		a.prev = c.Prior[n-1].Endpoint
 	}
-	if key, size := conversation.SharedPrefix(c.Body); size >= prefixMinBytes {
-		a.prefix = key
+	sh := conversation.ShapeOf(c.Body)
+	if sh.PrefixBytes >= prefixMinBytes {
+		a.prefix, a.prefixTok = sh.PrefixKey, float64(sh.PrefixText)/bytesPerToken
 	}
+	a.conv = sh.Turns > 1
+	a.turn, a.turns = c.Turn, sh.Turns
+	a.newConv = a.conv && c.Turn == 0
 	return a
 }
 

@@ -86,13 +86,18 @@ func (d *Dispatcher) homeLocked(now time.Time, l *lane, est float64, a affinity)
 }
 
 // awayFromHomeLocked reports whether w has a home and the home has no room
-// for it now: it waits for a slot there while others are filled.
+// for it now (no slot, or, for a new conversation, no admission): it waits
+// for room there while others are filled. A new conversation's home is
+// its prefix's whatever admission says, so a conversation leaving an
+// endpoint makes room for one of the prefixes it caches, not for the first
+// new conversation in the queue.
 func (d *Dispatcher) awayFromHomeLocked(now time.Time, l *lane, w waiting) bool {
-	home := d.homeLocked(now, l, d.estimateLocked(l, w.c), w.a)
+	est := d.estimateLocked(l, w.c)
+	home := d.homeLocked(now, l, est, w.a)
 	if home == nil {
 		return false
 	}
-	if home.roomLocked(l, now) > 0 {
+	if home.roomLocked(l, now) > 0 && d.admitsLocked(home, est, w.a) {
 		return false
 	}
 	return w.a.prev != home.url || !home.returnRoomLocked(l, now)

@@ -99,6 +99,7 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 	eps, cands, byTokens := d.candidatesLocked(now, l, est, a, true)
 	i, kept := chooseKept(cands, a, byTokens)
 	if i < 0 {
+		d.refusedLocked(l, now, a)
 		return nil, false
 	}
 	best := eps[i]
@@ -117,13 +118,17 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 // est and affinity a may go to, in round-robin order, with their loads as
 // the affinity rule sees them, and whether the loads are pool fills
 // (byTokens) or requests in flight. inLimits keeps only those with room for
-// the lane (or the return allowance of a's previous endpoint); otherwise
-// every available endpoint is listed (homeLocked).
+// the lane (or the return allowance of a's previous endpoint) that admit
+// the request (admit.go); otherwise every available endpoint is listed
+// (homeLocked).
 func (d *Dispatcher) candidatesLocked(now time.Time, l *lane, est float64, a affinity, inLimits bool) ([]*endpoint, []candidate, bool) {
 	n := len(d.eps)
 	fits := func(c *endpoint) bool {
 		if !inLimits {
 			return c.capacity(now) > 0
+		}
+		if !d.admitsLocked(c, est, a) {
+			return false
 		}
 		return c.roomLocked(l, now) > 0 || (a.prev == c.url && c.returnRoomLocked(l, now))
 	}

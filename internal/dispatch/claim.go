@@ -174,6 +174,8 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 	if guarded {
 		n, keep = min(n, b-d.inflight), 0
 	}
+	d.expireLocked(now)
+	n = d.claimCapLocked(n)
 	d.mu.Unlock()
 	if guarded {
 		// Kept samples would hide from the guard's claim what is left to try.
@@ -192,8 +194,11 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 	started = d.startAll(workCtx, storeCtx, l, claimed, keep)
 	d.mu.Lock()
 	free, _ = d.laneRoomLocked(l, d.now())
+	// While admission holds first turns back, the next claim waits for a
+	// settle (a next turn pending) rather than asking again at once.
+	blocked := d.adm.blocked
 	d.mu.Unlock()
-	return started, n > 0 && len(claimed) == n && free > 0, false, nil
+	return started, n > 0 && len(claimed) == n && free > 0 && !blocked, false, nil
 }
 
 // noteClaimed records the samples claimed for lane l (n asked for) and
@@ -350,6 +355,14 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 	c := w.c
 	now := d.now()
 	d.mu.Lock()
+	if w.a.newConv && d.adm.blocked && !d.cfg.NoAdmission {
+		// No endpoint admitted a new conversation since the last one left.
+		d.mu.Unlock()
+		if l.auto == nil {
+			l.lim.Release()
+		}
+		return false
+	}
 	est := d.estimateLocked(l, c)
 	e, probe := d.pickLocked(now, l, est, w.a)
 	if e == nil {
@@ -360,7 +373,11 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 		return false
 	}
 	reqCtx, cancel := context.WithCancelCause(workCtx)
-	cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est, prompt: float64(max(c.PromptTokens, 0))}
+	cl := &call{ep: e, probe: probe, cancel: cancel, lane: l, start: now, est: est, prompt: float64(max(c.PromptTokens, 0)), later: w.a.conv && c.Turn > 0}
+	if w.a.conv {
+		cl.routingKey = c.ID
+	}
+	d.holdLocked(c.ID, e, est, w.a)
 	d.acquireLocked(cl, now)
 	d.inflight++
 	d.mu.Unlock()

@@ -113,6 +113,9 @@ type Config struct {
 	// NoAffinity turns off conversation and shared-prefix affinity
 	// (affinity.go): every request goes where token-aware balancing puts it.
 	NoAffinity bool
+	// NoAdmission turns off conversation-level admission (admit.go) while
+	// affinity stays on; NoAffinity turns both off.
+	NoAdmission bool
 	// LimitParams tune the adaptive limits; nil = limit.DefaultParams.
 	LimitParams *limit.Params
 

@@ -90,6 +90,8 @@ type Dispatcher struct {
 	// faulted are samples whose last request failed with a server error,
 	// and when (burn.go); bounded by maxFaulted.
 	faulted map[string]faultMark
+	// adm is conversation-level admission's state (admit.go).
+	adm admission
 }
 
 // lane is a LaneConfig with its limiter and polling state (guarded by

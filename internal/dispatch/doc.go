@@ -29,6 +29,14 @@
 // than the least loaded one; the store hands out next turns ahead of new
 // samples, and claims wait at start (at most 5 s) until every endpoint
 // paused for its start is resumed, so a restarted runner keeps them too.
+// Conversation-level admission (admit.go, off with Config.NoAdmission):
+// each endpoint holds no more conversations than its KV pool keeps warm
+// (their projected contexts against 0.9 of the pool, a shared prefix
+// counted once, the share moved by what next turns found cached), a new
+// conversation waits in the claim while held ones go on, and a held
+// conversation's next turn carries the server's request priority where
+// it schedules by one (Server.Priority) and every turn its conversation's
+// id as the X-SMG-Routing-Key session hint.
 // A next turn may go back to its endpoint over its auto limit (by at most a
 // tenth of it), since the slot its last turn freed is often taken by
 // another turn first; and an endpoint whose requests mostly came back for
@@ -150,7 +158,7 @@
 // every request as one typed store.Transition. Files: dispatch.go (the
 // Dispatcher, New, Run, drain), config.go, burn.go (the burn guard), claim.go (the claim loop),
 // work.go and turn.go (one request), outcome.go (verdict and transition),
-// hedge.go (backups), balance.go, affinity.go and backlog.go, adaptive.go and
+// hedge.go (backups), balance.go, affinity.go, backlog.go and admit.go, adaptive.go and
 // limiter.go, storecall.go (store calls that outlast an outage),
 // control.go (Pause, Resume, SetLaneLimit, Snapshot).
 //

@@ -64,6 +64,7 @@ type endpoint struct {
 	ceiling int
 	crashKV float64
 	load    load
+	warm    warmSet // its held conversations (admit.go)
 
 	// perChunk is the completion tokens per streamed chunk of its answers
 	// (a server's --stream-interval puts several in one), 0 until one
@@ -102,6 +103,10 @@ type call struct {
 	noProgress bool
 	backup     bool // a backup in an escalation lane (hedge.go)
 	over       bool // a next turn sent back to its endpoint over the limit (affinity.go)
+	// later: a conversation's turn after its first (its priority, admit.go);
+	// routingKey: the conversation's id, sent as a session hint.
+	later      bool
+	routingKey string
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
 	hedge *hedge

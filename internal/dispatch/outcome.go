@@ -100,6 +100,13 @@ func (d *Dispatcher) settle(workCtx, storeCtx context.Context, cl *call, l *lane
 
 	target, what, op := d.storeOp(workCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
 	err := d.storeOutcome(storeCtx, c, what, op, now)
+	d.mu.Lock()
+	ctx := cl.est
+	if u := res.Usage; u.PromptTokens > 0 {
+		ctx = float64(u.PromptTokens + u.CompletionTokens)
+	}
+	d.turnDoneLocked(c.ID, err == nil && v.out == outNextTurn, ctx, res.Usage, now)
+	d.mu.Unlock()
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
 	refused := v.refused || (v.out == outDead && v.class == llm.BadRequest && t != nil)

@@ -28,6 +28,11 @@ type Server struct {
 	// when it offers one: each answer's prompt ids are checked against the
 	// render of the request (render.go); "" = no check.
 	Render string
+	// Priority is how the server orders its queue by a request's
+	// "priority" field (probe.Identity.Priority): 0 none, +1 higher
+	// values first, -1 lower first. A held conversation's next turn is
+	// sent with this value, every other request with 0 (admit.go).
+	Priority int
 }
 
 // SetServer records what the server at url reports itself to be, for the

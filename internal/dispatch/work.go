@@ -48,8 +48,16 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 
 // request is the chat request of t for call cl: the sample's turn, the
 // lane's max_tokens, the job's settings and the token-id fields of the
-// engine the server turned out to be.
-func (d *Dispatcher) request(cl *call, t *turn) llm.Request { return d.requestOn(cl.ep, cl.lane, t) }
+// engine the server turned out to be, with the call's priority and
+// routing key (admit.go).
+func (d *Dispatcher) request(cl *call, t *turn) llm.Request {
+	req := d.requestOn(cl.ep, cl.lane, t)
+	if s := cl.ep.server.Load(); s != nil {
+		req.Priority = priorityFor(s, cl.later)
+	}
+	req.RoutingKey = cl.routingKey
+	return req
+}
 
 // requestOn is the chat request of t sent to endpoint e in lane l.
 func (d *Dispatcher) requestOn(e *endpoint, l *lane, t *turn) llm.Request {

@@ -293,12 +293,12 @@ func (f *Fleet) checkServed(ctx context.Context, url string, served []string) (r
 func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	ctx, cancel := context.WithTimeout(ctx, modelCheckTimeout)
 	defer cancel()
-	v, err := probe.Version(ctx, nil, url, d)
+	id, err := probe.Identify(ctx, nil, url, d)
 	if err != nil {
 		f.log.Info("server version unknown", "endpoint", url, "err", err)
 	}
-	srv := dispatch.Server{Engine: d.Name, Version: v, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer,
-		Render: f.renderRoute(ctx, url, d)}
+	srv := dispatch.Server{Engine: d.Name, Version: id.Version, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer,
+		Priority: id.Priority, Render: f.renderRoute(ctx, url, d)}
 	f.setServer(url, func(s *dispatch.Server) { *s = srv })
 	f.tellNoTokenIDs(url, d)
 }

@@ -230,7 +230,7 @@ func TestLoadErrors(t *testing.T) {
 			`testdata/endpoints.yaml:7: endpoints[3].url: "http://user:secret@c:8000" carries credentials: put the key in an environment variable and name it in api_key_env`,
 			`testdata/endpoints.yaml:8: endpoints[4].url: "http://d:8000/?x=1": want the server root without ?query or #fragment`,
 			`testdata/endpoints.yaml:9: endpoints[5].url: "http://e:99999": port 99999 is not 1 to 65535`,
-			`testdata/endpoints.yaml:10: balance: "sideways" is not one of affinity, tokens`,
+			`testdata/endpoints.yaml:10: balance: "sideways" is not one of affinity, tokens, affinity-only`,
 		}},
 		{"capture_invalid.yaml", []string{
 			`testdata/capture_invalid.yaml:6: capture.endpoints[0].url: "http://127.0.0.1:8000/v1/completions" is an API route: write the server root (http://127.0.0.1:8000); regen adds /v1/chat/completions itself`,

@@ -17,7 +17,9 @@ type Spec struct {
 	// Balance is how requests are spread over endpoints: "affinity" (the
 	// default: a conversation's next turn goes where its previous turn
 	// was answered, and rows sharing a long system prompt and tool list
-	// meet on one endpoint, while loads stay balanced) or "tokens" (each
+	// meet on one endpoint, while loads stay balanced, and each endpoint
+	// holds no more conversations than its KV pool keeps warm),
+	// "affinity-only" (the same without that admission) or "tokens" (each
 	// request to the endpoint whose KV pool would be least full).
 	Balance string  `yaml:"balance"`
 	Server  *Server `yaml:"server"`

@@ -17,6 +17,10 @@ var Engines = []string{"sglang", "vllm", "llamacpp", "sim"}
 const (
 	BalanceAffinity = "affinity"
 	BalanceTokens   = "tokens"
+	// BalanceAffinityOnly is affinity without conversation-level admission
+	// (every endpoint takes new conversations whatever it holds): regen
+	// before admission, kept to compare against.
+	BalanceAffinityOnly = "affinity-only"
 )
 
 // OutputFormats export can write.
@@ -54,8 +58,8 @@ func (s *Spec) Validate() error {
 	v.lanes()
 	v.generation()
 	v.endpoints()
-	if s.Balance != "" && s.Balance != BalanceAffinity && s.Balance != BalanceTokens {
-		v.addf("balance", "%q is not one of %s, %s", s.Balance, BalanceAffinity, BalanceTokens)
+	if s.Balance != "" && s.Balance != BalanceAffinity && s.Balance != BalanceTokens && s.Balance != BalanceAffinityOnly {
+		v.addf("balance", "%q is not one of %s, %s, %s", s.Balance, BalanceAffinity, BalanceTokens, BalanceAffinityOnly)
 	}
 	v.store()
 	v.output()

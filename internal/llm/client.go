@@ -421,6 +421,9 @@ func (c *Client) Chat(ctx context.Context, req Request, onDelta func(tokens int)
 	hreq.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
+	if req.RoutingKey != "" {
+		hreq.Header.Set("X-SMG-Routing-Key", req.RoutingKey)
+	}
 	resp, err := c.do(k, hreq, what)
 	if err != nil {
 		return Result{}, err
@@ -584,6 +587,9 @@ func mergedBody(req Request, tokenIDs []string) (map[string]json.RawMessage, int
 	}
 	for _, f := range req.TokenIDFields {
 		obj[f] = json.RawMessage("true")
+	}
+	if req.Priority != nil {
+		obj["priority"] = json.RawMessage(fmt.Sprint(*req.Priority))
 	}
 	obj["stream"] = json.RawMessage("true")
 	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)

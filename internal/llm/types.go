@@ -23,6 +23,15 @@ type Request struct {
 	// fields of the engine the server turned out to be (detected after the
 	// client was built), so the caller names them per request.
 	TokenIDFields []string
+	// Priority, when not nil, is sent as the request's "priority" (SGLang
+	// with --enable-priority-scheduling, vLLM with --scheduling-policy
+	// priority; a vLLM server without it refuses any value but 0).
+	Priority *int
+	// RoutingKey, when not empty, is sent as the X-SMG-Routing-Key header:
+	// SGLang's model gateway routes requests with the same key to the same
+	// worker (consistent_hashing and manual policies), and SGLang's OpenAI
+	// routes pass it to the scheduler as the request's routing_key.
+	RoutingKey string
 }
 
 // Usage is the server-reported token accounting.

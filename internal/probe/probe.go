@@ -275,36 +275,62 @@ func value(m *dto.Metric) float64 {
 // VersionPaths that answers (docs/engines.md §12); "" with no error when
 // the dialect names none.
 func Version(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) (string, error) {
+	id, err := Identify(ctx, client, baseURL, d)
+	return id.Version, err
+}
+
+// Identity is what a server says of itself at its version route.
+type Identity struct {
+	Version string
+	// Priority is how the server orders its queue by a request's
+	// "priority" field: 0 when it does not (or did not say), +1 when
+	// higher values go first, -1 when lower values do. SGLang's server
+	// info carries its arguments: enable_priority_scheduling, and
+	// schedule_low_priority_values_first for the direction (higher first
+	// by default; docs/engines.md §16).
+	Priority int
+}
+
+// Identify reads the server's version and, where its version route
+// carries the server's arguments (SGLang), its priority scheduling.
+func Identify(ctx context.Context, client *http.Client, baseURL string, d engine.Dialect) (Identity, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
 	var err error
 	for _, path := range d.VersionPaths {
-		var v string
-		if v, err = versionAt(ctx, client, strings.TrimRight(baseURL, "/")+path, d.VersionField); err == nil {
-			return v, nil
+		var id Identity
+		if id, err = identityAt(ctx, client, strings.TrimRight(baseURL, "/")+path, d.VersionField); err == nil {
+			return id, nil
 		}
 	}
-	return "", err
+	return Identity{}, err
 }
 
-func versionAt(ctx context.Context, client *http.Client, url, field string) (string, error) {
+func identityAt(ctx context.Context, client *http.Client, url, field string) (Identity, error) {
 	body, err := get(ctx, client, url, 16<<20)
 	if err != nil {
-		return "", err
+		return Identity{}, err
 	}
 	defer body.Close()
 	var fields map[string]json.RawMessage
 	if err := json.NewDecoder(body).Decode(&fields); err != nil {
-		return "", fmt.Errorf("version %s: %w", url, err)
+		return Identity{}, fmt.Errorf("version %s: %w", url, err)
 	}
 	raw, ok := fields[field]
 	if !ok {
-		return "", fmt.Errorf("version %s: no %q field", url, field)
+		return Identity{}, fmt.Errorf("version %s: no %q field", url, field)
 	}
-	var v string
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", fmt.Errorf("version %s: %s is not a string: %w", url, field, err)
+	var id Identity
+	if err := json.Unmarshal(raw, &id.Version); err != nil {
+		return Identity{}, fmt.Errorf("version %s: %s is not a string: %w", url, field, err)
 	}
-	return v, nil
+	var on, lowFirst bool
+	if json.Unmarshal(fields["enable_priority_scheduling"], &on) == nil && on {
+		id.Priority = 1
+		if json.Unmarshal(fields["schedule_low_priority_values_first"], &lowFirst) == nil && lowFirst {
+			id.Priority = -1
+		}
+	}
+	return id, nil
 }

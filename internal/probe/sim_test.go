@@ -96,3 +96,31 @@ func serveSim(t *testing.T, c sim.Config) *httptest.Server {
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+// Identify reads an SGLang server's priority scheduling from its server
+// arguments: off, higher values first (the default), lower first with
+// schedule_low_priority_values_first.
+func TestIdentifyPriority(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		on, lowFirst bool
+		wantPriority int
+	}{
+		{"off", false, false, 0},
+		{"higher first", true, false, 1},
+		{"lower first", true, true, -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := sim.DefaultConfig()
+			c.PriorityScheduling, c.LowPriorityFirst = tt.on, tt.lowFirst
+			srv := serveSim(t, c)
+			id, err := Identify(context.Background(), srv.Client(), srv.URL, dialect(t, "sglang"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id.Priority != tt.wantPriority || id.Version == "" {
+				t.Errorf("identity %+v, want priority %d and a version", id, tt.wantPriority)
+			}
+		})
+	}
+}

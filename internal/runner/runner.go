@@ -434,7 +434,7 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 		DrainTimeout: o.DrainTimeout, Logger: o.Logger, Observe: r.observeRequest,
 		Quality: rules, Reasoning: reasoningRule(spec.Generation), KeepReasoning: spec.Generation.Reasoning == job.ReasoningKeep,
 		LaneFor: spec.LaneFor, PoisonAfter: spec.Retry.PoisonAfter, BrokenStreak: spec.Retry.BrokenStreak, BrokenAfter: spec.Monitor.BrokenAfter,
-		NoAffinity: spec.Balance == job.BalanceTokens,
+		NoAffinity: spec.Balance == job.BalanceTokens, NoAdmission: spec.Balance == job.BalanceAffinityOnly,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)

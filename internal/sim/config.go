@@ -50,14 +50,22 @@ type Config struct {
 	PrefillPerKToken time.Duration // added per 1000 uncached prompt tokens
 
 	ScheduleConservativeness float64 // multiplies the initial new-token ratio
-	InitNewTokenRatio        float64 // share of max_tokens reserved at admission
-	MinNewTokenRatioFactor   float64 // floor = init ratio * this
-	NewTokenRatioDecaySteps  int     // decode steps to decay from init to floor
-	ClipMaxNewTokens         int     // max_tokens considered at admission
-	RetractDecodeSteps       int     // room kept per request after a retraction
-	DecodeLogInterval        int     // decode steps between Decode batch lines and gauge updates
-	StreamInterval           int     // tokens per streamed chunk (SGLang --stream-interval; 0 or 1 = every token)
-	VLLMLogInterval          time.Duration
+	// PriorityScheduling orders the queue by the requests' priority field,
+	// higher values first (SGLang's --enable-priority-scheduling), lower
+	// first with LowPriorityFirst or as vLLM (--scheduling-policy priority).
+	PriorityScheduling bool
+	LowPriorityFirst   bool
+	// CacheAnswers keeps a finished answer's KV in the prefix cache, keyed
+	// as the next turn sends it back (cacheAnswer), as SGLang and vLLM do.
+	CacheAnswers            bool
+	InitNewTokenRatio       float64 // share of max_tokens reserved at admission
+	MinNewTokenRatioFactor  float64 // floor = init ratio * this
+	NewTokenRatioDecaySteps int     // decode steps to decay from init to floor
+	ClipMaxNewTokens        int     // max_tokens considered at admission
+	RetractDecodeSteps      int     // room kept per request after a retraction
+	DecodeLogInterval       int     // decode steps between Decode batch lines and gauge updates
+	StreamInterval          int     // tokens per streamed chunk (SGLang --stream-interval; 0 or 1 = every token)
+	VLLMLogInterval         time.Duration
 
 	BytesPerToken     float64 // prompt token estimate = bytes / this
 	OutputMean        int     // mean output tokens (lognormal)
@@ -161,6 +169,7 @@ func DefaultConfig() Config {
 		LoadTime:                 2 * time.Second,
 		WarmupTime:               500 * time.Millisecond,
 		ScheduleConservativeness: 1,
+		CacheAnswers:             true,
 		InitNewTokenRatio:        0.7,
 		MinNewTokenRatioFactor:   0.14,
 		NewTokenRatioDecaySteps:  600,
@@ -223,6 +232,9 @@ func registerServerFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.ChunkedPrefillSize, "chunked-prefill-size", c.ChunkedPrefillSize, "echoed in logs and server info")
 	fs.IntVar(&c.TP, "tp", c.TP, "tensor parallel size (echoed)")
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", c.MemFractionStatic, "echoed in server info")
+	fs.BoolVar(&c.PriorityScheduling, "enable-priority-scheduling", c.PriorityScheduling, "order the queue by each request's priority field (SGLang's flag; vLLM's --scheduling-policy priority), reported in server info")
+	fs.BoolVar(&c.CacheAnswers, "cache-answers", c.CacheAnswers, "keep a finished answer in the prefix cache as the next turn sends it back, as SGLang and vLLM do (false: only prompts are cached)")
+	fs.BoolVar(&c.LowPriorityFirst, "schedule-low-priority-values-first", c.LowPriorityFirst, "sglang: lower priority values go first (SGLang's flag; vLLM always schedules lower values first)")
 }
 
 // registerCostFlags binds the cost model: time scale, prefill and decode step times, admission and streaming.
@@ -460,4 +472,21 @@ func (c *Config) validate() error {
 		return fmt.Errorf("served-model-name: empty (set it or --model-path)")
 	}
 	return c.validateCapture()
+}
+
+// priorityRank is a priority's place in the queue: lower goes first.
+func (c *Config) priorityRank(p int) int {
+	if c.LowPriorityFirst || c.Engine == EngineVLLM {
+		return p
+	}
+	return -p
+}
+
+// checkPriority is vLLM's refusal of a priority other than 0 when
+// priority scheduling is off; SGLang ignores the field then.
+func (c *Config) checkPriority(p *int) string {
+	if p == nil || *p == 0 || c.PriorityScheduling || c.Engine != EngineVLLM {
+		return ""
+	}
+	return fmt.Sprintf("Got priority %d but Priority scheduling is not enabled.", *p)
 }

@@ -32,6 +32,9 @@ type genRequest struct {
 	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
 	// Seed varies the answer to the same prompt, as a sampling seed does.
 	Seed *int64 `json:"seed"`
+	// Priority orders the queue when priority scheduling is on
+	// (Config.PriorityScheduling).
+	Priority *int `json:"priority"`
 	// Token ids, asked the way vLLM or SGLang asks (docs/engines.md §10).
 	ReturnTokenIDs  bool `json:"return_token_ids"`
 	ReturnInputIDs  bool `json:"return_input_ids_in_sglext"`
@@ -198,6 +201,9 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 		return s.slotRequest(in, kind, tokens, n, p.h.h, p.prefixes, p.ids, p.thinking, p.toolName)
 	}
 	maxNew, msg := maxNewTokens(in, c, tokens)
+	if msg == "" {
+		msg = c.checkPriority(in.Priority)
+	}
 	if msg != "" {
 		return nil, false, nil, msg
 	}
@@ -378,6 +384,9 @@ func (s *Server) makeRequest(in *genRequest, kind reqKind, tokens, maxNew int, h
 		promptIDs: ids,
 		sendIn:    in.ReturnTokenIDs || in.ReturnInputIDs,
 		sendOut:   in.ReturnTokenIDs || in.ReturnOutputIDs,
+	}
+	if in.Priority != nil {
+		req.priority = *in.Priority
 	}
 	return req, thinking, toolName, ""
 }

@@ -1,7 +1,11 @@
 package sim
 
 import (
+	"bytes"
 	"container/heap"
+	"encoding/json"
+	"slices"
+	"strings"
 )
 
 // prefixCache stands in for SGLang's radix cache (docs/engines.md §14): the
@@ -146,4 +150,39 @@ func (h *leafHeap) Pop() any {
 	n := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return n
+}
+
+// cacheAnswer keeps a finished chat answer in the prefix cache as the
+// next turn sends it back: the prompt followed by the assistant message.
+// SGLang inserts a finished request's prompt and output tokens into its
+// radix tree (cache_finished_req) and vLLM keeps the full blocks of both,
+// so a conversation's next turn on the same server finds its previous
+// answer cached, not only the turns before it. Only a plain answer is
+// keyed (no reasoning, no tool call, no token ids asked for), since the
+// next prompt renders those differently; its content is keyed as a client
+// sends it back (a JSON string, HTML not escaped).
+func (sc *scheduler) cacheAnswer(r *request) {
+	if !sc.cfg.CacheAnswers || r.kind != kindChat || r.promptIDs != nil || r.plan.reasoning > 0 || r.plan.toolStart >= 0 ||
+		len(r.prefixes) == 0 || r.emitted == 0 {
+		return
+	}
+	var text strings.Builder
+	for i := range r.emitted {
+		text.WriteString(tokenText(r.seed, i))
+	}
+	var content bytes.Buffer
+	enc := json.NewEncoder(&content)
+	enc.SetEscapeHTML(false)
+	enc.Encode(text.String()) // a string always encodes
+	answer := bytes.TrimSuffix(content.Bytes(), []byte("\n"))
+	last := r.prefixes[len(r.prefixes)-1]
+	h := hasher{h: last.hash}
+	h.add([]byte("assistant"))
+	h.add(answer)
+	h.add(nil) // no tool_calls
+	segs := append(slices.Clip(r.prefixes), prefixSeg{h.h, last.tokens + estimateTokens(len(answer), sc.cfg.BytesPerToken) + 4})
+	before := sc.cache.used
+	sc.cache.insert(segs)
+	sc.used += sc.cache.used - before
+	sc.evict(0)
 }

@@ -219,3 +219,38 @@ func TestCacheMetrics(t *testing.T) {
 		})
 	}
 }
+
+// A conversation's next turn finds its previous answer cached, as SGLang
+// and vLLM keep a finished request's output: its whole prompt but the new
+// question is a hit; with CacheAnswers off only the turns before the
+// answer are.
+func TestNextTurnFindsItsAnswerCached(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint("cache answers ", on), func(t *testing.T) {
+			c := testConfig()
+			c.CacheAnswers = on
+			c.OutputMean, c.OutputSigma = 200, 0.01
+			_, url, _ := startServer(t, c)
+			system := strings.Repeat("shared tools ", 400)
+			first := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"first"}],"max_tokens":300,"stream":true,"stream_options":{"include_usage":true}}`, system)
+			a := streamChat(http.DefaultClient, url, first)
+			if a.err != nil || a.content == "" {
+				t.Fatalf("first turn: %v, content %q", a.err, a.content)
+			}
+			answer, _ := json.Marshal(a.content)
+			next := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"first"},{"role":"assistant","content":%s},{"role":"user","content":"second"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}`, system, answer)
+			b := streamChat(http.DefaultClient, url, next)
+			if b.err != nil {
+				t.Fatal(b.err)
+			}
+			cached, prompt := b.usage.PromptTokensDetails.CachedTokens, b.usage.PromptTokens
+			answerTokens := len(answer) / 4
+			if on && cached < prompt-10 {
+				t.Errorf("cached %d of %d prompt tokens; want all but the new question's", cached, prompt)
+			}
+			if !on && cached > prompt-answerTokens {
+				t.Errorf("cached %d of %d prompt tokens with answers not cached; want at most %d (not the %d-token answer)", cached, prompt, prompt-answerTokens, answerTokens)
+			}
+		})
+	}
+}

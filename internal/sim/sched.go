@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ type request struct {
 	plan     outputPlan
 	seed     uint64
 	arrived  time.Time
+	priority int // the request's "priority" field (0 when absent)
 
 	// handler-owned: how the client asked for token ids (idsNone, idsVLLM,
 	// idsSGLang), which ones, and the prompt's ids
@@ -289,7 +291,18 @@ func (sc *scheduler) drain() {
 
 func (sc *scheduler) enqueue(r *request) {
 	r.queuedSim = sc.simNow
-	sc.waiting = append(sc.waiting, r)
+	if !sc.cfg.PriorityScheduling {
+		sc.waiting = append(sc.waiting, r)
+		return
+	}
+	// Priority scheduling: the queue in priority order, arrival order
+	// within a priority (SGLang's sort by priority, then queue entry time).
+	rank := sc.cfg.priorityRank
+	i := len(sc.waiting)
+	for i > 0 && rank(sc.waiting[i-1].priority) > rank(r.priority) {
+		i--
+	}
+	sc.waiting = slices.Insert(sc.waiting, i, r)
 }
 
 // idle blocks until a request arrives or a timed fault is due.
@@ -490,6 +503,7 @@ func (sc *scheduler) emit(r *request) {
 
 func (sc *scheduler) finish(r *request, reason string) {
 	sc.release(r)
+	sc.cacheAnswer(r)
 	r.finishReason = reason
 	r.avail.Store(int64(r.emitted))
 	r.done.Store(true)

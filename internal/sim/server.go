@@ -513,10 +513,13 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		"decode_log_interval":       c.DecodeLogInterval,
 		"watchdog_timeout":          c.WatchdogTimeout.Seconds(),
 		"enable_metrics":            true,
-		"max_total_num_tokens":      kv,
-		"max_req_input_len":         min(c.ContextLen, c.kvTokens()) - 1,
-		"internal_states":           s.internalStates(st),
-		"version":                   simSGLangVersion,
+		// SGLang's server arguments for priority scheduling (server_args.py).
+		"enable_priority_scheduling":         c.PriorityScheduling,
+		"schedule_low_priority_values_first": c.LowPriorityFirst,
+		"max_total_num_tokens":               kv,
+		"max_req_input_len":                  min(c.ContextLen, c.kvTokens()) - 1,
+		"internal_states":                    s.internalStates(st),
+		"version":                            simSGLangVersion,
 	})
 }
 

@@ -1,0 +1,354 @@
+package dispatch
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/regen-dev/regen/internal/engine"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+func TestAdmits(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		pool, warm, need float64
+		convs            int
+		want             bool
+	}{
+		{"unknown pool: a few", 0, 1e9, 1e9, blindConvs - 1, true},
+		{"unknown pool: no more", 0, 1, 1, blindConvs, false},
+		{"an endpoint holding none takes one whatever its size", 100000, 0, 200000, 0, true},
+		{"within the warm share", 100000, 80000, 10000, 20, true},
+		{"exactly at the warm share", 100000, 80000, 10000 * warmShare / 0.9, 20, true},
+		{"past the warm share", 100000, 85000, 10000, 20, false},
+		{"a held pool already over its share takes no new one", 100000, 120000, 1, 30, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := admits(tc.pool, tc.warm, tc.need, tc.convs); got != tc.want {
+				t.Errorf("admits(%v, %v, %v, %d) = %v, want %v", tc.pool, tc.warm, tc.need, tc.convs, got, tc.want)
+			}
+		})
+	}
+}
+
+// A shared prefix counts once per endpoint however many held
+// conversations share it, and leaves with the last of them.
+func TestWarmSetCountsASharedPrefixOnce(t *testing.T) {
+	var w warmSet
+	a := &heldConv{own: 1000, prefix: 7, prefixTok: 3000}
+	b := &heldConv{own: 500, prefix: 7, prefixTok: 3000}
+	c := &heldConv{own: 200} // no prefix worth steering
+	type step struct {
+		tokens   float64
+		need     float64 // of a new conversation of 1,000 own tokens on prefix 7 (3,000)
+		needNone float64 // of one of 4,000 tokens without a prefix
+	}
+	var got []step
+	look := func() {
+		got = append(got, step{w.tokens, w.need(1000, 7, 3000), w.need(4000, 0, 0)})
+	}
+	look()
+	w.add(a)
+	look()
+	w.add(b)
+	w.add(c)
+	look()
+	w.remove(a)
+	look()
+	w.remove(b)
+	look()
+	want := []step{
+		{0, 4000, 4000},
+		{4000, 1000, 4000}, // the prefix is held: a newcomer on it brings only its own part
+		{4700, 1000, 4000}, // b's 500 and c's 200; the prefix once
+		{3700, 1000, 4000}, // b still holds the prefix
+		{200, 4000, 4000},  // the last on prefix 7 took it along
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(step{})); diff != "" {
+		t.Errorf("warm set (-want +got):\n%s", diff)
+	}
+	if w.convs != 1 || len(w.prefixes) != 0 {
+		t.Errorf("convs %d, prefixes %v; want 1 and none", w.convs, w.prefixes)
+	}
+}
+
+// admitPair is autoPair with pools of 10,000 tokens and limits of 100, so
+// admission, not the limits, decides.
+func admitPair(t *testing.T, noAdmission bool) (*Dispatcher, time.Time) {
+	t.Helper()
+	m := engine.Metrics{Running: 0, Queued: 0, TokenUsage: 0.1}
+	d, now := autoPair(t, 100, &m)
+	d.cfg.NoAdmission = noAdmission
+	m.MaxTotalTokens = 10000
+	m.Present = engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens
+	d.Observe("http://a", m, now)
+	d.Observe("http://b", m, now)
+	for _, e := range d.eps {
+		e.warm.scale = 1 // the pool as it is, not startScale
+	}
+	return d, now
+}
+
+// New conversations fill each endpoint up to the warm share of its pool
+// and are then refused; a held conversation's next turn is always taken,
+// on its endpoint; a single-turn sample is not a conversation and is not
+// held back. When a conversation ends, its room takes a new one.
+func TestAdmissionHoldsConversationsTheirPoolKeepsWarm(t *testing.T) {
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := d.lanes[0]
+	start := func(id string, est float64, a affinity) string {
+		e, _ := d.pickLocked(now, l, est, a)
+		if e == nil {
+			return "-"
+		}
+		d.holdLocked(id, e, est, a)
+		d.acquireLocked(&call{ep: e, lane: l, est: est}, now)
+		return e.url
+	}
+	first := affinity{conv: true, newConv: true}
+	var got []string
+	// 3,000 tokens each: three fit in 9,000 (0.9 of 10,000) per endpoint.
+	for i := range 6 {
+		got = append(got, start(string(rune('a'+i)), 3000, first))
+	}
+	got = append(got, start("g", 3000, first))                                  // refused: both full
+	got = append(got, start("a", 3000, affinity{conv: true, prev: "http://a"})) // a's next turn: taken
+	got = append(got, start("single", 3000, affinity{}))                        // not a conversation: taken
+	blocked := d.adm.blocked
+	d.turnDoneLocked("b", false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
+	got = append(got, start("h", 3000, first))
+	want := []string{"http://a", "http://b", "http://a", "http://b", "http://a", "http://b", "-", "http://a", "http://b", "http://b"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("placements (-want +got):\n%s", diff)
+	}
+	if !blocked || d.adm.blocked {
+		t.Errorf("blocked %v after the refusal and %v after a conversation left; want true, false", blocked, d.adm.blocked)
+	}
+	if n := len(d.adm.byID); n != 6 {
+		t.Errorf("%d conversations held, want 6 (a, c, d, e, f, h)", n)
+	}
+}
+
+// With admission off (balance: affinity-only) new conversations go
+// wherever there is room.
+func TestNoAdmissionTakesEveryNewConversation(t *testing.T) {
+	d, now := admitPair(t, true)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range 10 {
+		e, _ := d.pickLocked(now, d.lanes[0], 3000, affinity{conv: true, newConv: true})
+		if e == nil {
+			t.Fatalf("conversation %d refused with admission off", i)
+		}
+		d.holdLocked("x", e, 3000, affinity{conv: true, newConv: true})
+		d.acquireLocked(&call{ep: e, lane: d.lanes[0], est: 3000}, now)
+	}
+	if len(d.adm.byID) != 0 {
+		t.Errorf("%d conversations held with admission off, want none", len(d.adm.byID))
+	}
+}
+
+// Between turns a held conversation's footprint is its last prompt and
+// answer as the server counted them; it moves with a next turn sent to
+// another endpoint; the claim is capped at the conversations waiting for
+// their next turn while admission refuses, and idle ones expire.
+func TestHeldConversationLifecycle(t *testing.T) {
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a, b := d.epByURL["http://a"], d.epByURL["http://b"]
+	conv := affinity{conv: true, newConv: true, prefix: 9, prefixTok: 1000}
+	d.holdLocked("c1", a, 2500, conv)
+	d.holdLocked("c2", a, 2000, conv)
+	if a.warm.tokens != 1500+1000+1000 {
+		t.Errorf("a warm %v, want 3500 (1,500 and 1,000 own, the prefix once)", a.warm.tokens)
+	}
+	d.turnDoneLocked("c1", true, 4000, llm.Usage{}, now) // prompt and answer as counted: 4,000
+	if a.warm.tokens != 3000+1000+1000 || d.adm.idle != 1 {
+		t.Errorf("after c1's turn: a warm %v, idle %d; want 5000, 1", a.warm.tokens, d.adm.idle)
+	}
+	d.adm.blocked = true
+	if n := d.claimCapLocked(50); n != 1 {
+		t.Errorf("claim capped at %d while blocked, want 1 (c1 waits for its next turn)", n)
+	}
+	d.holdLocked("c1", b, 4500, affinity{conv: true, prev: "http://a", prefix: 9, prefixTok: 1000})
+	// It keeps the context its answer's usage set (3,000 own), not the
+	// stale first-turn estimate a next turn's claim carries.
+	if a.warm.tokens != 2000 || b.warm.tokens != 4000 || d.adm.idle != 0 {
+		t.Errorf("after c1 moved to b: a %v, b %v, idle %d; want 2000, 4000, 0", a.warm.tokens, b.warm.tokens, d.adm.idle)
+	}
+	d.turnDoneLocked("c2", true, 2500, llm.Usage{}, now)
+	d.expireLocked(now.Add(heldIdle - time.Second))
+	if _, ok := d.adm.byID["c2"]; !ok {
+		t.Fatal("c2 expired before heldIdle")
+	}
+	d.expireLocked(now.Add(heldIdle + heldIdle/16)) // expiry runs at most every heldIdle/16
+	if _, ok := d.adm.byID["c2"]; ok || a.warm.convs != 0 || a.warm.tokens != 0 || d.adm.idle != 0 {
+		t.Errorf("after heldIdle: c2 held %v, a convs %d tokens %v, idle %d; want dropped, 0, 0, 0", ok, a.warm.convs, a.warm.tokens, d.adm.idle)
+	}
+	if _, ok := d.adm.byID["c1"]; !ok {
+		t.Error("c1, busy on b, expired")
+	}
+}
+
+func TestPriorityFor(t *testing.T) {
+	p := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name  string
+		s     *Server
+		later bool
+		want  *int
+	}{
+		{"server unknown", nil, true, nil},
+		{"no priority scheduling", &Server{}, true, nil},
+		{"SGLang, higher first: a next turn", &Server{Priority: 1}, true, p(1)},
+		{"SGLang, higher first: a first turn", &Server{Priority: 1}, false, p(0)},
+		{"lower first (vLLM): a next turn", &Server{Priority: -1}, true, p(-1)},
+		{"lower first (vLLM): a first turn", &Server{Priority: -1}, false, p(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, priorityFor(tc.s, tc.later)); diff != "" {
+				t.Errorf("priority (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A conversation counts at the context it will have after its last turn,
+// at the rate it grew so far.
+func TestProject(t *testing.T) {
+	for _, tc := range []struct {
+		own         float64
+		done, turns int
+		want        float64
+	}{
+		{600, 1, 10, 6000},  // first turn of ten
+		{3000, 5, 10, 6000}, // half way
+		{6000, 10, 10, 6000},
+		{500, 1, 1, 500}, // a single turn
+		{500, 1, 0, 500}, // plan unknown
+		{-20, 1, 4, 0},   // a prefix estimate above the prompt's
+	} {
+		if got := project(tc.own, tc.done, tc.turns); got != tc.want {
+			t.Errorf("project(%v, %d, %d) = %v, want %v", tc.own, tc.done, tc.turns, got, tc.want)
+		}
+	}
+}
+
+// Next turns sent back to their endpoint move its scale: a window with
+// none losing its history raises it, one with more than a twentieth lost
+// lowers it, within bounds; a server that reports no cached tokens is not
+// judged at all.
+func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
+	window := func(w *warmSet, lost int) {
+		for i := range judgeWindow {
+			w.judge(i >= lost)
+		}
+	}
+	var w warmSet
+	if w.scaleOr1() != startScale { // nothing judged yet
+		t.Errorf("scale before any judgement %v, want %v", w.scaleOr1(), startScale)
+	}
+	window(&w, 0)
+	if want := startScale * scaleUp; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after a clean window %v, want %v", w.scaleOr1(), want)
+	}
+	window(&w, 1) // 1 of 32: within the lost share
+	if want := startScale * scaleUp; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after one loss in a window %v, want it kept at %v", w.scaleOr1(), want)
+	}
+	window(&w, 4)
+	if want := startScale * scaleUp * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after 4 losses %v, want %v", w.scaleOr1(), want)
+	}
+	for range 40 {
+		window(&w, 32)
+	}
+	if w.scaleOr1() != minScale {
+		t.Errorf("scale after many lossy windows %v, want the floor %v", w.scaleOr1(), minScale)
+	}
+	for range 40 {
+		window(&w, 0)
+	}
+	if w.scaleOr1() != maxScale {
+		t.Errorf("scale after many clean windows %v, want the cap %v", w.scaleOr1(), maxScale)
+	}
+
+	// Through the dispatcher: judged only once the server reported a
+	// cached token, and only for a turn back on the same endpoint.
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.epByURL["http://a"]
+	conv := affinity{conv: true, newConv: true}
+	later := affinity{conv: true, prev: "http://a"}
+	d.holdLocked("c", a, 1000, conv)
+	d.turnDoneLocked("c", true, 1200, llm.Usage{PromptTokens: 1000, CompletionTokens: 200}, now)
+	d.holdLocked("c", a, 1300, later)
+	d.turnDoneLocked("c", true, 1500, llm.Usage{PromptTokens: 1300, CompletionTokens: 200}, now) // reports nothing cached
+	if a.warm.judged != 0 {
+		t.Errorf("%d turns judged on a server that reported no cached tokens, want 0", a.warm.judged)
+	}
+	d.holdLocked("c", a, 1600, later)
+	d.turnDoneLocked("c", true, 1800, llm.Usage{PromptTokens: 1600, CompletionTokens: 200, CachedTokens: 1300}, now) // found all of 1,300
+	d.holdLocked("c", a, 1900, later)
+	d.turnDoneLocked("c", true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
+	if a.warm.judged != 2 || a.warm.lost != 1 {
+		t.Errorf("judged %d, lost %d; want 2 and 1", a.warm.judged, a.warm.lost)
+	}
+}
+
+// When admission holds new conversations back, the room a conversation
+// leaves on an endpoint goes to a new conversation whose prefix is homed
+// there, though one homed on a full endpoint comes first in the queue;
+// only with none homed there does another spill to it.
+func TestAdmittedRoomGoesToItsPrefixes(t *testing.T) {
+	const a, b = "http://a", "http://b"
+	onA, onB := keyHomedOn(a, a, b), keyHomedOn(b, a, b)
+	newConv := func(id string, key uint64) waiting {
+		return waiting{c: store.Claimed{ID: id}, a: affinity{prefix: key, conv: true, newConv: true}}
+	}
+	for _, tc := range []struct {
+		name  string
+		queue []waiting
+		sent  []string
+	}{
+		{"one homed on a waits; one homed on b takes b's room", []waiting{newConv("A1", onA), newConv("B1", onB)}, []string{"B1@" + b}},
+		{"none homed on b: the first spills there", []waiting{newConv("A1", onA), newConv("A2", onA)}, []string{"A1@" + b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, now := admitPair(t, false)
+			l := d.lanes[0]
+			d.mu.Lock()
+			// a holds 3 conversations of 3,000 tokens: full at 0.9 of 10,000;
+			// b holds 2: room for one more.
+			for i, ep := range []string{a, a, a, b, b} {
+				d.holdLocked(fmt.Sprint("held", i), d.epByURL[ep], 3000, affinity{conv: true, newConv: true})
+			}
+			d.mu.Unlock()
+			var sent []string
+			start := func(w waiting) bool {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				e, _ := d.pickLocked(now, l, 3000, w.a)
+				if e == nil {
+					return false
+				}
+				d.holdLocked(w.c.ID, e, 3000, w.a)
+				d.acquireLocked(&call{ep: e, lane: l, est: 3000}, now)
+				sent = append(sent, w.c.ID+"@"+e.url)
+				return true
+			}
+			d.sendQueue(l, tc.queue, 10, start)
+			if diff := cmp.Diff(tc.sent, sent); diff != "" {
+				t.Errorf("sent (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
