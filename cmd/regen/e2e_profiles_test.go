@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,11 +66,7 @@ func TestE2ETrainerProfilesOneRowSchema(t *testing.T) {
 // manifest, that every ShareGPT row has keys, and the manifest's profile.
 func readTrainingFiles(t *testing.T, query func(...string) [][]map[string]any, out string, keys []string) {
 	t.Helper()
-	var m export.Manifest
-	b, err := os.ReadFile(filepath.Join(out, "demo.manifest.json"))
-	if err != nil || json.Unmarshal(b, &m) != nil {
-		t.Fatalf("manifest: %v\n%s", err, b)
-	}
+	m := readManifest(t, out, "demo")
 	read := map[string]int{}
 	for _, f := range m.Files {
 		path := filepath.Join(out, f.Path)

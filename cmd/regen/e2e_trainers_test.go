@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,11 +30,7 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 		t.Fatalf("run: %s", res)
 	}
 	out := filepath.Join(dir, "out")
-	var m export.Manifest
-	b, err := os.ReadFile(filepath.Join(out, "demo.manifest.json"))
-	if err != nil || json.Unmarshal(b, &m) != nil {
-		t.Fatalf("manifest: %v\n%s", err, b)
-	}
+	m := readManifest(t, out, "demo")
 	read := map[string]int{}
 	for _, f := range m.Files {
 		if f.Format == export.FormatParquet || f.Format == export.FormatParquetNoTokenIDs {
