@@ -25,10 +25,7 @@ func TestE2ETrainerProfilesOneRowSchema(t *testing.T) {
 	query := duckDB(t)
 	dir := t.TempDir()
 	const formats = "  formats: [sharegpt, openai-batch, parquet]\n"
-	demoJob(t, dir, "speed: 40 ", "speed: 200 ", formats, "  formats: [sharegpt, parquet]\n  token_ids: true\n")
-	if res := regen(t, dir, "run", "job.yaml"); res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
+	runDemo(t, dir, "speed: 40 ", "speed: 200 ", formats, "  formats: [sharegpt, parquet]\n  token_ids: true\n")
 	exports := []struct {
 		out, output string
 		jsonKeys    []string // keys every ShareGPT row must have

@@ -23,12 +23,8 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 	t.Parallel()
 	query := duckDB(t)
 	dir := t.TempDir()
-	demoJob(t, dir, "speed: 40 ", "speed: 200 ",
+	res := runDemo(t, dir, "speed: 40 ", "speed: 200 ",
 		"  formats: [sharegpt, openai-batch, parquet]\n", "  formats: [sharegpt, openai-batch, parquet]\n  metadata: full\n  token_ids: true\n")
-	res := regen(t, dir, "run", "job.yaml")
-	if res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
 	out := filepath.Join(dir, "out")
 	m := readManifest(t, out, "demo")
 	read := map[string]int{}
