@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/regen-dev/regen/internal/export"
 )
 
 const datasetJob = `name: ds
@@ -59,14 +56,7 @@ func TestE2EDatasetReadByDuckDB(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 
-	var m export.Manifest
-	mb, err := os.ReadFile(filepath.Join(out, "ds.manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(mb, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := readManifest(t, out, "ds")
 	rows := map[string]int{}
 	for _, f := range m.Files {
 		data, err := os.ReadFile(filepath.Join(out, f.Path))

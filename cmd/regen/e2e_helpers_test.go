@@ -702,3 +702,18 @@ func doneLines(t *testing.T, outDir, name string) []json.RawMessage {
 	}
 	return lines
 }
+
+// readManifest reads the manifest of the export of name in dir.
+func readManifest(t *testing.T, dir, name string) export.Manifest {
+	t.Helper()
+	path := export.ManifestPath(dir, name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m export.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}

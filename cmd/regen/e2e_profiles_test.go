@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,10 +25,7 @@ func TestE2ETrainerProfilesOneRowSchema(t *testing.T) {
 	query := duckDB(t)
 	dir := t.TempDir()
 	const formats = "  formats: [sharegpt, openai-batch, parquet]\n"
-	demoJob(t, dir, "speed: 40 ", "speed: 200 ", formats, "  formats: [sharegpt, parquet]\n  token_ids: true\n")
-	if res := regen(t, dir, "run", "job.yaml"); res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
+	runDemo(t, dir, "speed: 40 ", "speed: 200 ", formats, "  formats: [sharegpt, parquet]\n  token_ids: true\n")
 	exports := []struct {
 		out, output string
 		jsonKeys    []string // keys every ShareGPT row must have
@@ -67,11 +63,7 @@ func TestE2ETrainerProfilesOneRowSchema(t *testing.T) {
 // manifest, that every ShareGPT row has keys, and the manifest's profile.
 func readTrainingFiles(t *testing.T, query func(...string) [][]map[string]any, out string, keys []string) {
 	t.Helper()
-	var m export.Manifest
-	b, err := os.ReadFile(filepath.Join(out, "demo.manifest.json"))
-	if err != nil || json.Unmarshal(b, &m) != nil {
-		t.Fatalf("manifest: %v\n%s", err, b)
-	}
+	m := readManifest(t, out, "demo")
 	read := map[string]int{}
 	for _, f := range m.Files {
 		path := filepath.Join(out, f.Path)

@@ -34,6 +34,18 @@ func demoJob(t *testing.T, dir string, replace ...string) {
 	}
 }
 
+// runDemo writes the demo job into dir as demoJob does and runs it to
+// the end.
+func runDemo(t *testing.T, dir string, replace ...string) result {
+	t.Helper()
+	demoJob(t, dir, replace...)
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 {
+		t.Fatalf("run: %s", res)
+	}
+	return res
+}
+
 // TestE2ETokenIDs runs the multi-turn demo against the simulator with
 // output.token_ids on and reasoning kept in the history (an append-only
 // template sees every generated token again): every exported conversation
@@ -44,13 +56,9 @@ func demoJob(t *testing.T, dir string, replace ...string) {
 func TestE2ETokenIDs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	demoJob(t, dir, "speed: 40 ", "speed: 200 ",
+	res := runDemo(t, dir, "speed: 40 ", "speed: 200 ",
 		"    thinking: true\n", "    thinking: true\n  reasoning: keep\n",
 		"  formats: [sharegpt, openai-batch, parquet]\n", "  formats: [sharegpt, parquet]\n  metadata: full\n  token_ids: true\n")
-	res := regen(t, dir, "run", "job.yaml")
-	if res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
 	if !strings.Contains(res.stdout, "token ids: ") {
 		t.Errorf("run printed no token-id count:\n%s", res.stdout)
 	}
@@ -131,12 +139,8 @@ func TestE2ETokenIDs(t *testing.T) {
 	// The demo as shipped (reasoning: strip_history): a later turn's prompt
 	// lacks the earlier answers' reasoning, so a multi-turn record says so.
 	strip := t.TempDir()
-	demoJob(t, strip, "speed: 40 ", "speed: 200 ",
+	res = runDemo(t, strip, "speed: 40 ", "speed: 200 ",
 		"  formats: [sharegpt, openai-batch, parquet]\n", "  formats: [sharegpt]\n  metadata: full\n  token_ids: true\n")
-	res = regen(t, strip, "run", "job.yaml")
-	if res.code != 0 {
-		t.Fatalf("run (strip_history): %s", res)
-	}
 	// The training file holds only rows with ids; the others are in the
 	// no-token-ids file, each saying why, and the run counts them.
 	var with, without int

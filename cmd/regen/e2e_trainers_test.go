@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,18 +23,10 @@ func TestE2ETrainingFilesOneRowSchema(t *testing.T) {
 	t.Parallel()
 	query := duckDB(t)
 	dir := t.TempDir()
-	demoJob(t, dir, "speed: 40 ", "speed: 200 ",
+	res := runDemo(t, dir, "speed: 40 ", "speed: 200 ",
 		"  formats: [sharegpt, openai-batch, parquet]\n", "  formats: [sharegpt, openai-batch, parquet]\n  metadata: full\n  token_ids: true\n")
-	res := regen(t, dir, "run", "job.yaml")
-	if res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
 	out := filepath.Join(dir, "out")
-	var m export.Manifest
-	b, err := os.ReadFile(filepath.Join(out, "demo.manifest.json"))
-	if err != nil || json.Unmarshal(b, &m) != nil {
-		t.Fatalf("manifest: %v\n%s", err, b)
-	}
+	m := readManifest(t, out, "demo")
 	read := map[string]int{}
 	for _, f := range m.Files {
 		if f.Format == export.FormatParquet || f.Format == export.FormatParquetNoTokenIDs {

@@ -72,6 +72,26 @@ output: {formats: [sharegpt, parquet], metadata: full, token_ids: true, token_ro
 quality: {truncated: false}
 `
 
+// runChatsJob writes jobYAML and n chats (chats.jsonl, drawn from seed)
+// into a fresh folder, runs the job and verifies it; it returns the
+// folder, each chat's turns and the run's result.
+func runChatsJob(t *testing.T, jobYAML string, n int, seed uint64) (string, map[string]int, result) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(jobYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := writeChats(t, filepath.Join(dir, "chats.jsonl"), n, rand.New(rand.NewPCG(seed, 1)))
+	res := regen(t, dir, "run", "job.yaml")
+	if res.code != 0 {
+		t.Fatalf("run: %s", res)
+	}
+	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
+		t.Fatalf("verify: %s", res)
+	}
+	return dir, want, res
+}
+
 // TestE2ETurnRows runs turnRowsJob with output.token_rows: turn: every
 // done conversation's every turn is a row with ids, one mask as long as
 // its ids, summing to that turn's completion tokens; Parquet holds the
@@ -80,19 +100,8 @@ quality: {truncated: false}
 // rows export it.
 func TestE2ETurnRows(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir, want, res := runChatsJob(t, turnRowsJob, 300, 31)
 	job := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(job, []byte(turnRowsJob), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	want := writeChats(t, filepath.Join(dir, "chats.jsonl"), 300, rand.New(rand.NewPCG(31, 1)))
-	res := regen(t, dir, "run", "job.yaml")
-	if res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
-	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
-		t.Fatalf("verify (turn rows): %s", res)
-	}
 	out := filepath.Join(dir, "out")
 	train := readTurnLines(t, filepath.Join(out, "data", "mt.sharegpt.jsonl"))
 	// A turn cut at max_tokens is in the truncated file beside data/.
@@ -192,22 +201,11 @@ func checkTurnParquet(t *testing.T, path string, lines []turnRowLine) {
 // prompt follow it), and every other row keeps its ids.
 func TestE2ERenderCheck(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
 	job := strings.Replace(turnRowsJob, "sim: {", `sim: {engine: vllm, render_skew: "question 1:", `, 1)
 	if job == turnRowsJob {
 		t.Fatal("turnRowsJob has no sim block to make vLLM with a skewed render")
 	}
-	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	want := writeChats(t, filepath.Join(dir, "chats.jsonl"), 60, rand.New(rand.NewPCG(37, 1)))
-	res := regen(t, dir, "run", "job.yaml")
-	if res.code != 0 {
-		t.Fatalf("run: %s", res)
-	}
-	if res := regen(t, dir, "verify", "job.yaml"); res.code != 0 {
-		t.Fatalf("verify: %s", res)
-	}
+	dir, want, _ := runChatsJob(t, job, 60, 37)
 	out := filepath.Join(dir, "out")
 	withIDs := readTurnLines(t, filepath.Join(out, "data", "mt.sharegpt.jsonl"), filepath.Join(out, "mt.sharegpt.truncated.jsonl"))
 	noIDs := readTurnLines(t, filepath.Join(out, "mt.sharegpt.no-token-ids.jsonl"))

@@ -146,14 +146,7 @@ func TestRunExportKeepsEarlierFormats(t *testing.T) {
 		t.Errorf("export --format parquet does not say it rewrote the earlier formats:\n%s", out.String())
 	}
 	dir := filepath.Join(filepath.Dir(path), "out")
-	b, err := os.ReadFile(export.ManifestPath(dir, "vj"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m export.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := readManifest(t, dir, "vj")
 	listed := map[string]bool{}
 	for _, f := range m.Files {
 		listed[f.Path] = true

@@ -49,12 +49,7 @@ type rowsDataset struct {
 }
 
 func (d rowsDataset) Finished(_ context.Context, fn func(store.Row) error) error {
-	for _, r := range d.rows {
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return eachOf(d.rows, fn)
 }
 
 func TestEstimateStore(t *testing.T) {

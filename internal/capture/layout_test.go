@@ -21,8 +21,14 @@ type filesCaptures struct {
 }
 
 func (f filesCaptures) EachCapturedFile(_ context.Context, fn func(store.CapturedFile) error) error {
-	for _, c := range f.files {
-		if err := fn(c); err != nil {
+	return eachOf(f.files, fn)
+}
+
+// eachOf calls fn on each item in order, up to its first error: the walk
+// of the fixed-list store fakes.
+func eachOf[T any](items []T, fn func(T) error) error {
+	for _, it := range items {
+		if err := fn(it); err != nil {
 			return err
 		}
 	}

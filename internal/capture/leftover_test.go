@@ -3,12 +3,9 @@ package capture
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -179,30 +176,6 @@ func TestRunAcrossFileSystemsLeavesServerFolderEmpty(t *testing.T) {
 	}
 }
 
-// stealFirst is a client whose first request finds its key's lease taken
-// by another worker before the server answers: the answer's path cannot
-// be noted under the lost lease.
-type stealFirst struct {
-	Client
-	st    Store
-	stole atomic.Bool
-	sent  atomic.Int64
-}
-
-func (s *stealFirst) Capture(ctx context.Context, r Request) (Result, error) {
-	s.sent.Add(1)
-	if s.stole.CompareAndSwap(false, true) {
-		if _, err := s.st.ReleaseCaptures(ctx, "cap"); err != nil {
-			return Result{}, err
-		}
-		k := store.CaptureKey{Key: r.Key, SampleID: strings.Split(r.Key, "/turn")[0], Turn: 0}
-		if _, ok, err := s.st.ClaimCapture(ctx, k, "thief", 500*time.Millisecond); err != nil || !ok {
-			return Result{}, fmt.Errorf("steal %s: ok=%v %v", r.Key, ok, err)
-		}
-	}
-	return s.Client.Capture(ctx, r)
-}
-
 // TestRunNoteUnderLostLease: a worker that cannot note the server's file
 // (its lease was taken meanwhile) places nothing, removes the file and its
 // lock once written, and counts a lost lease; the key is captured once the
@@ -213,7 +186,7 @@ func TestRunNoteUnderLostLease(t *testing.T) {
 	st := doneStore(t, 3)
 	cfg := testConfig(t, url)
 	cfg.Concurrency, cfg.PerTurn, cfg.Shared, cfg.Lease = 1, true, true, 2*time.Second
-	cl := &stealFirst{Client: cfg.Endpoints[0].Client, st: st}
+	cl := &stealing{Client: cfg.Endpoints[0].Client, st: st, beforeAnswer: true}
 	cfg.Endpoints[0].Client = cl
 	sum, err := Run(context.Background(), st, cfg)
 	if err != nil {

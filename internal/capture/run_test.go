@@ -516,27 +516,43 @@ func TestRunWorkersSharePostgres(t *testing.T) {
 }
 
 // stealing is a client that, for its first capture, lets another worker
-// take the key's lease while the server answers (the run's lease lapsed).
+// take the key's lease: while the server answers (the run's lease lapsed),
+// or with beforeAnswer before the request, so the answer's path cannot be
+// noted under the lost lease.
 type stealing struct {
 	Client
-	st    Store
-	stole atomic.Bool
-	sent  atomic.Int64
+	st           Store
+	beforeAnswer bool
+	stole        atomic.Bool
+	sent         atomic.Int64
 }
 
 func (s *stealing) Capture(ctx context.Context, r Request) (Result, error) {
 	s.sent.Add(1)
-	res, err := s.Client.Capture(ctx, r)
-	if err == nil && s.stole.CompareAndSwap(false, true) {
-		if _, err := s.st.ReleaseCaptures(ctx, "cap"); err != nil {
-			return res, err
+	if s.beforeAnswer && s.stole.CompareAndSwap(false, true) {
+		if err := s.steal(ctx, r.Key); err != nil {
+			return Result{}, err
 		}
-		k := store.CaptureKey{Key: r.Key, SampleID: strings.Split(r.Key, "/turn")[0], Turn: 0}
-		if _, ok, err := s.st.ClaimCapture(ctx, k, "thief", 500*time.Millisecond); err != nil || !ok {
-			return res, fmt.Errorf("steal %s: ok=%v %v", r.Key, ok, err)
+	}
+	res, err := s.Client.Capture(ctx, r)
+	if err == nil && !s.beforeAnswer && s.stole.CompareAndSwap(false, true) {
+		if err := s.steal(ctx, r.Key); err != nil {
+			return res, err
 		}
 	}
 	return res, err
+}
+
+// steal releases the run's leases and claims key as "thief".
+func (s *stealing) steal(ctx context.Context, key string) error {
+	if _, err := s.st.ReleaseCaptures(ctx, "cap"); err != nil {
+		return err
+	}
+	k := store.CaptureKey{Key: key, SampleID: strings.Split(key, "/turn")[0], Turn: 0}
+	if _, ok, err := s.st.ClaimCapture(ctx, k, "thief", 500*time.Millisecond); err != nil || !ok {
+		return fmt.Errorf("steal %s: ok=%v %v", key, ok, err)
+	}
+	return nil
 }
 
 // TestRunLostLeaseThenAdopted: a worker whose lease was taken while its

@@ -18,25 +18,10 @@ import (
 // bytes, seed and dataset answers included, and its key is the body
 // without them.
 func TestEncodeDecodeRoundTrip(t *testing.T) {
-	f, err := os.Open("../source/testdata/bodies.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
 	enc := NewEncoder()
 	var n, seeded, original int
-	for line := 1; sc.Scan(); line++ {
-		var g struct {
-			Body json.RawMessage `json:"body"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
-			t.Fatalf("line %d: %v", line, err)
-		}
-		if g.Body == nil {
-			continue
-		}
+	for _, g := range goldenBodies(t) {
+		line := g.line
 		p, err := Decode(g.Body)
 		if err != nil {
 			t.Fatalf("line %d: %v", line, err)
@@ -63,9 +48,6 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			original++
 		}
 		n++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if n < 30 || seeded == 0 || original == 0 {
 		t.Fatalf("%d bodies, %d seeded, %d with the dataset's answers: want every kind", n, seeded, original)
@@ -106,21 +88,9 @@ func TestEncodeFields(t *testing.T) {
 // it, Request writes the bytes encoding/json writes for the request (the
 // history with the model's answers, the tools and the seed).
 func TestRequestBytes(t *testing.T) {
-	f, err := os.Open("../source/testdata/bodies.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
 	var turns int
-	for line := 1; sc.Scan(); line++ {
-		var g struct {
-			Body json.RawMessage `json:"body"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &g); err != nil || g.Body == nil {
-			continue
-		}
+	for _, g := range goldenBodies(t) {
+		line := g.line
 		p, err := Decode(g.Body)
 		if err != nil {
 			t.Fatalf("line %d: %v", line, err)
@@ -177,20 +147,8 @@ func TestWalkBody(t *testing.T) {
 		`{"messages":[{"role":"user","content":"x"}],"messages":[{"role":"system","content":"y"}]}`,
 		"{\"messages\":[{\"role\":\"us\xffer\",\"content\":\"x\"}]}",
 	}
-	f, err := os.Open("../source/testdata/bodies.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var g struct {
-			Body json.RawMessage `json:"body"`
-		}
-		if json.Unmarshal(sc.Bytes(), &g) == nil && g.Body != nil {
-			bodies = append(bodies, string(g.Body))
-		}
+	for _, g := range goldenBodies(t) {
+		bodies = append(bodies, string(g.Body))
 	}
 	walked := 0
 	for _, body := range bodies {
@@ -212,4 +170,37 @@ func TestWalkBody(t *testing.T) {
 	if walked < 30 {
 		t.Fatalf("only %d of %d bodies walked", walked, len(bodies))
 	}
+}
+
+// goldenBody is one body of source's testdata/bodies.golden (the bodies
+// the sources write, pinned by source's TestBodyGolden) and its line.
+type goldenBody struct {
+	line int
+	Body json.RawMessage `json:"body"`
+}
+
+// goldenBodies reads every body of source's testdata/bodies.golden.
+func goldenBodies(t *testing.T) []goldenBody {
+	t.Helper()
+	f, err := os.Open("../source/testdata/bodies.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	var out []goldenBody
+	for line := 1; sc.Scan(); line++ {
+		g := goldenBody{line: line}
+		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
+			t.Fatalf("bodies.golden line %d: %v", line, err)
+		}
+		if g.Body != nil {
+			out = append(out, g)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

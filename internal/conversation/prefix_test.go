@@ -1,10 +1,8 @@
 package conversation
 
 import (
-	"bufio"
 	"encoding/json"
 	"hash/fnv"
-	"os"
 	"testing"
 )
 
@@ -54,20 +52,8 @@ func TestSharedPrefix(t *testing.T) {
 		`{"messages":null}`,
 		`not json`,
 	}
-	f, err := os.Open("../source/testdata/bodies.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var g struct {
-			Body json.RawMessage `json:"body"`
-		}
-		if json.Unmarshal(sc.Bytes(), &g) == nil && g.Body != nil {
-			bodies = append(bodies, string(g.Body))
-		}
+	for _, g := range goldenBodies(t) {
+		bodies = append(bodies, string(g.Body))
 	}
 	shared := 0
 	for _, body := range bodies {

@@ -78,16 +78,10 @@ func (f *Fleet) probeRender(ctx context.Context, url string, d engine.Dialect, n
 // reprobeRenders asks again, until ctx ends, the render routes whose probe
 // gave no verdict (Run owns it).
 func (f *Fleet) reprobeRenders(ctx context.Context) {
-	t := time.NewTicker(renderRetryTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			f.retryRenders(ctx, now)
-		}
-	}
+	onTicks(ctx, renderRetryTick, func(now time.Time) bool {
+		f.retryRenders(ctx, now)
+		return true
+	})
 }
 
 // retryRenders probes the render routes due at now; a route found is given

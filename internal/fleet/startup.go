@@ -139,16 +139,27 @@ func (f *Fleet) startVerdict(now time.Time) error {
 // guardStart makes the start-up judgements until ctx ends, and stops the
 // run (stop) with the first verdict.
 func (f *Fleet) guardStart(ctx context.Context, stop context.CancelCauseFunc) {
-	t := time.NewTicker(startGuardEvery)
+	onTicks(ctx, startGuardEvery, func(now time.Time) bool {
+		err := f.startVerdict(now)
+		if err != nil {
+			f.log.Error("fleet stopping the run", "err", err)
+			stop(err)
+		}
+		return err == nil
+	})
+}
+
+// onTicks calls fn at each tick of a ticker of period every until ctx
+// ends or fn returns false.
+func onTicks(ctx context.Context, every time.Duration, fn func(now time.Time) bool) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if err := f.startVerdict(now); err != nil {
-				f.log.Error("fleet stopping the run", "err", err)
-				stop(err)
+			if !fn(now) {
 				return
 			}
 		}

@@ -88,7 +88,7 @@ func (s *Spec) captureDefaults() {
 	}
 	c.DType = strings.ToLower(strings.TrimSpace(c.DType))
 	for i := range c.Endpoints {
-		c.Endpoints[i].URL = strings.TrimSuffix(strings.TrimRight(strings.TrimSpace(c.Endpoints[i].URL), "/"), "/v1")
+		c.Endpoints[i].URL = serverRootURL(c.Endpoints[i].URL)
 	}
 }
 
@@ -103,20 +103,9 @@ func (v *validator) capture() {
 	}
 	seen := map[string]int{}
 	for i, e := range c.Endpoints {
-		p := fmt.Sprintf("capture.endpoints[%d]", i)
-		switch {
-		case e.URL == "":
-			v.addf(p+".url", "required")
-		case seen[e.URL] > 0:
-			v.addf(p+".url", "%s is also capture.endpoints[%d]", e.URL, seen[e.URL]-1)
-		default:
-			seen[e.URL] = i + 1
-			if v.httpURL(p+".url", e.URL) {
-				v.serverRoot(p+".url", e.URL)
-			}
-		}
+		v.endpointURL("capture.endpoints", i, e.URL, seen)
 		if e.APIKeyEnv != "" && !envNameRE.MatchString(e.APIKeyEnv) {
-			v.addf(p+".api_key_env", "%q is not an environment variable name (letters, digits and _)", e.APIKeyEnv)
+			v.addf(fmt.Sprintf("capture.endpoints[%d].api_key_env", i), "%q is not an environment variable name (letters, digits and _)", e.APIKeyEnv)
 		}
 	}
 	if !v.s.Output.TokenIDs {

@@ -145,9 +145,7 @@ func (s *Spec) serverDefaults() {
 		setDur(s, &sv.Restart.Backoff, "server.restart.backoff", DefaultRestartBackoff)
 	}
 	for i := range s.Endpoints {
-		// The server root: regen adds /v1/chat/completions, /v1/models,
-		// /health and /metrics itself, so a copied ".../v1" base works too.
-		s.Endpoints[i].URL = strings.TrimSuffix(strings.TrimRight(strings.TrimSpace(s.Endpoints[i].URL), "/"), "/v1")
+		s.Endpoints[i].URL = serverRootURL(s.Endpoints[i].URL)
 		if s.Endpoints[i].Engine == "" {
 			s.Endpoints[i].Engine = DefaultEngine
 			s.Endpoints[i].Detect = s.Server == nil
@@ -194,4 +192,11 @@ func (st Store) SQLitePath() (path string, ok bool) {
 		return "", false
 	}
 	return st.DSN, true
+}
+
+// serverRootURL trims url to the server root: regen adds
+// /v1/chat/completions, /v1/models, /health and /metrics itself, so a
+// copied ".../v1" base works too.
+func serverRootURL(url string) string {
+	return strings.TrimSuffix(strings.TrimRight(strings.TrimSpace(url), "/"), "/v1")
 }

@@ -197,6 +197,24 @@ func (v *validator) generation() {
 	}
 }
 
+// endpointURL checks the URL of list[i] (endpoints, capture.endpoints):
+// set, not already list[j] (seen maps each URL met to j+1), an http(s)
+// server root.
+func (v *validator) endpointURL(list string, i int, url string, seen map[string]int) {
+	p := fmt.Sprintf("%s[%d].url", list, i)
+	switch {
+	case url == "":
+		v.addf(p, "required")
+	case seen[url] > 0:
+		v.addf(p, "%s is also %s[%d]", url, list, seen[url]-1)
+	default:
+		seen[url] = i + 1
+		if v.httpURL(p, url) {
+			v.serverRoot(p, url)
+		}
+	}
+}
+
 func (v *validator) endpoints() {
 	s := v.s
 	switch {
@@ -208,17 +226,7 @@ func (v *validator) endpoints() {
 	seen := map[string]int{}
 	for i, e := range s.Endpoints {
 		p := fmt.Sprintf("endpoints[%d]", i)
-		switch {
-		case e.URL == "":
-			v.addf(p+".url", "required")
-		case seen[e.URL] > 0:
-			v.addf(p+".url", "%s is also endpoints[%d]", e.URL, seen[e.URL]-1)
-		default:
-			seen[e.URL] = i + 1
-			if v.httpURL(p+".url", e.URL) {
-				v.serverRoot(p+".url", e.URL)
-			}
-		}
+		v.endpointURL("endpoints", i, e.URL, seen)
 		v.engine(p+".engine", e.Engine)
 		if e.KVTokens < 0 {
 			v.addf(p+".kv_tokens", "must be >= 0 (0 = take the server's own figure)")

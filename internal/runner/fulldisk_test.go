@@ -16,29 +16,8 @@ import (
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
+	"github.com/regen-dev/regen/internal/testfs"
 )
-
-// smallFS mounts a tmpfs of size bytes in a fresh directory, unmounted at
-// cleanup: a real filesystem the test can fill. Mounting needs root (or
-// CAP_SYS_ADMIN): without it the test fails under CI and skips loudly
-// elsewhere.
-func smallFS(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		msg := fmt.Sprintf("mount a %d-byte tmpfs on %s: %v: this full-disk test needs root", size, dir, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED LOUDLY: " + msg)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
 
 // fill writes zeros to a file in dir until its filesystem is full.
 func fill(t *testing.T, dir string) {
@@ -64,7 +43,7 @@ func fill(t *testing.T, dir string) {
 // requests are in flight when the disk fills.
 func fullDiskJob(t *testing.T) (spec *job.Spec, fsDir string) {
 	t.Helper()
-	fsDir = smallFS(t, 6<<20)
+	fsDir = testfs.Tmpfs(t, 6<<20)
 	dir := t.TempDir()
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 400)
 	spec = loadJobYAML(t, dir, fmt.Sprintf(`name: full
