@@ -21,8 +21,9 @@ import (
 // such files cannot pile up on the shared storage.
 
 // handedOnWait bounds the wait for a handed-on file's writer to end; past
-// it the file is removed all the same.
-const handedOnWait = time.Minute
+// it the file is kept (the writer would recreate a removed name), its path
+// still noted for the next start. A variable for tests.
+var handedOnWait = time.Minute
 
 // clearHandedOn removes the server's file and lock an earlier attempt at
 // c's key was handed and did not settle, when removable allows it; with
@@ -49,6 +50,7 @@ func (r *runner) clearHandedOn(ctx context.Context, c store.CaptureClaim, dst st
 		return true, ctx.Err()
 	} else if err != nil {
 		r.cfg.Log.Warn("capture_server_file_still_locked", "key", c.Key, "path", p, "err", err)
+		return false, nil
 	}
 	n, err := removeServerFiles(Result{Path: p, Leftovers: []string{p + ".lock"}})
 	if err != nil {
@@ -129,6 +131,7 @@ func (r *runner) clearLeft(ctx context.Context) error {
 			return ctx.Err()
 		} else if err != nil {
 			r.cfg.Log.Warn("capture_server_file_still_locked", "key", key, "path", p, "err", err)
+			continue // kept noted: the next start removes it once written
 		}
 		n, err := removeServerFiles(Result{Path: p, Leftovers: []string{p + ".lock"}})
 		if err != nil {

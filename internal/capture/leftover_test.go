@@ -261,3 +261,35 @@ func TestClearHandedOnWaitsForWriter(t *testing.T) {
 		t.Fatalf("clearHandedOn = %v, %v, removed %d; want the file written meanwhile and its lock removed", stop, err, r.sum.ServerLeftovers)
 	}
 }
+
+// TestHandedOnStillLockedIsKept: a handed-on file whose writer still holds
+// its lock past the wait is neither removed (the writer would recreate
+// it) nor forgotten: its path stays noted for the next start to remove.
+func TestHandedOnStillLockedIsKept(t *testing.T) {
+	defer func(w time.Duration) { handedOnWait = w }(handedOnWait)
+	handedOnWait = 50 * time.Millisecond
+	r, st := adoptRunner(t)
+	ctx := context.Background()
+	k := store.CaptureKey{Key: "s1", SampleID: "s1", Turn: store.WholeConversation, Input: "in"}
+	p := serverFile(t, t.TempDir(), "cmpl-1-0")
+	lock, err := os.OpenFile(p+".lock", os.O_WRONLY, 0o644)
+	must(t, err)
+	defer lock.Close()
+	must(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	noteLapsed(t, st, k, p)
+	_, err = st.ReleaseCaptures(ctx, "") // a sole worker's start
+	must(t, err)
+	must(t, r.clearLeft(ctx))
+	left, err := st.LeftServerPaths(ctx)
+	if err != nil || left[k.Key] != p || !exists(t, p) || !exists(t, p+".lock") {
+		t.Fatalf("after the start's clearing: noted %v (%v), file kept %v; want the file, its lock and its path kept", left, err, exists(t, p))
+	}
+	c, ok, err := st.ClaimCapture(ctx, k, "cap", time.Minute)
+	if err != nil || !ok || c.ServerPath != p {
+		t.Fatalf("claim: %+v %v %v", c, ok, err)
+	}
+	stop, err := r.clearHandedOn(ctx, c, filepath.Join(r.cfg.Dir, StableName(k.Key)+Ext))
+	if stop || err != nil || !exists(t, p) || !exists(t, p+".lock") || r.sum.ServerLeftovers != 0 {
+		t.Fatalf("clearHandedOn = %v, %v, removed %d; want the still-written file and its lock kept", stop, err, r.sum.ServerLeftovers)
+	}
+}
