@@ -21,8 +21,9 @@ import (
 // such files cannot pile up on the shared storage.
 
 // handedOnWait bounds the wait for a handed-on file's writer to end; past
-// it the file is removed all the same.
-const handedOnWait = time.Minute
+// it the file is kept (the writer would recreate a removed name), its path
+// still noted for the next start. A variable for tests.
+var handedOnWait = time.Minute
 
 // clearHandedOn removes the server's file and lock an earlier attempt at
 // c's key was handed and did not settle, when removable allows it; with
@@ -49,6 +50,7 @@ func (r *runner) clearHandedOn(ctx context.Context, c store.CaptureClaim, dst st
 		return true, ctx.Err()
 	} else if err != nil {
 		r.cfg.Log.Warn("capture_server_file_still_locked", "key", c.Key, "path", p, "err", err)
+		return false, nil
 	}
 	n, err := removeServerFiles(Result{Path: p, Leftovers: []string{p + ".lock"}})
 	if err != nil {
@@ -64,9 +66,10 @@ func (r *runner) clearHandedOn(ctx context.Context, c store.CaptureClaim, dst st
 // unremovable says why the server's file p, handed to an earlier attempt
 // at the key whose file is dst, must not be removed ("" when it may): it
 // must be an absolute, clean hidden-state file name, not the key's placed
-// file, and outside the folder files are placed in (whatever is there is
-// regen's own: adopt and Sweep settle it). The store hands on a path only
-// to the key that noted it, never one another key's row names.
+// file, and outside the folder files are placed in, links followed
+// (whatever is there is regen's own: adopt and Sweep settle it). The store
+// hands on a path only to the key that noted it, never one another key's
+// row names.
 func unremovable(p, dst, dir string) string {
 	switch {
 	case !filepath.IsAbs(p) || filepath.Clean(p) != p:
@@ -76,10 +79,21 @@ func unremovable(p, dst, dir string) string {
 	case p == filepath.Clean(dst):
 		return "the key's placed file"
 	}
-	if rel, err := filepath.Rel(filepath.Clean(dir), p); err != nil || !strings.HasPrefix(rel, "..") {
+	rel, err := filepath.Rel(resolved(filepath.Clean(dir)), filepath.Join(resolved(filepath.Dir(p)), filepath.Base(p)))
+	if err != nil || (rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))) {
 		return "inside the folder captures are placed in"
 	}
 	return ""
+}
+
+// resolved is dir with its symbolic links followed, so an alias of the
+// capture folder is recognised; dir itself when it cannot be resolved
+// (it does not exist).
+func resolved(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
 }
 
 // removeServerFiles removes what a capture left on the server's side: its
@@ -129,6 +143,7 @@ func (r *runner) clearLeft(ctx context.Context) error {
 			return ctx.Err()
 		} else if err != nil {
 			r.cfg.Log.Warn("capture_server_file_still_locked", "key", key, "path", p, "err", err)
+			continue // kept noted: the next start removes it once written
 		}
 		n, err := removeServerFiles(Result{Path: p, Leftovers: []string{p + ".lock"}})
 		if err != nil {

@@ -34,7 +34,9 @@ func TestUnremovable(t *testing.T) {
 		{dst, false},
 		{filepath.Join(dir, StableName("other")+Ext), false}, // another key's placed file
 		{filepath.Join(dir, "sub", "x.safetensors"), false},
-		{dir + Ext, true}, // beside the folder, not in it
+		{dir + Ext, true},                           // beside the folder, not in it
+		{filepath.Join(dir, "..x"+Ext), false},      // a name starting with two dots is inside
+		{filepath.Join(dir, "..", "..x"+Ext), true}, // the same name beside the folder
 	} {
 		why := unremovable(tc.path, dst, dir)
 		if (why == "") != tc.ok {
@@ -232,5 +234,61 @@ func TestClearHandedOnWaitsForWriter(t *testing.T) {
 	must(t, <-written)
 	if stop || err != nil || exists(t, p) || exists(t, p+".lock") || r.sum.ServerLeftovers != 2 {
 		t.Fatalf("clearHandedOn = %v, %v, removed %d; want the file written meanwhile and its lock removed", stop, err, r.sum.ServerLeftovers)
+	}
+}
+
+// TestHandedOnStillLockedIsKept: a handed-on file whose writer still holds
+// its lock past the wait is neither removed (the writer would recreate
+// it) nor forgotten: its path stays noted for the next start to remove.
+func TestHandedOnStillLockedIsKept(t *testing.T) {
+	defer func(w time.Duration) { handedOnWait = w }(handedOnWait)
+	handedOnWait = 50 * time.Millisecond
+	r, st := adoptRunner(t)
+	ctx := context.Background()
+	k := store.CaptureKey{Key: "s1", SampleID: "s1", Turn: store.WholeConversation, Input: "in"}
+	p := serverFile(t, t.TempDir(), "cmpl-1-0")
+	lock, err := os.OpenFile(p+".lock", os.O_WRONLY, 0o644)
+	must(t, err)
+	defer lock.Close()
+	must(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	noteLapsed(t, st, k, p)
+	_, err = st.ReleaseCaptures(ctx, "") // a sole worker's start
+	must(t, err)
+	must(t, r.clearLeft(ctx))
+	left, err := st.LeftServerPaths(ctx)
+	if err != nil || left[k.Key] != p || !exists(t, p) || !exists(t, p+".lock") {
+		t.Fatalf("after the start's clearing: noted %v (%v), file kept %v; want the file, its lock and its path kept", left, err, exists(t, p))
+	}
+	c, ok, err := st.ClaimCapture(ctx, k, "cap", time.Minute)
+	if err != nil || !ok || c.ServerPath != p {
+		t.Fatalf("claim: %+v %v %v", c, ok, err)
+	}
+	stop, err := r.clearHandedOn(ctx, c, filepath.Join(r.cfg.Dir, StableName(k.Key)+Ext))
+	if stop || err != nil || !exists(t, p) || !exists(t, p+".lock") || r.sum.ServerLeftovers != 0 {
+		t.Fatalf("clearHandedOn = %v, %v, removed %d; want the still-written file and its lock kept", stop, err, r.sum.ServerLeftovers)
+	}
+}
+
+// TestUnremovableThroughAlias: a path naming the capture folder through a
+// symbolic link (or the folder named through one) is recognised as inside.
+func TestUnremovableThroughAlias(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "hidden_states")
+	must(t, os.Mkdir(dir, 0o755))
+	alias := filepath.Join(root, "alias")
+	must(t, os.Symlink(dir, alias))
+	dst := filepath.Join(dir, StableName("k")+Ext)
+	for _, tc := range []struct{ path, dir string }{
+		{filepath.Join(alias, "cmpl-1-0"+Ext), dir},
+		{filepath.Join(dir, "cmpl-1-0"+Ext), alias},
+	} {
+		must(t, os.WriteFile(tc.path, nil, 0o644))
+		if why := unremovable(tc.path, dst, tc.dir); why == "" {
+			t.Errorf("unremovable(%q) with the folder %q: removable; want it kept (inside the folder)", tc.path, tc.dir)
+		}
+	}
+	outside := filepath.Join(root, "cmpl-2-0"+Ext)
+	if why := unremovable(outside, dst, alias); why != "" {
+		t.Errorf("unremovable(%q) with the folder named by an alias = %q; want removable", outside, why)
 	}
 }

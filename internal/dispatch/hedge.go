@@ -125,7 +125,7 @@ func (d *Dispatcher) runHedge(ctx context.Context, h *hedge, t *turn) {
 // (the sample moves to the escalation lane and completes there, exactly
 // once). If the backup failed, the sample escalates through the store as if
 // it had none.
-func (d *Dispatcher) settleFromHedge(workCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, h *hedge) {
+func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, h *hedge) {
 	target := h.cl.lane
 	escalated := verdict{out: outEscalate}
 	d.settleEndpoint(cl, c.ID, escalated, res, nil, d.now())
@@ -137,13 +137,13 @@ func (d *Dispatcher) settleFromHedge(workCtx, storeCtx context.Context, cl *call
 	now := d.now()
 	if h.err != nil {
 		d.log.Debug("backup failed; escalating", "sample", c.ID, "err", h.err)
-		_, what, op := d.storeOp(workCtx, cl.ep.url, l, c, t, escalated, res, nil, now)
+		_, what, op := d.storeOp(storeCtx, cl.ep.url, l, c, t, escalated, res, nil, now)
 		err := d.storeOutcome(storeCtx, c, what, op, now)
 		d.retire(c, err, func() { d.count(escalated, res, l, target) })
 		return
 	}
 	v := d.decide(target, c, t, h.res, nil, nil)
-	next, what, op := d.storeOp(workCtx, h.cl.ep.url, target, c, t, v, h.res, nil, now)
+	next, what, op := d.storeOp(storeCtx, h.cl.ep.url, target, c, t, v, h.res, nil, now)
 	used := v.out != outEscalate
 	if used {
 		st, owner, commit := d.cfg.Store, d.cfg.Owner, op

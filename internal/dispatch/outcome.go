@@ -86,9 +86,11 @@ func (d *Dispatcher) judge(t *turn, res llm.Result) verdict {
 }
 
 // settle updates the endpoint, records the sample's fate in the store and
-// frees its lane slot. t is nil when no request could be built; workCtx
-// bounds the render check of a stored answer (storeResult).
-func (d *Dispatcher) settle(workCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) {
+// frees its lane slot. t is nil when no request could be built. The render
+// check of a stored answer runs under storeCtx (tokenizeTimeout bounds
+// it): the drain's cancel must not turn good ids into "render check
+// failed".
+func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) {
 	now := d.now()
 	var v verdict
 	if t == nil {
@@ -98,7 +100,7 @@ func (d *Dispatcher) settle(workCtx, storeCtx context.Context, cl *call, l *lane
 	}
 	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 
-	target, what, op := d.storeOp(workCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
+	target, what, op := d.storeOp(storeCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
 	err := d.storeOutcome(storeCtx, c, what, op, now)
 	d.mu.Lock()
 	ctx := cl.est

@@ -103,3 +103,56 @@ func TestBackupAnswerRenderChecked(t *testing.T) {
 		}
 	})
 }
+
+// slowRenderClient renders after a while, or fails with its context's end.
+type slowRenderClient struct {
+	Chatter
+	ids  []int32
+	took time.Duration
+}
+
+func (c *slowRenderClient) RenderChat(ctx context.Context, path string, req llm.Request) ([]int32, error) {
+	select {
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-time.After(c.took):
+		return c.ids, nil
+	}
+}
+
+// TestRenderCheckOutlivesTheDrain: an answer that settles as the run
+// stops is render-checked to its end (tokenizeTimeout bounds it), not cut
+// by the drain's cancel of in-flight requests: its good ids are not
+// stored as unavailable because of our own shutdown.
+func TestRenderCheckOutlivesTheDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.add("short", "s", 1)
+		eps, _ := fleet(newTracker(), func(ctx context.Context, c call1) (llm.Result, error) {
+			time.Sleep(time.Second)
+			res := answer("an answer", "stop", 5)
+			res.PromptTokenIDs, res.CompletionTokenIDs = []int32{1, 2, 3}, []int32{7}
+			return res, nil
+		}, "http://a")
+		eps[0].Client = &slowRenderClient{Chatter: eps[0].Client, ids: []int32{1, 2, 3}, took: 3 * time.Second}
+		cfg := baseConfig(st, eps)
+		cfg.DrainTimeout = time.Second
+		d := mustNew(t, cfg)
+		d.SetServer("http://a", Server{Engine: "vllm", Render: "/v1/chat/completions/render"})
+		ctx, cancel := context.WithCancel(t.Context())
+		wait := runAsync(ctx, d)
+		time.Sleep(1500 * time.Millisecond) // answered at 1s; its render runs to 4s
+		cancel()                            // the drain gives up at 2.5s
+		if err := wait(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+		s := st.get("s-00000")
+		rec, err := reply.Decode(s.result)
+		if s.state != store.Done || err != nil {
+			t.Fatalf("s-00000: %s, %v; want it done with its answer", s.state, err)
+		}
+		if rec.TokenIDsUnavailable != "" {
+			t.Errorf("stored answer: TokenIDsUnavailable = %q, want its checked ids kept", rec.TokenIDsUnavailable)
+		}
+	})
+}

@@ -14,12 +14,12 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 	t, err := d.prepareTurn(c)
 	if err != nil {
 		cl.cancel(nil)
-		d.settle(workCtx, storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
 		return
 	}
 	if why := d.tooLong(reqCtx, e, c, t); why != "" {
 		cl.cancel(nil)
-		d.settle(workCtx, storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
+		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: why}, nil)
 		return
 	}
 	hedgeAt, hedgeStep := d.hedgeChunks(l, e)
@@ -36,14 +36,14 @@ func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l
 	d.mu.Unlock()
 	if h != nil {
 		if err == nil && res.FinishReason == "length" {
-			d.settleFromHedge(workCtx, storeCtx, cl, l, c, t, res, h)
+			d.settleFromHedge(storeCtx, cl, l, c, t, res, h)
 			return
 		}
 		// The first answer decides the sample: the backup is not needed.
 		h.cl.cancel(errHedgeDropped)
 		<-h.done
 	}
-	d.settle(workCtx, storeCtx, cl, l, c, t, res, err, cause)
+	d.settle(storeCtx, cl, l, c, t, res, err, cause)
 }
 
 // request is the chat request of t for call cl: the sample's turn, the

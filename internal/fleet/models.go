@@ -299,7 +299,14 @@ func (f *Fleet) identify(ctx context.Context, url string, d engine.Dialect) {
 	}
 	srv := dispatch.Server{Engine: d.Name, Version: id.Version, TokenIDFields: f.TokenIDFields(url), Tokenizer: d.Tokenizer,
 		Priority: id.Priority, Render: f.renderRoute(ctx, url, d)}
-	f.setServer(url, func(s *dispatch.Server) { *s = srv })
+	f.setServer(url, func(s *dispatch.Server) {
+		// A retry's probe may have found the route while this one failed:
+		// the verdict recorded wins over this probe's answer.
+		if p := f.render[url]; p != nil && p.known {
+			srv.Render = p.path
+		}
+		*s = srv
+	})
 	f.tellNoTokenIDs(url, d)
 }
 

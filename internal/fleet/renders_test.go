@@ -115,3 +115,47 @@ func TestRenderRouteAbsentIsKept(t *testing.T) {
 		t.Errorf("after a 404: %d probes, Render %q; want 1 probe, no route", *asked, rec.last().Render)
 	}
 }
+
+// TestRenderRouteFoundByRetryOutlivesAnOlderProbe: identify's probe and a
+// retry's may overlap; when the retry finds the route and identify's older
+// probe then fails, the route stays with the dispatcher (no retry would
+// follow: the verdict is known).
+func TestRenderRouteFoundByRetryOutlivesAnOlderProbe(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	asked := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/version" {
+			io.WriteString(w, `{"version":"0.21.0"}`)
+			return
+		}
+		mu.Lock()
+		asked++
+		n := asked
+		mu.Unlock()
+		switch n {
+		case 2: // identify's second probe: held until the retry has answered, then failed
+			close(arrived)
+			<-release
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 3:
+			io.WriteString(w, `{"token_ids":[1,2,3]}`)
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	f, rec := renderFleet(srv.URL)
+	vllm, _ := engine.Lookup("vllm")
+	ctx := context.Background()
+	f.identify(ctx, srv.URL, vllm)
+	done := make(chan struct{})
+	go func() { defer close(done); f.identify(ctx, srv.URL, vllm) }()
+	<-arrived
+	f.retryRenders(ctx, time.Now().Add(time.Hour))
+	close(release)
+	<-done
+	if s := rec.last(); s.Render != vllm.RenderPath || s.Version != "0.21.0" {
+		t.Errorf("after the retry found the route and the older probe failed: %+v; want Render %s kept", s, vllm.RenderPath)
+	}
+}

@@ -110,13 +110,20 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkClaimAtMillion(b *testing.B) {
 	ctx := context.Background()
 	s := benchStore(b)
-	// Bulk-fill with one statement; the triggers keep counts right.
-	_, err := s.DB().Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999999)
-		INSERT INTO samples (id, partition, lane, body, prompt_tokens, origin, state, not_before, created_at)
-		SELECT printf('s%09d', i), 'p', CASE WHEN i % 2 = 0 THEN 'short' ELSE 'long' END, zeroblob(300), 60, 'x',
-			'pending', CASE WHEN i < 100000 THEN 9000000000000000000 ELSE 0 END, 0 FROM n`)
-	if err != nil {
-		b.Fatal(err)
+	// Bulk-fill the current tables directly (Ingest would take minutes):
+	// samples, their bodies, and the counts Ingest keeps per batch.
+	for _, q := range []string{
+		`INSERT INTO origins (id, prefix) VALUES (1, 'x.jsonl:')`,
+		`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999999)
+		INSERT INTO samples (id, partition, lane, prompt_tokens, origin_file, origin_pos, state, not_before)
+		SELECT printf('s%09d', i), 'p', CASE WHEN i % 2 = 0 THEN 'short' ELSE 'long' END, 60, 1, i + 1,
+			'pending', CASE WHEN i < 100000 THEN 9000000000000000000 ELSE 0 END FROM n`,
+		`INSERT INTO sample_bodies (seq, body) SELECT seq, zeroblob(300) FROM samples`,
+		`INSERT INTO counts (partition, lane, state, n) SELECT partition, lane, state, count(*) FROM samples GROUP BY 1, 2, 3`,
+	} {
+		if _, err := s.DB().Exec(q); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.Run("Claim32", func(b *testing.B) {
 		claimed := 0

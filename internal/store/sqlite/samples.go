@@ -184,8 +184,12 @@ func (s *Store) rebuild(ctx context.Context, tx *sql.Tx, smp store.NewSample, fi
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
-	if _, err := s.exec(ctx, tx, rebuildBodySQL, blob(smp.Body), seq); err != nil {
+	res, err := s.exec(ctx, tx, rebuildBodySQL, blob(smp.Body), seq)
+	if err != nil {
 		return fmt.Errorf("rebuild body: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("rebuild body of sample %s: %d rows changed (%v), want 1: the store is damaged (sample_bodies lacks seq %d)", smp.ID, n, err, seq)
 	}
 	return nil
 }
@@ -436,10 +440,18 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	var got []seqClaim
 	for rows.Next() {
 		var sc seqClaim
-		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn); err != nil {
+		var body any // nil only when the body row is missing
+		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn); err != nil {
 			return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 		}
-		sc.c.Body = unblob(sc.c.Body)
+		switch b := body.(type) {
+		case []byte:
+			sc.c.Body = unblob(b)
+		case string: // a body an early schema stored as text
+			sc.c.Body = unblob([]byte(b))
+		default:
+			return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
+		}
 		sc.c.LeaseUntil = fromNS(ns(until))
 		got = append(got, sc)
 	}

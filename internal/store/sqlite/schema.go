@@ -501,7 +501,7 @@ END;
 
 // migrate brings the file to schemaVersion in one transaction, so a crash
 // mid-migration leaves the old version intact.
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB, path string) error {
 	var v int
 	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
@@ -524,6 +524,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	if v > schemaVersion {
 		return fmt.Errorf("schema version %d is newer than this binary's %d", v, schemaVersion)
+	}
+	if err := checkBodiesMove(ctx, tx, path, v); err != nil {
+		return err
 	}
 	for i := v; i < schemaVersion; i++ {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {

@@ -106,7 +106,7 @@ func OpenWith(path string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: journal mode is %q, want wal", path, mode)
 	}
-	if err := migrate(ctx, db); err != nil {
+	if err := migrate(ctx, db, path); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}

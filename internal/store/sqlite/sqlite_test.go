@@ -341,3 +341,31 @@ func checkConsistent(t *testing.T, db *sql.DB) {
 		}
 	}
 }
+
+// TestMissingBodyIsDamage: a sample whose body row is gone is reported as
+// a damaged store, by Claim and by the rebuild of a held-back sample,
+// never handed on as an empty request or skipped silently.
+func TestMissingBodyIsDamage(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "job.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Ingest(ctx, []store.NewSample{{ID: "p/1", Partition: "p", Lane: "short", Body: []byte(`{"a":1}`), Origin: "q.jsonl:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM sample_bodies`); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Claim(ctx, "short", 1, "w", time.Minute); err == nil || !strings.Contains(err.Error(), "p/1 has no body") {
+		t.Errorf("Claim of a sample without its body = %+v, %v; want an error naming it", c, err)
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE samples SET state = 'pending', lease_owner = NULL, lease_until = NULL, not_before = -1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Ingest(ctx, []store.NewSample{{ID: "p/1", Partition: "p", Lane: "short", Body: []byte(`{"a":2}`), Origin: "q.jsonl:1"}})
+	if err == nil || !strings.Contains(err.Error(), "rebuild body") {
+		t.Errorf("rebuild of a sample without its body row: %v; want an error", err)
+	}
+}

@@ -1,11 +1,14 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -416,4 +419,59 @@ func TestUpgradeAddsCaptureServerPath(t *testing.T) {
 	}
 	defer s.Close()
 	storetest.CheckCapturesAfterServerPath(t, s)
+}
+
+// TestUpgradeBodiesMoveNeedsRoom: a schema-11 store whose folder has less
+// than twice its bodies' volume free is refused before any change, with
+// the numbers, and opens at schema 11 still once there is room (saying
+// in one line that the move runs).
+func TestUpgradeBodiesMoveNeedsRoom(t *testing.T) {
+	defer func(f func(string) (int64, error), w io.Writer) { freeSpace, upgradeNotes = f, w }(freeSpace, upgradeNotes)
+	var notes bytes.Buffer
+	upgradeNotes = &notes
+	path := filepath.Join(t.TempDir(), "old.db")
+	buildSchema11(t, path)
+	var bodies int64
+	for _, smp := range schema11Samples {
+		bodies += int64(len(schema11Body(smp.id)))
+	}
+	freeSpace = func(string) (int64, error) { return 2*bodies - 1, nil }
+	_, err := Open(path)
+	want := fmt.Sprintf("upgrading old.db to schema 12 moves %d bytes of sample bodies and needs about %d bytes free; its folder has %d bytes",
+		bodies, 2*bodies, 2*bodies-1)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open on a nearly full disk = %v; want %q", err, want)
+	}
+	if notes.Len() != 0 {
+		t.Errorf("said %q for a refused upgrade", notes.String())
+	}
+	db, err := sql.Open("sqlite", path)
+	must(t, err)
+	var v int
+	must(t, db.QueryRow("PRAGMA user_version").Scan(&v))
+	db.Close()
+	if v != 11 {
+		t.Errorf("schema after the refusal = %d, want 11 untouched", v)
+	}
+	freeSpace = func(string) (int64, error) { return 5e9, nil }
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open with room: %v", err)
+	}
+	defer s.Close()
+	if r, ok, err := s.Sample(context.Background(), "fresh"); err != nil || !ok || string(r.Body) != schema11Body("fresh") {
+		t.Errorf("sample after the refused then allowed upgrade = %+v, %v, %v", r, ok, err)
+	}
+	wantNote := fmt.Sprintf("regen: upgrading old.db to schema 12: moving %d bytes of sample bodies to their own table (its folder has 5.0 GB free)\n", bodies)
+	if notes.String() != wantNote {
+		t.Errorf("said %q, want %q", notes.String(), wantNote)
+	}
+}
+
+func TestSizeText(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 bytes", 999: "999 bytes", 3_100_000_000: "3.1 GB", 6_200_000_000: "6.2 GB", 1_500_000: "1.5 MB"} {
+		if got := sizeText(n); got != want {
+			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
+		}
+	}
 }
