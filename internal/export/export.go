@@ -195,12 +195,9 @@ func Export(ctx context.Context, st Store, dir string, formats []string, name st
 // of this run's files replace the previous ones and no temporary file is
 // left behind.
 func ExportWith(ctx context.Context, st Store, dir string, formats []string, name string, o Options) (Summary, error) {
-	want := map[string]bool{}
-	for _, f := range formats {
-		if !slices.Contains(Formats, f) {
-			return Summary{}, fmt.Errorf("%w %q (want %s)", ErrUnknownFormat, f, strings.Join(Formats, ", "))
-		}
-		want[f] = true
+	want, err := wantedFormats(formats)
+	if err != nil {
+		return Summary{}, err
 	}
 	if err := o.Profile.check(o); err != nil {
 		return Summary{}, fmt.Errorf("export: %w", err)
@@ -274,6 +271,18 @@ func ExportWith(ctx context.Context, st Store, dir string, formats []string, nam
 	}
 	x.sum.Verified = rep
 	return x.sum, nil
+}
+
+// wantedFormats is the set of formats asked for, each one regen writes.
+func wantedFormats(formats []string) (map[string]bool, error) {
+	want := map[string]bool{}
+	for _, f := range formats {
+		if !slices.Contains(Formats, f) {
+			return nil, fmt.Errorf("%w %q (want %s)", ErrUnknownFormat, f, strings.Join(Formats, ", "))
+		}
+		want[f] = true
+	}
+	return want, nil
 }
 
 // removeStaleNoIDs removes the no-token-ids files an earlier export with
