@@ -187,11 +187,8 @@ type heldConv struct {
 // admission is the dispatcher's held conversations, by sample id (guarded
 // by Dispatcher.mu).
 type admission struct {
-	byID map[string]*heldConv
-	idle int // held conversations with no turn in flight
-	// blocked: a new conversation found no endpoint admitting it since the
-	// last one left (claimCapLocked).
-	blocked    bool
+	byID       map[string]*heldConv
+	idle       int // held conversations with no turn in flight
 	expiredAt  time.Time
 	refusedNew int64 // first turns no endpoint admitted, for tests and views
 }
@@ -272,7 +269,9 @@ func (d *Dispatcher) dropLocked(id string, h *heldConv) {
 		d.adm.idle--
 	}
 	delete(d.adm.byID, id)
-	d.adm.blocked = false
+	for _, l := range d.lanes {
+		l.admBlocked = false
+	}
 }
 
 // expireLocked drops conversations idle for heldIdle, at most every few
@@ -289,10 +288,11 @@ func (d *Dispatcher) expireLocked(now time.Time) {
 	}
 }
 
-// claimCapLocked caps a claim of n samples while no endpoint admits a new
-// conversation: at the held conversations waiting for their next turn.
-func (d *Dispatcher) claimCapLocked(n int) int {
-	if !d.adm.blocked {
+// claimCapLocked caps a claim of n samples of lane l while no endpoint
+// admits a new conversation of it: at the held conversations waiting for
+// their next turn. Another lane (single-turn samples) is claimed as before.
+func (d *Dispatcher) claimCapLocked(l *lane, n int) int {
+	if !l.admBlocked {
 		return n
 	}
 	return min(n, max(d.adm.idle, 0))
@@ -306,7 +306,7 @@ func (d *Dispatcher) refusedLocked(l *lane, now time.Time, a affinity) {
 	}
 	for _, e := range d.eps {
 		if e.roomLocked(l, now) > 0 {
-			d.adm.blocked = true
+			l.admBlocked = true
 			d.adm.refusedNew++
 			return
 		}

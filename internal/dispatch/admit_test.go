@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -120,15 +121,15 @@ func TestAdmissionHoldsConversationsTheirPoolKeepsWarm(t *testing.T) {
 	got = append(got, start("g", 3000, first))                                  // refused: both full
 	got = append(got, start("a", 3000, affinity{conv: true, prev: "http://a"})) // a's next turn: taken
 	got = append(got, start("single", 3000, affinity{}))                        // not a conversation: taken
-	blocked := d.adm.blocked
+	blocked := l.admBlocked
 	d.turnDoneLocked("b", false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
 	got = append(got, start("h", 3000, first))
 	want := []string{"http://a", "http://b", "http://a", "http://b", "http://a", "http://b", "-", "http://a", "http://b", "http://b"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("placements (-want +got):\n%s", diff)
 	}
-	if !blocked || d.adm.blocked {
-		t.Errorf("blocked %v after the refusal and %v after a conversation left; want true, false", blocked, d.adm.blocked)
+	if !blocked || l.admBlocked {
+		t.Errorf("blocked %v after the refusal and %v after a conversation left; want true, false", blocked, l.admBlocked)
 	}
 	if n := len(d.adm.byID); n != 6 {
 		t.Errorf("%d conversations held, want 6 (a, c, d, e, f, h)", n)
@@ -173,8 +174,8 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 3000+1000+1000 || d.adm.idle != 1 {
 		t.Errorf("after c1's turn: a warm %v, idle %d; want 5000, 1", a.warm.tokens, d.adm.idle)
 	}
-	d.adm.blocked = true
-	if n := d.claimCapLocked(50); n != 1 {
+	d.lanes[0].admBlocked = true
+	if n := d.claimCapLocked(d.lanes[0], 50); n != 1 {
 		t.Errorf("claim capped at %d while blocked, want 1 (c1 waits for its next turn)", n)
 	}
 	d.holdLocked("c1", b, 4500, affinity{conv: true, prev: "http://a", prefix: 9, prefixTok: 1000})
@@ -350,5 +351,54 @@ func TestAdmittedRoomGoesToItsPrefixes(t *testing.T) {
 				t.Errorf("sent (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// While admission refuses new conversations of one lane, a lane of
+// single-turn samples is claimed and sent as before: the claim cap and the
+// refusal of first turns belong to the lane whose conversation was refused
+// (they were global: the other lane's claims were capped at the
+// conversations waiting for a next turn, none here, so it got nothing).
+func TestAdmissionLeavesOtherLanesUncapped(t *testing.T) {
+	st := newFakeStore()
+	st.add("single", "s", 4)
+	hang := func(ctx context.Context, c call1) (llm.Result, error) {
+		<-ctx.Done()
+		return llm.Result{}, ctx.Err()
+	}
+	eps, _ := fleet(newTracker(), hang, "http://a", "http://b")
+	cfg := baseConfig(st, eps)
+	cfg.Lanes = []LaneConfig{{Name: "conv", Concurrency: 100, MaxTokens: 100}, {Name: "single", Concurrency: 100, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	now := d.now()
+	m := engine.Metrics{TokenUsage: 0.1, MaxTotalTokens: 10000,
+		Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
+	d.Observe("http://a", m, now)
+	d.Observe("http://b", m, now)
+	conv := d.lanes[0]
+	first := affinity{conv: true, newConv: true}
+	d.mu.Lock()
+	for _, id := range []string{"c1", "c2"} { // one conversation fills each pool
+		e, _ := d.pickLocked(now, conv, 9000, first)
+		if e == nil {
+			d.mu.Unlock()
+			t.Fatalf("conversation %s refused on empty endpoints", id)
+		}
+		d.holdLocked(id, e, 9000, first)
+	}
+	e, _ := d.pickLocked(now, conv, 9000, first)
+	refused := d.adm.refusedNew
+	d.mu.Unlock()
+	if e != nil || refused != 1 {
+		t.Fatalf("third conversation went to %v (refused %d); want refused", e, refused)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		d.workers.Wait()
+	}()
+	started, _, _, err := d.claimLane(ctx, ctx, context.Background(), d.lanes[1])
+	if err != nil || started != 4 {
+		t.Errorf("single-turn lane started %d (err %v) while the conversation lane was refused, want 4", started, err)
 	}
 }
