@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -401,4 +402,38 @@ func TestAdmissionLeavesOtherLanesUncapped(t *testing.T) {
 	if err != nil || started != 4 {
 		t.Errorf("single-turn lane started %d (err %v) while the conversation lane was refused, want 4", started, err)
 	}
+}
+
+// A conversation whose turns are answered by backups (hedge.go) leaves
+// admission when it ends: settleFromHedge did not tell admission, so a
+// conversation ended by a backup stayed held, busy, for the rest of the
+// run, its tokens counted against its endpoint's pool for good (with
+// enough of them no endpoint admitted a new conversation, and the claim,
+// capped at the idle held ones, none, stopped).
+func TestConversationAnsweredByBackupsLeavesAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		turn := 0
+		r := &backupRun{
+			bodies: map[string]string{"c": chat3("c")},
+			shortEnd: func() (llm.Result, error) { // the last turn is cut: its backup's answer ends the conversation
+				if turn++; turn < 3 {
+					return answer("fits", "stop", 50), nil
+				}
+				return answer("cut", "length", 100), nil
+			},
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				time.Sleep(500 * time.Millisecond) // outlives the short request
+				return answer("the long answer", "stop", 400), nil
+			},
+		}
+		d := r.run(t)
+		if s := r.st.get("c"); s.state != store.Done {
+			t.Fatalf("conversation %s, want done", s.state)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if n, convs := len(d.adm.byID), d.epByURL["http://a"].warm.convs; n != 0 || convs != 0 {
+			t.Errorf("after Run: %d conversations held, endpoint holds %d; want none", n, convs)
+		}
+	})
 }
