@@ -204,10 +204,11 @@ func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
 
 // holdLocked records that conversation id's turn (footprint est, affinity
 // a) starts on e: it is held there, moved from another endpoint if its
-// turn went elsewhere.
-func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity) {
+// turn went elsewhere. It returns the hold (nil: none), which the turn's
+// settle passes to turnDoneLocked.
+func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity) *heldConv {
 	if !a.conv || d.cfg.NoAdmission {
-		return
+		return nil
 	}
 	if d.adm.byID == nil {
 		d.adm.byID = map[string]*heldConv{}
@@ -230,16 +231,20 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 		expect: expect}
 	d.adm.byID[id] = h
 	e.warm.add(h)
+	return h
 }
 
-// turnDoneLocked updates conversation id after its turn settled: held
-// between turns with its context at ctx tokens when next (its next turn
-// is pending), dropped otherwise. u is the answer's usage (zero when none):
-// a next turn sent back to its endpoint tells whether its history was
-// still cached there (warmSet.judge).
-func (d *Dispatcher) turnDoneLocked(id string, next bool, ctx float64, u llm.Usage, now time.Time) {
+// turnDoneLocked updates conversation id after its turn, held as turn
+// (holdLocked's), settled: held between turns with its context at ctx
+// tokens when next (its next turn is pending), dropped otherwise. u is the
+// answer's usage (zero when none): a next turn sent back to its endpoint
+// tells whether its history was still cached there (warmSet.judge). A
+// hold that is no longer turn's is left alone: the next turn, committed
+// pending before this settle took d.mu, was claimed and started already,
+// and is in flight.
+func (d *Dispatcher) turnDoneLocked(id string, turn *heldConv, next bool, ctx float64, u llm.Usage, now time.Time) {
 	h, ok := d.adm.byID[id]
-	if !ok {
+	if !ok || h != turn {
 		return
 	}
 	if u.CachedTokens > 0 {

@@ -123,7 +123,7 @@ func TestAdmissionHoldsConversationsTheirPoolKeepsWarm(t *testing.T) {
 	got = append(got, start("a", 3000, affinity{conv: true, prev: "http://a"})) // a's next turn: taken
 	got = append(got, start("single", 3000, affinity{}))                        // not a conversation: taken
 	blocked := l.admBlocked
-	d.turnDoneLocked("b", false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
+	d.turnDoneLocked("b", d.adm.byID["b"], false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
 	got = append(got, start("h", 3000, first))
 	want := []string{"http://a", "http://b", "http://a", "http://b", "http://a", "http://b", "-", "http://a", "http://b", "http://b"}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -171,7 +171,7 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 1500+1000+1000 {
 		t.Errorf("a warm %v, want 3500 (1,500 and 1,000 own, the prefix once)", a.warm.tokens)
 	}
-	d.turnDoneLocked("c1", true, 4000, llm.Usage{}, now) // prompt and answer as counted: 4,000
+	d.turnDoneLocked("c1", d.adm.byID["c1"], true, 4000, llm.Usage{}, now) // prompt and answer as counted: 4,000
 	if a.warm.tokens != 3000+1000+1000 || d.adm.idle != 1 {
 		t.Errorf("after c1's turn: a warm %v, idle %d; want 5000, 1", a.warm.tokens, d.adm.idle)
 	}
@@ -185,7 +185,7 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 2000 || b.warm.tokens != 4000 || d.adm.idle != 0 {
 		t.Errorf("after c1 moved to b: a %v, b %v, idle %d; want 2000, 4000, 0", a.warm.tokens, b.warm.tokens, d.adm.idle)
 	}
-	d.turnDoneLocked("c2", true, 2500, llm.Usage{}, now)
+	d.turnDoneLocked("c2", d.adm.byID["c2"], true, 2500, llm.Usage{}, now)
 	d.expireLocked(now.Add(heldIdle - time.Second))
 	if _, ok := d.adm.byID["c2"]; !ok {
 		t.Fatal("c2 expired before heldIdle")
@@ -291,16 +291,16 @@ func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
 	conv := affinity{conv: true, newConv: true}
 	later := affinity{conv: true, prev: "http://a"}
 	d.holdLocked("c", a, 1000, conv)
-	d.turnDoneLocked("c", true, 1200, llm.Usage{PromptTokens: 1000, CompletionTokens: 200}, now)
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 1200, llm.Usage{PromptTokens: 1000, CompletionTokens: 200}, now)
 	d.holdLocked("c", a, 1300, later)
-	d.turnDoneLocked("c", true, 1500, llm.Usage{PromptTokens: 1300, CompletionTokens: 200}, now) // reports nothing cached
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 1500, llm.Usage{PromptTokens: 1300, CompletionTokens: 200}, now) // reports nothing cached
 	if a.warm.judged != 0 {
 		t.Errorf("%d turns judged on a server that reported no cached tokens, want 0", a.warm.judged)
 	}
 	d.holdLocked("c", a, 1600, later)
-	d.turnDoneLocked("c", true, 1800, llm.Usage{PromptTokens: 1600, CompletionTokens: 200, CachedTokens: 1300}, now) // found all of 1,300
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 1800, llm.Usage{PromptTokens: 1600, CompletionTokens: 200, CachedTokens: 1300}, now) // found all of 1,300
 	d.holdLocked("c", a, 1900, later)
-	d.turnDoneLocked("c", true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
 	if a.warm.judged != 2 || a.warm.lost != 1 {
 		t.Errorf("judged %d, lost %d; want 2 and 1", a.warm.judged, a.warm.lost)
 	}
@@ -436,4 +436,30 @@ func TestConversationAnsweredByBackupsLeavesAdmission(t *testing.T) {
 			t.Errorf("after Run: %d conversations held, endpoint holds %d; want none", n, convs)
 		}
 	})
+}
+
+// A settle commits the next turn pending before it takes d.mu to tell
+// admission; a claim in between starts the next turn first. The late
+// settle must not mark the conversation idle while that turn runs: it was
+// counted among the conversations waiting for a next turn (the claim cap)
+// and dropped by expiry after heldIdle, busy, its tokens left off the pool.
+func TestLateSettleLeavesTheNextTurnsHold(t *testing.T) {
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.epByURL["http://a"]
+	turn0 := d.holdLocked("c", a, 3000, affinity{conv: true, newConv: true, turns: 3})
+	turn1 := d.holdLocked("c", a, 3000, affinity{conv: true, prev: "http://a", turn: 1, turns: 3}) // claimed before turn 0's settle told admission
+	d.turnDoneLocked("c", turn0, true, 4000, llm.Usage{PromptTokens: 3500, CompletionTokens: 500}, now)
+	if d.adm.idle != 0 || !turn1.busy {
+		t.Errorf("after turn 0's late settle: idle %d, turn 1 busy %v; want 0, true", d.adm.idle, turn1.busy)
+	}
+	d.expireLocked(now.Add(2 * heldIdle))
+	if d.adm.byID["c"] != turn1 || a.warm.convs != 1 {
+		t.Errorf("conversation held %v (a holds %d), want turn 1's hold, 1", d.adm.byID["c"] != nil, a.warm.convs)
+	}
+	d.turnDoneLocked("c", turn1, false, 0, llm.Usage{}, now)
+	if len(d.adm.byID) != 0 || a.warm.convs != 0 || d.adm.idle != 0 {
+		t.Errorf("after the last turn: %d held, a holds %d, idle %d; want none", len(d.adm.byID), a.warm.convs, d.adm.idle)
+	}
 }

@@ -377,7 +377,7 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 	if w.a.conv {
 		cl.routingKey = c.ID
 	}
-	d.holdLocked(c.ID, e, est, w.a)
+	cl.held = d.holdLocked(c.ID, e, est, w.a)
 	d.acquireLocked(cl, now)
 	d.inflight++
 	d.mu.Unlock()

@@ -133,7 +133,7 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 	// on, busy, it would count against its endpoint's pool for good; a
 	// next turn is held again when it starts.
 	d.mu.Lock()
-	d.turnDoneLocked(c.ID, false, 0, llm.Usage{}, d.now())
+	d.turnDoneLocked(c.ID, cl.held, false, 0, llm.Usage{}, d.now())
 	d.mu.Unlock()
 	if l.auto == nil {
 		l.lim.Release()
