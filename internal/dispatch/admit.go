@@ -187,11 +187,8 @@ type heldConv struct {
 // admission is the dispatcher's held conversations, by sample id (guarded
 // by Dispatcher.mu).
 type admission struct {
-	byID map[string]*heldConv
-	idle int // held conversations with no turn in flight
-	// blocked: a new conversation found no endpoint admitting it since the
-	// last one left (claimCapLocked).
-	blocked    bool
+	byID       map[string]*heldConv
+	idle       int // held conversations with no turn in flight
 	expiredAt  time.Time
 	refusedNew int64 // first turns no endpoint admitted, for tests and views
 }
@@ -207,10 +204,11 @@ func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
 
 // holdLocked records that conversation id's turn (footprint est, affinity
 // a) starts on e: it is held there, moved from another endpoint if its
-// turn went elsewhere.
-func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity) {
+// turn went elsewhere. It returns the hold (nil: none), which the turn's
+// settle passes to turnDoneLocked.
+func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity) *heldConv {
 	if !a.conv || d.cfg.NoAdmission {
-		return
+		return nil
 	}
 	if d.adm.byID == nil {
 		d.adm.byID = map[string]*heldConv{}
@@ -233,16 +231,20 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 		expect: expect}
 	d.adm.byID[id] = h
 	e.warm.add(h)
+	return h
 }
 
-// turnDoneLocked updates conversation id after its turn settled: held
-// between turns with its context at ctx tokens when next (its next turn
-// is pending), dropped otherwise. u is the answer's usage (zero when none):
-// a next turn sent back to its endpoint tells whether its history was
-// still cached there (warmSet.judge).
-func (d *Dispatcher) turnDoneLocked(id string, next bool, ctx float64, u llm.Usage, now time.Time) {
+// turnDoneLocked updates conversation id after its turn, held as turn
+// (holdLocked's), settled: held between turns with its context at ctx
+// tokens when next (its next turn is pending), dropped otherwise. u is the
+// answer's usage (zero when none): a next turn sent back to its endpoint
+// tells whether its history was still cached there (warmSet.judge). A
+// hold that is no longer turn's is left alone: the next turn, committed
+// pending before this settle took d.mu, was claimed and started already,
+// and is in flight.
+func (d *Dispatcher) turnDoneLocked(id string, turn *heldConv, next bool, ctx float64, u llm.Usage, now time.Time) {
 	h, ok := d.adm.byID[id]
-	if !ok {
+	if !ok || h != turn {
 		return
 	}
 	if u.CachedTokens > 0 {
@@ -272,7 +274,9 @@ func (d *Dispatcher) dropLocked(id string, h *heldConv) {
 		d.adm.idle--
 	}
 	delete(d.adm.byID, id)
-	d.adm.blocked = false
+	for _, l := range d.lanes {
+		l.admBlocked = false
+	}
 }
 
 // expireLocked drops conversations idle for heldIdle, at most every few
@@ -289,10 +293,11 @@ func (d *Dispatcher) expireLocked(now time.Time) {
 	}
 }
 
-// claimCapLocked caps a claim of n samples while no endpoint admits a new
-// conversation: at the held conversations waiting for their next turn.
-func (d *Dispatcher) claimCapLocked(n int) int {
-	if !d.adm.blocked {
+// claimCapLocked caps a claim of n samples of lane l while no endpoint
+// admits a new conversation of it: at the held conversations waiting for
+// their next turn. Another lane (single-turn samples) is claimed as before.
+func (d *Dispatcher) claimCapLocked(l *lane, n int) int {
+	if !l.admBlocked {
 		return n
 	}
 	return min(n, max(d.adm.idle, 0))
@@ -306,7 +311,7 @@ func (d *Dispatcher) refusedLocked(l *lane, now time.Time, a affinity) {
 	}
 	for _, e := range d.eps {
 		if e.roomLocked(l, now) > 0 {
-			d.adm.blocked = true
+			l.admBlocked = true
 			d.adm.refusedNew++
 			return
 		}

@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -120,15 +122,15 @@ func TestAdmissionHoldsConversationsTheirPoolKeepsWarm(t *testing.T) {
 	got = append(got, start("g", 3000, first))                                  // refused: both full
 	got = append(got, start("a", 3000, affinity{conv: true, prev: "http://a"})) // a's next turn: taken
 	got = append(got, start("single", 3000, affinity{}))                        // not a conversation: taken
-	blocked := d.adm.blocked
-	d.turnDoneLocked("b", false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
+	blocked := l.admBlocked
+	d.turnDoneLocked("b", d.adm.byID["b"], false, 0, llm.Usage{}, now) // b's last turn answered: it leaves
 	got = append(got, start("h", 3000, first))
 	want := []string{"http://a", "http://b", "http://a", "http://b", "http://a", "http://b", "-", "http://a", "http://b", "http://b"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("placements (-want +got):\n%s", diff)
 	}
-	if !blocked || d.adm.blocked {
-		t.Errorf("blocked %v after the refusal and %v after a conversation left; want true, false", blocked, d.adm.blocked)
+	if !blocked || l.admBlocked {
+		t.Errorf("blocked %v after the refusal and %v after a conversation left; want true, false", blocked, l.admBlocked)
 	}
 	if n := len(d.adm.byID); n != 6 {
 		t.Errorf("%d conversations held, want 6 (a, c, d, e, f, h)", n)
@@ -169,12 +171,12 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 1500+1000+1000 {
 		t.Errorf("a warm %v, want 3500 (1,500 and 1,000 own, the prefix once)", a.warm.tokens)
 	}
-	d.turnDoneLocked("c1", true, 4000, llm.Usage{}, now) // prompt and answer as counted: 4,000
+	d.turnDoneLocked("c1", d.adm.byID["c1"], true, 4000, llm.Usage{}, now) // prompt and answer as counted: 4,000
 	if a.warm.tokens != 3000+1000+1000 || d.adm.idle != 1 {
 		t.Errorf("after c1's turn: a warm %v, idle %d; want 5000, 1", a.warm.tokens, d.adm.idle)
 	}
-	d.adm.blocked = true
-	if n := d.claimCapLocked(50); n != 1 {
+	d.lanes[0].admBlocked = true
+	if n := d.claimCapLocked(d.lanes[0], 50); n != 1 {
 		t.Errorf("claim capped at %d while blocked, want 1 (c1 waits for its next turn)", n)
 	}
 	d.holdLocked("c1", b, 4500, affinity{conv: true, prev: "http://a", prefix: 9, prefixTok: 1000})
@@ -183,7 +185,7 @@ func TestHeldConversationLifecycle(t *testing.T) {
 	if a.warm.tokens != 2000 || b.warm.tokens != 4000 || d.adm.idle != 0 {
 		t.Errorf("after c1 moved to b: a %v, b %v, idle %d; want 2000, 4000, 0", a.warm.tokens, b.warm.tokens, d.adm.idle)
 	}
-	d.turnDoneLocked("c2", true, 2500, llm.Usage{}, now)
+	d.turnDoneLocked("c2", d.adm.byID["c2"], true, 2500, llm.Usage{}, now)
 	d.expireLocked(now.Add(heldIdle - time.Second))
 	if _, ok := d.adm.byID["c2"]; !ok {
 		t.Fatal("c2 expired before heldIdle")
@@ -289,16 +291,16 @@ func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
 	conv := affinity{conv: true, newConv: true}
 	later := affinity{conv: true, prev: "http://a"}
 	d.holdLocked("c", a, 1000, conv)
-	d.turnDoneLocked("c", true, 1200, llm.Usage{PromptTokens: 1000, CompletionTokens: 200}, now)
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 1200, llm.Usage{PromptTokens: 1000, CompletionTokens: 200}, now)
 	d.holdLocked("c", a, 1300, later)
-	d.turnDoneLocked("c", true, 1500, llm.Usage{PromptTokens: 1300, CompletionTokens: 200}, now) // reports nothing cached
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 1500, llm.Usage{PromptTokens: 1300, CompletionTokens: 200}, now) // reports nothing cached
 	if a.warm.judged != 0 {
 		t.Errorf("%d turns judged on a server that reported no cached tokens, want 0", a.warm.judged)
 	}
 	d.holdLocked("c", a, 1600, later)
-	d.turnDoneLocked("c", true, 1800, llm.Usage{PromptTokens: 1600, CompletionTokens: 200, CachedTokens: 1300}, now) // found all of 1,300
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 1800, llm.Usage{PromptTokens: 1600, CompletionTokens: 200, CachedTokens: 1300}, now) // found all of 1,300
 	d.holdLocked("c", a, 1900, later)
-	d.turnDoneLocked("c", true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
+	d.turnDoneLocked("c", d.adm.byID["c"], true, 2100, llm.Usage{PromptTokens: 1900, CompletionTokens: 200, CachedTokens: 500}, now) // lost its history
 	if a.warm.judged != 2 || a.warm.lost != 1 {
 		t.Errorf("judged %d, lost %d; want 2 and 1", a.warm.judged, a.warm.lost)
 	}
@@ -350,5 +352,114 @@ func TestAdmittedRoomGoesToItsPrefixes(t *testing.T) {
 				t.Errorf("sent (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// While admission refuses new conversations of one lane, a lane of
+// single-turn samples is claimed and sent as before: the claim cap and the
+// refusal of first turns belong to the lane whose conversation was refused
+// (they were global: the other lane's claims were capped at the
+// conversations waiting for a next turn, none here, so it got nothing).
+func TestAdmissionLeavesOtherLanesUncapped(t *testing.T) {
+	st := newFakeStore()
+	st.add("single", "s", 4)
+	hang := func(ctx context.Context, c call1) (llm.Result, error) {
+		<-ctx.Done()
+		return llm.Result{}, ctx.Err()
+	}
+	eps, _ := fleet(newTracker(), hang, "http://a", "http://b")
+	cfg := baseConfig(st, eps)
+	cfg.Lanes = []LaneConfig{{Name: "conv", Concurrency: 100, MaxTokens: 100}, {Name: "single", Concurrency: 100, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	now := d.now()
+	m := engine.Metrics{TokenUsage: 0.1, MaxTotalTokens: 10000,
+		Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
+	d.Observe("http://a", m, now)
+	d.Observe("http://b", m, now)
+	conv := d.lanes[0]
+	first := affinity{conv: true, newConv: true}
+	d.mu.Lock()
+	for _, id := range []string{"c1", "c2"} { // one conversation fills each pool
+		e, _ := d.pickLocked(now, conv, 9000, first)
+		if e == nil {
+			d.mu.Unlock()
+			t.Fatalf("conversation %s refused on empty endpoints", id)
+		}
+		d.holdLocked(id, e, 9000, first)
+	}
+	e, _ := d.pickLocked(now, conv, 9000, first)
+	refused := d.adm.refusedNew
+	d.mu.Unlock()
+	if e != nil || refused != 1 {
+		t.Fatalf("third conversation went to %v (refused %d); want refused", e, refused)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		d.workers.Wait()
+	}()
+	started, _, _, err := d.claimLane(ctx, ctx, context.Background(), d.lanes[1])
+	if err != nil || started != 4 {
+		t.Errorf("single-turn lane started %d (err %v) while the conversation lane was refused, want 4", started, err)
+	}
+}
+
+// A conversation whose turns are answered by backups (hedge.go) leaves
+// admission when it ends: settleFromHedge did not tell admission, so a
+// conversation ended by a backup stayed held, busy, for the rest of the
+// run, its tokens counted against its endpoint's pool for good (with
+// enough of them no endpoint admitted a new conversation, and the claim,
+// capped at the idle held ones, none, stopped).
+func TestConversationAnsweredByBackupsLeavesAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		turn := 0
+		r := &backupRun{
+			bodies: map[string]string{"c": chat3("c")},
+			shortEnd: func() (llm.Result, error) { // the last turn is cut: its backup's answer ends the conversation
+				if turn++; turn < 3 {
+					return answer("fits", "stop", 50), nil
+				}
+				return answer("cut", "length", 100), nil
+			},
+			long: func(ctx context.Context, n int) (llm.Result, error) {
+				time.Sleep(500 * time.Millisecond) // outlives the short request
+				return answer("the long answer", "stop", 400), nil
+			},
+		}
+		d := r.run(t)
+		if s := r.st.get("c"); s.state != store.Done {
+			t.Fatalf("conversation %s, want done", s.state)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if n, convs := len(d.adm.byID), d.epByURL["http://a"].warm.convs; n != 0 || convs != 0 {
+			t.Errorf("after Run: %d conversations held, endpoint holds %d; want none", n, convs)
+		}
+	})
+}
+
+// A settle commits the next turn pending before it takes d.mu to tell
+// admission; a claim in between starts the next turn first. The late
+// settle must not mark the conversation idle while that turn runs: it was
+// counted among the conversations waiting for a next turn (the claim cap)
+// and dropped by expiry after heldIdle, busy, its tokens left off the pool.
+func TestLateSettleLeavesTheNextTurnsHold(t *testing.T) {
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.epByURL["http://a"]
+	turn0 := d.holdLocked("c", a, 3000, affinity{conv: true, newConv: true, turns: 3})
+	turn1 := d.holdLocked("c", a, 3000, affinity{conv: true, prev: "http://a", turn: 1, turns: 3}) // claimed before turn 0's settle told admission
+	d.turnDoneLocked("c", turn0, true, 4000, llm.Usage{PromptTokens: 3500, CompletionTokens: 500}, now)
+	if d.adm.idle != 0 || !turn1.busy {
+		t.Errorf("after turn 0's late settle: idle %d, turn 1 busy %v; want 0, true", d.adm.idle, turn1.busy)
+	}
+	d.expireLocked(now.Add(2 * heldIdle))
+	if d.adm.byID["c"] != turn1 || a.warm.convs != 1 {
+		t.Errorf("conversation held %v (a holds %d), want turn 1's hold, 1", d.adm.byID["c"] != nil, a.warm.convs)
+	}
+	d.turnDoneLocked("c", turn1, false, 0, llm.Usage{}, now)
+	if len(d.adm.byID) != 0 || a.warm.convs != 0 || d.adm.idle != 0 {
+		t.Errorf("after the last turn: %d held, a holds %d, idle %d; want none", len(d.adm.byID), a.warm.convs, d.adm.idle)
 	}
 }

@@ -175,7 +175,7 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 		n, keep = min(n, b-d.inflight), 0
 	}
 	d.expireLocked(now)
-	n = d.claimCapLocked(n)
+	n = d.claimCapLocked(l, n)
 	d.mu.Unlock()
 	if guarded {
 		// Kept samples would hide from the guard's claim what is left to try.
@@ -196,7 +196,7 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 	free, _ = d.laneRoomLocked(l, d.now())
 	// While admission holds first turns back, the next claim waits for a
 	// settle (a next turn pending) rather than asking again at once.
-	blocked := d.adm.blocked
+	blocked := l.admBlocked
 	d.mu.Unlock()
 	return started, n > 0 && len(claimed) == n && free > 0 && !blocked, false, nil
 }
@@ -355,7 +355,7 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 	c := w.c
 	now := d.now()
 	d.mu.Lock()
-	if w.a.newConv && d.adm.blocked && !d.cfg.NoAdmission {
+	if w.a.newConv && l.admBlocked && !d.cfg.NoAdmission {
 		// No endpoint admitted a new conversation since the last one left.
 		d.mu.Unlock()
 		if l.auto == nil {
@@ -377,7 +377,7 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 	if w.a.conv {
 		cl.routingKey = c.ID
 	}
-	d.holdLocked(c.ID, e, est, w.a)
+	cl.held = d.holdLocked(c.ID, e, est, w.a)
 	d.acquireLocked(cl, now)
 	d.inflight++
 	d.mu.Unlock()

@@ -119,6 +119,10 @@ type lane struct {
 	// backlog is claimed samples kept unsent until an endpoint they are
 	// homed on has room (backlog.go).
 	backlog []waiting
+	// admBlocked: a new conversation of the lane found no endpoint
+	// admitting it since the last held one left (admit.go, claimCapLocked;
+	// guarded by Dispatcher.mu).
+	admBlocked bool
 
 	// durations of the lane's last answered requests, for the views' ETA
 	// of the work in flight (tail.go).

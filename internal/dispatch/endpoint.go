@@ -107,6 +107,7 @@ type call struct {
 	// routingKey: the conversation's id, sent as a session hint.
 	later      bool
 	routingKey string
+	held       *heldConv // the conversation's hold this turn started (admit.go), nil when none
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
 	hedge *hedge

@@ -129,6 +129,12 @@ func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane
 	target := h.cl.lane
 	escalated := verdict{out: outEscalate}
 	d.settleEndpoint(cl, c.ID, escalated, res, nil, d.now())
+	// The conversation leaves admission whatever the backup brings: held
+	// on, busy, it would count against its endpoint's pool for good; a
+	// next turn is held again when it starts.
+	d.mu.Lock()
+	d.turnDoneLocked(c.ID, cl.held, false, 0, llm.Usage{}, d.now())
+	d.mu.Unlock()
 	if l.auto == nil {
 		l.lim.Release()
 	}

@@ -25,6 +25,8 @@ type backupRun struct {
 	// render, when set, is what the server's chat render route answers
 	// for every request (a vLLM with the route).
 	render []int32
+	// bodies, when set, are the samples of lane short instead of samples.
+	bodies map[string]string
 
 	st     *fakeStore
 	tr     *tracker
@@ -41,7 +43,11 @@ func (r *backupRun) log(s string) {
 func (r *backupRun) run(t *testing.T) *Dispatcher {
 	t.Helper()
 	r.st, r.tr = newFakeStore(), newTracker()
-	r.st.add("short", "s", max(r.samples, 1))
+	if r.bodies != nil {
+		addBodies(r.st, "short", r.bodies)
+	} else {
+		r.st.add("short", "s", max(r.samples, 1))
+	}
 	longStarted := make(chan struct{})
 	var once sync.Once
 	fn := func(ctx context.Context, c call1) (llm.Result, error) {

@@ -107,7 +107,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	if u := res.Usage; u.PromptTokens > 0 {
 		ctx = float64(u.PromptTokens + u.CompletionTokens)
 	}
-	d.turnDoneLocked(c.ID, err == nil && v.out == outNextTurn, ctx, res.Usage, now)
+	d.turnDoneLocked(c.ID, cl.held, err == nil && v.out == outNextTurn, ctx, res.Usage, now)
 	d.mu.Unlock()
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
