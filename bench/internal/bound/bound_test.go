@@ -100,13 +100,15 @@ func TestMerge(t *testing.T) {
 // returns, so the test waits for no tick.
 func TestWatchReadsServers(t *testing.T) {
 	metrics := func(body string) string {
-		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/metrics" {
 				http.NotFound(w, r)
 				return
 			}
 			fmt.Fprint(w, body)
-		})).URL
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
 	}
 	sglang := metrics("# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs 4\n# TYPE sglang:token_usage gauge\nsglang:token_usage 0.5\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 30\n# TYPE regen_sim_clock_seconds gauge\nregen_sim_clock_seconds 12\n")
 	llama := metrics("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 8\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 0\n")
