@@ -8,7 +8,8 @@
 // returns the leases of workers it finds gone, and at the end exactly one
 // of them exports (under the export lock) while the others see that export
 // in its heartbeat's mark and finish too. Leases returned this way spend no
-// attempt.
+// attempt. The live workers sending to each endpoint are counted from the
+// heartbeats too (Sharers), for conversation admission's part of a pool.
 package crew
 
 import (
