@@ -21,8 +21,9 @@ import (
 //
 //   - a conversation (a sample whose plan has more than one turn) is held
 //     by the endpoint its turn was sent to, from the start of its first
-//     turn until its last turn is answered, it fails or is given back, or
-//     it waited heldIdle for its next turn (another worker took it);
+//     turn until its last turn is answered, it fails or is given back,
+//     a claim shows another worker took its next turn (dropTakenLocked),
+//     or it waited heldIdle for its next turn;
 //   - its warm footprint is its context: while a turn runs, the turn's
 //     prompt and the lane's mean answer (the request's estimate), and
 //     between turns the prompt and answer of the last one as the server
@@ -63,8 +64,9 @@ import (
 const warmShare = 0.9
 
 // heldIdle is how long a held conversation may wait for its next turn
-// before it is dropped: its next turn was taken by another worker sharing
-// the store, or never came back.
+// before it is dropped: its next turn never came back, or was taken by
+// another worker sharing the store in a way no claim here showed (its
+// lane not served here, or every claim full of other next turns).
 const heldIdle = 2 * time.Minute
 
 // blindConvs is how many conversations an endpoint whose pool is not known
