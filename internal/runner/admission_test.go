@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -192,7 +195,40 @@ func runSharedPool(t *testing.T, workers, convs int) (mean float64, peak int) {
 	if got := len(log.last); got != convs {
 		t.Fatalf("%d conversations reached their last turn, want %d", got, convs)
 	}
-	return log.heldWhileNewWait()
+	mean, peak = log.heldWhileNewWait()
+	t.Logf("%d workers: prompt tokens found cached at the server %.1f%%", workers, 100*cachedShare(t, url))
+	return mean, peak
+}
+
+// cachedShare is the share of prompt tokens the simulator at url found in
+// its prefix cache, from its metrics.
+func cachedShare(t *testing.T, url string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(name string) float64 {
+		total := 0.0
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+				f := strings.Fields(line)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				total += v
+			}
+		}
+		return total
+	}
+	prompt := sum("sglang:prompt_tokens_total")
+	if prompt == 0 {
+		t.Fatal("the simulator counted no prompt tokens")
+	}
+	return sum("sglang:cached_tokens_total") / prompt
 }
 
 // TestSharedWorkersHoldOnePool: three workers sharing one store and one
