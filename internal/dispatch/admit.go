@@ -231,6 +231,7 @@ type admission struct {
 	expiredAt  time.Time
 	refusedNew int64  // first turns no endpoint admitted, for tests and views
 	claims     uint64 // claims started (claimStartLocked)
+	shared     bool   // some endpoint has other workers sending to it (SetSharers)
 }
 
 // admitsLocked reports whether e takes a new conversation with footprint
@@ -250,10 +251,12 @@ func (d *Dispatcher) SetSharers(byURL map[string]int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	grew := false
+	d.adm.shared = false
 	for _, e := range d.eps {
 		n := max(byURL[e.url], 1)
 		grew = grew || n < max(e.warm.sharers, 1)
 		e.warm.sharers = n
+		d.adm.shared = d.adm.shared || n > 1
 	}
 	if grew {
 		for _, l := range d.lanes {
@@ -353,6 +356,9 @@ func (d *Dispatcher) claimStartLocked() uint64 {
 // concurrent claim had locked but left is dropped too; it is held again
 // when it starts here (a next turn is always admitted).
 func (d *Dispatcher) dropTakenLocked(l *lane, seq uint64, claimed []store.Claimed, n int) {
+	if !d.adm.shared {
+		return
+	}
 	handedAll := len(claimed) < n
 	got := make(map[string]bool, len(claimed))
 	for _, c := range claimed {
