@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/regen-dev/regen/bench/internal/bound"
 	"github.com/regen-dev/regen/internal/capture"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/reply"
@@ -50,28 +51,37 @@ func benchCapture(ctx context.Context, o opts) (outcome, error) {
 	}
 	defer st.Close()
 	var regen, ref, regenCPU, refCPU []float64
+	var regenCells, refCells []bound.Cell
+	watch := bound.WatchConfig{URLs: []string{url}, Speed: c.Speed}
 	for range captureRounds {
+		w := bound.StartWatch(ctx, watch)
 		sp, err := captureRegenRound(ctx, st, url, filepath.Join(o.dir, "capture-job"), conc)
+		regenCells = append(regenCells, w.Stop())
 		if err != nil {
 			return outcome{}, err
 		}
 		regen, regenCPU = append(regen, float64(n)/sp.wall.Seconds()), append(regenCPU, float64(sp.cpu.Microseconds())/float64(n))
+		w = bound.StartWatch(ctx, watch)
 		sp, err = capturePlainRound(ctx, url, ids, conc)
+		refCells = append(refCells, w.Stop())
 		if err != nil {
 			return outcome{}, err
 		}
 		ref, refCPU = append(ref, float64(n)/sp.wall.Seconds()), append(refCPU, float64(sp.cpu.Microseconds())/float64(n))
 	}
+	regenCell, refCell := bound.Merge(regenCells...), bound.Merge(refCells...)
 	return outcome{
 		rows: []row{
 			{name: "capture samples", unit: "samples/s", better: "higher", regen: median(regen), ref: median(ref),
-				note: "a plain client sending the same requests (no check, hash, place or record)"},
+				note: "a plain client sending the same requests (no check, hash, place or record)", sides: sides(regenCell, refCell)},
 			{name: "capture CPU", unit: "µs/sample", better: "lower", regen: median(regenCPU), ref: median(refCPU),
-				note: "the same plain client (both include the in-process simulator)"},
+				note: "the same plain client (both include the in-process simulator)", sides: sides(regenCell, refCell)},
 		},
 		detail: []string{
-			fmt.Sprintf("%d samples, concurrency %d, %d rounds each, alternating: capture %s samples/s, plain %s; ratio of medians %.2fx",
-				n, conc, captureRounds, spread(regen), spread(ref), median(regen)/median(ref)),
+			// The ratio of the medians is the table's (withheld there when runner-bound).
+			fmt.Sprintf("%d samples, concurrency %d, %d rounds each, alternating: capture %s samples/s, plain %s",
+				n, conc, captureRounds, spread(regen), spread(ref)),
+			boundDetail(bound.Side{Name: "capture", Cell: regenCell}, bound.Side{Name: "plain", Cell: refCell}) + " (means over the rounds)",
 		},
 	}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regen-dev/regen/bench/internal/bound"
 	"github.com/regen-dev/regen/internal/dispatch"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/sim"
@@ -27,6 +28,7 @@ type e2eRun struct {
 	span     span
 	tokens   int64
 	inFlight float64 // mean requests in flight
+	cell     bound.Cell
 }
 
 // benchE2E runs the dispatcher over the SQLite store against the simulator
@@ -74,16 +76,18 @@ func benchE2E(ctx context.Context, o opts) (outcome, error) {
 	cpuPer := func(s span) float64 { return float64(s.cpu.Microseconds()) / 1e3 / float64(samples) }
 	g, ref := best[0], best[1]
 	const note = "same sim config, N plain Chat loops, no store"
+	bounds := sides(g.cell, ref.cell)
 	detail := []string{fmt.Sprintf("%d samples, lane concurrency %d, max_tokens %d, sim decode step %v real; best of %d; %d vs %d completion tokens; wall %.1f s vs %.1f s; mean requests in flight %.0f vs %.0f",
-		samples, conc, e2eMaxTokens, step, rounds, g.tokens, ref.tokens, g.span.wall.Seconds(), ref.span.wall.Seconds(), g.inFlight, ref.inFlight)}
+		samples, conc, e2eMaxTokens, step, rounds, g.tokens, ref.tokens, g.span.wall.Seconds(), ref.span.wall.Seconds(), g.inFlight, ref.inFlight),
+		boundDetail(bound.Side{Name: "regen", Cell: g.cell}, bound.Side{Name: "reference", Cell: ref.cell})}
 	if g.tokens != ref.tokens {
 		detail = append(detail, "token totals differ: the simulator's lengths depend on the request bytes, which differ between the two drivers")
 	}
 	return outcome{
 		rows: []row{
-			{name: "e2e samples", unit: "samples/s", better: "higher", regen: perSec(int64(samples), g.span), ref: perSec(int64(samples), ref.span), note: note},
-			{name: "e2e tokens", unit: "tokens/s", better: "higher", regen: perSec(g.tokens, g.span), ref: perSec(ref.tokens, ref.span), note: note},
-			{name: "e2e CPU", unit: "cpu-ms/sample", better: "lower", regen: cpuPer(g.span), ref: cpuPer(ref.span), note: note},
+			{name: "e2e samples", unit: "samples/s", better: "higher", regen: perSec(int64(samples), g.span), ref: perSec(int64(samples), ref.span), note: note, sides: bounds},
+			{name: "e2e tokens", unit: "tokens/s", better: "higher", regen: perSec(g.tokens, g.span), ref: perSec(ref.tokens, ref.span), note: note, sides: bounds},
+			{name: "e2e CPU", unit: "cpu-ms/sample", better: "lower", regen: cpuPer(g.span), ref: cpuPer(ref.span), note: note, sides: bounds},
 		},
 		detail: detail,
 	}, nil
@@ -133,9 +137,10 @@ func e2eDispatch(ctx context.Context, c sim.Config, path string, samples, conc i
 		}
 		return float64(snap.Lanes[0].InFlight)
 	})
+	w := bound.StartWatch(ctx, bound.WatchConfig{URLs: []string{url}, Speed: c.Speed})
 	s0 := startSpan()
 	err = d.Run(ctx)
-	run := e2eRun{span: s0.end(), inFlight: busy()}
+	run := e2eRun{span: s0.end(), inFlight: busy(), cell: w.Stop()}
 	if err != nil {
 		return e2eRun{}, fmt.Errorf("dispatch: %w", err)
 	}
@@ -167,6 +172,7 @@ func e2ePlain(ctx context.Context, c sim.Config, samples, conc int) (e2eRun, err
 	var wg sync.WaitGroup
 	var inFlight atomic.Int64
 	busy := sampleMean(func() float64 { return float64(inFlight.Load()) })
+	w := bound.StartWatch(ctx, bound.WatchConfig{URLs: []string{url}, Speed: c.Speed})
 	s0 := startSpan()
 	for range conc {
 		wg.Go(func() {
@@ -188,7 +194,7 @@ func e2ePlain(ctx context.Context, c sim.Config, samples, conc int) (e2eRun, err
 	}
 	close(next)
 	wg.Wait()
-	run := e2eRun{span: s0.end(), tokens: tokens, inFlight: busy()}
+	run := e2eRun{span: s0.end(), tokens: tokens, inFlight: busy(), cell: w.Stop()}
 	if firstErr != nil {
 		return e2eRun{}, fmt.Errorf("reference chat: %w", firstErr)
 	}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/regen-dev/regen/bench/internal/bound"
 )
 
 // row is one line of the report: a regen figure and its reference.
@@ -29,7 +31,14 @@ type row struct {
 	regen  float64
 	ref    float64
 	note   string // what the reference is
+	// sides is what bound regen's side and the reference's; nil when the
+	// case measures regen's own code with no server to bind it
+	// (bench/README.md, "Server- or runner-bound").
+	sides *[2]bound.Cell
 }
+
+// ownCode is the bound column of a row that measures regen's own code.
+const ownCode = "own code"
 
 // outcome is what one case returns: its rows and free-form detail lines.
 type outcome struct {
@@ -179,13 +188,29 @@ func printMachine(quick bool) {
 }
 
 func printTable(rows []row) {
-	cells := [][]string{{"case", "regen", "reference", "ratio", "unit (better)", "reference is"}}
+	for _, line := range renderTable(rows) {
+		fmt.Println(line)
+	}
+}
+
+// renderTable lays the rows out in columns. A row's ratio is withheld, the
+// column saying why, when either side was runner-bound: it would measure
+// the machine, not regen against its reference.
+func renderTable(rows []row) []string {
+	cells := [][]string{{"case", "regen", "reference", "ratio", "unit (better)", "bound (regen / ref)", "reference is"}}
 	for _, r := range rows {
 		ratio := "n/a"
 		if r.ref != 0 {
 			ratio = fmt.Sprintf("%.2fx", r.regen/r.ref)
 		}
-		cells = append(cells, []string{r.name, num(r.regen), num(r.ref), ratio, r.unit + " (" + r.better + ")", r.note})
+		bounds := ownCode
+		if r.sides != nil {
+			bounds = r.sides[0].Class + " / " + r.sides[1].Class
+			if why := bound.Withheld(bound.Side{Name: "regen", Cell: r.sides[0]}, bound.Side{Name: "reference", Cell: r.sides[1]}); why != "" {
+				ratio = why
+			}
+		}
+		cells = append(cells, []string{r.name, num(r.regen), num(r.ref), ratio, r.unit + " (" + r.better + ")", bounds, r.note})
 	}
 	width := make([]int, len(cells[0]))
 	for _, c := range cells {
@@ -194,7 +219,8 @@ func printTable(rows []row) {
 		}
 	}
 	// Names and notes read left to right; figures line up on the right.
-	rightAligned := []bool{false, true, true, true, false, false}
+	rightAligned := []bool{false, true, true, true, false, false, false}
+	var out []string
 	for _, c := range cells {
 		var b strings.Builder
 		for i, s := range c {
@@ -210,8 +236,21 @@ func printTable(rows []row) {
 				b.WriteString(s)
 			}
 		}
-		fmt.Println(b.String())
+		out = append(out, b.String())
 	}
+	return out
+}
+
+// sides pairs regen's cell with the reference's for a row.
+func sides(regen, ref bound.Cell) *[2]bound.Cell { return &[2]bound.Cell{regen, ref} }
+
+// boundDetail is the detail line giving what bound each named side.
+func boundDetail(named ...bound.Side) string {
+	var parts []string
+	for _, s := range named {
+		parts = append(parts, s.Name+" "+s.Cell.Evidence())
+	}
+	return "bound: " + strings.Join(parts, "; ")
 }
 
 // num prints a figure with three significant digits and thousands kept readable.

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regen-dev/regen/bench/internal/bound"
 	"github.com/regen-dev/regen/internal/sim"
 )
 
@@ -222,22 +223,31 @@ func benchSim(ctx context.Context, o opts) (outcome, error) {
 	if err != nil {
 		return outcome{}, fmt.Errorf("start sim: %w", err)
 	}
+	w := bound.StartWatch(ctx, bound.WatchConfig{URLs: []string{url}, Speed: c.Speed})
 	gotSim, simSpan, err := fanOut(ctx, url, tokens)
+	simCell := w.Stop()
 	s.Close()
 	if err != nil {
 		return outcome{}, fmt.Errorf("sim streams: %w", err)
 	}
 
 	ref := httptest.NewServer(plainSSE(tokens, nil))
+	w = bound.StartWatch(ctx, bound.WatchConfig{})
 	gotRef, refSpan, err := fanOut(ctx, ref.URL, tokens)
+	refCell := w.Stop()
 	ref.Close()
 	if err != nil {
 		return outcome{}, fmt.Errorf("reference streams: %w", err)
 	}
 
 	cctx, stop := context.WithCancel(ctx)
-	paced := httptest.NewServer(plainSSE(tokens, newClock(cctx, step)))
+	clk := newClock(cctx, step)
+	paced := httptest.NewServer(plainSSE(tokens, clk))
+	// The ticker's pace against the step asked of it: a ticker drops the
+	// ticks a starved process is late for.
+	w = bound.StartWatch(ctx, bound.WatchConfig{Speed: 1, Clock: func() float64 { return float64(clk.ticks.Load()) * step.Seconds() }})
 	gotPaced, pacedSpan, err := fanOut(ctx, paced.URL, tokens)
+	pacedCell := w.Stop()
 	paced.Close()
 	stop()
 	if err != nil {
@@ -250,10 +260,11 @@ func benchSim(ctx context.Context, o opts) (outcome, error) {
 	}
 	return outcome{
 		rows: []row{
-			{name: "sim tokens per CPU", unit: "tokens/cpu-s", better: "higher", regen: perCPU(gotSim, simSpan), ref: perCPU(gotRef, refSpan), note: "httptest handler writing the same chunks, unpaced"},
-			{name: "sim tokens per CPU, paced", unit: "tokens/cpu-s", better: "higher", regen: perCPU(gotSim, simSpan), ref: perCPU(gotPaced, pacedSpan), note: "same handler, one shared ticker at the sim's step"},
+			{name: "sim tokens per CPU", unit: "tokens/cpu-s", better: "higher", regen: perCPU(gotSim, simSpan), ref: perCPU(gotRef, refSpan), note: "httptest handler writing the same chunks, unpaced", sides: sides(simCell, refCell)},
+			{name: "sim tokens per CPU, paced", unit: "tokens/cpu-s", better: "higher", regen: perCPU(gotSim, simSpan), ref: perCPU(gotPaced, pacedSpan), note: "same handler, one shared ticker at the sim's step", sides: sides(simCell, pacedCell)},
 		},
 		detail: []string{fmt.Sprintf("%d concurrent streams x %d tokens; sim decode step %v real (fixed, batch of %d); clients' CPU counted on all sides; wall: sim %s, unpaced %s, paced %s",
-			simStreams, tokens, step, simStreams, wall(gotSim, simSpan), wall(gotRef, refSpan), wall(gotPaced, pacedSpan))},
+			simStreams, tokens, step, simStreams, wall(gotSim, simSpan), wall(gotRef, refSpan), wall(gotPaced, pacedSpan)),
+			boundDetail(bound.Side{Name: "sim", Cell: simCell}, bound.Side{Name: "unpaced", Cell: refCell}, bound.Side{Name: "paced", Cell: pacedCell})},
 	}, nil
 }

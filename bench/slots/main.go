@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regen-dev/regen/bench/internal/bound"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/runner"
@@ -47,6 +48,7 @@ type measure struct {
 	ttft50, ttft99  time.Duration
 	tokens, samples int
 	wall            time.Duration
+	bound           bound.Cell // what bound the cell: the server's slots and queue, the process's CPU, the simulator's speed
 }
 
 func main() {
@@ -82,17 +84,41 @@ func run(samples int, speed float64) error {
 		}
 		out = append(out, m)
 	}
-	fmt.Printf("\n%-24s %-9s %8s %9s %10s %10s %9s %8s %9s\n", "cell", "engine", "KV pool", "peak in", "TTFT p50", "TTFT p99", "goodput", "TTFT", "goodput")
-	fmt.Printf("%-24s %-9s %8s %9s %10s %10s %9s %8s %9s\n", "", "", "(tokens)", "flight", "(sim)", "(sim)", "(tok/s)", "x fixed", "x fixed")
-	base := out[0]
-	for i, m := range out {
-		sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) * speed).Round(time.Millisecond) }
-		good := float64(m.tokens) / (m.wall.Seconds() * speed)
-		baseGood := float64(base.tokens) / (base.wall.Seconds() * speed)
-		fmt.Printf("%-24s %-9s %8d %9d %10s %10s %9.0f %8.2f %9.2f\n", cells[i].name, m.engine, m.pool, m.peak,
-			sim(m.ttft50), sim(m.ttft99), good, float64(m.ttft50)/float64(base.ttft50), good/baseGood)
+	fmt.Println()
+	for _, line := range render(cells, out, speed) {
+		fmt.Println(line)
 	}
 	return nil
+}
+
+// render is the table: each cell's figures, what bound it, and its
+// ratios against the fixed cell, withheld when either was runner-bound;
+// then each cell's evidence.
+func render(cells []cell, out []measure, speed float64) []string {
+	lines := []string{
+		fmt.Sprintf("%-24s %-9s %8s %9s %10s %10s %9s %-7s %8s %9s", "cell", "engine", "KV pool", "peak in", "TTFT p50", "TTFT p99", "goodput", "bound", "TTFT", "goodput"),
+		fmt.Sprintf("%-24s %-9s %8s %9s %10s %10s %9s %-7s %8s %9s", "", "", "(tokens)", "flight", "(sim)", "(sim)", "(tok/s)", "", "x fixed", "x fixed"),
+	}
+	base := out[0]
+	simTime := func(d time.Duration) time.Duration { return time.Duration(float64(d) * speed).Round(time.Millisecond) }
+	goodput := func(m measure) float64 { return float64(m.tokens) / (m.wall.Seconds() * speed) }
+	for i, m := range out {
+		ratios := fmt.Sprintf("%8.2f %9.2f", float64(m.ttft50)/float64(base.ttft50), goodput(m)/goodput(base))
+		sides := []bound.Side{{Name: cells[i].name, Cell: m.bound}}
+		if i > 0 {
+			sides = append(sides, bound.Side{Name: cells[0].name, Cell: base.bound})
+		}
+		if why := bound.Withheld(sides...); why != "" {
+			ratios = "  " + why
+		}
+		lines = append(lines, fmt.Sprintf("%-24s %-9s %8d %9d %10s %10s %9.0f %-7s %s", cells[i].name, m.engine, m.pool, m.peak,
+			simTime(m.ttft50), simTime(m.ttft99), goodput(m), m.bound.Class, ratios))
+	}
+	lines = append(lines, "")
+	for i, m := range out {
+		lines = append(lines, fmt.Sprintf("  %s: bound %s", cells[i].name, m.bound.Evidence()))
+	}
+	return lines
 }
 
 func runCell(ctx context.Context, dir, prompts string, c cell, speed float64) (measure, error) {
@@ -116,10 +142,12 @@ func runCell(ctx context.Context, dir, prompts string, c cell, speed float64) (m
 
 	var m measure
 	w := watchEndpoints(ctx, st)
+	server := bound.StartWatch(ctx, bound.WatchConfig{URLs: []string{url}, Speed: speed, Slots: slots})
 	t0 := time.Now()
 	_, err = runner.Run(ctx, runner.Options{Spec: spec, Store: st, Logger: slog.New(slog.DiscardHandler),
 		NoExport: true, ProgressEvery: time.Hour, DrainTimeout: time.Second})
 	m.wall = time.Since(t0)
+	m.bound = server.Stop()
 	m.peak, m.pool = w.stop()
 	if err != nil {
 		return m, err
@@ -131,12 +159,15 @@ func runCell(ctx context.Context, dir, prompts string, c cell, speed float64) (m
 	return m, err
 }
 
+// slots is the server's request slots (llama-server --parallel).
+const slots = 8
+
 // startSlotServer starts the simulator as llama-server with 8 slots of
 // 2,048 tokens and returns it with its URL once it is ready.
 func startSlotServer(ctx context.Context, speed float64) (*sim.Server, string, error) {
 	cfg := sim.DefaultConfig()
 	cfg.ModelName = "qwen3-8b"
-	if err := cfg.Apply(map[string]any{"engine": "llamacpp", "parallel": 8, "context_length": 16384, "speed": speed,
+	if err := cfg.Apply(map[string]any{"engine": "llamacpp", "parallel": slots, "context_length": 16384, "speed": speed,
 		"output_mean": 300, "output_sigma": 0.6, "truncate_fraction": 0, "load_time": "0s", "warmup_time": "0s", "seed": 7,
 		// A small model on one GPU: a decode step of ~12 ms.
 		"decode_base": "10ms", "decode_per_req": "250us", "prefill_per_ktoken": "60ms"}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regen-dev/regen/bench/internal/bound"
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/job"
 	"github.com/regen-dev/regen/internal/reply"
@@ -67,10 +68,10 @@ type result struct {
 	// The same cache from the stored answers' usage, split by turn:
 	// prompt tokens and cached tokens of first turns and of later ones.
 	FirstPrompt, FirstCached, LaterPrompt, LaterCached float64
-	// What bound the run (bound.go): the fleet's load over the bulk and
+	// What bound the run (bench/internal/bound): the fleet's load over the bulk and
 	// the process's CPU and speed.
-	Load  load
-	Usage usage
+	Load  bound.Load
+	Usage bound.Usage
 	Bound string
 }
 
@@ -135,17 +136,17 @@ func runCell(ctx context.Context, e env, w workload, s setting, idx int) (result
 	defer st.Close()
 
 	clocks := newClockWatch(urls, e.speed)
-	t0, cpu0 := time.Now(), cpuTime()
+	t0, cpu0 := time.Now(), bound.CPUTime()
 	stopped, runErr := runJob(ctx, e, spec, st, clocks)
-	wall, cpu := time.Since(t0), cpuTime()-cpu0
+	wall, cpu := time.Since(t0), bound.CPUTime()-cpu0
 	if runErr != nil && !stopped {
 		return result{}, fmt.Errorf("run %s at %s: %w", w.Name, s, runErr)
 	}
 	tot := clocks.totals()
 	r := result{Setting: s, Wall: wall, SimSeconds: clocks.simSeconds(), Sim95: clocks.timeTo(0.95), Retractions: tot.retracted, Stopped: stopped,
 		Prompt: tot.prompt, Cached: tot.cached}
-	r.Load, r.Usage = clocks.bulkLoad(r.Sim95), measureUsage(cpu, wall, r.SimSeconds, clocks.realSpan(), e.speed)
-	r.Bound = classify(r.Load, r.Usage)
+	r.Load, r.Usage = clocks.bulkLoad(r.Sim95), bound.MeasureUsage(cpu, wall, r.SimSeconds, clocks.realSpan(), e.speed)
+	r.Bound = bound.Classify(r.Load, r.Usage)
 	if span := clocks.realSpan(); span > 0 {
 		r.EffSpeed = r.SimSeconds / span.Seconds()
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/regen-dev/regen/bench/internal/bound"
 	"github.com/regen-dev/regen/internal/sim"
 )
 
@@ -27,7 +28,7 @@ type clockWatch struct {
 	mu     sync.Mutex
 	per    []clockState
 	series [][2]float64
-	loads  []loadSample // the fleet's queues and KV at each scrape after the start
+	loads  []bound.Sample // the fleet's queues and KV at each scrape after the start
 	// The real time of the first and the last scrape after the start: the
 	// span the simulated time was counted over.
 	first, last time.Time
@@ -42,13 +43,8 @@ type clockState struct {
 	total    counters // through restarts
 	restarts int
 	started  bool
-	downFor  float64 // simulated time counted for failed scrapes since the last good one
-	now      gauges  // the last good scrape's gauges
-}
-
-// gauges are a server's load at one scrape.
-type gauges struct {
-	queue, usage, running float64
+	downFor  float64      // simulated time counted for failed scrapes since the last good one
+	now      bound.Gauges // the last good scrape's gauges
 }
 
 // counters are the server counters the sweep follows through restarts.
@@ -130,11 +126,11 @@ func (c *clockWatch) observe(i int, clock float64, cs counters, ok bool, now tim
 
 // gauge keeps server i's load from its last scrape (a failed one reads as
 // an idle server: a down server is not busy).
-func (c *clockWatch) gauge(i int, g gauges, ok bool) {
+func (c *clockWatch) gauge(i int, g bound.Gauges, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !ok {
-		g = gauges{}
+		g = bound.Gauges{}
 	}
 	c.per[i].now = g
 }
@@ -153,11 +149,11 @@ func (c *clockWatch) record(now time.Time) {
 	}
 	c.series = append(c.series, [2]float64{t, n})
 	if started {
-		var load []gauges
+		var load []bound.Gauges
 		for _, s := range c.per {
 			load = append(load, s.now)
 		}
-		c.loads = append(c.loads, newLoadSample(t, load))
+		c.loads = append(c.loads, bound.NewSample(t, load))
 		if c.first.IsZero() {
 			c.first = now
 		}
@@ -175,10 +171,10 @@ func (c *clockWatch) realSpan() time.Duration {
 
 // bulkLoad is the fleet's mean load over the scrapes up to simulated time
 // until (the job's bulk, before its tail).
-func (c *clockWatch) bulkLoad(until float64) load {
+func (c *clockWatch) bulkLoad(until float64) bound.Load {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return meanLoad(c.loads, until)
+	return bound.MeanLoad(c.loads, until)
 }
 
 // timeTo is the simulated time at which the fleet had generated share of
@@ -198,7 +194,7 @@ func (c *clockWatch) timeTo(share float64) float64 {
 	return c.series[len(c.series)-1][0]
 }
 
-func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs counters, g gauges, ok bool) {
+func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs counters, g bound.Gauges, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
 		return 0, cs, g, false
@@ -234,17 +230,7 @@ func (c *clockWatch) scrape(ctx context.Context, url string) (clock float64, cs 
 	// The prefix cache: prompt tokens asked for and those found cached.
 	cs.prompt = counter("sglang:prompt_tokens_total", "sglang:prompt_tokens", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
 	cs.cached = counter("sglang:cached_tokens_total", "sglang:cached_tokens", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
-	gauge := func(names ...string) float64 {
-		for _, name := range names {
-			if g, found := fams[name]; found && len(g.GetMetric()) > 0 {
-				return g.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		return 0
-	}
-	g.queue = gauge("sglang:num_queue_reqs", "vllm:num_requests_waiting")
-	g.usage = gauge("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-	g.running = gauge("sglang:num_running_reqs", "vllm:num_requests_running")
+	g = bound.ReadGauges(fams)
 	return clock, cs, g, true
 }
 

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/regen-dev/regen/bench/internal/bound"
 )
 
 func main() {
@@ -173,7 +175,7 @@ func runWorkload(ctx context.Context, e env, w workload, settings []setting, rep
 			}
 			runs = append(runs, r)
 			fmt.Fprintf(os.Stderr, "  goodput %.0f tok/s, %d tokens in %.0f simulated s (%.1f s wall, %.0fx), %.0f retractions, %d crashes; bound: %s\n",
-				r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes, boundNote(r.Load, r.Usage))
+				r.goodput(), r.Tokens, r.SimSeconds, r.Wall.Seconds(), r.SimSeconds/r.Wall.Seconds(), r.Retractions, r.Crashes, bound.Note(r.Load, r.Usage))
 		}
 		cells = append(cells, runs)
 	}
@@ -235,18 +237,18 @@ type cell struct {
 	effSpeed           float64 // the runs' lowest simulators' speed, simulated s per real s over the span counted
 	split              []endpointShare
 	limits             []string
-	stopped            int     // runs stopped after maxRestarts
-	hit, prefill       float64 // mean prefix-cache hit rate, prompt tokens computed
-	ttft50, ttft99     float64 // mean of the runs' TTFT percentiles, simulated s
-	same               float64 // share of later turns answered by the endpoint of the turn before
-	later              bool    // the job had later turns (same is meaningful)
-	groups             float64 // mean distinct shared prefixes per endpoint
-	hitFirst, hitLater float64 // mean hit rate of first turns and of later ones, from the stored usage
-	median             float64 // goodput
-	bound              string  // what bound the runs summarised; runner when every run was runner-bound
-	runnerRuns, runs   int     // runs that were runner-bound, of all
-	load               load    // mean of the summarised runs
-	usage              usage
+	stopped            int        // runs stopped after maxRestarts
+	hit, prefill       float64    // mean prefix-cache hit rate, prompt tokens computed
+	ttft50, ttft99     float64    // mean of the runs' TTFT percentiles, simulated s
+	same               float64    // share of later turns answered by the endpoint of the turn before
+	later              bool       // the job had later turns (same is meaningful)
+	groups             float64    // mean distinct shared prefixes per endpoint
+	hitFirst, hitLater float64    // mean hit rate of first turns and of later ones, from the stored usage
+	median             float64    // goodput
+	bound              string     // what bound the runs summarised; runner when every run was runner-bound
+	runnerRuns, runs   int        // runs that were runner-bound, of all
+	load               bound.Load // mean of the summarised runs
+	usage              bound.Usage
 }
 
 // summarise describes a setting by its runs that were not runner-bound
@@ -255,11 +257,11 @@ type cell struct {
 func summarise(all []result) cell {
 	var runs []result
 	for _, r := range all {
-		if r.Bound != boundRunner {
+		if r.Bound != bound.Runner {
 			runs = append(runs, r)
 		}
 	}
-	c := cell{runs: len(all), runnerRuns: len(all) - len(runs), bound: boundRunner}
+	c := cell{runs: len(all), runnerRuns: len(all) - len(runs), bound: bound.Runner}
 	if len(runs) == 0 {
 		runs = all
 	} else {
@@ -270,12 +272,12 @@ func summarise(all []result) cell {
 	n := float64(len(runs))
 	for _, r := range runs {
 		goodputs = append(goodputs, r.goodput())
-		c.load.busy += r.Load.busy / n
-		c.load.kv += r.Load.kv / n
-		c.load.queue += r.Load.queue / n
-		c.load.inFlight += r.Load.inFlight / n
-		c.usage.cpuShare += r.Usage.cpuShare / n
-		c.usage.speedShare += r.Usage.speedShare / n
+		c.load.Busy += r.Load.Busy / n
+		c.load.KV += r.Load.KV / n
+		c.load.Queue += r.Load.Queue / n
+		c.load.InFlight += r.Load.InFlight / n
+		c.usage.CPUShare += r.Usage.CPUShare / n
+		c.usage.SpeedShare += r.Usage.SpeedShare / n
 		g := r.goodput()
 		c.mean += g / n
 		c.bulk += r.bulk() / n
@@ -328,7 +330,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 	slow, stoppedAny, runnerAny := false, false, false
 	for i, c := range cs {
 		rel := "-"
-		if best >= 0 && c.bound != boundRunner {
+		if best >= 0 && c.bound != bound.Runner {
 			rel = fmt.Sprintf("%.1f%%", 100*c.mean/cs[best].mean)
 		}
 		mark := ""
@@ -361,7 +363,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 			runnerAny = true
 		}
 		fmt.Fprintf(tw, "  %s%s\t%.0f\t%.0f\t%.0f-%.0f\t%s\t%s\t%.0f%% / %.2f / %.1f / %.0f\t%.0f%% / %.0f%%\t%.0f\t%.1f%%\t%s\t%.2fM\t%.2fs\t%.2fs\t%s\t%s\t%.1f\t%.1f\t%.2fM\t%.0f\t%.0fx%s\t%s\t\n", c.setting, mark, c.mean, c.median, c.low, c.high, rel,
-			bound, 100*c.load.busy, c.load.kv, c.load.queue, c.load.inFlight, 100*c.usage.cpuShare, 100*c.usage.speedShare,
+			bound, 100*c.load.Busy, c.load.KV, c.load.Queue, c.load.InFlight, 100*c.usage.CPUShare, 100*c.usage.SpeedShare,
 			c.bulk, 100*c.hit, hitSplit, c.prefill/1e6, c.ttft50, c.ttft99, same, groups, c.retractions, c.crashes, c.tokens/1e6, c.simSeconds, c.effSpeed, flag, strings.Join(split, ", "))
 	}
 	tw.Flush()
@@ -373,7 +375,7 @@ func printTable(w workload, runs [][]result, speed float64) {
 func bestFixed(cs []cell) int {
 	best := -1
 	for i, c := range cs {
-		if c.setting.auto() || c.crashes > 0 || c.stopped > 0 || c.bound == boundRunner {
+		if c.setting.auto() || c.crashes > 0 || c.stopped > 0 || c.bound == bound.Runner {
 			continue
 		}
 		if best < 0 || c.mean > cs[best].mean {
@@ -407,7 +409,7 @@ func printNotes(cs []cell, best int, speed float64, slow, stoppedAny, runnerAny 
 				continue
 			}
 			name, bal := strings.TrimSuffix(c.setting.String(), " "+c.setting.Balance), c.setting.Balance
-			if c.bound == boundRunner || b.bound == boundRunner {
+			if c.bound == bound.Runner || b.bound == bound.Runner {
 				fmt.Printf("  %s: %s / tokens not reported: runner-bound (%.0f / %.0f, bound %s / %s)\n", name, bal, c.mean, b.mean, c.bound, b.bound)
 				continue
 			}
@@ -428,10 +430,10 @@ func boundOf(runs []result) string {
 	for _, r := range runs {
 		n[r.Bound]++
 	}
-	if n[boundServer] >= n[boundLimit] {
-		return boundServer
+	if n[bound.Server] >= n[bound.Limit] {
+		return bound.Server
 	}
-	return boundLimit
+	return bound.Limit
 }
 
 // median is the middle of xs (the mean of the two middle ones), 0 when empty.

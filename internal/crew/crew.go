@@ -8,7 +8,8 @@
 // returns the leases of workers it finds gone, and at the end exactly one
 // of them exports (under the export lock) while the others see that export
 // in its heartbeat's mark and finish too. Leases returned this way spend no
-// attempt.
+// attempt. The live workers sending to each endpoint are counted from the
+// heartbeats too (Sharers), for conversation admission's part of a pool.
 package crew
 
 import (
@@ -16,6 +17,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"time"
 
@@ -236,6 +239,70 @@ func (c *Crew) LiveOthers(ctx context.Context) ([]string, error) {
 		live = append(live, fmt.Sprintf("pid %d on %s", hb.PID, hb.Host))
 	}
 	return live, nil
+}
+
+// Sharers counts, for each of urls, the live workers of the job that send
+// to it, this one included: conversation admission holds each worker to
+// its part of a server's KV pool (dispatch.SetSharers). A worker sends to
+// the endpoints its heartbeat lists, or, while it has listed none yet
+// (starting), to the job's endpoints, which are this worker's too. A
+// loopback URL names a different server on another host, so there it
+// counts only workers on this host. A worker that is gone
+// (monitor.WorkerGone) stops counting. A store that is not shared has this
+// worker alone (nil).
+func (c *Crew) Sharers(ctx context.Context, urls []string) (map[string]int, error) {
+	if !c.cfg.Shared {
+		return nil, nil
+	}
+	hbs, err := c.cfg.Store.Heartbeats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
+	}
+	out := make(map[string]int, len(urls))
+	for _, u := range urls {
+		out[u] = 1
+	}
+	now := time.Now()
+	for _, hb := range hbs {
+		if hb.Owner == c.cfg.Owner || monitor.WorkerGone(hb, c.cfg.Host, now, c.cfg.DeadAfter, true) {
+			continue
+		}
+		var b monitor.Beat
+		_ = json.Unmarshal(hb.Counters, &b)
+		for _, u := range urls {
+			if sendsTo(b, u) && (hb.Host == c.cfg.Host || !loopback(u)) {
+				out[u]++
+			}
+		}
+	}
+	return out, nil
+}
+
+// sendsTo reports whether the worker of beat b sends to url.
+func sendsTo(b monitor.Beat, url string) bool {
+	if len(b.Endpoints) == 0 {
+		return true
+	}
+	for _, e := range b.Endpoints {
+		if e.URL == url {
+			return true
+		}
+	}
+	return false
+}
+
+// loopback reports whether raw names a server on the host that uses it.
+func loopback(raw string) bool {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return false
+	}
+	if h := u.Hostname(); h == "localhost" {
+		return true
+	} else if ip := net.ParseIP(h); ip != nil {
+		return ip.IsLoopback()
+	}
+	return false
 }
 
 // ExportMark identifies the finished samples an export holds: the same

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/regen-dev/regen/internal/monitor"
 	"github.com/regen-dev/regen/internal/store"
 	"github.com/regen-dev/regen/internal/store/sqlite"
@@ -197,5 +199,52 @@ func TestExportedByOther(t *testing.T) {
 				t.Errorf("ExportedByOther = %v, %v; want %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSharers counts, per endpoint, the live workers sending to it: those
+// listing it in their heartbeat and those starting (none listed yet); a
+// loopback URL only on this host (elsewhere it is another server); the
+// exited, the stale and those sending elsewhere not at all.
+func TestSharers(t *testing.T) {
+	ctx := context.Background()
+	st := open(t, filepath.Join(t.TempDir(), "job.db"))
+	now := time.Now()
+	const remote, local = "http://gpu1:30000", "http://127.0.0.1:30000"
+	eps := func(urls ...string) monitor.Beat {
+		var b monitor.Beat
+		for _, u := range urls {
+			b.Endpoints = append(b.Endpoints, monitor.EndpointStatus{URL: u})
+		}
+		return b
+	}
+	beat(t, st, "listing-both", "node-b", now, eps(remote, local))
+	beat(t, st, "starting", "node-c", now, monitor.Beat{})
+	beat(t, st, "elsewhere", "node-d", now, eps("http://gpu2:30000"))
+	beat(t, st, "stale", "node-e", now.Add(-2*deadAfter), eps(remote))
+	beat(t, st, "exited", "node-b", now, monitor.Beat{Exited: true, Endpoints: eps(remote).Endpoints})
+	// A worker on this host: its heartbeat's pid must be a live regen process.
+	standin := exec.Command("sleep", "60")
+	standin.Args[0] = "regen-standin"
+	if err := standin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = standin.Process.Kill(); _ = standin.Wait() })
+	counters, _ := json.Marshal(eps(local))
+	if err := st.PutHeartbeat(ctx, store.Heartbeat{Owner: "local", PID: standin.Process.Pid, Host: "node-a", Time: now, Started: now, Counters: counters}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: st, Job: "j", Owner: "me", Host: "node-a", Started: now, Shared: true, DeadAfter: deadAfter}
+	got, err := New(cfg).Sharers(ctx, []string{remote, local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{remote: 3, local: 2} // me, listing-both, starting; me, local
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sharers (-want +got):\n%s", diff)
+	}
+	cfg.Shared = false
+	if got, err := New(cfg).Sharers(ctx, []string{remote}); err != nil || got != nil {
+		t.Errorf("sharers on a store that is not shared: %v, %v; want none", got, err)
 	}
 }

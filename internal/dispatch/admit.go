@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/store"
 )
 
 // Conversation-level admission.
@@ -20,8 +21,9 @@ import (
 //
 //   - a conversation (a sample whose plan has more than one turn) is held
 //     by the endpoint its turn was sent to, from the start of its first
-//     turn until its last turn is answered, it fails or is given back, or
-//     it waited heldIdle for its next turn (another worker took it);
+//     turn until its last turn is answered, it fails or is given back,
+//     a claim shows another worker took its next turn (dropTakenLocked),
+//     or it waited heldIdle for its next turn;
 //   - its warm footprint is its context: while a turn runs, the turn's
 //     prompt and the lane's mean answer (the request's estimate), and
 //     between turns the prompt and answer of the last one as the server
@@ -46,6 +48,22 @@ import (
 // store for no more samples than held conversations wait for their next
 // turn (claimCapLocked), so refused first turns are not claimed and given
 // back in a loop; the first conversation to leave lifts that.
+//
+// Several workers sharing one store (PostgreSQL) and the same servers each
+// keep this state for their own conversations only, so each would admit up
+// to the whole pool: three workers held 24 conversations at once where one
+// worker alone held 10 against the same server (TestSharedWorkersHoldOnePool
+// in internal/runner) and thrashed its cache. So each worker counts against
+// its part of the pool: pool / the live workers sending to the endpoint
+// (SetSharers; the runner reads the count from the workers' heartbeats,
+// crew.Sharers). An equal part needs no traffic between workers and holds
+// from the first claim: counting the others' held tokens from their
+// heartbeats instead would let workers starting together each see an empty
+// pool and fill it, and the server's own KV usage cannot tell a held
+// history from a stale one its cache keeps until it needs the room. A
+// worker that holds less than its part leaves the rest unused; a worker
+// that dies stops counting once its heartbeat is dead_after old. Alone, a
+// worker's admission is unchanged.
 
 // warmShare is the part of an endpoint's KV pool its held conversations
 // may fill; the rest is the headroom running requests grow into (a turn's
@@ -53,8 +71,9 @@ import (
 const warmShare = 0.9
 
 // heldIdle is how long a held conversation may wait for its next turn
-// before it is dropped: its next turn was taken by another worker sharing
-// the store, or never came back.
+// before it is dropped: its next turn never came back, or was taken by
+// another worker sharing the store in a way no claim here showed (its
+// lane not served here, or every claim full of other next turns).
 const heldIdle = 2 * time.Minute
 
 // blindConvs is how many conversations an endpoint whose pool is not known
@@ -76,6 +95,18 @@ func admits(pool, warm, need float64, convs int) bool {
 	return warm+need <= warmShare*pool
 }
 
+// admitsShare is admits for one of sharers workers sending to the
+// endpoint: each counts against its part of the pool (and of blindConvs).
+func admitsShare(pool, warm, need float64, convs, sharers int) bool {
+	if sharers <= 1 {
+		return admits(pool, warm, need, convs)
+	}
+	if pool <= 0 && convs > 0 {
+		return convs < max(blindConvs/sharers, 1)
+	}
+	return admits(pool/float64(sharers), warm, need, convs)
+}
+
 // warmSet is one endpoint's held conversations' footprint (guarded by
 // Dispatcher.mu).
 type warmSet struct {
@@ -88,6 +119,9 @@ type warmSet struct {
 	scale        float64
 	reported     bool
 	judged, lost int
+	// sharers is how many live workers send to the endpoint, this one
+	// included (SetSharers; 0 = this one alone).
+	sharers int
 }
 
 // Feedback on the warm share. Projected contexts are an estimate, and
@@ -189,6 +223,11 @@ type heldConv struct {
 	// counted them; expect, while a turn sent back to the same endpoint
 	// runs, the cached tokens it should find there (that prompt).
 	prompt, expect float64
+	// Between turns: the lane its next turn waits in (nil: not known) and
+	// the claims this worker had started when it began to wait
+	// (dropTakenLocked).
+	nextIn *lane
+	idleAt uint64
 }
 
 // admission is the dispatcher's held conversations, by sample id (guarded
@@ -197,7 +236,9 @@ type admission struct {
 	byID       map[string]*heldConv
 	idle       int // held conversations with no turn in flight
 	expiredAt  time.Time
-	refusedNew int64 // first turns no endpoint admitted, for tests and views
+	refusedNew int64  // first turns no endpoint admitted, for tests and views
+	claims     uint64 // claims started (claimStartLocked)
+	shared     bool   // some endpoint has other workers sending to it (SetSharers)
 }
 
 // admitsLocked reports whether e takes a new conversation with footprint
@@ -206,7 +247,29 @@ func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
 	if !a.newConv || d.cfg.NoAdmission {
 		return true
 	}
-	return admits(e.load.capacity*e.warm.scaleOr1(), e.warm.tokens, e.warm.need(project(est-a.prefixTok, a.turn+1, a.turns), a.prefix, a.prefixTok), e.warm.convs)
+	return admitsShare(e.load.capacity*e.warm.scaleOr1(), e.warm.tokens, e.warm.need(project(est-a.prefixTok, a.turn+1, a.turns), a.prefix, a.prefixTok), e.warm.convs, e.warm.sharers)
+}
+
+// SetSharers tells admission how many live workers, this one included,
+// send to each endpoint by URL (an endpoint not named: this one alone).
+// Each then holds conversations against its part of the pool. A part
+// that grew lets refused lanes try new conversations again.
+func (d *Dispatcher) SetSharers(byURL map[string]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	grew := false
+	d.adm.shared = false
+	for _, e := range d.eps {
+		n := max(byURL[e.url], 1)
+		grew = grew || n < max(e.warm.sharers, 1)
+		e.warm.sharers = n
+		d.adm.shared = d.adm.shared || n > 1
+	}
+	if grew {
+		for _, l := range d.lanes {
+			l.admBlocked = false
+		}
+	}
 }
 
 // holdLocked records that conversation id's turn (footprint est, affinity
@@ -272,7 +335,51 @@ func (d *Dispatcher) turnDoneLocked(id string, turn *heldConv, next bool, ctx fl
 		h.busy = false
 		d.adm.idle++
 	}
-	h.idleSince = now
+	h.idleSince, h.idleAt = now, d.adm.claims
+}
+
+// nextTurnInLocked notes that conversation id, held as turn, waits for its
+// next turn in lane l.
+func (d *Dispatcher) nextTurnInLocked(id string, turn *heldConv, l *lane) {
+	if h, ok := d.adm.byID[id]; ok && h == turn && !h.busy {
+		h.nextIn = l
+	}
+}
+
+// claimStartLocked numbers a claim about to ask the store for samples.
+func (d *Dispatcher) claimStartLocked() uint64 {
+	d.adm.claims++
+	return d.adm.claims
+}
+
+// dropTakenLocked drops the held conversations whose next turn another
+// worker sharing the store has claimed, at once rather than after
+// heldIdle: a claim of lane l (number seq, n asked for) that came back
+// short, or with a first turn, was handed every next turn waiting in l
+// (the store gives those out first), so a conversation that waited for
+// its next turn in l before the claim began, got none and is not leased
+// here, has it running elsewhere. Only on an endpoint shared with other
+// workers: alone, this worker's claim is the only one. A next turn a
+// concurrent claim had locked but left is dropped too; it is held again
+// when it starts here (a next turn is always admitted).
+func (d *Dispatcher) dropTakenLocked(l *lane, seq uint64, claimed []store.Claimed, n int) {
+	if !d.adm.shared {
+		return
+	}
+	handedAll := len(claimed) < n
+	got := make(map[string]bool, len(claimed))
+	for _, c := range claimed {
+		got[c.ID] = true
+		handedAll = handedAll || c.Turn == 0
+	}
+	if !handedAll {
+		return
+	}
+	for id, h := range d.adm.byID {
+		if _, leased := d.held[id]; !leased && !h.busy && h.nextIn == l && h.idleAt < seq && h.ep.warm.sharers > 1 && !got[id] {
+			d.dropLocked(id, h)
+		}
+	}
 }
 
 func (d *Dispatcher) dropLocked(id string, h *heldConv) {

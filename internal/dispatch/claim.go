@@ -176,6 +176,7 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 	}
 	d.expireLocked(now)
 	n = d.claimCapLocked(l, n)
+	seq := d.claimStartLocked()
 	d.mu.Unlock()
 	if guarded {
 		// Kept samples would hide from the guard's claim what is left to try.
@@ -190,6 +191,11 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 			return 0, false, false, err
 		}
 		d.noteClaimed(l, claimed, n, now, kept == 0)
+		if !guarded { // a guarded claim gives some back: it says nothing of what was waiting
+			d.mu.Lock()
+			d.dropTakenLocked(l, seq, claimed, n)
+			d.mu.Unlock()
+		}
 	}
 	started = d.startAll(workCtx, storeCtx, l, claimed, keep)
 	d.mu.Lock()

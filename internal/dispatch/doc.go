@@ -36,7 +36,10 @@
 // conversation waits in the claim while held ones go on, and a held
 // conversation's next turn carries the server's request priority where
 // it schedules by one (Server.Priority) and every turn its conversation's
-// id as the X-SMG-Routing-Key session hint.
+// id as the X-SMG-Routing-Key session hint. Workers sharing a store each
+// hold conversations against their part of a pool (SetSharers: pool / the
+// live workers sending to the endpoint), and drop a held conversation at
+// once when a claim shows another worker took its next turn.
 // A next turn may go back to its endpoint over its auto limit (by at most a
 // tenth of it), since the slot its last turn freed is often taken by
 // another turn first; and an endpoint whose requests mostly came back for

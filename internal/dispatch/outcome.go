@@ -108,6 +108,7 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 		ctx = float64(u.PromptTokens + u.CompletionTokens)
 	}
 	d.turnDoneLocked(c.ID, cl.held, err == nil && v.out == outNextTurn, ctx, res.Usage, now)
+	d.nextTurnInLocked(c.ID, cl.held, target)
 	d.mu.Unlock()
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.

@@ -106,6 +106,7 @@ func (r *runState) heartbeatLoop(ctx context.Context) {
 			if err := r.rescueDead(ctx); err != nil {
 				r.storeFailed(ctx, err)
 			}
+			r.shareEndpoints(ctx)
 		}
 	}
 	beat := time.NewTicker(r.o.Spec.Monitor.HeartbeatEvery)

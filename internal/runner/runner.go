@@ -441,6 +441,9 @@ func (r *runState) generate(ctx context.Context, ingest func(context.Context) er
 	}
 	r.disp = disp
 	r.fleet.Attach(disp)
+	if r.id.shared {
+		r.shareEndpoints(ctx) // before the first claim: the others' heartbeats are there already
+	}
 	return r.runLoops(ctx, ingest)
 }
 

@@ -21,6 +21,17 @@ func (r *runState) rescueDead(ctx context.Context) error {
 	return err
 }
 
+// shareEndpoints tells the dispatcher how many live workers send to each
+// endpoint (crew.Sharers), for conversation admission's part of each pool.
+func (r *runState) shareEndpoints(ctx context.Context) {
+	n, err := r.crew.Sharers(ctx, r.fleet.URLs())
+	if err != nil {
+		r.storeFailed(ctx, err)
+		return
+	}
+	r.disp.SetSharers(n)
+}
+
 // finishPoll is how often a finished worker looks at the others.
 const finishPoll = time.Second
 
