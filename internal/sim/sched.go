@@ -57,6 +57,11 @@ type request struct {
 	finishReason string
 	cached       int
 
+	// for the miss diagnosis: the messages end with an answer and a new
+	// user message, and that answer's content as sent (when MissLog is set)
+	laterTurn  bool
+	sentAnswer []byte
+
 	// scheduler-owned: the request's place in the pool while admitted.
 	// node is the deepest cached prefix it holds locked (its prompt's KV
 	// lives there, shared); tail is the prompt's uncacheable rest, and gen
@@ -103,6 +108,8 @@ type scheduler struct {
 	decay        float64
 	admitted     uint64
 	cache        prefixCache
+	diag         *missDiag // nil unless Config.MissLog is set
+	evictNeed    int       // what the eviction under way was asked to free (for diag)
 
 	realStart time.Time
 	simNow    time.Duration
@@ -368,6 +375,9 @@ func (sc *scheduler) admit() []*request {
 		if len(batch) > 0 && need-1 > budget {
 			break
 		}
+		if sc.diag != nil && !r.admitted {
+			sc.diag.record(sc, r, hit)
+		}
 		sc.cache.lock(node)
 		r.node, r.hit = node, hit
 		budget -= need - 1
@@ -411,6 +421,7 @@ func (sc *scheduler) release(r *request) {
 // evict frees cached prefixes no one holds until need tokens are free.
 func (sc *scheduler) evict(need int) {
 	if short := need - (sc.pool - sc.used); short > 0 {
+		sc.evictNeed = short
 		sc.used -= sc.cache.evict(short)
 	}
 }
