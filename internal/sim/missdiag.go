@@ -69,6 +69,13 @@ func newMissDiag(path, server string) (*missDiag, error) {
 
 // missRecord is one later turn at its first admission. Tokens are the
 // simulator's estimates, as cached_tokens are.
+// Why a request waited at the head of the queue (request.blocked).
+const (
+	blockPool    = "pool"
+	blockReserve = "reserve"
+	blockBudget  = "budget"
+)
+
 type missRecord struct {
 	Server     string  `json:"server"`
 	At         float64 `json:"at"`       // simulated seconds at admission
@@ -84,15 +91,21 @@ type missRecord struct {
 	// prompt was answered here under another key), answer_never (the
 	// previous prompt was placed here but no answer was cached after it),
 	// prompt_unseen (the previous prompt never reached this server),
-	// none otherwise.
-	Cause        string     `json:"cause"`
-	Missing      int        `json:"missing"`     // the first unmatched segment's index
-	EvictedAt    float64    `json:"evicted_at"`  // its eviction, simulated seconds (-1: none)
-	InsertedAt   float64    `json:"inserted_at"` // when it last joined the cache (-1: never)
-	Arrived      float64    `json:"arrived"`     // this request's arrival at the queue
-	AnswerAt     float64    `json:"answer_at"`   // when the previous answer was cached here (-1: never)
-	Conv         string     `json:"conv"`        // the conversation: its first message after the system prompt
-	Output       int        `json:"output"`      // tokens this turn will generate
+	// none otherwise; "first" marks a first turn's admission and "done" a
+	// turn's end (Output then is what it generated), for the timeline.
+	Cause      string  `json:"cause"`
+	Missing    int     `json:"missing"`     // the first unmatched segment's index
+	EvictedAt  float64 `json:"evicted_at"`  // its eviction, simulated seconds (-1: none)
+	InsertedAt float64 `json:"inserted_at"` // when it last joined the cache (-1: never)
+	Arrived    float64 `json:"arrived"`     // this request's arrival at the queue
+	AnswerAt   float64 `json:"answer_at"`   // when the previous answer was cached here (-1: never)
+	Conv       string  `json:"conv"`        // the conversation: its first message after the system prompt
+	Output     int     `json:"output"`      // tokens this turn will generate
+	// Blocked is why admission last stopped at it: pool (its uncached
+	// prompt did not fit), reserve (it fit, not with the running requests'
+	// reserved output), budget (the prefill batch was full), behind (it
+	// never reached the head), "" when it did not wait.
+	Blocked      string     `json:"blocked,omitempty"`
 	Pool         *evictPool `json:"pool,omitempty"`
 	SentAnswer   string     `json:"sent_answer,omitempty"` // on answer_key: the first bytes that differ
 	CachedAnswer string     `json:"cached_answer,omitempty"`
@@ -126,9 +139,16 @@ func (d *missDiag) noteAnswer(sc *scheduler, prompt, answer uint64, text []byte)
 }
 
 // record writes r's line at its first admission; hit is what it found.
+// A first turn gets a short line (cause "first"), for the timeline.
 func (d *missDiag) record(sc *scheduler, r *request, hit int) {
 	n := len(r.prefixes)
+	if r.kind != kindChat || n < 2 {
+		return
+	}
 	if !r.laterTurn || n < 3 {
+		d.write(missRecord{Server: d.server, At: simSeconds(sc.simNow), Queued: simSeconds(sc.simNow - r.queuedSim),
+			Arrived: simSeconds(r.queuedSim), Prompt: r.prompt, Hit: hit, Cause: "first", Missing: -1, EvictedAt: -1,
+			InsertedAt: -1, AnswerAt: -1, Conv: fmt.Sprintf("%x", r.prefixes[1].hash), Output: r.plan.target})
 		return
 	}
 	ans, prev := r.prefixes[n-2], r.prefixes[n-3]
@@ -146,6 +166,10 @@ func (d *missDiag) record(sc *scheduler, r *request, hit int) {
 	if a, ok := d.answerOf[prev.hash]; ok {
 		rec.AnswerAt = simSeconds(a.at)
 	}
+	rec.Blocked = r.blocked
+	if rec.Blocked == "" && sc.simNow > r.queuedSim {
+		rec.Blocked = "behind"
+	}
 	if hit < ans.tokens {
 		rec.Missing = depth
 		miss := r.prefixes[depth].hash
@@ -162,6 +186,18 @@ func (d *missDiag) record(sc *scheduler, r *request, hit int) {
 			rec.SentAnswer, rec.CachedAnswer = firstDiff(r.sentAnswer, d.answerOf[prev.hash].text)
 		}
 	}
+	d.write(rec)
+}
+
+// finished writes a short line (cause "done") when a chat turn ends.
+func (d *missDiag) finished(sc *scheduler, r *request) {
+	if r.kind == kindChat && len(r.prefixes) >= 2 && r.admitted {
+		d.write(missRecord{Server: d.server, At: simSeconds(sc.simNow), Prompt: r.prompt, Cause: "done", Missing: -1,
+			EvictedAt: -1, InsertedAt: -1, AnswerAt: -1, Conv: fmt.Sprintf("%x", r.prefixes[1].hash), Output: r.emitted})
+	}
+}
+
+func (d *missDiag) write(rec missRecord) {
 	line, _ := json.Marshal(rec) // plain fields always encode
 	d.mu.Lock()
 	d.out.Write(append(line, '\n'))

@@ -293,12 +293,20 @@ func TestMissLogNamesTheCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []missRecord
+	timeline := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var r missRecord
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
+		if r.Cause == "first" || r.Cause == "done" {
+			timeline[r.Cause]++
+			continue
+		}
 		got = append(got, r)
+	}
+	if timeline["first"] != 2 || timeline["done"] != 5 {
+		t.Errorf("timeline lines: %v, want 2 first turns and 5 done", timeline)
 	}
 	want := []string{"none", "answer_key", "prompt_evicted"}
 	if len(got) != len(want) {

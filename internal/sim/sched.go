@@ -61,6 +61,7 @@ type request struct {
 	// user message, and that answer's content as sent (when MissLog is set)
 	laterTurn  bool
 	sentAnswer []byte
+	blocked    string // why admission last left it waiting at the head of the queue
 
 	// scheduler-owned: the request's place in the pool while admitted.
 	// node is the deepest cached prefix it holds locked (its prompt's KV
@@ -370,9 +371,14 @@ func (sc *scheduler) admit() []*request {
 		// An empty server always takes the head, as SGLang does, so a
 		// request bigger than its reservation cannot stall the queue.
 		if need > avail || (want > rem && (len(sc.running) > 0 || len(batch) > 0)) {
+			r.blocked = blockPool
+			if need <= avail {
+				r.blocked = blockReserve
+			}
 			break
 		}
 		if len(batch) > 0 && need-1 > budget {
+			r.blocked = blockBudget
 			break
 		}
 		if sc.diag != nil && !r.admitted {
@@ -515,6 +521,9 @@ func (sc *scheduler) emit(r *request) {
 func (sc *scheduler) finish(r *request, reason string) {
 	sc.release(r)
 	sc.cacheAnswer(r)
+	if sc.diag != nil {
+		sc.diag.finished(sc, r)
+	}
 	r.finishReason = reason
 	r.avail.Store(int64(r.emitted))
 	r.done.Store(true)
