@@ -101,6 +101,8 @@ type missRecord struct {
 	AnswerAt   float64 `json:"answer_at"`   // when the previous answer was cached here (-1: never)
 	Conv       string  `json:"conv"`        // the conversation: its first message after the system prompt
 	Output     int     `json:"output"`      // tokens this turn will generate
+	Shared     int     `json:"shared"`      // its first segment's tokens (the system prompt)
+	SharedKey  string  `json:"shared_key"`  // and its hash
 	// Blocked is why admission last stopped at it: pool (its uncached
 	// prompt did not fit), reserve (it fit, not with the running requests'
 	// reserved output), budget (the prefill batch was full), behind (it
@@ -146,9 +148,9 @@ func (d *missDiag) record(sc *scheduler, r *request, hit int) {
 		return
 	}
 	if !r.laterTurn || n < 3 {
-		d.write(missRecord{Server: d.server, At: simSeconds(sc.simNow), Queued: simSeconds(sc.simNow - r.queuedSim),
+		d.write(r, missRecord{Server: d.server, At: simSeconds(sc.simNow), Queued: simSeconds(sc.simNow - r.queuedSim),
 			Arrived: simSeconds(r.queuedSim), Prompt: r.prompt, Hit: hit, Cause: "first", Missing: -1, EvictedAt: -1,
-			InsertedAt: -1, AnswerAt: -1, Conv: fmt.Sprintf("%x", r.prefixes[1].hash), Output: r.plan.target})
+			InsertedAt: -1, AnswerAt: -1, Output: r.plan.target})
 		return
 	}
 	ans, prev := r.prefixes[n-2], r.prefixes[n-3]
@@ -162,7 +164,7 @@ func (d *missDiag) record(sc *scheduler, r *request, hit int) {
 	rec := missRecord{Server: d.server, At: simSeconds(sc.simNow), Queued: simSeconds(sc.simNow - r.queuedSim),
 		Arrived: simSeconds(r.queuedSim), Prompt: r.prompt, Hit: hit, Expected: ans.tokens, PrevPrompt: prev.tokens,
 		Depth: depth, Segs: n, Cause: "none", Missing: -1, EvictedAt: -1, InsertedAt: -1, AnswerAt: -1,
-		Conv: fmt.Sprintf("%x", r.prefixes[1].hash), Output: r.plan.target}
+		Output: r.plan.target}
 	if a, ok := d.answerOf[prev.hash]; ok {
 		rec.AnswerAt = simSeconds(a.at)
 	}
@@ -186,18 +188,22 @@ func (d *missDiag) record(sc *scheduler, r *request, hit int) {
 			rec.SentAnswer, rec.CachedAnswer = firstDiff(r.sentAnswer, d.answerOf[prev.hash].text)
 		}
 	}
-	d.write(rec)
+	d.write(r, rec)
 }
 
 // finished writes a short line (cause "done") when a chat turn ends.
 func (d *missDiag) finished(sc *scheduler, r *request) {
 	if r.kind == kindChat && len(r.prefixes) >= 2 && r.admitted {
-		d.write(missRecord{Server: d.server, At: simSeconds(sc.simNow), Prompt: r.prompt, Cause: "done", Missing: -1,
-			EvictedAt: -1, InsertedAt: -1, AnswerAt: -1, Conv: fmt.Sprintf("%x", r.prefixes[1].hash), Output: r.emitted})
+		d.write(r, missRecord{Server: d.server, At: simSeconds(sc.simNow), Prompt: r.prompt, Cause: "done", Missing: -1,
+			EvictedAt: -1, InsertedAt: -1, AnswerAt: -1, Output: r.emitted})
 	}
 }
 
-func (d *missDiag) write(rec missRecord) {
+// write writes rec for r, naming r's conversation (its first message
+// after the shared one) and its shared first segment (the system prompt).
+func (d *missDiag) write(r *request, rec missRecord) {
+	rec.Conv = fmt.Sprintf("%x", r.prefixes[1].hash)
+	rec.Shared, rec.SharedKey = r.prefixes[0].tokens, fmt.Sprintf("%x", r.prefixes[0].hash)
 	line, _ := json.Marshal(rec) // plain fields always encode
 	d.mu.Lock()
 	d.out.Write(append(line, '\n'))
