@@ -8,12 +8,16 @@ import (
 
 // A conversation on a server is, from its first turn's arrival to its
 // last turn's end, queued (a turn waits in the server's queue), running,
-// or idle (between turns); its context is its last prompt (and answer).
+// or idle (between turns); its context is its last prompt (and answer),
+// of which its shared prefix (key, shared tokens) counts once per server
+// however many held conversations share it, as admission counts it.
 type change struct {
 	at     float64
 	conv   string
 	tokens int
 	state  string // queued, running, idle, gone
+	key    string
+	shared int
 }
 
 // timeline is one server's held context over time.
@@ -33,14 +37,15 @@ func changes(recs []record) []change {
 	}
 	var cs []change
 	for _, r := range recs {
+		k, sh := r.SharedKey, r.Shared
 		if r.Cause == "done" {
-			cs = append(cs, change{r.At, r.Conv, r.Prompt + r.Output, "idle"})
+			cs = append(cs, change{r.At, r.Conv, r.Prompt + r.Output, "idle", k, sh})
 			if r.At == last[r.Conv] {
-				cs = append(cs, change{r.At, r.Conv, 0, "gone"})
+				cs = append(cs, change{r.At, r.Conv, 0, "gone", k, sh})
 			}
 			continue
 		}
-		cs = append(cs, change{r.Arrived, r.Conv, r.Prompt, "queued"}, change{r.At, r.Conv, r.Prompt + r.Output, "running"})
+		cs = append(cs, change{r.Arrived, r.Conv, r.Prompt, "queued", k, sh}, change{r.At, r.Conv, r.Prompt + r.Output, "running", k, sh})
 	}
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].at < cs[j].at })
 	return cs
@@ -52,15 +57,17 @@ func build(cs []change) timeline {
 	tl := timeline{avg: map[string][2]float64{}}
 	type held struct {
 		state  string
-		tokens int
+		tokens int // own: beyond the shared prefix
+		c      change
 	}
 	cur := map[string]held{}
 	count, tokens := map[string]int{}, map[string]int{}
+	sharing := map[string]int{} // held conversations per shared prefix
 	total := 0
 	prev := cs[0].at
 	for _, c := range cs {
 		dt := c.at - prev
-		for _, s := range []string{"queued", "running", "idle"} {
+		for _, s := range []string{"queued", "running", "idle", "shared"} {
 			a := tl.avg[s]
 			tl.avg[s] = [2]float64{a[0] + float64(count[s])*dt, a[1] + float64(tokens[s])*dt}
 		}
@@ -71,12 +78,23 @@ func build(cs []change) timeline {
 			count[h.state]--
 			tokens[h.state] -= h.tokens
 			delete(cur, c.conv)
+			if sharing[h.c.key]--; sharing[h.c.key] == 0 {
+				total -= h.c.shared
+				tokens["shared"] -= h.c.shared
+				count["shared"]--
+			}
 		}
 		if c.state != "gone" {
-			cur[c.conv] = held{c.state, c.tokens}
-			total += c.tokens
+			own := c.tokens - c.shared
+			cur[c.conv] = held{c.state, own, c}
+			total += own
 			count[c.state]++
-			tokens[c.state] += c.tokens
+			tokens[c.state] += own
+			if sharing[c.key]++; sharing[c.key] == 1 {
+				total += c.shared
+				tokens["shared"] += c.shared
+				count["shared"]++
+			}
 		}
 		tl.at, tl.held = append(tl.at, c.at), append(tl.held, total)
 	}
@@ -108,7 +126,7 @@ func heldVersusMiss(w io.Writer, recs []record, pool int) {
 	sort.Strings(servers)
 	type bin struct{ turns, short, missed, expected int }
 	bins := map[int]*bin{}
-	fmt.Fprintf(w, "held conversations per server, time-averaged (conversations / k tokens of context), pool %dk:\n", pool/1000)
+	fmt.Fprintf(w, "held conversations per server, time-averaged (conversations / k tokens of own context; shared: prefixes / k tokens, once each), pool %dk:\n", pool/1000)
 	for _, s := range servers {
 		tl := build(changes(byServer[s]))
 		if tl.span == 0 {
@@ -116,7 +134,7 @@ func heldVersusMiss(w io.Writer, recs []record, pool int) {
 		}
 		fmt.Fprintf(w, "  %s", s)
 		sum := 0.0
-		for _, st := range []string{"running", "queued", "idle"} {
+		for _, st := range []string{"running", "queued", "idle", "shared"} {
 			a := tl.avg[st]
 			fmt.Fprintf(w, "  %s %.1f / %.0fk", st, a[0]/tl.span, a[1]/tl.span/1000)
 			sum += a[1] / tl.span

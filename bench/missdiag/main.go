@@ -34,6 +34,8 @@ type record struct {
 	Conv       string  `json:"conv"`
 	Output     int     `json:"output"`
 	Blocked    string  `json:"blocked"`
+	Shared     int     `json:"shared"`
+	SharedKey  string  `json:"shared_key"`
 	Pool       *struct {
 		Used      int `json:"used"`
 		Evictable int `json:"evictable"`
