@@ -35,7 +35,14 @@ import (
 //     is not known yet takes blindConvs;
 //   - a held conversation's next turn is never refused: the pool was kept
 //     for it. The store hands next turns out before first turns, and a
-//     server that schedules by priority is told so (Server.Priority).
+//     server that schedules by priority is told so (Server.Priority);
+//   - and it goes nowhere else (pinnedLocked): it waits for room on the
+//     endpoint of the turn before, however loaded, unless that endpoint is
+//     paused (down, draining) or its breaker is not closed. Affinity alone
+//     moves a turn off a clearly more loaded or full endpoint, and under
+//     admission that was 15% of later turns on mtlong (same ep 85%), each
+//     prefilling a history of 5-9k tokens again and leaving the old copy
+//     cached, dead, on the endpoint it left.
 //
 // While no endpoint admits a new conversation, the claim loop asks the
 // store for no more samples than held conversations wait for their next
@@ -437,6 +444,23 @@ func priorityFor(s *Server, later bool) *int {
 		p = s.Priority
 	}
 	return &p
+}
+
+// pinnedLocked is the only endpoint a conversation's next turn (affinity
+// a) may go to under admission, nil when it may go anywhere: the endpoint
+// of the turn before, unless that one is paused (down, draining) or its
+// breaker is not closed. The endpoint admitted the conversation to keep
+// its history warm, and its turn waits there for room rather than prefill
+// the whole history elsewhere and leave it cached, dead, behind.
+func (d *Dispatcher) pinnedLocked(a affinity) *endpoint {
+	if !a.conv || a.prev == "" || d.cfg.NoAdmission {
+		return nil
+	}
+	e := d.epByURL[a.prev]
+	if e == nil || e.paused || !e.breakerClosed() {
+		return nil
+	}
+	return e
 }
 
 // projectConversations: a held conversation counts at the context it will

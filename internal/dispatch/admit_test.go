@@ -463,3 +463,43 @@ func TestLateSettleLeavesTheNextTurnsHold(t *testing.T) {
 		t.Errorf("after the last turn: %d held, a holds %d, idle %d; want none", len(d.adm.byID), a.warm.convs, d.adm.idle)
 	}
 }
+
+// Under admission a held conversation's next turn goes only to the
+// endpoint of the turn before: there although it is clearly more loaded,
+// nowhere (it waits) when that one is past its limit and return allowance,
+// elsewhere only once it is paused (down, draining). With admission off
+// (balance: affinity-only) it leaves a busy or full endpoint as before.
+func TestNextTurnWaitsForItsEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		noAdmission bool
+		want        []string
+	}{
+		{"admission", false, []string{"http://a", "-", "http://b"}},
+		{"affinity only", true, []string{"http://b", "http://b", "http://b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, now := admitPair(t, tc.noAdmission)
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			a, l := d.epByURL["http://a"], d.lanes[0]
+			place := func() string {
+				e, _ := d.pickLocked(now, l, 1000, affinity{conv: true, prev: "http://a"})
+				if e == nil {
+					return "-"
+				}
+				return e.url
+			}
+			a.load.committed = 8000 // a 0.9 full after the turn, b 0.1: clearly more loaded
+			got := []string{place()}
+			el := &a.lanes[0]
+			el.inflight, el.over = el.ctl.Limit(), max(1, el.ctl.Limit()/10)
+			got = append(got, place())
+			a.paused = true
+			got = append(got, place())
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("placements: busy, full, paused (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -120,10 +120,15 @@ func (d *Dispatcher) pickLocked(now time.Time, l *lane, est float64, a affinity)
 // (byTokens) or requests in flight. inLimits keeps only those with room for
 // the lane (or the return allowance of a's previous endpoint) that admit
 // the request (admit.go); otherwise every available endpoint is listed
-// (homeLocked).
+// (homeLocked). A held conversation's next turn lists only its endpoint
+// (pinnedLocked).
 func (d *Dispatcher) candidatesLocked(now time.Time, l *lane, est float64, a affinity, inLimits bool) ([]*endpoint, []candidate, bool) {
 	n := len(d.eps)
+	pin := d.pinnedLocked(a)
 	fits := func(c *endpoint) bool {
+		if pin != nil && c != pin {
+			return false
+		}
 		if !inLimits {
 			return c.capacity(now) > 0
 		}

@@ -57,7 +57,11 @@ type Config struct {
 	LowPriorityFirst   bool
 	// CacheAnswers keeps a finished answer's KV in the prefix cache, keyed
 	// as the next turn sends it back (cacheAnswer), as SGLang and vLLM do.
-	CacheAnswers            bool
+	CacheAnswers bool
+	// MissLog, when set, appends a JSON line per later conversation turn
+	// to this file: its cached tokens against the turn before's prompt and
+	// answer, and why it fell short (missdiag.go). A measuring aid.
+	MissLog                 string
 	InitNewTokenRatio       float64 // share of max_tokens reserved at admission
 	MinNewTokenRatioFactor  float64 // floor = init ratio * this
 	NewTokenRatioDecaySteps int     // decode steps to decay from init to floor
@@ -234,6 +238,7 @@ func registerServerFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", c.MemFractionStatic, "echoed in server info")
 	fs.BoolVar(&c.PriorityScheduling, "enable-priority-scheduling", c.PriorityScheduling, "order the queue by each request's priority field (SGLang's flag; vLLM's --scheduling-policy priority), reported in server info")
 	fs.BoolVar(&c.CacheAnswers, "cache-answers", c.CacheAnswers, "keep a finished answer in the prefix cache as the next turn sends it back, as SGLang and vLLM do (false: only prompts are cached)")
+	fs.StringVar(&c.MissLog, "miss-log", c.MissLog, "append a JSON line per later conversation turn to this file: its cache hit against the turn before's prompt and answer, and why it fell short (a measuring aid; off when empty)")
 	fs.BoolVar(&c.LowPriorityFirst, "schedule-low-priority-values-first", c.LowPriorityFirst, "sglang: lower priority values go first (SGLang's flag; vLLM always schedules lower values first)")
 }
 

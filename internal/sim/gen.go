@@ -210,6 +210,12 @@ func (s *Server) buildRequest(in *genRequest, kind reqKind) (*request, bool, []b
 	req, thinking, tools, msg := s.makeRequest(in, kind, tokens, maxNew, p.h.h, p.prefixes, p.ids, p.thinking, p.toolName)
 	if req != nil {
 		req.completionIDs = p.completionIDs
+		if n := len(in.Messages); kind == kindChat && n >= 3 && in.Messages[n-1].Role == "user" && in.Messages[n-2].Role == "assistant" {
+			req.laterTurn = true
+			if c.MissLog != "" {
+				req.sentAnswer = in.Messages[n-2].Content
+			}
+		}
 		// vLLM's connector writes every request's hidden states; a streamed
 		// answer has no kv_transfer_params to name the file, so only whole
 		// completions capture here.

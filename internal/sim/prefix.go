@@ -19,6 +19,9 @@ type prefixCache struct {
 	used      int // tokens held by cached nodes, locked or not
 	evictable int // tokens of nodes no running request holds
 	clock     uint64
+	// onInsert and onEvict, when set, see every node that joins or leaves
+	// (the miss diagnosis, missdiag.go).
+	onInsert, onEvict func(hash uint64)
 }
 
 type prefixNode struct {
@@ -67,6 +70,9 @@ func (c *prefixCache) insert(segs []prefixSeg) *prefixNode {
 			}
 			c.used += n.tokens
 			c.evictable += n.tokens
+			if c.onInsert != nil {
+				c.onInsert(s.hash)
+			}
 		}
 		n.lastUse = c.clock
 		last, prev = n, s.tokens
@@ -125,6 +131,9 @@ func (c *prefixCache) evict(need int) int {
 	for freed < need && h.Len() > 0 {
 		n := heap.Pop(&h).(*prefixNode)
 		delete(c.nodes, n.hash)
+		if c.onEvict != nil {
+			c.onEvict(n.hash)
+		}
 		freed += n.tokens
 		c.used -= n.tokens
 		c.evictable -= n.tokens
@@ -183,6 +192,9 @@ func (sc *scheduler) cacheAnswer(r *request) {
 	segs := append(slices.Clip(r.prefixes), prefixSeg{h.h, last.tokens + estimateTokens(len(answer), sc.cfg.BytesPerToken) + 4})
 	before := sc.cache.used
 	sc.cache.insert(segs)
+	if sc.diag != nil {
+		sc.diag.noteAnswer(sc, last.hash, h.h, answer)
+	}
 	sc.used += sc.cache.used - before
 	sc.evict(0)
 }

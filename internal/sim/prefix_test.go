@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -252,5 +254,76 @@ func TestNextTurnFindsItsAnswerCached(t *testing.T) {
 				t.Errorf("cached %d of %d prompt tokens with answers not cached; want at most %d (not the %d-token answer)", cached, prompt, prompt-answerTokens, answerTokens)
 			}
 		})
+	}
+}
+
+// TestMissLogNamesTheCause: with miss_log set, each later turn writes a
+// line naming why it found less than its previous prompt and answer
+// cached: nothing missing when the answer is sent back as given, the key
+// when it is sent back changed, eviction once another conversation
+// needed the pool.
+func TestMissLogNamesTheCause(t *testing.T) {
+	c := testConfig()
+	c.KVTokens = 3000
+	c.OutputMean, c.OutputSigma = 60, 0.01
+	c.MissLog = filepath.Join(t.TempDir(), "miss.jsonl")
+	s, url, _ := startServer(t, c)
+	chat := func(msgs string) streamResult {
+		t.Helper()
+		res := streamChat(http.DefaultClient, url, `{"model":"m","messages":[`+msgs+`],"max_tokens":80,"stream":true,"stream_options":{"include_usage":true}}`)
+		if res.err != nil || res.status != 200 {
+			t.Fatalf("chat: status %d, %v", res.status, res.err)
+		}
+		return res
+	}
+	system := fmt.Sprintf(`{"role":"system","content":%q}`, strings.Repeat("a long system prompt ", 200))
+	head := system + `,{"role":"user","content":"first"}`
+	a := chat(head)
+	answer, _ := json.Marshal(a.content)
+	chat(head + `,{"role":"assistant","content":` + string(answer) + `},{"role":"user","content":"second"}`)
+	changed, _ := json.Marshal(a.content + " ")
+	chat(head + `,{"role":"assistant","content":` + string(changed) + `},{"role":"user","content":"second"}`)
+	// Another conversation whose system prompt needs most of the pool.
+	chat(fmt.Sprintf(`{"role":"system","content":%q},{"role":"user","content":"other"}`, strings.Repeat("another system prompt ", 500)))
+	chat(head + `,{"role":"assistant","content":` + string(answer) + `},{"role":"user","content":"third"}`)
+	s.Close()
+
+	data, err := os.ReadFile(c.MissLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []missRecord
+	timeline := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r missRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if r.Cause == "first" || r.Cause == "done" {
+			timeline[r.Cause]++
+			continue
+		}
+		got = append(got, r)
+	}
+	if timeline["first"] != 2 || timeline["done"] != 5 {
+		t.Errorf("timeline lines: %v, want 2 first turns and 5 done", timeline)
+	}
+	want := []string{"none", "answer_key", "prompt_evicted"}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d (later turns only): %s", len(got), len(want), data)
+	}
+	for i, r := range got {
+		if r.Cause != want[i] {
+			t.Errorf("later turn %d: cause %q, want %q (%+v)", i, r.Cause, want[i], r)
+		}
+	}
+	if r := got[0]; r.Hit != r.Expected || r.Expected <= r.PrevPrompt {
+		t.Errorf("answer sent back as given: hit %d, want the previous prompt %d and its answer, %d", r.Hit, r.PrevPrompt, r.Expected)
+	}
+	if r := got[1]; r.Hit != r.PrevPrompt || r.SentAnswer == r.CachedAnswer {
+		t.Errorf("changed answer: hit %d (want the previous prompt, %d), sent %s against cached %s", r.Hit, r.PrevPrompt, r.SentAnswer, r.CachedAnswer)
+	}
+	if r := got[2]; r.EvictedAt < 0 || r.Pool == nil || r.Hit != 0 {
+		t.Errorf("evicted history: hit %d, evicted at %v, pool %+v; want hit 0 and the eviction's pool", r.Hit, r.EvictedAt, r.Pool)
 	}
 }

@@ -57,6 +57,12 @@ type request struct {
 	finishReason string
 	cached       int
 
+	// for the miss diagnosis: the messages end with an answer and a new
+	// user message, and that answer's content as sent (when MissLog is set)
+	laterTurn  bool
+	sentAnswer []byte
+	blocked    string // why admission last left it waiting at the head of the queue
+
 	// scheduler-owned: the request's place in the pool while admitted.
 	// node is the deepest cached prefix it holds locked (its prompt's KV
 	// lives there, shared); tail is the prompt's uncacheable rest, and gen
@@ -103,6 +109,8 @@ type scheduler struct {
 	decay        float64
 	admitted     uint64
 	cache        prefixCache
+	diag         *missDiag // nil unless Config.MissLog is set
+	evictNeed    int       // what the eviction under way was asked to free (for diag)
 
 	realStart time.Time
 	simNow    time.Duration
@@ -363,10 +371,18 @@ func (sc *scheduler) admit() []*request {
 		// An empty server always takes the head, as SGLang does, so a
 		// request bigger than its reservation cannot stall the queue.
 		if need > avail || (want > rem && (len(sc.running) > 0 || len(batch) > 0)) {
+			r.blocked = blockPool
+			if need <= avail {
+				r.blocked = blockReserve
+			}
 			break
 		}
 		if len(batch) > 0 && need-1 > budget {
+			r.blocked = blockBudget
 			break
+		}
+		if sc.diag != nil && !r.admitted {
+			sc.diag.record(sc, r, hit)
 		}
 		sc.cache.lock(node)
 		r.node, r.hit = node, hit
@@ -411,6 +427,7 @@ func (sc *scheduler) release(r *request) {
 // evict frees cached prefixes no one holds until need tokens are free.
 func (sc *scheduler) evict(need int) {
 	if short := need - (sc.pool - sc.used); short > 0 {
+		sc.evictNeed = short
 		sc.used -= sc.cache.evict(short)
 	}
 }
@@ -504,6 +521,9 @@ func (sc *scheduler) emit(r *request) {
 func (sc *scheduler) finish(r *request, reason string) {
 	sc.release(r)
 	sc.cacheAnswer(r)
+	if sc.diag != nil {
+		sc.diag.finished(sc, r)
+	}
 	r.finishReason = reason
 	r.avail.Store(int64(r.emitted))
 	r.done.Store(true)

@@ -115,6 +115,9 @@ func New(cfg Config, logOut io.Writer) (*Server, error) {
 	}
 	s.m = newMetrics(&s.cfg)
 	s.sched = newScheduler(s)
+	if err := s.sched.startMissDiag(); err != nil {
+		return nil, fmt.Errorf("sim config: %w", err)
+	}
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: ClockMetric,
 		Help: "Simulated seconds since this server started (regen's simulator only; no engine has it)."},
 		func() float64 { return s.sched.clockNow().Seconds() }))
@@ -273,6 +276,9 @@ func (s *Server) Close() error {
 		<-s.schedDone
 		s.handlers.Wait()
 		s.writers.Wait()
+		if s.sched.diag != nil {
+			s.sched.diag.close()
+		}
 	})
 	return nil
 }
