@@ -182,6 +182,8 @@ type heldConv struct {
 	// counted them; expect, while a turn sent back to the same endpoint
 	// runs, the cached tokens it should find there (that prompt).
 	prompt, expect float64
+	// hist is what its last answered turn built, for its next (history.go).
+	hist *convHistory
 }
 
 // admission is the dispatcher's held conversations, by sample id (guarded
