@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -154,7 +155,7 @@ func TestWalkBody(t *testing.T) {
 	for _, body := range bodies {
 		var want Body
 		wantErr := json.Unmarshal([]byte(body), &want)
-		got, err := walkBody([]byte(body))
+		got, _, err := walkBody([]byte(body))
 		if err != nil {
 			continue // Decode falls back to encoding/json
 		}
@@ -203,4 +204,141 @@ func goldenBodies(t *testing.T) []goldenBody {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// goldenAnswers are answers to every turn of p that let each next turn
+// follow: the recorded calls where the dataset has them, text with
+// characters JSON and HTML escape (and invalid UTF-8) otherwise.
+func goldenAnswers(p *Plan) []llm.Result {
+	var answers []llm.Result
+	for k := range p.NumTurns() {
+		res := llm.Result{Content: fmt.Sprintf("answer %d: <b> & \"q\" \u2028 é \xff\n", k), ReasoningContent: "think <", FinishReason: "stop"}
+		if k < len(p.Turns) && len(p.Turns[k].Calls) > 0 {
+			res = llm.Result{ToolCalls: p.Turns[k].Calls}
+		}
+		answers = append(answers, res)
+	}
+	return answers
+}
+
+// TestNextRequestEqualsRequest: a conversation's turn built from its turn
+// before (what dispatch keeps between turns) is byte for byte the turn
+// built from the body and every answer (what a restarted runner builds
+// from the store), for every golden body and every turn.
+func TestNextRequestEqualsRequest(t *testing.T) {
+	var chained int
+	for _, g := range goldenBodies(t) {
+		p, err := Decode(g.Body)
+		if err != nil {
+			t.Fatalf("line %d: %v", g.line, err)
+		}
+		answers := goldenAnswers(p)
+		for _, keep := range []bool{false, true} {
+			prev, err := p.Request(0, nil, keep)
+			if err != nil {
+				t.Fatalf("line %d turn 0: %v", g.line, err)
+			}
+			for k := 1; k < p.NumTurns(); k++ {
+				got, err := p.NextRequest(prev, k-1, answers[k-1], keep)
+				if err != nil {
+					t.Fatalf("line %d turn %d keep=%v: %v", g.line, k, keep, err)
+				}
+				want, err := p.Request(k, answers[:k], keep)
+				if err != nil {
+					t.Fatalf("line %d turn %d: %v", g.line, k, err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("line %d turn %d keep=%v:\n got %s\nwant %s", g.line, k, keep, got, want)
+				}
+				prev = got
+				chained++
+			}
+			if _, err := p.NextRequest(prev, p.NumTurns()-1, answers[p.NumTurns()-1], keep); err == nil {
+				t.Errorf("line %d: a request after the last turn was built", g.line)
+			}
+		}
+	}
+	if chained < 20 {
+		t.Fatalf("%d turns chained: the golden file has too few conversations", chained)
+	}
+}
+
+// TestNextRequestRefuses: a turn the model's answer cannot lead to, and a
+// request that is not the plan's, build nothing.
+func TestNextRequestRefuses(t *testing.T) {
+	p, err := Decode([]byte(glaiveBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := p.Request(0, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.NextRequest(prev, 0, llm.Result{Content: "no call"}, false); err == nil || !strings.Contains(err.Error(), "cannot follow") {
+		t.Errorf("answer without the recorded call: err = %v, want cannot follow", err)
+	}
+	other, err := Decode([]byte(`{"messages":[{"role":"user","content":"hi"}],"turns":[{"input":[{"role":"user","content":"and?"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherReq, err := other.Request(0, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.NextRequest(otherReq, 0, llm.Result{ToolCalls: p.Turns[0].Calls}, false); err == nil {
+		t.Error("another plan's request was taken as this plan's")
+	}
+}
+
+// TestMembersSplitTheRequest: Members are the request's top-level members
+// with their bytes; a body with whitespace in its values (the client
+// compacts what it walks) and a single turn sent as stored give none.
+func TestMembersSplitTheRequest(t *testing.T) {
+	var split int
+	for _, g := range goldenBodies(t) {
+		p, err := Decode(g.Body)
+		if err != nil {
+			t.Fatalf("line %d: %v", g.line, err)
+		}
+		answers := goldenAnswers(p)
+		for k := range p.NumTurns() {
+			body, err := p.Request(k, answers[:k], false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms := p.Members(k, body)
+			if k == 0 && len(p.Turns) == 0 && p.Original == nil {
+				if ms != nil {
+					t.Errorf("line %d: members of a body sent as stored", g.line)
+				}
+				continue
+			}
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(body, &want); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]json.RawMessage{}
+			for _, m := range ms {
+				got[m.Key] = m.Value
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("line %d turn %d members (-body +members):\n%s", g.line, k, diff)
+			}
+			split++
+		}
+	}
+	if split < 20 {
+		t.Fatalf("%d requests split", split)
+	}
+	spaced, err := Decode([]byte(`{"messages":[{"role":"user","content":"a"}],"tools":[ {"type":"function"} ],"turns":[{"input":[{"role":"user","content":"b"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := spaced.Request(0, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := spaced.Members(0, body); ms != nil {
+		t.Errorf("members of a request with spaced values: %v", ms)
+	}
 }

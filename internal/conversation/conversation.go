@@ -17,14 +17,19 @@ import (
 type Plan struct {
 	Body
 	raw []byte
+	// walked.compact: the walk found no whitespace outside strings in the
+	// body's values, so the requests built from it are compact too
+	// (Members); walked.ordered: Shape can read the plan (zero after the
+	// encoding/json fallback).
+	walked
 }
 
 // Decode parses a sample body.
 func Decode(body []byte) (*Plan, error) {
 	p := &Plan{raw: body}
 	var err error
-	if p.Body, err = walkBody(body); err != nil {
-		p.Body = Body{}
+	if p.Body, p.walked, err = walkBody(body); err != nil {
+		p.Body, p.walked = Body{}, walked{}
 		if err := json.Unmarshal(body, &p.Body); err != nil {
 			return nil, fmt.Errorf("decode sample body: %w", err)
 		}
@@ -123,18 +128,88 @@ func (p *Plan) encodeRequest(msgs []Message) []byte {
 		n += len(msgs[i].Content) + len(msgs[i].ToolCalls) + len(msgs[i].ReasoningContent) + 64
 	}
 	e.buf.Grow(n)
-	e.buf.WriteString(`{"messages":`)
+	e.buf.WriteString(messagesKey)
 	e.messages(msgs)
+	e.buf.Write(p.requestTail())
+	return e.buf.Bytes()
+}
+
+// messagesKey opens every request encodeRequest writes.
+const messagesKey = `{"messages":`
+
+// requestTail is what follows the messages in every request encodeRequest
+// writes for p: its tools and seed, and the closing brace.
+func (p *Plan) requestTail() []byte {
+	var tail []byte
 	if len(p.Tools) > 0 {
-		e.buf.WriteString(`,"tools":`)
-		e.buf.Write(p.Tools)
+		tail = append(append(tail, `,"tools":`...), p.Tools...)
 	}
 	if p.Seed != nil {
-		e.buf.WriteString(`,"seed":`)
-		e.buf.Write(strconv.AppendInt(nil, *p.Seed, 10))
+		tail = strconv.AppendInt(append(tail, `,"seed":`...), *p.Seed, 10)
 	}
-	e.buf.WriteByte('}')
-	return e.buf.Bytes()
+	return append(tail, '}')
+}
+
+// NextRequest is Request(k+1, ...) built from prev, the request Request (or
+// NextRequest) built for turn k, and res, the answer to turn k: prev's
+// messages are kept as they are and res's message and turn k+1's input
+// appended, so a conversation's turn costs the bytes it adds, not its
+// whole history again. The bytes equal Request's for the same answers
+// (TestNextRequestEqualsRequest). prev must be p's own request for turn k.
+func (p *Plan) NextRequest(prev []byte, k int, res llm.Result, keepReasoning bool) ([]byte, error) {
+	if k < 0 || k+1 >= p.NumTurns() {
+		return nil, fmt.Errorf("request for turn %d: the plan has %d turns", Ordinal(k+1), p.NumTurns())
+	}
+	tail := p.requestTail()
+	cut := len(prev) - len(tail) - 1 // the messages' closing bracket
+	if cut < len(messagesKey) || prev[cut] != ']' || !bytes.HasPrefix(prev, []byte(messagesKey)) || !bytes.HasSuffix(prev, tail) {
+		return nil, fmt.Errorf("request for turn %d: the request given for turn %d is not one this plan built", Ordinal(k+1), Ordinal(k))
+	}
+	if ok, why := p.Continue(k, res); !ok {
+		return nil, fmt.Errorf("request for turn %d: turn %d cannot follow turn %d: %s", Ordinal(k+1), Ordinal(k+1), Ordinal(k), why)
+	}
+	a := Answer(k, res, keepReasoning)
+	in := link(p.Turns[k], res.ToolCalls, k)
+	e := NewEncoder()
+	n := len(prev) + len(a.Content) + len(a.ToolCalls) + len(a.ReasoningContent) + 64
+	for i := range in {
+		n += len(in[i].Content) + len(in[i].ToolCalls) + 64
+	}
+	e.buf.Grow(n)
+	e.buf.Write(prev[:cut])
+	e.buf.WriteByte(',')
+	e.message(&a)
+	for i := range in {
+		e.buf.WriteByte(',')
+		e.message(&in[i])
+	}
+	e.buf.WriteByte(']')
+	e.buf.Write(tail)
+	return e.buf.Bytes(), nil
+}
+
+// Members are the top-level members of body, turn k's request as Request
+// or NextRequest built it, for a client that would otherwise walk the
+// whole body to find them (llm.Request.Members); nil when body is the
+// sample's own bytes (a single turn is sent as stored), when the sample's
+// values are not compact (the client compacts what it walks), or when
+// body is not p's request.
+func (p *Plan) Members(k int, body []byte) []llm.Member {
+	if !p.compact || (k == 0 && len(p.Turns) == 0 && p.Original == nil && p.raw != nil) {
+		return nil
+	}
+	tail := p.requestTail()
+	if len(body) < len(messagesKey)+len(tail) || !bytes.HasPrefix(body, []byte(messagesKey)) || !bytes.HasSuffix(body, tail) {
+		return nil
+	}
+	ms := []llm.Member{{Key: "messages", Value: body[len(messagesKey) : len(body)-len(tail)]}}
+	if len(p.Tools) > 0 {
+		ms = append(ms, llm.Member{Key: "tools", Value: p.Tools})
+	}
+	if p.Seed != nil {
+		ms = append(ms, llm.Member{Key: "seed", Value: strconv.AppendInt(nil, *p.Seed, 10)})
+	}
+	return ms
 }
 
 // Conversation returns the whole conversation for the answers given (the

@@ -17,10 +17,20 @@ var errFallBack = errors.New("decode with encoding/json")
 // it: Decode runs for every turn of every conversation, and its history
 // is most of the body. Raw fields are slices of body. The body is checked
 // once, by the outer walk; the walks inside it only find boundaries.
-func walkBody(body []byte) (Body, error) {
-	var b Body
-	err := rawjson.Object(body, func(m rawjson.Member) error {
+// w.compact reports that no value of the body holds whitespace outside its
+// strings: every raw value of it is as encoding/json writes it; w.ordered
+// that its keys are in Encoder's order without repeats (so ShapeOf reads
+// the same members the walk kept: Plan.Shape).
+func walkBody(body []byte) (b Body, w walked, err error) {
+	w = walked{compact: true, ordered: true}
+	seen := map[string]bool{}
+	err = rawjson.Object(body, func(m rawjson.Member) error {
 		var err error
+		w.compact = w.compact && !m.Spaced
+		if seen[m.Key] || (m.Key != "original" && m.Key != "seed" && (seen["original"] || seen["seed"])) {
+			w.ordered = false
+		}
+		seen[m.Key] = true
 		switch m.Key {
 		case "messages":
 			b.Messages, err = walkMessages(m.Value)
@@ -45,8 +55,11 @@ func walkBody(body []byte) (Body, error) {
 		}
 		return err
 	})
-	return b, err
+	return b, w, err
 }
+
+// walked is what walkBody learnt of a body beside its contents.
+type walked struct{ compact, ordered bool }
 
 func walkTurns(v []byte) ([]Turn, error) {
 	if string(v) == "null" {

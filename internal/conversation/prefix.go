@@ -90,6 +90,35 @@ func ShapeOf(body []byte) Shape {
 	return sh
 }
 
+// Shape is ShapeOf(body) for the body p was decoded from, read from the
+// decoded plan instead of walking the body again when the body's keys are
+// in Encoder's order (a dispatcher decodes a claimed sample once for both).
+func (p *Plan) Shape() Shape {
+	if !p.ordered {
+		return ShapeOf(p.raw)
+	}
+	sh := Shape{Turns: p.NumTurns()}
+	h := fnv.New64a()
+	if len(p.Tools) > 0 {
+		h.Write(p.Tools)
+		sh.PrefixBytes += len(p.Tools)
+		sh.PrefixText += len(p.Tools)
+	}
+	for _, m := range p.Messages {
+		if m.Role != "system" && m.Role != "developer" {
+			break
+		}
+		h.Write([]byte{0})
+		h.Write(m.Content)
+		sh.PrefixBytes += len(m.Content)
+		sh.PrefixText += len(m.Content) - bytes.Count(m.Content, []byte{'\\'})
+	}
+	if sh.PrefixBytes > 0 {
+		sh.PrefixKey = h.Sum64()
+	}
+	return sh
+}
+
 var errNotMessage = errors.New("not a message")
 
 // roleContent reads a message's role and its content's raw bytes.

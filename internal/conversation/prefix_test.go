@@ -107,3 +107,38 @@ func mustJSON(t *testing.T, s string) json.RawMessage {
 	}
 	return b
 }
+
+// TestPlanShapeIsShapeOf: the shape read from a decoded plan is the one
+// ShapeOf walks out of its body, for every golden body and for bodies
+// with keys out of Encoder's order, repeated keys, nulls and escapes.
+func TestPlanShapeIsShapeOf(t *testing.T) {
+	bodies := [][]byte{
+		[]byte(glaiveBody),
+		[]byte(`{"messages":[{"role":"system","content":"a\"b\\c"},{"role":"developer","content":"d"},{"role":"user","content":"u"},{"role":"system","content":"late"}],"tools":null}`),
+		[]byte(`{"seed":3,"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"tools":[{"type":"function"}]}`),
+		[]byte(`{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"turns":[{"input":[{"role":"user","content":"x"}]}],"turns":[{"input":[{"role":"user","content":"y"}]}]}`),
+		[]byte(`{"messages":[{"role":null,"content":"s"},{"role":"user","content":"u"}]}`),
+		[]byte(`{"messages":[{"role":"system"},{"role":"user","content":"u"}],"original":[[{"role":"assistant","content":"a"}]]}`),
+		[]byte(`{"messages" : [ {"role":"system","content":"s"} , {"role":"user","content":"u"} ] }`),
+	}
+	for _, g := range goldenBodies(t) {
+		bodies = append(bodies, g.Body)
+	}
+	prefixed := 0
+	for _, body := range bodies {
+		p, err := Decode(body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		got, want := p.Shape(), ShapeOf(body)
+		if got != want {
+			t.Errorf("%s: plan shape %+v, ShapeOf %+v", body, got, want)
+		}
+		if want.PrefixKey != 0 {
+			prefixed++
+		}
+	}
+	if prefixed < 5 {
+		t.Fatalf("%d bodies with a shared prefix: the cases do not exercise it", prefixed)
+	}
+}

@@ -228,6 +228,8 @@ type heldConv struct {
 	// (dropTakenLocked).
 	nextIn *lane
 	idleAt uint64
+	// hist is what its last answered turn built, for its next (history.go).
+	hist *convHistory
 }
 
 // admission is the dispatcher's held conversations, by sample id (guarded

@@ -62,11 +62,15 @@ type affinity struct {
 // affinityOf reads c's affinity: the endpoint that answered its previous
 // turn, and its shared prefix when long enough.
 func affinityOf(c store.Claimed) affinity {
+	return affinityFrom(c, conversation.ShapeOf(c.Body))
+}
+
+// affinityFrom is affinityOf with the body's shape sh read already.
+func affinityFrom(c store.Claimed, sh conversation.Shape) affinity {
 	var a affinity
 	if n := len(c.Prior); n > 0 {
 		a.prev = c.Prior[n-1].Endpoint
 	}
-	sh := conversation.ShapeOf(c.Body)
 	if sh.PrefixBytes >= prefixMinBytes {
 		a.prefix, a.prefixTok = sh.PrefixKey, float64(sh.PrefixText)/bytesPerToken
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -36,8 +37,10 @@ const backlogPerEndpoint = 32
 
 // waiting is a claimed sample not yet sent, with its affinity read once.
 type waiting struct {
-	c store.Claimed
-	a affinity
+	c    store.Claimed
+	a    affinity
+	hist *convHistory       // what the turn before kept, when it fits c (history.go)
+	plan *conversation.Plan // c's body decoded, when hist is nil
 }
 
 // backlogCapLocked is how many claimed samples lane l may keep unsent.

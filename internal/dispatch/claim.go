@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -323,10 +324,34 @@ func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
 // are released at once: no lease is held for work that waits otherwise.
 func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claimed []store.Claimed, keep int) int {
 	fresh := make([]waiting, len(claimed))
+	d.mu.Lock()
 	for i, c := range claimed {
 		fresh[i].c = c
-		if !d.cfg.NoAffinity {
-			fresh[i].a = affinityOf(c)
+		if h := d.adm.byID[c.ID]; h != nil {
+			fresh[i].hist = h.hist
+		}
+	}
+	d.mu.Unlock()
+	for i, c := range claimed {
+		w := &fresh[i]
+		if !w.hist.fits(c) {
+			w.hist = nil
+		}
+		if w.hist != nil {
+			if !d.cfg.NoAffinity {
+				w.a = w.hist.affinity(c)
+			}
+			continue
+		}
+		// One walk of the body for the affinity and the request (a body
+		// that does not decode is dead-lettered when its turn is built).
+		if p, err := conversation.Decode(c.Body); err == nil {
+			w.plan = p
+			if !d.cfg.NoAffinity {
+				w.a = affinityFrom(c, p.Shape())
+			}
+		} else if !d.cfg.NoAffinity {
+			w.a = affinityOf(c)
 		}
 	}
 	d.mu.Lock()
@@ -384,6 +409,7 @@ func (d *Dispatcher) startOne(workCtx, storeCtx context.Context, l *lane, w wait
 		cl.routingKey = c.ID
 	}
 	cl.held = d.holdLocked(c.ID, e, est, w.a)
+	cl.hist, cl.plan = w.hist, w.plan
 	d.acquireLocked(cl, now)
 	d.inflight++
 	d.mu.Unlock()

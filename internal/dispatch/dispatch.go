@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/regen-dev/regen/internal/dispatch/limit"
@@ -56,6 +57,9 @@ type Dispatcher struct {
 	storeBack chan struct{}
 
 	guard *poisonGuard
+	// historyReused counts turns built from their conversation's kept
+	// history (history.go), for tests.
+	historyReused atomic.Int64
 	// logs rate-limits log lines that can repeat fast.
 	logs *logRate
 

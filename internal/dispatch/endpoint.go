@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
 )
 
@@ -108,6 +109,11 @@ type call struct {
 	later      bool
 	routingKey string
 	held       *heldConv // the conversation's hold this turn started (admit.go), nil when none
+	// hist is what the conversation's turn before kept (history.go), nil
+	// when nothing fits the claim.
+	hist *convHistory
+	// plan is the sample's body decoded at the claim, when hist is nil.
+	plan *conversation.Plan
 	// hedge is the backup started for it (hedge.go), guarded by
 	// Dispatcher.mu; it is never unset.
 	hedge *hedge

@@ -102,13 +102,21 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 
 	target, what, op := d.storeOp(storeCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
 	err := d.storeOutcome(storeCtx, c, what, op, now)
+	next := err == nil && v.out == outNextTurn
+	var hist *convHistory
+	if next {
+		hist = keptHistory(c, t, cl.held)
+	}
 	d.mu.Lock()
 	ctx := cl.est
 	if u := res.Usage; u.PromptTokens > 0 {
 		ctx = float64(u.PromptTokens + u.CompletionTokens)
 	}
-	d.turnDoneLocked(c.ID, cl.held, err == nil && v.out == outNextTurn, ctx, res.Usage, now)
+	d.turnDoneLocked(c.ID, cl.held, next, ctx, res.Usage, now)
 	d.nextTurnInLocked(c.ID, cl.held, target)
+	if next {
+		d.keepHistoryLocked(c.ID, cl.held, hist)
+	}
 	d.mu.Unlock()
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.
@@ -303,6 +311,7 @@ func (d *Dispatcher) storeOp(ctx context.Context, url string, l *lane, c store.C
 		return l, "complete", commit(store.Transition{Op: store.OpFinish, State: store.Done, Result: r})
 	case outNextTurn:
 		r := d.storeResult(ctx, url, l, c, t, res, "")
+		t.stored = r.Response
 		next := d.nextLane(c, t, res)
 		target := l
 		if next != "" {

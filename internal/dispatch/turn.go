@@ -14,17 +14,32 @@ import (
 type turn struct {
 	index int
 	plan  *conversation.Plan
-	prior []llm.Result
 	body  []byte
-	tools []string // declared tool names, for the quality rules
+	// members are body's top-level members (llm.Request.Members), nil
+	// when the client must walk body.
+	members []llm.Member
+	tools   []string // declared tool names, for the quality rules
+	// stored is the answer stored for this turn when the conversation goes
+	// on (storeOp), for the history its next turn reuses (history.go).
+	stored []byte
 }
 
-// prepareTurn builds the request body for the claimed sample's turn. An
-// error means the stored sample cannot make a request at all.
-func (d *Dispatcher) prepareTurn(c store.Claimed) (*turn, error) {
-	p, err := conversation.Decode(c.Body)
-	if err != nil {
-		return nil, err
+// prepareTurn builds the request body for the claimed sample's turn: from
+// hist, what the conversation's turn before kept (history.go), when there
+// is one (startAll passes it only when it fits the claim), else from the
+// store (p: c's body decoded already, or nil). An error means the stored
+// sample cannot make a request at all.
+func (d *Dispatcher) prepareTurn(c store.Claimed, hist *convHistory, p *conversation.Plan) (*turn, error) {
+	if hist != nil {
+		if t := d.nextTurn(hist); t != nil {
+			return t, nil
+		}
+	}
+	if p == nil {
+		var err error
+		if p, err = conversation.Decode(c.Body); err != nil {
+			return nil, err
+		}
 	}
 	t := &turn{index: c.Turn, plan: p, tools: p.ToolNames()}
 	if len(c.Prior) != c.Turn {
@@ -32,16 +47,20 @@ func (d *Dispatcher) prepareTurn(c store.Claimed) (*turn, error) {
 	}
 	// Only what the history needs of each earlier answer is decoded: not
 	// its token ids, which hold its whole prompt (reply.DecodeHistory).
+	prior := make([]llm.Result, 0, len(c.Prior))
 	for i, r := range c.Prior {
 		a, err := reply.DecodeHistory(r)
 		if err != nil {
 			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", conversation.Ordinal(c.Turn), conversation.Ordinal(i), err)
 		}
-		t.prior = append(t.prior, a)
+		prior = append(prior, a)
 	}
-	if t.body, err = p.Request(c.Turn, t.prior, d.cfg.KeepReasoning); err != nil {
+	body, err := p.Request(c.Turn, prior, d.cfg.KeepReasoning)
+	if err != nil {
 		return nil, err
 	}
+	t.body = body
+	t.members = p.Members(c.Turn, t.body)
 	return t, nil
 }
 

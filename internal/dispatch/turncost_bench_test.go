@@ -43,6 +43,10 @@ import (
 // -cpuprofile would mostly profile the setup (ingest and the three stored
 // turns); with REGEN_TURNCOST_PROFILE=dir each measured run alone
 // is profiled into dir/turncost-<k>k-<run>.cpu.
+//
+// The conv sub-benchmarks run whole conversations in one dispatcher
+// (benchConversations): their next turns reuse what the turn before built
+// (history.go), where history=Nk builds its turn from the store alone.
 
 const (
 	turnCostSamples = 300
@@ -56,8 +60,86 @@ var costTokens = []int{1000, 4000, 16000}
 func BenchmarkTurnCost(b *testing.B) {
 	for _, tokens := range costTokens {
 		b.Run(fmt.Sprintf("history=%dk", tokens/1000), func(b *testing.B) { benchTurns(b, tokens) })
+		b.Run(fmt.Sprintf("conv=%dk", tokens/1000), func(b *testing.B) { benchConversations(b, tokens) })
 		b.Run(fmt.Sprintf("floor=%dk", tokens/1000), func(b *testing.B) { benchTurnFloor(b, tokens) })
 	}
+}
+
+// benchConversations runs whole conversations in one dispatcher, as a job
+// without restarts does: turnCostSamples samples of turnCostTurn+1 turns
+// whose opening messages hold the history (a long system prompt and first
+// message, tokens*4 bytes), short next inputs and short answers, so every
+// turn carries about tokens of history; it reports CPU per turn over all
+// turns, the first (built from the body) included. Each next turn is built
+// from what the turn before kept (history.go); history=Nk measures the
+// turn built from the store alone, as after a restart.
+func benchConversations(b *testing.B, tokens int) {
+	srv := standIn(b)
+	var cpu time.Duration
+	var reused int64
+	turns := turnCostTurn + 1
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		st := convStore(b, filepath.Join(b.TempDir(), fmt.Sprintf("conv-%d.db", i)), tokens)
+		client := llm.New(llm.Config{BaseURL: srv.URL, MaxConns: turnCostConc})
+		cfg := baseConfig(st, []Endpoint{{URL: srv.URL, Client: client}})
+		cfg.Owner = "bench"
+		cfg.Lanes[0].Concurrency = turnCostConc
+		d, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// A pool that keeps every conversation warm: admission holds them all.
+		d.SetCapacity(srv.URL, float64(4*turnCostSamples*tokens), CapacityJob)
+		stopProfile := profileRun(b, tokens, i)
+		b.StartTimer()
+		c0 := processCPU()
+		if err := d.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		cpu += processCPU() - c0
+		b.StopTimer()
+		stopProfile()
+		if got := d.Snapshot().Counters.Done; got != turnCostSamples {
+			b.Fatalf("%d samples done, want %d", got, turnCostSamples)
+		}
+		reused += d.historyReused.Load()
+		client.Close()
+		st.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*turnCostSamples*turns), "cpu-µs/turn")
+	b.ReportMetric(float64(reused)/float64(b.N*turnCostSamples*(turns-1)), "reused/next-turn")
+}
+
+// convBody is sample i's body for benchConversations.
+func convBody(i, tokens int) []byte {
+	msg := func(role string, k, n int) conversation.Message {
+		c, _ := conversation.NewEncoder().Raw(historyText(uint64(i*16+k), n))
+		return conversation.Message{Role: role, Content: bytes.Clone(c)}
+	}
+	body := conversation.Body{Messages: []conversation.Message{msg("system", 0, tokens*2), msg("user", 1, tokens*2)}}
+	for k := range turnCostTurn {
+		body.Turns = append(body.Turns, conversation.Turn{Input: []conversation.Message{msg("user", 2+k, 200)}})
+	}
+	return conversation.Encode(&body)
+}
+
+// convStore is a new SQLite store at path holding turnCostSamples samples
+// of convBody at their first turn.
+func convStore(b *testing.B, path string, tokens int) *sqlite.Store {
+	st, err := sqlite.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := make([]store.NewSample, turnCostSamples)
+	for i := range ns {
+		ns[i] = store.NewSample{ID: fmt.Sprintf("s-%05d", i), Partition: "p", Lane: "short", Body: convBody(i, tokens), PromptTokens: tokens, Origin: fmt.Sprintf("p.jsonl:%d", i+1)}
+	}
+	if _, err := st.Ingest(context.Background(), ns); err != nil {
+		b.Fatal(err)
+	}
+	return st
 }
 
 func benchTurns(b *testing.B, tokens int) {

@@ -11,7 +11,7 @@ import (
 // work sends one sample's current turn and records the outcome.
 func (d *Dispatcher) work(workCtx, reqCtx, storeCtx context.Context, cl *call, l *lane, c store.Claimed) {
 	e := cl.ep
-	t, err := d.prepareTurn(c)
+	t, err := d.prepareTurn(c, cl.hist, cl.plan)
 	if err != nil {
 		cl.cancel(nil)
 		d.settle(storeCtx, cl, l, c, nil, llm.Result{}, &llm.Error{Class: llm.BadRequest, Msg: "build request: " + err.Error()}, nil)
@@ -61,7 +61,7 @@ func (d *Dispatcher) request(cl *call, t *turn) llm.Request {
 
 // requestOn is the chat request of t sent to endpoint e in lane l.
 func (d *Dispatcher) requestOn(e *endpoint, l *lane, t *turn) llm.Request {
-	req := llm.Request{Model: d.cfg.Model, Body: t.body, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
+	req := llm.Request{Model: d.cfg.Model, Body: t.body, Members: t.members, MaxTokens: l.cfg.MaxTokens, Params: d.cfg.Params}
 	if s := e.server.Load(); s != nil {
 		req.TokenIDFields = s.TokenIDFields
 	}

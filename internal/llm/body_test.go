@@ -99,6 +99,36 @@ func TestBuildBodyBytes(t *testing.T) {
 	}
 }
 
+// TestBuildBodyFromMembers: a body handed over as its members (split by
+// whoever built it, compact) gives the bytes the walk of the body gives,
+// params still winning over its keys; Body is not read then.
+func TestBuildBodyFromMembers(t *testing.T) {
+	body := `{"messages":[{"role":"user","content":"a <b> & c\u2028 é"}],"tools":[{"type":"function"}],"seed":3,"temperature":0.1}`
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &top); err != nil {
+		t.Fatal(err)
+	}
+	var members []Member
+	for _, k := range []string{"messages", "tools", "seed", "temperature"} {
+		members = append(members, Member{Key: k, Value: top[k]})
+	}
+	params := map[string]json.RawMessage{"temperature": json.RawMessage(`0.5`)}
+	walked, err := buildBody(Request{Model: "m", Body: json.RawMessage(body), MaxTokens: 9, Params: params}, []string{"return_token_ids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := buildBody(Request{Model: "m", Body: json.RawMessage(`not read`), Members: members, MaxTokens: 9, Params: params}, []string{"return_token_ids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(split, walked) {
+		t.Errorf("from members:\n%s\nfrom the body:\n%s", split, walked)
+	}
+	if !bytes.Contains(split, []byte(`"temperature":0.5`)) {
+		t.Errorf("params lost to the body's key: %s", split)
+	}
+}
+
 func TestBuildBodyRefusesBrokenJSON(t *testing.T) {
 	for _, body := range []string{`[1]`, `{"messages":[}`, `{"a":"\x"}`, `{"a":1} {}`, `"s"`} {
 		_, err := buildBody(Request{Body: json.RawMessage(body)}, nil)

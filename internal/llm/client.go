@@ -556,7 +556,13 @@ func buildParts(req Request, tokenIDs []string) (bodyParts, error) {
 func mergedBody(req Request, tokenIDs []string) (map[string]json.RawMessage, int, error) {
 	obj := make(map[string]json.RawMessage, 8+len(req.Params))
 	size := len(req.Body)
-	if len(bytes.TrimSpace(req.Body)) > 0 {
+	if req.Members != nil {
+		size = 0
+		for _, m := range req.Members {
+			obj[m.Key] = m.Value
+			size += len(m.Key) + len(m.Value) + 4
+		}
+	} else if len(bytes.TrimSpace(req.Body)) > 0 {
 		err := rawjson.Object(req.Body, func(m rawjson.Member) error {
 			obj[m.Key] = m.Value
 			if m.Spaced {

@@ -12,7 +12,12 @@ type Request struct {
 	Model string
 	// Body is the sample's request content, a JSON object with "messages"
 	// and optionally "tools"; its keys are copied into the request body.
-	Body      json.RawMessage
+	Body json.RawMessage
+	// Members, when set, are Body's top-level members, split by whoever
+	// built Body, with compact values (as encoding/json writes them): the
+	// client takes them instead of walking Body, whose history grows with
+	// every turn of a conversation. Body is then not read.
+	Members   []Member
 	MaxTokens int
 	// Params are generation settings merged at the top level of the body
 	// (temperature, top_p, chat_template_kwargs, any engine extra); they win
@@ -32,6 +37,12 @@ type Request struct {
 	// worker (consistent_hashing and manual policies), and SGLang's OpenAI
 	// routes pass it to the scheduler as the request's routing_key.
 	RoutingKey string
+}
+
+// Member is one top-level member of a request body (Request.Members).
+type Member struct {
+	Key   string
+	Value json.RawMessage
 }
 
 // Usage is the server-reported token accounting.

@@ -1,0 +1,113 @@
+package dispatch
+
+import (
+	"bytes"
+	"hash/maphash"
+
+	"github.com/regen-dev/regen/internal/conversation"
+	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
+	"github.com/regen-dev/regen/internal/store"
+)
+
+// History reuse: a conversation's next turn is built from its last.
+//
+// Built from the store alone, turn k's request decodes the sample body,
+// decodes the k stored answers, encodes them again and writes the whole
+// history out: five passes over a history that grows every turn
+// (BenchmarkTurnCost). A held conversation (admit.go) keeps instead what
+// its last turn built: the decoded plan, that turn's request and the answer
+// stored for it (history form). Its next turn appends the answer and the
+// next input to the request (conversation.Plan.NextRequest, the same bytes
+// as Plan.Request) and takes its affinity from what is kept, so it costs
+// one copy of the history.
+//
+// It is only an optimisation: the claim still hands over the body and the
+// stored answers, and the kept history is used only if they are the ones
+// it was built from (the same body bytes, the same stored answer to the
+// turn before, the turn after it); otherwise, and after a restart, the
+// turn is built from the store. It lives on the conversation's hold, so it
+// is bounded as holds are (by the KV pools admission fills) and dropped
+// with the hold: when the conversation ends, fails, is given back, or
+// waits heldIdle for its next turn.
+//
+// Measured with BenchmarkTurnCost (-benchtime 3x, three interleaved runs
+// on 2 shared cores, medians with ranges), CPU per turn over whole
+// 4-turn conversations (conv=): 1k tokens of history 296 (295-336) ->
+// 251 (239-255) µs, 4k 408 (378-414) -> 293 (290-300), 16k 885 (829-895)
+// -> 435 (416-455); 16k/1k 2.99 -> 1.73 (1.66-1.90). What still grows: the
+// store's claim reading the body and answers again (overflow pages), the
+// first turn's walk of the body, writing the request to the socket.
+
+// convHistory is what one turn of a held conversation built, kept for its
+// next turn. It is not changed once made.
+type convHistory struct {
+	turn   int    // the turn request was built for
+	sample []byte // the sample body plan was decoded from
+	plan   *conversation.Plan
+	tools  []string
+	// request is turn's request; answer the answer stored for it, as the
+	// store hands it back (reply.DecodeHistory), and stored the hash of
+	// the stored bytes.
+	request []byte
+	answer  llm.Result
+	stored  uint64
+	// The affinity read from the sample body (affinityOf).
+	prefix    uint64
+	prefixTok float64
+	turns     int
+}
+
+// answerSeed hashes stored answers for the check that a kept history's
+// answer is the store's.
+var answerSeed = maphash.MakeSeed()
+
+// keptHistory builds the history turn t of held conversation h keeps
+// after its answer was stored (t.stored): nil when there is no next turn
+// to build from it or the stored answer does not read back.
+func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
+	if h == nil || t == nil || t.stored == nil || t.index+1 >= t.plan.NumTurns() {
+		return nil
+	}
+	res, err := reply.DecodeHistory(store.Result{Response: t.stored})
+	if err != nil {
+		return nil
+	}
+	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.body,
+		answer: res, stored: maphash.Bytes(answerSeed, t.stored), prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
+}
+
+// fits reports whether claim c is the turn after h's, of the same body,
+// with h's answer stored for the turn before.
+func (h *convHistory) fits(c store.Claimed) bool {
+	if h == nil || c.Turn != h.turn+1 || len(c.Prior) != c.Turn {
+		return false
+	}
+	return maphash.Bytes(answerSeed, c.Prior[h.turn].Response) == h.stored && bytes.Equal(c.Body, h.sample)
+}
+
+// affinity is c's affinity (affinityOf) from what h kept.
+func (h *convHistory) affinity(c store.Claimed) affinity {
+	return affinity{prev: c.Prior[len(c.Prior)-1].Endpoint, prefix: h.prefix, prefixTok: h.prefixTok,
+		conv: h.turns > 1, turn: c.Turn, turns: h.turns}
+}
+
+// nextTurn is the turn after h's, built from it; nil when it cannot be
+// (prepareTurn then builds it from the store).
+func (d *Dispatcher) nextTurn(h *convHistory) *turn {
+	body, err := h.plan.NextRequest(h.request, h.turn, h.answer, d.cfg.KeepReasoning)
+	if err != nil {
+		return nil
+	}
+	d.historyReused.Add(1)
+	k := h.turn + 1
+	return &turn{index: k, plan: h.plan, tools: h.tools, body: body, members: h.plan.Members(k, body)}
+}
+
+// keepHistoryLocked keeps hist on conversation id's hold while it is still
+// the hold of the turn that built it (turnDoneLocked left it held).
+func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHistory) {
+	if h, ok := d.adm.byID[id]; ok && h == turn && hist != nil {
+		h.hist = hist
+	}
+}
