@@ -321,6 +321,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		fresh[i].c = c
 		if !d.cfg.NoAffinity {
 			fresh[i].a = affinityOf(c)
+			fresh[i].a.admitted = fresh[i].a.newConv && !d.cfg.NoAdmission
 		}
 	}
 	d.mu.Lock()
