@@ -29,10 +29,15 @@ import (
 //     between turns the prompt and answer of the last one as the server
 //     counted them; its shared prefix (system prompt and tools) counts once
 //     per endpoint however many held conversations share it;
-//   - a new conversation's first turn goes only to an endpoint whose warm
-//     tokens and its own stay within warmShare of the pool (admits); an
-//     endpoint holding none takes one whatever its size, and one whose pool
-//     is not known yet takes blindConvs;
+//   - a new conversation's first turn goes only to an endpoint where the
+//     held conversations and it stay within warmShare of the pool at their
+//     peak in the turns to come (peakWith, admits): each grows at the rate
+//     it grew so far, one turn at a time, until its last turn; an endpoint
+//     holding none takes one whatever its size, and one whose pool is not
+//     known yet takes blindConvs. Counted instead at its size after its
+//     last turn (until December 2026), a conversation counted at twice what
+//     it holds on average, and the feedback scale that made up for it
+//     swung the conversations held on an mtlong endpoint between 16 and 64;
 //   - a held conversation's next turn is never refused: the pool was kept
 //     for it. The store hands next turns out before first turns, and a
 //     server that schedules by priority is told so (Server.Priority);
@@ -83,36 +88,42 @@ const heldIdle = 2 * time.Minute
 const blindConvs = 8
 
 // admits reports whether an endpoint with a KV pool of pool tokens (0 =
-// unknown), holding convs conversations of warm tokens, takes a new
-// conversation that adds need tokens.
-func admits(pool, warm, need float64, convs int) bool {
+// unknown), holding convs conversations, takes a new one when they and it
+// would hold peak tokens at most at once in the turns to come
+// (warmSet.peakWith).
+func admits(pool, peak float64, convs int) bool {
 	switch {
 	case convs == 0:
 		return true
 	case pool <= 0:
 		return convs < blindConvs
 	}
-	return warm+need <= warmShare*pool
+	return peak <= warmShare*pool
 }
 
 // admitsShare is admits for one of sharers workers sending to the
 // endpoint: each counts against its part of the pool (and of blindConvs).
-func admitsShare(pool, warm, need float64, convs, sharers int) bool {
+func admitsShare(pool, peak float64, convs, sharers int) bool {
 	if sharers <= 1 {
-		return admits(pool, warm, need, convs)
+		return admits(pool, peak, convs)
 	}
 	if pool <= 0 && convs > 0 {
 		return convs < max(blindConvs/sharers, 1)
 	}
-	return admits(pool/float64(sharers), warm, need, convs)
+	return admits(pool/float64(sharers), peak, convs)
 }
 
 // warmSet is one endpoint's held conversations' footprint (guarded by
 // Dispatcher.mu).
 type warmSet struct {
 	tokens   float64        // own tokens of every held conversation, and each shared prefix once
+	shared   float64        // the shared prefixes' part of tokens
 	convs    int            // conversations held
 	prefixes map[uint64]int // held conversations per shared prefix
+	held     map[*heldConv]struct{}
+	// ahead[k] is what the held conversations hold k turns from now
+	// (aheadTokens), nil when a hold changed since it was counted.
+	ahead []float64
 	// scale multiplies the pool admission counts against (0 = 1), moved by
 	// what next turns sent back here found cached (judge); reported: the
 	// server reports cached tokens at all (one answer said some).
@@ -124,14 +135,14 @@ type warmSet struct {
 	sharers int
 }
 
-// Feedback on the warm share. Projected contexts are an estimate, and
-// conversations stand at every stage at once, so the pool usually holds
-// more than they are counted at. Every judgeWindow next turns sent back to
-// the endpoint of the turn before, the share of them that did not find at
-// least keptShare of their previous prompt cached moves the scale:
-// none lost raises it by scaleUp (to at most maxScale), more than
-// lostShare lowers it by scaleDown (to at least minScale). A server that
-// reports no cached tokens leaves it at 1.
+// Feedback on the warm share. The peak ahead is an estimate (a turn's
+// answer counts at the lane's mean, and the server reserves room for
+// longer ones). Every judgeWindow next turns sent back to the endpoint of
+// the turn before, the share of them that did not find at least keptShare
+// of their previous prompt cached moves the scale: more than lostShare
+// lowers it by scaleDown (to at least minScale), none lost raises it by
+// scaleUp (to at most maxScale). A server that reports no cached tokens
+// leaves it at 1.
 const (
 	judgeWindow = 32
 	keptShare   = 0.9
@@ -139,10 +150,13 @@ const (
 	scaleUp     = 1.1
 	scaleDown   = 0.9
 	minScale    = 0.5
-	maxScale    = 3
-	// startScale is the scale before any judgement: a projected context is
-	// the conversation's largest, and the held ones stand at every stage.
-	startScale = 1.5
+	// maxScale and startScale: the pool as it is. The peak ahead
+	// (warmSet.peakWith) is what the conversations will hold, not a bound
+	// above it: raised past the pool, the scale let in conversations
+	// whose histories queued and were evicted, then fell for a window of
+	// losses, and held conversations swung between 16 and 64 an endpoint.
+	maxScale   = 1
+	startScale = 1
 )
 
 func (w *warmSet) scaleOr1() float64 {
@@ -183,8 +197,13 @@ func (w *warmSet) need(own float64, prefix uint64, prefixTok float64) float64 {
 func (w *warmSet) add(h *heldConv) {
 	w.tokens += h.own
 	w.convs++
+	if w.held == nil {
+		w.held = map[*heldConv]struct{}{}
+	}
+	w.held[h], w.ahead = struct{}{}, nil
 	if h.prefix == 0 {
 		w.tokens += h.prefixTok
+		w.shared += h.prefixTok
 		return
 	}
 	if w.prefixes == nil {
@@ -192,6 +211,7 @@ func (w *warmSet) add(h *heldConv) {
 	}
 	if w.prefixes[h.prefix] == 0 {
 		w.tokens += h.prefixTok
+		w.shared += h.prefixTok
 	}
 	w.prefixes[h.prefix]++
 }
@@ -199,21 +219,84 @@ func (w *warmSet) add(h *heldConv) {
 func (w *warmSet) remove(h *heldConv) {
 	w.tokens = max(w.tokens-h.own, 0)
 	w.convs--
+	delete(w.held, h)
+	w.ahead = nil
 	if h.prefix == 0 {
 		w.tokens = max(w.tokens-h.prefixTok, 0)
+		w.shared = max(w.shared-h.prefixTok, 0)
 		return
 	}
 	if w.prefixes[h.prefix]--; w.prefixes[h.prefix] <= 0 {
 		delete(w.prefixes, h.prefix)
 		w.tokens = max(w.tokens-h.prefixTok, 0)
+		w.shared = max(w.shared-h.prefixTok, 0)
 	}
+}
+
+// ownAhead is a conversation's own context k turns from now, own tokens
+// after done of its turns: it grows at the rate it grew so far, and is
+// gone once its last turn is answered.
+func ownAhead(own float64, done, turns, k int) float64 {
+	switch {
+	case k > max(turns-done, 0):
+		return 0
+	case done <= 0:
+		return own
+	}
+	return own * float64(done+k) / float64(done)
+}
+
+// aheadTokens is w.ahead, counted again when a hold changed: what the held
+// conversations' own contexts and their shared prefixes come to k turns
+// from now, for every k until the last of them ends.
+func (w *warmSet) aheadTokens() []float64 {
+	if w.ahead != nil {
+		return w.ahead
+	}
+	last := 0
+	for h := range w.held {
+		last = max(last, h.turns-h.done)
+	}
+	w.ahead = make([]float64, last+1)
+	for k := range w.ahead {
+		w.ahead[k] = w.shared
+	}
+	for h := range w.held {
+		for k := range max(h.turns-h.done, 0) + 1 {
+			w.ahead[k] += ownAhead(h.own, h.done, h.turns, k)
+		}
+	}
+	return w.ahead
+}
+
+// peakWith is the most the held conversations and a new one (own tokens
+// after done of turns, on prefix of prefixTok tokens) will hold at once in
+// the turns to come, every conversation taking one turn at a time: those
+// admitted together grow together and peak at their last turn, while
+// conversations at every stage peak about a turn's growth above what they
+// hold now, since the oldest end as the others grow.
+func (w *warmSet) peakWith(own float64, done, turns int, prefix uint64, prefixTok float64) float64 {
+	ahead := w.aheadTokens()
+	peak := 0.0
+	for k := range max(len(ahead), turns-done+1) {
+		held := w.shared
+		if k < len(ahead) {
+			held = ahead[k]
+		}
+		peak = max(peak, held+ownAhead(own, done, turns, k))
+	}
+	return peak + w.need(0, prefix, prefixTok)
 }
 
 // heldConv is one held conversation.
 type heldConv struct {
-	ep        *endpoint
-	own       float64 // context tokens beyond its shared prefix, projected (project)
-	turn      int     // the turn sent last, of turns
+	ep *endpoint
+	// own is its context beyond its shared prefix after done turns: its
+	// last answered turn's prompt and answer, or, while its first turn
+	// runs, the request's estimate.
+	own       float64
+	done      int
+	turn      int // the turn sent last, of turns
 	turns     int
 	prefix    uint64
 	prefixTok float64
@@ -249,7 +332,8 @@ func (d *Dispatcher) admitsLocked(e *endpoint, est float64, a affinity) bool {
 	if !a.newConv || d.cfg.NoAdmission {
 		return true
 	}
-	return admitsShare(e.load.capacity*e.warm.scaleOr1(), e.warm.tokens, e.warm.need(project(est-a.prefixTok, a.turn+1, a.turns), a.prefix, a.prefixTok), e.warm.convs, e.warm.sharers)
+	peak := e.warm.peakWith(max(est-a.prefixTok, 0), a.turn+1, a.turns, a.prefix, a.prefixTok)
+	return admitsShare(e.load.capacity*e.warm.scaleOr1(), peak, e.warm.convs, e.warm.sharers)
 }
 
 // SetSharers tells admission how many live workers, this one included,
@@ -288,7 +372,7 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 	expect := 0.0
 	// A first turn counts at its estimate; a next turn keeps what its last
 	// answer's usage set (the stored prompt estimate is the first turn's).
-	own := project(est-a.prefixTok, a.turn+1, a.turns)
+	own, done := max(est-a.prefixTok, 0), a.turn+1
 	if h, ok := d.adm.byID[id]; ok {
 		h.ep.warm.remove(h)
 		if !h.busy {
@@ -297,9 +381,9 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 		if h.ep == e {
 			expect = h.prompt // back where its history should be
 		}
-		own = h.own
+		own, done = h.own, h.done
 	}
-	h := &heldConv{ep: e, own: own, prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns,
+	h := &heldConv{ep: e, own: own, done: done, prefix: a.prefix, prefixTok: a.prefixTok, busy: true, turn: a.turn, turns: a.turns,
 		expect: expect}
 	d.adm.byID[id] = h
 	e.warm.add(h)
@@ -331,7 +415,7 @@ func (d *Dispatcher) turnDoneLocked(id string, turn *heldConv, next bool, ctx fl
 		return
 	}
 	h.ep.warm.remove(h)
-	h.own = project(ctx-h.prefixTok, h.turn+1, h.turns)
+	h.own, h.done = max(ctx-h.prefixTok, 0), h.turn+1
 	h.ep.warm.add(h)
 	if h.busy {
 		h.busy = false
@@ -463,21 +547,4 @@ func (d *Dispatcher) pinnedLocked(a affinity) *endpoint {
 		return nil
 	}
 	return e
-}
-
-// projectConversations: a held conversation counts at the context it will
-// have after its last turn, at the rate it grew so far, not at its context
-// now: conversations admitted together grow together, and counted at
-// their first turn's size they would fill the pool several times over by
-// their last.
-const projectConversations = true
-
-// project is a conversation's own context (beyond its shared prefix) after
-// its last turn, from own tokens after done of its turns.
-func project(own float64, done, turns int) float64 {
-	own = max(own, 0)
-	if !projectConversations || done <= 0 || turns <= done {
-		return own
-	}
-	return own * float64(turns) / float64(done)
 }

@@ -30,8 +30,8 @@ func TestAdmits(t *testing.T) {
 		{"a held pool already over its share takes no new one", 100000, 120000, 1, 30, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := admits(tc.pool, tc.warm, tc.need, tc.convs); got != tc.want {
-				t.Errorf("admits(%v, %v, %v, %d) = %v, want %v", tc.pool, tc.warm, tc.need, tc.convs, got, tc.want)
+			if got := admits(tc.pool, tc.warm+tc.need, tc.convs); got != tc.want {
+				t.Errorf("admits(%v, %v + %v, %d) = %v, want %v", tc.pool, tc.warm, tc.need, tc.convs, got, tc.want)
 			}
 		})
 	}
@@ -222,24 +222,36 @@ func TestPriorityFor(t *testing.T) {
 	}
 }
 
-// A conversation counts at the context it will have after its last turn,
-// at the rate it grew so far.
-func TestProject(t *testing.T) {
+// A new conversation is admitted when the held ones and it fit the warm
+// share at their peak in the turns to come, each growing at its own rate
+// until its last turn. Conversations at every stage peak about a turn
+// above what they hold now, since the oldest end as the others grow:
+// eight of ten turns at 2..9 turns done (100 tokens a turn) and a
+// newcomer of 200 peak at 5,600 a turn from now, within 9,000 (each
+// counted at its last turn's size they were 10,000, refused). Eight
+// admitted together grow together: at their last turn they and the
+// newcomer hold 10,000, refused.
+func TestAdmissionCountsThePeakAhead(t *testing.T) {
 	for _, tc := range []struct {
-		own         float64
-		done, turns int
-		want        float64
+		name string
+		done []int
+		want bool
 	}{
-		{600, 1, 10, 6000},  // first turn of ten
-		{3000, 5, 10, 6000}, // half way
-		{6000, 10, 10, 6000},
-		{500, 1, 1, 500}, // a single turn
-		{500, 1, 0, 500}, // plan unknown
-		{-20, 1, 4, 0},   // a prefix estimate above the prompt's
+		{"conversations at every stage", []int{2, 3, 4, 5, 6, 7, 8, 9}, true},
+		{"a cohort at its first turn", []int{1, 1, 1, 1, 1, 1, 1, 1}, false},
 	} {
-		if got := project(tc.own, tc.done, tc.turns); got != tc.want {
-			t.Errorf("project(%v, %d, %d) = %v, want %v", tc.own, tc.done, tc.turns, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			d, _ := admitPair(t, false)
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			a := d.epByURL["http://a"]
+			for _, done := range tc.done {
+				a.warm.add(&heldConv{ep: a, own: 100 * float64(done), done: done, turns: 10})
+			}
+			if got := d.admitsLocked(a, 200, affinity{conv: true, newConv: true, turns: 10}); got != tc.want {
+				t.Errorf("admits a newcomer of 200 tokens = %v, want %v (peak %v of 9,000)", got, tc.want, a.warm.peakWith(200, 1, 10, 0, 0))
+			}
+		})
 	}
 }
 
@@ -258,16 +270,20 @@ func TestWarmScaleFollowsWhatNextTurnsFound(t *testing.T) {
 		t.Errorf("scale before any judgement %v, want %v", w.scaleOr1(), startScale)
 	}
 	window(&w, 0)
-	if want := startScale * scaleUp; math.Abs(w.scaleOr1()-want) > 1e-9 {
-		t.Errorf("scale after a clean window %v, want %v", w.scaleOr1(), want)
-	}
-	window(&w, 1) // 1 of 32: within the lost share
-	if want := startScale * scaleUp; math.Abs(w.scaleOr1()-want) > 1e-9 {
-		t.Errorf("scale after one loss in a window %v, want it kept at %v", w.scaleOr1(), want)
+	if w.scaleOr1() != maxScale {
+		t.Errorf("scale after a clean window %v, want it kept at the cap %v", w.scaleOr1(), maxScale)
 	}
 	window(&w, 4)
-	if want := startScale * scaleUp * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
+	if want := startScale * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
 		t.Errorf("scale after 4 losses %v, want %v", w.scaleOr1(), want)
+	}
+	window(&w, 1) // 1 of 32: within the lost share
+	if want := startScale * scaleDown; math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after one loss in a window %v, want it kept at %v", w.scaleOr1(), want)
+	}
+	window(&w, 0)
+	if want := min(startScale*scaleDown*scaleUp, maxScale); math.Abs(w.scaleOr1()-want) > 1e-9 {
+		t.Errorf("scale after a clean window %v, want %v", w.scaleOr1(), want)
 	}
 	for range 40 {
 		window(&w, 32)

@@ -25,7 +25,7 @@ func TestAdmitsShare(t *testing.T) {
 		{"unknown pool, more workers than blindConvs: one each", 0, 1, 1, 1, blindConvs + 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := admitsShare(tc.pool, tc.warm, tc.need, tc.convs, tc.sharers); got != tc.want {
+			if got := admitsShare(tc.pool, tc.warm+tc.need, tc.convs, tc.sharers); got != tc.want {
 				t.Errorf("admitsShare(%v, %v, %v, %d, %d) = %v, want %v", tc.pool, tc.warm, tc.need, tc.convs, tc.sharers, got, tc.want)
 			}
 		})

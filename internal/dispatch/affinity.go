@@ -29,6 +29,9 @@ import (
 //     own rendezvous order of the endpoints' URLs, that is not clearly more
 //     loaded (a prefix hash with bounded load: each prefix has a home, and
 //     its next choices when the home is busy, the same for every worker);
+//     a new conversation under admission goes to the first that admits it
+//     whatever its load (admission bounds it), so each endpoint keeps the
+//     prefixes homed on it warm, not every prefix;
 //  3. otherwise, and for every request when affinity is off, the least
 //     loaded candidate, as token-aware balancing decides (balance.go).
 //
@@ -57,6 +60,10 @@ type affinity struct {
 	conv, newConv bool
 	prefixTok     float64
 	turn, turns   int // the turn claimed (0 = the first) of the plan's turns
+	// admitted: a new conversation under admission, which bounds each
+	// endpoint's load by its pool; it keeps its prefix's order however
+	// loaded the endpoints are (chooseKept).
+	admitted bool
 }
 
 // affinityOf reads c's affinity: the endpoint that answered its previous
@@ -125,6 +132,9 @@ func chooseKept(cands []candidate, a affinity, byTokens bool) (int, bool) {
 		}
 	}
 	if a.prefix != 0 {
+		if a.admitted {
+			ok = func(i int) bool { return cands[i].closed }
+		}
 		order := make([]int, len(cands))
 		for i := range order {
 			order[i] = i

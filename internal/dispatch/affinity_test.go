@@ -69,6 +69,8 @@ func TestAffinityRule(t *testing.T) {
 		{"first turn goes to its prefix's home", loads(map[string]float64{"a": 0.3, "b": 0.3, "c": 0.3}), affinity{prefix: key}, true, home},
 		{"prefix home clearly more loaded: the next in its order",
 			loads(map[string]float64{home: 0.9, second: 0.3, other(urls, home, second): 0.2}), affinity{prefix: key}, true, second},
+		{"a new conversation under admission stays on its prefix's home however loaded",
+			loads(map[string]float64{home: 0.9, second: 0.3, other(urls, home, second): 0.2}), affinity{prefix: key, conv: true, newConv: true, admitted: true}, true, home},
 		{"a later turn whose endpoint is busy falls back to its prefix order",
 			loads(map[string]float64{"a": 0.9, "b": 0.3, "c": 0.3}), affinity{prev: "a", prefix: key}, true, prefixPick(key, "a", urls)},
 	}

@@ -337,22 +337,24 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		if !w.hist.fits(c) {
 			w.hist = nil
 		}
-		if w.hist != nil {
+		switch {
+		case w.hist != nil:
 			if !d.cfg.NoAffinity {
 				w.a = w.hist.affinity(c)
 			}
-			continue
-		}
-		// One walk of the body for the affinity and the request (a body
-		// that does not decode is dead-lettered when its turn is built).
-		if p, err := conversation.Decode(c.Body); err == nil {
-			w.plan = p
-			if !d.cfg.NoAffinity {
-				w.a = affinityFrom(c, p.Shape())
+		default:
+			// One walk of the body for the affinity and the request (a body
+			// that does not decode is dead-lettered when its turn is built).
+			if p, err := conversation.Decode(c.Body); err == nil {
+				w.plan = p
+				if !d.cfg.NoAffinity {
+					w.a = affinityFrom(c, p.Shape())
+				}
+			} else if !d.cfg.NoAffinity {
+				w.a = affinityOf(c)
 			}
-		} else if !d.cfg.NoAffinity {
-			w.a = affinityOf(c)
 		}
+		w.a.admitted = w.a.newConv && !d.cfg.NoAffinity && !d.cfg.NoAdmission
 	}
 	d.mu.Lock()
 	queue := queueLocked(l, fresh)
