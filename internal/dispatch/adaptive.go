@@ -297,13 +297,14 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 	}
 	slices.SortFunc(running, shedOrder)
 	need := (kv - target) * e.load.capacity
-	freed, n := 0.0, 0
+	freed, lost, n := 0.0, 0.0, 0
 	for _, cl := range running {
 		if freed >= need {
 			break
 		}
 		shed(cl)
 		freed += cl.prompt + cl.tokensLocked()
+		lost += cl.tokensLocked()
 		n++
 	}
 	if n+waiting == 0 {
@@ -311,7 +312,7 @@ func (d *Dispatcher) shedLocked(e *endpoint, kv float64, at time.Time) []LimitDe
 	}
 	d.counters.Shed += int64(n + waiting - backups)
 	e.load.sinceShed = 0
-	why := fmt.Sprintf("%s: %d running requests cancelled (about %.0f tokens of KV) and %d waiting, released without spending an attempt", trigger, n, freed, waiting)
+	why := fmt.Sprintf("%s: %d running requests cancelled (about %.0f tokens of KV, %.0f of them generated) and %d waiting, released without spending an attempt", trigger, n, freed, lost, waiting)
 	if backups > 0 {
 		why += fmt.Sprintf(" (%d of them backups, whose first requests go on)", backups)
 	}

@@ -418,7 +418,7 @@ func TestShedUnderPinnedKV(t *testing.T) {
 		}
 	}
 	if shed == nil || shed.Lane != "short" || shed.To != 1 ||
-		!strings.Contains(shed.Reason, "KV usage 0.98, 0.98 at the last two probes: 3 running requests cancelled (about 9600 tokens of KV) and 2 waiting") {
+		!strings.Contains(shed.Reason, "KV usage 0.98, 0.98 at the last two probes: 3 running requests cancelled (about 9600 tokens of KV, 6600 of them generated) and 2 waiting") {
 		t.Errorf("decision %+v, want the short lane cut to the 1 it has left, with the evidence", shed)
 	}
 	if got := d.Snapshot().Counters.Shed; got != 5 {
