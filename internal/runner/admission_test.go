@@ -22,7 +22,10 @@ import (
 )
 
 // sharedPoolJob is a multi-turn job on one external simulator whose KV
-// pool (poolTokens) holds a few of its conversations.
+// pool (poolTokens) holds some twenty of its conversations, so each of
+// three workers' parts holds several: a part holds whole conversations
+// (at 40,000 tokens, counted at their peak ahead, each part held one and
+// the three workers together half of what one held alone).
 const sharedPoolJob = `name: admw
 model: sim-model
 endpoints: [{url: %q, engine: sim, kv_tokens: %d}]
@@ -34,7 +37,7 @@ store: {dsn: %q}
 quality: {truncated: false}
 `
 
-const poolTokens = 40000
+const poolTokens = 120000
 
 // convLog records, at the simulator, when each conversation's turns were
 // asked for: a conversation is held (its history kept warm for it) from
