@@ -81,30 +81,10 @@ func benchConversations(b *testing.B, tokens int) {
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		st := convStore(b, filepath.Join(b.TempDir(), fmt.Sprintf("conv-%d.db", i)), tokens)
-		client := llm.New(llm.Config{BaseURL: srv.URL, MaxConns: turnCostConc})
-		cfg := baseConfig(st, []Endpoint{{URL: srv.URL, Client: client}})
-		cfg.Owner = "bench"
-		cfg.Lanes[0].Concurrency = turnCostConc
-		d, err := New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
 		// A pool that keeps every conversation warm: admission holds them all.
-		d.SetCapacity(srv.URL, float64(4*turnCostSamples*tokens), CapacityJob)
-		stopProfile := profileRun(b, tokens, i)
-		b.StartTimer()
-		c0 := processCPU()
-		if err := d.Run(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		cpu += processCPU() - c0
-		b.StopTimer()
-		stopProfile()
-		if got := d.Snapshot().Counters.Done; got != turnCostSamples {
-			b.Fatalf("%d samples done, want %d", got, turnCostSamples)
-		}
+		d, spent := measuredRun(b, srv.URL, st, tokens, i, float64(4*turnCostSamples*tokens))
+		cpu += spent
 		reused += d.historyReused.Load()
-		client.Close()
 		st.Close()
 		b.StartTimer()
 	}
@@ -148,27 +128,8 @@ func benchTurns(b *testing.B, tokens int) {
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		st := historyStore(b, filepath.Join(b.TempDir(), fmt.Sprintf("job-%d.db", i)), tokens)
-		client := llm.New(llm.Config{BaseURL: srv.URL, MaxConns: turnCostConc})
-		cfg := baseConfig(st, []Endpoint{{URL: srv.URL, Client: client}})
-		cfg.Owner = "bench"
-		cfg.Lanes[0].Concurrency = turnCostConc
-		d, err := New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		stopProfile := profileRun(b, tokens, i)
-		b.StartTimer()
-		c0 := processCPU()
-		if err := d.Run(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		cpu += processCPU() - c0
-		b.StopTimer()
-		stopProfile()
-		if got := d.Snapshot().Counters.Done; got != turnCostSamples {
-			b.Fatalf("%d samples done, want %d", got, turnCostSamples)
-		}
-		client.Close()
+		_, spent := measuredRun(b, srv.URL, st, tokens, i, 0)
+		cpu += spent
 		st.Close()
 		b.StartTimer()
 	}
@@ -342,4 +303,35 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measuredRun runs a dispatcher over st against the stand-in at url with
+// the timer on (it is off on entry and on return) and returns it with the
+// process CPU the run took; pool, when set, is the endpoint's KV pool.
+func measuredRun(b *testing.B, url string, st store.Store, tokens, i int, pool float64) (*Dispatcher, time.Duration) {
+	client := llm.New(llm.Config{BaseURL: url, MaxConns: turnCostConc})
+	defer client.Close()
+	cfg := baseConfig(st, []Endpoint{{URL: url, Client: client}})
+	cfg.Owner = "bench"
+	cfg.Lanes[0].Concurrency = turnCostConc
+	d, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if pool > 0 {
+		d.SetCapacity(url, pool, CapacityJob)
+	}
+	stopProfile := profileRun(b, tokens, i)
+	b.StartTimer()
+	c0 := processCPU()
+	if err := d.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	spent := processCPU() - c0
+	b.StopTimer()
+	stopProfile()
+	if got := d.Snapshot().Counters.Done; got != turnCostSamples {
+		b.Fatalf("%d samples done, want %d", got, turnCostSamples)
+	}
+	return d, spent
 }
