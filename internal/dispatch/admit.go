@@ -371,8 +371,15 @@ func (d *Dispatcher) holdLocked(id string, e *endpoint, est float64, a affinity)
 	}
 	expect := 0.0
 	// A first turn counts at its estimate; a next turn keeps what its last
-	// answer's usage set (the stored prompt estimate is the first turn's).
+	// answer's usage set (the stored prompt estimate is the first turn's),
+	// and one held anew (its hold was dropped, or the runner restarted)
+	// counts at the context of the turn before as the store keeps it, as
+	// turnDoneLocked would have left it: at the first turn's estimate it
+	// counted a fraction of its size, on the endpoint it is pinned to.
 	own, done := max(est-a.prefixTok, 0), a.turn+1
+	if a.turn > 0 && a.prevCtx > 0 {
+		own, done = max(a.prevCtx-a.prefixTok, own), a.turn
+	}
 	if h, ok := d.adm.byID[id]; ok {
 		h.ep.warm.remove(h)
 		if !h.busy {
@@ -487,6 +494,9 @@ func (d *Dispatcher) expireLocked(now time.Time) {
 	}
 	d.adm.expiredAt = now
 	for id, h := range d.adm.byID {
+		if _, leased := d.held[id]; leased {
+			continue // its next turn is claimed here, waiting for its endpoint (pinnedLocked)
+		}
 		if !h.busy && now.Sub(h.idleSince) >= heldIdle {
 			d.dropLocked(id, h)
 		}

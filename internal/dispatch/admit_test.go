@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/engine"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
@@ -517,5 +518,92 @@ func TestNextTurnWaitsForItsEndpoint(t *testing.T) {
 				t.Errorf("placements: busy, full, paused (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A claim whose samples are next turns pinned to their full endpoint
+// starts none of them, and the claim loop is not told to claim again at
+// once: the store hands those same next turns out first, so it would
+// claim and release them in a loop while the other endpoint idled.
+func TestPinnedNextTurnsDoNotSpinTheClaim(t *testing.T) {
+	st := newFakeStore()
+	st.add("short", "c", 200)
+	st.mu.Lock()
+	for id, x := range st.samples {
+		x.Body = []byte(chat3(id))
+		x.turn = 1
+		x.prior = []store.Result{{Turn: 0, Endpoint: "http://a", PromptTokens: 100, CompletionTokens: 50}}
+	}
+	st.mu.Unlock()
+	hang := func(ctx context.Context, c call1) (llm.Result, error) {
+		<-ctx.Done()
+		return llm.Result{}, ctx.Err()
+	}
+	eps, _ := fleet(newTracker(), hang, "http://a", "http://b")
+	cfg := baseConfig(st, eps)
+	cfg.Lanes = []LaneConfig{{Name: "short", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 100}}
+	d := mustNew(t, cfg)
+	m := engine.Metrics{TokenUsage: 0.1, MaxTotalTokens: 200000,
+		Present: engine.FieldRunning | engine.FieldQueued | engine.FieldTokenUsage | engine.FieldMaxTotalTokens}
+	now := d.now()
+	d.Observe("http://a", m, now)
+	d.Observe("http://b", m, now)
+	d.mu.Lock()
+	el := &d.epByURL["http://a"].lanes[0] // a at its limit, its return allowance used
+	el.inflight, el.over = el.ctl.Limit(), max(1, el.ctl.Limit()/10)
+	d.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		d.workers.Wait()
+	}()
+	for round := range 3 {
+		started, more, _, err := d.claimLane(ctx, ctx, context.Background(), d.lanes[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if started != 0 || more {
+			t.Fatalf("round %d: started %d, claim again at once %v; want 0 started (every turn is pinned to a full a) and no immediate claim", round, started, more)
+		}
+	}
+}
+
+// A next turn held anew (its hold was dropped, or the runner restarted)
+// counts at the context of the turn before, as the store keeps it, not at
+// the first turn's prompt estimate the sample carries.
+func TestReheldNextTurnCountsItsContext(t *testing.T) {
+	d, _ := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.epByURL["http://a"]
+	h := d.holdLocked("c", e, 1000, affinity{conv: true, prev: "http://a", prevCtx: 6000, turn: 2, turns: 4})
+	if h.own != 6000 || h.done != 2 {
+		t.Errorf("re-held at own %v after %d turns, want 6000 after 2", h.own, h.done)
+	}
+	first := d.holdLocked("f", e, 1000, affinity{conv: true, newConv: true, turns: 4})
+	if first.own != 1000 || first.done != 1 {
+		t.Errorf("first turn held at own %v after %d turns, want its estimate 1000 after 1", first.own, first.done)
+	}
+}
+
+// Expiry drops a conversation idle for heldIdle, but not one whose next
+// turn this worker has claimed and keeps waiting for its endpoint.
+func TestExpirySparesANextTurnClaimedHere(t *testing.T) {
+	d, now := admitPair(t, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.epByURL["http://a"]
+	a := affinity{conv: true, newConv: true, turns: 4}
+	for _, id := range []string{"waiting", "gone"} {
+		h := d.holdLocked(id, e, 1000, a)
+		d.turnDoneLocked(id, h, true, 1500, llm.Usage{}, now)
+	}
+	d.held["waiting"] = 7
+	d.expireLocked(now.Add(heldIdle + time.Second))
+	if _, ok := d.adm.byID["waiting"]; !ok {
+		t.Error("a conversation whose next turn is claimed here was dropped")
+	}
+	if _, ok := d.adm.byID["gone"]; ok {
+		t.Error("a conversation idle for heldIdle with no next turn here was kept")
 	}
 }

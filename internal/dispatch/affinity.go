@@ -64,6 +64,9 @@ type affinity struct {
 	// endpoint's load by its pool; it keeps its prefix's order however
 	// loaded the endpoints are (chooseKept).
 	admitted bool
+	// prevCtx is the context of the turn before as the server counted it
+	// (its prompt and completion tokens; 0 = not known).
+	prevCtx float64
 }
 
 // affinityOf reads c's affinity: the endpoint that answered its previous
@@ -76,7 +79,7 @@ func affinityOf(c store.Claimed) affinity {
 func affinityFrom(c store.Claimed, sh conversation.Shape) affinity {
 	var a affinity
 	if n := len(c.Prior); n > 0 {
-		a.prev = c.Prior[n-1].Endpoint
+		a.prev, a.prevCtx = c.Prior[n-1].Endpoint, priorContext(c.Prior[n-1])
 	}
 	if sh.PrefixBytes >= prefixMinBytes {
 		a.prefix, a.prefixTok = sh.PrefixKey, float64(sh.PrefixText)/bytesPerToken
@@ -85,6 +88,11 @@ func affinityFrom(c store.Claimed, sh conversation.Shape) affinity {
 	a.turn, a.turns = c.Turn, sh.Turns
 	a.newConv = a.conv && c.Turn == 0
 	return a
+}
+
+// priorContext is a stored turn's context as the server counted it.
+func priorContext(r store.Result) float64 {
+	return float64(max(r.PromptTokens, 0) + max(r.CompletionTokens, 0))
 }
 
 // candidate is an endpoint with room for the request, as the rule sees it.

@@ -202,8 +202,13 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 	d.mu.Lock()
 	free, _ = d.laneRoomLocked(l, d.now())
 	// While admission holds first turns back, the next claim waits for a
-	// settle (a next turn pending) rather than asking again at once.
-	blocked := l.admBlocked
+	// settle (a next turn pending) rather than asking again at once; so
+	// does a claim that started nothing although an endpoint had room:
+	// its samples wait for another (next turns pinned to their full
+	// endpoint, pinnedLocked), and the store hands the same ones out
+	// first again, so claiming at once would claim and release them in a
+	// loop while the endpoint with room idles.
+	blocked := l.admBlocked || started == 0
 	d.mu.Unlock()
 	return started, n > 0 && len(claimed) == n && free > 0 && !blocked, false, nil
 }

@@ -88,7 +88,8 @@ func (h *convHistory) fits(c store.Claimed) bool {
 
 // affinity is c's affinity (affinityOf) from what h kept.
 func (h *convHistory) affinity(c store.Claimed) affinity {
-	return affinity{prev: c.Prior[len(c.Prior)-1].Endpoint, prefix: h.prefix, prefixTok: h.prefixTok,
+	last := c.Prior[len(c.Prior)-1]
+	return affinity{prev: last.Endpoint, prevCtx: priorContext(last), prefix: h.prefix, prefixTok: h.prefixTok,
 		conv: h.turns > 1, turn: c.Turn, turns: h.turns}
 }
 
