@@ -72,8 +72,11 @@ import (
 
 // warmShare is the part of an endpoint's KV pool its held conversations
 // may fill; the rest is the headroom running requests grow into (a turn's
-// answer is estimated at the lane's mean, and some run longer).
-const warmShare = 0.9
+// answer is estimated at the lane's mean, and some run longer). Counted
+// at their peak ahead, 0.9 left the mtlong servers at KV 0.78, saturated
+// 9% of the time: 4,210 tokens/s (4,168-4,279) against 4,456 (4,256-4,482)
+// at 0.95, later turns' hit 94% either way (bench/sweep/README.md).
+const warmShare = 0.95
 
 // heldIdle is how long a held conversation may wait for its next turn
 // before it is dropped: its next turn never came back, or was taken by

@@ -26,8 +26,8 @@ func TestAdmits(t *testing.T) {
 		{"unknown pool: no more", 0, 1, 1, blindConvs, false},
 		{"an endpoint holding none takes one whatever its size", 100000, 0, 200000, 0, true},
 		{"within the warm share", 100000, 80000, 10000, 20, true},
-		{"exactly at the warm share", 100000, 80000, 10000 * warmShare / 0.9, 20, true},
-		{"past the warm share", 100000, 85000, 10000, 20, false},
+		{"exactly at the warm share", 100000, 80000, 100000*warmShare - 80000, 20, true},
+		{"past the warm share", 100000, 85000, 100000*warmShare - 85000 + 1, 20, false},
 		{"a held pool already over its share takes no new one", 100000, 120000, 1, 30, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,7 +331,8 @@ func TestAdmittedRoomGoesToItsPrefixes(t *testing.T) {
 	const a, b = "http://a", "http://b"
 	onA, onB := keyHomedOn(a, a, b), keyHomedOn(b, a, b)
 	newConv := func(id string, key uint64) waiting {
-		return waiting{c: store.Claimed{ID: id}, a: affinity{prefix: key, conv: true, newConv: true}}
+		// 2,900 prompt tokens and the lane's 100: the 3,000 start counts them at.
+		return waiting{c: store.Claimed{ID: id, PromptTokens: 2900}, a: affinity{prefix: key, conv: true, newConv: true}}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -345,8 +346,8 @@ func TestAdmittedRoomGoesToItsPrefixes(t *testing.T) {
 			d, now := admitPair(t, false)
 			l := d.lanes[0]
 			d.mu.Lock()
-			// a holds 3 conversations of 3,000 tokens: full at 0.9 of 10,000;
-			// b holds 2: room for one more.
+			// a holds 3 conversations of 3,000 tokens: full at warmShare of
+			// 10,000; b holds 2: room for one more.
 			for i, ep := range []string{a, a, a, b, b} {
 				d.holdLocked(fmt.Sprint("held", i), d.epByURL[ep], 3000, affinity{conv: true, newConv: true})
 			}

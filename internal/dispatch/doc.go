@@ -31,7 +31,7 @@
 // paused for its start is resumed, so a restarted runner keeps them too.
 // Conversation-level admission (admit.go, off with Config.NoAdmission):
 // each endpoint holds no more conversations than its KV pool keeps warm
-// (their projected contexts against 0.9 of the pool, a shared prefix
+// (their contexts at their peak ahead against 0.95 of the pool, a shared prefix
 // counted once, the share moved by what next turns found cached), a new
 // conversation waits in the claim while held ones go on, and a held
 // conversation's next turn carries the server's request priority where
