@@ -245,16 +245,6 @@ func (c *clockWatch) simSeconds() float64 {
 	return m
 }
 
-func (c *clockWatch) retractions() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0.0
-	for _, s := range c.per {
-		n += s.total.retracted
-	}
-	return n
-}
-
 // totals are the fleet's counters through restarts.
 func (c *clockWatch) totals() counters {
 	c.mu.Lock()
