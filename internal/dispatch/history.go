@@ -22,11 +22,18 @@ import (
 // as Plan.Request) and takes its affinity from what is kept, so it costs
 // one copy of the history.
 //
-// It is only an optimisation: the claim still hands over the body and the
-// stored answers, and the kept history is used only if they are the ones
-// it was built from (the same body bytes, the same stored answer to the
-// turn before, the turn after it); otherwise, and after a restart, the
-// turn is built from the store. It lives on the conversation's hold, so it
+// The claim names the conversations whose histories are kept, each at the
+// turn after its own and with the lease its answer was stored under
+// (store.Queue.ClaimKept): the store hands those turns over Kept, without
+// reading the body and the earlier answers again (at 16k tokens of history
+// that read was most of the claim), when no claim came between; each turn
+// is stored once and a body changes only with a new generation, which
+// restarts the sample at its first turn, so the kept history is the
+// store's. A turn handed over whole (another turn, the lease lost and the
+// sample claimed elsewhere, a restart, a new generation) uses the kept
+// history only if the body and answers are the ones it was built from (the
+// same body bytes, the same stored answer to the turn before, the turn
+// after it); otherwise the turn is built from the store. It lives on the conversation's hold, so it
 // is bounded as holds are (by the KV pools admission fills) and dropped
 // with the hold: when the conversation ends, fails, is given back, or
 // waits heldIdle for its next turn.
@@ -52,6 +59,12 @@ type convHistory struct {
 	request []byte
 	answer  llm.Result
 	stored  uint64
+	// token is the lease the answer was stored under (Claimed.Token), for
+	// the claim of the next turn (store.Kept); storedAt and storedCtx the
+	// endpoint that gave it and its context (the affinity's previous turn).
+	token     int64
+	storedAt  string
+	storedCtx float64
 	// The affinity read from the sample body (affinityOf).
 	prefix    uint64
 	prefixTok float64
@@ -74,22 +87,34 @@ func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
 		return nil
 	}
 	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.body,
-		answer: res, stored: maphash.Bytes(answerSeed, t.stored), prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
+		answer: res, stored: maphash.Bytes(answerSeed, t.stored), token: c.Token, storedAt: t.storedAt, storedCtx: t.storedCtx,
+		prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
 }
 
 // fits reports whether claim c is the turn after h's, of the same body,
-// with h's answer stored for the turn before.
+// with h's answer stored for the turn before: the store vouched for both
+// when it handed c over Kept.
 func (h *convHistory) fits(c store.Claimed) bool {
-	if h == nil || c.Turn != h.turn+1 || len(c.Prior) != c.Turn {
+	if h == nil || c.Turn != h.turn+1 {
+		return false
+	}
+	if c.Kept {
+		return true
+	}
+	if len(c.Prior) != c.Turn {
 		return false
 	}
 	return maphash.Bytes(answerSeed, c.Prior[h.turn].Response) == h.stored && bytes.Equal(c.Body, h.sample)
 }
 
+// kept is what the claim of h's next turn names (store.Kept).
+func (h *convHistory) kept(id string) store.Kept {
+	return store.Kept{ID: id, Turn: h.turn + 1, Token: h.token}
+}
+
 // affinity is c's affinity (affinityOf) from what h kept.
 func (h *convHistory) affinity(c store.Claimed) affinity {
-	last := c.Prior[len(c.Prior)-1]
-	return affinity{prev: last.Endpoint, prevCtx: priorContext(last), prefix: h.prefix, prefixTok: h.prefixTok,
+	return affinity{prev: h.storedAt, prevCtx: h.storedCtx, prefix: h.prefix, prefixTok: h.prefixTok,
 		conv: h.turns > 1, turn: c.Turn, turns: h.turns}
 }
 
@@ -111,4 +136,19 @@ func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHist
 	if h, ok := d.adm.byID[id]; ok && h == turn && hist != nil {
 		h.hist = hist
 	}
+}
+
+// keptFor lists the held conversations whose next turn may wait in lane l
+// with a history kept for it, for the claim to leave their body and
+// earlier answers in the store (store.Queue.ClaimKept).
+func (d *Dispatcher) keptFor(l *lane) []store.Kept {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var kept []store.Kept
+	for id, h := range d.adm.byID {
+		if h.hist != nil && !h.busy && (h.nextIn == nil || h.nextIn == l) {
+			kept = append(kept, h.hist.kept(id))
+		}
+	}
+	return kept
 }
