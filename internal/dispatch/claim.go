@@ -248,7 +248,7 @@ func (d *Dispatcher) claim(loopCtx, storeCtx context.Context, l *lane, n int, gu
 		extra = d.guard.streak()
 	}
 	var claimed []store.Claimed
-	kept := d.keptFor(l)
+	kept := d.keptFor(l, n+extra)
 	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
 		var err error
 		if len(kept) > 0 {

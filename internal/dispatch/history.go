@@ -33,18 +33,25 @@ import (
 // sample claimed elsewhere, a restart, a new generation) uses the kept
 // history only if the body and answers are the ones it was built from (the
 // same body bytes, the same stored answer to the turn before, the turn
-// after it); otherwise the turn is built from the store. It lives on the conversation's hold, so it
-// is bounded as holds are (by the KV pools admission fills) and dropped
-// with the hold: when the conversation ends, fails, is given back, or
-// waits heldIdle for its next turn.
+// after it); otherwise the turn is built from the store. It lives on the
+// conversation's hold, so it is bounded as holds are (by the KV pools
+// admission fills) and dropped with the hold: when the conversation ends,
+// fails, is given back, or waits heldIdle for its next turn.
 //
 // Measured with BenchmarkTurnCost (-benchtime 3x, three interleaved runs
 // on 2 shared cores, medians with ranges), CPU per turn over whole
 // 4-turn conversations (conv=): 1k tokens of history 296 (295-336) ->
 // 251 (239-255) µs, 4k 408 (378-414) -> 293 (290-300), 16k 885 (829-895)
-// -> 435 (416-455); 16k/1k 2.99 -> 1.73 (1.66-1.90). What still grows: the
-// store's claim reading the body and answers again (overflow pages), the
-// first turn's walk of the body, writing the request to the socket.
+// -> 435 (416-455); 16k/1k 2.99 -> 1.73 (1.66-1.90). Claiming kept turns
+// without their body and answers (ClaimKept) and the first turn's single
+// check of the body (rawjson.CheckedArray): nine interleaved runs on a
+// quiet machine, before -> after, 1k 240 (224-292) -> 222 (201-300) µs, 4k
+// 259 (249-295) -> 251 (232-312), 16k 384 (364-506) -> 333 (305-410);
+// 16k/1k 1.60 -> 1.50 (1.35-1.64 per run). What still grows, 16k against
+// 1k (10-run profile): sending the history (the floor, plain net/http,
+// 43 -> 90 µs), the first turn's checking walk of the body (+28 µs a turn
+// over the four) and its read in the claim (+10), GC and copies (+25),
+// NextRequest's one copy (+3).
 
 // convHistory is what one turn of a held conversation built, kept for its
 // next turn. It is not changed once made.
@@ -139,16 +146,25 @@ func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHist
 }
 
 // keptFor lists the held conversations whose next turn may wait in lane l
-// with a history kept for it, for the claim to leave their body and
-// earlier answers in the store (store.Queue.ClaimKept).
-func (d *Dispatcher) keptFor(l *lane) []store.Kept {
+// with a history kept for it, for a claim of n samples to leave their body
+// and earlier answers in the store (store.Queue.ClaimKept). The list is
+// sent with every claim, so it is bounded by the claim's size (keptPerClaim
+// each), not the holds: a conversation left out is read whole, as after a
+// restart.
+func (d *Dispatcher) keptFor(l *lane, n int) []store.Kept {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var kept []store.Kept
 	for id, h := range d.adm.byID {
+		if len(kept) >= keptPerClaim*n {
+			break
+		}
 		if h.hist != nil && !h.busy && (h.nextIn == nil || h.nextIn == l) {
 			kept = append(kept, h.hist.kept(id))
 		}
 	}
 	return kept
 }
+
+// keptPerClaim bounds keptFor's list per sample claimed.
+const keptPerClaim = 16
