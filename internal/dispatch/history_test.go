@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -243,6 +244,7 @@ func TestKeptHistoryFitsOnlyItsNextTurn(t *testing.T) {
 		"a later turn": func(c *store.Claimed) {
 			c.Turn, c.Prior = 2, append(c.Prior, store.Result{Response: answer})
 		},
+		"a later turn handed over Kept": func(c *store.Claimed) { c.Turn, c.Body, c.Prior, c.Kept = 2, nil, nil, true },
 	}
 	for name, change := range cases {
 		c := next
@@ -252,7 +254,42 @@ func TestKeptHistoryFitsOnlyItsNextTurn(t *testing.T) {
 			t.Errorf("%s: the kept history fits", name)
 		}
 	}
+	// Handed over Kept, its next turn fits without the body and answers,
+	// and its claim names it at that turn under the lease it was stored in.
+	if !h.fits(store.Claimed{ID: "h-00", Turn: 1, Kept: true}) {
+		t.Error("the history does not fit its own next turn handed over Kept")
+	}
+	h2 := keptHistory(store.Claimed{ID: "h-00", Body: body, Token: 41}, tr, &heldConv{turns: 4})
+	if got, want := h2.kept("h-00"), (store.Kept{ID: "h-00", Turn: 1, Token: 41}); got != want {
+		t.Errorf("kept = %+v, want %+v", got, want)
+	}
 	if keptHistory(store.Claimed{Body: body}, &turn{index: 3, plan: p, body: req, stored: answer}, &heldConv{turns: 4}) != nil {
 		t.Error("a history kept after the last turn")
+	}
+}
+
+// TestKeptClaimWithoutItsHistoryGoesBack: a turn handed over Kept whose
+// history is gone by the time it starts (its hold expired since the claim
+// named it) has nothing to be built from: it is given back to the store
+// unspent, not sent and not dead-lettered, and comes back whole.
+func TestKeptClaimWithoutItsHistoryGoesBack(t *testing.T) {
+	st := newFakeStore()
+	addBodies(st, "short", historyBodies(t, 1))
+	client := chatFunc(func(ctx context.Context, req llm.Request, onDelta func(int)) (llm.Result, error) {
+		t.Error("a Kept turn without its history was sent")
+		return llm.Result{}, nil
+	})
+	d := mustNew(t, baseConfig(st, []Endpoint{{URL: "http://a", Client: client}}))
+	claimed, err := st.Claim(t.Context(), "short", 1, "runner-1", time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	c := claimed[0]
+	c.Turn, c.Body, c.Prior, c.Kept = 1, nil, nil, true
+	if n := d.startAll(t.Context(), t.Context(), d.laneByName["short"], []store.Claimed{c}, 4); n != 0 {
+		t.Errorf("%d started, want 0", n)
+	}
+	if x := st.get(c.ID); x.state != store.Pending || x.attempts != 0 || st.released != 1 {
+		t.Errorf("sample %s, %d attempts, %d released; want pending, 0, 1", x.state, x.attempts, st.released)
 	}
 }
