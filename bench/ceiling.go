@@ -53,8 +53,12 @@ type timedStore struct {
 }
 
 func (s *timedStore) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	return s.ClaimKept(ctx, lane, n, owner, lease, nil)
+}
+
+func (s *timedStore) ClaimKept(ctx context.Context, lane string, n int, owner string, lease time.Duration, kept []store.Kept) ([]store.Claimed, error) {
 	t0 := time.Now()
-	c, err := s.Store.Claim(ctx, lane, n, owner, lease)
+	c, err := s.Store.ClaimKept(ctx, lane, n, owner, lease, kept)
 	d := time.Since(t0)
 	s.mu.Lock()
 	if s.first.IsZero() {

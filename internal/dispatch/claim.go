@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/regen-dev/regen/internal/conversation"
@@ -247,9 +248,14 @@ func (d *Dispatcher) claim(loopCtx, storeCtx context.Context, l *lane, n int, gu
 		extra = d.guard.streak()
 	}
 	var claimed []store.Claimed
+	kept := d.keptFor(l, n+extra)
 	err := d.storeDo(storeCtx, loopCtx.Done(), func(ctx context.Context) error {
 		var err error
-		claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n+extra, d.cfg.Owner, d.cfg.Lease)
+		if len(kept) > 0 {
+			claimed, err = d.cfg.Store.ClaimKept(ctx, l.cfg.Name, n+extra, d.cfg.Owner, d.cfg.Lease, kept)
+		} else {
+			claimed, err = d.cfg.Store.Claim(ctx, l.cfg.Name, n+extra, d.cfg.Owner, d.cfg.Lease)
+		}
 		return err
 	})
 	if err != nil {
@@ -337,13 +343,19 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		}
 	}
 	d.mu.Unlock()
+	var lost []string
 	for i, c := range claimed {
 		w := &fresh[i]
 		if !w.hist.fits(c) {
 			w.hist = nil
 		}
 		switch {
+		case c.Kept && w.hist == nil:
+			// Handed over for a history dropped since the claim named it
+			// (the hold expired): back to the store, whole next time.
+			lost = append(lost, c.ID)
 		case w.hist != nil:
+			w.c.Body = w.hist.sample // the store's, which it did not read again
 			if !d.cfg.NoAffinity {
 				w.a = w.hist.affinity(c)
 			}
@@ -360,6 +372,10 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 			}
 		}
 		w.a.admitted = w.a.newConv && !d.cfg.NoAffinity && !d.cfg.NoAdmission
+	}
+	if len(lost) > 0 {
+		fresh = slices.DeleteFunc(fresh, func(w waiting) bool { return w.c.Kept && w.hist == nil })
+		d.releaseUnstarted(storeCtx, lost)
 	}
 	d.mu.Lock()
 	queue := queueLocked(l, fresh)

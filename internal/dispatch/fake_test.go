@@ -28,6 +28,10 @@ type fakeStore struct {
 	claims, released int
 	// tokens numbers the leases, as a shared store's fencing tokens do.
 	tokens int64
+	// keptClaims counts the claimed turns handed over Kept (ClaimKept).
+	keptClaims int
+	// after, when set, runs after every transition that took, under mu.
+	after func(op string, x *fakeSample)
 }
 
 type fakeSample struct {
@@ -97,7 +101,13 @@ func (s *fakeStore) Ingest(_ context.Context, samples []store.NewSample) (int, e
 	return n, nil
 }
 
-func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+func (s *fakeStore) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	return s.ClaimKept(ctx, lane, n, owner, lease, nil)
+}
+
+// ClaimKept leaves out the body and earlier answers of a later turn named
+// in kept whose last lease was kept's token, as the real backends do.
+func (s *fakeStore) ClaimKept(_ context.Context, lane string, n int, owner string, lease time.Duration, kept []store.Kept) ([]store.Claimed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.claims++
@@ -114,10 +124,16 @@ func (s *fakeStore) Claim(_ context.Context, lane string, n int, owner string, l
 	slices.SortFunc(ready, func(a, b *fakeSample) int { return store.CompareClaims(a.turn, int64(a.seq), b.turn, int64(b.seq)) })
 	var out []store.Claimed
 	for _, x := range ready[:min(n, len(ready))] {
+		isKept := x.turn > 0 && slices.Contains(kept, store.Kept{ID: x.ID, Turn: x.turn, Token: x.token}) && x.token != 0
 		s.tokens++
 		x.state, x.owner, x.leaseUntil, x.token = store.Leased, owner, now.Add(lease), s.tokens
-		out = append(out, store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body, Token: x.token,
-			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil, Turn: x.turn, Prior: slices.Clone(x.prior)})
+		c := store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body, Token: x.token,
+			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil, Turn: x.turn, Prior: slices.Clone(x.prior)}
+		if isKept {
+			c.Body, c.Prior, c.Kept = nil, nil, true
+			s.keptClaims++
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -149,6 +165,9 @@ func (s *fakeStore) Commit(_ context.Context, t store.Transition) error {
 	x, err := s.leased(op, t.ID, t.Owner, t.Token)
 	if err != nil {
 		return err
+	}
+	if s.after != nil {
+		defer s.after(op, x)
 	}
 	if (t.Op == store.OpFinish || t.Op == store.OpTurn) && x.turn != t.Result.Turn {
 		return fmt.Errorf("%w: the sample is at turn %d", store.ErrWrongTurn, x.turn)

@@ -22,22 +22,36 @@ import (
 // as Plan.Request) and takes its affinity from what is kept, so it costs
 // one copy of the history.
 //
-// It is only an optimisation: the claim still hands over the body and the
-// stored answers, and the kept history is used only if they are the ones
-// it was built from (the same body bytes, the same stored answer to the
-// turn before, the turn after it); otherwise, and after a restart, the
-// turn is built from the store. It lives on the conversation's hold, so it
-// is bounded as holds are (by the KV pools admission fills) and dropped
-// with the hold: when the conversation ends, fails, is given back, or
-// waits heldIdle for its next turn.
+// The claim names the conversations whose histories are kept, each at the
+// turn after its own and with the lease its answer was stored under
+// (store.Queue.ClaimKept): the store hands those turns over Kept, without
+// reading the body and the earlier answers again (at 16k tokens of history
+// that read was most of the claim), when no claim came between; each turn
+// is stored once and a body changes only with a new generation, which
+// restarts the sample at its first turn, so the kept history is the
+// store's. A turn handed over whole (another turn, the lease lost and the
+// sample claimed elsewhere, a restart, a new generation) uses the kept
+// history only if the body and answers are the ones it was built from (the
+// same body bytes, the same stored answer to the turn before, the turn
+// after it); otherwise the turn is built from the store. It lives on the
+// conversation's hold, so it is bounded as holds are (by the KV pools
+// admission fills) and dropped with the hold: when the conversation ends,
+// fails, is given back, or waits heldIdle for its next turn.
 //
 // Measured with BenchmarkTurnCost (-benchtime 3x, three interleaved runs
 // on 2 shared cores, medians with ranges), CPU per turn over whole
 // 4-turn conversations (conv=): 1k tokens of history 296 (295-336) ->
 // 251 (239-255) µs, 4k 408 (378-414) -> 293 (290-300), 16k 885 (829-895)
-// -> 435 (416-455); 16k/1k 2.99 -> 1.73 (1.66-1.90). What still grows: the
-// store's claim reading the body and answers again (overflow pages), the
-// first turn's walk of the body, writing the request to the socket.
+// -> 435 (416-455); 16k/1k 2.99 -> 1.73 (1.66-1.90). Claiming kept turns
+// without their body and answers (ClaimKept) and the first turn's single
+// check of the body (rawjson.CheckedArray): nine interleaved runs on a
+// quiet machine, before -> after, 1k 240 (224-292) -> 222 (201-300) µs, 4k
+// 259 (249-295) -> 251 (232-312), 16k 384 (364-506) -> 333 (305-410);
+// 16k/1k 1.60 -> 1.50 (1.35-1.64 per run). What still grows, 16k against
+// 1k (10-run profile): sending the history (the floor, plain net/http,
+// 43 -> 90 µs), the first turn's checking walk of the body (+28 µs a turn
+// over the four) and its read in the claim (+10), GC and copies (+25),
+// NextRequest's one copy (+3).
 
 // convHistory is what one turn of a held conversation built, kept for its
 // next turn. It is not changed once made.
@@ -52,6 +66,12 @@ type convHistory struct {
 	request []byte
 	answer  llm.Result
 	stored  uint64
+	// token is the lease the answer was stored under (Claimed.Token), for
+	// the claim of the next turn (store.Kept); storedAt and storedCtx the
+	// endpoint that gave it and its context (the affinity's previous turn).
+	token     int64
+	storedAt  string
+	storedCtx float64
 	// The affinity read from the sample body (affinityOf).
 	prefix    uint64
 	prefixTok float64
@@ -74,22 +94,34 @@ func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
 		return nil
 	}
 	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.body,
-		answer: res, stored: maphash.Bytes(answerSeed, t.stored), prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
+		answer: res, stored: maphash.Bytes(answerSeed, t.stored), token: c.Token, storedAt: t.storedAt, storedCtx: t.storedCtx,
+		prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
 }
 
 // fits reports whether claim c is the turn after h's, of the same body,
-// with h's answer stored for the turn before.
+// with h's answer stored for the turn before: the store vouched for both
+// when it handed c over Kept.
 func (h *convHistory) fits(c store.Claimed) bool {
-	if h == nil || c.Turn != h.turn+1 || len(c.Prior) != c.Turn {
+	if h == nil || c.Turn != h.turn+1 {
+		return false
+	}
+	if c.Kept {
+		return true
+	}
+	if len(c.Prior) != c.Turn {
 		return false
 	}
 	return maphash.Bytes(answerSeed, c.Prior[h.turn].Response) == h.stored && bytes.Equal(c.Body, h.sample)
 }
 
+// kept is what the claim of h's next turn names (store.Kept).
+func (h *convHistory) kept(id string) store.Kept {
+	return store.Kept{ID: id, Turn: h.turn + 1, Token: h.token}
+}
+
 // affinity is c's affinity (affinityOf) from what h kept.
 func (h *convHistory) affinity(c store.Claimed) affinity {
-	last := c.Prior[len(c.Prior)-1]
-	return affinity{prev: last.Endpoint, prevCtx: priorContext(last), prefix: h.prefix, prefixTok: h.prefixTok,
+	return affinity{prev: h.storedAt, prevCtx: h.storedCtx, prefix: h.prefix, prefixTok: h.prefixTok,
 		conv: h.turns > 1, turn: c.Turn, turns: h.turns}
 }
 
@@ -112,3 +144,27 @@ func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHist
 		h.hist = hist
 	}
 }
+
+// keptFor lists the held conversations whose next turn may wait in lane l
+// with a history kept for it, for a claim of n samples to leave their body
+// and earlier answers in the store (store.Queue.ClaimKept). The list is
+// sent with every claim, so it is bounded by the claim's size (keptPerClaim
+// each), not the holds: a conversation left out is read whole, as after a
+// restart.
+func (d *Dispatcher) keptFor(l *lane, n int) []store.Kept {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var kept []store.Kept
+	for id, h := range d.adm.byID {
+		if len(kept) >= keptPerClaim*n {
+			break
+		}
+		if h.hist != nil && !h.busy && (h.nextIn == nil || h.nextIn == l) {
+			kept = append(kept, h.hist.kept(id))
+		}
+	}
+	return kept
+}
+
+// keptPerClaim bounds keptFor's list per sample claimed.
+const keptPerClaim = 16

@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/reply"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -65,6 +68,70 @@ type recorded struct {
 func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	st := newFakeStore()
 	addBodies(st, "short", historyBodies(t, 6))
+	d, got := runHistories(t, st)
+	sentAsStored(t, d, st, got)
+	// A settle that loses the race with the claim of its next turn leaves
+	// that turn to the store; most next turns use what the turn before
+	// kept, and most are claimed without their body and answers.
+	if n := d.historyReused.Load(); n < 6 {
+		t.Errorf("%d of 18 next turns built from a kept history, want most", n)
+	}
+	if st.keptClaims < 6 {
+		t.Errorf("%d of 18 next turns claimed Kept (body and answers left in the store), want most", st.keptClaims)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := len(d.adm.byID); n != 0 {
+		t.Errorf("%d conversations still held after the run, their histories kept", n)
+	}
+}
+
+// TestKeptHistoryYieldsToAnotherWorkersTurns: when the store's history
+// of a conversation is no longer the one this runner kept although the
+// turn is the one it waits for (a new generation started and another
+// worker answered its first two turns again, between this runner's
+// answer to the second turn and its claim of the third), the claim hands
+// the turn over whole and the request is built from the store's answers.
+// Left out on the turn alone, the claim would send the kept history: the
+// request would not be the store's.
+func TestKeptHistoryYieldsToAnotherWorkersTurns(t *testing.T) {
+	st := newFakeStore()
+	addBodies(st, "short", historyBodies(t, 3))
+	var w llm.ToolCall
+	w.ID, w.Type = "call_w", "function"
+	w.Function.Name, w.Function.Arguments = "look", `{"q":"h-01"}`
+	again := []llm.Result{{Content: "regenerated 0", FinishReason: "stop"}, {Content: "regenerated 1", FinishReason: "tool_calls", ToolCalls: []llm.ToolCall{w}}}
+	moved := false
+	st.after = func(op string, x *fakeSample) {
+		if op != "turn" || x.ID != "h-01" || x.turn != 2 || moved {
+			return
+		}
+		moved = true
+		x.prior = nil
+		for k, r := range again {
+			x.prior = append(x.prior, store.Result{Response: reply.Encode(r, "http://w", store.Provenance{}), FinishReason: r.FinishReason, Endpoint: "http://w", Turn: k})
+			st.tokens++ // the other worker's claims
+		}
+		x.token = st.tokens
+	}
+	d, got := runHistories(t, st)
+	if !moved {
+		t.Fatal("h-01's second turn was never stored")
+	}
+	if x := st.get("h-01"); x.state != store.Done {
+		t.Fatalf("h-01 %s: %s", x.state, x.reason)
+	}
+	sentAsStored(t, d, st, got, "h-01/0", "h-01/1") // sent before the store's answers changed
+	if r, ok := got["h-01/2"]; !ok || !bytes.Contains(r.body, []byte("regenerated 1")) {
+		t.Errorf("h-01's third turn sent without the store's answers:\n%s", r.body)
+	}
+}
+
+// runHistories runs st's conversations against a client that records
+// every request by sample and turn and answers it (a tool call at the
+// second turn, which the dataset's tool result answers).
+func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded) {
+	t.Helper()
 	var mu sync.Mutex
 	got := map[string]recorded{} // by sample/turn
 	client := chatFunc(func(ctx context.Context, req llm.Request, onDelta func(int)) (llm.Result, error) {
@@ -102,10 +169,23 @@ func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	if err := d.Run(t.Context()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := len(got); n != 6*4 {
-		t.Fatalf("%d requests recorded, want 24 (6 conversations of 4 turns): %v", n, st.states())
+	return d, got
+}
+
+// sentAsStored checks that every conversation sent its four turns, each
+// byte for byte the request built from the store alone (its body and the
+// answers stored when the run ended), with the body's members handed to
+// the client; but the turns named in before, sent before the store's
+// answers changed.
+func sentAsStored(t *testing.T, d *Dispatcher, st *fakeStore, got map[string]recorded, before ...string) {
+	t.Helper()
+	if n, want := len(got), 4*len(st.samples); n != want {
+		t.Fatalf("%d requests recorded, want %d (conversations of 4 turns): %v", n, want, st.states())
 	}
 	for key, r := range got {
+		if slices.Contains(before, key) {
+			continue
+		}
 		id, turn, _ := strings.Cut(key, "/")
 		x := st.get(id)
 		k := int(turn[0] - '0')
@@ -128,16 +208,6 @@ func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 		if diff := cmp.Diff(top, members); diff != "" {
 			t.Errorf("%s members (-body +members):\n%s", key, diff)
 		}
-	}
-	// A settle that loses the race with the claim of its next turn leaves
-	// that turn to the store; most next turns use what the turn before kept.
-	if n := d.historyReused.Load(); n < 6 {
-		t.Errorf("%d of 18 next turns built from a kept history, want most", n)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if n := len(d.adm.byID); n != 0 {
-		t.Errorf("%d conversations still held after the run, their histories kept", n)
 	}
 }
 
@@ -174,6 +244,7 @@ func TestKeptHistoryFitsOnlyItsNextTurn(t *testing.T) {
 		"a later turn": func(c *store.Claimed) {
 			c.Turn, c.Prior = 2, append(c.Prior, store.Result{Response: answer})
 		},
+		"a later turn handed over Kept": func(c *store.Claimed) { c.Turn, c.Body, c.Prior, c.Kept = 2, nil, nil, true },
 	}
 	for name, change := range cases {
 		c := next
@@ -183,7 +254,42 @@ func TestKeptHistoryFitsOnlyItsNextTurn(t *testing.T) {
 			t.Errorf("%s: the kept history fits", name)
 		}
 	}
+	// Handed over Kept, its next turn fits without the body and answers,
+	// and its claim names it at that turn under the lease it was stored in.
+	if !h.fits(store.Claimed{ID: "h-00", Turn: 1, Kept: true}) {
+		t.Error("the history does not fit its own next turn handed over Kept")
+	}
+	h2 := keptHistory(store.Claimed{ID: "h-00", Body: body, Token: 41}, tr, &heldConv{turns: 4})
+	if got, want := h2.kept("h-00"), (store.Kept{ID: "h-00", Turn: 1, Token: 41}); got != want {
+		t.Errorf("kept = %+v, want %+v", got, want)
+	}
 	if keptHistory(store.Claimed{Body: body}, &turn{index: 3, plan: p, body: req, stored: answer}, &heldConv{turns: 4}) != nil {
 		t.Error("a history kept after the last turn")
+	}
+}
+
+// TestKeptClaimWithoutItsHistoryGoesBack: a turn handed over Kept whose
+// history is gone by the time it starts (its hold expired since the claim
+// named it) has nothing to be built from: it is given back to the store
+// unspent, not sent and not dead-lettered, and comes back whole.
+func TestKeptClaimWithoutItsHistoryGoesBack(t *testing.T) {
+	st := newFakeStore()
+	addBodies(st, "short", historyBodies(t, 1))
+	client := chatFunc(func(ctx context.Context, req llm.Request, onDelta func(int)) (llm.Result, error) {
+		t.Error("a Kept turn without its history was sent")
+		return llm.Result{}, nil
+	})
+	d := mustNew(t, baseConfig(st, []Endpoint{{URL: "http://a", Client: client}}))
+	claimed, err := st.Claim(t.Context(), "short", 1, "runner-1", time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	c := claimed[0]
+	c.Turn, c.Body, c.Prior, c.Kept = 1, nil, nil, true
+	if n := d.startAll(t.Context(), t.Context(), d.laneByName["short"], []store.Claimed{c}, 4); n != 0 {
+		t.Errorf("%d started, want 0", n)
+	}
+	if x := st.get(c.ID); x.state != store.Pending || x.attempts != 0 || st.released != 1 {
+		t.Errorf("sample %s, %d attempts, %d released; want pending, 0, 1", x.state, x.attempts, st.released)
 	}
 }

@@ -311,7 +311,7 @@ func (d *Dispatcher) storeOp(ctx context.Context, url string, l *lane, c store.C
 		return l, "complete", commit(store.Transition{Op: store.OpFinish, State: store.Done, Result: r})
 	case outNextTurn:
 		r := d.storeResult(ctx, url, l, c, t, res, "")
-		t.stored = r.Response
+		t.stored, t.storedAt, t.storedCtx = r.Response, r.Endpoint, priorContext(r)
 		next := d.nextLane(c, t, res)
 		target := l
 		if next != "" {

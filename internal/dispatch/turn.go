@@ -20,8 +20,11 @@ type turn struct {
 	members []llm.Member
 	tools   []string // declared tool names, for the quality rules
 	// stored is the answer stored for this turn when the conversation goes
-	// on (storeOp), for the history its next turn reuses (history.go).
-	stored []byte
+	// on (storeOp), for the history its next turn reuses (history.go),
+	// with the endpoint it was stored from and its context (priorContext).
+	stored    []byte
+	storedAt  string
+	storedCtx float64
 }
 
 // prepareTurn builds the request body for the claimed sample's turn: from
@@ -34,6 +37,11 @@ func (d *Dispatcher) prepareTurn(c store.Claimed, hist *convHistory, p *conversa
 		if t := d.nextTurn(hist); t != nil {
 			return t, nil
 		}
+	}
+	if c.Kept {
+		// Nothing to build it from but what was kept: NextRequest failed
+		// where Request, its equal, would fail too.
+		return nil, fmt.Errorf("turn %d: the conversation's kept history does not build it", conversation.Ordinal(c.Turn))
 	}
 	if p == nil {
 		var err error

@@ -279,3 +279,33 @@ func TestSpacedMatchesCompact(t *testing.T) {
 		}
 	}
 }
+
+// The checked walks split valid text as the checking ones do, members'
+// Spaced included, whatever whitespace lies between and inside values.
+func TestCheckedWalksMatchOnSpacedText(t *testing.T) {
+	seed := `{"v":{"a":[1,2,{"b":null,"c":[true,"x, y: z \" ] }"]}],"d":{"e":-1.5}},"k\\u00e9\"":"\\\\","w":[ ],"o":{}}`
+	r := rand.New(rand.NewPCG(11, 12))
+	split := func(b []byte, obj func([]byte, func(Member) error) error, arr func([]byte, func([]byte) error) error) []any {
+		var out []any
+		err := obj(b, func(m Member) error {
+			out = append(out, m)
+			_ = obj(m.Value, func(n Member) error { out = append(out, n); return nil })
+			_ = arr(m.Value, func(e []byte) error { out = append(out, string(e)); return nil })
+			return nil
+		})
+		return append(out, err == nil)
+	}
+	for range 5000 {
+		b := []byte(seed)
+		for range r.IntN(4) {
+			p := 1 + r.IntN(len(b)-2)
+			b = append(b[:p], append([]byte{" \t\n\r"[r.IntN(4)]}, b[p:]...)...)
+		}
+		if !json.Valid(b) {
+			continue
+		}
+		if diff := cmp.Diff(split(b, Object, Array), split(b, CheckedObject, CheckedArray)); diff != "" {
+			t.Fatalf("%q (-checking +checked):\n%s", b, diff)
+		}
+	}
+}

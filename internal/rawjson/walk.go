@@ -62,19 +62,6 @@ func Object(b []byte, fn func(Member) error) error {
 	})
 }
 
-// CheckedObject is Object for a value a walk handed out, already checked.
-// jsontext has no unchecked walk, so it is checked again; kept so callers
-// say what they know.
-func CheckedObject(b []byte, fn func(Member) error) error {
-	return Object(b, fn)
-}
-
-// CheckedArray is Array for a value a walk handed out, already checked
-// (see CheckedObject).
-func CheckedArray(b []byte, fn func(elem []byte) error) error {
-	return Array(b, fn)
-}
-
 func members(b []byte, d *jsontext.Decoder, fn func(Member) error) error {
 	if err := open(d, '{', "want an object"); err != nil {
 		return err

@@ -46,6 +46,20 @@ type Queue interface {
 	// first (oldest first among them), so a turn follows its previous one
 	// while that prefix is still cached, then the oldest (first ingested).
 	Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]Claimed, error)
+	// ClaimKept is Claim for a caller that keeps the histories of the
+	// conversations it runs (package dispatch, history.go): a claimed
+	// sample that kept names at the very turn claimed, whose last claim
+	// was the caller's lease kept's Token, comes back Kept, without Body
+	// and Prior (reading them again is most of a long conversation's
+	// claim). That is safe because each turn is stored exactly once, under
+	// the lease that claimed it, and a body never changes but with a new
+	// generation, which returns the sample to its first turn: when the
+	// caller stored turn Turn-1 under lease Token and no claim came
+	// between (the token says so where the backend keeps tokens; a store
+	// without them has one runner, and a new generation only starts with
+	// no runner live), the body and the answers it kept are the store's.
+	// Any other claimed sample comes back whole, as from Claim.
+	ClaimKept(ctx context.Context, lane string, n int, owner string, lease time.Duration, kept []Kept) ([]Claimed, error)
 	// ExtendLeases pushes the lease of every sample owner holds to now+lease.
 	ExtendLeases(ctx context.Context, owner string, lease time.Duration) error
 	// Commit runs one lease transition; a non-zero Token fences it to the

@@ -65,6 +65,19 @@ type Claimed struct {
 	// stored answers to turns 0..Turn-1, in order.
 	Turn  int
 	Prior []Result
+	// Kept says Body and Prior were left out: the caller named this turn
+	// of the sample in ClaimKept and holds them.
+	Kept bool
+}
+
+// Kept names a conversation whose history a ClaimKept caller holds: the
+// sample's body and the stored answers to turns 0..Turn-1, the last of
+// them stored under the lease Token (Claimed.Token; 0 where the backend
+// keeps none).
+type Kept struct {
+	ID    string
+	Turn  int
+	Token int64
 }
 
 // CompareClaims orders two claimable samples the way Claim hands them out:

@@ -318,31 +318,47 @@ func (s *Store) EachIngestError(ctx context.Context, fn func(store.IngestError) 
 // sample never told to wait, retries now due), each holding the best n of
 // its kind, and the best n of their union by (first turn, seq) are leased
 // (the rest are unlocked at commit).
+//
+// A later turn the caller keeps ($6..$8: ids, turns and the tokens of the
+// leases that stored the turn before, store.Queue.ClaimKept) comes back
+// without its body when the sample's last lease (prev, the token before
+// this claim's) is the caller's: no one claimed it since.
 const claimSQL = `WITH later AS (
-		SELECT seq, false AS fresh FROM samples
+		SELECT seq, false AS fresh, lease_token AS prev FROM samples
 		WHERE state = 0 AND not_before = 0 AND turn > 0 AND lane = $1
 		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
 	), ready AS (
-		SELECT seq, turn = 0 AS fresh FROM samples
+		SELECT seq, turn = 0 AS fresh, lease_token AS prev FROM samples
 		WHERE state = 0 AND not_before = 0 AND lane = $1
 		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
 	), due AS (
-		SELECT seq, turn = 0 AS fresh FROM samples
+		SELECT seq, turn = 0 AS fresh, lease_token AS prev FROM samples
 		WHERE state = 0 AND not_before > 0 AND lane = $1 AND not_before <= $3
 		ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED
 	), pick AS (
-		SELECT seq FROM (SELECT * FROM later UNION ALL SELECT * FROM ready UNION ALL SELECT * FROM due) r
+		SELECT seq, max(prev) AS prev FROM (SELECT * FROM later UNION ALL SELECT * FROM ready UNION ALL SELECT * FROM due) r
 		GROUP BY seq ORDER BY bool_and(fresh), seq LIMIT $2
+	), kept AS (
+		SELECT * FROM unnest($6::text[], $7::int[], $8::bigint[]) AS k(id, turn, token)
 	), u AS (
 		UPDATE samples s SET state = 1, lease_owner = $4, lease_until = $5, not_before = 0, lease_token = nextval('lease_tokens')
 		FROM pick WHERE s.seq = pick.seq
 		RETURNING s.seq, s.id, s.partition, s.lane AS lane_from, 0::int2 AS state_from, s.lane, s.state,
-			s.body, s.prompt_tokens, s.attempts, s.turn, s.lease_token
+			s.body, s.prompt_tokens, s.attempts, s.turn, s.lease_token,
+			s.turn > 0 AND EXISTS (SELECT 1 FROM kept k WHERE k.id = s.id AND k.turn = s.turn AND k.token <> 0 AND k.token = pick.prev) AS kept
 	), ` + countsCTE + `
-	SELECT seq, id, partition, lane, body, prompt_tokens, attempts, turn, lease_token FROM u`
+	SELECT seq, id, partition, lane, CASE WHEN kept THEN NULL ELSE body END, prompt_tokens, attempts, turn, lease_token, kept FROM u`
 
 // Claim leases up to n claimable samples of lane, later turns first, then oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	return s.ClaimKept(ctx, lane, n, owner, lease, nil)
+}
+
+// ClaimKept is Claim that leaves out what the caller keeps (store.Queue):
+// a kept turn whose sample was claimed by no one since the caller's lease
+// that stored the turn before (the lease tokens say so) has the body and
+// answers the caller holds.
+func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string, lease time.Duration, kept []store.Kept) ([]store.Claimed, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -351,7 +367,11 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	}
 	now := s.now()
 	until := ns(now.Add(lease))
-	rows, err := s.pool.Query(ctx, claimSQL, lane, n, ns(now), owner, until)
+	ids, turns, tokens := make([]string, len(kept)), make([]int32, len(kept)), make([]int64, len(kept))
+	for i, k := range kept {
+		ids[i], turns[i], tokens[i] = text(k.ID), int32(k.Turn), k.Token
+	}
+	rows, err := s.pool.Query(ctx, claimSQL, lane, n, ns(now), owner, until, ids, turns, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
@@ -362,7 +382,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (seqClaim, error) {
 		var sc seqClaim
 		var pt, att, turn int32
-		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn, &sc.c.Token)
+		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn, &sc.c.Token, &sc.c.Kept)
 		sc.c.PromptTokens, sc.c.Attempts, sc.c.Turn = int(pt), int(att), int(turn)
 		sc.c.Body = unblob(sc.c.Body)
 		sc.c.LeaseUntil = fromNS(until)
@@ -375,7 +395,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	slices.SortFunc(got, func(a, b seqClaim) int { return store.CompareClaims(a.c.Turn, a.seq, b.c.Turn, b.seq) })
 	out := make([]store.Claimed, len(got))
 	for i, sc := range got {
-		if sc.c.Turn > 0 {
+		if sc.c.Turn > 0 && !sc.c.Kept {
 			// Stored turns never change, so reading them after the claim is
 			// safe: the lease keeps anyone else from adding one.
 			if sc.c.Prior, err = s.priorTurns(ctx, sc.c.ID, sc.c.Turn); err != nil {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/regen-dev/regen/internal/store"
@@ -412,10 +414,29 @@ const claimSQL = `UPDATE samples
 					WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
 					ORDER BY seq LIMIT :n))
 			GROUP BY seq ORDER BY min(fresh), seq LIMIT :n)
-		RETURNING seq, id, partition, lane, (SELECT body FROM sample_bodies b WHERE b.seq = samples.seq), prompt_tokens, attempts, turn`
+		RETURNING seq, id, partition, lane, ` + claimBody + `, prompt_tokens, attempts, turn, 0`
+
+// claimKeptSQL is claimSQL that leaves out the body of a later turn the
+// caller keeps (:kept, a JSON array of "turn:id"), and says so; the
+// subquery is run once per claim, not per row.
+var claimKeptSQL = strings.Replace(claimSQL, `, `+claimBody+`, prompt_tokens, attempts, turn, 0`,
+	`, CASE WHEN `+keptTurn+` THEN NULL ELSE `+claimBody+` END, prompt_tokens, attempts, turn, `+keptTurn, 1)
+
+const (
+	claimBody = `(SELECT body FROM sample_bodies b WHERE b.seq = samples.seq)`
+	keptTurn  = `(turn > 0 AND turn || ':' || id IN (SELECT value FROM json_each(:kept)))`
+)
 
 // Claim leases up to n claimable samples of lane, later turns first, then oldest first.
 func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	return s.ClaimKept(ctx, lane, n, owner, lease, nil)
+}
+
+// ClaimKept is Claim that leaves out what the caller keeps (store.Queue).
+// SQLite keeps no lease tokens: the turn alone decides, which is enough
+// because a store file has one runner at a time (the runner lock), and a
+// new generation starts only in a runner's configure, before it claims.
+func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string, lease time.Duration, kept []store.Kept) ([]store.Claimed, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -424,11 +445,14 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	}
 	now := s.now()
 	until := now.Add(lease)
+	q, args := claimSQL, []any{sql.Named("owner", owner), sql.Named("until", ns(until)), sql.Named("lane", lane),
+		sql.Named("now", ns(now)), sql.Named("n", n)}
+	if len(kept) > 0 {
+		q, args = claimKeptSQL, append(args, sql.Named("kept", keptKeys(kept)))
+	}
 	// One statement, so it is its own transaction; SQLite's single writer
 	// means no two claimers can pick the same row.
-	rows, err := s.query(ctx, claimSQL,
-		sql.Named("owner", owner), sql.Named("until", ns(until)), sql.Named("lane", lane),
-		sql.Named("now", ns(now)), sql.Named("n", n))
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
@@ -440,8 +464,8 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	var got []seqClaim
 	for rows.Next() {
 		var sc seqClaim
-		var body any // nil only when the body row is missing
-		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn); err != nil {
+		var body any // nil only when the body row is missing or kept
+		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn, &sc.c.Kept); err != nil {
 			return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 		}
 		switch b := body.(type) {
@@ -450,7 +474,9 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 		case string: // a body an early schema stored as text
 			sc.c.Body = unblob([]byte(b))
 		default:
-			return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
+			if !sc.c.Kept {
+				return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
+			}
 		}
 		sc.c.LeaseUntil = fromNS(ns(until))
 		got = append(got, sc)
@@ -463,7 +489,7 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 	rows.Close()
 	out := make([]store.Claimed, len(got))
 	for i, sc := range got {
-		if sc.c.Turn > 0 {
+		if sc.c.Turn > 0 && !sc.c.Kept {
 			// Stored turns never change, so reading them after the claim
 			// is safe: the lease keeps anyone else from adding one.
 			if sc.c.Prior, err = s.priorTurns(ctx, sc.c.ID, sc.c.Turn); err != nil {
@@ -473,6 +499,16 @@ func (s *Store) Claim(ctx context.Context, lane string, n int, owner string, lea
 		out[i] = sc.c
 	}
 	return out, nil
+}
+
+// keptKeys is kept as claimKeptSQL's :kept.
+func keptKeys(kept []store.Kept) string {
+	keys := make([]string, len(kept))
+	for i, k := range kept {
+		keys[i] = strconv.Itoa(k.Turn) + ":" + k.ID
+	}
+	b, _ := json.Marshal(keys) // strings always encode
+	return string(b)
 }
 
 const priorTurnsSQL = `SELECT turn, lane, response, finish_reason, prompt_tokens, completion_tokens, reasoning_tokens,

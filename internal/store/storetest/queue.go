@@ -49,6 +49,7 @@ var queueTests = []struct {
 	// Keeping a conversation on the server that holds its prefix.
 	{"ClaimLaterTurnsFirst", testClaimLaterTurnsFirst},
 	{"PriorKeepsEachTurnsEndpoint", testPriorEndpoints},
+	{"ClaimKeptLeavesOutWhatTheCallerHolds", testClaimKept},
 }
 
 // RunQueue runs the queue part of the suite (Run runs it too); open must

@@ -1,0 +1,169 @@
+package rawjson
+
+import (
+	"bytes"
+	"errors"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// The checked walks split a value a walk already checked without checking
+// it again: a conversation's first turn walks its body once (Object) and
+// then its messages and each message (CheckedArray, CheckedObject), and
+// checking those again was two of the three passes over the history
+// (BenchmarkTurnCost, 16k tokens). Strings are skipped with bytes.IndexByte
+// to their closing quote. On text that was not checked they return an
+// error or wrong bounds, never a panic (TestCheckedWalks).
+
+var errUnchecked = errors.New("rawjson: not a checked value")
+
+// CheckedObject is Object for a value a walk handed out, already checked:
+// it is split, not checked again.
+func CheckedObject(b []byte, fn func(Member) error) error {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return errUnchecked
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil
+	}
+	for i < len(b) && b[i] == '"' {
+		kend := skipString(b, i)
+		key, err := checkedKey(b[i:kend])
+		if err != nil {
+			return err
+		}
+		i = skipSpace(b, kend)
+		if i >= len(b) || b[i] != ':' {
+			return errUnchecked
+		}
+		i = skipSpace(b, i+1)
+		vend, spaced := skipValue(b, i)
+		if vend <= i {
+			return errUnchecked
+		}
+		if err := fn(Member{Key: key, Value: b[i:vend], Spaced: spaced}); err != nil {
+			return stopped(err)
+		}
+		if i = skipSpace(b, vend); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == '}' {
+			return nil
+		}
+		return errUnchecked
+	}
+	return errUnchecked
+}
+
+// CheckedArray is Array for a value a walk handed out, already checked
+// (see CheckedObject).
+func CheckedArray(b []byte, fn func(elem []byte) error) error {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return errUnchecked
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return nil
+	}
+	for i < len(b) {
+		end, _ := skipValue(b, i)
+		if end <= i {
+			return errUnchecked
+		}
+		if err := fn(b[i:end]); err != nil {
+			return stopped(err)
+		}
+		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == ']' {
+			return nil
+		}
+		return errUnchecked
+	}
+	return errUnchecked
+}
+
+// checkedKey decodes a member's quoted name as the checking walk does.
+func checkedKey(q []byte) (string, error) {
+	if len(q) < 2 || q[len(q)-1] != '"' {
+		return "", errUnchecked
+	}
+	inner := q[1 : len(q)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), nil
+	}
+	out, _ := jsontext.AppendUnquote(nil, q) // invalid UTF-8 becomes U+FFFD
+	return string(out), nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// skipString returns the end of the string starting at b[i] ('"'): the
+// index after its closing quote, len(b) when it has none.
+func skipString(b []byte, i int) int {
+	start := i + 1
+	for i = start; ; i++ {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
+		}
+		i += j
+		k := i
+		for k > start && b[k-1] == '\\' {
+			k--
+		}
+		if (i-k)%2 == 0 { // not escaped
+			return i + 1
+		}
+	}
+}
+
+// skipValue returns the end of the value starting at b[i] and whether it
+// holds whitespace outside its strings (Member.Spaced).
+func skipValue(b []byte, i int) (end int, spaced bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i), false
+	case '{', '[':
+	default: // a number or a literal
+		for i < len(b) && !isSpace(b[i]) && b[i] != ',' && b[i] != ']' && b[i] != '}' && b[i] != ':' {
+			i++
+		}
+		return i, false
+	}
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == '"':
+			i = skipString(b, i)
+			continue
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth--; depth == 0 {
+				return i + 1, spaced
+			}
+		case isSpace(c):
+			spaced = true
+		}
+		i++
+	}
+	return len(b), spaced
+}
