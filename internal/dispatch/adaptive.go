@@ -165,12 +165,14 @@ func (d *Dispatcher) Observe(url string, m engine.Metrics, at time.Time) []Limit
 			s.TTFT = ld.ttftSum / time.Duration(ld.ttftN)
 		}
 		raised := false
+		waiting, allWaiting := e.waitingLocked(len(e.lanes))
 		for i := range e.lanes {
 			el := &e.lanes[i]
 			if el.ctl == nil {
 				continue
 			}
 			s.InFlight, s.Peak = el.inflight-el.over, max(el.peak, el.inflight)-el.over
+			s.Waiting, s.OthersWaiting = waiting[i], allWaiting-waiting[i]
 			s.Reuse = el.reuseLocked()
 			dec := el.ctl.Update(s)
 			raised = raised || dec.To > dec.From
@@ -340,6 +342,20 @@ func shedOrder(a, b *call) int {
 		return c
 	}
 	return b.start.Compare(a.start)
+}
+
+// waitingLocked counts the requests on e that have not started streaming
+// (waiting in the server's queue or in prefill), per lane and in all.
+func (e *endpoint) waitingLocked(lanes int) (perLane []int, all int) {
+	perLane = make([]int, lanes)
+	for cl := range e.calls {
+		if cl.shed || cl.moved || cl.streaming.Load() {
+			continue
+		}
+		perLane[cl.lane.idx]++
+		all++
+	}
+	return perLane, all
 }
 
 func metric(m engine.Metrics, f engine.Field, v float64) float64 {

@@ -48,6 +48,11 @@ type Sample struct {
 	Reuse       bool
 	KVUsage     float64 // 0..1
 	Retractions float64 // retracted or preempted requests during the interval
+	// Waiting is this lane's requests on the endpoint that have not
+	// started streaming (waiting in the server's queue, or in prefill);
+	// OthersWaiting the same for the endpoint's other lanes. The server's
+	// queue is theirs together (with other clients' requests).
+	Waiting, OthersWaiting int
 }
 
 // Decision is what the controller did with one sample, with the evidence,
@@ -174,10 +179,11 @@ type Controller struct {
 	ttftShort, ttftLong float64
 	ttftN               int
 	goodAvg             float64 // tokens/s, running average
-	// The last raise, to see whether it bought goodput.
-	raisedFrom, raisedGood float64
-	flat, plateau          int
-	crashes                int
+	// The last raise, to see whether it bought goodput, and the server's
+	// running requests when it was made.
+	raisedFrom, raisedGood, raisedRunning float64
+	flat, plateau                         int
+	crashes                               int
 	// slots caps the limit for a slot-bound server (0 = none): past its
 	// slots a request only waits (Sample.Slots).
 	slots float64
@@ -303,16 +309,37 @@ func (c *Controller) decide(s Sample, ev *evidence) (Action, string) {
 		roomy = s.TTFT > 0 && !spike
 	}
 	used := float64(max(s.Peak, s.InFlight)) >= math.Max(c.limit-math.Max(1, 0.1*c.limit), 1)
+	crowded := !roomy && c.crowdedOut(s, qLow)
 	switch {
-	case !roomy:
+	case !roomy && !crowded:
 		c.slowStart = false
 		return Hold, "queue in the band"
 	case !used:
 		return Hold, "limit not in use"
 	case c.crashes > 0 && s.KVUsage >= c.kvHigh-c.p.CrashRoom:
 		return Hold, fmt.Sprintf("KV usage at or above %.2f on a server that crashed under pressure", c.kvHigh-c.p.CrashRoom)
+	case crowded:
+		c.slowStart = false
+		c.limit = c.clamp(c.limit + math.Max(1, c.p.Growth*c.limit))
+		return Raise, "the queue in the band is other lanes' requests"
 	}
 	return c.raise(s)
+}
+
+// crowdedOut reports that the server's queue is in the band with this
+// lane's own requests below their share of it (its share of the
+// endpoint's requests in flight), while the endpoint's other lanes have
+// requests waiting: the queue the band holds is theirs. Held there, a
+// lane cut low (a shed, a cut to the band) stays low for the rest of the
+// job while its work waits at the client, not at the server: on
+// bench/sweep's kv231k the long lane, cut to 7 by a shed, held the
+// escalations of truncated answers (the job's longest chains) back.
+func (c *Controller) crowdedOut(s Sample, qLow float64) bool {
+	if s.OthersWaiting <= 0 || s.EndpointInFlight <= 0 || s.Queued < 0 {
+		return false
+	}
+	share := float64(s.InFlight) / float64(s.EndpointInFlight)
+	return float64(s.Waiting) < share*qLow
 }
 
 // track writes the sample's evidence and folds it into the running state
@@ -332,6 +359,9 @@ func (c *Controller) track(s Sample, qLow, qHigh float64, ev *evidence) (spike b
 		ev.add("%d errors", s.Errors)
 	}
 	ev.add("in flight %d/%d", s.InFlight, c.Limit())
+	if s.OthersWaiting > 0 {
+		ev.add("waiting %d, other lanes %d", s.Waiting, s.OthersWaiting)
+	}
 
 	// TTFT: short- against long-run average, judged before this sample
 	// joins them, and only once both have history.
@@ -345,7 +375,7 @@ func (c *Controller) track(s Sample, qLow, qHigh float64, ev *evidence) (spike b
 		}
 		c.ttftLong = ewma(c.ttftLong, ttft, 0.1)
 	}
-	c.plateauCheck(s.Goodput)
+	c.plateauCheck(s.Goodput, s.Running)
 	if s.Goodput >= 0 {
 		c.goodAvg = ewma(c.goodAvg, s.Goodput, 0.5)
 	}
@@ -396,7 +426,7 @@ func (c *Controller) raise(s Sample) (Action, string) {
 	p := c.p
 	// A limit cut below what runs without a queue was cut too deep.
 	c.limit = math.Max(c.limit, c.clamp(float64(s.InFlight)))
-	c.raisedFrom, c.raisedGood = c.limit, c.goodAvg
+	c.raisedFrom, c.raisedGood, c.raisedRunning = c.limit, c.goodAvg, s.Running
 	switch {
 	case c.slowStart && p.SlowStartKV > 0 && s.KVUsage >= p.SlowStartKV:
 		c.slowStart = false
@@ -424,8 +454,11 @@ func (c *Controller) raise(s Sample) (Action, string) {
 
 // plateauCheck compares the goodput of the interval after a raise with
 // the goodput before it. Only raises of at least a fifth are judged (a
-// few percent drowns in noise); two flat ones in a row start a hold.
-func (c *Controller) plateauCheck(good float64) {
+// few percent drowns in noise), and only when the server's batch did not
+// shrink meanwhile: when its running requests fell, those finishing
+// outnumbered those the raise added (a job's tail), and goodput fell with
+// the batch whatever the limit. Two flat ones in a row start a hold.
+func (c *Controller) plateauCheck(good, running float64) {
 	if c.raisedFrom <= 0 {
 		return
 	}
@@ -433,6 +466,9 @@ func (c *Controller) plateauCheck(good float64) {
 	gain := good/c.raisedGood - 1
 	c.raisedFrom = 0
 	if rel < 0.2 || good < 0 || c.raisedGood <= 0 {
+		return
+	}
+	if running >= 0 && c.raisedRunning >= 0 && running < c.raisedRunning {
 		return
 	}
 	if gain < c.p.Plateau*rel {

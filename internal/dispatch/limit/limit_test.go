@@ -549,3 +549,61 @@ func TestReuseKeepsTheQueueShort(t *testing.T) {
 		}
 	})
 }
+
+// In a job's tail the server's batch shrinks whatever the limit: requests
+// finish faster than the lane's raises add them, and goodput falls with the
+// batch. Raises made then say nothing of whether more requests help, so they
+// start no plateau hold: on bench/sweep's kv231k the hold kept the long lane
+// at 10 for 12 probes while the server's queue was empty and KV usage fell
+// from 0.84 to 0.5, and the escalations of truncated answers waited at the
+// client (1,443 against 1,497 tokens/s in the run without it).
+func TestPlateauNotJudgedWhileTheBatchShrinks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Bounds{Min: 1, Initial: 8}, DefaultParams, time.Now())
+		running, good := 60.0, 2000.0
+		for i := range 6 {
+			time.Sleep(step)
+			d := c.Update(sample(func(s *Sample) {
+				s.InFlight, s.Peak, s.EndpointInFlight = c.Limit(), c.Limit(), 60
+				s.Queued, s.Running, s.Goodput, s.KVUsage = 0, running, good, 0.6
+			}))
+			if d.Action != Raise {
+				t.Fatalf("step %d, the server's batch shrinking under an empty queue: %v, want a raise", i, d)
+			}
+			running, good = running-6, good*0.85
+		}
+	})
+}
+
+// A lane whose requests run while the server's queue, in the band, holds
+// the endpoint's other lanes' requests is raised a step: held there, a long
+// lane cut low keeps its escalations at the client for the rest of the job.
+func TestCrowdedOutLaneRaises(t *testing.T) {
+	tests := []struct {
+		name                   string
+		waiting, othersWaiting int
+		want                   Action
+		to                     int
+	}{
+		{"the queue is the other lane's", 0, 40, Raise, 9},
+		{"its own share waits already", 3, 37, Hold, 8},
+		{"no other lane waits", 0, 0, Hold, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(Bounds{Min: 1, Initial: 8}, DefaultParams, time.Now())
+			lane := func(s *Sample) { s.InFlight, s.Peak, s.EndpointInFlight = 8, 8, 100 }
+			if d := c.Update(sample(lane)); d.Action != Hold {
+				t.Fatalf("queue in the band, the lane's own: %v, want hold", d)
+			}
+			d := c.Update(sample(func(s *Sample) {
+				lane(s)
+				s.Waiting, s.OthersWaiting = tt.waiting, tt.othersWaiting
+			}))
+			if d.Action != tt.want || d.To != tt.to {
+				t.Errorf("queue 40 (band 30-90), the lane 8 of 100 in flight with %d waiting, other lanes %d: %v, want %s at %d",
+					tt.waiting, tt.othersWaiting, d, tt.want, tt.to)
+			}
+		})
+	}
+}
