@@ -395,6 +395,9 @@ func sqlLimit(limit int) int {
 // sample never told to wait, and those whose retry time has come. Each side
 // is already in seq order and holds the best n of its kind, so the merge,
 // by (first turn, seq) and without the rows two sides share, is the best n.
+// The limits are +:n, not :n: SQLite plans with a bare LIMIT parameter's
+// value and compiles the statement again whenever it changes, which n does
+// with the dispatcher's free slots (TestClaimsDoNotRecompile).
 const claimSQL = `UPDATE samples
 		SET state = 'leased', lease_owner = :owner, lease_until = :until, not_before = 0
 		WHERE seq IN (
@@ -402,18 +405,18 @@ const claimSQL = `UPDATE samples
 				SELECT seq, 0 AS fresh FROM (
 					SELECT seq FROM samples
 					WHERE state = 'pending' AND lane = :lane AND not_before = 0 AND turn > 0
-					ORDER BY seq LIMIT :n)
+					ORDER BY seq LIMIT +:n)
 				UNION ALL
 				SELECT seq, fresh FROM (
 					SELECT seq, turn = 0 AS fresh FROM samples
 					WHERE state = 'pending' AND lane = :lane AND not_before = 0
-					ORDER BY seq LIMIT :n)
+					ORDER BY seq LIMIT +:n)
 				UNION ALL
 				SELECT seq, fresh FROM (
 					SELECT seq, turn = 0 AS fresh FROM samples
 					WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
-					ORDER BY seq LIMIT :n))
-			GROUP BY seq ORDER BY min(fresh), seq LIMIT :n)
+					ORDER BY seq LIMIT +:n))
+			GROUP BY seq ORDER BY min(fresh), seq LIMIT +:n)
 		RETURNING seq, id, partition, lane, ` + claimBody + `, prompt_tokens, attempts, turn, 0`
 
 // claimKeptSQL is claimSQL that leaves out the body of a later turn the
