@@ -91,6 +91,18 @@ func Answers(row store.Row) ([]Record, error) {
 // prompt), is checked, not decoded, so building a turn's request does not
 // cost the runner more per turn than the history's bytes.
 func DecodeHistory(r store.Result) (llm.Result, error) {
+	return decodeHistory(r, false)
+}
+
+// DecodeHistoryQuoted is DecodeHistory that also gives the content as
+// the request quotes it (llm.Result.ContentJSON), copied from the record
+// rather than quoted again, for a history built from the store; not for
+// one held beside its answer, which would hold the text twice.
+func DecodeHistoryQuoted(r store.Result) (llm.Result, error) {
+	return decodeHistory(r, true)
+}
+
+func decodeHistory(r store.Result, quoted bool) (llm.Result, error) {
 	var res llm.Result
 	v := 0
 	err := rawjson.Object(r.Response, func(m rawjson.Member) error {
@@ -103,6 +115,11 @@ func DecodeHistory(r store.Result) (llm.Result, error) {
 			err = json.Unmarshal(m.Value, &v)
 		case "content":
 			res.Content, err = m.Text()
+			if quoted && err == nil {
+				if q, ok := rawjson.AppendQuoted(make([]byte, 0, len(m.Value)), m.Value); ok {
+					res.ContentJSON = q
+				}
+			}
 		case "reasoning_content":
 			res.ReasoningContent, err = m.Text()
 		case "tool_calls":
