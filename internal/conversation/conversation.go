@@ -246,11 +246,12 @@ func (p *Plan) build(answers []llm.Result, keepReasoning, nextInput bool) ([]Mes
 // so a tool result can name them.
 func Answer(k int, res llm.Result, keepReasoning bool) Message {
 	m := Message{Role: "assistant"}
+	empty := res.Content == "" && (res.ContentJSON == nil || string(res.ContentJSON) == `""`)
 	switch {
-	case res.Content == "" && len(res.ToolCalls) > 0:
+	case empty && len(res.ToolCalls) > 0:
 		m.Content = json.RawMessage("null")
 	case res.ContentJSON != nil:
-		m.Content = res.ContentJSON // the bytes below, as the store holds them
+		m.Content = res.ContentJSON // the bytes below, copied from the store's record
 	default:
 		// encoding/json's bytes, written faster: every earlier answer of
 		// the history goes through here on every turn.

@@ -67,10 +67,11 @@ type ToolCall struct {
 // Result is a finished completion.
 type Result struct {
 	Content string `json:"content"`
-	// ContentJSON, when set, is Content as the JSON string
-	// rawjson.AppendString writes for it, copied from a stored answer
-	// (reply.DecodeHistoryQuoted), for a history that sends it again
-	// without quoting it again (conversation.Answer).
+	// ContentJSON, when set, stands for Content (then empty): the JSON
+	// string rawjson.AppendString writes for it, copied from a stored
+	// answer (reply.DecodeHistoryQuoted) for a request built from the
+	// store, which sends it without decoding and quoting it again
+	// (conversation.Answer).
 	ContentJSON      []byte     `json:"-"`
 	ReasoningContent string     `json:"reasoning_content,omitempty"`
 	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`

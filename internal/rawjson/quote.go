@@ -79,43 +79,54 @@ func escapeJS(dst []byte, from int) []byte {
 // whether it could: the string is copied as it is but for encoding/json's
 // HTML escapes (\u003c, \u003e, \u0026), written as the characters; any
 // other escape AppendString would not write (\/, \u0041, a raw U+2028,
-// \ufffd for an invalid byte) gives false and dst unchanged.
+// \ufffd for an invalid byte) gives false and dst unchanged. The walk
+// refused raw control characters and quotes, so only escapes, invalid
+// UTF-8 and U+2028/U+2029 are looked for, each with a fast scan.
 func AppendQuoted(dst, quoted []byte) ([]byte, bool) {
 	if len(quoted) < 2 || quoted[0] != '"' || quoted[len(quoted)-1] != '"' {
 		return dst, false
 	}
-	n := len(dst)
 	s := quoted[1 : len(quoted)-1]
+	if !utf8.Valid(s) || hasJSSeparator(s) {
+		return dst, false
+	}
+	n := len(dst)
 	dst = append(dst, '"')
 	run := 0 // s[run:i] is copied as it is
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == '\\':
-			if e := canonicalEscape(s[i:]); e > 0 {
-				i += e
-				continue
-			}
-			html := htmlEscape(s[i:])
-			if html == 0 {
-				return dst[:n], false
-			}
-			dst = append(append(dst, s[run:i]...), html)
-			i += 6
-			run = i
-		case c < 0x20 || c == '"':
-			return dst[:n], false
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := utf8.DecodeRune(s[i:])
-			if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
-				return dst[:n], false
-			}
-			i += size
+	for i := 0; ; {
+		j := bytes.IndexByte(s[i:], '\\')
+		if j < 0 {
+			break
 		}
+		i += j
+		if e := canonicalEscape(s[i:]); e > 0 {
+			i += e
+			continue
+		}
+		html := htmlEscape(s[i:])
+		if html == 0 {
+			return dst[:n], false
+		}
+		dst = append(append(dst, s[run:i]...), html)
+		i += 6
+		run = i
 	}
 	return append(append(dst, s[run:]...), '"'), true
+}
+
+// hasJSSeparator reports whether s holds U+2028 or U+2029, which
+// AppendString escapes.
+func hasJSSeparator(s []byte) bool {
+	for i := 0; ; i += 2 {
+		j := bytes.Index(s[i:], []byte{0xe2, 0x80})
+		if j < 0 || i+j+2 >= len(s) {
+			return false
+		}
+		i += j
+		if c := s[i+2]; c == 0xa8 || c == 0xa9 {
+			return true
+		}
+	}
 }
 
 // htmlEscape is the character s starts with when it is one of

@@ -94,10 +94,11 @@ func DecodeHistory(r store.Result) (llm.Result, error) {
 	return decodeHistory(r, false)
 }
 
-// DecodeHistoryQuoted is DecodeHistory that also gives the content as
-// the request quotes it (llm.Result.ContentJSON), copied from the record
-// rather than quoted again, for a history built from the store; not for
-// one held beside its answer, which would hold the text twice.
+// DecodeHistoryQuoted is DecodeHistory that gives the content as the
+// request quotes it (llm.Result.ContentJSON, Content left empty), copied
+// from the record rather than decoded and quoted again, when the record
+// allows: for a turn's request built from the store, which reads nothing
+// else of the content.
 func DecodeHistoryQuoted(r store.Result) (llm.Result, error) {
 	return decodeHistory(r, true)
 }
@@ -114,11 +115,10 @@ func decodeHistory(r store.Result, quoted bool) (llm.Result, error) {
 		case "v":
 			err = json.Unmarshal(m.Value, &v)
 		case "content":
-			res.Content, err = m.Text()
-			if quoted && err == nil {
-				if q, ok := rawjson.AppendQuoted(make([]byte, 0, len(m.Value)), m.Value); ok {
-					res.ContentJSON = q
-				}
+			if q, ok := appendQuoted(quoted, m.Value); ok {
+				res.ContentJSON = q
+			} else {
+				res.Content, err = m.Text()
 			}
 		case "reasoning_content":
 			res.ReasoningContent, err = m.Text()
@@ -137,4 +137,12 @@ func decodeHistory(r store.Result, quoted bool) (llm.Result, error) {
 		return llm.Result{}, fmt.Errorf("stored answer version %d: this regen reads versions up to %d", v, Version)
 	}
 	return res, nil
+}
+
+// appendQuoted is rawjson.AppendQuoted of a content string when quoted.
+func appendQuoted(quoted bool, value []byte) ([]byte, bool) {
+	if !quoted {
+		return nil, false
+	}
+	return rawjson.AppendQuoted(make([]byte, 0, len(value)), value)
 }

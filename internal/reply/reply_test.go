@@ -198,12 +198,14 @@ func TestDecodeHistory(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
-		// ContentJSON, when set, is the content as quoting it writes it.
-		if got.ContentJSON != nil && !bytes.Equal(got.ContentJSON, rawjson.AppendString(nil, got.Content)) {
-			t.Errorf("record %d %s: ContentJSON %s, want %s", i, r.Response, got.ContentJSON, rawjson.AppendString(nil, got.Content))
-		}
-		// This release writes valid text as AppendString does: sent as stored.
-		if i >= ours && got.ContentJSON == nil && utf8.ValidString(results[i-ours].Content) && got.Content != "" {
+		// ContentJSON, when given, stands for the content, quoted as
+		// AppendString quotes it; this release writes valid text so.
+		if got.ContentJSON != nil {
+			if want := rawjson.AppendString(nil, rec.Content); !bytes.Equal(got.ContentJSON, want) || got.Content != "" {
+				t.Errorf("record %d %s: ContentJSON %s and Content %q, want %s and none", i, r.Response, got.ContentJSON, got.Content, want)
+			}
+			got.Content = rec.Content
+		} else if i >= ours && utf8.ValidString(results[i-ours].Content) {
 			t.Errorf("record %d %s: no ContentJSON for valid text this release wrote", i, r.Response)
 		}
 		plain, err := DecodeHistory(r)
