@@ -246,12 +246,16 @@ func (p *Plan) build(answers []llm.Result, keepReasoning, nextInput bool) ([]Mes
 // so a tool result can name them.
 func Answer(k int, res llm.Result, keepReasoning bool) Message {
 	m := Message{Role: "assistant"}
-	if res.Content != "" || len(res.ToolCalls) == 0 {
+	empty := res.Content == "" && (res.ContentJSON == nil || string(res.ContentJSON) == `""`)
+	switch {
+	case empty && len(res.ToolCalls) > 0:
+		m.Content = json.RawMessage("null")
+	case res.ContentJSON != nil:
+		m.Content = res.ContentJSON // the bytes below, copied from the store's record
+	default:
 		// encoding/json's bytes, written faster: every earlier answer of
 		// the history goes through here on every turn.
 		m.Content = rawjson.AppendString(make([]byte, 0, len(res.Content)+len(res.Content)/16+2), res.Content)
-	} else {
-		m.Content = json.RawMessage("null")
 	}
 	if keepReasoning {
 		m.ReasoningContent = res.ReasoningContent

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/rawjson"
 )
 
 func tc(id, name, args string) llm.ToolCall {
@@ -218,6 +219,28 @@ func TestDecodeErrors(t *testing.T) {
 	for _, body := range []string{`{`, `{"messages":[]}`, `{"messages":[{"role":"user","content":"x"}],"turns":[{"input":[]}]}`} {
 		if _, err := Decode([]byte(body)); err == nil {
 			t.Errorf("Decode(%s): no error", body)
+		}
+	}
+}
+
+// An answer read from the store as quoted content (ContentJSON, Content
+// empty) is the message its decoded text gives: the same content bytes,
+// and null beside tool calls when the text is empty.
+func TestAnswerFromQuotedContent(t *testing.T) {
+	call := llm.ToolCall{ID: "c1", Type: "function"}
+	call.Function.Name, call.Function.Arguments = "f", `{}`
+	for _, res := range []llm.Result{
+		{Content: "plain"},
+		{Content: "line\n \"q\" <b> & \u2028 é"},
+		{Content: ""},
+		{Content: "", ToolCalls: []llm.ToolCall{call}},
+		{Content: "and a call", ToolCalls: []llm.ToolCall{call}},
+	} {
+		want := Answer(1, res, false)
+		quoted := res
+		quoted.Content, quoted.ContentJSON = "", rawjson.AppendString(nil, res.Content)
+		if diff := cmp.Diff(want, Answer(1, quoted, false)); diff != "" {
+			t.Errorf("Answer of %q quoted (-decoded +quoted):\n%s", res.Content, diff)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func (d *Dispatcher) prepareTurn(c store.Claimed, hist *convHistory, p *conversa
 	// its token ids, which hold its whole prompt (reply.DecodeHistory).
 	prior := make([]llm.Result, 0, len(c.Prior))
 	for i, r := range c.Prior {
-		a, err := reply.DecodeHistory(r)
+		a, err := reply.DecodeHistoryQuoted(r)
 		if err != nil {
 			return nil, fmt.Errorf("turn %d: decode stored answer to turn %d: %w", conversation.Ordinal(c.Turn), conversation.Ordinal(i), err)
 		}

@@ -50,12 +50,17 @@ import (
 // (store.Queue.ClaimKept), where history=Nk builds its turn from the store
 // alone.
 //
-// Last measured (2026-12-06, 2 shared cores, quiet; nine runs interleaved
-// with the tree before ClaimKept, medians with ranges, cpu-µs per turn at
-// 1k / 4k / 16k tokens): conv 222 (201-300) / 251 (232-312) / 333
-// (305-410), 16k/1k 1.50, before 240 / 259 / 384, 1.60; history 297 /
-// 393 / 677, 2.28, before 327 / 404 / 719, 2.20; floor 44 / 49 / 100,
-// before 42 / 49 / 83 (the same code: the spread is the machine's).
+// Last measured (2026-12-06, 2 shared cores; six runs interleaved with the
+// tree before the claim stopped recompiling and the store-built turn
+// stopped quoting answers again, medians with ranges, cpu-µs per turn at
+// 1k / 4k / 16k tokens): conv 214 (194-240) / 230 (220-255) / 325
+// (316-335), before 243 (224-260) / 272 (243-309) / 357 (316-390); history
+// 267 (242-288) / 321 (307-412) / 544 (512-571), before 308 / 402 / 739;
+// floor 40 (39-50) / 51 (47-54) / 81 (74-120), before 42 / 51 / 80 (the
+// same code: the spread is the machine's). The runner's own growth, (conv
+// 16k - conv 1k) - (floor 16k - floor 1k): 69 µs, before 76 (per run 24-91);
+// its own ratio (conv - floor at 16k) / (conv - floor at 1k) 1.40, before
+// 1.38 (per run 1.12-1.59); history's own growth 236 µs, before 392.
 
 const (
 	turnCostSamples = 300

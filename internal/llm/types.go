@@ -66,7 +66,13 @@ type ToolCall struct {
 
 // Result is a finished completion.
 type Result struct {
-	Content          string     `json:"content"`
+	Content string `json:"content"`
+	// ContentJSON, when set, stands for Content (then empty): the JSON
+	// string rawjson.AppendString writes for it, copied from a stored
+	// answer (reply.DecodeHistoryQuoted) for a request built from the
+	// store, which sends it without decoding and quoting it again
+	// (conversation.Answer).
+	ContentJSON      []byte     `json:"-"`
 	ReasoningContent string     `json:"reasoning_content,omitempty"`
 	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 	FinishReason     string     `json:"finish_reason"`

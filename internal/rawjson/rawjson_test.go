@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -307,5 +308,66 @@ func TestCheckedWalksMatchOnSpacedText(t *testing.T) {
 		if diff := cmp.Diff(split(b, Object, Array), split(b, CheckedObject, CheckedArray)); diff != "" {
 			t.Fatalf("%q (-checking +checked):\n%s", b, diff)
 		}
+	}
+}
+
+// AppendQuoted writes what AppendString writes for a string's text, or
+// reports it cannot: it can for every string AppendString or encoding/json
+// (HTML escapes on) writes of valid UTF-8, and never writes anything else
+// (an invalid byte's \ufffd reads back as U+FFFD, which AppendString
+// writes as itself; \/, \u0041, upper-case hex, \u00e9, a raw U+2028).
+func TestAppendQuotedIsAppendString(t *testing.T) {
+	check := func(q []byte) bool {
+		t.Helper()
+		text, err := Member{Value: q}.Text()
+		if err != nil {
+			t.Fatalf("Text(%s): %v", q, err)
+		}
+		got, ok := AppendQuoted([]byte("x"), q)
+		if want := AppendString([]byte("x"), text); ok && !bytes.Equal(got, want) {
+			t.Fatalf("AppendQuoted(%s) = %s, want %s", q, got, want)
+		}
+		if !ok && string(got) != "x" {
+			t.Fatalf("AppendQuoted(%s) refused but wrote %s", q, got)
+		}
+		return ok
+	}
+	pieces := []string{"a", "é", "\n", "\r\t\b\f", "\"", "\\", "\xff", "\xc3", "\u2028", "\u2029", "😀", "<>&", "\x00", "\x1f", "\x7f", "/", "\ufffd"}
+	r := rand.New(rand.NewPCG(7, 8))
+	valid := 0
+	for range 20000 {
+		var s []byte
+		for range r.IntN(14) {
+			s = append(s, pieces[r.IntN(len(pieces))]...)
+		}
+		html, err := json.Marshal(string(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range [][]byte{AppendString(nil, string(s)), html} {
+			if !check(q) && utf8.Valid(s) {
+				t.Fatalf("AppendQuoted(%s) refused the quoting of valid %q", q, s)
+			}
+		}
+		if utf8.Valid(s) {
+			valid++
+		}
+	}
+	if valid < 1000 {
+		t.Fatalf("only %d valid strings generated", valid)
+	}
+	escapes := []string{`\"`, `\\`, `\/`, `\b`, `\u0008`, `\n`, `\u000a`, `\u0000`, `\u001F`, `\u001f`, `\u0041`, `\u00e9`, `\u003c`, `\u003C`, `\u0026`, `\u2028`, `\u2029`, `\ud83d\ude00`, "\u2028", "é", "a", "<", "\xff", `\ufffd`}
+	refused := 0
+	for range 20000 {
+		q := []byte{'"'}
+		for range r.IntN(6) {
+			q = append(q, escapes[r.IntN(len(escapes))]...)
+		}
+		if !check(append(q, '"')) {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no escape refused")
 	}
 }

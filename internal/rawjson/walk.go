@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -28,7 +29,10 @@ func (m Member) Text() (string, error) {
 	// The walk checked the string: the only errors left are invalid UTF-8
 	// and lone surrogates, which become U+FFFD as encoding/json has them.
 	out, _ := jsontext.AppendUnquote(make([]byte, 0, len(m.Value)), m.Value)
-	return string(out), nil
+	if len(out) == 0 {
+		return "", nil
+	}
+	return unsafe.String(&out[0], len(out)), nil // out is not kept: no second copy
 }
 
 // ErrStop, returned by a callback, ends the walk early without an error;

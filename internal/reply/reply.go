@@ -91,6 +91,19 @@ func Answers(row store.Row) ([]Record, error) {
 // prompt), is checked, not decoded, so building a turn's request does not
 // cost the runner more per turn than the history's bytes.
 func DecodeHistory(r store.Result) (llm.Result, error) {
+	return decodeHistory(r, false)
+}
+
+// DecodeHistoryQuoted is DecodeHistory that gives the content as the
+// request quotes it (llm.Result.ContentJSON, Content left empty), copied
+// from the record rather than decoded and quoted again, when the record
+// allows: for a turn's request built from the store, which reads nothing
+// else of the content.
+func DecodeHistoryQuoted(r store.Result) (llm.Result, error) {
+	return decodeHistory(r, true)
+}
+
+func decodeHistory(r store.Result, quoted bool) (llm.Result, error) {
 	var res llm.Result
 	v := 0
 	err := rawjson.Object(r.Response, func(m rawjson.Member) error {
@@ -102,7 +115,11 @@ func DecodeHistory(r store.Result) (llm.Result, error) {
 		case "v":
 			err = json.Unmarshal(m.Value, &v)
 		case "content":
-			res.Content, err = m.Text()
+			if q, ok := appendQuoted(quoted, m.Value); ok {
+				res.ContentJSON = q
+			} else {
+				res.Content, err = m.Text()
+			}
 		case "reasoning_content":
 			res.ReasoningContent, err = m.Text()
 		case "tool_calls":
@@ -120,4 +137,12 @@ func DecodeHistory(r store.Result) (llm.Result, error) {
 		return llm.Result{}, fmt.Errorf("stored answer version %d: this regen reads versions up to %d", v, Version)
 	}
 	return res, nil
+}
+
+// appendQuoted is rawjson.AppendQuoted of a content string when quoted.
+func appendQuoted(quoted bool, value []byte) ([]byte, bool) {
+	if !quoted {
+		return nil, false
+	}
+	return rawjson.AppendQuoted(make([]byte, 0, len(value)), value)
 }

@@ -7,10 +7,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/rawjson"
 	"github.com/regen-dev/regen/internal/store"
 )
 
@@ -166,7 +168,7 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// DecodeHistory reads the content, reasoning and tool calls Decode reads,
+// DecodeHistory (and DecodeHistoryQuoted) read the content, reasoning and tool calls Decode reads,
 // from every record the previous release wrote and from records of this
 // one with escapes, invalid UTF-8, tool calls and token ids.
 func TestDecodeHistory(t *testing.T) {
@@ -186,15 +188,31 @@ func TestDecodeHistory(t *testing.T) {
 	for _, res := range results {
 		rs = append(rs, store.Result{Response: Encode(res, "http://a", store.Provenance{Model: "m"})})
 	}
+	ours := len(rs) - len(results)
 	for i, r := range rs {
 		rec, err := Decode(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := DecodeHistory(r)
+		got, err := DecodeHistoryQuoted(r)
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
+		// ContentJSON, when given, stands for the content, quoted as
+		// AppendString quotes it; this release writes valid text so.
+		if got.ContentJSON != nil {
+			if want := rawjson.AppendString(nil, rec.Content); !bytes.Equal(got.ContentJSON, want) || got.Content != "" {
+				t.Errorf("record %d %s: ContentJSON %s and Content %q, want %s and none", i, r.Response, got.ContentJSON, got.Content, want)
+			}
+			got.Content = rec.Content
+		} else if i >= ours && utf8.ValidString(results[i-ours].Content) {
+			t.Errorf("record %d %s: no ContentJSON for valid text this release wrote", i, r.Response)
+		}
+		plain, err := DecodeHistory(r)
+		if err != nil || plain.ContentJSON != nil {
+			t.Errorf("record %d: DecodeHistory gave ContentJSON %s, %v", i, plain.ContentJSON, err)
+		}
+		got.ContentJSON = nil
 		want := llm.Result{Content: rec.Content, ReasoningContent: rec.ReasoningContent, ToolCalls: rec.ToolCalls}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("record %d %s (-Decode +DecodeHistory):\n%s", i, r.Response, diff)

@@ -395,6 +395,9 @@ func sqlLimit(limit int) int {
 // sample never told to wait, and those whose retry time has come. Each side
 // is already in seq order and holds the best n of its kind, so the merge,
 // by (first turn, seq) and without the rows two sides share, is the best n.
+// The limits are +:n, not :n: SQLite plans with a bare LIMIT parameter's
+// value and compiles the statement again whenever it changes, which n does
+// with the dispatcher's free slots (TestClaimsDoNotRecompile).
 const claimSQL = `UPDATE samples
 		SET state = 'leased', lease_owner = :owner, lease_until = :until, not_before = 0
 		WHERE seq IN (
@@ -402,18 +405,18 @@ const claimSQL = `UPDATE samples
 				SELECT seq, 0 AS fresh FROM (
 					SELECT seq FROM samples
 					WHERE state = 'pending' AND lane = :lane AND not_before = 0 AND turn > 0
-					ORDER BY seq LIMIT :n)
+					ORDER BY seq LIMIT +:n)
 				UNION ALL
 				SELECT seq, fresh FROM (
 					SELECT seq, turn = 0 AS fresh FROM samples
 					WHERE state = 'pending' AND lane = :lane AND not_before = 0
-					ORDER BY seq LIMIT :n)
+					ORDER BY seq LIMIT +:n)
 				UNION ALL
 				SELECT seq, fresh FROM (
 					SELECT seq, turn = 0 AS fresh FROM samples
 					WHERE state = 'pending' AND lane = :lane AND not_before > 0 AND not_before <= :now
-					ORDER BY seq LIMIT :n))
-			GROUP BY seq ORDER BY min(fresh), seq LIMIT :n)
+					ORDER BY seq LIMIT +:n))
+			GROUP BY seq ORDER BY min(fresh), seq LIMIT +:n)
 		RETURNING seq, id, partition, lane, ` + claimBody + `, prompt_tokens, attempts, turn, 0`
 
 // claimKeptSQL is claimSQL that leaves out the body of a later turn the
@@ -464,20 +467,14 @@ func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string,
 	var got []seqClaim
 	for rows.Next() {
 		var sc seqClaim
-		var body any // nil only when the body row is missing or kept
+		var body blobColumn // not valid only when the body row is missing or kept
 		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn, &sc.c.Kept); err != nil {
 			return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 		}
-		switch b := body.(type) {
-		case []byte:
-			sc.c.Body = unblob(b)
-		case string: // a body an early schema stored as text
-			sc.c.Body = unblob([]byte(b))
-		default:
-			if !sc.c.Kept {
-				return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
-			}
+		if !body.valid && !sc.c.Kept {
+			return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
 		}
+		sc.c.Body = unblob(body.b)
 		sc.c.LeaseUntil = fromNS(ns(until))
 		got = append(got, sc)
 	}
@@ -543,12 +540,13 @@ func (s *Store) priorTurns(ctx context.Context, id string, upTo int) ([]store.Re
 func scanTurn(rows interface{ Scan(...any) error }, extra ...any) (store.Result, error) {
 	var r store.Result
 	var dur, ttft int64
-	dest := append(extra, &r.Turn, &r.Lane, &r.Response, &r.FinishReason, &r.PromptTokens, &r.CompletionTokens, &r.ReasoningTokens,
+	var response blobColumn
+	dest := append(extra, &r.Turn, &r.Lane, &response, &r.FinishReason, &r.PromptTokens, &r.CompletionTokens, &r.ReasoningTokens,
 		&r.Endpoint, &dur, &ttft, &r.Attempts, &r.Generation)
 	if err := rows.Scan(dest...); err != nil {
 		return r, err
 	}
-	r.Response, r.Duration, r.TTFT = unblob(r.Response), time.Duration(dur), time.Duration(ttft)
+	r.Response, r.Duration, r.TTFT = unblob(response.b), time.Duration(dur), time.Duration(ttft)
 	return r, nil
 }
 
@@ -721,4 +719,29 @@ func (s *Store) ExpireLeases(ctx context.Context, now time.Time) (int, error) {
 		return 0, fmt.Errorf("expire leases: %w", err)
 	}
 	return int(n), nil
+}
+
+// blobColumn scans a BLOB (or an early schema's TEXT) column without
+// database/sql's copy: Scan into []byte or any copies what the driver
+// returned, and that copy of a body or an answer is the only one kept.
+// modernc.org/sqlite copies every BLOB it returns into a slice of its own
+// (conn.columnBlob), so the slice outlives the row; TestScannedBlobsOutliveTheirRows
+// would catch a driver that reused it.
+type blobColumn struct {
+	b     []byte
+	valid bool // false for NULL
+}
+
+func (c *blobColumn) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		c.b, c.valid = nil, false
+	case []byte:
+		c.b, c.valid = v, true
+	case string:
+		c.b, c.valid = []byte(v), true
+	default:
+		return fmt.Errorf("scan %T into a blob", src)
+	}
+	return nil
 }
