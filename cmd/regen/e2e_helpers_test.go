@@ -550,14 +550,6 @@ func idSet(ids []string) []string {
 	return slices.Compact(out)
 }
 
-func shareGPTIDs(rows []sharegptRow) []string {
-	ids := make([]string, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	return idSet(ids)
-}
-
 // status runs `regen status --json` and decodes the report.
 func status(t *testing.T, dir, jobFile string) (monitor.Report, result) {
 	t.Helper()

@@ -27,10 +27,9 @@ type slotServer struct {
 	work  time.Duration
 	sem   chan struct{}
 
-	mu              sync.Mutex
-	inFlight, peak  int
-	served          int
-	queued, running int
+	mu             sync.Mutex
+	inFlight, peak int
+	served         int
 }
 
 func newSlotServer(slots int, work time.Duration) *slotServer {
