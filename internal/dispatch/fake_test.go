@@ -128,7 +128,7 @@ func (s *fakeStore) ClaimKept(_ context.Context, lane string, n int, owner strin
 		s.tokens++
 		x.state, x.owner, x.leaseUntil, x.token = store.Leased, owner, now.Add(lease), s.tokens
 		c := store.Claimed{ID: x.ID, Partition: x.Partition, Lane: x.Lane, Body: x.Body, Token: x.token,
-			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil, Turn: x.turn, Prior: slices.Clone(x.prior)}
+			PromptTokens: x.PromptTokens, Attempts: x.attempts, LeaseUntil: x.leaseUntil, Turn: x.turn, Prior: slices.Clone(x.prior), Seq: int64(x.seq)}
 		if isKept {
 			c.Body, c.Prior, c.Kept = nil, nil, true
 			s.keptClaims++

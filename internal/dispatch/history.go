@@ -2,7 +2,9 @@ package dispatch
 
 import (
 	"bytes"
+	"cmp"
 	"hash/maphash"
+	"slices"
 
 	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/llm"
@@ -79,6 +81,8 @@ type convHistory struct {
 	token     int64
 	storedAt  string
 	storedCtx float64
+	// seq is the sample's place in the claim order (Claimed.Seq).
+	seq int64
 	// The affinity read from the sample body (affinityOf).
 	prefix    uint64
 	prefixTok float64
@@ -102,7 +106,7 @@ func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
 	}
 	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.body,
 		answer: res, stored: maphash.Bytes(answerSeed, t.stored), token: c.Token, storedAt: t.storedAt, storedCtx: t.storedCtx,
-		prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
+		seq: c.Seq, prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
 }
 
 // fits reports whether claim c is the turn after h's, of the same body,
@@ -157,18 +161,27 @@ func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHist
 // and earlier answers in the store (store.Queue.ClaimKept). The list is
 // sent with every claim, so it is bounded by the claim's size (keptPerClaim
 // each), not the holds: a conversation left out is read whole, as after a
-// restart.
+// restart. Those named are the ones the claim hands out first (later
+// turns in sample order, store.CompareClaims): a saturated runner claims
+// one or two at a time while hundreds are held, and a pick in map order
+// would miss the next turns the claim takes.
 func (d *Dispatcher) keptFor(l *lane, n int) []store.Kept {
+	type candidate struct {
+		id string
+		h  *convHistory
+	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	var kept []store.Kept
+	var all []candidate
 	for id, h := range d.adm.byID {
-		if len(kept) >= keptPerClaim*n {
-			break
-		}
 		if h.hist != nil && !h.busy && (h.nextIn == nil || h.nextIn == l) {
-			kept = append(kept, h.hist.kept(id))
+			all = append(all, candidate{id, h.hist})
 		}
+	}
+	d.mu.Unlock()
+	slices.SortFunc(all, func(a, b candidate) int { return cmp.Compare(a.h.seq, b.h.seq) })
+	kept := make([]store.Kept, 0, min(len(all), keptPerClaim*n))
+	for _, c := range all[:min(len(all), keptPerClaim*n)] {
+		kept = append(kept, c.h.kept(c.id))
 	}
 	return kept
 }

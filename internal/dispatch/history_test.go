@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -291,5 +292,45 @@ func TestKeptClaimWithoutItsHistoryGoesBack(t *testing.T) {
 	}
 	if x := st.get(c.ID); x.state != store.Pending || x.attempts != 0 || st.released != 1 {
 		t.Errorf("sample %s, %d attempts, %d released; want pending, 0, 1", x.state, x.attempts, st.released)
+	}
+}
+
+// TestKeptForNamesTheClaimsNextTurns: with more held conversations than a
+// claim names, the claim names those it hands out first (later turns in
+// sample order), leaving out busy ones and those waiting in another lane;
+// named in map order, a claim of one would almost never name the next
+// turn it takes.
+func TestKeptForNamesTheClaimsNextTurns(t *testing.T) {
+	d, _ := admitPair(t, false)
+	l, other := d.lanes[0], &lane{}
+	d.adm.byID = map[string]*heldConv{}
+	var want []store.Kept
+	for _, seq := range rand.Perm(200) {
+		id := fmt.Sprintf("c%03d", seq)
+		h := &heldConv{hist: &convHistory{turn: 1, seq: int64(seq), token: int64(1000 + seq)}}
+		switch {
+		case seq%7 == 3:
+			h.busy = true // its next turn is claimed already
+		case seq%7 == 5:
+			h.nextIn = other
+		case seq%7 == 6:
+			h.nextIn = l
+		}
+		d.adm.byID[id] = h
+	}
+	eligible := 0
+	for seq := range 200 {
+		if seq%7 == 3 || seq%7 == 5 {
+			continue
+		}
+		if eligible++; len(want) < keptPerClaim {
+			want = append(want, store.Kept{ID: fmt.Sprintf("c%03d", seq), Turn: 2, Token: int64(1000 + seq)})
+		}
+	}
+	if diff := cmp.Diff(want, d.keptFor(l, 1)); diff != "" {
+		t.Errorf("kept named for a claim of one (-want +got):\n%s", diff)
+	}
+	if got := len(d.keptFor(l, 100)); got != eligible {
+		t.Errorf("a claim of 100 names %d, want every one that may wait in the lane (%d)", got, eligible)
 	}
 }

@@ -68,6 +68,10 @@ type Claimed struct {
 	// Kept says Body and Prior were left out: the caller named this turn
 	// of the sample in ClaimKept and holds them.
 	Kept bool
+	// Seq is the sample's place in the order claims hand samples out in
+	// (CompareClaims): a caller naming kept histories names those the
+	// next claims will take.
+	Seq int64
 }
 
 // Kept names a conversation whose history a ClaimKept caller holds: the

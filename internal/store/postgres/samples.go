@@ -385,7 +385,7 @@ func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string,
 		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn, &sc.c.Token, &sc.c.Kept)
 		sc.c.PromptTokens, sc.c.Attempts, sc.c.Turn = int(pt), int(att), int(turn)
 		sc.c.Body = unblob(sc.c.Body)
-		sc.c.LeaseUntil = fromNS(until)
+		sc.c.LeaseUntil, sc.c.Seq = fromNS(until), sc.seq
 		return sc, err
 	})
 	if err != nil {

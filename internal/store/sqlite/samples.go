@@ -475,7 +475,7 @@ func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string,
 			return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
 		}
 		sc.c.Body = unblob(body.b)
-		sc.c.LeaseUntil = fromNS(ns(until))
+		sc.c.LeaseUntil, sc.c.Seq = fromNS(ns(until)), sc.seq
 		got = append(got, sc)
 	}
 	if err := rows.Err(); err != nil {

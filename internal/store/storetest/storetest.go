@@ -227,8 +227,14 @@ func testIngestIdempotent(t *testing.T, s queue) {
 		smp := sample("p", "short", id)
 		want = append(want, store.Claimed{ID: id, Partition: "p", Lane: "short", Body: smp.Body, PromptTokens: smp.PromptTokens})
 	}
-	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(store.Claimed{}, "LeaseUntil", "Token")); diff != "" {
+	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(store.Claimed{}, "LeaseUntil", "Token", "Seq")); diff != "" {
 		t.Errorf("claimed after ingest (-want +got):\n%s", diff)
+	}
+	// Seq follows the claim order (ingest order here).
+	for i := 1; i < len(c); i++ {
+		if c[i].Seq <= c[i-1].Seq {
+			t.Errorf("claimed %s Seq %d after %s Seq %d: want increasing", c[i].ID, c[i].Seq, c[i-1].ID, c[i-1].Seq)
+		}
 	}
 	if got := claim(t, s, "long", 10, "w"); len(got) != 0 {
 		t.Errorf("Claim(long) = %v, want none", ids(got))
