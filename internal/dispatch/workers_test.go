@@ -89,7 +89,13 @@ type lostReplyStore struct {
 }
 
 func (s *lostReplyStore) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
-	c, err := s.fakeStore.Claim(ctx, lane, n, owner, lease)
+	return s.ClaimKept(ctx, lane, n, owner, lease, nil)
+}
+
+// ClaimKept loses its reply as Claim does: the dispatcher claims through
+// it once it keeps a conversation's history.
+func (s *lostReplyStore) ClaimKept(ctx context.Context, lane string, n int, owner string, lease time.Duration, kept []store.Kept) ([]store.Claimed, error) {
+	c, err := s.fakeStore.ClaimKept(ctx, lane, n, owner, lease, kept)
 	if err == nil && len(c) > 0 && s.lost == 0 {
 		s.lost = len(c)
 		return nil, errors.New("read tcp: connection reset by peer")
