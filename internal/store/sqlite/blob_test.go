@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,11 +15,7 @@ import (
 // returned it, and later statements, have moved on. Sizes span SQLite's
 // overflow pages and the driver's reads.
 func TestScannedBlobsOutliveTheirRows(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := openTemp(t, Options{})
 	ctx := context.Background()
 	fill := func(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n) }
 	const n = 12

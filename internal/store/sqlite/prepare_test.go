@@ -52,14 +52,10 @@ func TestFirstUsePrepareDuringTransaction(t *testing.T) {
 // only while compiling, so its calls count compiles.
 func TestClaimsDoNotRecompile(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
-	s, err := OpenWith(filepath.Join(t.TempDir(), "s.db"), Options{Now: func() time.Time {
+	s, _ := openTemp(t, Options{Now: func() time.Time {
 		clock = clock.Add(time.Second) // a new :now and :until every claim
 		return clock
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	ctx := context.Background()
 	var ns []store.NewSample
 	for i := range 60 {
