@@ -91,6 +91,9 @@ func CompareClaims(turnA int, seqA int64, turnB int, seqB int64) int {
 	return cmp.Or(cmp.Compare(min(turnB, 1), min(turnA, 1)), cmp.Compare(seqA, seqB))
 }
 
+// ClaimOrder is CompareClaims for two claimed samples.
+func ClaimOrder(a, b Claimed) int { return CompareClaims(a.Turn, a.Seq, b.Turn, b.Seq) }
+
 // Result is what a finished attempt stored.
 type Result struct {
 	Response         []byte // the stored answer (package reply: content, reasoning, tool calls, usage, timings, provenance)

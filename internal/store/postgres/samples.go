@@ -375,34 +375,29 @@ func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string,
 	if err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
-	type seqClaim struct {
-		seq int64
-		c   store.Claimed
-	}
-	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (seqClaim, error) {
-		var sc seqClaim
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Claimed, error) {
+		var c store.Claimed
 		var pt, att, turn int32
-		err := row.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &sc.c.Body, &pt, &att, &turn, &sc.c.Token, &sc.c.Kept)
-		sc.c.PromptTokens, sc.c.Attempts, sc.c.Turn = int(pt), int(att), int(turn)
-		sc.c.Body = unblob(sc.c.Body)
-		sc.c.LeaseUntil, sc.c.Seq = fromNS(until), sc.seq
-		return sc, err
+		err := row.Scan(&c.Seq, &c.ID, &c.Partition, &c.Lane, &c.Body, &pt, &att, &turn, &c.Token, &c.Kept)
+		c.PromptTokens, c.Attempts, c.Turn = int(pt), int(att), int(turn)
+		c.Body = unblob(c.Body)
+		c.LeaseUntil = fromNS(until)
+		return c, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
 	// RETURNING order is unspecified; hand them out in claim order.
-	slices.SortFunc(got, func(a, b seqClaim) int { return store.CompareClaims(a.c.Turn, a.seq, b.c.Turn, b.seq) })
-	out := make([]store.Claimed, len(got))
-	for i, sc := range got {
-		if sc.c.Turn > 0 && !sc.c.Kept {
+	slices.SortFunc(out, store.ClaimOrder)
+	for i := range out {
+		c := &out[i]
+		if c.Turn > 0 && !c.Kept {
 			// Stored turns never change, so reading them after the claim is
 			// safe: the lease keeps anyone else from adding one.
-			if sc.c.Prior, err = s.priorTurns(ctx, sc.c.ID, sc.c.Turn); err != nil {
-				return nil, fmt.Errorf("claim lane %s: sample %s: %w", lane, sc.c.ID, err)
+			if c.Prior, err = s.priorTurns(ctx, c.ID, c.Turn); err != nil {
+				return nil, fmt.Errorf("claim lane %s: sample %s: %w", lane, c.ID, err)
 			}
 		}
-		out[i] = sc.c
 	}
 	return out, nil
 }

@@ -460,40 +460,35 @@ func (s *Store) ClaimKept(ctx context.Context, lane string, n int, owner string,
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
 	defer rows.Close()
-	type seqClaim struct {
-		seq int64
-		c   store.Claimed
-	}
-	var got []seqClaim
+	var out []store.Claimed
 	for rows.Next() {
-		var sc seqClaim
+		var c store.Claimed
 		var body blobColumn // not valid only when the body row is missing or kept
-		if err := rows.Scan(&sc.seq, &sc.c.ID, &sc.c.Partition, &sc.c.Lane, &body, &sc.c.PromptTokens, &sc.c.Attempts, &sc.c.Turn, &sc.c.Kept); err != nil {
+		if err := rows.Scan(&c.Seq, &c.ID, &c.Partition, &c.Lane, &body, &c.PromptTokens, &c.Attempts, &c.Turn, &c.Kept); err != nil {
 			return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 		}
-		if !body.valid && !sc.c.Kept {
-			return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, sc.c.ID, sc.seq)
+		if !body.valid && !c.Kept {
+			return nil, fmt.Errorf("claim lane %s: sample %s has no body (sample_bodies lacks seq %d): the store is damaged", lane, c.ID, c.Seq)
 		}
-		sc.c.Body = unblob(body.b)
-		sc.c.LeaseUntil, sc.c.Seq = fromNS(ns(until)), sc.seq
-		got = append(got, sc)
+		c.Body = unblob(body.b)
+		c.LeaseUntil = fromNS(ns(until))
+		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim lane %s: %w", lane, err)
 	}
 	// RETURNING order is unspecified; hand them out in claim order.
-	slices.SortFunc(got, func(a, b seqClaim) int { return store.CompareClaims(a.c.Turn, a.seq, b.c.Turn, b.seq) })
+	slices.SortFunc(out, store.ClaimOrder)
 	rows.Close()
-	out := make([]store.Claimed, len(got))
-	for i, sc := range got {
-		if sc.c.Turn > 0 && !sc.c.Kept {
+	for i := range out {
+		c := &out[i]
+		if c.Turn > 0 && !c.Kept {
 			// Stored turns never change, so reading them after the claim
 			// is safe: the lease keeps anyone else from adding one.
-			if sc.c.Prior, err = s.priorTurns(ctx, sc.c.ID, sc.c.Turn); err != nil {
-				return nil, fmt.Errorf("claim lane %s: sample %s: %w", lane, sc.c.ID, err)
+			if c.Prior, err = s.priorTurns(ctx, c.ID, c.Turn); err != nil {
+				return nil, fmt.Errorf("claim lane %s: sample %s: %w", lane, c.ID, err)
 			}
 		}
-		out[i] = sc.c
 	}
 	return out, nil
 }
