@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/rawjson"
 )
 
 // TestEncodeDecodeRoundTrip: every body the sources write (the bodies
@@ -155,7 +156,7 @@ func TestWalkBody(t *testing.T) {
 	for _, body := range bodies {
 		var want Body
 		wantErr := json.Unmarshal([]byte(body), &want)
-		got, _, err := walkBody([]byte(body))
+		got, _, err := walkBody([]byte(body), rawjson.Object)
 		if err != nil {
 			continue // Decode falls back to encoding/json
 		}
@@ -170,6 +171,57 @@ func TestWalkBody(t *testing.T) {
 	}
 	if walked < 30 {
 		t.Fatalf("only %d of %d bodies walked", walked, len(bodies))
+	}
+}
+
+// TestDecodeStored: a body the store hands back is split without being
+// checked again, into the plan Decode makes of it (every golden body and
+// the odd shapes TestWalkBody reads); a body the split cannot read gets
+// Decode's error, which says where it is wrong; one whose strings alone
+// are corrupt is not checked (the server refuses it:
+// TestCorruptStoredBodyIsDeadLettered).
+func TestDecodeStored(t *testing.T) {
+	bodies := []string{
+		`{"messages":[{"role":"us\u0065r","content":null,"name":null,"reasoning_content":"r\n"}],"tools":null,"turns":null,"original":null,"seed":null}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"turns":[{"calls":null,"input":[{"role":"user","content":"y"}]}],"seed":-3}`,
+		`{"messages":[{"role":"user","content":"x"}],"extra":1}`,
+		"{\"messages\" : [ {\"role\":\"user\", \"content\":\"x\"} ] }",
+	}
+	for _, g := range goldenBodies(t) {
+		bodies = append(bodies, string(g.Body))
+	}
+	for _, body := range bodies {
+		want, err := Decode([]byte(body))
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", body, err)
+		}
+		got, err := DecodeStored([]byte(body))
+		if err != nil {
+			t.Fatalf("DecodeStored(%s): %v", body, err)
+		}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(Plan{}, walked{})); diff != "" {
+			t.Errorf("DecodeStored(%s) (-Decode +DecodeStored):\n%s", body, diff)
+		}
+	}
+	for _, body := range []string{
+		`{"messages":[{"role":"user","content":"x"}]`,
+		`{"messages":[{"role":"user","content":"a "quoted" word"}]}`,
+		`{"messages":[{"role":"user","content":"x"}}`,
+		`{"messages":[]}`,
+	} {
+		_, want := Decode([]byte(body))
+		_, err := DecodeStored([]byte(body))
+		if want == nil || err == nil || err.Error() != want.Error() {
+			t.Errorf("DecodeStored(%s): error %v, want Decode's %v", body, err, want)
+		}
+	}
+	corrupt := `{"messages":[{"role":"user","content":"a \q escape"}]}`
+	if _, err := Decode([]byte(corrupt)); err == nil {
+		t.Fatalf("Decode(%s): no error", corrupt)
+	}
+	p, err := DecodeStored([]byte(corrupt))
+	if err != nil || string(p.Messages[0].Content) != `"a \q escape"` {
+		t.Errorf("DecodeStored(%s) = %v, %v: want the content as stored, unchecked", corrupt, p, err)
 	}
 }
 

@@ -28,12 +28,35 @@ type Plan struct {
 func Decode(body []byte) (*Plan, error) {
 	p := &Plan{raw: body}
 	var err error
-	if p.Body, p.walked, err = walkBody(body); err != nil {
+	if p.Body, p.walked, err = walkBody(body, rawjson.Object); err != nil {
 		p.Body, p.walked = Body{}, walked{}
 		if err := json.Unmarshal(body, &p.Body); err != nil {
 			return nil, fmt.Errorf("decode sample body: %w", err)
 		}
 	}
+	return p.checked()
+}
+
+// DecodeStored is Decode for a body the store hands back: Encoder wrote
+// it at ingest, so its text is JSON by construction and is split without
+// checking it again (rawjson.CheckedObject). That check was the one pass
+// of a conversation's first turn that grew with its history
+// (BenchmarkTurnCost). A body the split cannot read (cut short, a quote
+// or bracket out of place) is decoded by Decode, whose error says where;
+// one whose strings alone are corrupt (a bad escape, a control character)
+// splits and is sent as stored, and the server's refusal of it (400)
+// dead-letters the sample (TestCorruptStoredBodyIsDeadLettered).
+func DecodeStored(body []byte) (*Plan, error) {
+	p := &Plan{raw: body}
+	var err error
+	if p.Body, p.walked, err = walkBody(body, rawjson.CheckedObject); err != nil {
+		return Decode(body)
+	}
+	return p.checked()
+}
+
+// checked is p after the checks every decoded body passes.
+func (p *Plan) checked() (*Plan, error) {
 	if len(p.Messages) == 0 {
 		return nil, errors.New("decode sample body: no messages")
 	}

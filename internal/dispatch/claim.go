@@ -362,7 +362,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		default:
 			// One walk of the body for the affinity and the request (a body
 			// that does not decode is dead-lettered when its turn is built).
-			if p, err := conversation.Decode(c.Body); err == nil {
+			if p, err := conversation.DecodeStored(c.Body); err == nil {
 				w.plan = p
 				if !d.cfg.NoAffinity {
 					w.a = affinityFrom(c, p.Shape())

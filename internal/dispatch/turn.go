@@ -45,7 +45,7 @@ func (d *Dispatcher) prepareTurn(c store.Claimed, hist *convHistory, p *conversa
 	}
 	if p == nil {
 		var err error
-		if p, err = conversation.Decode(c.Body); err != nil {
+		if p, err = conversation.DecodeStored(c.Body); err != nil {
 			return nil, err
 		}
 	}
