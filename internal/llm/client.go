@@ -119,7 +119,7 @@ func New(cfg Config) *Client {
 	dialer := &net.Dialer{Timeout: cfg.IdleTimeout, KeepAlive: 30 * time.Second}
 	c.tr = &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         dialer.DialContext,
+		DialContext:         bodyDialer(dialer.DialContext),
 		MaxIdleConns:        cfg.MaxConns,
 		MaxIdleConnsPerHost: cfg.MaxConns,
 		IdleConnTimeout:     90 * time.Second,
@@ -614,8 +614,8 @@ func (p bodyParts) size() int64 {
 // reader reads the body from its start; each call gives a new one, for
 // the transport's rewind (GetBody) and the replay on a fresh connection.
 func (p bodyParts) reader() io.ReadCloser {
-	bufs := net.Buffers(slices.Clone(p)) // Read consumes the slice, not the bytes
-	return io.NopCloser(&bufs)
+	// Read consumes the slice, not the bytes.
+	return &partsReader{bufs: net.Buffers(slices.Clone(p)), left: p.size()}
 }
 
 // compact is v as encoding/json writes a raw value: without insignificant
