@@ -194,12 +194,11 @@ func (p *Plan) NextRequest(prev []byte, k int, res llm.Result, keepReasoning boo
 	a := Answer(k, res, keepReasoning)
 	in := link(p.Turns[k], res.ToolCalls, k)
 	e := NewEncoder()
-	n := len(prev) + len(a.Content) + len(a.ToolCalls) + len(a.ReasoningContent) + 64
+	n := len(tail) + len(a.Content) + len(a.ToolCalls) + len(a.ReasoningContent) + 64
 	for i := range in {
 		n += len(in[i].Content) + len(in[i].ToolCalls) + 64
 	}
 	e.buf.Grow(n)
-	e.buf.Write(prev[:cut])
 	e.buf.WriteByte(',')
 	e.message(&a)
 	for i := range in {
@@ -208,7 +207,9 @@ func (p *Plan) NextRequest(prev []byte, k int, res llm.Result, keepReasoning boo
 	}
 	e.buf.WriteByte(']')
 	e.buf.Write(tail)
-	return e.buf.Bytes(), nil
+	// Joined into one allocation that is not zeroed first (a grown buffer
+	// is): the history copied into it is most of it.
+	return bytes.Join([][]byte{prev[:cut], e.buf.Bytes()}, nil), nil
 }
 
 // Members are the top-level members of body, turn k's request as Request
