@@ -56,7 +56,7 @@ func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
 				return err
 			}
 			if finished {
-				d.log.Info("no work left")
+				d.log.Info("no work left", "next_turns", d.nextTurns.Load(), "from_kept_history", d.historyReused.Load(), "claimed_kept", d.keptClaims.Load())
 				return nil
 			}
 		}
@@ -348,6 +348,12 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		w := &fresh[i]
 		if !w.hist.fits(c) {
 			w.hist = nil
+		}
+		if c.Turn > 0 {
+			d.nextTurns.Add(1)
+		}
+		if c.Kept && w.hist != nil {
+			d.keptClaims.Add(1)
 		}
 		switch {
 		case c.Kept && w.hist == nil:

@@ -65,11 +65,13 @@ type recorded struct {
 // runner builds from the store alone (after a restart: the body and the
 // stored answers), tool calls, reasoning kept and characters JSON escapes
 // included; the client is handed the body's members so it does not walk
-// the history; and next turns did use the kept history.
+// the history; next turns did use the kept history, and Run's last line
+// says how many were claimed Kept.
 func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	st := newFakeStore()
 	addBodies(st, "short", historyBodies(t, 6))
-	d, got := runHistories(t, st)
+	var logs logLines
+	d, got := runHistories(t, st, func(cfg *Config) { cfg.Logger = logs.logger() })
 	sentAsStored(t, d, st, got)
 	// A settle that loses the race with the claim of its next turn leaves
 	// that turn to the store; most next turns use what the turn before
@@ -79,6 +81,10 @@ func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	}
 	if st.keptClaims < 6 {
 		t.Errorf("%d of 18 next turns claimed Kept (body and answers left in the store), want most", st.keptClaims)
+	}
+	want := fmt.Sprintf("next_turns=18 from_kept_history=%d claimed_kept=%d", d.historyReused.Load(), st.keptClaims)
+	if lines := logs.with("no work left", want); len(lines) != 1 {
+		t.Errorf("Run's last line does not say %q", want)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -131,7 +137,7 @@ func TestKeptHistoryYieldsToAnotherWorkersTurns(t *testing.T) {
 // runHistories runs st's conversations against a client that records
 // every request by sample and turn and answers it (a tool call at the
 // second turn, which the dataset's tool result answers).
-func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded) {
+func runHistories(t *testing.T, st *fakeStore, opts ...func(*Config)) (*Dispatcher, map[string]recorded) {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string]recorded{} // by sample/turn
@@ -166,6 +172,9 @@ func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded
 	})
 	cfg := baseConfig(st, []Endpoint{{URL: "http://a", Client: client}})
 	cfg.KeepReasoning = true
+	for _, o := range opts {
+		o(&cfg)
+	}
 	d := mustNew(t, cfg)
 	if err := d.Run(t.Context()); err != nil {
 		t.Fatalf("Run: %v", err)

@@ -90,7 +90,7 @@ func BenchmarkTurnCost(b *testing.B) {
 func benchConversations(b *testing.B, tokens int) {
 	srv := standIn(b)
 	var cpu time.Duration
-	var reused int64
+	var reused, kept int64
 	turns := turnCostTurn + 1
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -99,11 +99,13 @@ func benchConversations(b *testing.B, tokens int) {
 		d, spent := measuredRun(b, srv.URL, st, tokens, i, float64(4*turnCostSamples*tokens))
 		cpu += spent
 		reused += d.historyReused.Load()
+		kept += d.keptClaims.Load()
 		st.Close()
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*turnCostSamples*turns), "cpu-µs/turn")
 	b.ReportMetric(float64(reused)/float64(b.N*turnCostSamples*(turns-1)), "reused/next-turn")
+	b.ReportMetric(float64(kept)/float64(b.N*turnCostSamples*(turns-1)), "kept/next-turn")
 }
 
 // convBody is sample i's body for benchConversations.
