@@ -315,6 +315,65 @@ func TestNextRequestEqualsRequest(t *testing.T) {
 	}
 }
 
+// TestNextPartsEqualsRequest: a conversation's turns built in pieces from
+// the turn before (NextParts, what dispatch keeps between turns) join to
+// the request built from the body and every answer, for every golden body
+// and turn; no piece of the turn before changes, one piece is added per
+// turn, and the pieces' members (MembersOf) join to the request's members.
+func TestNextPartsEqualsRequest(t *testing.T) {
+	var chained, split int
+	for _, g := range goldenBodies(t) {
+		p, err := Decode(g.Body)
+		if err != nil {
+			t.Fatalf("line %d: %v", g.line, err)
+		}
+		answers := goldenAnswers(p)
+		first, err := p.Request(0, nil, true)
+		if err != nil {
+			t.Fatalf("line %d turn 0: %v", g.line, err)
+		}
+		prev := [][]byte{first}
+		for k := 1; k < p.NumTurns(); k++ {
+			before := bytes.Join(prev, nil)
+			got, err := p.NextParts(prev, k-1, answers[k-1], true)
+			if err != nil {
+				t.Fatalf("line %d turn %d: %v", g.line, k, err)
+			}
+			want, err := p.Request(k, answers[:k], true)
+			if err != nil {
+				t.Fatalf("line %d turn %d: %v", g.line, k, err)
+			}
+			if joined := bytes.Join(got, nil); !bytes.Equal(joined, want) {
+				t.Errorf("line %d turn %d:\n got %s\nwant %s", g.line, k, joined, want)
+			}
+			if !bytes.Equal(bytes.Join(prev, nil), before) || len(got) != k+1 {
+				t.Errorf("line %d turn %d: the turn before changed, or %d pieces (want %d)", g.line, k, len(got), k+1)
+			}
+			wantMembers, gotMembers := map[string]string{}, map[string]string{}
+			for _, m := range p.Members(k, want) {
+				wantMembers[m.Key] = string(m.Value)
+			}
+			for _, m := range p.MembersOf(k, got) {
+				gotMembers[m.Key] = string(m.Bytes())
+				if m.Pieces != nil {
+					split++
+				}
+			}
+			if diff := cmp.Diff(wantMembers, gotMembers); diff != "" {
+				t.Errorf("line %d turn %d members (-Members +MembersOf):\n%s", g.line, k, diff)
+			}
+			prev = got
+			chained++
+		}
+		if _, err := p.NextParts(prev, p.NumTurns()-1, answers[p.NumTurns()-1], true); err == nil {
+			t.Errorf("line %d: a request after the last turn was built", g.line)
+		}
+	}
+	if chained < 20 || split < 10 {
+		t.Fatalf("%d turns chained, %d messages in pieces: the golden file has too few conversations", chained, split)
+	}
+}
+
 // TestNextRequestRefuses: a turn the model's answer cannot lead to, and a
 // request that is not the plan's, build nothing.
 func TestNextRequestRefuses(t *testing.T) {

@@ -19,10 +19,11 @@ import (
 // history out: five passes over a history that grows every turn
 // (BenchmarkTurnCost). A held conversation (admit.go) keeps instead what
 // its last turn built: the decoded plan, that turn's request and the answer
-// stored for it (history form). Its next turn appends the answer and the
-// next input to the request (conversation.Plan.NextRequest, the same bytes
-// as Plan.Request) and takes its affinity from what is kept, so it costs
-// one copy of the history.
+// stored for it (history form). Its next turn adds the answer and the next
+// input to the request as one more piece (conversation.Plan.NextParts;
+// joined, the bytes of Plan.Request), which the client sends as they are
+// (llm.Member.Pieces, one writev), and takes its affinity from what is
+// kept, so it copies none of the history.
 //
 // The claim names the conversations whose histories are kept, each at the
 // turn after its own and with the lease its answer was stored under
@@ -69,10 +70,10 @@ type convHistory struct {
 	sample []byte // the sample body plan was decoded from
 	plan   *conversation.Plan
 	tools  []string
-	// request is turn's request; answer the answer stored for it, as the
-	// store hands it back (reply.DecodeHistory), and stored the hash of
-	// the stored bytes.
-	request []byte
+	// request is turn's request, in pieces (turn.request); answer the
+	// answer stored for it, as the store hands it back
+	// (reply.DecodeHistory), and stored the hash of the stored bytes.
+	request [][]byte
 	answer  llm.Result
 	stored  uint64
 	// token is the lease the answer was stored under (Claimed.Token), for
@@ -104,7 +105,7 @@ func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
 	if err != nil {
 		return nil
 	}
-	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.body,
+	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.request(),
 		answer: res, stored: maphash.Bytes(answerSeed, t.stored), token: c.Token, storedAt: t.storedAt, storedCtx: t.storedCtx,
 		seq: c.Seq, prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
 }
@@ -139,13 +140,18 @@ func (h *convHistory) affinity(c store.Claimed) affinity {
 // nextTurn is the turn after h's, built from it; nil when it cannot be
 // (prepareTurn then builds it from the store).
 func (d *Dispatcher) nextTurn(h *convHistory) *turn {
-	body, err := h.plan.NextRequest(h.request, h.turn, h.answer, d.cfg.KeepReasoning)
+	parts, err := h.plan.NextParts(h.request, h.turn, h.answer, d.cfg.KeepReasoning)
 	if err != nil {
 		return nil
 	}
 	d.historyReused.Add(1)
 	k := h.turn + 1
-	return &turn{index: k, plan: h.plan, tools: h.tools, body: body, members: h.plan.Members(k, body)}
+	t := &turn{index: k, plan: h.plan, tools: h.tools, parts: parts, members: h.plan.MembersOf(k, parts)}
+	if t.members == nil {
+		// The client walks the body (its values are not compact): one slice.
+		t.body, t.parts = bytes.Join(parts, nil), nil
+	}
+	return t
 }
 
 // keepHistoryLocked keeps hist on conversation id's hold while it is still

@@ -65,7 +65,8 @@ type recorded struct {
 // runner builds from the store alone (after a restart: the body and the
 // stored answers), tool calls, reasoning kept and characters JSON escapes
 // included; the client is handed the body's members so it does not walk
-// the history; next turns did use the kept history, and Run's last line
+// the history; next turns did use the kept history, sent in pieces
+// without copying it (conversation.Plan.NextParts), and Run's last line
 // says how many were claimed Kept.
 func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	st := newFakeStore()
@@ -81,6 +82,16 @@ func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	}
 	if st.keptClaims < 6 {
 		t.Errorf("%d of 18 next turns claimed Kept (body and answers left in the store), want most", st.keptClaims)
+	}
+	// Each of those went out with its history in pieces, not copied again.
+	pieced := 0
+	for _, r := range got {
+		if len(r.members) > 0 && r.members[0].Pieces != nil {
+			pieced++
+		}
+	}
+	if int64(pieced) != d.historyReused.Load() {
+		t.Errorf("%d requests sent their messages in pieces, want the %d built from a kept history", pieced, d.historyReused.Load())
 	}
 	want := fmt.Sprintf("next_turns=18 from_kept_history=%d claimed_kept=%d", d.historyReused.Load(), st.keptClaims)
 	if lines := logs.with("no work left", want); len(lines) != 1 {
@@ -147,7 +158,7 @@ func runHistories(t *testing.T, st *fakeStore, opts ...func(*Config)) (*Dispatch
 				Role string `json:"role"`
 			} `json:"messages"`
 		}
-		if err := json.Unmarshal(req.Body, &body); err != nil {
+		if err := json.Unmarshal(requestBody(req), &body); err != nil {
 			return llm.Result{}, &llm.Error{Class: llm.Malformed, Msg: err.Error()}
 		}
 		turn := 0
@@ -157,7 +168,7 @@ func runHistories(t *testing.T, st *fakeStore, opts ...func(*Config)) (*Dispatch
 			}
 		}
 		mu.Lock()
-		got[fmt.Sprintf("%s/%d", req.RoutingKey, turn)] = recorded{bytes.Clone(req.Body), req.Members}
+		got[fmt.Sprintf("%s/%d", req.RoutingKey, turn)] = recorded{bytes.Clone(requestBody(req)), req.Members}
 		mu.Unlock()
 		onDelta(1)
 		res := llm.Result{Content: fmt.Sprintf("answer %d to %s: <b> & \"q\" \u2028 \xff", turn, req.RoutingKey), ReasoningContent: "think <",
@@ -209,7 +220,7 @@ func sentAsStored(t *testing.T, d *Dispatcher, st *fakeStore, got map[string]rec
 		}
 		members := map[string]json.RawMessage{}
 		for _, m := range r.members {
-			members[m.Key] = m.Value
+			members[m.Key] = m.Bytes()
 		}
 		var top map[string]json.RawMessage
 		if err := json.Unmarshal(r.body, &top); err != nil {

@@ -141,7 +141,7 @@ func TestLongBodyGoesOutFromItsPieces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	messages := req.Body[len(`{"messages":`) : bytes.LastIndex(req.Body, []byte(`,"tools"`))]
+	messages := req.Body[len(`{"messages":`):bytes.LastIndex(req.Body, []byte(`,"tools"`))]
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	whole := 0
@@ -159,5 +159,39 @@ func TestLongBodyGoesOutFromItsPieces(t *testing.T) {
 		if !bytes.Equal(got[i], want) {
 			t.Errorf("request %d: the server read %d bytes, want the %d of the body", i, len(got[i]), len(want))
 		}
+	}
+}
+
+// TestMemberPiecesAreSentAsTheyAre: a member given in pieces makes the
+// bytes the same member in one slice makes, and its long pieces go out as
+// the caller's own bytes, not copies.
+func TestMemberPiecesAreSentAsTheyAre(t *testing.T) {
+	long := bytes.Repeat([]byte("x"), 2*bigValue)
+	msgs := [][]byte{[]byte(`[{"role":"user","content":"`), long, []byte(`"},{"role":"assistant","content":"a"}`), []byte(`,{"role":"user","content":"`), long, []byte(`"}]`)}
+	whole := Request{Model: "m", MaxTokens: 5, Members: []Member{{Key: "messages", Value: bytes.Join(msgs, nil)}, {Key: "seed", Value: []byte("3")}}}
+	pieced := whole
+	pieced.Members = []Member{{Key: "messages", Pieces: msgs}, {Key: "seed", Value: []byte("3")}}
+	want, err := buildBody(whole, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := buildParts(pieced, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.Join(parts, nil); !bytes.Equal(got, want) {
+		t.Fatalf("pieces sent as\n%s\nwant\n%s", got, want)
+	}
+	own := 0
+	for _, p := range parts {
+		if len(p) == len(long) && unsafe.SliceData(p) == unsafe.SliceData(long) {
+			own++
+		}
+	}
+	if own != 2 {
+		t.Errorf("%d of the 2 long pieces sent as the caller's bytes, want both", own)
+	}
+	if got := pieced.Members[0].Bytes(); !bytes.Equal(got, whole.Members[0].Value) {
+		t.Errorf("Member.Bytes() = %s, want the pieces joined", got)
 	}
 }
