@@ -155,7 +155,8 @@ func (d *Dispatcher) nextTurn(h *convHistory) *turn {
 }
 
 // keepHistoryLocked keeps hist on conversation id's hold while it is still
-// the hold of the turn that built it (turnDoneLocked left it held).
+// the hold of the turn that built it, from before that turn's answer is
+// stored (settle).
 func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHistory) {
 	if h, ok := d.adm.byID[id]; ok && h == turn && hist != nil {
 		h.hist = hist
@@ -179,7 +180,9 @@ func (d *Dispatcher) keptFor(l *lane, n int) []store.Kept {
 	d.mu.Lock()
 	var all []candidate
 	for id, h := range d.adm.byID {
-		if h.hist != nil && !h.busy && (h.nextIn == nil || h.nextIn == l) {
+		// A busy hold is named while its turn's answer is being stored:
+		// its history is then for the turn after the one in flight.
+		if h.hist != nil && (!h.busy || h.hist.turn == h.turn) && (h.nextIn == nil || h.nextIn == l) {
 			all = append(all, candidate{id, h.hist})
 		}
 	}

@@ -354,3 +354,22 @@ func TestKeptForNamesTheClaimsNextTurns(t *testing.T) {
 		t.Errorf("a claim of 100 names %d, want every one that may wait in the lane (%d)", got, eligible)
 	}
 }
+
+// TestKeptForNamesATurnBeingStored: a conversation whose answer is being
+// stored (its hold still busy) is named with the history that answer
+// built, kept before the commit: the commit returns to a whole batch of
+// turns at once, and a claim right after it would otherwise read their
+// bodies and answers again. A busy hold with an older history (its next
+// turn is in flight) is not named.
+func TestKeptForNamesATurnBeingStored(t *testing.T) {
+	d, _ := admitPair(t, false)
+	l := d.lanes[0]
+	d.adm.byID = map[string]*heldConv{
+		"storing":   {busy: true, turn: 2, hist: &convHistory{turn: 2, seq: 1, token: 7}},
+		"in-flight": {busy: true, turn: 3, hist: &convHistory{turn: 2, seq: 2, token: 8}},
+	}
+	want := []store.Kept{{ID: "storing", Turn: 3, Token: 7}}
+	if diff := cmp.Diff(want, d.keptFor(l, 4)); diff != "" {
+		t.Errorf("kept named (-want +got):\n%s", diff)
+	}
+}
