@@ -61,7 +61,21 @@ import (
 // conv 1k 243 -> 214 µs, 4k 272 -> 230, 16k 357 -> 325; the runner's own
 // growth over the floor's, 16k against 1k, 76 -> 69 µs (ratio net of the
 // floor 1.38 -> 1.40); built from the store (history=) 308 -> 267, 402 ->
-// 321, 739 -> 544.
+// 321, 739 -> 544. Then the runner's own growth (conv 16k - 1k net of
+// the floor's; per-run medians with ranges of 4-8 runs interleaved with
+// main): the first turn's body split unchecked (DecodeStored) and its
+// prefix key by maphash, 46 (31-84) -> 30 (19-64) µs; the body written by
+// one writev from its pieces (no 32 KB copy buffer per request), 17
+// (-35-45), 195 -> 155 MB allocated per 16k run; next turns sent in pieces
+// (NextParts), not one copy of the history each, 9 (6-12), 92 MB; this
+// history kept before its answer's commit (settle), so the claim right
+// after a group commit names it: next turns claimed Kept 82% -> 100%
+// (mt4 in bench/sweep 88% -> 99.8%), 7 (-50-47) against main's 48
+// (-2-112) in the same eight runs, 77 MB. What still grows, 16k against 1k
+// (10-run profile): the first turn's read of the body in the claim (about
+// 27 µs a turn; PRAGMA mmap_size took about 20 off it in three runs, not
+// adopted: the store's call, and mapped pages count in RSS), sending it
+// (the floor) and its unchecked split (7).
 
 // convHistory is what one turn of a held conversation built, kept for its
 // next turn. It is not changed once made.
