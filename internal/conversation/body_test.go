@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/regen-dev/regen/internal/llm"
+	"github.com/regen-dev/regen/internal/rawjson"
 )
 
 // TestEncodeDecodeRoundTrip: every body the sources write (the bodies
@@ -155,7 +156,7 @@ func TestWalkBody(t *testing.T) {
 	for _, body := range bodies {
 		var want Body
 		wantErr := json.Unmarshal([]byte(body), &want)
-		got, _, err := walkBody([]byte(body))
+		got, _, err := walkBody([]byte(body), rawjson.Object)
 		if err != nil {
 			continue // Decode falls back to encoding/json
 		}
@@ -170,6 +171,57 @@ func TestWalkBody(t *testing.T) {
 	}
 	if walked < 30 {
 		t.Fatalf("only %d of %d bodies walked", walked, len(bodies))
+	}
+}
+
+// TestDecodeStored: a body the store hands back is split without being
+// checked again, into the plan Decode makes of it (every golden body and
+// the odd shapes TestWalkBody reads); a body the split cannot read gets
+// Decode's error, which says where it is wrong; one whose strings alone
+// are corrupt is not checked (the server refuses it:
+// TestCorruptStoredBodyIsDeadLettered).
+func TestDecodeStored(t *testing.T) {
+	bodies := []string{
+		`{"messages":[{"role":"us\u0065r","content":null,"name":null,"reasoning_content":"r\n"}],"tools":null,"turns":null,"original":null,"seed":null}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"turns":[{"calls":null,"input":[{"role":"user","content":"y"}]}],"seed":-3}`,
+		`{"messages":[{"role":"user","content":"x"}],"extra":1}`,
+		"{\"messages\" : [ {\"role\":\"user\", \"content\":\"x\"} ] }",
+	}
+	for _, g := range goldenBodies(t) {
+		bodies = append(bodies, string(g.Body))
+	}
+	for _, body := range bodies {
+		want, err := Decode([]byte(body))
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", body, err)
+		}
+		got, err := DecodeStored([]byte(body))
+		if err != nil {
+			t.Fatalf("DecodeStored(%s): %v", body, err)
+		}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(Plan{}, walked{})); diff != "" {
+			t.Errorf("DecodeStored(%s) (-Decode +DecodeStored):\n%s", body, diff)
+		}
+	}
+	for _, body := range []string{
+		`{"messages":[{"role":"user","content":"x"}]`,
+		`{"messages":[{"role":"user","content":"a "quoted" word"}]}`,
+		`{"messages":[{"role":"user","content":"x"}}`,
+		`{"messages":[]}`,
+	} {
+		_, want := Decode([]byte(body))
+		_, err := DecodeStored([]byte(body))
+		if want == nil || err == nil || err.Error() != want.Error() {
+			t.Errorf("DecodeStored(%s): error %v, want Decode's %v", body, err, want)
+		}
+	}
+	corrupt := `{"messages":[{"role":"user","content":"a \q escape"}]}`
+	if _, err := Decode([]byte(corrupt)); err == nil {
+		t.Fatalf("Decode(%s): no error", corrupt)
+	}
+	p, err := DecodeStored([]byte(corrupt))
+	if err != nil || string(p.Messages[0].Content) != `"a \q escape"` {
+		t.Errorf("DecodeStored(%s) = %v, %v: want the content as stored, unchecked", corrupt, p, err)
 	}
 }
 
@@ -260,6 +312,65 @@ func TestNextRequestEqualsRequest(t *testing.T) {
 	}
 	if chained < 20 {
 		t.Fatalf("%d turns chained: the golden file has too few conversations", chained)
+	}
+}
+
+// TestNextPartsEqualsRequest: a conversation's turns built in pieces from
+// the turn before (NextParts, what dispatch keeps between turns) join to
+// the request built from the body and every answer, for every golden body
+// and turn; no piece of the turn before changes, one piece is added per
+// turn, and the pieces' members (MembersOf) join to the request's members.
+func TestNextPartsEqualsRequest(t *testing.T) {
+	var chained, split int
+	for _, g := range goldenBodies(t) {
+		p, err := Decode(g.Body)
+		if err != nil {
+			t.Fatalf("line %d: %v", g.line, err)
+		}
+		answers := goldenAnswers(p)
+		first, err := p.Request(0, nil, true)
+		if err != nil {
+			t.Fatalf("line %d turn 0: %v", g.line, err)
+		}
+		prev := [][]byte{first}
+		for k := 1; k < p.NumTurns(); k++ {
+			before := bytes.Join(prev, nil)
+			got, err := p.NextParts(prev, k-1, answers[k-1], true)
+			if err != nil {
+				t.Fatalf("line %d turn %d: %v", g.line, k, err)
+			}
+			want, err := p.Request(k, answers[:k], true)
+			if err != nil {
+				t.Fatalf("line %d turn %d: %v", g.line, k, err)
+			}
+			if joined := bytes.Join(got, nil); !bytes.Equal(joined, want) {
+				t.Errorf("line %d turn %d:\n got %s\nwant %s", g.line, k, joined, want)
+			}
+			if !bytes.Equal(bytes.Join(prev, nil), before) || len(got) != k+1 {
+				t.Errorf("line %d turn %d: the turn before changed, or %d pieces (want %d)", g.line, k, len(got), k+1)
+			}
+			wantMembers, gotMembers := map[string]string{}, map[string]string{}
+			for _, m := range p.Members(k, want) {
+				wantMembers[m.Key] = string(m.Value)
+			}
+			for _, m := range p.MembersOf(k, got) {
+				gotMembers[m.Key] = string(m.Bytes())
+				if m.Pieces != nil {
+					split++
+				}
+			}
+			if diff := cmp.Diff(wantMembers, gotMembers); diff != "" {
+				t.Errorf("line %d turn %d members (-Members +MembersOf):\n%s", g.line, k, diff)
+			}
+			prev = got
+			chained++
+		}
+		if _, err := p.NextParts(prev, p.NumTurns()-1, answers[p.NumTurns()-1], true); err == nil {
+			t.Errorf("line %d: a request after the last turn was built", g.line)
+		}
+	}
+	if chained < 20 || split < 10 {
+		t.Fatalf("%d turns chained, %d messages in pieces: the golden file has too few conversations", chained, split)
 	}
 }
 

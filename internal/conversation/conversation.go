@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,12 +29,35 @@ type Plan struct {
 func Decode(body []byte) (*Plan, error) {
 	p := &Plan{raw: body}
 	var err error
-	if p.Body, p.walked, err = walkBody(body); err != nil {
+	if p.Body, p.walked, err = walkBody(body, rawjson.Object); err != nil {
 		p.Body, p.walked = Body{}, walked{}
 		if err := json.Unmarshal(body, &p.Body); err != nil {
 			return nil, fmt.Errorf("decode sample body: %w", err)
 		}
 	}
+	return p.checked()
+}
+
+// DecodeStored is Decode for a body the store hands back: Encoder wrote
+// it at ingest, so its text is JSON by construction and is split without
+// checking it again (rawjson.CheckedObject). That check was the one pass
+// of a conversation's first turn that grew with its history
+// (BenchmarkTurnCost). A body the split cannot read (cut short, a quote
+// or bracket out of place) is decoded by Decode, whose error says where;
+// one whose strings alone are corrupt (a bad escape, a control character)
+// splits and is sent as stored, and the server's refusal of it (400)
+// dead-letters the sample (TestCorruptStoredBodyIsDeadLettered).
+func DecodeStored(body []byte) (*Plan, error) {
+	p := &Plan{raw: body}
+	var err error
+	if p.Body, p.walked, err = walkBody(body, rawjson.CheckedObject); err != nil {
+		return Decode(body)
+	}
+	return p.checked()
+}
+
+// checked is p after the checks every decoded body passes.
+func (p *Plan) checked() (*Plan, error) {
 	if len(p.Messages) == 0 {
 		return nil, errors.New("decode sample body: no messages")
 	}
@@ -157,26 +181,54 @@ func (p *Plan) requestTail() []byte {
 // whole history again. The bytes equal Request's for the same answers
 // (TestNextRequestEqualsRequest). prev must be p's own request for turn k.
 func (p *Plan) NextRequest(prev []byte, k int, res llm.Result, keepReasoning bool) ([]byte, error) {
+	parts, err := p.NextParts([][]byte{prev}, k, res, keepReasoning)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Join(parts, nil), nil
+}
+
+// NextParts is NextRequest for a request in pieces, and copies none of
+// it: prev is turn k's request as Request built it ([][]byte{its bytes})
+// or as NextParts did, and the pieces returned are prev's, the last cut
+// before the messages' closing bracket, and one new piece with the answer,
+// turn k+1's input and the request's end. Joined, they are NextRequest's
+// bytes (TestNextPartsEqualsRequest). prev's pieces are not changed.
+func (p *Plan) NextParts(prev [][]byte, k int, res llm.Result, keepReasoning bool) ([][]byte, error) {
 	if k < 0 || k+1 >= p.NumTurns() {
 		return nil, fmt.Errorf("request for turn %d: the plan has %d turns", Ordinal(k+1), p.NumTurns())
 	}
 	tail := p.requestTail()
-	cut := len(prev) - len(tail) - 1 // the messages' closing bracket
-	if cut < len(messagesKey) || prev[cut] != ']' || !bytes.HasPrefix(prev, []byte(messagesKey)) || !bytes.HasSuffix(prev, tail) {
+	var last []byte
+	cut := -1 // in last: the messages' closing bracket
+	if len(prev) > 0 {
+		last = prev[len(prev)-1]
+		cut = len(last) - len(tail) - 1
+	}
+	if len(prev) == 1 && cut < len(messagesKey) || cut < 0 || last[cut] != ']' || !bytes.HasPrefix(prev[0], []byte(messagesKey)) || !bytes.HasSuffix(last, tail) {
 		return nil, fmt.Errorf("request for turn %d: the request given for turn %d is not one this plan built", Ordinal(k+1), Ordinal(k))
 	}
 	if ok, why := p.Continue(k, res); !ok {
 		return nil, fmt.Errorf("request for turn %d: turn %d cannot follow turn %d: %s", Ordinal(k+1), Ordinal(k+1), Ordinal(k), why)
 	}
+	out := make([][]byte, len(prev)+1)
+	copy(out, prev)
+	out[len(prev)-1] = last[:cut:cut] // capped: nothing appends into prev
+	out[len(prev)] = p.nextMessages(k, res, keepReasoning, tail)
+	return out, nil
+}
+
+// nextMessages is what turn k+1's request adds to turn k's messages: ','
+// and the answer res, turn k+1's input, then the closing bracket and tail.
+func (p *Plan) nextMessages(k int, res llm.Result, keepReasoning bool, tail []byte) []byte {
 	a := Answer(k, res, keepReasoning)
 	in := link(p.Turns[k], res.ToolCalls, k)
 	e := NewEncoder()
-	n := len(prev) + len(a.Content) + len(a.ToolCalls) + len(a.ReasoningContent) + 64
+	n := len(tail) + len(a.Content) + len(a.ToolCalls) + len(a.ReasoningContent) + 64
 	for i := range in {
 		n += len(in[i].Content) + len(in[i].ToolCalls) + 64
 	}
 	e.buf.Grow(n)
-	e.buf.Write(prev[:cut])
 	e.buf.WriteByte(',')
 	e.message(&a)
 	for i := range in {
@@ -185,7 +237,7 @@ func (p *Plan) NextRequest(prev []byte, k int, res llm.Result, keepReasoning boo
 	}
 	e.buf.WriteByte(']')
 	e.buf.Write(tail)
-	return e.buf.Bytes(), nil
+	return e.buf.Bytes()
 }
 
 // Members are the top-level members of body, turn k's request as Request
@@ -202,7 +254,30 @@ func (p *Plan) Members(k int, body []byte) []llm.Member {
 	if len(body) < len(messagesKey)+len(tail) || !bytes.HasPrefix(body, []byte(messagesKey)) || !bytes.HasSuffix(body, tail) {
 		return nil
 	}
-	ms := []llm.Member{{Key: "messages", Value: body[len(messagesKey) : len(body)-len(tail)]}}
+	return p.members(llm.Member{Key: "messages", Value: body[len(messagesKey) : len(body)-len(tail)]})
+}
+
+// MembersOf is Members for a request in pieces (NextParts): its messages
+// member is in pieces too (llm.Member.Pieces), so the client sends the
+// history without its being joined into one slice first.
+func (p *Plan) MembersOf(k int, parts [][]byte) []llm.Member {
+	if len(parts) == 1 {
+		return p.Members(k, parts[0])
+	}
+	tail := p.requestTail()
+	if !p.compact || len(parts) == 0 || !bytes.HasPrefix(parts[0], []byte(messagesKey)) || !bytes.HasSuffix(parts[len(parts)-1], tail) {
+		return nil
+	}
+	msgs := slices.Clone(parts)
+	msgs[0] = msgs[0][len(messagesKey):]
+	last := msgs[len(msgs)-1]
+	msgs[len(msgs)-1] = last[:len(last)-len(tail)]
+	return p.members(llm.Member{Key: "messages", Pieces: msgs})
+}
+
+// members is the request's members after its messages: tools and seed.
+func (p *Plan) members(messages llm.Member) []llm.Member {
+	ms := []llm.Member{messages}
 	if len(p.Tools) > 0 {
 		ms = append(ms, llm.Member{Key: "tools", Value: p.Tools})
 	}

@@ -16,15 +16,17 @@ var errFallBack = errors.New("decode with encoding/json")
 // bodies Encoder writes, walking it (package rawjson) instead of decoding
 // it: Decode runs for every turn of every conversation, and its history
 // is most of the body. Raw fields are slices of body. The body is checked
-// once, by the outer walk; the walks inside it only find boundaries.
+// once, by the outer walk (object: rawjson.Object), or not at all when the
+// store vouches for it (rawjson.CheckedObject: DecodeStored); the walks
+// inside it only find boundaries.
 // w.compact reports that no value of the body holds whitespace outside its
 // strings: every raw value of it is as encoding/json writes it; w.ordered
 // that its keys are in Encoder's order without repeats (so ShapeOf reads
 // the same members the walk kept: Plan.Shape).
-func walkBody(body []byte) (b Body, w walked, err error) {
+func walkBody(body []byte, object func([]byte, func(rawjson.Member) error) error) (b Body, w walked, err error) {
 	w = walked{compact: true, ordered: true}
 	seen := map[string]bool{}
-	err = rawjson.Object(body, func(m rawjson.Member) error {
+	err = object(body, func(m rawjson.Member) error {
 		var err error
 		w.compact = w.compact && !m.Spaced
 		if seen[m.Key] || (m.Key != "original" && m.Key != "seed" && (seen["original"] || seen["seed"])) {

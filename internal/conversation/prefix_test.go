@@ -2,7 +2,6 @@ package conversation
 
 import (
 	"encoding/json"
-	"hash/fnv"
 	"testing"
 )
 
@@ -19,7 +18,7 @@ func decodedPrefix(body []byte) (uint64, int) {
 	if json.Unmarshal(body, &b) != nil {
 		return 0, 0
 	}
-	h := fnv.New64a()
+	h := newPrefixHash()
 	size := 0
 	if len(b.Tools) > 0 && string(b.Tools) != "null" {
 		h.Write(b.Tools)

@@ -56,7 +56,7 @@ func (d *Dispatcher) loop(loopCtx, workCtx, storeCtx context.Context) error {
 				return err
 			}
 			if finished {
-				d.log.Info("no work left")
+				d.log.Info("no work left", "next_turns", d.nextTurns.Load(), "from_kept_history", d.historyReused.Load(), "claimed_kept", d.keptClaims.Load())
 				return nil
 			}
 		}
@@ -349,6 +349,12 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		if !w.hist.fits(c) {
 			w.hist = nil
 		}
+		if c.Turn > 0 {
+			d.nextTurns.Add(1)
+		}
+		if c.Kept && w.hist != nil {
+			d.keptClaims.Add(1)
+		}
 		switch {
 		case c.Kept && w.hist == nil:
 			// Handed over for a history dropped since the claim named it
@@ -362,7 +368,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		default:
 			// One walk of the body for the affinity and the request (a body
 			// that does not decode is dead-lettered when its turn is built).
-			if p, err := conversation.Decode(c.Body); err == nil {
+			if p, err := conversation.DecodeStored(c.Body); err == nil {
 				w.plan = p
 				if !d.cfg.NoAffinity {
 					w.a = affinityFrom(c, p.Shape())

@@ -58,8 +58,10 @@ type Dispatcher struct {
 
 	guard *poisonGuard
 	// historyReused counts turns built from their conversation's kept
-	// history (history.go), for tests.
-	historyReused atomic.Int64
+	// history (history.go); nextTurns the turns after a first one claimed,
+	// keptClaims those of them the store handed over Kept (without their
+	// body and answers). Run's last line reports them.
+	historyReused, nextTurns, keptClaims atomic.Int64
 	// logs rate-limits log lines that can repeat fast.
 	logs *logRate
 

@@ -91,7 +91,7 @@ func (f *fakeChatter) Chat(ctx context.Context, req llm.Request, onDelta func(in
 	var body struct {
 		Messages []struct{ Content string } `json:"messages"`
 	}
-	if err := json.Unmarshal(req.Body, &body); err != nil || len(body.Messages) == 0 {
+	if err := json.Unmarshal(requestBody(req), &body); err != nil || len(body.Messages) == 0 {
 		return llm.Result{}, &llm.Error{Class: llm.Malformed, Msg: "test body"}
 	}
 	id := body.Messages[0].Content
@@ -171,4 +171,21 @@ func runAsync(ctx context.Context, d *Dispatcher) func() error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(ctx) }()
 	return func() error { return <-errc }
+}
+
+// requestBody is the body req stands for: Body, or its members joined when
+// a member was given in pieces (Body nil: a conversation's next turn).
+func requestBody(req llm.Request) []byte {
+	if req.Body != nil || req.Members == nil {
+		return req.Body
+	}
+	b := []byte{'{'}
+	for i, m := range req.Members {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		key, _ := json.Marshal(m.Key)
+		b = append(append(append(b, key...), ':'), m.Bytes()...)
+	}
+	return append(b, '}')
 }

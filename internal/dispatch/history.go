@@ -19,10 +19,11 @@ import (
 // history out: five passes over a history that grows every turn
 // (BenchmarkTurnCost). A held conversation (admit.go) keeps instead what
 // its last turn built: the decoded plan, that turn's request and the answer
-// stored for it (history form). Its next turn appends the answer and the
-// next input to the request (conversation.Plan.NextRequest, the same bytes
-// as Plan.Request) and takes its affinity from what is kept, so it costs
-// one copy of the history.
+// stored for it (history form). Its next turn adds the answer and the next
+// input to the request as one more piece (conversation.Plan.NextParts;
+// joined, the bytes of Plan.Request), which the client sends as they are
+// (llm.Member.Pieces, one writev), and takes its affinity from what is
+// kept, so it copies none of the history.
 //
 // The claim names the conversations whose histories are kept, each at the
 // turn after its own and with the lease its answer was stored under
@@ -60,7 +61,21 @@ import (
 // conv 1k 243 -> 214 µs, 4k 272 -> 230, 16k 357 -> 325; the runner's own
 // growth over the floor's, 16k against 1k, 76 -> 69 µs (ratio net of the
 // floor 1.38 -> 1.40); built from the store (history=) 308 -> 267, 402 ->
-// 321, 739 -> 544.
+// 321, 739 -> 544. Then the runner's own growth (conv 16k - 1k net of
+// the floor's; per-run medians with ranges of 4-8 runs interleaved with
+// main): the first turn's body split unchecked (DecodeStored) and its
+// prefix key by maphash, 46 (31-84) -> 30 (19-64) µs; the body written by
+// one writev from its pieces (no 32 KB copy buffer per request), 17
+// (-35-45), 195 -> 155 MB allocated per 16k run; next turns sent in pieces
+// (NextParts), not one copy of the history each, 9 (6-12), 92 MB; this
+// history kept before its answer's commit (settle), so the claim right
+// after a group commit names it: next turns claimed Kept 82% -> 100%
+// (mt4 in bench/sweep 88% -> 99.8%), 7 (-50-47) against main's 48
+// (-2-112) in the same eight runs, 77 MB. What still grows, 16k against 1k
+// (10-run profile): the first turn's read of the body in the claim (about
+// 27 µs a turn; PRAGMA mmap_size took about 20 off it in three runs, not
+// adopted: the store's call, and mapped pages count in RSS), sending it
+// (the floor) and its unchecked split (7).
 
 // convHistory is what one turn of a held conversation built, kept for its
 // next turn. It is not changed once made.
@@ -69,10 +84,10 @@ type convHistory struct {
 	sample []byte // the sample body plan was decoded from
 	plan   *conversation.Plan
 	tools  []string
-	// request is turn's request; answer the answer stored for it, as the
-	// store hands it back (reply.DecodeHistory), and stored the hash of
-	// the stored bytes.
-	request []byte
+	// request is turn's request, in pieces (turn.request); answer the
+	// answer stored for it, as the store hands it back
+	// (reply.DecodeHistory), and stored the hash of the stored bytes.
+	request [][]byte
 	answer  llm.Result
 	stored  uint64
 	// token is the lease the answer was stored under (Claimed.Token), for
@@ -104,7 +119,7 @@ func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
 	if err != nil {
 		return nil
 	}
-	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.body,
+	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.request(),
 		answer: res, stored: maphash.Bytes(answerSeed, t.stored), token: c.Token, storedAt: t.storedAt, storedCtx: t.storedCtx,
 		seq: c.Seq, prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
 }
@@ -139,17 +154,23 @@ func (h *convHistory) affinity(c store.Claimed) affinity {
 // nextTurn is the turn after h's, built from it; nil when it cannot be
 // (prepareTurn then builds it from the store).
 func (d *Dispatcher) nextTurn(h *convHistory) *turn {
-	body, err := h.plan.NextRequest(h.request, h.turn, h.answer, d.cfg.KeepReasoning)
+	parts, err := h.plan.NextParts(h.request, h.turn, h.answer, d.cfg.KeepReasoning)
 	if err != nil {
 		return nil
 	}
 	d.historyReused.Add(1)
 	k := h.turn + 1
-	return &turn{index: k, plan: h.plan, tools: h.tools, body: body, members: h.plan.Members(k, body)}
+	t := &turn{index: k, plan: h.plan, tools: h.tools, parts: parts, members: h.plan.MembersOf(k, parts)}
+	if t.members == nil {
+		// The client walks the body (its values are not compact): one slice.
+		t.body, t.parts = bytes.Join(parts, nil), nil
+	}
+	return t
 }
 
 // keepHistoryLocked keeps hist on conversation id's hold while it is still
-// the hold of the turn that built it (turnDoneLocked left it held).
+// the hold of the turn that built it, from before that turn's answer is
+// stored (settle).
 func (d *Dispatcher) keepHistoryLocked(id string, turn *heldConv, hist *convHistory) {
 	if h, ok := d.adm.byID[id]; ok && h == turn && hist != nil {
 		h.hist = hist
@@ -173,7 +194,9 @@ func (d *Dispatcher) keptFor(l *lane, n int) []store.Kept {
 	d.mu.Lock()
 	var all []candidate
 	for id, h := range d.adm.byID {
-		if h.hist != nil && !h.busy && (h.nextIn == nil || h.nextIn == l) {
+		// A busy hold is named while its turn's answer is being stored:
+		// its history is then for the turn after the one in flight.
+		if h.hist != nil && (!h.busy || h.hist.turn == h.turn) && (h.nextIn == nil || h.nextIn == l) {
 			all = append(all, candidate{id, h.hist})
 		}
 	}

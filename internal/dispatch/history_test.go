@@ -65,11 +65,14 @@ type recorded struct {
 // runner builds from the store alone (after a restart: the body and the
 // stored answers), tool calls, reasoning kept and characters JSON escapes
 // included; the client is handed the body's members so it does not walk
-// the history; and next turns did use the kept history.
+// the history; next turns did use the kept history, sent in pieces
+// without copying it (conversation.Plan.NextParts), and Run's last line
+// says how many were claimed Kept.
 func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	st := newFakeStore()
 	addBodies(st, "short", historyBodies(t, 6))
-	d, got := runHistories(t, st)
+	var logs logLines
+	d, got := runHistories(t, st, func(cfg *Config) { cfg.Logger = logs.logger() })
 	sentAsStored(t, d, st, got)
 	// A settle that loses the race with the claim of its next turn leaves
 	// that turn to the store; most next turns use what the turn before
@@ -79,6 +82,20 @@ func TestKeptHistoryBuildsTheStoresRequest(t *testing.T) {
 	}
 	if st.keptClaims < 6 {
 		t.Errorf("%d of 18 next turns claimed Kept (body and answers left in the store), want most", st.keptClaims)
+	}
+	// Each of those went out with its history in pieces, not copied again.
+	pieced := 0
+	for _, r := range got {
+		if len(r.members) > 0 && r.members[0].Pieces != nil {
+			pieced++
+		}
+	}
+	if int64(pieced) != d.historyReused.Load() {
+		t.Errorf("%d requests sent their messages in pieces, want the %d built from a kept history", pieced, d.historyReused.Load())
+	}
+	want := fmt.Sprintf("next_turns=18 from_kept_history=%d claimed_kept=%d", d.historyReused.Load(), st.keptClaims)
+	if lines := logs.with("no work left", want); len(lines) != 1 {
+		t.Errorf("Run's last line does not say %q", want)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -131,7 +148,7 @@ func TestKeptHistoryYieldsToAnotherWorkersTurns(t *testing.T) {
 // runHistories runs st's conversations against a client that records
 // every request by sample and turn and answers it (a tool call at the
 // second turn, which the dataset's tool result answers).
-func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded) {
+func runHistories(t *testing.T, st *fakeStore, opts ...func(*Config)) (*Dispatcher, map[string]recorded) {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string]recorded{} // by sample/turn
@@ -141,7 +158,7 @@ func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded
 				Role string `json:"role"`
 			} `json:"messages"`
 		}
-		if err := json.Unmarshal(req.Body, &body); err != nil {
+		if err := json.Unmarshal(requestBody(req), &body); err != nil {
 			return llm.Result{}, &llm.Error{Class: llm.Malformed, Msg: err.Error()}
 		}
 		turn := 0
@@ -151,7 +168,7 @@ func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded
 			}
 		}
 		mu.Lock()
-		got[fmt.Sprintf("%s/%d", req.RoutingKey, turn)] = recorded{bytes.Clone(req.Body), req.Members}
+		got[fmt.Sprintf("%s/%d", req.RoutingKey, turn)] = recorded{bytes.Clone(requestBody(req)), req.Members}
 		mu.Unlock()
 		onDelta(1)
 		res := llm.Result{Content: fmt.Sprintf("answer %d to %s: <b> & \"q\" \u2028 \xff", turn, req.RoutingKey), ReasoningContent: "think <",
@@ -166,6 +183,9 @@ func runHistories(t *testing.T, st *fakeStore) (*Dispatcher, map[string]recorded
 	})
 	cfg := baseConfig(st, []Endpoint{{URL: "http://a", Client: client}})
 	cfg.KeepReasoning = true
+	for _, o := range opts {
+		o(&cfg)
+	}
 	d := mustNew(t, cfg)
 	if err := d.Run(t.Context()); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -200,7 +220,7 @@ func sentAsStored(t *testing.T, d *Dispatcher, st *fakeStore, got map[string]rec
 		}
 		members := map[string]json.RawMessage{}
 		for _, m := range r.members {
-			members[m.Key] = m.Value
+			members[m.Key] = m.Bytes()
 		}
 		var top map[string]json.RawMessage
 		if err := json.Unmarshal(r.body, &top); err != nil {
@@ -332,5 +352,24 @@ func TestKeptForNamesTheClaimsNextTurns(t *testing.T) {
 	}
 	if got := len(d.keptFor(l, 100)); got != eligible {
 		t.Errorf("a claim of 100 names %d, want every one that may wait in the lane (%d)", got, eligible)
+	}
+}
+
+// TestKeptForNamesATurnBeingStored: a conversation whose answer is being
+// stored (its hold still busy) is named with the history that answer
+// built, kept before the commit: the commit returns to a whole batch of
+// turns at once, and a claim right after it would otherwise read their
+// bodies and answers again. A busy hold with an older history (its next
+// turn is in flight) is not named.
+func TestKeptForNamesATurnBeingStored(t *testing.T) {
+	d, _ := admitPair(t, false)
+	l := d.lanes[0]
+	d.adm.byID = map[string]*heldConv{
+		"storing":   {busy: true, turn: 2, hist: &convHistory{turn: 2, seq: 1, token: 7}},
+		"in-flight": {busy: true, turn: 3, hist: &convHistory{turn: 2, seq: 2, token: 8}},
+	}
+	want := []store.Kept{{ID: "storing", Turn: 3, Token: 7}}
+	if diff := cmp.Diff(want, d.keptFor(l, 4)); diff != "" {
+		t.Errorf("kept named (-want +got):\n%s", diff)
 	}
 }

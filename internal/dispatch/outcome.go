@@ -101,12 +101,17 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 
 	target, what, op := d.storeOp(storeCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
+	if v.out == outNextTurn {
+		// Kept before the commit, which returns to a whole batch of turns
+		// at once: a claim that follows it names this one too (keptFor).
+		// A commit that fails drops the hold with it (turnDoneLocked).
+		hist := keptHistory(c, t, cl.held)
+		d.mu.Lock()
+		d.keepHistoryLocked(c.ID, cl.held, hist)
+		d.mu.Unlock()
+	}
 	err := d.storeOutcome(storeCtx, c, what, op, now)
 	next := err == nil && v.out == outNextTurn
-	var hist *convHistory
-	if next {
-		hist = keptHistory(c, t, cl.held)
-	}
 	d.mu.Lock()
 	ctx := cl.est
 	if u := res.Usage; u.PromptTokens > 0 {
@@ -114,9 +119,6 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	}
 	d.turnDoneLocked(c.ID, cl.held, next, ctx, res.Usage, now)
 	d.nextTurnInLocked(c.ID, cl.held, target)
-	if next {
-		d.keepHistoryLocked(c.ID, cl.held, hist)
-	}
 	d.mu.Unlock()
 	// The guard learns of a refusal before the sample leaves the books: its
 	// budget counts requests in flight, and the claim loop wakes at once.

@@ -14,9 +14,12 @@ import (
 type turn struct {
 	index int
 	plan  *conversation.Plan
+	// body is the request; parts, when body is nil, the request in
+	// pieces, a kept history's and what this turn adds (history.go).
 	body  []byte
-	// members are body's top-level members (llm.Request.Members), nil
-	// when the client must walk body.
+	parts [][]byte
+	// members are the request's top-level members (llm.Request.Members),
+	// nil when the client must walk body.
 	members []llm.Member
 	tools   []string // declared tool names, for the quality rules
 	// stored is the answer stored for this turn when the conversation goes
@@ -45,7 +48,7 @@ func (d *Dispatcher) prepareTurn(c store.Claimed, hist *convHistory, p *conversa
 	}
 	if p == nil {
 		var err error
-		if p, err = conversation.Decode(c.Body); err != nil {
+		if p, err = conversation.DecodeStored(c.Body); err != nil {
 			return nil, err
 		}
 	}
@@ -70,6 +73,14 @@ func (d *Dispatcher) prepareTurn(c store.Claimed, hist *convHistory, p *conversa
 	t.body = body
 	t.members = p.Members(c.Turn, t.body)
 	return t, nil
+}
+
+// request is t's request in pieces: its body alone, or its parts.
+func (t *turn) request() [][]byte {
+	if t.parts != nil {
+		return t.parts
+	}
+	return [][]byte{t.body}
 }
 
 // nextLane is the lane for the turn after t, given its answer: the job's

@@ -50,17 +50,18 @@ import (
 // (store.Queue.ClaimKept), where history=Nk builds its turn from the store
 // alone.
 //
-// Last measured (2026-12-06, 2 shared cores; six runs interleaved with the
-// tree before the claim stopped recompiling and the store-built turn
-// stopped quoting answers again, medians with ranges, cpu-µs per turn at
-// 1k / 4k / 16k tokens): conv 214 (194-240) / 230 (220-255) / 325
-// (316-335), before 243 (224-260) / 272 (243-309) / 357 (316-390); history
-// 267 (242-288) / 321 (307-412) / 544 (512-571), before 308 / 402 / 739;
-// floor 40 (39-50) / 51 (47-54) / 81 (74-120), before 42 / 51 / 80 (the
-// same code: the spread is the machine's). The runner's own growth, (conv
-// 16k - conv 1k) - (floor 16k - floor 1k): 69 µs, before 76 (per run 24-91);
-// its own ratio (conv - floor at 16k) / (conv - floor at 1k) 1.40, before
-// 1.38 (per run 1.12-1.59); history's own growth 236 µs, before 392.
+// Last measured (2026-12-06, 2 shared cores with another engineer's
+// sweeps; eight runs interleaved with main, medians with ranges, cpu-µs
+// per turn at 1k / 4k / 16k tokens): conv 211 (183-256) / 224 (198-274) /
+// 274 (234-311), main 254 (219-300) / 273 (238-323) / 359 (288-403);
+// 16k/1k 1.29 (per run 0.96-1.47), main 1.41 (1.11-1.63); floor 45 (37-58)
+// / 58 (50-68) / 97 (79-112), main 46 / 56 / 85 (the same code: the spread
+// is the machine's). The runner's own growth, (conv 16k - conv 1k) -
+// (floor 16k - floor 1k): 10 µs, main 66 (per run 7, -50-47, against 48,
+// -2-112); its own ratio (conv - floor at 16k) / (conv - floor at 1k)
+// 1.06, main 1.32. Allocated per run (1,200 turns): 36 / 44 / 77 MB, main
+// 48 / 85 / 194. kept/next-turn 1.00 (main 0.82: history.go). history=
+// was not measured again (last: 267 / 321 / 544).
 
 const (
 	turnCostSamples = 300
@@ -90,7 +91,7 @@ func BenchmarkTurnCost(b *testing.B) {
 func benchConversations(b *testing.B, tokens int) {
 	srv := standIn(b)
 	var cpu time.Duration
-	var reused int64
+	var reused, kept int64
 	turns := turnCostTurn + 1
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -99,11 +100,13 @@ func benchConversations(b *testing.B, tokens int) {
 		d, spent := measuredRun(b, srv.URL, st, tokens, i, float64(4*turnCostSamples*tokens))
 		cpu += spent
 		reused += d.historyReused.Load()
+		kept += d.keptClaims.Load()
 		st.Close()
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*turnCostSamples*turns), "cpu-µs/turn")
 	b.ReportMetric(float64(reused)/float64(b.N*turnCostSamples*(turns-1)), "reused/next-turn")
+	b.ReportMetric(float64(kept)/float64(b.N*turnCostSamples*(turns-1)), "kept/next-turn")
 }
 
 // convBody is sample i's body for benchConversations.

@@ -46,7 +46,7 @@ func (ts *turnServer) chatter() Chatter {
 		var body struct {
 			Messages []map[string]any `json:"messages"`
 		}
-		if err := json.Unmarshal(req.Body, &body); err != nil {
+		if err := json.Unmarshal(requestBody(req), &body); err != nil {
 			return llm.Result{}, &llm.Error{Class: llm.Malformed, Msg: err.Error()}
 		}
 		s := sent{maxTokens: req.MaxTokens, messages: body.Messages}

@@ -119,7 +119,7 @@ func New(cfg Config) *Client {
 	dialer := &net.Dialer{Timeout: cfg.IdleTimeout, KeepAlive: 30 * time.Second}
 	c.tr = &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         dialer.DialContext,
+		DialContext:         bodyDialer(dialer.DialContext),
 		MaxIdleConns:        cfg.MaxConns,
 		MaxIdleConnsPerHost: cfg.MaxConns,
 		IdleConnTimeout:     90 * time.Second,
@@ -527,7 +527,7 @@ type bodyParts [][]byte
 // more (the messages of a long history) is Body's own slice, not a copy, so
 // an open stream holds its history once (the caller's) instead of twice.
 func buildParts(req Request, tokenIDs []string) (bodyParts, error) {
-	obj, size, err := mergedBody(req, tokenIDs)
+	obj, pieces, size, err := mergedBody(req, tokenIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -540,27 +540,42 @@ func buildParts(req Request, tokenIDs []string) (bodyParts, error) {
 		}
 		out = appendKey(out, k)
 		out = append(out, ':')
-		if v := obj[k]; len(v) >= bigValue {
-			// out keeps growing past the piece handed over, never into it.
-			parts = append(parts, out, v)
-			out = out[len(out):]
-			continue
+		vs := [][]byte{obj[k]}
+		if obj[k] == nil {
+			vs = pieces[k]
 		}
-		out = append(out, obj[k]...)
+		for _, v := range vs {
+			if len(v) >= bigValue {
+				// out keeps growing past the piece handed over, never into it.
+				parts = append(parts, out, v)
+				out = out[len(out):]
+				continue
+			}
+			out = append(out, v...)
+		}
 	}
 	return append(parts, append(out, '}')), nil
 }
 
-// mergedBody is the map of raw values buildParts writes, and about how
-// many bytes they take.
-func mergedBody(req Request, tokenIDs []string) (map[string]json.RawMessage, int, error) {
-	obj := make(map[string]json.RawMessage, 8+len(req.Params))
-	size := len(req.Body)
+// mergedBody is the map of raw values buildParts writes, the values of
+// members given in pieces (nil in obj), and about how many bytes they take.
+func mergedBody(req Request, tokenIDs []string) (obj map[string]json.RawMessage, pieces map[string][][]byte, size int, err error) {
+	obj = make(map[string]json.RawMessage, 8+len(req.Params))
+	size = len(req.Body)
 	if req.Members != nil {
 		size = 0
 		for _, m := range req.Members {
 			obj[m.Key] = m.Value
 			size += len(m.Key) + len(m.Value) + 4
+			if m.Value == nil && m.Pieces != nil {
+				if pieces == nil {
+					pieces = map[string][][]byte{}
+				}
+				pieces[m.Key] = m.Pieces
+				for _, p := range m.Pieces {
+					size += len(p)
+				}
+			}
 		}
 	} else if len(bytes.TrimSpace(req.Body)) > 0 {
 		err := rawjson.Object(req.Body, func(m rawjson.Member) error {
@@ -571,12 +586,12 @@ func mergedBody(req Request, tokenIDs []string) (map[string]json.RawMessage, int
 			return nil
 		})
 		if err != nil {
-			return nil, 0, &Error{Class: BadRequest, Msg: "chat: request body is not a JSON object", Err: err}
+			return nil, nil, 0, &Error{Class: BadRequest, Msg: "chat: request body is not a JSON object", Err: err}
 		}
 	}
 	for k, v := range req.Params {
 		if !json.Valid(v) {
-			return nil, 0, &Error{Class: BadRequest, Msg: fmt.Sprintf("chat: param %q is not valid JSON", k)}
+			return nil, nil, 0, &Error{Class: BadRequest, Msg: fmt.Sprintf("chat: param %q is not valid JSON", k)}
 		}
 		obj[k] = compact(v)
 		size += len(k) + len(v) + 4
@@ -599,7 +614,7 @@ func mergedBody(req Request, tokenIDs []string) (map[string]json.RawMessage, int
 	}
 	obj["stream"] = json.RawMessage("true")
 	obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)
-	return obj, size, nil
+	return obj, pieces, size, nil
 }
 
 // size is the body's length in bytes.
@@ -614,8 +629,8 @@ func (p bodyParts) size() int64 {
 // reader reads the body from its start; each call gives a new one, for
 // the transport's rewind (GetBody) and the replay on a fresh connection.
 func (p bodyParts) reader() io.ReadCloser {
-	bufs := net.Buffers(slices.Clone(p)) // Read consumes the slice, not the bytes
-	return io.NopCloser(&bufs)
+	// Read consumes the slice, not the bytes.
+	return &partsReader{bufs: net.Buffers(slices.Clone(p)), left: p.size()}
 }
 
 // compact is v as encoding/json writes a raw value: without insignificant

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +17,8 @@ type Request struct {
 	// Members, when set, are Body's top-level members, split by whoever
 	// built Body, with compact values (as encoding/json writes them): the
 	// client takes them instead of walking Body, whose history grows with
-	// every turn of a conversation. Body is then not read.
+	// every turn of a conversation. Body is then not read, and may be nil
+	// (a member in Pieces has no Body that holds it in one slice).
 	Members   []Member
 	MaxTokens int
 	// Params are generation settings merged at the top level of the body
@@ -43,6 +45,18 @@ type Request struct {
 type Member struct {
 	Key   string
 	Value json.RawMessage
+	// Pieces, when Value is nil, are the value's bytes in order, sent as
+	// they are: a conversation's history goes on from turn to turn without
+	// being copied into one slice (conversation.Plan.NextParts).
+	Pieces [][]byte
+}
+
+// Bytes is the member's value in one slice: Value, or Pieces joined.
+func (m Member) Bytes() json.RawMessage {
+	if m.Value != nil || m.Pieces == nil {
+		return m.Value
+	}
+	return bytes.Join(m.Pieces, nil)
 }
 
 // Usage is the server-reported token accounting.
