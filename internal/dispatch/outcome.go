@@ -372,17 +372,21 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 	case outNextTurn:
 		d.counters.Turns++
 		target.short = false
+		target.notePutBackLocked(false)
 	case outReject:
 		d.counters.Rejected++
 	case outEscalate:
 		d.counters.Escalated++
 		l.escalated++
 		target.short = false
+		target.notePutBackLocked(true)
 	case outRelease, outDefer:
 		d.counters.Released++
 		l.short = false
+		l.notePutBackLocked(false)
 	case outRetry:
 		d.counters.Retried++
+		l.notePutBackLocked(false)
 	case outDead:
 		d.counters.DeadLettered++
 	}
