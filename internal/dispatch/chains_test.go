@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regen-dev/regen/internal/conversation"
 	"github.com/regen-dev/regen/internal/dispatch/limit"
 	"github.com/regen-dev/regen/internal/llm"
 	"github.com/regen-dev/regen/internal/store"
@@ -148,5 +149,42 @@ func TestChainHoldConditions(t *testing.T) {
 				t.Errorf("held %d, claims %d of 10; want %d and %d", held, claim, tc.want, tc.claim)
 			}
 		})
+	}
+}
+
+// A truncated turn with more of its conversation after it heads a chain
+// of its own: its escalation is never held; the last turn's, or a plain
+// prompt's, may be.
+func TestEscalatedTurnThatGoesOnIsNotHeld(t *testing.T) {
+	p, err := conversation.Decode([]byte(chat3("c")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		t    *turn
+		want bool
+	}{
+		{"first of three", &turn{index: 0, plan: p}, true},
+		{"second of three", &turn{index: 1, plan: p}, true},
+		{"last", &turn{index: 2, plan: p}, false},
+		{"no turn", nil, false},
+	} {
+		v := escalation(tc.t)
+		if v.out != outEscalate || v.goesOn != tc.want {
+			t.Errorf("%s: verdict %v, goes on %v; want an escalation, goes on %v", tc.name, v.out, v.goesOn, tc.want)
+		}
+		// Counted into a drained escalation lane: put back, and held only
+		// when it does not go on.
+		d := oneEndpoint(t, LaneConfig{Name: "short", Concurrency: 4, MaxTokens: 100, EscalateTo: "long"},
+			LaneConfig{Name: "long", Auto: &limit.Bounds{Min: 1, Initial: 4}, MaxTokens: 1000})
+		short, long := d.lanes[0], d.lanes[1]
+		long.chain.drained = true
+		d.mu.Lock()
+		d.count(v, llm.Result{}, short, long)
+		d.mu.Unlock()
+		if held := long.chain.escalated == 1; long.chain.putBack != 1 || held == tc.want {
+			t.Errorf("%s: counted %d put back, %d escalations to hold; want 1 and %d", tc.name, long.chain.putBack, long.chain.escalated, map[bool]int{true: 0, false: 1}[tc.want])
+		}
 	}
 }
