@@ -178,6 +178,7 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 	}
 	d.expireLocked(now)
 	n = d.claimCapLocked(l, n)
+	n = d.chainCapLocked(l, n)
 	seq := d.claimStartLocked()
 	d.mu.Unlock()
 	if guarded {
@@ -222,6 +223,10 @@ func (d *Dispatcher) noteClaimed(l *lane, claimed []store.Claimed, n int, now ti
 	defer d.mu.Unlock()
 	for _, c := range claimed {
 		d.held[c.ID] = c.Token
+	}
+	d.noteChainClaimLocked(l, n, len(claimed))
+	if len(claimed) < n && l.cfg.EscalateTo != "" && !l.short {
+		d.signal() // the lane it escalates to may hold escalations for this moment (chains.go)
 	}
 	if len(claimed) < n {
 		if moveable {

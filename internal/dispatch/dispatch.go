@@ -129,6 +129,9 @@ type lane struct {
 	// admitting it since the last held one left (admit.go, claimCapLocked;
 	// guarded by Dispatcher.mu).
 	admBlocked bool
+	// chain is what the lane counts to hold escalations back at the end
+	// of the job (chains.go; guarded by Dispatcher.mu).
+	chain chainState
 
 	// durations of the lane's last answered requests, for the views' ETA
 	// of the work in flight (tail.go).

@@ -89,7 +89,11 @@
 // first request's answer decides as it would alone: it is stored if it
 // fits (the backup is cancelled), and if it is truncated the backup's
 // answer is stored as the escalated attempt (Store.Relane, then the usual
-// commit). A failed backup changes nothing (hedge.go).
+// commit). A failed backup changes nothing (hedge.go). An auto lane whose
+// own work ran out leaves the last escalations put into it (up to half the
+// endpoints' KV pools at full length) in the store until the lanes that
+// escalate into it have sent their fresh work, the job's possible chain
+// heads, then claims them at once (chains.go).
 //
 // Every claim is one request: the claimed sample's current turn, built by
 // package conversation from the sample's plan and the answers the store

@@ -127,7 +127,7 @@ func (d *Dispatcher) runHedge(ctx context.Context, h *hedge, t *turn) {
 // it had none.
 func (d *Dispatcher) settleFromHedge(storeCtx context.Context, cl *call, l *lane, c store.Claimed, t *turn, res llm.Result, h *hedge) {
 	target := h.cl.lane
-	escalated := verdict{out: outEscalate}
+	escalated := escalation(t)
 	d.settleEndpoint(cl, c.ID, escalated, res, nil, d.now())
 	// The conversation leaves admission whatever the backup brings: held
 	// on, busy, it would count against its endpoint's pool for good; a

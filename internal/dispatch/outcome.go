@@ -46,6 +46,14 @@ type verdict struct {
 	// burnt: a server error judged the endpoint's (burn.go): the sample goes
 	// back unspent; trip: it broke the endpoint.
 	burnt, trip bool
+	// goesOn: an escalated turn with more of its conversation after it,
+	// which heads a chain of its own and is never held (chains.go).
+	goesOn bool
+}
+
+// escalation is the verdict of turn t truncated in a lane that escalates.
+func escalation(t *turn) verdict {
+	return verdict{out: outEscalate, goesOn: t != nil && t.plan != nil && t.index+1 < t.plan.NumTurns()}
 }
 
 // decide maps a request's answer or error to an outcome; it is pure apart
@@ -53,7 +61,7 @@ type verdict struct {
 func (d *Dispatcher) decide(l *lane, c store.Claimed, t *turn, res llm.Result, reqErr, cause error) verdict {
 	switch {
 	case reqErr == nil && res.FinishReason == "length" && l.cfg.EscalateTo != "":
-		return verdict{out: outEscalate}
+		return escalation(t)
 	case reqErr == nil:
 		return d.judge(t, res)
 	case releaseCause(cause):
@@ -374,17 +382,21 @@ func (d *Dispatcher) count(v verdict, res llm.Result, l, target *lane) {
 	case outNextTurn:
 		d.counters.Turns++
 		target.short = false
+		target.notePutBackLocked(false)
 	case outReject:
 		d.counters.Rejected++
 	case outEscalate:
 		d.counters.Escalated++
 		l.escalated++
 		target.short = false
+		target.notePutBackLocked(!v.goesOn)
 	case outRelease, outDefer:
 		d.counters.Released++
 		l.short = false
+		l.notePutBackLocked(false)
 	case outRetry:
 		d.counters.Retried++
+		l.notePutBackLocked(false)
 	case outDead:
 		d.counters.DeadLettered++
 	}
