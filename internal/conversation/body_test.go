@@ -186,6 +186,7 @@ func TestDecodeStored(t *testing.T) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"turns":[{"calls":null,"input":[{"role":"user","content":"y"}]}],"seed":-3}`,
 		`{"messages":[{"role":"user","content":"x"}],"extra":1}`,
 		"{\"messages\" : [ {\"role\":\"user\", \"content\":\"x\"} ] }",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]} \n\t",
 	}
 	for _, g := range goldenBodies(t) {
 		bodies = append(bodies, string(g.Body))
@@ -208,6 +209,10 @@ func TestDecodeStored(t *testing.T) {
 		`{"messages":[{"role":"user","content":"a "quoted" word"}]}`,
 		`{"messages":[{"role":"user","content":"x"}}`,
 		`{"messages":[]}`,
+		`{"messages":[{"role":"user","content":"x"}]} trailing`,
+		`{"messages":[{"role":"user","content":"x"}]}{"messages":[{"role":"user","content":"y"}]}`,
+		`{"messages":[{"role":"user","content":"x"}]}]`,
+		`{} {}`,
 	} {
 		_, want := Decode([]byte(body))
 		_, err := DecodeStored([]byte(body))
@@ -222,6 +227,16 @@ func TestDecodeStored(t *testing.T) {
 	p, err := DecodeStored([]byte(corrupt))
 	if err != nil || string(p.Messages[0].Content) != `"a \q escape"` {
 		t.Errorf("DecodeStored(%s) = %v, %v: want the content as stored, unchecked", corrupt, p, err)
+	}
+	// A raw control character in a string is not checked either (that
+	// would read every byte of the history): it is sent as stored.
+	control := "{\"messages\":[{\"role\":\"user\",\"content\":\"a \x01 byte\"}]}"
+	if _, err := Decode([]byte(control)); err == nil {
+		t.Fatalf("Decode(%q): no error", control)
+	}
+	p, err = DecodeStored([]byte(control))
+	if err != nil || string(p.Messages[0].Content) != "\"a \x01 byte\"" {
+		t.Errorf("DecodeStored(%q) = %v, %v: want the content as stored, unchecked", control, p, err)
 	}
 }
 

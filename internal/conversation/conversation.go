@@ -42,11 +42,18 @@ func Decode(body []byte) (*Plan, error) {
 // it at ingest, so its text is JSON by construction and is split without
 // checking it again (rawjson.CheckedObject). That check was the one pass
 // of a conversation's first turn that grew with its history
-// (BenchmarkTurnCost). A body the split cannot read (cut short, a quote
-// or bracket out of place) is decoded by Decode, whose error says where;
-// one whose strings alone are corrupt (a bad escape, a control character)
-// splits and is sent as stored, and the server's refusal of it (400)
-// dead-letters the sample (TestCorruptStoredBodyIsDeadLettered).
+// (BenchmarkTurnCost). The split checks the body's frame: one object with
+// only whitespace after it, and its members, messages and turns quoted,
+// separated and closed where they should be; seed and calls decode, role
+// and name are strings. A body that fails it (cut short, a quote or
+// bracket out of place, anything after the object) is decoded by Decode,
+// whose error says where, and the sample is dead-lettered unsent. Not
+// checked, since it would read every byte: inside strings (a bad escape,
+// a raw control character, invalid UTF-8) and inside a message's content
+// and tool calls and the tools (brackets are counted, not paired; numbers
+// and literals are not read). Such a body splits and is sent as stored;
+// the server refuses it (400), which dead-letters the sample and counts
+// as a refusal for the poison guard (TestCorruptStoredBodyIsDeadLettered).
 func DecodeStored(body []byte) (*Plan, error) {
 	p := &Plan{raw: body}
 	var err error

@@ -2,7 +2,10 @@ package conversation
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // decodedPrefix is SharedPrefix by decoding the body with encoding/json,
@@ -139,5 +142,47 @@ func TestPlanShapeIsShapeOf(t *testing.T) {
 	}
 	if prefixed < 5 {
 		t.Fatalf("%d bodies with a shared prefix: the cases do not exercise it", prefixed)
+	}
+}
+
+// TestPrefixKeyIsTheSameInEveryProcess: a prefix's key picks its home
+// endpoint for every worker of a job and after a restart, so it is a fixed
+// function of the prefix's bytes (xxhash of the tools, then a zero byte and
+// the content of each leading system message), not of a process's seed.
+func TestPrefixKeyIsTheSameInEveryProcess(t *testing.T) {
+	tools := `[{"type":"function","function":{"name":"f"}}]`
+	body := `{"messages":[{"role":"system","content":"be brief"},{"role":"developer","content":[{"type":"text","text":"rules"}]},{"role":"user","content":"q"}],"tools":` + tools + `}`
+	fed := tools + "\x00" + `"be brief"` + "\x00" + `[{"type":"text","text":"rules"}]`
+	const golden uint64 = 0x8ae4e0042bbcf924
+	want := xxhash.Sum64String(fed)
+	if want != golden {
+		t.Fatalf("xxhash of the prefix = %#x, want the golden %#x (a key must not change between releases)", want, golden)
+	}
+	if key, _ := SharedPrefix([]byte(body)); key != want {
+		t.Errorf("SharedPrefix key = %#x, want %#x", key, want)
+	}
+	p, err := Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key := p.Shape().PrefixKey; key != want {
+		t.Errorf("Plan.Shape key = %#x, want %#x", key, want)
+	}
+}
+
+// BenchmarkSharedPrefix: the key of a conversation's 32 KB system prompt,
+// read on its first turn.
+func BenchmarkSharedPrefix(b *testing.B) {
+	sys, err := json.Marshal(strings.Repeat("You are a careful assistant. ", 32<<10/29))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"messages":[{"role":"system","content":` + string(sys) + `},{"role":"user","content":"q"}]}`)
+	b.SetBytes(int64(len(sys)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if key, _ := SharedPrefix(body); key == 0 {
+			b.Fatal("no prefix key")
+		}
 	}
 }

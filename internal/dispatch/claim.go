@@ -200,7 +200,7 @@ func (d *Dispatcher) claimLane(loopCtx, workCtx, storeCtx context.Context, l *la
 			d.mu.Unlock()
 		}
 	}
-	started = d.startAll(workCtx, storeCtx, l, claimed, keep)
+	started = d.startAll(loopCtx, workCtx, storeCtx, l, claimed, keep)
 	d.mu.Lock()
 	free, _ = d.laneRoomLocked(l, d.now())
 	// While admission holds first turns back, the next claim waits for a
@@ -338,7 +338,9 @@ func (d *Dispatcher) reconcile(loopCtx, storeCtx context.Context) error {
 // keep samples that found no room stay claimed for the next round; the
 // rest (the limit shrank, or every endpoint was paused since the claim)
 // are released at once: no lease is held for work that waits otherwise.
-func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claimed []store.Claimed, keep int) int {
+// A turn handed over Kept waits for the commit of its history's answer
+// (convHistory.storedAnswer) until loopCtx ends.
+func (d *Dispatcher) startAll(loopCtx, workCtx, storeCtx context.Context, l *lane, claimed []store.Claimed, keep int) int {
 	fresh := make([]waiting, len(claimed))
 	d.mu.Lock()
 	for i, c := range claimed {
@@ -351,7 +353,7 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 	var lost []string
 	for i, c := range claimed {
 		w := &fresh[i]
-		if !w.hist.fits(c) {
+		if !w.hist.fits(c) || (c.Kept && !w.hist.storedAnswer(loopCtx)) {
 			w.hist = nil
 		}
 		if c.Turn > 0 {
@@ -363,7 +365,8 @@ func (d *Dispatcher) startAll(workCtx, storeCtx context.Context, l *lane, claime
 		switch {
 		case c.Kept && w.hist == nil:
 			// Handed over for a history dropped since the claim named it
-			// (the hold expired): back to the store, whole next time.
+			// (the hold expired) or whose answer another attempt of its
+			// turn stored first: back to the store, whole next time.
 			lost = append(lost, c.ID)
 		case w.hist != nil:
 			w.c.Body = w.hist.sample // the store's, which it did not read again

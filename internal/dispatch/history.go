@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"hash/maphash"
 	"slices"
 
@@ -32,7 +33,9 @@ import (
 // that read was most of the claim), when no claim came between; each turn
 // is stored once and a body changes only with a new generation, which
 // restarts the sample at its first turn, so the kept history is the
-// store's. A turn handed over whole (another turn, the lease lost and the
+// store's; it is kept before its answer's commit, and a turn handed over
+// Kept waits for that commit and is given back if it failed
+// (convHistory.storedAnswer). A turn handed over whole (another turn, the lease lost and the
 // sample claimed elsewhere, a restart, a new generation) uses the kept
 // history only if the body and answers are the ones it was built from (the
 // same body bytes, the same stored answer to the turn before, the turn
@@ -78,7 +81,8 @@ import (
 // (the floor) and its unchecked split (7).
 
 // convHistory is what one turn of a held conversation built, kept for its
-// next turn. It is not changed once made.
+// next turn. It is not changed once made, but for its commit's outcome,
+// written once before settled is closed.
 type convHistory struct {
 	turn   int    // the turn request was built for
 	sample []byte // the sample body plan was decoded from
@@ -102,6 +106,12 @@ type convHistory struct {
 	prefix    uint64
 	prefixTok float64
 	turns     int
+	// settled is closed when the commit of the answer returned (settle),
+	// committed whether it took: the history is kept before that commit,
+	// so a claim may hand its next turn over Kept before the answer is
+	// known to be the store's (storedAnswer).
+	settled   chan struct{}
+	committed bool
 }
 
 // answerSeed hashes stored answers for the check that a kept history's
@@ -121,7 +131,37 @@ func keptHistory(c store.Claimed, t *turn, h *heldConv) *convHistory {
 	}
 	return &convHistory{turn: t.index, sample: c.Body, plan: t.plan, tools: t.tools, request: t.request(),
 		answer: res, stored: maphash.Bytes(answerSeed, t.stored), token: c.Token, storedAt: t.storedAt, storedCtx: t.storedCtx,
-		seq: c.Seq, prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns}
+		seq: c.Seq, prefix: h.prefix, prefixTok: h.prefixTok, turns: h.turns, settled: make(chan struct{})}
+}
+
+// settle records the outcome of the commit of h's answer (nil h: no
+// history was kept).
+func (h *convHistory) settle(committed bool) {
+	if h != nil {
+		h.committed = committed
+		close(h.settled)
+	}
+}
+
+// storedAnswer reports whether h's answer is the store's, for a claim that
+// handed h's next turn over Kept. The store checked the turn, and SQLite
+// nothing more (no lease token): another attempt of h's turn in this
+// runner (its lease expired while h's request was open and the sample was
+// claimed again) may have stored its own answer first, and h's commit then
+// fails. That commit is under way (the claim saw the turn after it), so
+// this waits for its reply, which wants nothing of the claim loop. False
+// when the commit failed or ctx ends first: the turn goes back unspent
+// (startAll).
+func (h *convHistory) storedAnswer(ctx context.Context) bool {
+	if h.settled == nil {
+		return true // not kept before a commit (keptHistory always is)
+	}
+	select {
+	case <-h.settled:
+		return h.committed
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // fits reports whether claim c is the turn after h's, of the same body,

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -307,7 +309,7 @@ func TestKeptClaimWithoutItsHistoryGoesBack(t *testing.T) {
 	}
 	c := claimed[0]
 	c.Turn, c.Body, c.Prior, c.Kept = 1, nil, nil, true
-	if n := d.startAll(t.Context(), t.Context(), d.laneByName["short"], []store.Claimed{c}, 4); n != 0 {
+	if n := d.startAll(t.Context(), t.Context(), t.Context(), d.laneByName["short"], []store.Claimed{c}, 4); n != 0 {
 		t.Errorf("%d started, want 0", n)
 	}
 	if x := st.get(c.ID); x.state != store.Pending || x.attempts != 0 || st.released != 1 {
@@ -372,4 +374,88 @@ func TestKeptForNamesATurnBeingStored(t *testing.T) {
 	if diff := cmp.Diff(want, d.keptFor(l, 4)); diff != "" {
 		t.Errorf("kept named (-want +got):\n%s", diff)
 	}
+}
+
+// turnRaceStore is the fake store with a race SQLite allows: it hands a
+// turn over Kept on the turn alone, without a lease token, and commits a
+// turn on its owner and turn. While the commit of h-00's first answer is
+// under way (its history kept already, settle), another attempt of that
+// turn in the same runner (its lease expired while its request was open,
+// the sample claimed again) stores its own answer first (won); the commit
+// then fails (ErrWrongTurn), but only once a claim got the next turn.
+type turnRaceStore struct {
+	*fakeStore
+	won         store.Result
+	raced       atomic.Bool
+	claimedKept chan struct{}
+	claimedOnce sync.Once
+}
+
+func (s *turnRaceStore) Claim(ctx context.Context, lane string, n int, owner string, lease time.Duration) ([]store.Claimed, error) {
+	return s.ClaimKept(ctx, lane, n, owner, lease, nil)
+}
+
+func (s *turnRaceStore) ClaimKept(ctx context.Context, lane string, n int, owner string, lease time.Duration, kept []store.Kept) ([]store.Claimed, error) {
+	out, err := s.fakeStore.ClaimKept(ctx, lane, n, owner, lease, kept)
+	for _, c := range out {
+		if c.ID == "h-00" && c.Turn == 1 && c.Kept && s.raced.Load() {
+			s.claimedOnce.Do(func() { close(s.claimedKept) })
+		}
+	}
+	return out, err
+}
+
+func (s *turnRaceStore) Commit(ctx context.Context, t store.Transition) error {
+	if t.Op != store.OpTurn || t.ID != "h-00" || t.Result.Turn != 0 || !s.raced.CompareAndSwap(false, true) {
+		return s.fakeStore.Commit(ctx, t)
+	}
+	s.mu.Lock()
+	x := s.samples["h-00"]
+	won := s.won
+	won.Lane, won.Attempts = x.Lane, x.attempts+1
+	x.prior = append(x.prior, won) // the other attempt's commit
+	x.turn++
+	x.state, x.owner, x.attempts = store.Pending, "", 0
+	s.mu.Unlock()
+	select {
+	case <-s.claimedKept:
+	case <-time.After(time.Minute):
+	}
+	return fmt.Errorf("%w: the sample is at turn 1", store.ErrWrongTurn)
+}
+
+// TestKeptHistoryWaitsForItsCommit: a history is kept before its answer
+// is committed, so a claim may hand its next turn over Kept before that
+// commit returns; if the commit then fails (another attempt of the turn
+// stored its answer first, turnRaceStore), the next turn must not be built
+// from the failed attempt's answer: it goes back to the store unspent and
+// is sent with the answer the store holds. Built from the kept history, it
+// would carry an answer the store does not have.
+func TestKeptHistoryWaitsForItsCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		addBodies(st, "short", historyBodies(t, 1))
+		won := llm.Result{Content: "the other attempt's answer, stored first", FinishReason: "stop"}
+		race := &turnRaceStore{fakeStore: st, claimedKept: make(chan struct{}),
+			won: store.Result{Response: reply.Encode(won, "http://a", store.Provenance{}), FinishReason: "stop", Endpoint: "http://a"}}
+		d, got := runHistories(t, st, func(cfg *Config) { cfg.Store = race })
+		select {
+		case <-race.claimedKept:
+		default:
+			t.Fatal("no claim handed h-00's second turn over Kept while its first answer was being stored: the race did not happen")
+		}
+		x := st.get("h-00")
+		if x.state != store.Done {
+			t.Fatalf("h-00 %s: %s", x.state, x.reason)
+		}
+		// The Kept turn went back unspent and came back whole.
+		if st.released != 1 || x.prior[1].Attempts != 1 {
+			t.Errorf("%d released, the second turn stored at attempt %d; want 1, 1", st.released, x.prior[1].Attempts)
+		}
+		r := got["h-00/1"]
+		if !bytes.Contains(r.body, []byte(won.Content)) || bytes.Contains(r.body, []byte("answer 0 to h-00")) {
+			t.Errorf("h-00's second turn was not sent with the store's first answer:\n%s", r.body)
+		}
+		sentAsStored(t, d, st, got)
+	})
 }

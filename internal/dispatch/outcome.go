@@ -109,16 +109,20 @@ func (d *Dispatcher) settle(storeCtx context.Context, cl *call, l *lane, c store
 	d.settleEndpoint(cl, c.ID, v, res, reqErr, now)
 
 	target, what, op := d.storeOp(storeCtx, cl.ep.url, l, c, t, v, res, reqErr, now)
+	var hist *convHistory
 	if v.out == outNextTurn {
 		// Kept before the commit, which returns to a whole batch of turns
 		// at once: a claim that follows it names this one too (keptFor).
-		// A commit that fails drops the hold with it (turnDoneLocked).
-		hist := keptHistory(c, t, cl.held)
+		// A commit that fails drops the hold with it (turnDoneLocked), and
+		// a claim that got the next turn before then does not use it
+		// (convHistory.storedAnswer).
+		hist = keptHistory(c, t, cl.held)
 		d.mu.Lock()
 		d.keepHistoryLocked(c.ID, cl.held, hist)
 		d.mu.Unlock()
 	}
 	err := d.storeOutcome(storeCtx, c, what, op, now)
+	hist.settle(err == nil) // before anything that may wait on the claim loop
 	next := err == nil && v.out == outNextTurn
 	d.mu.Lock()
 	ctx := cl.est

@@ -27,7 +27,7 @@ func CheckedObject(b []byte, fn func(Member) error) error {
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return nil
+		return onlySpaceAfter(b, i+1)
 	}
 	for i < len(b) && b[i] == '"' {
 		kend := skipString(b, i)
@@ -52,7 +52,7 @@ func CheckedObject(b []byte, fn func(Member) error) error {
 			continue
 		}
 		if i < len(b) && b[i] == '}' {
-			return nil
+			return onlySpaceAfter(b, i+1)
 		}
 		return errUnchecked
 	}
@@ -68,7 +68,7 @@ func CheckedArray(b []byte, fn func(elem []byte) error) error {
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
-		return nil
+		return onlySpaceAfter(b, i+1)
 	}
 	for i < len(b) {
 		end, _ := skipValue(b, i)
@@ -83,7 +83,7 @@ func CheckedArray(b []byte, fn func(elem []byte) error) error {
 			continue
 		}
 		if i < len(b) && b[i] == ']' {
-			return nil
+			return onlySpaceAfter(b, i+1)
 		}
 		return errUnchecked
 	}
@@ -101,6 +101,17 @@ func checkedKey(q []byte) (string, error) {
 	}
 	out, _ := jsontext.AppendUnquote(nil, q) // invalid UTF-8 becomes U+FFFD
 	return string(out), nil
+}
+
+// onlySpaceAfter is the end of a value closed at b[i-1], as Object and
+// Array have it: only whitespace may follow. A value a walk handed out ends
+// there; a whole stored body with more after it (a second object, any
+// garbage) is refused, not split and sent with it.
+func onlySpaceAfter(b []byte, i int) error {
+	if skipSpace(b, i) != len(b) {
+		return errUnchecked
+	}
+	return nil
 }
 
 func skipSpace(b []byte, i int) int {

@@ -371,3 +371,34 @@ func TestAppendQuotedIsAppendString(t *testing.T) {
 		t.Fatal("no escape refused")
 	}
 }
+
+// The checked walks refuse text after the value, as Object and Array do:
+// a stored body with a second object or garbage after it is not split.
+func TestCheckedWalksRefuseTrailingText(t *testing.T) {
+	none := func(Member) error { return nil }
+	noElem := func([]byte) error { return nil }
+	for _, b := range []string{`{"a":1} x`, `{"a":1}{"b":2}`, `{}}`, `{"a":[1]}]`} {
+		if Object([]byte(b), none) == nil {
+			t.Fatalf("Object(%s): no error", b)
+		}
+		if CheckedObject([]byte(b), none) == nil {
+			t.Errorf("CheckedObject(%s): no error", b)
+		}
+	}
+	for _, b := range []string{`[1] x`, `[1][2]`, `[]]`, `[{}],`} {
+		if Array([]byte(b), noElem) == nil {
+			t.Fatalf("Array(%s): no error", b)
+		}
+		if CheckedArray([]byte(b), noElem) == nil {
+			t.Errorf("CheckedArray(%s): no error", b)
+		}
+	}
+	for _, b := range []string{"{\"a\":1} \n", "{}\t"} {
+		if err := CheckedObject([]byte(b), none); err != nil {
+			t.Errorf("CheckedObject(%q): %v", b, err)
+		}
+	}
+	if err := CheckedArray([]byte("[1,2]\r\n"), noElem); err != nil {
+		t.Errorf("CheckedArray: %v", err)
+	}
+}
