@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,27 +63,46 @@ func TestChatSendsLongBodyWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var got [][]byte
-	var lengths []int64
-	_, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got, lengths = append(got, b), append(lengths, r.ContentLength)
-		mu.Unlock()
-		writeEvents(w, readFixture(t, "sglang_plain.sse"))
-	}, Config{MaxConns: 1})
+	_, c, bodies := bodyServer(t)
 	for range 2 {
 		if _, err := c.Chat(bg(t), req, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i := range got {
-		if !bytes.Equal(got[i], want) || lengths[i] != int64(len(want)) {
-			t.Errorf("request %d: server read %d bytes, Content-Length %d; want the %d bytes of the body", i, len(got[i]), lengths[i], len(want))
+	if n := len(bodies()); n != 2 {
+		t.Fatalf("the server read %d requests, want 2", n)
+	}
+	for i, b := range bodies() {
+		if !bytes.Equal(b.read, want) || b.length != int64(len(want)) {
+			t.Errorf("request %d: server read %d bytes, Content-Length %d; want the %d bytes of the body", i, len(b.read), b.length, len(want))
 		}
+	}
+}
+
+// readBody is what a server read of one request: its body and its
+// Content-Length.
+type readBody struct {
+	read   []byte
+	length int64
+}
+
+// bodyServer serves every chat request with a short answer and records
+// the bodies it read; the client has one connection, so the second
+// request reuses the first's.
+func bodyServer(t *testing.T) (*httptest.Server, *Client, func() []readBody) {
+	var mu sync.Mutex
+	var got []readBody
+	srv, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, readBody{b, r.ContentLength})
+		mu.Unlock()
+		writeEvents(w, readFixture(t, "sglang_plain.sse"))
+	}, Config{MaxConns: 1})
+	return srv, c, func() []readBody {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
 	}
 }
 
@@ -109,15 +130,7 @@ func TestLongBodyGoesOutFromItsPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var got [][]byte
-	srv, c := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, b)
-		mu.Unlock()
-		writeEvents(w, readFixture(t, "sglang_plain.sse"))
-	}, Config{MaxConns: 1})
+	srv, c, bodies := bodyServer(t)
 	conn, err := c.tr.DialContext(bg(t), "tcp", strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -153,11 +166,12 @@ func TestLongBodyGoesOutFromItsPieces(t *testing.T) {
 	if whole != 2 {
 		t.Errorf("the history went out whole from the caller's bytes in %d of 2 requests (%d writes)", whole, len(rec.writes))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i := range got {
-		if !bytes.Equal(got[i], want) {
-			t.Errorf("request %d: the server read %d bytes, want the %d of the body", i, len(got[i]), len(want))
+	if n := len(bodies()); n != 2 {
+		t.Fatalf("the server read %d requests, want 2", n)
+	}
+	for i, b := range bodies() {
+		if !bytes.Equal(b.read, want) {
+			t.Errorf("request %d: the server read %d bytes, want the %d of the body", i, len(b.read), len(want))
 		}
 	}
 }
