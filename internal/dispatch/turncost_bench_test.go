@@ -50,18 +50,20 @@ import (
 // (store.Queue.ClaimKept), where history=Nk builds its turn from the store
 // alone.
 //
-// Last measured (2026-12-06, 2 shared cores with another engineer's
-// sweeps; eight runs interleaved with main, medians with ranges, cpu-µs
-// per turn at 1k / 4k / 16k tokens): conv 211 (183-256) / 224 (198-274) /
-// 274 (234-311), main 254 (219-300) / 273 (238-323) / 359 (288-403);
-// 16k/1k 1.29 (per run 0.96-1.47), main 1.41 (1.11-1.63); floor 45 (37-58)
-// / 58 (50-68) / 97 (79-112), main 46 / 56 / 85 (the same code: the spread
-// is the machine's). The runner's own growth, (conv 16k - conv 1k) -
-// (floor 16k - floor 1k): 10 µs, main 66 (per run 7, -50-47, against 48,
-// -2-112); its own ratio (conv - floor at 16k) / (conv - floor at 1k)
-// 1.06, main 1.32. Allocated per run (1,200 turns): 36 / 44 / 77 MB, main
-// 48 / 85 / 194. kept/next-turn 1.00 (main 0.82: history.go). history=
-// was not measured again (last: 267 / 321 / 544).
+// Last measured (2026-12-06, 2 cores, one run at a time; nine runs
+// interleaved with b8e5255, the tree before the body check, the copies and
+// the history reads below were removed; medians with ranges, cpu-µs per
+// turn at 1k / 4k / 16k tokens): conv 219 (196-288) / 253 (214-291) / 294
+// (254-379), before 259 (229-288) / 294 (236-318) / 369 (324-440); 16k/1k
+// 1.34 (per run median 1.30, 1.02-1.56), before 1.42; floor 45 (40-53) /
+// 60 (54-74) / 86 (74-144), before 53 / 68 / 91 (the same code: the
+// spread is the machine's). The runner's own growth, (conv 16k - conv 1k)
+// - (floor 16k - floor 1k): 34 µs (per run median 24, -38 to 51), before
+// 72; its own ratio (conv - floor at 16k) / (conv - floor at 1k) 1.20 (per
+// run median 1.14), before 1.35. Allocated per run (1,200 turns): 36 / 44
+// / 77 MB, before 47 / 85 / 194. kept/next-turn 1.00 (0.997-1.000).
+// history= 310 (269-359) / 366 (316-528) / 600 (531-665), before 349 /
+// 411 / 636.
 
 const (
 	turnCostSamples = 300
