@@ -21,15 +21,14 @@ var errUnchecked = errors.New("rawjson: not a checked value")
 // CheckedObject is Object for a value a walk handed out, already checked:
 // it is split, not checked again.
 func CheckedObject(b []byte, fn func(Member) error) error {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return errUnchecked
+	i, empty, err := openChecked(b, '{', '}')
+	if err != nil || empty {
+		return err
 	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return onlySpaceAfter(b, i+1)
-	}
-	for i < len(b) && b[i] == '"' {
+	for more := true; more; {
+		if i >= len(b) || b[i] != '"' {
+			return errUnchecked
+		}
 		kend := skipString(b, i)
 		key, err := checkedKey(b[i:kend])
 		if err != nil {
@@ -47,30 +46,24 @@ func CheckedObject(b []byte, fn func(Member) error) error {
 		if err := fn(Member{Key: key, Value: b[i:vend], Spaced: spaced}); err != nil {
 			return stopped(err)
 		}
-		if i = skipSpace(b, vend); i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-			continue
+		if i, more, err = nextChecked(b, vend, '}'); err != nil {
+			return err
 		}
-		if i < len(b) && b[i] == '}' {
-			return onlySpaceAfter(b, i+1)
-		}
-		return errUnchecked
 	}
-	return errUnchecked
+	return nil
 }
 
 // CheckedArray is Array for a value a walk handed out, already checked
 // (see CheckedObject).
 func CheckedArray(b []byte, fn func(elem []byte) error) error {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '[' {
-		return errUnchecked
+	i, empty, err := openChecked(b, '[', ']')
+	if err != nil || empty {
+		return err
 	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return onlySpaceAfter(b, i+1)
-	}
-	for i < len(b) {
+	for more := true; more; {
+		if i >= len(b) {
+			return errUnchecked
+		}
 		end, _ := skipValue(b, i)
 		if end <= i {
 			return errUnchecked
@@ -78,16 +71,40 @@ func CheckedArray(b []byte, fn func(elem []byte) error) error {
 		if err := fn(b[i:end]); err != nil {
 			return stopped(err)
 		}
-		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-			continue
+		if i, more, err = nextChecked(b, end, ']'); err != nil {
+			return err
 		}
-		if i < len(b) && b[i] == ']' {
-			return onlySpaceAfter(b, i+1)
-		}
-		return errUnchecked
 	}
-	return errUnchecked
+	return nil
+}
+
+// openChecked reads a container's opening bracket: where its first member
+// or element starts, or empty when it closes at once (with onlySpaceAfter's
+// verdict).
+func openChecked(b []byte, open, close byte) (i int, empty bool, err error) {
+	i = skipSpace(b, 0)
+	if i >= len(b) || b[i] != open {
+		return 0, false, errUnchecked
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == close {
+		return 0, true, onlySpaceAfter(b, i+1)
+	}
+	return i, false, nil
+}
+
+// nextChecked reads what follows a member or element ending at end: the
+// next one's start (more), or the container's close (with onlySpaceAfter's
+// verdict).
+func nextChecked(b []byte, end int, close byte) (next int, more bool, err error) {
+	i := skipSpace(b, end)
+	if i < len(b) && b[i] == ',' {
+		return skipSpace(b, i+1), true, nil
+	}
+	if i < len(b) && b[i] == close {
+		return 0, false, onlySpaceAfter(b, i+1)
+	}
+	return 0, false, errUnchecked
 }
 
 // checkedKey decodes a member's quoted name as the checking walk does.
